@@ -1,0 +1,93 @@
+"""The Relax passes a user can pick for a custom pipeline, with the arguments schedx gives them.
+
+A pass is named as TVM names it (``FuseOps``, ``ConvertLayout``), so what a user reads here is
+what they find in ``tvm.relax.transform``. Passes that need arguments get sensible ones
+(``ConvertLayout`` to NHWC, ``ToMixedPrecision`` to fp16 with fp32 accumulation); the summary
+says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from explorer.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pass of the catalogue: its TVM name, what it does, and how schedx builds it."""
+
+    name: str
+    summary: str
+    factory: Callable[[], tvm.transform.Pass]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "summary": self.summary}
+
+
+def _t(name: str, summary: str, factory: Callable[[], tvm.transform.Pass] | None = None) -> PassSpec:
+    return PassSpec(name, summary, factory or getattr(relax.transform, name))
+
+
+_NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.max_pool2d": ["NHWC"],
+         "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}
+
+PASS_CATALOG: dict[str, PassSpec] = {
+    p.name: p
+    for p in [
+        _t("DecomposeOpsForInference", "Rewrite batch_norm, layer_norm and friends into elementwise ops for inference."),
+        _t("CanonicalizeBindings", "Remove trivial rebindings (x = y) and fold tuple get-items."),
+        _t("FoldBatchnormToConv2D", "Fold a batch_norm that follows a conv2d into the conv's weights and a bias add."),
+        _t("ConvertLayout", "Convert conv2d and pooling to NHWC data / OHWI weights, inserting layout transforms.",
+           lambda: relax.transform.ConvertLayout(_NHWC)),
+        _t("ToMixedPrecision", "Compute in float16 where safe, accumulating in float32.",
+           lambda: relax.transform.ToMixedPrecision(out_dtype="float32")),
+        _t("EliminateCommonSubexpr", "Reuse the result of identical computations."),
+        _t("DeadCodeElimination", "Remove bindings and functions that nothing uses."),
+        _t("FoldConstant", "Evaluate operators whose inputs are all constants, at compile time."),
+        _t("CombineParallelMatmul", "Merge matmuls that share an input into one wider matmul."),
+        _t("FuseTransposeMatmul", "Fuse a permute_dims feeding a matmul into the matmul."),
+        _t("AdjustMatmulOrder", "Reorder chains of matmuls to do less work."),
+        _t("RemoveRedundantReshape", "Drop reshapes that do not change the shape."),
+        _t("FastMathTransform", "Replace exp, erf, tanh and sigmoid with fast approximations."),
+        _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),
+        _t("AnnotateTIROpPattern", "Tag each PrimFunc with its operator pattern (elementwise, injective, reduction, ...) for fusion."),
+        _t("FuseOps", "Group operators into fused Relax functions by their patterns (conv + bias + relu, ...)."),
+        _t("FuseTIR", "Turn each fused Relax function into one fused TensorIR PrimFunc (a kernel)."),
+        _t("RewriteDataflowReshape", "Turn reshapes that only reinterpret memory into views."),
+        _t("ToNonDataflow", "Leave dataflow blocks: the graph becomes a plain binding sequence."),
+        _t("RemovePurityChecking", "Drop purity annotations before lowering to the VM."),
+        _t("CallTIRRewrite", "Make call_tir explicit: allocate outputs, then call the PrimFunc."),
+        _t("StaticPlanBlockMemory", "Plan and reuse activation memory statically."),
+        _t("LowerAllocTensor", "Lower tensor allocations to storage allocations."),
+        _t("KillAfterLastUse", "Free tensors right after their last use."),
+        _t("LowerRuntimeBuiltin", "Lower builtins to VM runtime calls."),
+        _t("ComputePrimValue", "Compute primitive values with helper functions."),
+        _t("VMShapeLower", "Lower shape computations to the VM's shape heap."),
+        _t("AttachGlobalSymbol", "Give every function its exported symbol."),
+        _t("TopologicalSort", "Sort bindings in topological order."),
+        _t("Normalize", "Put the module in Relax's normal form."),
+    ]
+}
+
+
+def make_pass(name: str) -> tvm.transform.Pass:
+    """Build the pass called ``name`` (a catalogue name, or any pass of ``tvm.relax.transform``
+    that takes no arguments)."""
+    spec = PASS_CATALOG.get(name)
+    if spec is not None:
+        return spec.factory()
+    factory = getattr(relax.transform, name, None)
+    if name[:1].isupper() and callable(factory):
+        try:
+            made = factory()
+        except TypeError as err:
+            raise PipelineError(f"pass {name!r} needs arguments schedx does not know how to give ({err})") from err
+        if isinstance(made, tvm.transform.Pass):
+            return made
+    choices = ", ".join(PASS_CATALOG)
+    raise PipelineError(f"unknown pass {name!r}; known passes: {choices}")

@@ -1,0 +1,101 @@
+"""Named Relax pipelines: what ``tvm.compile`` runs, the tuning pipeline, the CUDA one, or a
+custom list of passes from the catalogue.
+
+A pipeline is built for a target because several of TVM's pipelines read it (the CUDA pipeline
+applies dlight GPU schedules, FoldConstant compiles with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from explorer.errors import PipelineError
+from explorer.passes.catalog import make_pass
+
+CPU_TARGET: dict = {"kind": "llvm"}
+CUDA_TARGET: dict = {"kind": "cuda", "arch": "sm_80"}
+
+TUNING_PASSES: tuple[str, ...] = (
+    "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
+)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A named pipeline: a title for people, a target kind, and how to build the pass."""
+
+    name: str
+    title: str
+    description: str
+    target: dict
+    build: Callable[[tvm.target.Target], tvm.transform.Pass]
+    passes: tuple[str, ...] = ()  # set for a custom list of catalogue passes
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "description": self.description,
+                "target": self.target}
+
+
+def _sequential(names: Sequence[str], label: str) -> tvm.transform.Pass:
+    return tvm.transform.Sequential([make_pass(n) for n in names], name=label)
+
+
+def _cuda_target(target: tvm.target.Target) -> tvm.target.Target:
+    if target.kind.name == "cuda":
+        return target
+    return tvm.target.Target(CUDA_TARGET, host=CPU_TARGET)
+
+
+PIPELINES: dict[str, PipelineSpec] = {
+    p.name: p
+    for p in [
+        PipelineSpec(
+            "tuning", "Tuning (fusion)",
+            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination: "
+            "the module MetaSchedule extracts its tasks (fused kernels) from.",
+            CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),
+        PipelineSpec(
+            "cpu-default", "tvm.compile on CPU",
+            "The pipeline tvm.compile runs for an llvm target (relax.get_pipeline('default')): "
+            "legalizes and lowers to the VM, fuses nothing and schedules nothing.",
+            CPU_TARGET, lambda t: relax.get_pipeline("default")),
+        PipelineSpec(
+            "cpu-backend", "CPU backend (with fusion)",
+            "relax.get_default_pipeline(llvm): library dispatch, legalization with fusion, "
+            "dataflow lowering and memory planning.",
+            CPU_TARGET, lambda t: relax.get_default_pipeline(t)),
+        PipelineSpec(
+            "cuda", "CUDA backend (dlight)",
+            "relax.get_default_pipeline(cuda): fusion, then dlight's default GPU schedules "
+            "(Matmul, GEMV, Reduction, GeneralReduction, Fallback), then lowering.",
+            CUDA_TARGET, lambda t: relax.get_default_pipeline(_cuda_target(t))),
+    ]
+}
+
+
+def get_pipeline(name: str) -> PipelineSpec:
+    """The named pipeline, or a :class:`PipelineError` listing the names."""
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise PipelineError(f"unknown pipeline {name!r}; choose one of: {', '.join(PIPELINES)}") from None
+
+
+def resolve_passes(names: Sequence[str] | str) -> PipelineSpec:
+    """A custom pipeline from pass names (a list, or one comma-separated string).
+
+    Every name is checked before anything runs, so a typo costs nothing."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")]
+    names = [n for n in names if n]
+    if not names:
+        raise PipelineError("a custom pipeline needs at least one pass")
+    for n in names:
+        make_pass(n)  # validates the name up front
+    fixed = tuple(names)
+    return PipelineSpec("custom", "Custom: " + ", ".join(fixed), "Passes chosen by the user, in order.",
+                        CPU_TARGET, lambda t: _sequential(fixed, "custom"), passes=fixed)
