@@ -75,16 +75,23 @@ def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
             st_b[nb], st_a[na] = "kept", "fused"
         else:
             st_b[nb] = st_a[na] = "kept"
-    # FuseTIR: a group of nodes before became one kernel named after the group.
-    kernels_after = {after.nodes[n]["op"]: n for n in after.nodes if n not in st_a}
+    # FuseTIR: the k-th call of a fused function before became the k-th call of the kernel
+    # named after it.
+    seen: Counter = Counter()
+    kernels_after: dict[tuple[str, int], str] = {}
+    for n in sorted(after.nodes, key=lambda n: after.nodes[n]["order"]):
+        op = after.nodes[n]["op"]
+        kernels_after[(op, seen[op])] = n
+        seen[op] += 1
     for nb in before.nodes:
         if nb in st_b:
             continue
-        group = before.nodes[nb]["group"]
-        if group and group in kernels_after:
+        d = before.nodes[nb]
+        na = kernels_after.get((d["group"], d["group_call"])) if d["group"] else None
+        if na is not None and st_a.get(na, "merged") == "merged":
             st_b[nb] = "merged"
-            st_a[kernels_after[group]] = "merged"
-            pairs.append((nb, kernels_after[group]))
+            st_a[na] = "merged"
+            pairs.append((nb, na))
         else:
             st_b[nb] = "removed"
     for na in after.nodes:

@@ -54,14 +54,14 @@ def to_dot(g: nx.DiGraph, *, statuses: Mapping[str, str] | None = None, title: s
                            node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
                                       "fontsize": "10", "margin": "0.08,0.04", "height": "0.3"},
                            edge_attr={"arrowsize": "0.6", "color": "#64748b"})
-    groups: dict[str, list[str]] = {}
+    groups: dict[tuple[str, int], list[str]] = {}
     for n in sorted(g.nodes, key=lambda n: g.nodes[n]["order"]):
-        groups.setdefault(g.nodes[n]["group"], []).append(n)
-    for group, members in groups.items():
+        groups.setdefault((g.nodes[n]["group"], g.nodes[n]["group_call"]), []).append(n)
+    for (group, call), members in groups.items():
         target = dot
         sub = None
         if group:
-            sub = graphviz.Digraph(name=f"cluster_{group}", graph_attr={
+            sub = graphviz.Digraph(name=f"cluster_{group}_{call}", graph_attr={
                 "label": group, "style": "rounded,dashed", "color": "#2563eb", "fontcolor": "#1e40af",
                 "fontsize": "9"})
             target = sub

@@ -9,7 +9,8 @@ drawing shows each fused group as a cluster.
 
 Node attributes: ``kind`` (input, op, kernel, call, output, constant), ``op`` (what is called),
 ``family`` (the op without namespace or numeric suffix, used to match nodes across snapshots),
-``label``, ``shape``, ``dtype``, ``var``, ``group`` (fused group or ""), ``order`` (topological
+``label``, ``shape``, ``dtype``, ``var``, ``group`` (fused function or ""), ``group_call`` (which
+call of that function: one fused function can be called several times), ``order`` (topological
 index), ``const_count`` and ``const_bytes``.
 """
 
@@ -49,6 +50,7 @@ class _Builder:
         self.g = nx.DiGraph()
         self.order = 0
         self.buffers: set = set()  # vars bound to allocations, written by the next kernel
+        self.calls: dict[str, int] = {}  # how often each fused function was expanded so far
 
     # -- nodes -------------------------------------------------------------------------
     def add_node(self, kind: str, op: str, ty: object, var: str, group: str) -> str:
@@ -56,7 +58,8 @@ class _Builder:
         shape, dtype = tensor_info(ty)
         self.g.add_node(
             node_id, kind=kind, op=op, family=op_family(op), label=_short(op), shape=shape,
-            dtype=dtype, var=var, group=group, order=self.order, const_count=0, const_bytes=0,
+            dtype=dtype, var=var, group=group, group_call=self.calls.get(group, 0) if group else 0,
+            order=self.order, const_count=0, const_bytes=0,
         )
         self.order += 1
         return node_id
@@ -130,6 +133,7 @@ class _Builder:
         for param, arg in zip(func.params, call.args):
             inner_env[param] = self.sources_of(arg, env, outer_consts, name)
         first = self.order
+        self.calls[name] = self.calls.get(name, -1) + 1
         result = self.visit_function(func, inner_env, name)
         if outer_consts and self.order > first:
             head = f"n{first}"

@@ -1,0 +1,53 @@
+"""Model sources: the built-in zoo, ONNX files, the onnx package's examples, PyTorch modules.
+
+:func:`load_model` takes one string a user can type:
+``resnet18`` or ``zoo:resnet18`` (zoo), ``example:resnet50`` (onnx package), or a path to an
+``.onnx`` file (with ``shapes`` for symbolic dimensions). PyTorch modules go through
+:func:`import_torch`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from explorer.errors import ModelLoadError
+from explorer.models.examples import example_names, example_path
+from explorer.models.onnx_import import import_onnx
+from explorer.models.source import LoadedModel, ModelInfo
+from explorer.models.torch_import import import_torch
+from explorer.models.zoo import DEFAULT_MODEL, ZOO, build_onnx, get_zoo_model, sample_inputs, zoo_names
+
+
+def load_zoo(name: str, *, seed: int = 0) -> LoadedModel:
+    entry = get_zoo_model(name)
+    loaded = import_onnx(build_onnx(name, seed=seed), None, name=name, origin="zoo")
+    loaded.info = ModelInfo(name=name, origin="zoo", inputs=entry.inputs, outputs=loaded.info.outputs,
+                            source=f"zoo:{name}", notes=(entry.description,))
+    return loaded
+
+
+def load_model(spec: str, shapes: str | dict | None = None) -> LoadedModel:
+    """Load a model from a spec string (see the module docstring)."""
+    spec = spec.strip()
+    if spec.startswith("zoo:") or spec in ZOO:
+        return load_zoo(spec.removeprefix("zoo:"))
+    if spec.startswith("example:"):
+        name = spec.removeprefix("example:")
+        loaded = import_onnx(example_path(name), shapes, name=name, origin="example")
+        return loaded
+    if spec.lower().endswith(".onnx") or Path(spec).is_file():
+        return import_onnx(spec, shapes)
+    raise ModelLoadError(
+        f"cannot tell what model {spec!r} is: give a zoo name ({', '.join(zoo_names())}), "
+        f"example:NAME ({', '.join(example_names())}) or a path to an .onnx file")
+
+
+def model_choices() -> list[str]:
+    """Every spec :func:`load_model` accepts without a file: zoo names, then examples."""
+    return list(zoo_names()) + [f"example:{n}" for n in example_names()]
+
+
+__all__ = [
+    "DEFAULT_MODEL", "ZOO", "LoadedModel", "ModelInfo", "build_onnx", "example_names", "get_zoo_model",
+    "import_onnx", "import_torch", "load_model", "load_zoo", "model_choices", "sample_inputs", "zoo_names",
+]

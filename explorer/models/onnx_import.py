@@ -1,0 +1,179 @@
+"""Import an ONNX model (file, bytes or ModelProto) into Relax.
+
+Steps, each with an error a user can act on:
+1. parse the protobuf (a corrupt or non-ONNX file says so);
+2. find the real inputs (graph inputs that are not initializers) and fix every symbolic or
+   unknown dimension from the user's shape spec (missing ones are listed by name);
+3. check every operator against TVM's ONNX converter map before converting, so an unsupported
+   operator is named with its node;
+4. run ONNX shape inference, then ``from_onnx``; when TVM needs static shapes that the graph
+   computes at run time (Shape -> Slice -> Concat -> Reshape), fold the shape arithmetic with
+   onnxscript's optimizer and try again.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import onnx
+
+from explorer.errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError, short_tvm_message
+from explorer.models.shapes import ShapeSpec, parse_shape_spec
+from explorer.models.source import InputSpec, LoadedModel, ModelInfo
+
+
+def read_onnx(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Parse an ONNX model from a path, raw bytes or an existing proto."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray)):
+        data, where = bytes(source), "the uploaded data"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ModelLoadError(f"no such ONNX file: {path}")
+        data, where = path.read_bytes(), str(path)
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as err:  # protobuf raises DecodeError and friends
+        raise ModelLoadError(f"{where} is not a readable ONNX model ({short_tvm_message(err, 200)})") from err
+    if not model.graph.node:
+        raise ModelLoadError(f"{where} is not an ONNX model: it has no graph nodes")
+    return model
+
+
+def _dtype_name(elem_type: int) -> str:
+    return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "float32"
+
+
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that are fed at run time (old exporters list initializers as inputs too)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """For each input, the names (or ``?`` positions) of dimensions that are not fixed."""
+    out: dict[str, list[str]] = {}
+    for inp in model_inputs(model):
+        dims = inp.type.tensor_type.shape.dim
+        free = [d.dim_param or f"?{k}" for k, d in enumerate(dims) if not d.HasField("dim_value")]
+        if free:
+            out[inp.name] = free
+    return out
+
+
+def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]:
+    """A copy of ``model`` whose inputs all have static shapes, and those shapes by input name."""
+    names = [i.name for i in model_inputs(model)]
+    unknown = sorted(set(spec.inputs) - set(names))
+    if unknown:
+        raise ShapeSpecError(f"no input named {', '.join(map(repr, unknown))}; the model's inputs are: {', '.join(names)}")
+    model = copy.deepcopy(model)
+    shapes: dict[str, tuple[int, ...]] = {}
+    missing: list[str] = []
+    for inp in model_inputs(model):
+        tt = inp.type.tensor_type
+        if inp.name in spec.inputs:
+            want = spec.inputs[inp.name]
+            if tt.HasField("shape") and len(tt.shape.dim) not in (0, len(want)):
+                raise ShapeSpecError(f"input {inp.name!r} has rank {len(tt.shape.dim)}, the shape given has {len(want)} dims")
+            tt.shape.Clear()
+            for v in want:
+                tt.shape.dim.add().dim_value = v
+            shapes[inp.name] = want
+            continue
+        dims = []
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.dim_param and d.dim_param in spec.dims:
+                d.dim_value = spec.dims[d.dim_param]
+                dims.append(d.dim_value)
+            else:
+                missing.append(f"{inp.name}[{k}]" + (f" ({d.dim_param})" if d.dim_param else ""))
+        if not tt.HasField("shape"):
+            missing.append(f"{inp.name} (no shape at all)")
+        shapes[inp.name] = tuple(dims)
+    if missing:
+        first = model_inputs(model)[0]
+        example = f"{first.name}:" + "x".join("1" for _ in first.type.tensor_type.shape.dim or [0])
+        raise ShapeSpecError(
+            "these input dimensions are symbolic or unknown: " + ", ".join(missing)
+            + f". Fix them with a shape spec such as '{example}' or 'batch=1'.")
+    return model, shapes
+
+
+def check_operators(model: onnx.ModelProto) -> None:
+    """Raise :class:`UnsupportedOperatorError` for the first node TVM cannot convert."""
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    known = onnx_frontend._get_convert_map()  # the importer's own table: the only source of truth
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in known:
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            raise UnsupportedOperatorError(op, node.name or (node.output[0] if node.output else ""))
+
+
+def _fold_shape_arithmetic(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnxscript.optimizer
+
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    return onnxscript.optimizer.optimize(model)
+
+
+def _outputs(mod) -> tuple[InputSpec, ...]:
+    from explorer.relax_walk import tensor_info
+
+    ty = mod["main"].body.body.ty
+    fields = getattr(ty, "fields", None) or [ty]
+    out = []
+    for k, f in enumerate(fields):
+        shape, dtype = tensor_info(f)
+        out.append((f"output{k}" if len(fields) > 1 else "output", tuple(shape or ()), dtype or "?"))
+    return tuple(out)
+
+
+def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str | dict | ShapeSpec | None = None,
+                *, name: str | None = None, origin: str = "onnx") -> LoadedModel:
+    """Load an ONNX model into Relax (see the module docstring for the steps and errors)."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = read_onnx(source)
+    spec = parse_shape_spec(shapes)
+    fixed, shape_dict = fix_input_shapes(model, spec)
+    check_operators(fixed)
+    try:
+        fixed = onnx.shape_inference.infer_shapes(fixed)
+    except Exception:  # inference is a help, not a requirement
+        pass
+    dtypes = {i.name: _dtype_name(i.type.tensor_type.elem_type) for i in model_inputs(fixed)}
+    notes: list[str] = []
+    try:
+        mod = from_onnx(fixed, shape_dict={k: list(v) for k, v in shape_dict.items()}, dtype_dict=dtypes)
+    except Exception as first:
+        try:
+            folded = _fold_shape_arithmetic(fixed)
+            mod = from_onnx(folded, shape_dict={k: list(v) for k, v in shape_dict.items()}, dtype_dict=dtypes)
+            notes.append("shape arithmetic was folded with onnxscript's optimizer before import")
+            fixed = folded
+        except Exception:
+            raise ModelLoadError(f"TVM could not import the model: {short_tvm_message(first)}") from first
+    if isinstance(source, (str, os.PathLike)):
+        label = str(source)
+    else:
+        label = model.graph.name or "uploaded model"
+    info = ModelInfo(
+        name=name or (Path(label).stem if isinstance(source, (str, os.PathLike)) else label),
+        origin=origin,
+        inputs=tuple((n, shape_dict[n], dtypes[n]) for n in shape_dict),
+        outputs=_outputs(mod),
+        source=label,
+        notes=tuple(notes),
+    )
+    return LoadedModel(info=info, mod=mod, onnx_model=fixed)
+
+
+__all__ = ["check_operators", "fix_input_shapes", "import_onnx", "model_inputs", "read_onnx", "symbolic_dims"]
