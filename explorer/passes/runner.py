@@ -114,9 +114,28 @@ class PipelineRun:
             self._graphs[key] = relax_graph(self.module(index), func)
         return self._graphs[key]
 
-    def leaves(self) -> list[Snapshot]:
-        """Snapshots of passes that contain no captured pass: the pass list a person reads."""
-        return [s for s in self.snapshots if not s.composite]
+    def input_index(self, index: int) -> int:
+        """Index of the snapshot whose module pass ``index`` received (``-1``: the input)."""
+        received = self.befores[index]
+        for j in range(index - 1, -1, -1):
+            if self.modules[j].same_as(received):
+                return j
+        return -1
+
+    def find(self, name: str) -> Snapshot | None:
+        """The first snapshot of the pass called ``name``."""
+        return next((s for s in self.snapshots if s.name == name), None)
+
+    def children(self, parent: int | None) -> list[Snapshot]:
+        return [s for s in self.snapshots if s.parent == parent]
+
+    def main_passes(self) -> list[Snapshot]:
+        """The passes the pipeline itself lists: below the wrappers (``Sequential``, the
+        ``_pipeline`` functions) that hold them, above the passes they run internally."""
+        level = self.children(None)
+        while len(level) == 1 and level[0].composite:
+            level = self.children(level[0].index)
+        return level
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "title": self.title, "seconds": self.seconds,

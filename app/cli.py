@@ -1,0 +1,185 @@
+"""The ``schedx`` command line. Each command parses its options, calls the library, prints.
+
+Errors the libraries raise on purpose (``ExplorerError``) become a one-line message and exit
+status 1; ``schedx --debug ...`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from explorer.errors import ExplorerError
+
+
+def _fail_cleanly(fn):
+    """Turn library errors into ``Error: ...`` and exit 1, unless --debug was given."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ExplorerError as err:
+            if click.get_current_context().find_root().obj.get("debug"):
+                raise
+            raise click.ClickException(str(err)) from err
+
+    return wrapper
+
+
+def _echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, envvar="SCHEDX_DEBUG", help="Show full tracebacks instead of short errors.")
+@click.version_option(package_name="schedx")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """schedx: explore how Apache TVM compiles a model: passes, schedules, search, export."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def models(as_json: bool) -> None:
+    """List the built-in zoo and the example models shipped with the onnx package."""
+    from explorer.models import ZOO, example_names
+
+    zoo = [m.to_dict() for m in ZOO.values()]
+    examples = [{"name": f"example:{n}", "source": "onnx package (backend test data, light)"} for n in example_names()]
+    if as_json:
+        _echo_json({"zoo": zoo, "examples": examples})
+        return
+    click.echo("Zoo (seeded weights, built locally):")
+    for m in zoo:
+        shapes = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))}" for i in m["inputs"])
+        click.echo(f"  {m['name']:<14} {m['title']:<22} {shapes}")
+    click.echo("Examples from the onnx package:")
+    click.echo("  " + "  ".join(e["name"] for e in examples))
+    click.echo("Any .onnx file works too: schedx passes path/to/model.onnx --shapes input:1x3x224x224")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def pipelines(as_json: bool) -> None:
+    """List the named pipelines and the passes a custom pipeline can use."""
+    from explorer.passes import PASS_CATALOG, PIPELINES
+
+    if as_json:
+        _echo_json({"pipelines": [p.to_dict() for p in PIPELINES.values()],
+                    "passes": [p.to_dict() for p in PASS_CATALOG.values()]})
+        return
+    click.echo("Pipelines (--pipeline NAME):")
+    for p in PIPELINES.values():
+        click.echo(f"  {p.name:<12} {p.title}")
+    click.echo("Passes for a custom pipeline (--passes A,B,C):")
+    for p in PASS_CATALOG.values():
+        click.echo(f"  {p.name:<26} {p.summary}")
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--pipeline", "pipeline_name", default=None, help="Named pipeline (see `schedx pipelines`); default: tuning.")
+@click.option("--passes", default=None, help="Comma-separated pass names for a custom pipeline.")
+@click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224' or 'batch=1'.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write one .py (TVMScript) and one .dot file per snapshot, and summary.json, here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--all", "show_all", is_flag=True, help="Also list wrapper passes and the passes run inside others.")
+@_fail_cleanly
+def passes(model: str, pipeline_name: str | None, passes: str | None, shapes: str | None, out_dir: Path | None,
+           as_json: bool, show_all: bool) -> None:
+    """Run MODEL through a pipeline and report what every pass did.
+
+    MODEL is a zoo name (resnet18), example:NAME, or a path to an .onnx file."""
+    from explorer.models import load_model
+    from explorer.passes import run_pipeline
+
+    if pipeline_name and passes:
+        raise click.UsageError("give either --pipeline or --passes, not both")
+    loaded = load_model(model, shapes)
+    run = run_pipeline(loaded.mod, pipeline_name, passes=passes)
+    summary = {"model": loaded.info.to_dict(), **run.to_dict()}
+    if out_dir is not None:
+        _write_snapshots(run, out_dir, summary)
+    if as_json:
+        _echo_json(summary)
+    else:
+        _print_pass_table(run, loaded.info.name, show_all)
+        if out_dir is not None:
+            click.echo(f"wrote {len(run.snapshots) + 1} snapshots to {out_dir}")
+    if run.error:
+        raise click.ClickException(f"pipeline stopped: {run.error}")
+
+
+def _print_pass_table(run, model_name: str, show_all: bool) -> None:
+    click.echo(f"{model_name} through {run.title}: {len(run.snapshots)} passes in {run.seconds * 1000:.0f} ms")
+    click.echo(f"{'#':>3}  {'pass':<34} {'ms':>8}  {'changed':<7} {'calls':>5} {'prim':>4} {'fused':>5} {'activations':>11}")
+    shown = run.snapshots if show_all else run.main_passes()
+    base = min((s.depth for s in shown), default=1)
+    for s in shown:
+        name = "  " * (s.depth - base) + s.name
+        c = s.counts
+        click.echo(f"{s.index:>3}  {name[:34]:<34} {s.seconds * 1000:>8.1f}  {'yes' if s.changed else 'no':<7} "
+                   f"{sum(c.calls.values()):>5} {c.prim_funcs:>4} {c.fused_functions:>5} {_human_bytes(c.activation_bytes):>11}")
+    if not show_all and len(shown) < len(run.snapshots):
+        click.echo(f"({len(run.snapshots) - len(shown)} wrapper or nested passes not listed; --all lists them)")
+
+
+def _write_snapshots(run, out_dir: Path, summary: dict) -> None:
+    from explorer.graph import to_dot
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    items = [(-1, "input")] + [(s.index, s.name) for s in run.snapshots]
+    with click.progressbar(items, label="writing snapshots", file=sys.stderr) as bar:
+        for index, name in bar:
+            stem = f"{index + 1:03d}_{_safe(name)}"
+            (out_dir / f"{stem}.py").write_text(run.script(index))
+            (out_dir / f"{stem}.dot").write_text(to_dot(run.graph(index), title=f"after {name}"))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", default=8501, show_default=True, type=int)
+@click.option("--headless/--browser", default=True, show_default=True, help="Do not open a browser window.")
+def ui(host: str, port: int, headless: bool) -> None:
+    """Start the browser UI (Streamlit)."""
+    entry = Path(__file__).with_name("main.py")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(entry), "--server.address", host,
+           "--server.port", str(port), "--server.headless", str(headless).lower(),
+           "--browser.gatherUsageStats", "false"]
+    click.echo(f"schedx UI on http://{host}:{port}", err=True)
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    raise SystemExit(subprocess.call(cmd, env=env))
+
+
+def main() -> None:
+    cli(obj={})
+
+
+if __name__ == "__main__":
+    main()

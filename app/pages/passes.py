@@ -1,0 +1,209 @@
+"""Page "Graph & passes": a model through a pipeline, pass by pass, like Compiler Explorer."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import state
+from app.cache import RunKey, graph_dots, pipeline_run, save_upload, script_diff, script_text
+from app.components import legend_html, side_by_side_html
+from explorer.errors import ExplorerError
+from explorer.models import DEFAULT_MODEL, ZOO, example_names
+from explorer.passes import PASS_CATALOG, PIPELINES
+
+GRAPH_LIMIT = 160  # nodes drawn at once; larger graphs get a window or a focus
+
+
+def choose_model() -> RunKey | None:
+    """Sidebar: model source, model, shapes, pipeline. Returns what to run (None: nothing yet)."""
+    sb = st.sidebar
+    sb.header("Model")
+    source = sb.radio("Source", ["Zoo", "ONNX example", "ONNX file"], key=state.MODEL_SOURCE, horizontal=True)
+    if source == "Zoo":
+        names = list(ZOO)
+        model = sb.selectbox("Model", names, index=names.index(DEFAULT_MODEL), key=state.MODEL_NAME,
+                             format_func=lambda n: f"{ZOO[n].title} ({n})")
+        sb.caption(ZOO[model].description)
+    elif source == "ONNX example":
+        examples = example_names()
+        picked = sb.selectbox("Example (ships with the onnx package)", examples, key=state.EXAMPLE_NAME)
+        model = f"example:{picked}" if picked else ""
+    else:
+        upload = sb.file_uploader("Upload an .onnx file", type=["onnx"], key=state.ONNX_UPLOAD)
+        path = sb.text_input("...or a path on this machine", key=state.ONNX_PATH, placeholder="/path/to/model.onnx")
+        model = save_upload(upload.getvalue(), upload.name) if upload is not None else path.strip()
+    shapes = sb.text_input("Input shapes (for symbolic dims)", key=state.SHAPES,
+                           placeholder="input:1x3x224x224 or batch=1",
+                           help="Fix symbolic or unknown input dimensions: NAME:1x3x224x224 for an input, "
+                                "DIM=1 for a named dimension; separate several with commas.")
+    sb.header("Pipeline")
+    options = list(PIPELINES) + ["custom"]
+    pipeline = sb.selectbox("Pipeline", options, key=state.PIPELINE,
+                            format_func=lambda n: PIPELINES[n].title if n in PIPELINES else "Custom list of passes")
+    passes: tuple[str, ...] = ()
+    if pipeline == "custom":
+        chosen = sb.multiselect("Passes, in order", list(PASS_CATALOG), key=state.CUSTOM_PASSES,
+                                default=["FoldBatchnormToConv2D", "LegalizeOps", "AnnotateTIROpPattern",
+                                         "FoldConstant", "FuseOps", "FuseTIR"])
+        passes = tuple(chosen)
+        if not passes:
+            sb.info("Pick at least one pass.")
+            return None
+    else:
+        sb.caption(PIPELINES[pipeline].description)
+    if not model:
+        return None
+    return RunKey(model=model, shapes=shapes.strip(), pipeline=pipeline, passes=passes)
+
+
+def load_run(key: RunKey | None):
+    """Run ``key``; on a bad model or pipeline, say why and keep showing the last good run."""
+    if key is not None:
+        try:
+            run = pipeline_run(key)
+            st.session_state[state.LOADED] = key
+            return key, run
+        except ExplorerError as err:
+            st.error(f"**{key.model}**: {err}")
+    previous = st.session_state.get(state.LOADED)
+    if previous is None:
+        st.info("Choose a model in the sidebar.")
+        st.stop()
+    if key is not None:
+        st.caption(f"Still showing {previous.model} through {previous.pipeline}.")
+    return previous, pipeline_run(previous)
+
+
+def _label(run, index: int) -> str:
+    if index < 0:
+        return "input module"
+    s = run.snapshots[index]
+    mark = "●" if s.changed else "○"
+    return f"{mark} #{index} {'  ' * (s.depth - 1)}{s.name}  ({s.seconds * 1000:.1f} ms)"
+
+
+def pass_table(run, shown) -> None:
+    rows = [{"#": s.index, "pass": "  " * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
+             "changed": s.changed, "calls": sum(s.counts.calls.values()), "PrimFuncs": s.counts.prim_funcs,
+             "fused fns": s.counts.fused_functions,
+             "activations MB": round(s.counts.activation_bytes / 2**20, 2)} for s in shown]
+    top = max((s.seconds for s in shown), default=0) * 1000 or 1
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(420, 38 + 35 * len(rows)),
+                 column_config={"ms": st.column_config.ProgressColumn("ms", format="%.2f", min_value=0,
+                                                                      max_value=top)})
+
+
+def snapshot_pickers(run) -> tuple[int, int]:
+    c1, c2, c3 = st.columns([2, 1, 1])
+    show_nested = c2.toggle("Nested passes", key=state.SHOW_NESTED,
+                            help="Also list wrappers (Sequential) and passes run inside other passes.")
+    hide_noop = c3.toggle("Hide no-op passes", key=state.HIDE_NOOP, value=False)
+    shown = list(run.snapshots) if show_nested else run.main_passes()
+    if hide_noop:
+        shown = [s for s in shown if s.changed]
+    if not shown:
+        st.warning("No pass of this pipeline changed the module.")
+        st.stop()
+    indices = [s.index for s in shown]
+    fuse = run.find("FuseOps")
+    default = indices.index(fuse.index) if fuse is not None and fuse.index in indices else 0
+    after = c1.selectbox("After pass", indices, index=default, key=state.SNAPSHOT,
+                         format_func=lambda i: _label(run, i))
+    received = run.input_index(after)
+    compare_opts = [received] + [i for i in [-1] + [s.index for s in run.snapshots] if i != received]
+    before = st.selectbox("Compare with", compare_opts, key=state.COMPARE_WITH,
+                          format_func=lambda i: ("what this pass received: " if i == received else "") + _label(run, i))
+    with st.expander(f"Pass list ({len(shown)} of {len(run.snapshots)} passes)", expanded=False):
+        pass_table(run, shown)
+    return before, after
+
+
+def graph_tab(key: RunKey, run, before: int, after: int) -> None:
+    size = max(run.graph(before).number_of_nodes(), run.graph(after).number_of_nodes())
+    c1, c2, c3 = st.columns([2, 1, 1])
+    focus_text = c1.text_input("Focus on nodes matching", key=state.GRAPH_FOCUS,
+                               placeholder="conv2d, fused_, a variable name...")
+    radius = c2.number_input("Radius", 1, 20, 3, key=state.GRAPH_RADIUS, disabled=not focus_text)
+    start = 0
+    if size > GRAPH_LIMIT and not focus_text:
+        start = c3.number_input(f"First node (of {size})", 0, size - 1, 0, step=GRAPH_LIMIT // 2, key=state.GRAPH_START)
+    dot_b, dot_a, counts, _ = graph_dots(key, before, after, focus_text.strip(), int(radius), int(start), GRAPH_LIMIT)
+    st.markdown(legend_html(), unsafe_allow_html=True)
+    summary = ", ".join(f"{v} {k.split('.')[1]}" for k, v in counts.items() if not k.endswith("kept"))
+    st.caption(f"Diff: {summary or 'no node changed'}")
+    left, right = st.columns(2)
+    left.markdown(f"**Before** · {_label(run, before)}")
+    left.graphviz_chart(dot_b, width="stretch")
+    right.markdown(f"**After** · {_label(run, after)}")
+    right.graphviz_chart(dot_a, width="stretch")
+
+
+def script_tab(key: RunKey, run, before: int, after: int) -> None:
+    diffs = script_diff(key, before, after)
+    changed = [d for d in diffs if d.status != "same"]
+    st.caption(f"{len(changed)} of {len(diffs)} functions differ: "
+               + ", ".join(f"{d.name} ({d.status}, +{d.added}/-{d.removed})" for d in changed[:12])
+               + (" ..." if len(changed) > 12 else ""))
+    style = st.radio("Diff style", ["Unified", "Side by side", "Full text after"], horizontal=True, key=state.DIFF_STYLE)
+    if style == "Full text after":
+        st.code(script_text(key, after), language="python", line_numbers=True)
+        return
+    if not changed:
+        st.info("The module text is identical.")
+        return
+    from explorer.textdiff import split_functions
+
+    before_fns = split_functions(script_text(key, before)) if style == "Side by side" else {}
+    after_fns = split_functions(script_text(key, after)) if style == "Side by side" else {}
+    for d in changed[:40]:
+        with st.expander(f"{d.name}: {d.status} (+{d.added} / -{d.removed})", expanded=len(changed) <= 3):
+            if style == "Unified":
+                st.code(d.unified, language="diff")
+            else:
+                st.html(side_by_side_html(before_fns.get(d.name, ""), after_fns.get(d.name, "")))
+
+
+def counts_tab(run, before: int, after: int) -> None:
+    cb = run.input_counts if before < 0 else run.snapshots[before].counts
+    ca = run.input_counts if after < 0 else run.snapshots[after].counts
+    fields = ["relax_functions", "fused_functions", "prim_funcs", "bindings", "constants", "constant_bytes",
+              "activation_bytes", "planned_bytes"]
+    rows = [{"count": f, "before": getattr(cb, f), "after": getattr(ca, f)} for f in fields]
+    for r in rows:
+        r["delta"] = (r["after"] or 0) - (r["before"] or 0)
+    c1, c2 = st.columns(2)
+    c1.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    ops = sorted(set(cb.calls) | set(ca.calls))
+    c2.dataframe(pd.DataFrame([{"call": o, "before": cb.calls.get(o, 0), "after": ca.calls.get(o, 0)} for o in ops]),
+                 hide_index=True, width="stretch", height=320)
+    shown = run.main_passes()
+    fig = go.Figure()
+    fig.add_bar(x=[f"#{s.index} {s.name}" for s in shown], y=[s.seconds * 1000 for s in shown], name="time (ms)",
+                marker_color=["#2563eb" if s.changed else "#cbd5e1" for s in shown])
+    fig.update_layout(title="Time per pass (grey: changed nothing)", height=320, margin=dict(l=10, r=10, t=40, b=10),
+                      yaxis_title="ms")
+    st.plotly_chart(fig, width="stretch")
+
+
+def main() -> None:
+    st.title("Graph & passes")
+    key, run = load_run(choose_model())
+    st.caption(f"**{key.model}** through **{run.title}**: {len(run.snapshots)} passes in "
+               f"{run.seconds * 1000:.0f} ms (snapshots {run.capture_seconds * 1000:.0f} ms)")
+    if run.error:
+        st.warning(f"The pipeline stopped at **{run.failed_pass}**: {run.error}. Snapshots up to it are shown.")
+    if not run.snapshots:
+        st.stop()
+    before, after = snapshot_pickers(run)
+    g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"])
+    with g:
+        graph_tab(key, run, before, after)
+    with t:
+        script_tab(key, run, before, after)
+    with c:
+        counts_tab(run, before, after)
+
+
+main()
