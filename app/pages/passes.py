@@ -113,7 +113,7 @@ def snapshot_pickers(run) -> tuple[int, int]:
                          format_func=lambda i: _label(run, i))
     received = run.input_index(after)
     compare_opts = [received] + [i for i in [-1] + [s.index for s in run.snapshots] if i != received]
-    before = st.selectbox("Compare with", compare_opts, key=state.COMPARE_WITH,
+    before = st.selectbox("Compare with", compare_opts, key=f"{state.COMPARE_WITH}_{after}",
                           format_func=lambda i: ("what this pass received: " if i == received else "") + _label(run, i))
     with st.expander(f"Pass list ({len(shown)} of {len(run.snapshots)} passes)", expanded=False):
         pass_table(run, shown)

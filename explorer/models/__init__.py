@@ -18,10 +18,11 @@ from explorer.models.torch_import import import_torch
 from explorer.models.zoo import DEFAULT_MODEL, ZOO, build_onnx, get_zoo_model, sample_inputs, zoo_names
 
 
-def load_zoo(name: str, *, seed: int = 0) -> LoadedModel:
+def load_zoo(name: str, shapes: str | dict | None = None, *, seed: int = 0) -> LoadedModel:
+    """A zoo model imported into Relax; ``shapes`` may override its (static) input shapes."""
     entry = get_zoo_model(name)
-    loaded = import_onnx(build_onnx(name, seed=seed), None, name=name, origin="zoo")
-    loaded.info = ModelInfo(name=name, origin="zoo", inputs=entry.inputs, outputs=loaded.info.outputs,
+    loaded = import_onnx(build_onnx(name, seed=seed), shapes, name=name, origin="zoo")
+    loaded.info = ModelInfo(name=name, origin="zoo", inputs=loaded.info.inputs, outputs=loaded.info.outputs,
                             source=f"zoo:{name}", notes=(entry.description,))
     return loaded
 
@@ -30,7 +31,7 @@ def load_model(spec: str, shapes: str | dict | None = None) -> LoadedModel:
     """Load a model from a spec string (see the module docstring)."""
     spec = spec.strip()
     if spec.startswith("zoo:") or spec in ZOO:
-        return load_zoo(spec.removeprefix("zoo:"))
+        return load_zoo(spec.removeprefix("zoo:"), shapes)
     if spec.startswith("example:"):
         name = spec.removeprefix("example:")
         loaded = import_onnx(example_path(name), shapes, name=name, origin="example")

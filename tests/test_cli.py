@@ -1,0 +1,87 @@
+"""The schedx command line, run in-process with click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import cli
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_every_command_has_help(runner):
+    for name, command in cli.commands.items():
+        assert command.help, f"{name} has no help text"
+        result = runner.invoke(cli, [name, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_models_lists_the_zoo(runner):
+    result = runner.invoke(cli, ["models"])
+    assert result.exit_code == 0
+    for name in ("small_cnn", "resnet18", "mobilenet_v2", "bert_encoder", "example:resnet50"):
+        assert name in result.output
+    data = json.loads(runner.invoke(cli, ["models", "--json"]).output)
+    assert [m["name"] for m in data["zoo"]][:2] == ["small_cnn", "resnet18"]
+
+
+def test_pipelines_json(runner):
+    data = json.loads(runner.invoke(cli, ["pipelines", "--json"]).output)
+    assert {p["name"] for p in data["pipelines"]} >= {"tuning", "cpu-default", "cuda"}
+    assert any(p["name"] == "ConvertLayout" for p in data["passes"])
+
+
+def test_passes_writes_one_script_and_dot_per_snapshot(runner, tiny_onnx_path, tmp_path):
+    out = tmp_path / "snaps"
+    result = runner.invoke(cli, ["passes", str(tiny_onnx_path), "--pipeline", "tuning", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "FuseOps" in result.output and "LegalizeOps" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    n = len(summary["snapshots"]) + 1  # plus the input module
+    assert len(list(out.glob("*.py"))) == n and len(list(out.glob("*.dot"))) == n
+    assert (out / "000_input.py").read_text().startswith("# from tvm.script")
+    assert "digraph" in next(out.glob("*FuseOps.dot")).read_text()
+
+
+def test_passes_json_with_custom_list(runner):
+    result = runner.invoke(cli, ["passes", "small_cnn", "--passes", "LegalizeOps,FuseOps", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["pipeline"] == "custom" and data["model"]["name"] == "small_cnn"
+    assert [s["name"] for s in data["snapshots"]][-2:] == ["LegalizeOps", "FuseOps"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["passes", "small_cnn", "--passes", "Nope"], "unknown pass 'Nope'"),
+    (["passes", "small_cnn", "--pipeline", "warp"], "unknown pipeline 'warp'"),
+    (["passes", "nonexistent.onnx"], "no such ONNX file"),
+    (["passes", "small_cnn", "--shapes", "input:1xfoo"], "not a whole number"),
+])
+def test_bad_input_exits_nonzero_without_traceback(runner, args, words):
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 1
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_corrupt_file(runner, tmp_path):
+    bad = tmp_path / "junk.onnx"
+    bad.write_text("hello, I am not a model")
+    result = runner.invoke(cli, ["passes", str(bad)])
+    assert result.exit_code == 1 and "not a readable ONNX model" in result.output
+
+
+def test_debug_shows_the_exception(runner):
+    result = runner.invoke(cli, ["--debug", "passes", "small_cnn", "--passes", "Nope"])
+    assert result.exit_code == 1 and result.exception is not None
+    assert type(result.exception).__name__ == "PipelineError"
+
+
+def test_pipeline_and_passes_are_exclusive(runner):
+    result = runner.invoke(cli, ["passes", "small_cnn", "--pipeline", "tuning", "--passes", "FuseOps"])
+    assert result.exit_code == 2 and "either --pipeline or --passes" in result.output

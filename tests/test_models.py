@@ -1,0 +1,141 @@
+"""Model sources: ONNX files (with symbolic dims and shape arithmetic), examples, PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from explorer.errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError
+from explorer.models import example_names, import_onnx, load_model, model_choices
+from explorer.models.onnx_import import symbolic_dims
+from tests.conftest import tiny_cnn
+
+
+def test_onnx_file_route(tiny_onnx_path):
+    loaded = load_model(str(tiny_onnx_path))
+    assert loaded.info.origin == "onnx"
+    assert loaded.info.inputs == (("input", (1, 3, 16, 16), "float32"),)
+    assert loaded.info.outputs[0][1] == (1, 10)
+    assert "main" in [gv.name_hint for gv in loaded.mod.get_global_vars()]
+
+
+def test_symbolic_batch_needs_a_shape_and_takes_one(tmp_path):
+    model = tiny_cnn(batch="N")
+    assert symbolic_dims(model) == {"input": ["N"]}
+    with pytest.raises(ShapeSpecError, match=r"input\[0\] \(N\)"):
+        import_onnx(model)
+    by_dim = import_onnx(model, "N=2")
+    by_input = import_onnx(model, "input:4x3x16x16")
+    assert by_dim.info.inputs[0][1] == (2, 3, 16, 16)
+    assert by_input.info.outputs[0][1] == (4, 10)
+
+
+def test_shape_spec_for_unknown_input_is_refused():
+    with pytest.raises(ShapeSpecError, match="no input named 'image'.*input"):
+        import_onnx(tiny_cnn(), "image:1x3x16x16")
+
+
+def test_shape_spec_with_wrong_rank_is_refused():
+    with pytest.raises(ShapeSpecError, match="rank 4"):
+        import_onnx(tiny_cnn(), "input:1x3")
+
+
+def test_corrupt_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01 definitely not protobuf \xff" * 10)
+    with pytest.raises(ModelLoadError, match="not a readable ONNX model"):
+        load_model(str(bad))
+
+
+def test_missing_file_and_unknown_spec():
+    with pytest.raises(ModelLoadError, match="no such ONNX file"):
+        load_model("/nonexistent/model.onnx")
+    with pytest.raises(ModelLoadError, match="zoo name"):
+        load_model("not-a-model")
+
+
+def test_unsupported_operator_names_op_and_node():
+    model = tiny_cnn()
+    model.graph.node.insert(3, helper.make_node("Hardmax", ["r1"], ["hm"], name="the_hardmax"))
+    model.graph.node[4].input[0] = "hm"
+    model.graph.node[3].op_type = "MyFancyOp"
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model)
+    assert info.value.op_type == "MyFancyOp" and info.value.node_name == "the_hardmax"
+    assert "MyFancyOp" in str(info.value) and "the_hardmax" in str(info.value)
+
+
+def _runtime_reshape_model() -> onnx.ModelProto:
+    """x -> Relu -> Reshape to [Shape(x)[0], -1]: the new shape is computed at run time."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["new_shape"], axis=0),
+        helper.make_node("Reshape", ["r", "new_shape"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, "int64"), "zero"),
+             numpy_helper.from_array(np.array([0], "int64"), "axes"),
+             numpy_helper.from_array(np.array([-1], "int64"), "minus_one")]
+    graph = helper.make_graph(nodes, "runtime_reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_runtime_shape_arithmetic_is_folded():
+    loaded = import_onnx(_runtime_reshape_model(), "batch=2")
+    assert loaded.info.outputs[0][1] == (2, 20)
+
+
+def test_examples_from_the_onnx_package():
+    names = example_names()
+    assert "resnet50" in names
+    assert f"example:{names[0]}" in model_choices()
+    loaded = load_model("example:squeezenet")
+    assert loaded.info.origin == "example" and loaded.info.inputs[0][1] == (1, 3, 224, 224)
+
+
+def test_unknown_example():
+    with pytest.raises(ModelLoadError, match="unknown example"):
+        load_model("example:nope")
+
+
+def test_torch_route():
+    torch = pytest.importorskip("torch")
+    from explorer.models import import_torch
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x)).mean(dim=(2, 3))
+            return self.fc(y)
+
+    torch.manual_seed(0)
+    net = TinyNet()
+    x = torch.randn(1, 3, 8, 8)
+    loaded = import_torch(net, (x,))
+    assert loaded.info.origin == "torch" and loaded.info.outputs[0][1] == (1, 2)
+
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(loaded.mod, target=tvm.target.Target({"kind": "llvm"}))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    np.testing.assert_allclose(out.numpy(), net(x).detach().numpy(), atol=1e-5)
+
+
+def test_torch_route_rejects_non_modules():
+    pytest.importorskip("torch")
+    from explorer.models import import_torch
+
+    with pytest.raises(ModelLoadError, match="torch.nn.Module"):
+        import_torch(object(), ())

@@ -1,0 +1,31 @@
+import pytest
+
+from explorer.errors import ShapeSpecError
+from explorer.models.shapes import parse_shape_spec
+
+
+def test_parses_inputs_and_named_dims():
+    spec = parse_shape_spec("input:1x3x224x224, batch=2; mask:1*128")
+    assert spec.inputs == {"input": (1, 3, 224, 224), "mask": (1, 128)}
+    assert spec.dims == {"batch": 2}
+
+
+def test_mapping_form():
+    spec = parse_shape_spec({"input": [1, 3, 8, 8], "seq": 16})
+    assert spec.inputs == {"input": (1, 3, 8, 8)} and spec.dims == {"seq": 16}
+
+
+def test_empty_is_empty():
+    assert parse_shape_spec(None).is_empty() and parse_shape_spec("  ").is_empty()
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("input:1xAx3", "'A' is not a whole number"),
+    ("input:1x0", "positive"),
+    ("justaname", "NAME:1x3x224x224"),
+    ("input:", "no dimensions"),
+    ("batch=-1", "positive"),
+])
+def test_bad_specs_name_the_problem(bad, words):
+    with pytest.raises(ShapeSpecError, match=words):
+        parse_shape_spec(bad)
