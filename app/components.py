@@ -11,10 +11,11 @@ _ROW_BG = {"equal": "", "replace": "#fef3c7", "delete": "#fee2e2", "insert": "#d
 
 _TABLE_CSS = """
 <style>
-table.sbs {border-collapse: collapse; width: 100%; font-family: ui-monospace, Menlo, monospace;
-           font-size: 12px; table-layout: fixed;}
-table.sbs td {padding: 0 6px; white-space: pre; overflow: hidden; text-overflow: ellipsis;
-              vertical-align: top; border-bottom: 1px solid #f1f5f9;}
+div.sbs-wrap {overflow-x: auto; max-height: 640px; overflow-y: auto;}
+table.sbs {border-collapse: collapse; min-width: 100%; font-family: ui-monospace, Menlo, monospace;
+           font-size: 12px;}
+table.sbs td {padding: 0 6px; white-space: pre; vertical-align: top; border-bottom: 1px solid #f1f5f9;}
+table.sbs td.text {width: 50%;}
 table.sbs td.no {width: 3.5em; color: #94a3b8; text-align: right; user-select: none;}
 </style>
 """
@@ -30,9 +31,9 @@ def side_by_side_html(before: str, after: str, context: int = 3) -> str:
             rows.append(f'<tr{style}><td class="no">…</td><td></td><td class="no">…</td><td></td></tr>')
             continue
         rows.append(
-            f"<tr{style}><td class='no'>{r.left_no or ''}</td><td>{html.escape(r.left)}</td>"
-            f"<td class='no'>{r.right_no or ''}</td><td>{html.escape(r.right)}</td></tr>")
-    return _TABLE_CSS + '<table class="sbs">' + "".join(rows) + "</table>"
+            f"<tr{style}><td class='no'>{r.left_no or ''}</td><td class='text'>{html.escape(r.left)}</td>"
+            f"<td class='no'>{r.right_no or ''}</td><td class='text'>{html.escape(r.right)}</td></tr>")
+    return _TABLE_CSS + '<div class="sbs-wrap"><table class="sbs">' + "".join(rows) + "</table></div>"
 
 
 def legend_html() -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -84,18 +86,27 @@ def _label(run, index: int) -> str:
     return f"{mark} #{index} {'  ' * (s.depth - 1)}{s.name}  ({s.seconds * 1000:.1f} ms)"
 
 
+def _pick_row(shown_indices: list[int]) -> None:
+    """Pass-list row clicked: make it the snapshot shown (runs before the page reruns)."""
+    rows = st.session_state[state.PASS_TABLE].selection.rows
+    if rows:
+        st.session_state[state.SNAPSHOT] = shown_indices[rows[0]]
+
+
 def pass_table(run, shown) -> None:
-    rows = [{"#": s.index, "pass": "  " * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
-             "changed": s.changed, "calls": sum(s.counts.calls.values()), "PrimFuncs": s.counts.prim_funcs,
-             "fused fns": s.counts.fused_functions,
-             "activations MB": round(s.counts.activation_bytes / 2**20, 2)} for s in shown]
+    """The pass list, Compiler Explorer style: click a row to see the module after that pass."""
+    rows = [{"#": s.index, "pass": "\u2003" * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
+             "changed": "\u25cf" if s.changed else ""} for s in shown]
     top = max((s.seconds for s in shown), default=0) * 1000 or 1
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(420, 38 + 35 * len(rows)),
-                 column_config={"ms": st.column_config.ProgressColumn("ms", format="%.2f", min_value=0,
-                                                                      max_value=top)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(640, 38 + 35 * len(rows)),
+                 key=state.PASS_TABLE, on_select=functools.partial(_pick_row, [s.index for s in shown]),
+                 selection_mode="single-row", column_config={
+                     "ms": st.column_config.ProgressColumn("ms", format="%.1f", min_value=0, max_value=top),
+                     "#": st.column_config.NumberColumn("#", width="small"),
+                     "changed": st.column_config.TextColumn("Δ", width="small", help="changed the module")})
 
 
-def snapshot_pickers(run) -> tuple[int, int]:
+def snapshot_pickers(run) -> tuple[int, int, list]:
     c1, c2, c3 = st.columns([2, 1, 1])
     show_nested = c2.toggle("Nested passes", key=state.SHOW_NESTED,
                             help="Also list wrappers (Sequential) and passes run inside other passes.")
@@ -107,17 +118,15 @@ def snapshot_pickers(run) -> tuple[int, int]:
         st.warning("No pass of this pipeline changed the module.")
         st.stop()
     indices = [s.index for s in shown]
-    fuse = run.find("FuseOps")
-    default = indices.index(fuse.index) if fuse is not None and fuse.index in indices else 0
-    after = c1.selectbox("After pass", indices, index=default, key=state.SNAPSHOT,
-                         format_func=lambda i: _label(run, i))
+    if st.session_state.get(state.SNAPSHOT) not in indices:
+        fuse = run.find("FuseOps")
+        st.session_state[state.SNAPSHOT] = fuse.index if fuse is not None and fuse.index in indices else indices[0]
+    after = c1.selectbox("After pass", indices, key=state.SNAPSHOT, format_func=lambda i: _label(run, i))
     received = run.input_index(after)
     compare_opts = [received] + [i for i in [-1] + [s.index for s in run.snapshots] if i != received]
     before = st.selectbox("Compare with", compare_opts, key=f"{state.COMPARE_WITH}_{after}",
                           format_func=lambda i: ("what this pass received: " if i == received else "") + _label(run, i))
-    with st.expander(f"Pass list ({len(shown)} of {len(run.snapshots)} passes)", expanded=False):
-        pass_table(run, shown)
-    return before, after
+    return before, after, shown
 
 
 def graph_tab(key: RunKey, run, before: int, after: int) -> None:
@@ -135,9 +144,9 @@ def graph_tab(key: RunKey, run, before: int, after: int) -> None:
     st.caption(f"Diff: {summary or 'no node changed'}")
     left, right = st.columns(2)
     left.markdown(f"**Before** · {_label(run, before)}")
-    left.graphviz_chart(dot_b, width="stretch")
+    left.graphviz_chart(dot_b)
     right.markdown(f"**After** · {_label(run, after)}")
-    right.graphviz_chart(dot_a, width="stretch")
+    right.graphviz_chart(dot_a)
 
 
 def script_tab(key: RunKey, run, before: int, after: int) -> None:
@@ -196,14 +205,19 @@ def main() -> None:
         st.warning(f"The pipeline stopped at **{run.failed_pass}**: {run.error}. Snapshots up to it are shown.")
     if not run.snapshots:
         st.stop()
-    before, after = snapshot_pickers(run)
-    g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"])
-    with g:
-        graph_tab(key, run, before, after)
-    with t:
-        script_tab(key, run, before, after)
-    with c:
-        counts_tab(run, before, after)
+    before, after, shown = snapshot_pickers(run)
+    left, right = st.columns([1.2, 3])
+    with left:
+        st.markdown(f"**Passes** ({len(shown)} of {len(run.snapshots)})")
+        pass_table(run, shown)
+    with right:
+        g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"])
+        with g:
+            graph_tab(key, run, before, after)
+        with t:
+            script_tab(key, run, before, after)
+        with c:
+            counts_tab(run, before, after)
 
 
 main()

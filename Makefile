@@ -1,0 +1,54 @@
+# schedx: one command to run the UI, one to run the tests (see README.md).
+# Everything installs into ./.venv; system packages (chromium for browser tests, graphviz for
+# .dot -> .svg files) come from apt-get when missing.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PORT   ?= 8501
+
+.PHONY: ui test test-slow test-all bench screenshots setup setup-dev system clean
+
+ui: setup
+	$(BIN)/schedx ui --port $(PORT)
+
+test: setup-dev system
+	$(BIN)/python -m pytest -q
+
+test-slow: setup-dev system
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: setup-dev system
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+bench: setup
+	$(BIN)/python -m benchmarks.bench_passes
+
+screenshots: setup-dev system
+	SCHEDX_SCREENSHOT_DIR=assets/screenshots $(BIN)/python -m pytest -q tests/test_browser.py
+
+setup: $(VENV)/.schedx-installed
+
+setup-dev: $(VENV)/.schedx-dev-installed
+
+$(VENV)/.schedx-installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# torch 2.13.0 (CPU build) is the optional PyTorch route; pinning it keeps pip from pulling a
+# multi-GB CUDA build.
+$(VENV)/.schedx-dev-installed: $(VENV)/.schedx-installed
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev,torch]"
+	touch $@
+
+system:
+	@if ! command -v chromium >/dev/null || ! command -v dot >/dev/null; then \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium graphviz; \
+	fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,71 @@
+"""Helpers for real-browser tests: a schedx UI server on a free port, Debian's chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: `make test` installs it with apt-get")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def schedx_ui(env: dict | None = None):
+    """Start ``schedx ui`` on a free loopback port; yield its URL; stop it."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"schedx ui exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("schedx ui did not answer within 90 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where browser tests put screenshots: SCHEDX_SCREENSHOT_DIR (``make screenshots`` uses
+    assets/screenshots for the README), else the test's temporary folder."""
+    d = Path(os.environ.get("SCHEDX_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d

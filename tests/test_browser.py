@@ -1,0 +1,62 @@
+"""The UI in a real browser (Debian's chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def ui_url():
+    with schedx_ui() as url:
+        yield url
+
+
+@pytest.fixture
+def page():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1600, "height": 1100})
+        pg.set_default_timeout(120_000)
+        yield pg
+        browser.close()
+
+
+def _pick(page, label: str, option_text: str) -> None:
+    """Choose an option in the Streamlit selectbox labelled ``label``."""
+    page.get_by_role("combobox", name=label, exact=True).click()
+    page.get_by_role("option").filter(has_text=option_text).first.click()
+
+
+def test_resnet18_fuseops_graph_renders(ui_url, page, tmp_path):
+    page.goto(ui_url)
+    page.get_by_text("Graph & passes").first.wait_for()
+    _pick(page, "Model", "ResNet-18")
+    _pick(page, "After pass", "FuseOps")
+    charts = page.locator('[data-testid="stGraphVizChart"] svg')
+    charts.nth(1).wait_for()
+    page.wait_for_timeout(500)
+    after_svg = charts.nth(1).inner_html()
+    assert "fused_batch_norm_relu" in after_svg  # a fused group drawn as a cluster
+    assert after_svg.count("<g id=\"node") >= 60
+    assert "1x64x112x112" in charts.nth(0).inner_html()
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-graph.png"), full_page=False)
+
+
+def test_text_diff_and_counts_tabs(ui_url, page, tmp_path):
+    page.goto(ui_url)
+    page.locator('[data-testid="stGraphVizChart"] svg').first.wait_for()
+    page.get_by_role("tab", name="TVMScript").click()
+    page.get_by_text("Side by side").click()
+    page.locator('[data-testid="stExpander"] summary').filter(has_text="main: changed").first.click()
+    table = page.locator("table.sbs").first
+    table.wait_for()
+    assert "fused_" in page.content()
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-textdiff.png"), full_page=False)
+    page.get_by_role("tab", name="Counts & time").click()
+    page.locator(".js-plotly-plot").first.wait_for()
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-counts.png"), full_page=False)
