@@ -14,6 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from explorer.graph import diff_graphs, to_dot
+from explorer.graph.dot import to_svg
 from explorer.models import LoadedModel, load_model
 from explorer.passes import PipelineRun, run_pipeline
 from explorer.textdiff import diff_scripts
@@ -79,6 +80,11 @@ def graph_dots(key: RunKey, before: int, after: int, focus_text: str, radius: in
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
+def svg_of(dot: str) -> str:
+    return to_svg(dot)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
 def script_diff(key: RunKey, before: int, after: int):
     run = pipeline_run(key)
     return diff_scripts(run.script(before), run.script(after))
@@ -89,5 +95,5 @@ def script_text(key: RunKey, index: int) -> str:
     return pipeline_run(key).script(index)
 
 
-__all__ = ["RunKey", "graph_dots", "loaded_model", "pipeline_run", "save_upload", "script_diff",
+__all__ = ["RunKey", "graph_dots", "svg_of", "loaded_model", "pipeline_run", "save_upload", "script_diff",
            "script_text"]

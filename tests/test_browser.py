@@ -37,7 +37,7 @@ def test_resnet18_fuseops_graph_renders(ui_url, page, tmp_path):
     page.get_by_text("Graph & passes").first.wait_for()
     _pick(page, "Model", "ResNet-18")
     _pick(page, "After pass", "FuseOps")
-    charts = page.locator('[data-testid="stGraphVizChart"] svg')
+    charts = page.locator('.schedx-graph svg')
     charts.nth(1).wait_for()
     page.wait_for_timeout(500)
     after_svg = charts.nth(1).inner_html()
@@ -49,7 +49,7 @@ def test_resnet18_fuseops_graph_renders(ui_url, page, tmp_path):
 
 def test_text_diff_and_counts_tabs(ui_url, page, tmp_path):
     page.goto(ui_url)
-    page.locator('[data-testid="stGraphVizChart"] svg').first.wait_for()
+    page.locator('.schedx-graph svg').first.wait_for()
     page.get_by_role("tab", name="TVMScript").click()
     page.get_by_text("Side by side").click()
     page.locator('[data-testid="stExpander"] summary').filter(has_text="main: changed").first.click()

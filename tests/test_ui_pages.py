@@ -10,6 +10,12 @@ from streamlit.testing.v1 import AppTest
 PAGES = Path(__file__).resolve().parent.parent / "app" / "pages"
 
 
+def _graphs(at: AppTest) -> int:
+    """Graphs drawn: inline SVG laid out by `dot`, or graphviz charts when `dot` is missing."""
+    return sum(1 for m in at.markdown if "schedx-graph" in m.value and "<svg" in m.value) \
+        + len(at.get("graphviz_chart"))
+
+
 def _page(name: str) -> AppTest:
     return AppTest.from_file(str(PAGES / name), default_timeout=180)
 
@@ -28,7 +34,7 @@ def test_passes_page_defaults_to_resnet18_fuseops():
     assert "resnet18" in at.caption[0].value and "Tuning" in at.caption[0].value
     snap = at.selectbox(key="snapshot")
     assert "FuseOps" in snap.options[snap.index]
-    assert len(at.get("graphviz_chart")) == 2
+    assert _graphs(at) == 2
     assert any("fused" in c.value for c in at.caption)
 
 
@@ -39,6 +45,8 @@ def test_switching_snapshots_and_diff_styles():
     snap.select(legal).run()
     assert not at.exception
     assert any("lowered" in c.value for c in at.caption)
+    at.session_state["view_tab"] = "TVMScript"  # tabs are lazy: open the TVMScript one
+    at.run()
     at.radio(key="diff_style").set_value("Side by side").run()
     assert not at.exception
     at.radio(key="diff_style").set_value("Full text after").run()
@@ -61,7 +69,7 @@ def test_bad_file_keeps_the_previous_model(tmp_path):
     at.sidebar.text_input(key="onnx_path").input(str(bad)).run()
     assert at.error and "not a readable ONNX model" in at.error[0].value
     assert any("Still showing resnet18" in c.value for c in at.caption)
-    assert len(at.get("graphviz_chart")) == 2
+    assert _graphs(at) == 2
 
 
 def test_symbolic_file_asks_for_shapes_then_loads(tmp_path):
@@ -78,3 +86,11 @@ def test_symbolic_file_asks_for_shapes_then_loads(tmp_path):
     at.sidebar.text_input(key="shapes").input("N=1").run()
     assert not at.error
     assert str(path) in at.caption[0].value
+
+
+def test_counts_tab_draws_time_per_pass():
+    at = _page("passes.py").run()
+    at.session_state["view_tab"] = "Counts & time"
+    at.run()
+    assert not at.exception
+    assert at.get("plotly_chart") and len(at.dataframe) >= 3  # pass list, counts, calls

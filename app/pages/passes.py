@@ -9,9 +9,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import state
-from app.cache import RunKey, graph_dots, pipeline_run, save_upload, script_diff, script_text
+from app.cache import RunKey, graph_dots, pipeline_run, save_upload, script_diff, script_text, svg_of
 from app.components import legend_html, side_by_side_html
 from explorer.errors import ExplorerError
+from explorer.graph.dot import dot_available
 from explorer.models import DEFAULT_MODEL, ZOO, example_names
 from explorer.passes import PASS_CATALOG, PIPELINES
 
@@ -144,9 +145,18 @@ def graph_tab(key: RunKey, run, before: int, after: int) -> None:
     st.caption(f"Diff: {summary or 'no node changed'}")
     left, right = st.columns(2)
     left.markdown(f"**Before** · {_label(run, before)}")
-    left.graphviz_chart(dot_b)
     right.markdown(f"**After** · {_label(run, after)}")
-    right.graphviz_chart(dot_a)
+    show_graph(left, dot_b)
+    show_graph(right, dot_a)
+
+
+def show_graph(where, dot: str) -> None:
+    """Draw a graph: SVG laid out on the server by `dot` (cached), or in the browser without it."""
+    if dot_available():
+        where.markdown(f'<div class="schedx-graph" style="overflow:auto;max-height:1400px">{svg_of(dot)}</div>',
+                       unsafe_allow_html=True)
+    else:
+        where.graphviz_chart(dot)
 
 
 def script_tab(key: RunKey, run, before: int, after: int) -> None:
@@ -205,19 +215,28 @@ def main() -> None:
         st.warning(f"The pipeline stopped at **{run.failed_pass}**: {run.error}. Snapshots up to it are shown.")
     if not run.snapshots:
         st.stop()
+    explore(key, run)
+
+
+@st.fragment
+def explore(key: RunKey, run) -> None:
+    """Everything below the model choice. A fragment: picking another snapshot reruns only this."""
     before, after, shown = snapshot_pickers(run)
     left, right = st.columns([1.2, 3])
     with left:
         st.markdown(f"**Passes** ({len(shown)} of {len(run.snapshots)})")
         pass_table(run, shown)
     with right:
-        g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"])
-        with g:
-            graph_tab(key, run, before, after)
-        with t:
-            script_tab(key, run, before, after)
-        with c:
-            counts_tab(run, before, after)
-
+        # Lazy tabs: only the open one runs and is sent, which keeps switching snapshots quick.
+        g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"], key=state.VIEW_TAB, on_change="rerun")
+        if g.open:
+            with g:
+                graph_tab(key, run, before, after)
+        if t.open:
+            with t:
+                script_tab(key, run, before, after)
+        if c.open:
+            with c:
+                counts_tab(run, before, after)
 
 main()

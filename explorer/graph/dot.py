@@ -82,3 +82,24 @@ def to_dot(g: nx.DiGraph, *, statuses: Mapping[str, str] | None = None, title: s
     for u, v in g.edges:
         dot.edge(u, v)
     return dot.source
+
+
+def dot_available() -> bool:
+    """True when Graphviz's ``dot`` program is installed (needed for SVG, not for DOT text)."""
+    import shutil
+
+    return shutil.which("dot") is not None
+
+
+def to_svg(dot_source: str) -> str:
+    """Lay out DOT with Graphviz's ``dot`` and return the SVG text (without the XML prolog).
+
+    Laying out once on the server and caching the SVG is much faster for the browser than
+    laying out in JavaScript on every switch (about 2 s for two ResNet-18 graphs there)."""
+    from explorer.errors import ExplorerError
+
+    if not dot_available():
+        raise ExplorerError("Graphviz's `dot` program is not installed (apt-get install graphviz)")
+    svg = graphviz.Source(dot_source).pipe(format="svg", engine="dot", encoding="utf-8")
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg

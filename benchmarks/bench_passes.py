@@ -1,0 +1,115 @@
+"""Benchmark: the cost of snapshots, and how fast the UI switches between them.
+
+Prints figures measured in this run (machines here are shared and noisy, so every figure is a
+median over interleaved repeats, and the ratio is of medians taken side by side):
+  1. ResNet-18 through the tuning pipeline, with snapshots / without (target <= 1.5);
+  2. the same with every snapshot's TVMScript and graph rendered too (what `--out` costs);
+  3. switching snapshots on the Graph & passes page, server side (AppTest rerun, target <= 300 ms)
+     and, when chromium is installed, end to end in a real browser until the new graph is drawn.
+
+Run: ``make bench`` or ``python -m benchmarks.bench_passes [--repeats N] [--model NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from explorer.models import load_model
+from explorer.passes import run_pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pipeline_overhead(model: str, repeats: int) -> None:
+    mod = load_model(model).mod
+    run_pipeline(mod, "tuning")  # warm-up: first FoldConstant pays LLVM start-up
+    plain, snap, full = [], [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run_pipeline(mod, "tuning", capture=False)
+        plain.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        run = run_pipeline(mod, "tuning")
+        snap.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        for i in range(-1, len(run.snapshots)):
+            run.script(i)
+            run.graph(i)
+        full.append(snap[-1] + time.perf_counter() - t)
+    p, s, f = (statistics.median(x) for x in (plain, snap, full))
+    print(f"{model} through the tuning pipeline ({len(run.snapshots)} snapshots, median of {repeats}):")
+    print(f"  without snapshots          {p * 1000:8.1f} ms")
+    print(f"  with snapshots             {s * 1000:8.1f} ms   ratio {s / p:.2f}  (target <= 1.5)")
+    print(f"  + every script and graph   {f * 1000:8.1f} ms   ratio {f / p:.2f}  (rendered on demand in the UI)")
+
+
+def ui_switch_apptest(repeats: int) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app" / "pages" / "passes.py"), default_timeout=300).run()
+    snap = at.selectbox(key="snapshot")
+    options = list(snap.options)
+    times = []
+    for k in range(repeats):
+        for label in options:
+            t = time.perf_counter()
+            at.selectbox(key="snapshot").select(label).run()
+            times.append(time.perf_counter() - t)
+        if k == 0:
+            times.clear()  # the first pass over the snapshots renders them (cache fill)
+    print(f"switching snapshots, server side (AppTest rerun, {len(times)} switches over {len(options)} snapshots):")
+    print(f"  median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms  (target <= 300 ms)")
+
+
+def ui_switch_browser(repeats: int) -> None:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("switching snapshots in a browser: skipped (chromium not installed)")
+        return
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import CHROMIUM_ARGS, schedx_ui
+
+    times = []
+    with schedx_ui() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page.set_default_timeout(120_000)
+        page.goto(url)
+        charts = page.locator('.schedx-graph svg')
+        charts.nth(1).wait_for()
+        names = ["LegalizeOps", "FoldConstant", "FuseOps", "FuseTIR"]
+        for k in range(repeats + 1):
+            for name in names:
+                t = time.perf_counter()
+                page.get_by_role("combobox", name="After pass", exact=True).click()
+                page.get_by_role("option").filter(has_text=name).first.click()
+                page.get_by_text(f"After · ● #").filter(has_text=name).first.wait_for()
+                page.wait_for_function(
+                    "() => document.querySelectorAll('.schedx-graph svg').length == 2"
+                    " && !document.querySelector('[data-stale=\"true\"]')")
+                if k > 0:
+                    times.append(time.perf_counter() - t)
+        browser.close()
+    print(f"switching snapshots in chromium, click to redrawn graphs ({len(times)} switches):")
+    print(f"  median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms  (target <= 300 ms)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    pipeline_overhead(args.model, args.repeats)
+    ui_switch_apptest(2)
+    if not args.no_browser:
+        ui_switch_browser(2)
+
+
+if __name__ == "__main__":
+    main()
