@@ -187,11 +187,18 @@ def script_tab(key: RunKey, run, before: int, after: int) -> None:
 def counts_tab(run, before: int, after: int) -> None:
     cb = run.input_counts if before < 0 else run.snapshots[before].counts
     ca = run.input_counts if after < 0 else run.snapshots[after].counts
-    fields = ["relax_functions", "fused_functions", "prim_funcs", "bindings", "constants", "constant_bytes",
-              "activation_bytes", "planned_bytes"]
-    rows = [{"count": f, "before": getattr(cb, f), "after": getattr(ca, f)} for f in fields]
+    fields = {"relax_functions": "Relax functions", "fused_functions": "fused functions (FuseOps)",
+              "prim_funcs": "PrimFuncs (TIR kernels)", "bindings": "bindings", "constants": "constants",
+              "constant_bytes": "constants (MB)", "activation_bytes": "activations, no reuse (MB)",
+              "planned_bytes": "planned storage (MB)"}
+
+    def value(counts, field):
+        v = getattr(counts, field)
+        return None if v is None else round(v / 2**20, 2) if field.endswith("_bytes") else v
+
+    rows = [{"count": label, "before": value(cb, f), "after": value(ca, f)} for f, label in fields.items()]
     for r in rows:
-        r["delta"] = (r["after"] or 0) - (r["before"] or 0)
+        r["delta"] = round((r["after"] or 0) - (r["before"] or 0), 2)
     c1, c2 = st.columns(2)
     c1.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     ops = sorted(set(cb.calls) | set(ca.calls))
