@@ -45,19 +45,20 @@ class GraphDiff:
                 "counts": self.counts()}
 
 
-def _keys(g: nx.DiGraph) -> dict[tuple[str, int], str]:
+def _occurrences(g: nx.DiGraph, attr: str) -> dict[tuple[str, int], str]:
+    """``{(value of attr, k): node}`` where node is the k-th node (in order) with that value."""
     seen: Counter = Counter()
     keys: dict[tuple[str, int], str] = {}
     for node in sorted(g.nodes, key=lambda n: g.nodes[n]["order"]):
-        fam = g.nodes[node]["family"]
-        keys[(fam, seen[fam])] = node
-        seen[fam] += 1
+        value = g.nodes[node][attr]
+        keys[(value, seen[value])] = node
+        seen[value] += 1
     return keys
 
 
 def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
     """Match the nodes of two graphs and classify every one (see the module docstring)."""
-    kb, ka = _keys(before), _keys(after)
+    kb, ka = _occurrences(before, "family"), _occurrences(after, "family")
     st_b: dict[str, str] = {}
     st_a: dict[str, str] = {}
     pairs: list[tuple[str, str]] = []
@@ -77,12 +78,7 @@ def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
             st_b[nb] = st_a[na] = "kept"
     # FuseTIR: the k-th call of a fused function before became the k-th call of the kernel
     # named after it.
-    seen: Counter = Counter()
-    kernels_after: dict[tuple[str, int], str] = {}
-    for n in sorted(after.nodes, key=lambda n: after.nodes[n]["order"]):
-        op = after.nodes[n]["op"]
-        kernels_after[(op, seen[op])] = n
-        seen[op] += 1
+    kernels_after = _occurrences(after, "op")
     for nb in before.nodes:
         if nb in st_b:
             continue
