@@ -19,3 +19,5 @@ GRAPH_START = "graph_start"
 DIFF_STYLE = "diff_style"
 PASS_TABLE = "pass_table"
 VIEW_TAB = "view_tab"
+OPEN_RECORD = "open_record"  # a record id the Leaderboard asks the Schedule page to open
+DB_PATH = "db_path"

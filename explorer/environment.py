@@ -1,0 +1,93 @@
+"""Where a measurement was taken: the machine and software, as plain data.
+
+The *hardware fingerprint* is a short stable string (CPU model, ISA level, cores) that keys
+records: a schedule tuned on one machine only wins on another with the same fingerprint.
+The *environment* is the fuller picture the seeds ask for with every figure (TVM version,
+target, CPU flags, cores and threads, OS, time). Neither imports TVM unless asked for the
+TVM version, so reading them is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+_ISA_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "avx_vnni", "avx2", "fma",
+              "neon", "asimd", "sve")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_info() -> dict:
+    """CPU model, vendor, the ISA flags that matter for kernels, physical and logical cores."""
+    model, vendor, flags = platform.processor() or platform.machine(), "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        model = m.group(1).strip() if m else model
+        m = re.search(r"^vendor_id\s*:\s*(.+)$", text, re.M)
+        vendor = m.group(1).strip() if m else ""
+        m = re.search(r"^(flags|Features)\s*:\s*(.+)$", text, re.M)
+        flags = set(m.group(2).split()) if m else set()
+    except OSError:
+        pass
+    logical = os.cpu_count() or 1
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = logical
+    return {"model": model, "vendor": vendor, "arch": platform.machine(),
+            "isa": [f for f in _ISA_FLAGS if f in flags], "logical_cores": logical, "usable_cores": usable}
+
+
+def isa_level() -> str:
+    """The widest vector ISA the CPU has, as a word: avx512, avx2, neon, or the architecture."""
+    isa = cpu_info()["isa"]
+    for flag, word in (("avx512f", "avx512"), ("avx2", "avx2"), ("sve", "sve"), ("asimd", "neon"), ("neon", "neon")):
+        if flag in isa:
+            return word
+    return cpu_info()["arch"]
+
+
+def hardware_fingerprint() -> str:
+    """``x86_64/AMD EPYC/avx512/2c``: the key under which measurements on this machine are kept."""
+    c = cpu_info()
+    model = re.sub(r"\s+", " ", c["model"]).strip() or "unknown cpu"
+    return f"{c['arch']}/{model}/{isa_level()}/{c['usable_cores']}c"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Everything that can change a measured figure besides the schedule itself."""
+
+    hardware: str
+    cpu_model: str
+    cpu_flags: tuple[str, ...]
+    cores: int
+    threads: int
+    os: str
+    python: str
+    tvm_version: str
+    target: str
+    time: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["cpu_flags"] = list(self.cpu_flags)
+        return d
+
+
+def current_environment(target: str = "", threads: int | None = None) -> Environment:
+    """The environment of a measurement taken now, here, for ``target`` (its JSON or name)."""
+    import tvm
+
+    c = cpu_info()
+    return Environment(
+        hardware=hardware_fingerprint(), cpu_model=c["model"], cpu_flags=tuple(c["isa"]), cores=c["usable_cores"],
+        threads=threads or int(os.environ.get("TVM_NUM_THREADS", c["usable_cores"])),
+        os=f"{platform.system()} {platform.release()}", python=platform.python_version(),
+        tvm_version=tvm.__version__, target=target, time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
