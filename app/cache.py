@@ -97,3 +97,17 @@ def script_text(key: RunKey, index: int) -> str:
 
 __all__ = ["RunKey", "graph_dots", "svg_of", "loaded_model", "pipeline_run", "save_upload", "script_diff",
            "script_text"]
+
+
+@st.cache_resource(max_entries=4, show_spinner="Extracting the model's fused kernels...")
+def fused_kernels(model: str) -> dict:
+    from explorer.kernels.from_model import model_kernels
+
+    return {k.name: k for k in model_kernels(loaded_model(model, ""))}
+
+
+@st.cache_resource(show_spinner="Calibrating this machine's peak FLOP/s and bandwidth (once)...")
+def machine_peaks():
+    from explorer.measure import calibration
+
+    return calibration()

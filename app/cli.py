@@ -6,7 +6,6 @@ status 1; ``schedx --debug ...`` shows the traceback instead.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -15,26 +14,8 @@ from pathlib import Path
 
 import click
 
-from explorer.errors import ExplorerError
-
-
-def _fail_cleanly(fn):
-    """Turn library errors into ``Error: ...`` and exit 1, unless --debug was given."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ExplorerError as err:
-            if click.get_current_context().find_root().obj.get("debug"):
-                raise
-            raise click.ClickException(str(err)) from err
-
-    return wrapper
-
-
-def _echo_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+from app.cli_common import echo_json as _echo_json
+from app.cli_common import fail_cleanly as _fail_cleanly
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -175,6 +156,13 @@ def ui(host: str, port: int, headless: bool) -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     raise SystemExit(subprocess.call(cmd, env=env))
+
+
+from app.cli_schedule import kernels as _kernels  # noqa: E402
+from app.cli_schedule import measure as _measure  # noqa: E402
+
+cli.add_command(_kernels)
+cli.add_command(_measure)
 
 
 def main() -> None:

@@ -56,3 +56,76 @@ def coming_next(title: str, what: str, steps: list[str]) -> None:
     st.info("Not built yet. " + what)
     st.markdown("\n".join(f"- {s}" for s in steps))
     st.caption("Meanwhile, the Graph & passes page and `schedx passes` work on every model.")
+
+
+_CODE_CSS = """
+<style>
+div.sx-code {overflow: auto; max-height: 720px; border: 1px solid #e2e8f0; border-radius: 6px;}
+div.sx-code pre {margin: 0; font-family: ui-monospace, Menlo, monospace; font-size: 12px; line-height: 1.45;}
+div.sx-code span.ln {display: inline-block; width: 3.2em; color: #94a3b8; text-align: right; margin-right: 1em;
+                     user-select: none;}
+div.sx-code span.hl {background: #fef08a; display: inline-block; min-width: 100%;}
+</style>
+"""
+
+
+def code_with_marks(text: str, marked: list[int]) -> str:
+    """TVMScript as HTML with the given (1-based) lines highlighted: what the last step changed."""
+    marked_set = set(marked)
+    lines = []
+    for no, line in enumerate(text.splitlines(), 1):
+        body = html.escape(line) or " "
+        row = f'<span class="ln">{no}</span>{body}'
+        lines.append(f'<span class="hl">{row}</span>' if no in marked_set else row)
+    return _CODE_CSS + '<div class="sx-code"><pre>' + "\n".join(lines) + "</pre></div>"
+
+
+KIND_COLOURS = {"serial": "#94a3b8", "parallel": "#2563eb", "vectorized": "#16a34a", "unrolled": "#d97706"}
+
+
+def tiling_figure(func, block: str):
+    """How each axis of ``block`` is cut into loops: one bar per axis, one segment per loop, width
+    proportional to log2(extent), so the factors of an axis read left (outer) to right (inner)."""
+    import math
+
+    import plotly.graph_objects as go
+
+    from explorer.schedule.views import tiling
+
+    axes = tiling(func, block)
+    fig = go.Figure()
+    shown: set[str] = set()
+    for ax in axes:
+        row = f"{ax.axis} ({ax.iter_type}, {ax.extent})"
+        for name, extent, kind in ax.loops:
+            colour = KIND_COLOURS.get(kind, "#7c3aed")
+            legend = kind if kind in KIND_COLOURS else "thread"
+            fig.add_bar(y=[row], x=[max(math.log2(max(extent, 1)), 0.35)], orientation="h", name=legend,
+                        legendgroup=legend, showlegend=legend not in shown, marker_color=colour,
+                        marker_line_color="white", marker_line_width=2,
+                        text=f"{name} ×{extent}", textposition="inside", insidetextanchor="middle",
+                        hovertemplate=f"{name}: extent {extent}, {kind}<extra></extra>")
+            shown.add(legend)
+    fig.update_layout(barmode="stack", height=90 + 60 * max(1, len(axes)), margin=dict(l=10, r=10, t=30, b=10),
+                      title=f"Tiling of block {block} (outer → inner; width ∝ log2 extent)",
+                      xaxis=dict(visible=False), yaxis=dict(autorange="reversed"), legend_orientation="h")
+    return fig
+
+
+def roofline_figure(result, naive=None):
+    """The roofline of this machine (measured peaks) with the kernel's points on it."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    peak, bw, ai = result.peak_gflops, result.peak_gbps, result.arithmetic_intensity or 1.0
+    xs = np.logspace(-2, 3, 120)
+    fig = go.Figure()
+    fig.add_scatter(x=xs, y=np.minimum(peak, xs * bw), mode="lines", name=f"roofline ({bw:.0f} GB/s, {peak:.0f} GFLOPS)",
+                    line=dict(color="#64748b"))
+    for label, r, colour in (("naive", naive, "#dc2626"), ("current", result, "#2563eb")):
+        if r is not None and r.ok:
+            fig.add_scatter(x=[ai], y=[r.gflops], mode="markers+text", name=label, text=[label],
+                            textposition="middle right", marker=dict(size=12, color=colour))
+    fig.update_layout(xaxis_type="log", yaxis_type="log", height=320, margin=dict(l=10, r=10, t=30, b=10),
+                      xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="GFLOPS", title="Roofline")
+    return fig

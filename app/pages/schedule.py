@@ -1,9 +1,246 @@
-"""Page "Schedule": apply TensorIR schedule primitives by hand (coming next)."""
+"""Page "Schedule": apply TensorIR schedule primitives by hand, see code and loops change, measure."""
 
-from app.components import coming_next
+from __future__ import annotations
 
-coming_next("Schedule", "Pick a kernel and schedule it by hand, step by step.", [
-    "kernels: built-in operators (matmul, conv2d, ...) and every fused PrimFunc of the current model",
-    "apply split, reorder, fuse, vectorize, parallel, unroll, cache_read/write, compute_at, ... with undo/redo",
-    "TVMScript and loop nest after each step; build, verify against numpy, measure GFLOPS and % of peak",
-])
+import json
+
+import streamlit as st
+
+from app import state
+from app.cache import fused_kernels, machine_peaks
+from app.components import code_with_marks, roofline_figure, tiling_figure
+from explorer.errors import ExplorerError
+from explorer.kernels import BUILTINS, Kernel, builtin_kernel
+from explorer.models import ZOO
+from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
+from explorer.schedule.primitives import PRIMITIVES, Param
+from explorer.schedule.session import ScheduleSession
+from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, steps_from_json
+from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text
+
+
+def choose_kernel() -> Kernel | None:
+    sb = st.sidebar
+    sb.header("Kernel")
+    source = sb.radio("Source", ["Built-in", "From a model"], key=state.KERNEL_SOURCE, horizontal=True)
+    try:
+        if source == "Built-in":
+            name = sb.selectbox("Operator", list(BUILTINS), key=state.KERNEL_NAME,
+                                format_func=lambda n: f"{BUILTINS[n].title} ({n})")
+            entry = BUILTINS[name]
+            sb.caption(entry.summary)
+            params = {}
+            cols = sb.columns(3)
+            for i, (p, default) in enumerate(entry.defaults.items()):
+                params[p] = int(cols[i % 3].number_input(p, min_value=0 if p == "pad" else 1, value=default,
+                                                         step=1, key=f"param_{name}_{p}"))
+            return builtin_kernel(name, **params)
+        model = sb.selectbox("Model", list(ZOO), key=state.KERNEL_MODEL, format_func=lambda n: ZOO[n].title)
+        kernels = fused_kernels(model)
+        pick = sb.selectbox("Fused kernel (most FLOPs first)", list(kernels), key=state.KERNEL_FUSED,
+                            format_func=lambda n: f"{n.split('/', 1)[1]} ({kernels[n].info.flops / 1e6:.1f} MFLOP"
+                                                  f" x{kernels[n].info.params['calls']})")
+        return kernels[pick]
+    except ExplorerError as err:
+        sb.error(str(err))
+        return None
+
+
+def session_for(kernel: Kernel) -> ScheduleSession:
+    sessions = st.session_state.setdefault(state.SCHEDULE_SESSIONS, {})
+    if kernel.info.spec not in sessions:
+        sessions[kernel.info.spec] = ScheduleSession(kernel.func)
+    return sessions[kernel.info.spec]
+
+
+def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
+    """One input for one argument, offering only what exists in the current schedule."""
+    key = f"arg_{prim}_{param.name}"
+    choices = block_choices(session.schedule)
+    loops = all_loops(choices)
+    labels = {lp.ref: lp.label for lp in loops}
+    if param.kind == "block":
+        names = [b.name for b in choices]
+        return container.selectbox(param.name, names, key=key, help=param.help or None,
+                                   format_func=lambda n: f"{n} [{next(b.iters for b in choices if b.name == n)}]")
+    if param.kind == "loop":
+        return container.selectbox(param.name, list(labels), key=key, format_func=labels.get, help=param.help or None)
+    if param.kind == "loops":
+        return container.multiselect(param.name + " (in order)", list(labels), key=key, format_func=labels.get,
+                                     help=param.help or None)
+    if param.kind == "target":
+        options = [b.name for b in choices] + list(labels)
+        return container.selectbox(param.name, options, key=key, format_func=lambda r: labels.get(r, f"block {r}"))
+    if param.kind == "factors":
+        text = container.text_input(param.name, "None, 32", key=key, help="comma-separated; one may be None (inferred)")
+        try:
+            return parse_factors(text)
+        except ValueError:
+            return text  # validation reports it with the step
+    if param.kind == "int":
+        return int(container.number_input(param.name, value=int(param.default or 0), step=1, key=key))
+    if param.kind == "bool":
+        return container.checkbox(param.name, value=bool(param.default), key=key)
+    if param.kind == "choice":
+        opts = list(param.choices)
+        return container.selectbox(param.name, opts, index=opts.index(param.default) if param.default in opts else 0,
+                                   key=key)
+    if param.kind == "buffer":
+        block = st.session_state.get(f"arg_{prim}_block") or (choices[0].name if choices else "")
+        b = next((c for c in choices if c.name == block), None)
+        opts = ([f"read:{i}" for i in range(len(b.reads))] + [f"write:{i}" for i in range(len(b.writes))]) if b else []
+        names = {f"read:{i}": f"read:{i} ({n})" for i, n in enumerate(b.reads)} if b else {}
+        names.update({f"write:{i}": f"write:{i} ({n})" for i, n in enumerate(b.writes)} if b else {})
+        return container.selectbox(param.name, opts, key=key, format_func=lambda o: names.get(o, o))
+    if param.kind == "value":
+        return parse_value(container.text_input(param.name, "16", key=key))
+    return container.text_input(param.name, key=key, help=param.help or None,
+                                 placeholder="lambda i, j: (j, i)" if param.kind == "index_map" else "")
+
+
+def step_form(session: ScheduleSession) -> None:
+    st.subheader("Next step")
+    prim = st.selectbox("Primitive", list(PRIMITIVES), key=state.PRIMITIVE,
+                        format_func=lambda p: f"{p}: {PRIMITIVES[p].summary}")
+    if prim == "tensorize":
+        st.caption("The first tensorize loads TVM's x86 intrinsics (about 20 s, once).")
+    args = {}
+    for param in PRIMITIVES[prim].params:
+        args[param.name] = _param_widget(param, session, prim, st)
+    if st.button("Apply", type="primary", key="apply_step"):
+        try:
+            session.apply(Step(prim, args))
+            st.session_state.pop(state.STEP_ERROR, None)
+        except (ScheduleError, StepsFileError) as err:
+            st.session_state[state.STEP_ERROR] = (str(err), getattr(err, "tvm_message", ""))
+        st.rerun()
+    error = st.session_state.get(state.STEP_ERROR)
+    if error:
+        st.error(f"Not applied, the schedule is unchanged. {error[0]}")
+        if error[1]:
+            with st.expander("TVM's full message"):
+                st.code(error[1], language=None)
+
+
+def history(session: ScheduleSession, kernel: Kernel) -> None:
+    st.subheader(f"Steps ({session.cursor} of {len(session.history)})")
+    c1, c2, c3 = st.columns(3)
+    if c1.button("Undo", disabled=session.cursor == 0, key="undo", width="stretch"):
+        session.undo()
+        st.rerun()
+    if c2.button("Redo", disabled=session.cursor >= len(session.history), key="redo", width="stretch"):
+        session.redo()
+        st.rerun()
+    if c3.button("Reset", disabled=not session.history, key="reset", width="stretch"):
+        session.reset()
+        st.rerun()
+    lines = ["0. (unscheduled)"] + [f"{'' if i < session.cursor else '~~'}{i + 1}. `{s.describe()}`"
+                                    f"{'' if i < session.cursor else '~~'}" for i, s in enumerate(session.history)]
+    st.markdown("\n".join(f"- {ln}" for ln in lines))
+    if session.history:
+        target = st.select_slider("Jump to step", list(range(len(session.history) + 1)), value=session.cursor,
+                                  key=f"jump_{len(session.history)}")
+        if target != session.cursor:
+            session.jump(target)
+            st.rerun()
+    d1, d2 = st.columns(2)
+    d1.download_button("Steps (JSON)", json.dumps({"kernel": kernel.info.spec,
+                                                   "steps": [s.to_dict() for s in session.steps]}, indent=2),
+                       file_name=f"{kernel.info.name.replace('/', '_')}.steps.json", mime="application/json",
+                       width="stretch")
+    d2.download_button("Python (trace)", "\n".join(session.schedule.trace.as_python()),
+                       file_name=f"{kernel.info.name.replace('/', '_')}_schedule.py", width="stretch")
+    upload = st.file_uploader("Load steps (JSON)", type=["json"], key=f"steps_upload_{kernel.info.spec}")
+    if upload is not None and st.button("Replace steps with the file", key="load_steps"):
+        try:
+            steps = steps_from_json(json.loads(upload.getvalue()))
+            trial = ScheduleSession(kernel.func)
+            trial.apply_all(steps)
+            st.session_state[state.SCHEDULE_SESSIONS][kernel.info.spec] = trial
+            st.session_state.pop(state.STEP_ERROR, None)
+        except (ExplorerError, ValueError) as err:
+            st.session_state[state.STEP_ERROR] = (f"steps file refused: {err}", "")
+        st.rerun()
+
+
+def views(session: ScheduleSession) -> None:
+    func = session.mod["main"]
+    code_tab, nest_tab, tiling_tab = st.tabs(["TVMScript", "Loop nest", "Tiling"])
+    with code_tab:
+        script = session.mod.script()
+        before = session.schedule_at(session.cursor - 1).mod.script() if session.cursor else script
+        marks = changed_lines(before, script) if session.cursor else []
+        st.caption(f"{len(marks)} lines changed by the last step" if session.cursor else "Unscheduled kernel")
+        st.html(code_with_marks(script, marks))
+    with nest_tab:
+        st.code(nest_text(loop_nest(func)), language=None)
+    with tiling_tab:
+        names = [b.name for b in block_choices(session.schedule)]
+        main = main_block(func)
+        block = st.selectbox("Block", names, index=names.index(main) if main in names else 0, key="tiling_block")
+        st.plotly_chart(tiling_figure(func, block), width="stretch")
+
+
+def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
+    from explorer.measure import measure
+
+    st.subheader("Build & measure")
+    store = st.session_state.setdefault(state.MEASUREMENTS, {}).setdefault(kernel.info.spec, {"history": []})
+    if st.button("Build & measure", type="primary", key="measure"):
+        peaks = machine_peaks()
+        with st.spinner("Building, verifying and timing in a separate process..."):
+            if "naive" not in store:
+                store["naive"] = measure(kernel, peaks=peaks)
+            result = measure(kernel, session.mod, peaks=peaks)
+        store["history"].append((dump_steps(session.steps), result))
+        store["last"] = result
+    result = store.get("last")
+    if result is None:
+        st.caption(f"{kernel.info.flops / 1e9:.3f} GFLOP per run; results are verified against "
+                   f"{'numpy' if kernel.reference else 'the unscheduled kernel'} before they are timed.")
+        return
+    if not result.ok:
+        st.error(f"{result.status}: {result.error}")
+    else:
+        m = st.columns(4)
+        m[0].metric("median", f"{result.median_s * 1e3:.3f} ms", help=f"{result.number} runs x {len(result.latencies)}")
+        m[1].metric("GFLOPS", f"{result.gflops:.1f}")
+        m[2].metric("% of peak", f"{result.percent_of_peak:.1f}%",
+                    help=f"measured peak {result.peak_gflops:.0f} GFLOPS (numpy fp32 matmul on this machine)")
+        m[3].metric("verified", "yes" if result.verified else "no", help=f"max error {result.max_rel_error:.1e}")
+    rows = []
+    naive = store.get("naive")
+    ok_hist = [r for _, r in store["history"] if r.ok]
+    best = max(ok_hist, key=lambda r: r.gflops) if ok_hist else None
+    for label, r in (("current", result), ("naive", naive), ("best this session", best)):
+        if r is not None:
+            rows.append({"schedule": label, "status": r.status, "median ms": round(r.median_s * 1e3, 3) if r.ok else None,
+                         "GFLOPS": round(r.gflops, 2) if r.ok else None,
+                         "% peak": round(r.percent_of_peak, 1) if r.ok else None})
+    st.dataframe(rows, hide_index=True, width="stretch")
+    if result.ok and result.peak_gbps:
+        st.plotly_chart(roofline_figure(result, naive), width="stretch")
+
+
+def main() -> None:
+    st.title("Schedule")
+    kernel = choose_kernel()
+    if kernel is None:
+        st.info("Pick a kernel in the sidebar.")
+        st.stop()
+    session = session_for(kernel)
+    info = kernel.info
+    st.caption(f"**{info.spec}** · {info.flops / 1e9:.3f} GFLOP · arithmetic intensity "
+               f"{info.arithmetic_intensity:.1f} FLOP/byte · " + ", ".join(
+                   f"{b.name}{' (out)' if b.is_output else ''} {'x'.join(map(str, b.shape))} {b.dtype}"
+                   for b in info.buffers))
+    left, right = st.columns([1, 1.6])
+    with left:
+        step_form(session)
+        history(session, kernel)
+        measure_panel(session, kernel)
+    with right:
+        views(session)
+
+
+main()

@@ -1,0 +1,30 @@
+"""Helpers every CLI module shares: error translation and JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import click
+
+from explorer.errors import ExplorerError
+
+
+def fail_cleanly(fn):
+    """Turn library errors into ``Error: ...`` and exit 1, unless ``schedx --debug`` was given."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ExplorerError as err:
+            root = click.get_current_context().find_root()
+            if (root.obj or {}).get("debug"):
+                raise
+            raise click.ClickException(str(err)) from err
+
+    return wrapper
+
+
+def echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,124 @@
+"""A kernel: one TensorIR PrimFunc to schedule, with what it takes to check and rank it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import tvm
+from tvm.s_tir.analysis import estimate_tir_flops
+
+from explorer.relax_walk import dtype_bytes
+from explorer.tir_walk import blocks
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One parameter buffer of a kernel."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+    @property
+    def nbytes(self) -> int:
+        return int(math.prod(self.shape) * dtype_bytes(self.dtype))
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """Plain-data description of a kernel (what lists and records show)."""
+
+    name: str
+    title: str
+    source: str
+    spec: str
+    params: dict
+    buffers: tuple[BufferSpec, ...]
+    flops: int
+    min_bytes: int
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte of compulsory traffic (each buffer read or written once)."""
+        return self.flops / self.min_bytes if self.min_bytes else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["buffers"] = [asdict(b) for b in self.buffers]
+        d["arithmetic_intensity"] = self.arithmetic_intensity
+        return d
+
+
+@dataclass
+class Kernel:
+    """A PrimFunc to schedule plus its description and, for built-ins, a numpy reference.
+
+    Without a numpy reference, verification compares against the unscheduled PrimFunc."""
+
+    info: KernelInfo
+    func: tvm.tirx.PrimFunc
+    reference: Callable[..., list] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def inputs(self) -> list[BufferSpec]:
+        return [b for b in self.info.buffers if not b.is_output]
+
+    @property
+    def outputs(self) -> list[BufferSpec]:
+        return [b for b in self.info.buffers if b.is_output]
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Deterministic inputs: normal floats, small integers (no int32 overflow in sums)."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for b in self.inputs:
+            if b.dtype.startswith(("float", "bfloat")):
+                out.append(rng.standard_normal(b.shape).astype(b.dtype))
+            elif b.dtype.startswith("uint"):
+                out.append(rng.integers(0, 16, b.shape).astype(b.dtype))
+            else:
+                out.append(rng.integers(-8, 8, b.shape).astype(b.dtype))
+        return out
+
+
+def written_buffers(func: tvm.tirx.PrimFunc) -> set[str]:
+    """Names of buffers some block of ``func`` writes."""
+    names: set[str] = set()
+    for block in blocks(func):
+        names.update(w.source.name for w in block.writes)
+    return names
+
+
+def buffer_specs(func: tvm.tirx.PrimFunc) -> tuple[BufferSpec, ...]:
+    """Parameter buffers in order; outputs are those some block writes."""
+    written = written_buffers(func)
+    specs = []
+    for buf in func.params:  # in TVM 0.27 a PrimFunc's params are its buffers
+        shape = tuple(int(s) for s in buf.shape)
+        specs.append(BufferSpec(buf.name, shape, str(buf.dtype), buf.name in written))
+    if not any(s.is_output for s in specs) and specs:  # opaque bodies: the last parameter is the output
+        last = specs[-1]
+        specs[-1] = BufferSpec(last.name, last.shape, last.dtype, True)
+    return tuple(specs)
+
+
+def count_flops(func: tvm.tirx.PrimFunc) -> int:
+    """FLOPs of one run, counted from the TIR by TVM (never typed in)."""
+    return int(estimate_tir_flops(tvm.IRModule({"main": func})))
+
+
+def make_kernel(func: tvm.tirx.PrimFunc, *, name: str, title: str, source: str, spec: str, params: dict,
+                reference: Callable[..., list] | None = None) -> Kernel:
+    func = func.with_attr("global_symbol", "main")
+    buffers = buffer_specs(func)
+    info = KernelInfo(name=name, title=title, source=source, spec=spec, params=dict(params), buffers=buffers,
+                      flops=count_flops(func), min_bytes=sum(b.nbytes for b in buffers))
+    return Kernel(info=info, func=func, reference=reference)

@@ -1,0 +1,74 @@
+"""Build, verify and time kernels on the host CPU, in a child process by default.
+
+:func:`measure` is the one call: a kernel, a scheduled module, and back comes a
+:class:`MeasureResult` with latencies, GFLOPS, verification, % of the measured peak and the
+environment. A schedule that fails to build, crashes, hangs or computes wrong numbers comes back
+as a result with a status and an error, never as an exception.
+"""
+
+from __future__ import annotations
+
+import tvm
+
+from explorer.environment import current_environment
+from explorer.kernels import Kernel
+from explorer.measure.calibration import Calibration, calibration
+from explorer.measure.result import MeasureResult
+from explorer.measure.target import host_target, target_key
+
+DEFAULT_TIMEOUT_S = 300
+
+
+def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: dict | None = None, repeat: int = 5,
+            min_repeat_s: float = 0.1, isolate: bool = True, timeout: float = DEFAULT_TIMEOUT_S, seed: int = 0,
+            peaks: Calibration | None = None) -> MeasureResult:
+    """Measure ``mod`` (default: the unscheduled kernel) as an implementation of ``kernel``.
+
+    The reference is the kernel's numpy function for built-ins, else the unscheduled PrimFunc
+    built by TVM. ``peaks`` defaults to this machine's cached calibration."""
+    from dataclasses import replace
+
+    target = dict(target or host_target())
+    mod = mod if mod is not None else tvm.IRModule({"main": kernel.func})
+    interface = interface_change(kernel, mod)
+    if interface:
+        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=target_key(target))
+    inputs = kernel.random_inputs(seed)
+    references = [__import__("numpy").asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None
+    job = {"mod": mod, "target": target, "target_text": target_key(target), "flops": kernel.info.flops,
+           "inputs": inputs, "references": references,
+           "reference_func": None if references is not None else kernel.func,
+           "output_specs": [(b.shape, b.dtype) for b in kernel.outputs], "repeat": repeat,
+           "min_repeat_s": min_repeat_s, "min_bytes": kernel.info.min_bytes}
+    if isolate:
+        from explorer.measure.worker import run_in_child
+
+        result = run_in_child(job, timeout)
+    else:
+        from explorer.measure.worker import _measure_job
+
+        result = _measure_job(job)
+    cal = peaks or calibration()
+    env = current_environment(target_key(target)).to_dict()
+    env.update(peak_gflops=cal.peak_gflops, peak_gbps=cal.peak_gbps)
+    return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps), environment=env)
+
+
+def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
+    """Why ``mod`` no longer takes the kernel's buffers ("" if it still does).
+
+    ``transform_layout`` on a parameter changes the function's signature: the kernel's inputs
+    no longer fit. Say so instead of failing with a shape mismatch at run time."""
+    params = mod["main"].params
+    if len(params) != len(kernel.info.buffers):
+        return f"the schedule changed the kernel's parameters ({len(kernel.info.buffers)} -> {len(params)})"
+    for buf, spec in zip(params, kernel.info.buffers):
+        shape = tuple(int(s) for s in buf.shape)
+        if shape != spec.shape or str(buf.dtype) != spec.dtype:
+            return (f"the schedule changed parameter {spec.name} from {'x'.join(map(str, spec.shape))} {spec.dtype} "
+                    f"to {'x'.join(map(str, shape))} {buf.dtype}: its inputs no longer fit. Transform the layout of "
+                    f"a cache (cache_read first, then transform_layout on the cache block) instead")
+    return ""
+
+
+__all__ = ["Calibration", "MeasureResult", "calibration", "host_target", "measure", "target_key"]

@@ -1,0 +1,67 @@
+"""Build a scheduled module for the CPU, run it, verify it, time it (in this process).
+
+Timing follows TVM's own ``time_evaluator``: one warm-up run, then ``repeat`` repeats of
+``number`` runs each, ``number`` sized so that a repeat lasts about ``min_repeat_s``. Use
+:func:`explorer.measure.measure` to do all this in a child process that may crash or hang.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+import tvm
+
+from explorer.errors import short_tvm_message
+from explorer.measure.result import MeasureResult
+from explorer.measure.verify import compare
+
+
+def build(mod: tvm.IRModule, target: dict):
+    """Compile ``mod`` for ``target`` and JIT it; returns the runtime module."""
+    return tvm.compile(mod, target=tvm.target.Target(target)).jit()
+
+
+def run_once(rt_mod, inputs: list[np.ndarray], output_specs: list[tuple[tuple[int, ...], str]]):
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    outs = [tvm.runtime.tensor(np.zeros(shape, dtype), dev) for shape, dtype in output_specs]
+    rt_mod["main"](*args, *outs)
+    return args + outs, [o.numpy() for o in outs]
+
+
+def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: int, inputs: list[np.ndarray],
+                   output_specs: list[tuple[tuple[int, ...], str]], references: list[np.ndarray] | None,
+                   repeat: int = 5, min_repeat_s: float = 0.1, min_bytes: int = 0) -> MeasureResult:
+    """Build, run once and verify against ``references``, then time. Failures become results."""
+    base = {"flops": flops, "target": target_text,
+            "arithmetic_intensity": (flops / min_bytes) if min_bytes else None}
+    start = time.perf_counter()
+    try:
+        rt_mod = build(mod, target)
+    except Exception as err:
+        return MeasureResult(status="build_error", error=short_tvm_message(err), **base)
+    build_s = time.perf_counter() - start
+    try:
+        args, outputs = run_once(rt_mod, inputs, output_specs)
+    except Exception as err:
+        return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
+    verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs, references)
+    checks = {"max_abs_error": abs_err, "max_rel_error": rel_err, "verified": verified, "build_seconds": build_s}
+    if not verified:
+        return MeasureResult(status="verify_failed", error=why, **checks, **base)
+    try:
+        evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=1, repeat=1)
+        once = evaluator(*args).mean
+        number = max(1, math.ceil(min_repeat_s / max(once, 1e-9)))
+        evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
+        latencies = tuple(float(x) for x in evaluator(*args).results)
+    except Exception as err:
+        return MeasureResult(status="run_error", error=short_tvm_message(err), **checks, **base)
+    median = statistics.median(latencies)
+    return MeasureResult(status="ok", latencies=latencies, number=number, median_s=median,
+                         mean_s=statistics.fmean(latencies),
+                         std_s=statistics.pstdev(latencies) if len(latencies) > 1 else 0.0,
+                         gflops=flops / median / 1e9 if median > 0 else None, **checks, **base)

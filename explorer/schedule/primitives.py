@@ -1,0 +1,205 @@
+"""The schedule primitives schedx offers, as a table: parameters, their kinds, and how each is
+applied to a ``tvm.s_tir.Schedule``.
+
+The table drives three things: validation of steps files (kinds and required arguments), the UI
+form (which offers, per parameter kind, only blocks and loops that exist), and application.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from explorer.schedule.index_map import parse_index_map
+from explorer.schedule.refs import resolve_block, resolve_loop, resolve_target
+from explorer.schedule.steps import StepsFileError
+
+THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
+               "vthread.x", "vthread.y", "vthread.z")
+SCOPES = ("global", "local", "shared", "shared.dyn", "wmma.accumulator")
+X86_INTRINSICS = ("dot_16x4_vnni", "dot_16x4_avx512")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument: ``kind`` is block, loop, loops, target (block or loop), factors, int, bool,
+    str, choice, value (annotation value), buffer (``read:0``/``write:0``) or index_map."""
+
+    name: str
+    kind: str
+    required: bool = True
+    default: object = None
+    choices: tuple = ()
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    params: tuple[Param, ...]
+    summary: str
+    apply: Callable
+
+
+def _split(sch, a):
+    return sch.split(resolve_loop(sch, a["loop"]), factors=list(a["factors"]))
+
+
+def _loops(sch, refs):
+    return [resolve_loop(sch, r) for r in refs]
+
+
+def _cache(kind):
+    def run(sch, a):
+        fn = sch.cache_read if kind == "read" else sch.cache_write
+        return fn(resolve_block(sch, a["block"]), a["buffer_index"], a["scope"])
+    return run
+
+
+def _annotate(sch, a):
+    sch.annotate(resolve_target(sch, a["target"]), a["key"], a["value"])
+
+
+def _transform_layout(sch, a):
+    kind, _, index = a["buffer"].partition(":")
+    sch.transform_layout(resolve_block(sch, a["block"]), (kind, int(index)), parse_index_map(a["index_map"]))
+
+
+def _tensorize(sch, a):
+    import tvm.s_tir.tensor_intrin.x86  # noqa: F401  registers the intrinsics (a 16-20 s import)
+
+    sch.tensorize(resolve_target(sch, a["target"]), a["intrin"])
+
+
+_LOOP = Param("loop", "loop")
+_BLOCK = Param("block", "block")
+_SCOPE = Param("scope", "choice", False, "global", SCOPES)
+_PRIMS = [
+    Primitive("split", (_LOOP, Param("factors", "factors", help="one factor may be null: it is inferred")),
+              "Split a loop into several, innermost factor last.", _split),
+    Primitive("fuse", (Param("loops", "loops", help="adjacent loops, outer first"),),
+              "Fuse adjacent loops into one.", lambda s, a: s.fuse(*_loops(s, a["loops"]))),
+    Primitive("reorder", (Param("loops", "loops", help="the new order, outer first"),),
+              "Reorder loops of one nest.", lambda s, a: s.reorder(*_loops(s, a["loops"]))),
+    Primitive("parallel", (_LOOP,), "Run a loop's iterations on all cores.",
+              lambda s, a: s.parallel(resolve_loop(s, a["loop"]))),
+    Primitive("vectorize", (_LOOP,), "Turn an innermost loop into SIMD instructions.",
+              lambda s, a: s.vectorize(resolve_loop(s, a["loop"]))),
+    Primitive("unroll", (_LOOP,), "Unroll a loop completely.", lambda s, a: s.unroll(resolve_loop(s, a["loop"]))),
+    Primitive("bind", (_LOOP, Param("thread", "choice", choices=THREAD_AXES)), "Bind a loop to a GPU thread axis.",
+              lambda s, a: s.bind(resolve_loop(s, a["loop"]), a["thread"])),
+    Primitive("cache_read", (_BLOCK, Param("buffer_index", "int", False, 0), _SCOPE),
+              "Stage the block's n-th input buffer in a cache block (returns the new block).", _cache("read")),
+    Primitive("cache_write", (_BLOCK, Param("buffer_index", "int", False, 0), _SCOPE),
+              "Compute into a cache block, then copy out (returns the new block).", _cache("write")),
+    Primitive("compute_at", (_BLOCK, _LOOP, Param("preserve_unit_loops", "bool", False, False)),
+              "Move a producer block under a loop of its consumer.",
+              lambda s, a: s.compute_at(resolve_block(s, a["block"]), resolve_loop(s, a["loop"]),
+                                        a["preserve_unit_loops"])),
+    Primitive("reverse_compute_at", (_BLOCK, _LOOP, Param("preserve_unit_loops", "bool", False, False)),
+              "Move a consumer block under a loop of its producer.",
+              lambda s, a: s.reverse_compute_at(resolve_block(s, a["block"]), resolve_loop(s, a["loop"]),
+                                                a["preserve_unit_loops"])),
+    Primitive("compute_inline", (_BLOCK,), "Inline an elementwise producer into its consumers.",
+              lambda s, a: s.compute_inline(resolve_block(s, a["block"]))),
+    Primitive("reverse_compute_inline", (_BLOCK,), "Inline an elementwise consumer into its producer.",
+              lambda s, a: s.reverse_compute_inline(resolve_block(s, a["block"]))),
+    Primitive("decompose_reduction", (_BLOCK, _LOOP),
+              "Split a reduction's initialisation out, above the given loop (do it last).",
+              lambda s, a: s.decompose_reduction(resolve_block(s, a["block"]), resolve_loop(s, a["loop"]))),
+    Primitive("rfactor", (_LOOP, Param("factor_axis", "int", False, 0)),
+              "Factor a reduction loop into a partial result (returns the rfactor block).",
+              lambda s, a: s.rfactor(resolve_loop(s, a["loop"]), a["factor_axis"])),
+    Primitive("storage_align", (_BLOCK, Param("buffer_index", "int", False, 0), Param("axis", "int"),
+                                Param("factor", "int"), Param("offset", "int")),
+              "Pad a buffer axis's stride to factor*k + offset.",
+              lambda s, a: s.storage_align(resolve_block(s, a["block"]), a["buffer_index"], a["axis"],
+                                           a["factor"], a["offset"])),
+    Primitive("annotate", (Param("target", "target"), Param("key", "str",
+                                                            help="e.g. pragma_auto_unroll_max_step"),
+                           Param("value", "value")),
+              "Annotate a loop or block (unroll pragmas, MetaSchedule hints).", _annotate),
+    Primitive("unannotate", (Param("target", "target"), Param("key", "str")), "Remove an annotation.",
+              lambda s, a: s.unannotate(resolve_target(s, a["target"]), a["key"])),
+    Primitive("transform_layout", (_BLOCK, Param("buffer", "buffer", help="read:N or write:N"),
+                                   Param("index_map", "index_map", help="lambda i, j: (i // 16, j, i % 16)")),
+              "Change a buffer's layout with an index map (packing, transposing).", _transform_layout),
+    Primitive("set_scope", (_BLOCK, Param("buffer_index", "int", False, 0), Param("scope", "choice", choices=SCOPES)),
+              "Set the storage scope of a buffer the block writes.",
+              lambda s, a: s.set_scope(resolve_block(s, a["block"]), a["buffer_index"], a["scope"])),
+    Primitive("blockize", (Param("target", "loop"),), "Turn the subtree under a loop into one block.",
+              lambda s, a: s.blockize(resolve_loop(s, a["target"]))),
+    Primitive("tensorize", (Param("target", "target"), Param("intrin", "choice", choices=X86_INTRINSICS)),
+              "Replace a loop nest by a hardware intrinsic (x86 VNNI/AVX-512 int8 dot 16x4).", _tensorize),
+]
+PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _PRIMS}
+
+
+def _check(param: Param, value: object) -> object:
+    """Validate one argument value by kind; return it normalised."""
+    k = param.kind
+    if k in ("block", "str", "index_map"):
+        ok = isinstance(value, str) and value != ""
+    elif k == "loop":
+        ok = isinstance(value, str) and "/" in value
+    elif k == "target":
+        ok = isinstance(value, str) and value != ""
+    elif k == "loops":
+        ok = isinstance(value, list) and len(value) >= 1 and all(isinstance(v, str) and "/" in v for v in value)
+    elif k == "factors":
+        ok = (isinstance(value, list) and len(value) >= 2 and sum(v is None for v in value) <= 1
+              and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0) for v in value))
+    elif k == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif k == "bool":
+        ok = isinstance(value, bool)
+    elif k == "choice":
+        ok = value in param.choices
+    elif k == "value":
+        ok = isinstance(value, (int, float, str, bool))
+    elif k == "buffer":
+        kind, _, idx = str(value).partition(":")
+        ok = isinstance(value, str) and kind in ("read", "write") and idx.isdigit()
+    else:
+        ok = False
+    if not ok:
+        allowed = f" ({', '.join(map(str, param.choices))})" if param.choices else ""
+        raise StepsFileError(f"argument {param.name!r} must be {_KIND_TEXT[k]}{allowed}, got {value!r}")
+    return value
+
+
+_KIND_TEXT = {
+    "block": "a block name", "str": "a non-empty string", "index_map": "an index map such as 'lambda i, j: (j, i)'",
+    "loop": "a loop reference BLOCK/LOOP such as 'C/i_0'", "target": "a block name or a loop BLOCK/LOOP",
+    "loops": "a list of loop references", "factors": "a list of 2+ positive integers with at most one null",
+    "int": "an integer", "bool": "true or false", "choice": "one of the allowed values",
+    "value": "a number, string or boolean", "buffer": "'read:N' or 'write:N'",
+}
+
+
+def validate_args(primitive: str, args: dict) -> dict:
+    """Check ``args`` against the primitive's parameters; fill defaults. Raises StepsFileError."""
+    prim = PRIMITIVES.get(primitive)
+    if prim is None:
+        raise StepsFileError(f"unknown primitive {primitive!r}; known: {', '.join(PRIMITIVES)}")
+    names = {p.name for p in prim.params}
+    extra = set(args) - names
+    if extra:
+        raise StepsFileError(f"{primitive} takes no argument {', '.join(sorted(extra))} "
+                             f"(its arguments: {', '.join(p.name for p in prim.params)})")
+    out = {}
+    for p in prim.params:
+        if p.name in args:
+            out[p.name] = _check(p, args[p.name])
+        elif p.required:
+            raise StepsFileError(f"{primitive} needs argument {p.name!r}")
+        else:
+            out[p.name] = p.default
+    return out
+
+
+def apply_primitive(sch: s_tir.Schedule, primitive: str, args: dict) -> object:
+    """Apply one primitive to ``sch`` (mutating it); TVM raises on invalid uses."""
+    return PRIMITIVES[primitive].apply(sch, args)

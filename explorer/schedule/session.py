@@ -1,0 +1,128 @@
+"""A schedule session: a kernel, the steps applied to it, undo/redo, and views after each step.
+
+Every step is applied by TVM to a *copy* of the current schedule; only if TVM accepts it does the
+copy become current. So a failing step raises :class:`ScheduleError` and leaves the session
+exactly as it was. The schedule after every step is kept, so undo, redo and jumping to any
+step cost nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import tvm
+from tvm import s_tir
+
+from explorer.errors import short_tvm_message
+from explorer.schedule.primitives import apply_primitive, validate_args
+from explorer.schedule.steps import ScheduleError, Step, StepsFileError
+
+
+def tvm_error_summary(err: BaseException) -> str:
+    """The line of a ScheduleError that says what went wrong, without the IR dump around it."""
+    text = str(err)
+    for marker in ("Error message:", "ScheduleError:"):
+        if marker in text:
+            tail = text.split(marker)[-1].strip()
+            return tail.splitlines()[0] if tail else text
+    return short_tvm_message(err, 300)
+
+
+class ScheduleSession:
+    """Steps applied to one PrimFunc, with history (see the module docstring)."""
+
+    def __init__(self, func: tvm.tirx.PrimFunc) -> None:
+        self.func = func
+        self._history: list[Step] = []
+        self._schedules: list[s_tir.Schedule] = [s_tir.Schedule(func)]
+        self._cursor = 0
+        self.last_apply_seconds = 0.0
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def cursor(self) -> int:
+        """How many steps of the history are applied."""
+        return self._cursor
+
+    @property
+    def steps(self) -> list[Step]:
+        """The applied steps (undone ones excluded)."""
+        return list(self._history[: self._cursor])
+
+    @property
+    def history(self) -> list[Step]:
+        """Every step, including those undone and still redoable."""
+        return list(self._history)
+
+    @property
+    def schedule(self) -> s_tir.Schedule:
+        return self._schedules[self._cursor]
+
+    @property
+    def mod(self) -> tvm.IRModule:
+        return self.schedule.mod
+
+    def schedule_at(self, index: int) -> s_tir.Schedule:
+        """The schedule after ``index`` steps (0: unscheduled)."""
+        return self._schedules[index]
+
+    # -- editing -----------------------------------------------------------------------
+    def apply(self, step: Step | dict) -> object:
+        """Apply one step on top of the current one, dropping any redoable steps.
+
+        Returns what TVM returned (new loops or blocks). Raises :class:`ScheduleError` or
+        :class:`StepsFileError` and changes nothing when the step is invalid."""
+        if isinstance(step, dict):
+            step = Step(step.get("primitive", ""), step.get("args", {}))
+        args = validate_args(step.primitive, step.args)
+        step = Step(step.primitive, args)
+        start = time.perf_counter()
+        trial = self.schedule.copy()
+        try:
+            result = apply_primitive(trial, step.primitive, args)
+        except ScheduleError:
+            raise
+        except Exception as err:  # TVM raises ScheduleError, InternalError, ValueError, ...: all mean 'invalid step'
+            raise ScheduleError(f"{step.describe()}: {tvm_error_summary(err)}", tvm_message=str(err)) from None
+        del self._history[self._cursor:]
+        del self._schedules[self._cursor + 1:]
+        self._history.append(step)
+        self._schedules.append(trial)
+        self._cursor += 1
+        self.last_apply_seconds = time.perf_counter() - start
+        return result
+
+    def apply_all(self, steps: list[Step]) -> None:
+        """Apply steps in order; on failure the session keeps the steps before the bad one and the
+        error says which step (0-based) failed."""
+        for i, step in enumerate(steps):
+            try:
+                self.apply(step)
+            except ScheduleError as err:
+                raise ScheduleError(f"step {i}: {err}", step_index=i, tvm_message=err.tvm_message) from None
+            except StepsFileError as err:
+                raise StepsFileError(str(err), i) from None
+
+    def undo(self) -> bool:
+        if self._cursor == 0:
+            return False
+        self._cursor -= 1
+        return True
+
+    def redo(self) -> bool:
+        if self._cursor >= len(self._history):
+            return False
+        self._cursor += 1
+        return True
+
+    def jump(self, index: int) -> None:
+        """Show the schedule after ``index`` steps of the history (0 = unscheduled)."""
+        if not 0 <= index <= len(self._history):
+            raise ScheduleError(f"no step {index}: the history has {len(self._history)} steps")
+        self._cursor = index
+
+    def reset(self) -> None:
+        """Back to the unscheduled kernel with an empty history."""
+        self._history.clear()
+        del self._schedules[1:]
+        self._cursor = 0

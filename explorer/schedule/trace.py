@@ -1,0 +1,126 @@
+"""Steps <-> MetaSchedule traces.
+
+Steps become a trace by applying them: ``sch.trace`` records every primitive. A trace becomes
+steps by replaying it with a decision provider: before each instruction TVM hands over its
+inputs, already bound in the replayed schedule, so blocks and loops can be named the way steps
+name them. Sampling instructions (tile sizes, categorical choices, compute locations) are not
+steps: their decisions show up as the concrete values later steps use.
+"""
+
+from __future__ import annotations
+
+import json
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir.schedule import ExprRV, LoopRV, SBlockRV
+
+from explorer.schedule.refs import loop_ref
+from explorer.schedule.steps import ScheduleError, Step
+
+# Instructions that only look things up or sample: they produce no step.
+_SILENT = {"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks",
+           "SamplePerfectTile", "SampleCategorical", "SampleComputeLocation", "SamplePartitionedTile",
+           "EnterPostproc"}
+
+
+def to_plain(obj: object) -> object:
+    """TVM values inside ``trace.as_json()`` (IntImm, String, Array, ...) as plain JSON values."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, tvm.tirx.IntImm):
+        return int(obj.value)
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return float(obj.value)
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
+        return [to_plain(v) for v in obj]
+    return str(obj)
+
+
+def steps_to_trace(func: tvm.tirx.PrimFunc, steps: list[Step]) -> list:
+    """The MetaSchedule trace (plain JSON) of applying ``steps`` to ``func``."""
+    from explorer.schedule.session import ScheduleSession
+
+    session = ScheduleSession(func)
+    session.apply_all(steps)
+    return to_plain(session.schedule.trace.as_json())
+
+
+def schedule_from_trace(func: tvm.tirx.PrimFunc, trace_json: object) -> s_tir.Schedule:
+    """Replay a trace (plain JSON) on ``func``."""
+    sch = s_tir.Schedule(func)
+    try:
+        s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(trace_json)), sch)
+    except Exception as err:
+        raise ScheduleError(f"the trace does not apply to this kernel: {err}") from None
+    return sch
+
+
+def trace_to_steps(func: tvm.tirx.PrimFunc, trace_json: object) -> list[Step]:
+    """Steps equivalent to a trace (see the module docstring); unknown instructions raise."""
+    recorded = schedule_from_trace(func, trace_json).trace
+    replay = s_tir.Schedule(func)
+    steps: list[Step] = []
+
+    def provide(inst, inputs, attrs, decision):
+        kind = inst.kind.name
+        if kind not in _SILENT:
+            steps.append(_step_of(replay, kind, list(inputs), list(attrs)))
+        return decision
+
+    recorded.apply_to_schedule(replay, False, provide)
+    return steps
+
+
+def _name(sch: s_tir.Schedule, value: object) -> object:
+    if isinstance(value, SBlockRV):
+        return sch.get(value).name_hint
+    if isinstance(value, LoopRV):
+        return loop_ref(sch, value)
+    if isinstance(value, ExprRV):
+        return int(sch.get(value))
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return value.value
+    return to_plain(value)
+
+
+def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list) -> Step:
+    n = [_name(sch, v) for v in inputs]
+    a = [to_plain(v) for v in attrs]
+    if kind == "Split":
+        return Step("split", {"loop": n[0], "factors": [None if f is None else int(f) for f in n[1:]]})
+    if kind in ("Fuse", "Reorder"):
+        return Step(kind.lower(), {"loops": n})
+    if kind in ("Parallel", "Vectorize", "Unroll"):
+        return Step(kind.lower(), {"loop": n[0]})
+    if kind == "Bind":
+        return Step("bind", {"loop": n[0], "thread": a[0]})
+    if kind in ("CacheRead", "CacheWrite"):
+        return Step("cache_read" if kind == "CacheRead" else "cache_write",
+                    {"block": n[0], "buffer_index": int(a[0]), "scope": a[1]})
+    if kind in ("ComputeAt", "ReverseComputeAt"):
+        return Step("compute_at" if kind == "ComputeAt" else "reverse_compute_at",
+                    {"block": n[0], "loop": n[1], "preserve_unit_loops": bool(a[0])})
+    if kind in ("ComputeInline", "ReverseComputeInline"):
+        return Step("compute_inline" if kind == "ComputeInline" else "reverse_compute_inline", {"block": n[0]})
+    if kind == "DecomposeReduction":
+        return Step("decompose_reduction", {"block": n[0], "loop": n[1]})
+    if kind == "RFactor":
+        return Step("rfactor", {"loop": n[0], "factor_axis": int(a[0])})
+    if kind == "StorageAlign":
+        return Step("storage_align", {"block": n[0], "buffer_index": int(a[0]), "axis": int(a[1]),
+                                      "factor": int(a[2]), "offset": int(a[3])})
+    if kind == "Annotate":
+        value = n[1]
+        return Step("annotate", {"target": n[0], "key": a[0], "value": value})
+    if kind == "Unannotate":
+        return Step("unannotate", {"target": n[0], "key": a[0]})
+    if kind == "SetScope":
+        return Step("set_scope", {"block": n[0], "buffer_index": int(a[0]), "scope": a[1]})
+    if kind == "Blockize":
+        return Step("blockize", {"target": n[0]})
+    if kind == "Tensorize":
+        return Step("tensorize", {"target": n[0], "intrin": a[0]})
+    raise ScheduleError(f"the trace uses {kind}, which schedx cannot show as a step yet")
