@@ -30,3 +30,4 @@ MEASUREMENTS = "measurements"  # {kernel spec: {"naive": MeasureResult, "history
 PRIMITIVE = "next_primitive"
 STEP_ERROR = "step_error"
 SCHEDULE_VIEW = "schedule_view"
+JUMP = "jump_to_step"

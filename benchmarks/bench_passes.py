@@ -50,7 +50,7 @@ def pipeline_overhead(model: str, repeats: int) -> None:
 def ui_switch_apptest(repeats: int) -> None:
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app" / "pages" / "passes.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(ROOT / "app" / "ui" / "passes.py"), default_timeout=300).run()
     snap = at.selectbox(key="snapshot")
     options = list(snap.options)
     times = []

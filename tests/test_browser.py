@@ -30,6 +30,14 @@ def _pick(page, label: str, option_text: str) -> None:
     """Choose an option in the Streamlit selectbox labelled ``label``."""
     page.get_by_role("combobox", name=label, exact=True).click()
     page.get_by_role("option").filter(has_text=option_text).first.click()
+    _settle(page)
+
+
+def _settle(page) -> None:
+    """Wait until Streamlit has finished the rerun the last interaction started."""
+    page.wait_for_timeout(250)
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')"
+                           " && !document.querySelector('[data-testid=\"stStatusWidget\"]')")
 
 
 def test_resnet18_fuseops_graph_renders(ui_url, page, tmp_path):
@@ -60,3 +68,35 @@ def test_text_diff_and_counts_tabs(ui_url, page, tmp_path):
     page.get_by_role("tab", name="Counts & time").click()
     page.locator(".js-plotly-plot").first.wait_for()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-counts.png"), full_page=False)
+
+
+def _apply_step(page, primitive: str, loop: str, factors: str | None = None) -> None:
+    _pick(page, "Primitive", f"{primitive}:")
+    _pick(page, "loop", loop)
+    if factors is not None:
+        box = page.get_by_label("factors", exact=True)
+        box.fill(factors)
+        box.press("Enter")
+        _settle(page)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    _settle(page)
+
+
+def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
+    page.goto(f"{ui_url}/schedule")
+    page.get_by_text("Next step").first.wait_for()
+    _apply_step(page, "split", "C/j  (", "None, 64")
+    page.get_by_text("Steps (1 of 1)").wait_for()
+    _apply_step(page, "vectorize", "C/j_1  (")
+    page.get_by_text("Steps (2 of 2)").wait_for()
+    _apply_step(page, "parallel", "C/i  (")
+    page.get_by_text("Steps (3 of 3)").wait_for()
+    assert "T.vectorized(64)" in page.content() and "T.parallel(512)" in page.content()
+    page.get_by_role("button", name="Build & measure").click()
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="GFLOPS").first
+    metric.wait_for(timeout=180_000)
+    metric.scroll_into_view_if_needed()
+    gflops = float(metric.locator('[data-testid="stMetricValue"]').inner_text())
+    assert gflops > 1.0
+    assert "yes" in page.locator('[data-testid="stMetric"]').filter(has_text="verified").first.inner_text()
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "schedule.png"), full_page=True)

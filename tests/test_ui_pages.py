@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-PAGES = Path(__file__).resolve().parent.parent / "app" / "pages"
+PAGES = Path(__file__).resolve().parent.parent / "app" / "ui"
 
 
 def _graphs(at: AppTest) -> int:

@@ -71,4 +71,27 @@ def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
     return ""
 
 
-__all__ = ["Calibration", "MeasureResult", "calibration", "host_target", "measure", "target_key"]
+__all__ = ["Calibration", "MeasureResult", "calibration", "check", "host_target", "measure", "target_key"]
+
+
+def check(kernel: Kernel, mod: tvm.IRModule, *, target: dict | None = None, seed: int = 0) -> tuple[bool, str]:
+    """Build and run ``mod`` once in this process and compare with the reference, no timing:
+    ``(verified, why not)``. For tests and quick checks of schedules known not to crash."""
+    import numpy as np
+
+    from explorer.measure.run import build, run_once
+    from explorer.measure.verify import compare
+
+    target = dict(target or host_target())
+    interface = interface_change(kernel, mod)
+    if interface:
+        return False, interface
+    inputs = kernel.random_inputs(seed)
+    specs = [(b.shape, b.dtype) for b in kernel.outputs]
+    if kernel.reference is not None:
+        refs = [np.asarray(r) for r in kernel.reference(*inputs)]
+    else:
+        _, refs = run_once(build(tvm.IRModule({"main": kernel.func}), target), inputs, specs)
+    _, outs = run_once(build(mod, target), inputs, specs)
+    ok, _, _, why = compare(outs, refs)
+    return ok, why

@@ -9,14 +9,15 @@ from explorer.schedule.steps import ScheduleError
 
 
 def block_names(sch: s_tir.Schedule) -> list[str]:
+    """Every block, and ``root`` (MetaSchedule annotates the root block with its hints)."""
     from explorer.tir_walk import blocks
 
-    return [b.name_hint for b in blocks(sch.mod["main"])]
+    return [b.name_hint for b in blocks(sch.mod["main"])] + ["root"]
 
 
 def resolve_block(sch: s_tir.Schedule, name: str) -> s_tir.schedule.SBlockRV:
     if name not in block_names(sch):
-        raise ScheduleError(f"no block named {name!r}; the blocks are: {', '.join(block_names(sch))}")
+        raise ScheduleError(f"no block named {name!r}; the blocks are: {', '.join(block_names(sch)[:-1])}")
     return sch.get_sblock(name)
 
 

@@ -14,6 +14,7 @@ import tvm
 from tvm import s_tir
 
 from explorer.errors import short_tvm_message
+from explorer.schedule.lint import problems
 from explorer.schedule.primitives import apply_primitive, validate_args
 from explorer.schedule.steps import ScheduleError, Step, StepsFileError
 
@@ -84,6 +85,9 @@ class ScheduleSession:
             raise
         except Exception as err:  # TVM raises ScheduleError, InternalError, ValueError, ...: all mean 'invalid step'
             raise ScheduleError(f"{step.describe()}: {tvm_error_summary(err)}", tvm_message=str(err)) from None
+        issues = problems(trial.mod["main"])
+        if issues:
+            raise ScheduleError(f"{step.describe()}: {issues[0]}")
         del self._history[self._cursor:]
         del self._schedules[self._cursor + 1:]
         self._history.append(step)

@@ -1,0 +1,168 @@
+"""Schedule sessions: steps applied through TVM, undo/redo, failures that change nothing,
+steps files, and the round trip through MetaSchedule traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tvm
+import tvm_ffi
+
+from explorer.kernels import builtin_kernel
+from explorer.measure import check
+from explorer.schedule.index_map import parse_index_map
+from explorer.schedule.session import ScheduleSession
+from explorer.schedule.steps import ScheduleError, Step, StepsFileError, load_steps, steps_from_json
+from explorer.schedule.trace import steps_to_trace, to_plain, trace_to_steps
+from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text, tiling
+
+
+def S(primitive: str, **args) -> Step:
+    return Step(primitive, args)
+
+
+TILED = [S("split", loop="C/i", factors=[None, 8]), S("split", loop="C/j", factors=[None, 16]),
+         S("reorder", loops=["C/i_0", "C/j_0", "C/i_1", "C/k", "C/j_1"]),
+         S("cache_write", block="C", buffer_index=0, scope="global"),
+         S("reverse_compute_at", block="C_global", loop="C/j_0"),
+         S("parallel", loop="C/i_0"), S("vectorize", loop="C/j_1"), S("unroll", loop="C/i_1"),
+         S("decompose_reduction", block="C", loop="C/k")]
+
+
+@pytest.fixture
+def matmul():
+    return builtin_kernel("matmul", M=64, N=64, K=32)
+
+
+def test_steps_apply_and_the_kernel_still_verifies(matmul):
+    s = ScheduleSession(matmul.func)
+    s.apply_all(TILED)
+    assert s.cursor == len(TILED)
+    text = nest_text(loop_nest(s.mod["main"]))
+    assert "for i_0 in parallel(8)" in text and "vectorized(16)" in text and "unrolled(8)" in text
+    ok, why = check(matmul, s.mod)
+    assert ok, why
+
+
+def test_undo_redo_jump_reset(matmul):
+    s = ScheduleSession(matmul.func)
+    s.apply_all(TILED[:3])
+    after3 = s.mod
+    assert s.undo() and s.cursor == 2 and s.redo() and s.mod.same_as(after3)
+    s.jump(0)
+    assert tvm_ffi.structural_equal(s.mod["main"], matmul.func.with_attr("global_symbol", "main")) or s.cursor == 0
+    s.jump(3)
+    assert s.mod.same_as(after3)
+    s.undo()
+    s.apply(S("parallel", loop="C/i_0"))  # a new step drops the redoable one
+    assert [st.primitive for st in s.history] == ["split", "split", "parallel"]
+    assert not s.redo()
+    s.reset()
+    assert s.cursor == 0 and s.history == []
+    with pytest.raises(ScheduleError):
+        s.jump(5)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (S("split", loop="C/nope", factors=[None, 4]), "has no loop 'nope'"),
+    (S("parallel", loop="D/i"), "no block named 'D'"),
+    (S("vectorize", loop="C/k"), "vectorize"),
+    (S("reorder", loops=["C/i", "C_global/ax0"]), "reorder"),
+    (S("compute_at", block="C_global", loop="C/k"), "compute_at"),
+])
+def test_invalid_step_raises_and_leaves_the_session_unchanged(matmul, bad, words):
+    s = ScheduleSession(matmul.func)
+    s.apply(S("cache_write", block="C", buffer_index=0, scope="global"))
+    before_mod, before_hist = s.mod, s.history
+    with pytest.raises(ScheduleError, match=words) as info:
+        s.apply(bad)
+    assert s.mod.same_as(before_mod) and s.history == before_hist and s.cursor == 1
+    assert "\n" not in str(info.value)  # one readable line; TVM's IR dump is kept apart
+    if info.value.tvm_message:
+        assert "ScheduleError" in info.value.tvm_message or "Error" in info.value.tvm_message
+
+
+def test_steps_file_validation_names_the_bad_step(tmp_path):
+    good = [{"primitive": "split", "args": {"loop": "C/i", "factors": [None, 8]}}]
+    assert steps_from_json(good) == [S("split", loop="C/i", factors=[None, 8])]
+    cases = [
+        (good + [{"primitive": "teleport", "args": {}}], 1, "unknown primitive 'teleport'"),
+        (good + [{"primitive": "split", "args": {"loop": "C/i", "factors": "8"}}], 1, "factors"),
+        ([{"primitive": "parallel", "args": {"loop": 3}}], 0, "loop reference"),
+        ([{"primitive": "unroll", "args": {}}], 0, "needs argument 'loop'"),
+        ([{"primitive": "fuse", "args": {"loops": ["C/i"], "extra": 1}}], 0, "no argument extra"),
+        ([{"primitive": "bind", "args": {"loop": "C/i", "thread": "warp.x"}}], 0, "one of the allowed"),
+        (["split"], 0, "object"),
+    ]
+    for data, index, words in cases:
+        with pytest.raises(StepsFileError, match=words) as info:
+            steps_from_json(data)
+        assert info.value.index == index
+    bad_json = tmp_path / "s.json"
+    bad_json.write_text("[{")
+    with pytest.raises(StepsFileError, match="not valid JSON"):
+        load_steps(bad_json)
+
+
+def test_steps_trace_steps_round_trip_is_structurally_equal(matmul):
+    trace = steps_to_trace(matmul.func, TILED)
+    json.dumps(trace)  # plain JSON
+    back = trace_to_steps(matmul.func, trace)
+    a, b = ScheduleSession(matmul.func), ScheduleSession(matmul.func)
+    a.apply_all(TILED)
+    b.apply_all(back)
+    assert tvm_ffi.structural_equal(a.mod, b.mod)
+    assert [s.primitive for s in back] == [s.primitive for s in TILED]
+
+
+def test_a_metaschedule_sketch_opens_as_steps():
+    from tvm.s_tir import meta_schedule as ms
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    ctx = ms.TuneContext(mod=tvm.IRModule({"main": k.func}), target=target, space_generator="post-order-apply",
+                         search_strategy="evolutionary", num_threads=1)
+    space = ctx.generate_design_space()[0]
+    trace_json = to_plain(space.trace.as_json())
+    steps = trace_to_steps(k.func, trace_json)
+    assert any(s.primitive == "split" for s in steps)
+    s = ScheduleSession(k.func)
+    s.apply_all(steps)
+    assert tvm_ffi.structural_equal(s.mod, space.mod)
+
+
+def test_views(matmul):
+    s = ScheduleSession(matmul.func)
+    s.apply_all(TILED[:2])
+    axes = {a.axis: a for a in tiling(s.mod["main"], "C")}
+    assert axes["v_i"].loops == (("i_0", 8, "serial"), ("i_1", 8, "serial"))
+    assert axes["v_k"].iter_type == "R"
+    assert main_block(s.mod["main"]) == "C"
+    before, after = s.schedule_at(1).mod.script(), s.mod.script()
+    marks = changed_lines(before, after)
+    assert marks and any("j_1" in after.splitlines()[m - 1] for m in marks)
+
+
+def test_transform_layout_with_a_parsed_index_map():
+    k = builtin_kernel("matmul", M=32, N=32, K=32)
+    s = ScheduleSession(k.func)
+    s.apply(S("cache_read", block="C", buffer_index=1, scope="global"))
+    s.apply(S("transform_layout", block="B_global", buffer="write:0", index_map="lambda k, j: (j // 16, k, j % 16)"))
+    assert "B_global" in s.mod.script()
+    ok, why = check(k, s.mod)
+    assert ok, why
+
+
+@pytest.mark.parametrize("text", ["lambda i: __import__('os')", "lambda i: (i.real,)", "import os", "lambda i: i ** 2"])
+def test_index_maps_are_parsed_never_evaluated(text):
+    with pytest.raises(ScheduleError):
+        parse_index_map(text)
+
+
+def test_nested_parallel_is_refused_before_it_breaks_the_build(matmul):
+    s = ScheduleSession(matmul.func)
+    s.apply(S("parallel", loop="C/i"))
+    with pytest.raises(ScheduleError, match="fuse the loops"):
+        s.apply(S("parallel", loop="C/j"))
+    assert s.cursor == 1

@@ -1,0 +1,72 @@
+"""The Schedule page under AppTest: pick a kernel, apply steps from the form, undo, measure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "schedule.py")
+
+
+def small_matmul() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=300).run()
+    assert not at.exception
+    for p, v in (("M", 64), ("N", 64), ("K", 32)):
+        at.sidebar.number_input(key=f"param_matmul_{p}").set_value(v)
+    return at.run()
+
+
+def apply(at: AppTest, primitive: str, **args) -> AppTest:
+    at.selectbox(key="next_primitive").set_value(primitive).run()
+    for name, value in args.items():
+        widget = at.get_by_key(f"arg_{primitive}_{name}") if hasattr(at, "get_by_key") else None
+        key = f"arg_{primitive}_{name}"
+        if name == "factors":
+            at.text_input(key=key).input(value)
+        elif name == "loops":
+            at.multiselect(key=key).set_value(value)
+        else:
+            at.selectbox(key=key).set_value(value)
+        del widget
+    at.button(key="apply_step").click().run()
+    return at
+
+
+def code(at: AppTest) -> str:
+    return next(h.proto.body for h in at.get("html") if "sx-code" in h.proto.body)
+
+
+def test_apply_undo_and_errors_keep_the_schedule():
+    at = small_matmul()
+    assert "matmul:M=64,N=64,K=32" in at.caption[0].value
+    apply(at, "split", loop="C/i", factors="None, 16")
+    assert not at.error and "Steps (1 of 1)" in [s.value for s in at.subheader]
+    assert "i_0" in code(at) and 'class="hl"' in code(at)
+    apply(at, "vectorize", loop="C/k")  # a reduction loop: TVM refuses
+    assert at.error and "unchanged" in at.error[0].value
+    assert "Steps (1 of 1)" in [s.value for s in at.subheader]
+    at.button(key="undo").click().run()
+    assert "Steps (0 of 1)" in [s.value for s in at.subheader]
+    at.button(key="redo").click().run()
+    assert "Steps (1 of 1)" in [s.value for s in at.subheader]
+
+
+def test_measure_shows_gflops_and_peak():
+    at = small_matmul()
+    apply(at, "split", loop="C/j", factors="None, 16")
+    apply(at, "vectorize", loop="C/j_1")
+    apply(at, "parallel", loop="C/i")
+    at.button(key="measure").click().run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["GFLOPS"]) > 0 and metrics["verified"] == "yes" and metrics["% of peak"].endswith("%")
+    assert at.get("plotly_chart")
+
+
+def test_fused_kernel_from_a_model():
+    at = AppTest.from_file(PAGE, default_timeout=300).run()
+    at.sidebar.radio(key="kernel_source").set_value("From a model").run()
+    at.sidebar.selectbox(key="kernel_model").set_value("small_cnn").run()
+    assert not at.exception and not at.error
+    assert "small_cnn/" in at.caption[0].value
