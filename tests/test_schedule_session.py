@@ -166,3 +166,22 @@ def test_nested_parallel_is_refused_before_it_breaks_the_build(matmul):
     with pytest.raises(ScheduleError, match="fuse the loops"):
         s.apply(S("parallel", loop="C/j"))
     assert s.cursor == 1
+
+
+def test_int8_matmul_tensorized_with_the_x86_intrinsic_verifies():
+    from explorer.schedule.steps import load_steps
+
+    k = builtin_kernel("matmul_int8", M=32, N=32, K=32)
+    s = ScheduleSession(k.func)
+    s.apply_all(load_steps("assets/steps/matmul_int8_avx512.json"))
+    assert "dot_16x4" in s.mod.script() or "vpmadd" in s.mod.script() or "T.call_llvm_pure_intrin" in s.mod.script()
+    ok, why = check(k, s.mod)
+    assert ok, why
+
+
+def test_nested_vectorize_is_refused():
+    k = builtin_kernel("conv2d_nchw", C=4, H=6, W=6, K=8)
+    s = ScheduleSession(k.func)
+    s.apply(S("vectorize", loop="pad_temp/i1"))
+    with pytest.raises(ScheduleError, match="vectorize only the innermost"):
+        s.apply(S("vectorize", loop="pad_temp/i2"))

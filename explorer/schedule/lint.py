@@ -2,7 +2,8 @@
 
 TVM accepts some schedules that it then cannot build (found by the random-step tests): a
 parallel loop inside another parallel loop passes ``sch.parallel`` and fails in LLVM codegen
-("Nested parallel loop is not supported by threadpool"). schedx refuses such a step up front,
+("Nested parallel loop is not supported by threadpool"), and a vectorized loop inside another
+crashes StorageRewrite. schedx refuses such a step up front,
 with the fix, instead of letting the build fail later.
 """
 
@@ -17,16 +18,22 @@ def problems(func: tirx.PrimFunc) -> list[str]:
     """What would keep ``func`` from building for the CPU ([] when nothing)."""
     found: list[str] = []
 
-    def visit(node: NestNode, outer_parallel: str | None) -> None:
+    def visit(node: NestNode, outer: dict[str, str]) -> None:
         if node.kind != "loop":
             return
-        if node.loop_kind == "parallel" and outer_parallel is not None:
-            found.append(f"loop {node.name} is parallel inside parallel loop {outer_parallel}: TVM's CPU thread "
-                         f"pool cannot nest them; fuse the loops and parallelize the fused loop once")
-        inner = node.name if node.loop_kind == "parallel" and outer_parallel is None else outer_parallel
+        kind = node.loop_kind
+        if kind in _NESTING and kind in outer:
+            found.append(f"loop {node.name} is {kind} inside {kind} loop {outer[kind]}: {_NESTING[kind]}")
+        inner = {**outer, kind: outer.get(kind, node.name)} if kind in _NESTING else outer
         for c in node.children:
             visit(c, inner)
 
     for n in loop_nest(func):
-        visit(n, None)
+        visit(n, {})
     return found
+
+
+_NESTING = {
+    "parallel": "TVM's CPU thread pool cannot nest them; fuse the loops and parallelize the fused loop once",
+    "vectorized": "TVM's code generator fails on nested vectorized loops; vectorize only the innermost one",
+}
