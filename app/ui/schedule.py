@@ -138,11 +138,9 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
                                     f"{'' if i < session.cursor else '~~'}" for i, s in enumerate(session.history)]
     st.markdown("\n".join(f"- {ln}" for ln in lines))
     if session.history:
-        target = st.select_slider("Jump to step", list(range(len(session.history) + 1)), value=session.cursor,
-                                  key=f"jump_{len(session.history)}")
-        if target != session.cursor:
-            session.jump(target)
-            st.rerun()
+        st.session_state[state.JUMP] = session.cursor  # the slider always shows where the session is
+        st.select_slider("Jump to step", list(range(len(session.history) + 1)), key=state.JUMP,
+                         on_change=lambda: session.jump(st.session_state[state.JUMP]))
     d1, d2 = st.columns(2)
     d1.download_button("Steps (JSON)", json.dumps({"kernel": kernel.info.spec,
                                                    "steps": [s.to_dict() for s in session.steps]}, indent=2),
