@@ -102,8 +102,6 @@ def step_form(session: ScheduleSession) -> None:
     st.subheader("Next step")
     prim = st.selectbox("Primitive", list(PRIMITIVES), key=state.PRIMITIVE,
                         format_func=lambda p: f"{p}: {PRIMITIVES[p].summary}")
-    if prim == "tensorize":
-        st.caption("The first tensorize loads TVM's x86 intrinsics (about 20 s, once).")
     args = {}
     for param in PRIMITIVES[prim].params:
         args[param.name] = _param_widget(param, session, prim, st)

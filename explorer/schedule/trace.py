@@ -58,39 +58,46 @@ def schedule_from_trace(func: tvm.tirx.PrimFunc, trace_json: object) -> s_tir.Sc
     return sch
 
 
-def trace_to_steps(func: tvm.tirx.PrimFunc, trace_json: object) -> list[Step]:
-    """Steps equivalent to a trace (see the module docstring); unknown instructions raise."""
-    recorded = schedule_from_trace(func, trace_json).trace
+def trace_to_steps(func: tvm.tirx.PrimFunc, trace_json: object, *, open_samples: bool = False) -> list[Step]:
+    """Steps equivalent to a trace (see the module docstring); unknown instructions raise.
+
+    With ``open_samples``, values a sampling instruction decided are shown as ``"?N"`` (N: the
+    decision this trace holds): a sketch's steps with its decisions still open. Such steps are
+    for reading, not for applying."""
+    return _convert(schedule_from_trace(func, trace_json).trace, func, open_samples)
+
+
+def _convert(recorded: s_tir.Trace, func: tvm.tirx.PrimFunc, open_samples: bool) -> list[Step]:
     replay = s_tir.Schedule(func)
     steps: list[Step] = []
 
     def provide(inst, inputs, attrs, decision):
         kind = inst.kind.name
         if kind not in _SILENT:
-            steps.append(_step_of(replay, kind, list(inputs), list(attrs)))
+            steps.append(_step_of(replay, kind, list(inputs), list(attrs), open_samples))
         return decision
 
     recorded.apply_to_schedule(replay, False, provide)
     return steps
 
 
-def _name(sch: s_tir.Schedule, value: object) -> object:
+def _name(sch: s_tir.Schedule, value: object, open_samples: bool = False) -> object:
     if isinstance(value, SBlockRV):
         return sch.get(value).name_hint
     if isinstance(value, LoopRV):
         return loop_ref(sch, value)
     if isinstance(value, ExprRV):
-        return int(sch.get(value))
+        return f"?{int(sch.get(value))}" if open_samples else int(sch.get(value))
     if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return value.value
     return to_plain(value)
 
 
-def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list) -> Step:
-    n = [_name(sch, v) for v in inputs]
+def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list, open_samples: bool = False) -> Step:
+    n = [_name(sch, v, open_samples) for v in inputs]
     a = [to_plain(v) for v in attrs]
     if kind == "Split":
-        return Step("split", {"loop": n[0], "factors": [None if f is None else int(f) for f in n[1:]]})
+        return Step("split", {"loop": n[0], "factors": [f if f is None or isinstance(f, str) else int(f) for f in n[1:]]})
     if kind in ("Fuse", "Reorder"):
         return Step(kind.lower(), {"loops": n})
     if kind in ("Parallel", "Vectorize", "Unroll"):

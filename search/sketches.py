@@ -1,0 +1,122 @@
+"""Sketches: the design spaces MetaSchedule's schedule rules generate for a kernel (Ansor's
+"sketch generation"), shown as steps with their sampling decisions still open, and concrete
+schedules sampled from them.
+
+A sketch is a trace whose tile sizes, unroll factors and compute locations are *sampling
+instructions*; the evolutionary search fills them in. Which rule shaped a sketch is read from
+what the rules leave in the trace (MultiLevelTiling annotates ``tiling_structure``,
+ParallelizeVectorizeUnroll the root block, AddRFactor calls rfactor, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import tvm
+
+from explorer.kernels import Kernel
+from explorer.schedule.steps import Step
+from explorer.schedule.trace import to_plain, trace_to_steps
+from explorer.tvm_fast import light_tensor_intrin
+from search.errors import SearchError
+
+# What each default CPU rule leaves in a trace, so a sketch can say which rules made it.
+_RULE_MARKS = {
+    "MultiLevelTiling": ("meta_schedule.tiling_structure",),
+    "ParallelizeVectorizeUnroll": ("meta_schedule.parallel", "meta_schedule.vectorize", "meta_schedule.unroll"),
+    "AddRFactor": ("RFactor",),
+    "AutoInline": ("ComputeInline", "ReverseComputeInline"),
+    "RandomComputeLocation": ("meta_schedule.random_compute_producer", "SampleComputeLocation"),
+    "CrossThreadReduction": ("meta_schedule.cross_thread_reduction",),
+}
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """One design space: open steps to read, the trace to sample from, the rules that made it."""
+
+    index: int
+    rules: tuple[str, ...]
+    open_steps: tuple[Step, ...]
+    trace: object
+    decisions: int
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["open_steps"] = [s.to_dict() for s in self.open_steps]
+        return d
+
+
+def target_object(target: dict) -> tvm.target.Target:
+    target = dict(target)
+    target.setdefault("num-cores", 2)  # MetaSchedule requires it
+    return tvm.target.Target(target)
+
+
+def default_rule_names(target: dict) -> list[str]:
+    """Names of the target's default schedule rules, in MetaSchedule's order."""
+    from tvm.s_tir import meta_schedule as ms
+
+    light_tensor_intrin(target.get("kind", "llvm"))
+    return [type(r).__name__ for r in ms.ScheduleRule.create(target_object(target).kind.name)]
+
+
+def space_generator(target: dict, rules: list[str] | None):
+    """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    light_tensor_intrin(target.get("kind", "llvm"))
+    if rules is None:
+        return "post-order-apply"
+    tgt = target_object(target)
+    defaults = ms.ScheduleRule.create(tgt.kind.name)
+    known = [type(r).__name__ for r in defaults]
+    unknown = sorted(set(rules) - set(known))
+    if unknown:
+        raise SearchError(f"unknown schedule rule(s) {', '.join(unknown)}; this target has: {', '.join(known)}")
+    kind = tgt.kind.name
+    return ms.space_generator.PostOrderApply(sch_rules=[r for r in defaults if type(r).__name__ in rules],
+                                            postprocs=ms.Postproc.create(kind), mutator_probs=ms.Mutator.create(kind))
+
+
+def tune_context(kernel: Kernel, target: dict, rules: list[str] | None = None, seed: int = 0):
+    from tvm.s_tir import meta_schedule as ms
+
+    gen = space_generator(target, rules)
+    return ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=target_object(target),
+                          space_generator=gen, search_strategy="evolutionary", num_threads=2, rand_state=seed)
+
+
+def _rules_of(trace_json: object) -> tuple[str, ...]:
+    text = str(trace_json)
+    return tuple(rule for rule, marks in _RULE_MARKS.items() if any(m in text for m in marks))
+
+
+def generate_sketches(kernel: Kernel, target: dict, rules: list[str] | None = None) -> list[Sketch]:
+    """The kernel's design spaces under the target's rules (or only ``rules``)."""
+    ctx = tune_context(kernel, target, rules)
+    out = []
+    for i, space in enumerate(ctx.generate_design_space()):
+        trace_json = to_plain(space.trace.as_json())
+        decisions = sum(1 for inst in space.trace.insts if inst.kind.name.startswith("Sample"))
+        out.append(Sketch(i, _rules_of(trace_json), tuple(trace_to_steps(kernel.func, trace_json, open_samples=True)),
+                          trace_json, decisions))
+    return out
+
+
+def sample_schedule(kernel: Kernel, sketch: Sketch, target: dict, seed: int = 0, tries: int = 20) -> list[Step]:
+    """A concrete schedule drawn from ``sketch``: its sampling decisions drawn anew (seeded), the
+    target's postprocessors applied (as MetaSchedule does before measuring), as steps."""
+    from tvm import s_tir
+
+    from explorer.schedule.trace import schedule_from_trace
+
+    ctx = tune_context(kernel, target, None, seed)
+    recorded = schedule_from_trace(kernel.func, sketch.trace).trace
+    for attempt in range(tries):
+        sch = s_tir.Schedule(kernel.func, seed=seed * 1000 + attempt + 1)
+        recorded.apply_to_schedule(sch, True, lambda inst, inputs, attrs, decision:
+                                   None if inst.kind.name.startswith("Sample") else decision)
+        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+            return trace_to_steps(kernel.func, to_plain(sch.trace.as_json()))
+    raise SearchError(f"no valid schedule sampled from sketch {sketch.index} in {tries} tries")
