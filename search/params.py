@@ -1,0 +1,53 @@
+"""Search parameters as one frozen value, checked before any work starts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from search.errors import SearchError
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Evolutionary search (Ansor/MetaSchedule) knobs, with MetaSchedule's names in comments."""
+
+    trials: int = 64  # max_trials_global
+    per_batch: int = 16  # num_trials_per_iter: candidates measured per batch
+    population: int = 256  # population_size
+    generations: int = 3  # genetic_num_iters
+    mutate_prob: float = 0.85  # genetic_mutate_prob
+    max_fail_count: int = 10  # genetic_max_fail_count
+    init_measured_ratio: float = 0.2  # share of the initial population taken from measured records
+    init_min_unmeasured: int = 50
+    eps_greedy: float = 0.05  # share of each batch picked at random instead of by the cost model
+    seed: int = 0
+    cost_model: str = "xgb"  # "xgb" or "random"
+    task_scheduler: str = "gradient"  # "gradient" or "round-robin" (whole models)
+    builder_workers: int = 0  # 0: one per core
+    timeout_s: int = 30  # per build and per run
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.trials > 0, f"trials must be positive, got {self.trials}"),
+            (self.per_batch > 0, f"per_batch must be positive, got {self.per_batch}"),
+            (self.population >= 2, f"population must be at least 2, got {self.population}"),
+            (self.generations >= 0, f"generations cannot be negative, got {self.generations}"),
+            (0 <= self.mutate_prob <= 1, f"mutate_prob must be in [0, 1], got {self.mutate_prob}"),
+            (0 <= self.eps_greedy <= 1, f"eps_greedy must be in [0, 1], got {self.eps_greedy}"),
+            (0 <= self.init_measured_ratio <= 1, f"init_measured_ratio must be in [0, 1], got {self.init_measured_ratio}"),
+            (self.cost_model in ("xgb", "random"), f"cost_model must be xgb or random, got {self.cost_model!r}"),
+            (self.task_scheduler in ("gradient", "round-robin"),
+             f"task_scheduler must be gradient or round-robin, got {self.task_scheduler!r}"),
+            (self.timeout_s > 0, f"timeout_s must be positive, got {self.timeout_s}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SearchError(message)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SearchParams:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
