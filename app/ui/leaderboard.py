@@ -1,8 +1,273 @@
-"""Page "Leaderboard": every measured kernel in SQLite (coming next)."""
+"""Page "Leaderboard": every measured kernel, by hand or by search, ranked from the SQLite store.
 
-from app.components import coming_next
+Reads the store through its public API only: filters in the sidebar, a sortable table (best per
+workload or every record), charts computed by ``store.plots`` and drawn with Plotly, one record in
+detail (open it in the Schedule page), two records compared.
+"""
 
-coming_next("Leaderboard", "Every measurement, by hand or by search, ranked in one SQLite database.", [
-    "best schedule per kernel and target, history over time, roofline",
-    "import and export of MetaSchedule JSON databases",
-])
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import state
+from store import Record, Store, StoreError, default_db_path
+from store.compare import compare_records
+from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
+from store.records import KINDS, SOURCES, target_short
+
+# Widget keys of this page (page-local: prefixed, never shared with another page).
+DB_INPUT = "lb_db"
+VIEW = "lb_view"
+WORKLOAD = "lb_workload"
+TARGET = "lb_target"
+HARDWARE = "lb_hardware"
+SOURCE = "lb_source"
+KIND = "lb_kind"
+VERIFIED = "lb_verified_only"
+SINCE = "lb_since"
+RECORD = "lb_record"
+COMPARE_A, COMPARE_B = "lb_compare_a", "lb_compare_b"
+HISTORY_OF = "lb_history_of"
+ALL = "(all)"
+ALL_LIMIT = 2000  # newest records shown in the "All records" view
+SOURCE_COLOURS = {"manual": "#2563eb", "search": "#f97316", "import": "#64748b", "default": "#a3a3a3"}
+EMPTY_HELP = """This database holds no records yet. Fill it by
+- measuring a kernel on the **Schedule** page, or `schedx measure matmul:M=512,N=512,K=512`;
+- running a search: `schedx tune ...` (MetaSchedule writes straight into this database);
+- importing a MetaSchedule JSON database: `schedx db import path/to/work_dir`;
+- merging another machine's database: `schedx db merge other.db`."""
+
+
+def this_machine() -> str:
+    from explorer.environment import hardware_fingerprint
+
+    return hardware_fingerprint()
+
+
+def sidebar(store: Store) -> dict:
+    """The filters, as keyword arguments for the store's queries."""
+    sb = st.sidebar
+    sb.header("Filters")
+    names = {w.key: w.name for w in store.workloads()}
+    workload = sb.selectbox("Workload", [ALL] + sorted(set(names.values())), key=WORKLOAD)
+    target = sb.selectbox("Target", [ALL] + store.distinct("target"), key=TARGET,
+                          format_func=lambda t: t if t == ALL else target_short(t))
+    machine = sb.radio("Hardware", ["This machine", "Any machine"], key=HARDWARE, horizontal=True,
+                       help=f"This machine: {this_machine()}")
+    source = sb.selectbox("Source", [ALL, *SOURCES], key=SOURCE)
+    kind = sb.selectbox("Kind", [ALL, *KINDS], key=KIND)
+    verified = sb.checkbox("Verified only", key=VERIFIED, help="Only records checked against a reference.")
+    since = sb.date_input("Since", value=None, key=SINCE, max_value=date.today())
+    def pick(value):
+        return None if value == ALL else value
+
+    return {"workload": pick(workload), "target": pick(target), "source": pick(source), "kind": pick(kind),
+            "hardware": this_machine() if machine == "This machine" else None, "verified_only": verified,
+            "since": since}
+
+
+def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
+    return [{"id": r.id, "workload": names.get(r.workload_key, r.workload_key),
+             "GFLOPS": None if r.gflops is None else round(r.gflops, 3),
+             "median ms": None if r.median_s is None else r.median_s * 1e3, "source": r.source, "status": r.status,
+             "verified": r.verified, "max error": r.max_error, "steps": len(r.steps or []),
+             "target": target_short(r.target), "hardware": r.hardware, "created": r.created[:19].replace("T", " "),
+             "error": r.error[:120]} for r in records]
+
+
+def gflops_chart(rows: list[dict]) -> go.Figure:
+    fig = go.Figure()
+    for source in SOURCES:
+        part = [r for r in rows if r["source"] == source]
+        if part:
+            fig.add_bar(x=[r["workload"] for r in part], y=[r["gflops"] for r in part], name=source,
+                        marker_color=SOURCE_COLOURS[source], customdata=[r["id"] for r in part],
+                        hovertemplate="%{x}<br>%{y:.2f} GFLOPS<br>record %{customdata}<extra>" + source + "</extra>")
+    fig.update_layout(barmode="group", yaxis_title="GFLOPS (best)", height=380, margin=dict(t=30, b=10),
+                      legend_title="source")
+    return fig
+
+
+def history_chart(series: dict) -> go.Figure:
+    label = "GFLOPS" if series["metric"] == "gflops" else "median ms"
+    fig = go.Figure()
+    fig.add_scatter(x=[p["created"] for p in series["best_so_far"]], y=[p["value"] for p in series["best_so_far"]],
+                    mode="lines", line_shape="hv", name="best so far", line_color="#16a34a")
+    for source in SOURCES:
+        pts = [p for p in series["points"] if p["source"] == source]
+        if pts:
+            fig.add_scatter(x=[p["created"] for p in pts], y=[p["value"] for p in pts], mode="markers", name=source,
+                            marker_color=SOURCE_COLOURS[source], customdata=[p["id"] for p in pts],
+                            hovertemplate="%{y:.3f}<br>record %{customdata}<extra></extra>")
+    fig.update_layout(yaxis_title=label, height=360, margin=dict(t=30, b=10))
+    return fig
+
+
+def roofline_chart(data: dict) -> go.Figure:
+    """The roofline hook: measured peaks in, the ceiling and one point per record out."""
+    fig = go.Figure()
+    fig.add_scatter(x=[c["intensity"] for c in data["ceiling"]], y=[c["gflops"] for c in data["ceiling"]],
+                    mode="lines", name="roofline (measured peaks)", line_color="#475569")
+    for source in SOURCES:
+        pts = [p for p in data["points"] if p["source"] == source]
+        if pts:
+            fig.add_scatter(x=[p["intensity"] for p in pts], y=[p["gflops"] for p in pts], mode="markers",
+                            name=source, marker_color=SOURCE_COLOURS[source], text=[p["workload"] for p in pts],
+                            hovertemplate="%{text}<br>AI %{x:.1f}<br>%{y:.2f} GFLOPS<extra></extra>")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
+                      yaxis_title="GFLOPS", height=380, margin=dict(t=30, b=10))
+    return fig
+
+
+def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
+    by_source = store.best(**filters, per_source=True)
+    tab_bars, tab_history, tab_roof = st.tabs(["GFLOPS per workload", "History", "Roofline"])
+    with tab_bars:
+        rows = gflops_by_workload(by_source, names)
+        if rows:
+            st.plotly_chart(gflops_chart(rows), width="stretch")
+        else:
+            st.info("No ranked record with known FLOPs matches the filters.")
+    with tab_history:
+        keys = sorted({r.workload_key for r in by_source}, key=lambda k: names.get(k, k))
+        if keys:
+            key = st.selectbox("Workload", keys, key=HISTORY_OF, format_func=lambda k: names.get(k, k))
+            series = history_series(store.history(key, target=filters["target"], hardware=filters["hardware"]))
+            st.plotly_chart(history_chart(series), width="stretch")
+            st.caption(f"{len(series['points'])} ranked measurements, {series['failed']} failed (not plotted).")
+        else:
+            st.info("No workload matches the filters.")
+    with tab_roof:
+        peaks = measured_peaks(by_source)
+        if peaks is None:
+            st.info("No measured peaks in these records' environment. The Schedule page's calibration adds "
+                    "`peak_gflops` and `peak_gbps` to every measurement it saves; records from search or "
+                    "import have none, and no figure is made up.")
+        else:
+            data = roofline(by_source, {w.key: w for w in store.workloads()}, *peaks)
+            st.plotly_chart(roofline_chart(data), width="stretch")
+            st.caption(f"Peaks measured on this machine: {peaks[0]:.0f} GFLOPS, {peaks[1]:.0f} GB/s; "
+                       f"{len(data['points'])} records with known bytes.")
+
+
+def open_in_schedule(record_id: int) -> None:
+    st.session_state[state.OPEN_RECORD] = record_id
+    try:
+        st.switch_page("ui/schedule.py")
+    except Exception:  # noqa: BLE001 - this page running alone (tests) has no navigation to switch in
+        st.info(f"Record {record_id} is queued for the Schedule page: open it from the navigation.")
+        st.markdown("[Schedule page](/schedule)")
+
+
+def record_labels(records: list[Record], names: dict[str, str]) -> dict[int, str]:
+    """``#12 matmul_512... · search · 178.96 GFLOPS`` for the record pickers."""
+    def speed(r: Record) -> str:
+        if r.gflops is not None:
+            return f"{r.gflops:.2f} GFLOPS"
+        return f"{r.median_s * 1e3:.4f} ms" if r.median_s is not None else r.status
+    return {r.id: f"#{r.id} {names.get(r.workload_key, r.workload_key)} · {r.source} · {speed(r)}" for r in records}
+
+
+def record_detail(store: Store, labels: dict[int, str], names: dict[str, str]) -> None:
+    rid = st.selectbox("Record", list(labels), key=RECORD, format_func=labels.get)
+    r = store.record(rid) if rid is not None else None
+    if r is None:
+        return
+    cols = st.columns(4)
+    cols[0].metric("GFLOPS", "-" if r.gflops is None else f"{r.gflops:.2f}")
+    cols[1].metric("median", "-" if r.median_s is None else f"{r.median_s * 1e3:.4f} ms")
+    cols[2].metric("status", r.status)
+    cols[3].metric("verified", {None: "-", True: "yes", False: "no"}[r.verified])
+    st.caption(f"{names.get(r.workload_key, r.workload_key)} · {r.source} · {target_short(r.target)} · "
+               f"{r.hardware} · {r.created}")
+    if r.error:
+        st.error(r.error)
+    if st.button("Open in Schedule page", key=f"lb_open_{rid}", disabled=not (r.steps or r.trace),
+                 help="Loads this record's steps (or its MetaSchedule trace, as steps) into the editor."):
+        open_in_schedule(rid)
+    left, right = st.columns(2)
+    left.markdown("**Steps**")
+    left.json(r.steps or [], expanded=False)
+    right.markdown("**Environment**")
+    right.json(r.environment or {}, expanded=False)
+
+
+def compare_view(store: Store, labels: dict[int, str]) -> None:
+    ids = list(labels)
+    if len(ids) < 2:
+        st.info("Two records are needed to compare.")
+        return
+    cols = st.columns(2)
+    a = cols[0].selectbox("Record A", ids, key=COMPARE_A, format_func=labels.get)
+    b = cols[1].selectbox("Record B", ids, index=1, key=COMPARE_B, format_func=labels.get)
+    ra, rb = store.record(a), store.record(b)
+    if ra is None or rb is None:
+        return
+    diff = compare_records(ra, rb)
+    speed = diff["b_speedup_over_a"]
+    st.caption(("same workload" if diff["same_workload"] else "different workloads")
+               + (f" · B is {speed:.2f}x as fast as A" if speed else "")
+               + f" · {diff['steps_differ']} steps differ · {len(diff['decisions'])} decisions differ")
+    steps = [{"A": json.dumps(row["a"]) if row["a"] else "", "B": json.dumps(row["b"]) if row["b"] else "",
+              "difference": row["status"] + (f" ({', '.join(row['differing_args'])})" if row["differing_args"] else "")}
+             for row in diff["steps"]]
+    if steps:
+        st.dataframe(steps, hide_index=True, width="stretch")
+    if diff["decisions"]:
+        st.markdown("**Trace decisions that differ**")
+        st.dataframe([{"instruction": d["instruction"], "inputs": json.dumps(d["inputs"]), "A": json.dumps(d["a"]),
+                       "B": json.dumps(d["b"])} for d in diff["decisions"]], hide_index=True, width="stretch")
+    elif not steps:
+        st.info("Neither record has steps or a trace to compare.")
+
+
+def main() -> None:
+    st.title("Leaderboard")
+    default = str(default_db_path())
+    path = Path(st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=DB_INPUT,
+                                      help="A schedx SQLite file ($SCHEDX_DB or --db elsewhere).")).expanduser()
+    st.session_state[state.DB_PATH] = str(path)
+    if not path.exists():
+        st.info(f"No database at `{path}` yet.\n\n" + EMPTY_HELP)
+        return
+    try:
+        store = Store(path, create=False)
+    except StoreError as err:
+        st.error(str(err))
+        return
+    with store:
+        if store.count() == 0:
+            st.info(EMPTY_HELP)
+            return
+        filters = sidebar(store)
+        names = {w.key: w.name for w in store.workloads()}
+        view = st.segmented_control("Show", ["Best per workload", "All records"], default="Best per workload",
+                                    key=VIEW) or "Best per workload"
+        if view == "Best per workload":
+            records = store.best(**filters)
+        else:
+            records = store.records(**filters, order="newest", limit=ALL_LIMIT)
+        st.caption(f"{len(records)} {'best records' if view.startswith('Best') else 'records'} · "
+                   f"{store.count()} in {path}")
+        if not records:
+            st.warning("No record matches these filters" + (" on this machine: try 'Any machine'."
+                                                            if filters["hardware"] else "."))
+            return
+        st.dataframe(table_rows(records, names), hide_index=True, width="stretch",
+                     column_config={"GFLOPS": st.column_config.NumberColumn(format="%.2f"),
+                                    "median ms": st.column_config.NumberColumn(format="%.4f")})
+        charts(store, filters, names)
+        labels = record_labels(records, names)
+        tab_record, tab_compare = st.tabs(["Record", "Compare two records"])
+        with tab_record:
+            record_detail(store, labels, names)
+        with tab_compare:
+            compare_view(store, labels)
+
+
+main()

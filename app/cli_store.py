@@ -1,0 +1,236 @@
+"""``schedx leaderboard`` and ``schedx db ...``: the leaderboard database from the command line.
+
+Each command opens the store, calls one library method and prints; a :class:`StoreError`
+(corrupt or foreign file, newer schema, malformed import) becomes ``Error: ...`` and exit 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+from pathlib import Path
+
+import click
+
+from store import Store, StoreError, default_db_path
+from store.records import KINDS, SOURCES, target_short
+
+EMPTY_HINT = ("No records yet. Measure a kernel (`schedx measure ...` or the Schedule page), run a search "
+              "(`schedx tune ...`), or import a MetaSchedule database: `schedx db import DIR`.")
+COLUMNS = ("rank", "workload", "gflops", "median_ms", "source", "verified", "hardware", "target", "id")
+FIELDS = COLUMNS + ("workload_key", "target_json", "created")  # --json and --csv carry these too
+
+
+def _store_errors(fn):
+    """StoreError -> ``Error: message`` and exit 1 (the traceback only with ``schedx --debug``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StoreError as err:
+            root = click.get_current_context().find_root()
+            if isinstance(root.obj, dict) and root.obj.get("debug"):
+                raise
+            raise click.ClickException(str(err)) from err
+
+    return wrapper
+
+
+def _db_option(fn):
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="Database file (default: $SCHEDX_DB, else ~/.local/share/schedx/schedx.db).")(fn)
+
+
+def _path(db_path: Path | None) -> Path:
+    return Path(db_path).expanduser() if db_path else default_db_path()
+
+
+def _this_machine() -> str:
+    from explorer.environment import hardware_fingerprint
+
+    return hardware_fingerprint()
+
+
+def _echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def leaderboard_rows(store: Store, records) -> list[dict]:
+    """Table rows for records: workload name, GFLOPS, median in ms, short target, ..."""
+    names = {w.key: w.name for w in store.workloads()}
+    return [{"rank": i, "workload": names.get(r.workload_key, r.workload_key),
+             "gflops": None if r.gflops is None else round(r.gflops, 3),
+             "median_ms": None if r.median_s is None else round(r.median_s * 1e3, 6), "source": r.source,
+             "verified": r.verified, "hardware": r.hardware, "target": target_short(r.target), "id": r.id,
+             "workload_key": r.workload_key, "target_json": r.target, "created": r.created}
+            for i, r in enumerate(records, start=1)]
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value >= 0.01 else f"{value:.2e}"
+    return str(value)
+
+
+def _print_table(rows: list[dict]) -> None:
+    cells = [[_fmt(row[c]) for c in COLUMNS] for row in rows]
+    widths = [min(max([len(c)] + [len(line[i]) for line in cells]), 48) for i, c in enumerate(COLUMNS)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths)))
+    for line in cells:
+        click.echo("  ".join(v[:w].ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+@click.command()
+@_db_option
+@click.option("--workload", "-w", default=None, help="Only this workload (key, name or name pattern with *): "
+              "its records ranked, instead of the best per workload.")
+@click.option("--target", "-t", default=None, help="Canonical target JSON, or a kind such as llvm or cuda.")
+@click.option("--hardware", default=None, help="Machine fingerprint (default: this machine's).")
+@click.option("--any-hardware", is_flag=True, help="Records of every machine.")
+@click.option("--source", type=click.Choice(SOURCES), default=None, help="Only manual, search, default or import.")
+@click.option("--kind", type=click.Choice(KINDS), default=None, help="Only kernels or model tasks.")
+@click.option("--verified-only", is_flag=True, help="Only records whose result was checked against a reference.")
+@click.option("--since", default=None, help="Only records measured on or after this date (YYYY-MM-DD).")
+@click.option("--top", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="Rows to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
+@_store_errors
+def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind, verified_only, since, top,
+                as_json, as_csv) -> None:
+    """Rank measured kernels: the best record per workload, target and machine (the fastest median
+    among records that ran and did not fail verification), highest GFLOPS first."""
+    if as_json and as_csv:
+        raise click.UsageError("give either --json or --csv, not both")
+    if hardware and any_hardware:
+        raise click.UsageError("give either --hardware or --any-hardware, not both")
+    hw = None if any_hardware else (hardware or _this_machine())
+    filters = dict(target=target, hardware=hw, source=source, kind=kind, since=since, verified_only=verified_only)
+    rows, elsewhere, path = [], 0, _path(db_path)
+    if path.exists():  # a missing database is an empty leaderboard, not an error
+        with Store(path, create=False) as store:
+            if workload:
+                records = store.records(workload=workload, rankable=True, order="median", limit=top, **filters)
+            else:
+                records = store.best(top=top, **filters)
+            rows = leaderboard_rows(store, records)
+            if not rows:
+                elsewhere = store.count(rankable=True)
+    if as_json:
+        _echo_json(rows)
+    elif as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        click.echo(buf.getvalue(), nl=False)
+    elif rows:
+        _print_table(rows)
+    elif elsewhere:
+        where = f" on this machine ({hw})" if hw else ""
+        click.echo(f"No records match{where}; the database holds {elsewhere} ranked records: try --any-hardware "
+                   "or fewer filters.")
+    else:
+        click.echo(EMPTY_HINT)
+
+
+@click.group()
+def db() -> None:
+    """Manage the leaderboard database: import, export, merge, info."""
+
+
+@db.command("import")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@_db_option
+@click.option("--hardware", default=None, help="Machine the records were measured on (default: this machine's).")
+@click.option("--source", type=click.Choice(SOURCES), default="import", show_default=True,
+              help="Source recorded for the imported records.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_store_errors
+def import_(folder: Path, db_path, hardware, source, as_json) -> None:
+    """Import a MetaSchedule JSON database (FOLDER with database_workload.json and
+    database_tuning_record.json, e.g. a tune_tir work_dir). Every line is checked first; a
+    malformed line imports nothing. Records already present are skipped."""
+    from search.ms_database import canonical_target, describe_b64
+
+    with Store(_path(db_path)) as store:
+        summary = store.import_metaschedule(folder, hardware=hardware or _this_machine(), source=source,
+                                            target_fn=canonical_target, describe=describe_b64)
+    if as_json:
+        _echo_json(summary)
+    else:
+        click.echo(f"imported {summary['records_added']} records ({summary['records_skipped']} already there) and "
+                   f"{summary['workloads_added']} new workloads from {folder}")
+
+
+@db.command("export")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@_db_option
+@click.option("--target", "-t", default=None, help="Only this target (canonical JSON, or a kind such as llvm).")
+@click.option("--hardware", default=None, help="Only this machine's records (default: this machine's).")
+@click.option("--any-hardware", is_flag=True, help="Records of every machine.")
+@click.option("--force", is_flag=True, help="Overwrite a MetaSchedule database already in FOLDER.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_store_errors
+def export(folder: Path, db_path, target, hardware, any_hardware, force, as_json) -> None:
+    """Write records (with their traces) as a MetaSchedule JSON database in FOLDER, loadable by
+    ms.database.JSONDatabase(work_dir=FOLDER)."""
+    if hardware and any_hardware:
+        raise click.UsageError("give either --hardware or --any-hardware, not both")
+    with Store(_path(db_path), create=False) as store:
+        summary = store.export_metaschedule(folder, target=target, overwrite=force,
+                                            hardware=None if any_hardware else (hardware or _this_machine()))
+    if as_json:
+        _echo_json(summary)
+    else:
+        skipped = summary["skipped_no_trace"] + summary["skipped_no_module"]
+        click.echo(f"wrote {summary['records']} records of {summary['workloads']} workloads to {folder}"
+                   + (f" ({skipped} without a trace or module skipped)" if skipped else ""))
+
+
+@db.command()
+@click.argument("other", type=click.Path(dir_okay=False, path_type=Path))
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_store_errors
+def merge(other: Path, db_path, as_json) -> None:
+    """Merge another schedx database (e.g. from another machine) into this one; records already
+    here (same workload, target, machine, schedule and latencies) are skipped."""
+    with Store(_path(db_path)) as store:
+        summary = store.merge(other)
+    if as_json:
+        _echo_json(summary)
+    else:
+        click.echo(f"merged {summary['records_added']} records ({summary['records_skipped']} already there) and "
+                   f"{summary['workloads_added']} new workloads from {other}")
+
+
+@db.command()
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_errors
+def info(db_path, as_json) -> None:
+    """Show the database's path, schema version, counts by source, status and machine, and size."""
+    with Store(_path(db_path), create=False) as store:
+        data = store.info()
+    if as_json:
+        _echo_json(data)
+        return
+    click.echo(f"{data['path']}  (schema {data['schema_version']}, {data['size_bytes'] / 1024:.0f} KB, "
+               f"{data['journal_mode']})")
+    click.echo(f"  {data['workloads']} workloads, {data['records']} records, {data['jobs']} jobs, "
+               f"{data['targets']} targets")
+    for title, key in (("by source", "by_source"), ("by status", "by_status"), ("by machine", "hardware")):
+        if data[key]:
+            click.echo(f"  {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(data[key].items())))
+    if data["first_record"]:
+        click.echo(f"  records from {data['first_record']} to {data['last_record']}")
+
+
+__all__ = ["db", "leaderboard", "leaderboard_rows"]

@@ -1,0 +1,293 @@
+"""MetaSchedule's database interface over the schedx store, so a search writes straight into
+the leaderboard and compiling with it picks the leaderboard's best records.
+
+``StoreDatabase`` is what ``ms.tune_tir(..., database=...)``, ``ms.tir_integration.compile_tir``
+and ``ms.relax_integration.compile_relax`` take. It is target- and hardware-aware where
+MetaSchedule's own databases are not: ``query_*`` (what compiling uses) only returns records of
+the target being compiled for, and ``get_top_k`` (what the search warm-starts from) only records
+of this machine (``hardware``) and of ``target_filter`` when given; ``any_hardware=True`` lifts
+the machine restriction. Workloads are keyed by MetaSchedule's structural hash (module equality
+"structural", the default), so a plain ``database_workload.json`` and the store agree on keys.
+
+Also here, because they need TVM and the store must not import it: :func:`canonical_target`
+(the one text form of a target that records carry), :func:`store_workload` (a store
+``Workload`` from an IRModule, with name, argument shapes and FLOPs) and :func:`describe_b64`
+(the same for a module read from a MetaSchedule JSON file, for ``Store.import_metaschedule``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import tvm_ffi
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord
+from tvm.s_tir.meta_schedule.database import Workload as MSWorkload
+from tvm.target import Target
+from tvm.tirx import PrimFunc
+
+from store import Record, Store
+from store import Workload as StoreWorkload
+from store.records import MS_FAILED_SECS, median_of
+
+_ALWAYS_KEPT = ("kind", "mcpu", "arch")  # identify the hardware even when equal to a default
+
+
+def plain_json(obj: Any) -> Any:
+    """A TVM value (IntImm, FloatImm, Array, Map, String, Target config) as plain JSON data."""
+    if obj is None or isinstance(obj, bool | str):
+        return str(obj) if isinstance(obj, str) else obj
+    if isinstance(obj, int | float):
+        return obj
+    if hasattr(obj, "value") and isinstance(getattr(obj, "value"), bool | int | float):  # IntImm, FloatImm
+        return obj.value
+    if isinstance(obj, Mapping | tvm_ffi.Map):
+        return {str(k): plain_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | tvm_ffi.Array):
+        return [plain_json(x) for x in obj]
+    raise TypeError(f"cannot turn {type(obj).__name__} into JSON: {obj!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _kind_defaults(kind: str) -> dict:
+    return plain_json(Target({"kind": kind}).export())
+
+
+def _strip_defaults(config: dict) -> dict:
+    base = _kind_defaults(config["kind"])
+    out = {}
+    for key, value in config.items():
+        if key == "host" and isinstance(value, dict):
+            out[key] = _strip_defaults(value)
+        elif key in _ALWAYS_KEPT or key not in base or base[key] != value:
+            if not (key == "tag" and value == ""):
+                out[key] = value
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_text(config_text: str) -> str:
+    config = plain_json(Target(json.loads(config_text)).export())
+    return json.dumps(_strip_defaults(config), sort_keys=True)
+
+
+def canonical_target(target: Target | Mapping | str) -> str:
+    """The text records carry for a target: its config as sorted JSON, without the values every
+    target of its kind has (``tag``, default ``keys``, ...): ``{"kind": "llvm", "mcpu": "znver4",
+    "num-cores": 2}``. Equal targets give equal text, however they were written."""
+    if isinstance(target, Target):
+        config = plain_json(target.export())
+    elif isinstance(target, str):
+        config = json.loads(target) if target.lstrip().startswith("{") else {"kind": target}
+    else:
+        config = plain_json(target)
+    return _canonical_text(json.dumps(config, sort_keys=True))
+
+
+def as_task_module(mod: IRModule | PrimFunc) -> IRModule:
+    """``mod`` as MetaSchedule sees a task: a PrimFunc becomes ``{"main": func}`` with the
+    ``global_symbol`` and ``tirx.noalias`` attributes ``tune_tir`` adds (they change the hash)."""
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    return _normalize_mod(mod)
+
+
+def workload_key(mod: IRModule | PrimFunc) -> str:
+    """MetaSchedule's structural hash of ``mod`` as the decimal text of database_workload.json
+    (a PrimFunc is first normalised as ``tune_tir`` does; a module is hashed as given)."""
+    return _shash(as_task_module(mod) if isinstance(mod, PrimFunc) else mod)
+
+
+def _shash(mod: IRModule) -> str:
+    return str(tvm_ffi.structural_hash(mod) % (1 << 64))
+
+
+def _dtype_bytes(dtype: str) -> float:
+    bits = re.findall(r"\d+", dtype)
+    lanes = int(dtype.split("x")[-1]) if re.search(r"x\d+$", dtype) else 1
+    return (int(bits[0]) if bits else 8) * lanes / 8
+
+
+def describe_module(mod: IRModule) -> dict:
+    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
+    try:
+        args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+        args = [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in plain_json(args)]
+    except Exception:  # noqa: BLE001 - a module without one entry function: describe what we can
+        args = []
+    try:
+        flops = int(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001
+        flops = 0
+    nbytes = sum(_dtype_bytes(a["dtype"]) * _prod(a["shape"]) for a in args)
+    sig = "_".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
+    name = f"{func_name}_{sig}_{args[0]['dtype']}" if args else func_name
+    return {"name": name[:120], "shapes": {"args": args, "bytes": int(nbytes)}, "flops": flops}
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: str = "kernel",
+                   source: str = "search", shapes: dict | None = None, flops: int | None = None) -> StoreWorkload:
+    """The store's Workload for ``mod`` (a PrimFunc is normalised as ``tune_tir`` does): key and
+    module exactly as MetaSchedule writes them; name, shapes and FLOPs computed unless given."""
+    mod = as_task_module(mod) if isinstance(mod, PrimFunc) else mod
+    key, mod_b64 = plain_json(MSWorkload(mod).as_json())
+    info = describe_module(mod)
+    return StoreWorkload(key=key, name=name or info["name"], kind=kind, source=source,
+                         shapes=shapes if shapes is not None else info["shapes"],
+                         flops=flops if flops is not None else info["flops"], mod_b64=mod_b64)
+
+
+def describe_b64(key: str, mod_b64: str) -> dict:
+    """``describe`` hook for ``Store.import_metaschedule``: read the module, describe it."""
+    try:
+        return describe_module(MSWorkload.from_json([key, mod_b64]).mod)
+    except Exception:  # noqa: BLE001 - an unreadable module is imported under a generic name
+        return {}
+
+
+@derived_object
+class StoreDatabase(PyDatabase):
+    """A MetaSchedule database whose tables are the schedx store.
+
+    ``store``: a :class:`store.Store` or a path. ``hardware``: this machine's fingerprint
+    (``explorer.environment.hardware_fingerprint()``); records committed here carry it, and
+    ``get_top_k`` returns only records measured on it unless ``any_hardware``. ``target_filter``:
+    canonical target text that ``get_top_k``/``get_all_tuning_records`` keep to (pass the tuning
+    target so a search never warm-starts from another target's records). Committed records get
+    ``source`` and ``job_id``; ``environment`` defaults to this machine's for the record's target.
+    """
+
+    def __init__(self, store: Store | str, *, hardware: str, target_filter: str | None = None,
+                 source: str = "search", job_id: int | None = None, any_hardware: bool = False,
+                 environment: dict | None = None) -> None:
+        self.store = store if isinstance(store, Store) else Store(store)
+        self.hardware = hardware
+        self.target_filter = canonical_target(target_filter) if target_filter else None
+        self.source = source
+        self.job_id = job_id
+        self.any_hardware = any_hardware
+        self._environment = environment
+        self._workloads: dict[str, MSWorkload] = {}  # key -> the Workload MetaSchedule got from us
+        self._keys: dict[MSWorkload, str] = {}  # Workload object (by handle) -> key
+        self._envs: dict[str, dict] = {}
+
+    # workloads
+    def _key_of(self, workload: MSWorkload) -> str:
+        key = self._keys.get(workload)
+        if key is None:
+            key = _shash(workload.mod)
+            self._keys[workload] = key
+        return key
+
+    def _remember(self, key: str, workload: MSWorkload) -> MSWorkload:
+        self._workloads[key] = workload
+        self._keys[workload] = key
+        return workload
+
+    def has_workload(self, mod: IRModule) -> bool:
+        key = _shash(mod)
+        return key in self._workloads or self.store.workload(key) is not None
+
+    def commit_workload(self, mod: IRModule) -> MSWorkload:
+        key = _shash(mod)
+        if key in self._workloads:
+            return self._workloads[key]
+        if self.store.workload(key) is None:
+            self.store.add_workload(store_workload(mod, source=self.source), replace=False)
+        return self._remember(key, MSWorkload(mod))
+
+    def _ms_workload(self, key: str) -> MSWorkload | None:
+        if key not in self._workloads:
+            w = self.store.workload(key)
+            if w is None or not w.mod_b64:
+                return None
+            self._remember(key, MSWorkload.from_json([w.key, w.mod_b64]))
+        return self._workloads[key]
+
+    # records
+    def _env(self, target_text: str) -> dict:
+        if self._environment is not None:
+            return self._environment
+        if target_text not in self._envs:
+            from explorer.environment import current_environment, hardware_fingerprint
+
+            env = current_environment(target_text).to_dict() if self.hardware == hardware_fingerprint() else {}
+            self._envs[target_text] = {**env, "hardware": self.hardware}
+        return self._envs[target_text]
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        key = self._key_of(record.workload)
+        if key not in self._workloads and self.store.workload(key) is None:
+            self.commit_workload(record.workload.mod)
+        trace, run_secs, target, args_info = plain_json(record.as_json())
+        target_text = canonical_target(target) if target else (self.target_filter or "")
+        valid = [float(s) for s in run_secs or [] if float(s) < MS_FAILED_SECS]
+        self.store.add_record(Record(
+            workload_key=key, target=target_text, hardware=self.hardware, source=self.source,
+            status="ok" if valid else "run_error", steps=[], trace=trace, latencies=valid, median_s=median_of(valid),
+            gflops=None, environment=self._env(target_text), job_id=self.job_id,
+            error="" if valid else "MetaSchedule reported no valid run time (build or run failed)",
+            args_info=args_info))
+
+    def _to_tuning_record(self, r: Record, workload: MSWorkload) -> TuningRecord | None:
+        target = json.loads(r.target) if r.target.lstrip().startswith("{") else None
+        try:
+            return TuningRecord.from_json([r.trace, r.latencies or [MS_FAILED_SECS], target, r.args_info], workload)
+        except Exception:  # noqa: BLE001 - a trace this TVM cannot replay is not a candidate
+            return None
+
+    def _hardware(self) -> str | None:
+        return None if self.any_hardware else self.hardware
+
+    def get_top_k(self, workload: MSWorkload, top_k: int) -> list[TuningRecord]:
+        if top_k <= 0:
+            return []
+        key = self._key_of(workload)
+        found = self.store.top_k(key, self.target_filter, self._hardware(), top_k, with_trace=True)
+        return [t for t in (self._to_tuning_record(r, workload) for r in found) if t is not None]
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        out = []
+        for r in self.store.records(target=self.target_filter, hardware=self._hardware(), has_trace=True, order="id"):
+            workload = self._ms_workload(r.workload_key)
+            t = self._to_tuning_record(r, workload) if workload is not None else None
+            if t is not None:
+                out.append(t)
+        return out
+
+    def query_tuning_record(self, mod: IRModule, target: Target, workload_name: str | None = None
+                            ) -> TuningRecord | None:
+        """The best record of ``mod`` for exactly ``target`` (and this machine unless any_hardware)."""
+        key = _shash(mod)
+        if self.store.workload(key) is None:
+            return None
+        target_text = canonical_target(target) if target is not None else self.target_filter
+        workload = self.commit_workload(mod)
+        for r in self.store.top_k(key, target_text, self._hardware(), 8, with_trace=True):
+            t = self._to_tuning_record(r, workload)
+            if t is not None:
+                return t
+        return None
+
+    def __len__(self) -> int:
+        return self.store.count(target=self.target_filter, hardware=self._hardware(), has_trace=True)
+
+
+__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module", "plain_json",
+           "store_workload", "workload_key"]

@@ -1,0 +1,140 @@
+"""The Leaderboard page on its own under AppTest: empty and filled databases, the plot data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import state
+from explorer.environment import hardware_fingerprint
+from store import Record, Store, Workload
+from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
+
+PAGE = Path(__file__).resolve().parent.parent / "app" / "ui" / "leaderboard.py"
+LLVM = '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}'
+TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SamplePerfectTile", ["l1"], [2, 16], ["v2", "v3"]]],
+         [[1, [16, 4]]]]
+MATMUL_STEPS = [{"primitive": "split", "args": {"loop": "i", "factors": [None, 4]}},
+                {"primitive": "parallel", "args": {"loop": "i_0"}}]
+
+
+def fill_demo(path: Path, hardware: str | None = None) -> list[int]:
+    """A small leaderboard: two kernels, manual and search records, one failure, one other machine."""
+    hw = hardware or hardware_fingerprint()
+    env = {"hardware": hw, "peak_gflops": 200.0, "peak_gbps": 40.0, "threads": 2}
+    with Store(path) as store:
+        store.add_workload(Workload(key="1001", name="matmul_512x512x512_float32", source="builtin:matmul",
+                                    shapes={"M": 512, "N": 512, "K": 512, "bytes": 3 * 512 * 512 * 4},
+                                    flops=2 * 512 ** 3))
+        store.add_workload(Workload(key="2002", name="conv2d_1x64x56x56", source="builtin:conv2d",
+                                    shapes={"bytes": 2_000_000}, flops=231_211_008))
+
+        def rec(key, median, source, day, **kw):
+            base = dict(workload_key=key, target=LLVM, hardware=hw, source=source, status="ok",
+                        steps=MATMUL_STEPS if source == "manual" else [], trace=TRACE if source == "search" else None,
+                        latencies=[median] * 3 if median else [], median_s=median, gflops=None, environment=env,
+                        created=f"2025-05-{day:02d}T10:00:00+00:00")
+            return Record(**{**base, **kw})
+
+        return store.add_records([
+            rec("1001", 0.25, "manual", 1),
+            rec("1001", 0.0025, "manual", 2, verified=True, max_error=1e-5),
+            rec("1001", 0.0015, "search", 3, trace=[TRACE[0], [[1, [8, 8]]]]),
+            rec("1001", None, "search", 4, status="build_error", error="LocalBuilder: Timeout"),
+            rec("2002", 0.004, "manual", 5),
+            rec("2002", 0.003, "search", 6),
+            rec("2002", 0.001, "import", 7, hardware="aarch64/elsewhere/neon/64c", environment={}),
+        ])
+
+
+def _page(path: Path | None) -> AppTest:
+    at = AppTest.from_file(str(PAGE), default_timeout=60)
+    if path is not None:
+        at.session_state[state.DB_PATH] = str(path)
+    return at
+
+
+def test_missing_database_says_how_to_fill_it(tmp_path):
+    at = _page(tmp_path / "nothing.db").run()
+    assert not at.exception and not at.error
+    assert "schedx db import" in at.info[0].value and "No database" in at.info[0].value
+    assert not at.dataframe
+    assert not (tmp_path / "nothing.db").exists()  # looking does not create files
+
+
+def test_empty_database_says_how_to_fill_it(tmp_path, monkeypatch):
+    Store(tmp_path / "empty.db").close()
+    monkeypatch.setenv("SCHEDX_DB", str(tmp_path / "empty.db"))  # the default path honours SCHEDX_DB
+    at = _page(None).run()
+    assert not at.exception and not at.error
+    assert "holds no records" in at.info[0].value and "schedx measure" in at.info[0].value
+
+
+def test_corrupt_file_is_an_error_message(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"garbage" * 50)
+    at = _page(bad).run()
+    assert not at.exception
+    assert "not a SQLite database" in at.error[0].value
+    assert bad.read_bytes() == b"garbage" * 50
+
+
+def test_filled_database_shows_table_and_charts(tmp_path):
+    ids = fill_demo(tmp_path / "demo.db")
+    at = _page(tmp_path / "demo.db").run()
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert set(table["workload"]) == {"matmul_512x512x512_float32", "conv2d_1x64x56x56"}
+    assert len(table) == 2  # best per workload on this machine
+    assert sorted(table["id"]) == sorted([ids[2], ids[5]])
+    assert len(at.get("plotly_chart")) >= 2  # GFLOPS bars, history (and roofline: peaks are known)
+    at.radio(key="lb_hardware").set_value("Any machine").run()
+    assert len(at.dataframe[0].value) == 3
+    at.selectbox(key="lb_source").set_value("manual").run()
+    assert set(at.dataframe[0].value["source"]) == {"manual"}
+
+
+def test_all_records_view_and_compare(tmp_path):
+    ids = fill_demo(tmp_path / "demo.db")
+    at = _page(tmp_path / "demo.db").run()
+    at.segmented_control(key="lb_view").set_value("All records").run()
+    assert not at.exception
+    assert len(at.dataframe[0].value) == 6  # this machine: everything but the other machine's record
+    at.selectbox(key="lb_compare_a").set_value(ids[1]).run()
+    at.selectbox(key="lb_compare_b").set_value(ids[2]).run()
+    assert not at.exception
+    assert any("steps differ" in c.value for c in at.caption)
+
+
+def test_open_in_schedule_page_queues_the_record(tmp_path):
+    ids = fill_demo(tmp_path / "demo.db")
+    at = _page(tmp_path / "demo.db").run()
+    at.selectbox(key="lb_record").set_value(ids[2]).run()
+    at.button(key=f"lb_open_{ids[2]}").click().run()
+    assert not at.exception
+    assert at.session_state[state.OPEN_RECORD] == ids[2]
+
+
+def test_plot_data(tmp_path):
+    fill_demo(tmp_path / "demo.db", hardware="hw")
+    with Store(tmp_path / "demo.db") as store:
+        names = {w.key: w.name for w in store.workloads()}
+        bars = gflops_by_workload(store.records(), names)
+        assert [(b["workload"], b["source"]) for b in bars] == [
+            ("conv2d_1x64x56x56", "import"), ("conv2d_1x64x56x56", "manual"), ("conv2d_1x64x56x56", "search"),
+            ("matmul_512x512x512_float32", "manual"), ("matmul_512x512x512_float32", "search")]
+        assert bars[-1]["gflops"] == pytest.approx(2 * 512 ** 3 / 0.0015 / 1e9)
+        series = history_series(store.history("1001"))
+        assert series["metric"] == "gflops" and series["failed"] == 1
+        assert [p["record_best"] for p in series["points"]] == [True, True, True]
+        assert series["best_so_far"][-1]["value"] == pytest.approx(bars[-1]["gflops"])
+        peaks = measured_peaks(store.records())
+        assert peaks == (200.0, 40.0)
+        data = roofline(store.best(), {w.key: w for w in store.workloads()}, *peaks)
+        assert data["ridge"] == 5.0
+        assert max(c["gflops"] for c in data["ceiling"]) == 200.0
+        mm = next(p for p in data["points"] if p["workload"].startswith("matmul"))
+        assert mm["intensity"] == pytest.approx(2 * 512 ** 3 / (3 * 512 * 512 * 4))
+        assert measured_peaks([r for r in store.records() if r.source == "import"]) is None
