@@ -7,7 +7,7 @@ st.set_page_config(page_title="schedx", page_icon=":material/explore:", layout="
 pages = st.navigation([
     st.Page("ui/passes.py", title="Graph & passes", icon=":material/account_tree:", default=True, url_path="passes"),
     st.Page("ui/schedule.py", title="Schedule", icon=":material/build:", url_path="schedule"),
-    st.Page("ui/search.py", title="Search", icon=":material/travel_explore:", url_path="search"),
+    st.Page("ui/search_page.py", title="Search", icon=":material/travel_explore:", url_path="search"),
     st.Page("ui/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"),
     st.Page("ui/export.py", title="Export", icon=":material/inventory_2:", url_path="export"),
 ])

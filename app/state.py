@@ -31,3 +31,5 @@ PRIMITIVE = "next_primitive"
 STEP_ERROR = "step_error"
 SCHEDULE_VIEW = "schedule_view"
 JUMP = "jump_to_step"
+RECORD_KERNELS = "record_kernels"  # {"record:ID": PrimFunc} for records whose kernel has no spec
+OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page

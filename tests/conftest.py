@@ -55,3 +55,18 @@ def resnet18():
     from explorer.models import load_model
 
     return load_model("resnet18")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_database(tmp_path_factory):
+    """Every test writes to a throw-away database, never the user's default one."""
+    import os
+
+    path = tmp_path_factory.mktemp("db") / "schedx-test.db"
+    old = os.environ.get("SCHEDX_DB")
+    os.environ["SCHEDX_DB"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("SCHEDX_DB", None)
+    else:
+        os.environ["SCHEDX_DB"] = old

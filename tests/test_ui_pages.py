@@ -20,7 +20,7 @@ def _page(name: str) -> AppTest:
     return AppTest.from_file(str(PAGES / name), default_timeout=180)
 
 
-@pytest.mark.parametrize("name", ["search.py", "export.py"])
+@pytest.mark.parametrize("name", ["search_page.py", "export.py"])
 def test_coming_pages_say_so_without_data(name):
     at = _page(name).run()
     assert not at.exception

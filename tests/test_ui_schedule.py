@@ -70,3 +70,29 @@ def test_fused_kernel_from_a_model():
     at.sidebar.selectbox(key="kernel_model").set_value("small_cnn").run()
     assert not at.exception and not at.error
     assert "small_cnn/" in at.caption[0].value
+
+
+def test_measurements_go_to_the_leaderboard_and_records_open_as_steps(tmp_path):
+    from store import Store
+
+    db = tmp_path / "ui.db"
+    at = small_matmul()
+    at.session_state["db_path"] = str(db)
+    apply(at, "split", loop="C/j", factors="None, 16")
+    apply(at, "vectorize", loop="C/j_1")
+    at.button(key="measure").click().run()
+    assert not at.exception
+    with Store(db) as store:
+        records = store.records()
+    sources = sorted(r.source for r in records)
+    assert sources == ["default", "manual"]
+    manual = next(r for r in records if r.source == "manual")
+    assert [s["primitive"] for s in manual.steps] == ["split", "vectorize"] and manual.gflops > 0
+
+    fresh = AppTest.from_file(PAGE, default_timeout=300)
+    fresh.session_state["db_path"] = str(db)
+    fresh.session_state["open_record"] = manual.id
+    fresh.run()
+    assert not fresh.exception and not fresh.error
+    assert any("Opened the record's 2 steps" in s.value for s in fresh.success)
+    assert "Steps (2 of 2)" in [s.value for s in fresh.subheader]

@@ -9,8 +9,9 @@ import streamlit as st
 from app import state
 from app.cache import fused_kernels, machine_peaks
 from app.components import code_with_marks, roofline_figure, tiling_figure
+from app.records import best_known, open_requested_record, save_measurement
 from explorer.errors import ExplorerError
-from explorer.kernels import BUILTINS, Kernel, builtin_kernel
+from explorer.kernels import BUILTINS, Kernel, builtin_kernel, load_kernel, parse_spec
 from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
 from explorer.schedule.primitives import PRIMITIVES, Param
@@ -187,9 +188,13 @@ def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
         with st.spinner("Building, verifying and timing in a separate process..."):
             if "naive" not in store:
                 store["naive"] = measure(kernel, peaks=peaks)
+                save_measurement(kernel, None, store["naive"], source="default")
             result = measure(kernel, session.mod, peaks=peaks)
         store["history"].append((dump_steps(session.steps), result))
         store["last"] = result
+        record_id = save_measurement(kernel, session, result)
+        if record_id is not None:
+            st.toast(f"Saved to the leaderboard as record {record_id}")
     result = store.get("last")
     if result is None:
         st.caption(f"{kernel.info.flops / 1e9:.3f} GFLOP per run; results are verified against "
@@ -213,13 +218,50 @@ def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
             rows.append({"schedule": label, "status": r.status, "median ms": round(r.median_s * 1e3, 3) if r.ok else None,
                          "GFLOPS": round(r.gflops, 2) if r.ok else None,
                          "% peak": round(r.percent_of_peak, 1) if r.ok else None})
+    known = best_known(kernel, result.target)
+    if known is not None and known.gflops:
+        rows.append({"schedule": f"best known (record {known.id}, {known.source})", "status": known.status,
+                     "median ms": round(known.median_s * 1e3, 3), "GFLOPS": round(known.gflops, 2),
+                     "% peak": round(100 * known.gflops / result.peak_gflops, 1) if result.peak_gflops else None})
     st.dataframe(rows, hide_index=True, width="stretch")
     if result.ok and result.peak_gbps:
         st.plotly_chart(roofline_figure(result, naive), width="stretch")
 
 
+def open_record_into_session() -> None:
+    """A record sent by the Leaderboard: select its kernel in the sidebar and load its steps."""
+    opened = open_requested_record()
+    if opened is None:
+        return
+    spec, steps = opened
+    try:
+        if "/" in spec and ":" not in spec:
+            model = spec.split("/", 1)[0]
+            st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_MODEL] = "From a model", model
+            st.session_state[state.KERNEL_FUSED] = spec
+            kernel = fused_kernels(model)[spec]
+        elif not spec.startswith("record:"):
+            name, params = parse_spec(spec)
+            st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_NAME] = "Built-in", name
+            for p, v in params.items():
+                if p != "dtype":
+                    st.session_state[f"param_{name}_{p}"] = v
+            kernel = load_kernel(spec)
+        else:
+            st.warning("This record's kernel came from an imported MetaSchedule database and has no schedx kernel "
+                       "spec; open its trace in Python with explorer.schedule.trace.trace_to_steps.")
+            return
+        session = ScheduleSession(kernel.func)
+        session.apply_all(steps_from_json(steps))
+        st.session_state.setdefault(state.SCHEDULE_SESSIONS, {})[kernel.info.spec] = session
+        st.success(f"Opened the record's {len(steps)} steps on {kernel.info.spec}.")
+    except (ExplorerError, KeyError) as err:
+        st.error(f"Could not open the record: {err}")
+
+
 def main() -> None:
     st.title("Schedule")
+    open_record_into_session()
     kernel = choose_kernel()
     if kernel is None:
         st.info("Pick a kernel in the sidebar.")

@@ -1,0 +1,89 @@
+"""The Schedule page's link to the leaderboard: save measurements, open stored records.
+
+Lives in ``app`` because it joins two rooms: the store (records) and the explorer (kernels,
+schedule sessions); neither may import the other.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import state
+from explorer.environment import hardware_fingerprint
+from explorer.kernels import Kernel
+from explorer.measure import MeasureResult
+from explorer.schedule.session import ScheduleSession
+from explorer.schedule.trace import to_plain
+from store import Record, Store, StoreError, default_db_path
+
+
+def db_path() -> str:
+    """The database the UI uses: the one chosen on the Leaderboard page, else the default."""
+    return st.session_state.get(state.DB_PATH) or str(default_db_path())
+
+
+def save_measurement(kernel: Kernel, session: ScheduleSession | None, result: MeasureResult, *,
+                     source: str = "manual") -> int | None:
+    """Store one measurement (``source="default"`` for the unscheduled baseline); its record id."""
+    from search.ms_database import store_workload
+
+    steps = [s.to_dict() for s in session.steps] if session is not None else []
+    trace = to_plain(session.schedule.trace.as_json()) if session is not None else None
+    try:
+        with Store(db_path()) as store:
+            key = store.add_workload(store_workload(
+                kernel.func, name=kernel.info.name, kind="model_task" if "/" in kernel.info.name else "kernel",
+                source=kernel.info.source, flops=kernel.info.flops,
+                shapes={**kernel.info.params, "spec": kernel.info.spec, "bytes": kernel.info.min_bytes}),
+                replace=False)
+            return store.add_record(Record(
+                workload_key=key, target=result.target, hardware=hardware_fingerprint(), source=source,
+                status=result.status, steps=steps, trace=trace, latencies=list(result.latencies),
+                median_s=result.median_s, gflops=result.gflops, environment=result.environment,
+                max_error=result.max_abs_error, verified=result.verified, error=result.error))
+    except StoreError as err:
+        st.warning(f"Measured, but not saved to the leaderboard: {err}")
+        return None
+
+
+def best_known(kernel: Kernel, target: str) -> Record | None:
+    """The best verified record of this kernel on this machine for ``target``, from any source."""
+    from search.ms_database import workload_key
+
+    try:
+        with Store(db_path(), create=False) as store:
+            best = store.best(workload=workload_key(kernel.func), target=target, hardware=hardware_fingerprint())
+    except StoreError:
+        return None
+    return best[0] if best else None
+
+
+def open_requested_record() -> tuple[str, list] | None:
+    """If the Leaderboard asked to open a record: ``(kernel spec, steps as dicts)``."""
+    from explorer.schedule.trace import trace_to_steps
+    from search.ms_database import as_task_module  # noqa: F401  (keeps the workload keying in one place)
+
+    record_id = st.session_state.pop(state.OPEN_RECORD, None)
+    if record_id is None:
+        return None
+    try:
+        with Store(db_path(), create=False) as store:
+            record = store.record(int(record_id))
+            workload = store.workload(record.workload_key) if record else None
+    except StoreError as err:
+        st.error(f"Could not open record {record_id}: {err}")
+        return None
+    if record is None or workload is None:
+        st.error(f"Record {record_id} is not in {db_path()}.")
+        return None
+    spec = (workload.shapes or {}).get("spec")
+    steps = record.steps
+    if not steps and record.trace is not None:
+        from tvm.s_tir import meta_schedule as ms
+
+        func = ms.database.Workload.from_json([workload.key, workload.mod_b64]).mod["main"]
+        steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
+        if spec is None:
+            spec = f"record:{record_id}"
+            st.session_state.setdefault(state.RECORD_KERNELS, {})[spec] = func
+    return (spec or f"record:{record_id}"), steps
