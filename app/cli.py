@@ -164,17 +164,19 @@ from app.cli_schedule import measure as _measure  # noqa: E402
 cli.add_command(_kernels)
 cli.add_command(_measure)
 
+from app.cli_search import jobs as _jobs  # noqa: E402
+from app.cli_search import sketches as _sketches  # noqa: E402
+from app.cli_search import tune as _tune  # noqa: E402
 from app.cli_store import db as _db  # noqa: E402
 from app.cli_store import leaderboard as _leaderboard  # noqa: E402
 
+cli.add_command(_sketches)
+cli.add_command(_tune)
+cli.add_command(_jobs)
 cli.add_command(_leaderboard)
 cli.add_command(_db)
 
-from app.cli_export import bench as _bench, export as _export, run as _run  # noqa: E402
 
-cli.add_command(_export)
-cli.add_command(_run)
-cli.add_command(_bench)
 
 
 def main() -> None:

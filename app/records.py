@@ -59,10 +59,14 @@ def best_known(kernel: Kernel, target: str) -> Record | None:
 
 
 def open_requested_record() -> tuple[str, list] | None:
-    """If the Leaderboard asked to open a record: ``(kernel spec, steps as dicts)``."""
+    """If the Leaderboard asked to open a record, or the Search page a sampled sketch:
+    ``(kernel spec, steps as dicts)``."""
     from explorer.schedule.trace import trace_to_steps
     from search.ms_database import as_task_module  # noqa: F401  (keeps the workload keying in one place)
 
+    steps_sent = st.session_state.pop(state.OPENED, None)  # (spec, steps) from the Search page's sketches
+    if steps_sent is not None:
+        return steps_sent
     record_id = st.session_state.pop(state.OPEN_RECORD, None)
     if record_id is None:
         return None

@@ -33,3 +33,5 @@ SCHEDULE_VIEW = "schedule_view"
 JUMP = "jump_to_step"
 RECORD_KERNELS = "record_kernels"  # {"record:ID": PrimFunc} for records whose kernel has no spec
 OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
+SEARCH_JOB = "search_job"  # the job the Search page shows
+SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page

@@ -1,0 +1,179 @@
+"""CLI commands of the search: ``schedx sketches``, ``schedx tune``, ``schedx jobs``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from app.cli_common import echo_json, fail_cleanly
+
+
+def _target(text: str) -> dict:
+    from explorer.measure import host_target
+    from search.errors import SearchError
+
+    if text in ("cpu", "host", "llvm"):
+        return dict(host_target())
+    if text.startswith("cpu:"):
+        return {**host_target(), "mcpu": text[4:]}
+    try:
+        target = json.loads(text)
+    except ValueError:
+        raise SearchError(f"unknown target {text!r}: use cpu, cpu:MCPU or a JSON target such as "
+                          '\'{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}\'') from None
+    if not isinstance(target, dict) or target.get("kind") not in ("llvm", "cuda"):
+        raise SearchError(f"unknown target {text!r}: the kind must be llvm or cuda")
+    if target["kind"] == "cuda":
+        raise SearchError("tuning for CUDA needs a GPU to measure on: use --rpc-tracker with a GPU server")
+    return target
+
+
+def _db(path: str | None):
+    from store import Store, default_db_path
+
+    return Store(path or default_db_path())
+
+
+@click.command()
+@click.argument("kernel")
+@click.option("--rules", default=None, help="Comma-separated schedule rules to use (default: all of the target's).")
+@click.option("--sample", "samples", default=0, type=click.IntRange(0, 20), help="Also draw N concrete schedules.")
+@click.option("--target", "target_text", default="cpu", show_default=True, help="cpu, cpu:MCPU or a JSON target.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@fail_cleanly
+def sketches(kernel: str, rules: str | None, samples: int, target_text: str, as_json: bool) -> None:
+    """Show KERNEL's sketches: the design spaces MetaSchedule's schedule rules generate (Ansor's
+    sketch generation), with sampled values shown as ?N (the decision this sketch holds)."""
+    from explorer.kernels import load_kernel
+    from search.sketches import default_rule_names, generate_sketches, sample_schedule
+
+    target = _target(target_text)
+    k = load_kernel(kernel)
+    chosen = [r.strip() for r in rules.split(",")] if rules else None
+    found = generate_sketches(k, target, chosen)
+    drawn = {s.index: [[st.to_dict() for st in sample_schedule(k, s, target, seed=100 * s.index + i)]
+                       for i in range(samples)]
+             for s in found}
+    if as_json:
+        echo_json({"kernel": k.info.spec, "rules": chosen or default_rule_names(target),
+                   "sketches": [{**s.to_dict(), "samples": drawn[s.index]} for s in found]})
+        return
+    click.echo(f"{k.info.spec}: {len(found)} sketches from rules {', '.join(chosen or default_rule_names(target))}")
+    for s in found:
+        click.echo(f"\nsketch {s.index}  ({s.decisions} open decisions; rules: {', '.join(s.rules) or '-'})")
+        for i, step in enumerate(s.open_steps):
+            click.echo(f"  {i:>2}. {step.describe()}")
+        for j, sample in enumerate(drawn[s.index]):
+            click.echo(f"  sample {j}: " + "; ".join(f"{x['primitive']}({', '.join(f'{k}={v}' for k, v in x['args'].items())})"
+                                                     for x in sample[:6]) + (" ..." if len(sample) > 6 else ""))
+
+
+@click.command()
+@click.argument("workload")
+@click.option("--trials", default=64, show_default=True, type=int, help="Total candidates to measure.")
+@click.option("--per-batch", default=16, show_default=True, type=int, help="Candidates per batch.")
+@click.option("--population", default=256, show_default=True, type=int)
+@click.option("--generations", default=3, show_default=True, type=int, help="Genetic iterations per batch.")
+@click.option("--mutate-prob", default=0.85, show_default=True, type=float)
+@click.option("--eps-greedy", default=0.05, show_default=True, type=float)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--cost-model", default="xgb", show_default=True, type=click.Choice(["xgb", "random"]))
+@click.option("--target", "target_text", default="cpu", show_default=True, help="cpu, cpu:MCPU or a JSON target.")
+@click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
+@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", help="The SQLite database (default: user data dir).")
+@click.option("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure through.")
+@click.option("--rpc-key", default=None, help="Device key the RPC servers registered with the tracker.")
+@click.option("--background", is_flag=True, help="Start as a background job and print its id.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@fail_cleanly
+def tune(workload: str, trials: int, per_batch: int, population: int, generations: int, mutate_prob: float,
+         eps_greedy: float, seed: int, cost_model: str, target_text: str, shapes: str | None, db_path: str | None,
+         rpc_tracker: str | None, rpc_key: str | None, background: bool, as_json: bool) -> None:
+    """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
+    leaderboard. Running it again on the same database resumes: nothing is measured twice."""
+    from search.jobs import start_job
+    from search.params import SearchParams
+    from search.rpc import check_tracker
+    from search.runner import RpcSpec
+    from search.tune import tune as run_tune
+    from search.workloads import resolve_tasks
+
+    params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
+                          mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model)
+    target = _target(target_text)
+    rpc = RpcSpec.parse(rpc_tracker, rpc_key or "") if rpc_tracker else None
+    if rpc is not None:
+        check_tracker(rpc)
+    store = _db(db_path)
+    if background:
+        job = start_job(store, workload=workload, target=target, params=params.to_dict(),
+                        rpc={"tracker": rpc_tracker, "key": rpc_key} if rpc else None, shapes=shapes)
+        echo_json(job.to_dict()) if as_json else click.echo(f"started job {job.id} (pid {job.pid}); "
+                                                            f"follow it with: schedx jobs --db {store.path}")
+        return
+    tasks, source = resolve_tasks(workload, target, shapes)
+    job = store.create_job("tune", {"workload": workload, "target": target, "params": params.to_dict(),
+                                    "rpc": {"tracker": rpc_tracker, "key": rpc_key} if rpc else None})
+    store.update_job(job.id, status="running", pid=__import__("os").getpid())
+    click.echo(f"job {job.id}: {len(tasks)} task(s), {trials} trials, database {store.path}", err=True)
+    with click.progressbar(length=trials, label="searching", file=click.get_text_stream("stderr"),
+                           item_show_func=lambda r: r) as bar:
+        def on_batch(report):
+            best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
+            eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None else ""
+            bar.update(report.trials - bar.pos, f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
+        try:
+            summary = run_tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job.id,
+                               on_batch=on_batch, source_name=source)
+        except BaseException as err:
+            store.update_job(job.id, status="failed", error=f"{type(err).__name__}: {err}"[:2000])
+            raise
+    store.update_job(job.id, status="done", progress={**store.job(job.id).progress, "summary": summary.to_dict()})
+    if as_json:
+        echo_json({"job": job.id, **summary.to_dict()})
+        return
+    click.echo(f"{summary.trials} trials in {summary.seconds:.0f} s: {summary.measured} measured, "
+               f"{summary.cached} already in the database (not measured again), {summary.failed} failed")
+    for task, gflops in sorted(summary.best.items()):
+        click.echo(f"  {task:<48} best {gflops:8.1f} GFLOPS")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", help="The SQLite database.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@fail_cleanly
+def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
+    """List search jobs (running, done, stopped, failed) with their progress."""
+    ctx.obj = {**(ctx.obj or {}), "db_path": db_path}
+    if ctx.invoked_subcommand is not None:
+        return
+    from search.jobs import refresh
+
+    found = refresh(_db(db_path))
+    if as_json:
+        echo_json([j.to_dict() for j in found])
+        return
+    if not found:
+        click.echo("no jobs yet: schedx tune WORKLOAD [--background]")
+        return
+    click.echo(f"{'id':>4}  {'status':<8} {'trials':>11}  {'best GFLOPS':>11}  workload")
+    for j in found:
+        p = j.progress or {}
+        best = p.get("best_gflops")
+        click.echo(f"{j.id:>4}  {j.status:<8} {p.get('trials', 0):>5}/{p.get('total', j.params.get('params', {}).get('trials', '?')):<5}"
+                   f"  {best if best is None else round(best, 1)!s:>11}  {j.params.get('workload')}"
+                   + (f"  ({j.error[:60]})" if j.error else ""))
+
+
+@jobs.command("stop")
+@click.argument("job_id", type=int)
+@click.pass_context
+@fail_cleanly
+def stop(ctx: click.Context, job_id: int) -> None:
+    """Stop a running job; what it measured so far stays in the database."""
+    from search.jobs import stop_job
+
+    job = stop_job(_db(ctx.obj.get("db_path")), job_id)
+    click.echo(f"job {job.id}: {job.status}")

@@ -1,0 +1,64 @@
+"""What the Search page draws, computed from a job's records (pure functions, tested apart from
+the drawing): best-so-far per task, GFLOPS per batch, predicted vs measured with the rank
+correlation of each batch, trials per task over time, failures."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from store import Record
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman rank correlation (no ties correction needed for plotting); None under 3 points."""
+    if len(a) < 3 or len(a) != len(b):
+        return None
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@dataclass
+class JobSeries:
+    best_so_far: dict = field(default_factory=dict)  # task -> (trial numbers, best GFLOPS)
+    points: list = field(default_factory=list)  # (trial, task, GFLOPS or None, status)
+    batch_corr: list = field(default_factory=list)  # (batch, spearman(predicted, measured GFLOPS))
+    predicted: list = field(default_factory=list)  # (predicted score, measured GFLOPS, batch)
+    trials_over_time: dict = field(default_factory=dict)  # task -> (times, cumulative trials)
+    failures: list = field(default_factory=list)  # records that did not run
+
+
+def job_series(records: list[Record], task_names: dict[str, str], per_batch: int) -> JobSeries:
+    """Series for a job's records (in id order); ``task_names`` maps workload keys to names."""
+    out = JobSeries()
+    best: dict[str, float] = {}
+    counts: dict[str, int] = defaultdict(int)
+    batches: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for n, r in enumerate(sorted(records, key=lambda r: r.id or 0), 1):
+        task = task_names.get(r.workload_key, r.workload_key)
+        counts[task] += 1
+        times, cum = out.trials_over_time.setdefault(task, ([], []))
+        times.append(r.created)
+        cum.append(counts[task])
+        ok = r.status == "ok" and r.gflops
+        out.points.append((n, task, r.gflops if ok else None, r.status))
+        if ok:
+            best[task] = max(best.get(task, 0.0), r.gflops)
+        xs, ys = out.best_so_far.setdefault(task, ([], []))
+        if task in best:
+            xs.append(n)
+            ys.append(best[task])
+        batch = (n - 1) // max(1, per_batch) + 1
+        if ok and r.predicted is not None:
+            out.predicted.append((r.predicted, r.gflops, batch))
+            batches[batch].append((r.predicted, r.gflops))
+        if not ok:
+            out.failures.append(r)
+    for batch in sorted(batches):
+        pairs = batches[batch]
+        out.batch_corr.append((batch, spearman([p for p, _ in pairs], [m for _, m in pairs])))
+    return out
