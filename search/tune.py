@@ -266,8 +266,11 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
 
 def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams, rpc: RpcSpec | None = None,
          job_id: int | None = None, on_batch: Callable[[BatchReport], None] | None = None,
-         source_name: str = "") -> TuneSummary:
-    """Search schedules for ``tasks`` (see the module docstring); returns what it did."""
+         source_name: str = "", builder=None, runner=None) -> TuneSummary:
+    """Search schedules for ``tasks`` (see the module docstring); returns what it did.
+
+    ``builder``/``runner`` replace the real ones (tests use deterministic fakes); the cache of
+    already measured candidates still applies: a fake runner only sees new candidates."""
     from tvm.s_tir import meta_schedule as ms
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
@@ -292,9 +295,13 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     if params.cost_model == "xgb":
         _pretrain(cost_model, contexts, tasks, store, target_text, hardware)
     database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
-    builder = FastBuilder(max_workers=params.builder_workers or None, timeout_sec=params.timeout_s,
-                          target_kind=tgt.kind.name, known=progress.lookup_mod)
-    runner = CachingRunner(make_inner_runner(rpc, timeout_sec=params.timeout_s), progress.lookup_latencies)
+    if builder is None:
+        builder = FastBuilder(max_workers=params.builder_workers or None, timeout_sec=params.timeout_s,
+                              target_kind=tgt.kind.name, known=progress.lookup_mod)
+    else:
+        builder.known = progress.lookup_mod
+    inner = runner if runner is not None else make_inner_runner(rpc, timeout_sec=params.timeout_s)
+    runner = CachingRunner(inner, progress.lookup_latencies)
     callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
     try:
         with tempfile.TemporaryDirectory(prefix="schedx-tune-") as work_dir:
@@ -303,6 +310,7 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
                           num_trials_per_iter=params.per_batch, builder=builder, runner=runner, database=database,
                           cost_model=cost_model, measure_callbacks=callbacks, task_scheduler=params.task_scheduler)
     finally:
-        builder.close()
+        if hasattr(builder, "close"):
+            builder.close()
     progress.summary.seconds = time.perf_counter() - progress.start
     return progress.summary

@@ -1,0 +1,65 @@
+"""Deterministic fake builder and runner: search logic without compiling or timing anything.
+
+The builder 'builds' a candidate into a name carrying its structural hash; the runner turns the
+hash into a latency, so the same candidate always gets the same time, and one in ``fail_every``
+fails to run."""
+
+from __future__ import annotations
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from search.builder import CACHED_PREFIX
+from search.tune import candidate_hash
+
+
+@derived_object
+class FakeBuilder(ms.builder.PyBuilder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.known = None
+        self.built: list[str] = []
+
+    def build(self, build_inputs):
+        out = []
+        for inp in build_inputs:
+            cached = self.known(inp.mod) if self.known else None
+            if cached is not None:
+                out.append(ms.builder.BuilderResult(CACHED_PREFIX + cached, None))
+                continue
+            h = candidate_hash(inp.mod)
+            self.built.append(h)
+            out.append(ms.builder.BuilderResult(f"fake:{h}", None))
+        return out
+
+
+@derived_object
+class _Done(ms.runner.PyRunnerFuture):
+    def __init__(self, result) -> None:
+        super().__init__()
+        self._r = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self._r
+
+
+@derived_object
+class FakeRunner(ms.runner.PyRunner):
+    def __init__(self, fail_every: int = 0) -> None:
+        super().__init__()
+        self.fail_every = fail_every
+        self.ran: list[str] = []
+
+    def run(self, runner_inputs):
+        out = []
+        for inp in runner_inputs:
+            h = str(inp.artifact_path).split(":", 1)[1]
+            self.ran.append(h)
+            if self.fail_every and int(h) % self.fail_every == 0:
+                out.append(_Done(ms.runner.RunnerResult(None, "fake runner: this candidate crashed")))
+            else:
+                out.append(_Done(ms.runner.RunnerResult([1e-4 * (1 + int(h) % 997 / 100.0)], None)))
+        return out
