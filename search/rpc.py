@@ -53,6 +53,7 @@ def local_cluster(servers: int = 2, key: str = "local", host: str = "127.0.0.1",
     """A tracker and ``servers`` RPC servers on this machine; yields their :class:`RpcSpec`."""
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
+                               "--port-end", str(port + 1),
                                "--silent"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     spec = RpcSpec(host, port, key)

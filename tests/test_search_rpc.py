@@ -1,0 +1,35 @@
+"""Measurement through TVM's RPC tracker and two servers on loopback."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.kernels import builtin_kernel
+from explorer.measure import host_target
+from search.errors import SearchError
+from search.params import SearchParams
+from search.rpc import check_tracker, local_cluster
+from search.runner import RpcSpec
+from search.tune import kernel_tasks, tune
+from store import Store
+
+
+def test_search_through_a_tracker_and_two_servers(tmp_path):
+    store = Store(tmp_path / "rpc.db")
+    with local_cluster(servers=2, key="loopback") as rpc:
+        summary = tune(kernel_tasks(builtin_kernel("matmul", M=64, N=64, K=64)), store=store, target=host_target(),
+                       params=SearchParams(trials=8, per_batch=4, population=32, generations=1,
+                                           init_min_unmeasured=8), rpc=rpc)
+    records = store.records()
+    assert summary.trials == 8 and len(records) == 8
+    assert {r.hardware for r in records} == {"rpc:loopback"}
+    assert sum(r.status == "ok" for r in records) >= 4
+
+
+def test_unreachable_tracker_is_refused_before_any_work():
+    with pytest.raises(SearchError, match="cannot reach the RPC tracker"):
+        check_tracker(RpcSpec("127.0.0.1", 1, "nobody"), timeout=1)
+    with pytest.raises(SearchError, match="HOST:PORT"):
+        RpcSpec.parse("localhost", "k")
+    with pytest.raises(SearchError, match="--rpc-key"):
+        RpcSpec.parse("127.0.0.1:9190", "")
