@@ -10,8 +10,9 @@ from search.tune import Task, kernel_tasks, model_tasks
 
 
 def is_kernel_spec(spec: str) -> bool:
-    name = spec.split(":", 1)[0]
-    return name in BUILTINS or ("/" in spec and ":" not in spec and not spec.endswith(".onnx"))
+    name, _, params = spec.partition(":")
+    return (name in BUILTINS or "=" in params
+            or ("/" in spec and ":" not in spec and not spec.endswith(".onnx")))
 
 
 def resolve_tasks(spec: str, target: dict, shapes: str | None = None) -> tuple[list[Task], str]:

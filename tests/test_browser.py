@@ -100,3 +100,25 @@ def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
     assert gflops > 1.0
     assert "yes" in page.locator('[data-testid="stMetric"]').filter(has_text="verified").first.inner_text()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "schedule.png"), full_page=True)
+
+
+def test_start_a_search_from_the_ui_and_see_progress_and_leaderboard_rows(ui_url, page, tmp_path):
+    page.goto(f"{ui_url}/search")
+    page.get_by_text("Start a search").first.wait_for()
+    box = page.get_by_label("Workload", exact=True)
+    box.fill("matmul:M=64,N=64,K=64")
+    trials = page.get_by_label("Trials", exact=True)
+    trials.fill("16")
+    page.get_by_label("Per batch", exact=True).fill("8")
+    page.get_by_label("Population", exact=True).fill("32")
+    page.get_by_role("button", name="Start search").click()
+    done = page.locator('[data-testid="stMetric"]').filter(has_text="status").filter(has_text="done")
+    done.first.wait_for(timeout=240_000)
+    assert "16/16" in page.locator('[data-testid="stMetric"]').filter(has_text="trials").first.inner_text()
+    page.locator(".js-plotly-plot").first.wait_for()
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "search.png"), full_page=False)
+    page.goto(f"{ui_url}/leaderboard")
+    page.get_by_text("matmul_M64_N64_K64").first.wait_for(timeout=60_000)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for()
+    _settle(page)
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)

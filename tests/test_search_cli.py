@@ -1,0 +1,45 @@
+"""`schedx sketches`, `schedx tune`, `schedx jobs` in-process."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from app.cli import cli
+
+
+def test_sketches_text_and_json():
+    r = CliRunner().invoke(cli, ["sketches", "matmul:M=32,N=32,K=32", "--sample", "1"])
+    assert r.exit_code == 0, r.output
+    assert "sketch 0" in r.output and "MultiLevelTiling" in r.output and "?" in r.output and "sample 0" in r.output
+    data = json.loads(CliRunner().invoke(cli, ["sketches", "matmul:M=32,N=32,K=32", "--json"]).output)
+    assert data["sketches"] and data["sketches"][0]["open_steps"]
+
+
+def test_tune_writes_the_leaderboard_and_jobs_lists_it(tmp_path):
+    db = str(tmp_path / "cli.db")
+    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--trials", "8", "--per-batch", "4",
+                                 "--population", "32", "--generations", "1", "--db", db, "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    assert summary["trials"] == 8 and summary["measured"] + summary["failed"] == 8
+    jobs = json.loads(CliRunner().invoke(cli, ["jobs", "--db", db, "--json"]).output)
+    assert jobs[0]["status"] == "done" and jobs[0]["progress"]["trials"] == 8
+    lb = CliRunner().invoke(cli, ["leaderboard", "--db", db, "--json"])
+    assert lb.exit_code == 0 and json.loads(lb.output)
+
+
+def test_bad_parameters_exit_1_before_any_work(tmp_path):
+    db = str(tmp_path / "bad.db")
+    cases = [
+        (["tune", "matmul", "--trials", "0", "--db", db], "trials must be positive"),
+        (["tune", "matmul", "--target", "tpu", "--db", db], "unknown target"),
+        (["tune", "matmul", "--rpc-tracker", "127.0.0.1:1", "--rpc-key", "x", "--db", db], "cannot reach the RPC tracker"),
+        (["tune", "not_a_kernel:M=3", "--db", db], "unknown kernel"),
+        (["jobs", "--db", db, "stop", "42"], "no job 42"),
+    ]
+    for args, words in cases:
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 1, (args, r.output)
+        assert words in r.output and "Traceback" not in r.output
