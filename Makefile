@@ -22,8 +22,10 @@ test-slow: setup-dev system
 test-all: setup-dev system
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
-bench: setup
+bench: setup-dev system
 	$(BIN)/python -m benchmarks.bench_passes
+	$(BIN)/python -m benchmarks.bench_schedule
+	$(BIN)/python -m benchmarks.bench_store
 
 screenshots: setup-dev system
 	SCHEDX_SCREENSHOT_DIR=assets/screenshots $(BIN)/python -m pytest -q tests/test_browser.py
