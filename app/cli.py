@@ -176,7 +176,11 @@ cli.add_command(_jobs)
 cli.add_command(_leaderboard)
 cli.add_command(_db)
 
+from app.cli_export import bench as _bench, export as _export, run as _run  # noqa: E402
 
+cli.add_command(_export)
+cli.add_command(_run)
+cli.add_command(_bench)
 
 
 def main() -> None:

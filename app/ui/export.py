@@ -1,8 +1,202 @@
-"""Page "Export": deployable CPU and CUDA modules (coming next)."""
+"""Page "Export": build the chosen schedules into a library a plain TVM runtime loads, verify it,
+download it.
 
-from app.components import coming_next
+Choose a workload (zoo model or kernel spec), a target (this CPU, a named CPU, a CUDA
+architecture) and a database; every kernel of the workload is listed with its best record for
+that target preselected, and any pick can be changed to another record or to the default
+schedule. Build writes the bundle to a temporary folder, verifies it (fresh process and layer
+by layer on CPU, thread binding and nvcc on CUDA) and offers it as a zip.
+"""
 
-coming_next("Export", "Build the chosen schedules into a library a plain TVM runtime loads.", [
-    "CPU (llvm) and GPU (cuda, sm_80/sm_90) bundles with parameters and a manifest",
-    "verification against ONNX Runtime, layer by layer",
-])
+from __future__ import annotations
+
+import tempfile
+
+import streamlit as st
+
+from explorer.errors import ExplorerError
+from explorer.export import parse_target, zip_bundle
+from explorer.export.targets import CUDA_ARCHES, DEFAULT_CUDA_ARCH
+from explorer.models import ZOO
+
+# Widget and state keys of this page (page-local: prefixed, never shared with another page).
+SOURCE = "ex_source"
+MODEL = "ex_model"
+KERNEL = "ex_kernel"
+TARGET_KIND = "ex_target_kind"
+MCPU = "ex_mcpu"
+ARCH = "ex_arch"
+DB_INPUT = "ex_db"
+PICK = "ex_pick_"  # + task name
+BUILD = "ex_build"
+DOWNLOAD = "ex_download"
+RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}
+WORKLOADS = "ex_workloads"  # {(spec, shapes): (ExportWorkload, [Task])}: loaded once per session
+DEFAULT = "default schedule"
+TARGET_KINDS = ("CPU (this machine)", "CPU (named)", "CUDA")
+
+
+def sidebar() -> tuple[str, str, str]:
+    """The workload spec, target spec and database path chosen in the sidebar."""
+    from store import default_db_path
+
+    sb = st.sidebar
+    sb.header("Workload")
+    source = sb.radio("Source", ["Model", "Kernel"], key=SOURCE, horizontal=True)
+    if source == "Model":
+        names = list(ZOO)
+        spec = sb.selectbox("Model", names, index=names.index("small_cnn"), key=MODEL,
+                            format_func=lambda n: f"{ZOO[n].title} ({n})")
+    else:
+        spec = sb.text_input("Kernel spec", "matmul:M=256,N=256,K=256", key=KERNEL,
+                             help="a built-in with shapes, or MODEL/FUSED_KERNEL (see `schedx kernels`)")
+    sb.header("Target")
+    kind = sb.radio("Target", TARGET_KINDS, key=TARGET_KIND, label_visibility="collapsed")
+    if kind == TARGET_KINDS[0]:
+        target = "cpu"
+    elif kind == TARGET_KINDS[1]:
+        target = "cpu:" + sb.text_input("LLVM CPU name", "skylake-avx512", key=MCPU)
+    else:
+        arch = sb.selectbox("Architecture", CUDA_ARCHES, index=CUDA_ARCHES.index(DEFAULT_CUDA_ARCH), key=ARCH)
+        target = f"cuda:{arch}"
+    sb.header("Records")
+    db = sb.text_input("Database", str(default_db_path()), key=DB_INPUT)
+    return spec, target, db
+
+
+def load(spec: str):
+    """The workload and its tasks, loaded once per session (fusing ResNet-18 takes seconds)."""
+    from explorer.export import load_workload, workload_tasks
+
+    memo = st.session_state.setdefault(WORKLOADS, {})
+    if spec not in memo:
+        with st.spinner(f"Loading {spec} and fusing its kernels..."):
+            workload = load_workload(spec)
+            memo[spec] = (workload, workload_tasks(workload))
+    return memo[spec]
+
+
+def choices_for(tasks, target, db: str):
+    """Each task's records for the target from the database (none when the file does not exist)."""
+    from pathlib import Path
+
+    from search.export_records import TaskChoice, open_store, task_choices
+    from store import StoreError
+
+    path = Path(db).expanduser()
+    if not db or not path.is_file():
+        st.caption(f"No database at `{db}`: every kernel gets the default schedule.")
+        return [TaskChoice(t) for t in tasks]
+    try:
+        store = open_store(path)
+        try:
+            return task_choices(store, tasks, target)
+        finally:
+            store.close()
+    except (ExplorerError, StoreError) as err:
+        st.warning(f"Records not read: {err}")
+        return [TaskChoice(t) for t in tasks]
+
+
+def _record_label(r) -> str:
+    median = f"{r.median_s * 1e3:.3f} ms" if r.median_s else "?"
+    gflops = f", {r.gflops:.1f} GFLOPS" if r.gflops else ""
+    return f"record {r.id} ({r.source}, {median}{gflops})"
+
+
+def task_table(choices, device: str) -> dict:
+    """The kernels with their preselected record; returns the picks (task name -> record id or None)."""
+    from explorer.export.records import shares
+
+    share = shares([c.task for c in choices])
+    with_records = [c for c in choices if c.candidates]
+    st.subheader(f"Kernels ({len(choices)}, {len(with_records)} with records)")
+    picks: dict = {}
+    for c in with_records:
+        options = [r.id for r in c.candidates] + [None]
+        labels = {r.id: _record_label(r) for r in c.candidates}
+        picks[c.task.name] = st.selectbox(
+            f"{c.task.name} ({share[c.task.name]:.1%} of FLOPs, x{c.task.calls})", options, key=PICK + c.task.name,
+            format_func=lambda v, labels=labels: labels.get(v, DEFAULT))
+    default = "dlight (GPU default)" if device == "cuda" else "unscheduled loop nest"
+    rows = [{"kernel": c.task.name, "calls": c.task.calls, "MFLOP": round(c.task.flops / 1e6, 3),
+             "share": f"{share[c.task.name]:.1%}",
+             "schedule": (f"record {picks[c.task.name]}" if picks.get(c.task.name) is not None else default)}
+            for c in choices]
+    st.dataframe(rows, hide_index=True, width="stretch")
+    return picks
+
+
+def build(workload, target, choices, picks: dict) -> None:
+    from explorer.export import export_workload
+    from search.export_records import schedules_for
+
+    bar = st.progress(0.0, text="starting")
+    folder = tempfile.mkdtemp(prefix="schedx-export-")
+    try:
+        schedules = schedules_for(choices, picks)
+        report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
+                                 schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage))
+        st.session_state[RESULT] = {"key": (workload.spec, target.spec), "report": report,
+                                    "zip": zip_bundle(report.folder), "error": ""}
+    except ExplorerError as err:
+        st.session_state[RESULT] = {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)}
+    bar.empty()
+
+
+def results(result: dict) -> None:
+    if result["error"]:
+        st.error(f"Export failed: {result['error']}")
+        return
+    report = result["report"]
+    m = report.manifest
+    (st.success if report.ok else st.error)(
+        f"Built {m['workload']['name']} for {m['target']['label']} in {report.seconds['build']:.1f} s "
+        f"({report.seconds['total']:.1f} s with checks)" + ("" if report.ok else ": a check failed"))
+    for w in report.warnings:
+        st.warning(w)
+    v = report.verification
+    if v is not None:
+        cols = st.columns(4)
+        cols[0].metric("verified", "yes" if v.ok else ("no" if v.status == "failed" else "error"))
+        cols[1].metric("max abs error", "-" if v.max_abs_error is None else f"{v.max_abs_error:.2e}")
+        cols[2].metric("max rel error", "-" if v.max_rel_error is None else f"{v.max_rel_error:.2e}")
+        cols[3].metric("first inference", "-" if v.first_s is None else f"{v.first_s * 1e3:.2f} ms",
+                       help="in a fresh process that loads only the bundle")
+        st.caption(v.summary())
+    if report.layers is not None:
+        (st.info if report.layers.ok else st.error)("Layer by layer: " + report.layers.summary())
+        if report.layers.layers:
+            with st.expander(f"Every layer ({len(report.layers.layers)})"):
+                st.dataframe([r.to_dict() for r in report.layers.layers], hide_index=True, width="stretch")
+    if report.cuda is not None:
+        (st.info if report.cuda.ok else st.error)("CUDA: " + report.cuda.summary())
+        st.caption("No GPU here: run `python -m explorer.export.gpu_check BUNDLE` on the machine with the card.")
+    name = report.folder.name
+    st.download_button(f"Download {name}.zip ({len(result['zip']) / 1024:.0f} KB)", result["zip"],
+                       file_name=f"{name}.zip", mime="application/zip", key=DOWNLOAD, type="primary")
+    with st.expander("manifest.json"):
+        st.json(m, expanded=False)
+
+
+def main() -> None:
+    st.title("Export")
+    st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `relax.VirtualMachine`), "
+               "its parameters in a separate file, a manifest with hashes, verified before you download it.")
+    spec, target_spec, db = sidebar()
+    try:
+        target = parse_target(target_spec)
+        workload, tasks = load(spec)
+    except ExplorerError as err:
+        st.error(str(err))
+        return
+    choices = choices_for(tasks, target, db)
+    picks = task_table(choices, target.device)
+    if st.button("Build & verify", type="primary", key=BUILD):
+        build(workload, target, choices, picks)
+    result = st.session_state.get(RESULT)
+    if result is not None and result["key"] == (workload.spec, target.spec):
+        results(result)
+
+
+main()

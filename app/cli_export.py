@@ -1,0 +1,153 @@
+"""CLI commands of export: ``schedx export``, ``schedx run`` and ``schedx bench``."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from app.cli_common import echo_json, fail_cleanly
+
+TARGET_HELP = "cpu (this machine), cpu:MCPU (an LLVM CPU name), cuda (sm_80) or cuda:sm_XX."
+
+
+@contextmanager
+def _progress(label: str):
+    """A progress bar on stderr fed by the library's ``progress(stage, fraction)`` callback."""
+    with click.progressbar(length=100, label=label, file=click.get_text_stream("stderr"),
+                           item_show_func=lambda stage: stage) as bar:
+        def update(stage: str, fraction: float) -> None:
+            step = int(fraction * 100) - bar.pos
+            bar.update(max(step, 0), stage)
+
+        yield update
+
+
+def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | None):
+    """The best record per task from the database (none with --no-db)."""
+    from explorer.export import workload_tasks
+
+    if no_db:
+        return {}, []
+    from search.export_records import AUTO, best_schedules
+
+    return best_schedules(db, workload_tasks(workload), target, hardware=hardware or AUTO)
+
+
+@click.command()
+@click.argument("workload")
+@click.option("--target", "target_spec", default="cpu", show_default=True, help=TARGET_HELP)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the bundle (created; an earlier bundle there is replaced).")
+@click.option("--db", default=None, help="schedx database to take records from (default: the default database, if any).")
+@click.option("--no-db", is_flag=True, help="Use no records: default schedules everywhere.")
+@click.option("--hardware", default=None, help="Take records measured on this machine fingerprint "
+                                               "(default: this machine for cpu, any machine otherwise).")
+@click.option("--shapes", default=None, help="Input shapes for symbolic dims of an ONNX file, e.g. 'input:1x3x224x224'.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--no-verify", is_flag=True, help="Skip running the bundle in a fresh process.")
+@click.option("--no-layers", is_flag=True, help="Skip the layer-by-layer comparison with ONNX Runtime.")
+@click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@fail_cleanly
+def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
+           shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
+           as_json: bool) -> None:
+    """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
+
+    WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
+    (matmul:M=256,N=256,K=256). Exits 1 when a verification fails."""
+    from explorer.export import export_workload, load_workload, parse_target
+
+    target = parse_target(target_spec)
+    loaded = load_workload(workload, shapes)
+    schedules, _ = _schedules(db, no_db, loaded, target, hardware)
+    with _progress(f"exporting {loaded.name} for {target.label}") as progress:
+        report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
+                                 layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _print_export(report)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _print_export(report) -> None:
+    m = report.manifest
+    tasks = m["tasks"]
+    from_records = sum(1 for t in tasks if t["schedule"] == "record")
+    click.echo(f"{m['workload']['name']} for {m['target']['label']} -> {report.folder}  "
+               f"(built in {report.seconds['build']:.1f} s, {report.seconds['total']:.1f} s in all)")
+    click.echo(f"  kernels: {len(tasks)}, {from_records} from records"
+               + (f" (records {', '.join(str(r) for r in m['records'].values())})" if m["records"] else ""))
+    for w in report.warnings:
+        click.echo(f"  warning: {w}")
+    if report.verification is not None:
+        click.echo(f"  verify: {report.verification.summary()}")
+    if report.layers is not None:
+        click.echo(f"  layers: {report.layers.summary()}")
+    if report.cuda is not None:
+        click.echo(f"  cuda: {report.cuda.summary()}")
+        click.echo("  (no GPU here: run `python -m explorer.export.gpu_check DIR` on the machine with the card)")
+    files = ", ".join(f"{name} {entry['bytes'] / 1024:.0f} KB" for name, entry in m["files"].items())
+    click.echo(f"  files: {files}")
+
+
+@click.command(name="run")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
+@click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--no-baselines", is_flag=True, help="Time the bundle only (no ONNX Runtime).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@fail_cleanly
+def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, as_json: bool) -> None:
+    """Check, load and run a BUNDLE folder in a fresh process: compile time, first inference,
+    steady-state median and p90, beside ONNX Runtime on the same input and threads.
+
+    A bundle whose files no longer match its manifest is refused before anything is loaded."""
+    from explorer.export.bench import run_bundle
+
+    with _progress(f"running {bundle}") as progress:
+        progress("timing", 0.1)
+        report = run_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines)
+        progress("done", 1.0)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(report.table())
+    if report.check and not report.check["verified"]:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument("workload")
+@click.option("--db", default=None, help="schedx database with records (default: the default database, if any).")
+@click.option("--no-db", is_flag=True, help="No records: time the untuned build and the baselines only.")
+@click.option("--shapes", default=None, help="Input shapes for symbolic dims of an ONNX file.")
+@click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
+@click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@fail_cleanly
+def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
+          threads: int | None, as_json: bool) -> None:
+    """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
+    (and PyTorch when the model came from it), side by side, on the same input and threads."""
+    from explorer.export import load_workload, parse_target
+    from explorer.export.bench import bench_workload
+
+    loaded = load_workload(workload, shapes)
+    schedules, _ = _schedules(db, no_db, loaded, parse_target("cpu"), None)
+    with _progress(f"benchmarking {loaded.name}") as progress:
+        report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
+                                progress=progress)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(report.table())
+
+
+__all__ = ["bench", "export", "run"]

@@ -1,0 +1,240 @@
+"""The seeds' three figures for a deployed model, beside ONNX Runtime (and PyTorch) on the same
+input and thread count: compile time, first-inference latency, steady-state median and p90.
+
+TVM is timed as deployed: the bundle is exported, then loaded and run in a fresh process (its
+``run.py``), so the first inference is a cold one. ``runs`` runs follow the first, fewer when
+``budget_s`` is spent (an untuned ResNet-18 takes seconds per run).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from explorer.export.build import Progress
+from explorer.export.records import TaskSchedule
+from explorer.export.targets import ExportTarget, parse_target
+from explorer.export.workload import ExportWorkload, load_workload, ort_session
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One contender: seconds to compile (or create the session), the first run, then the steady state."""
+
+    name: str
+    compile_s: float | None
+    first_s: float | None
+    median_s: float | None
+    p90_s: float | None
+    runs: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BenchReport:
+    """Rows side by side for one workload, and why a contender is missing."""
+
+    workload: str
+    threads: int
+    rows: list[BenchRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    check: dict | None = None  # run_bundle: the bundle's outputs against its saved reference
+
+    def table(self) -> str:
+        """The rows as a fixed-width text table (ms)."""
+        def ms(v):
+            return "-" if v is None else f"{v * 1e3:.2f}"
+
+        lines = [f"{self.workload}, {self.threads} thread(s)",
+                 f"{'':<42} {'compile s':>10} {'first ms':>10} {'median ms':>10} {'p90 ms':>10} {'runs':>5}"]
+        for r in self.rows:
+            compile_s = "-" if r.compile_s is None else f"{r.compile_s:.2f}"
+            lines.append(f"{r.name[:42]:<42} {compile_s:>10} {ms(r.first_s):>10} {ms(r.median_s):>10} "
+                         f"{ms(r.p90_s):>10} {r.runs:>5}" + (f"  {r.note}" if r.note else ""))
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "threads": self.threads, "rows": [r.to_dict() for r in self.rows],
+                "notes": list(self.notes), "check": self.check}
+
+
+def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[float, list[float]]:
+    """The first call's seconds, then up to ``runs`` more calls' seconds (stopping when the budget is spent)."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    latencies: list[float] = []
+    begin = time.perf_counter()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        latencies.append(time.perf_counter() - t0)
+        if time.perf_counter() - begin > budget_s and len(latencies) >= 3:
+            break
+    return first, latencies
+
+
+def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "") -> BenchRow:
+    median = statistics.median(latencies) if latencies else None
+    p90 = float(np.percentile(latencies, 90)) if latencies else None
+    return BenchRow(name, compile_s, first, median, p90, len(latencies), note)
+
+
+def bundle_row(folder: str | Path, name: str, *, threads: int, runs: int, budget_s: float,
+               compile_s: float | None = None) -> tuple[BenchRow, dict]:
+    """Time a bundle in a fresh process (its ``run.py``): the row, and the child's report (with
+    its check against the saved reference)."""
+    from explorer.export.bundle import read_manifest
+    from explorer.export.verify import run_in_child
+
+    manifest = read_manifest(folder)
+    report = run_in_child(folder, threads=threads, runs=runs, budget_s=budget_s)
+    latencies = report.get("latencies_s", [])
+    note = f"load {report['load_s'] * 1e3:.0f} ms"
+    row = _row(name, compile_s if compile_s is not None else manifest.get("compile_seconds"), report["first_s"],
+               latencies, note)
+    return row, report
+
+
+def ort_row(onnx_model, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float) -> BenchRow:
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    session = ort_session(onnx_model, threads)
+    created = time.perf_counter() - start
+    first, latencies = time_calls(lambda: session.run(None, inputs), runs, budget_s)
+    return _row(f"ONNX Runtime {ort.__version__}", created, first, latencies, "session creation as compile")
+
+
+def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float) -> BenchRow:
+    import torch
+
+    torch.set_num_threads(threads)
+    args = [torch.from_numpy(a) for a in inputs.values()]
+    module = module.eval()
+
+    def call():
+        with torch.no_grad():
+            return module(*args)
+
+    first, latencies = time_calls(call, runs, budget_s)
+    return _row(f"PyTorch {torch.__version__} eager", None, first, latencies, "eager: nothing to compile")
+
+
+def _numpy_row(workload: ExportWorkload, inputs: dict[str, np.ndarray], *, runs: int, budget_s: float) -> BenchRow:
+    arrays = [inputs[n] for n, _, _ in workload.inputs]
+    first, latencies = time_calls(lambda: workload.kernel.reference(*arrays), runs, budget_s)
+    return _row("numpy reference", None, first, latencies, "written for accuracy, not speed")
+
+
+def _export_row(workload: ExportWorkload, target: ExportTarget, name: str, schedules, *, threads: int, runs: int,
+                budget_s: float) -> BenchRow:
+    from explorer.export.flow import export_workload
+
+    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
+        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
+                                 layers=False, threads=threads)
+        compile_s = report.seconds["build"] + report.seconds["write"]
+        return bundle_row(report.folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
+
+
+def bench_workload(workload: str | ExportWorkload, *, schedules: Mapping[str, TaskSchedule] | None = None,
+                   threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
+                   torch_module=None, progress: Progress | None = None) -> BenchReport:
+    """TVM tuned (when ``schedules`` has any), TVM untuned, ONNX Runtime, PyTorch, side by side."""
+    from explorer.environment import cpu_info
+
+    say = progress or (lambda stage, frac: None)
+    threads = int(threads or cpu_info()["usable_cores"])
+    if isinstance(workload, str):
+        workload = load_workload(workload, shapes)
+    target = parse_target("cpu")  # threads are set at run time (TVM_NUM_THREADS), records keep matching
+    report = BenchReport(workload=workload.spec, threads=threads)
+    inputs = workload.sample_inputs()
+    if schedules:
+        say("TVM with records", 0.1)
+        report.rows.append(_export_row(workload, target, f"TVM tuned ({len(schedules)} records)", schedules,
+                                       threads=threads, runs=runs, budget_s=budget_s))
+    else:
+        report.notes.append("TVM tuned: no records for this workload, target and machine")
+    say("TVM without records", 0.4)
+    report.rows.append(_export_row(workload, target, "TVM untuned (default schedules)", None, threads=threads,
+                                   runs=runs, budget_s=budget_s))
+    say("baselines", 0.8)
+    if workload.onnx_model is not None:
+        report.rows.append(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs, budget_s=budget_s))
+    elif workload.kind == "kernel" and workload.kernel.reference is not None:
+        report.rows.append(_numpy_row(workload, inputs, runs=runs, budget_s=budget_s))
+        report.notes.append("ONNX Runtime: not applicable to a kernel (numpy shown instead)")
+    if torch_module is not None:
+        try:
+            report.rows.append(torch_row(torch_module, inputs, threads=threads, runs=runs, budget_s=budget_s))
+        except ImportError:
+            report.notes.append("PyTorch: not installed")
+    elif workload.kind == "model":
+        report.notes.append("PyTorch: skipped, the model did not come from PyTorch (no torch module to run)")
+    say("done", 1.0)
+    return report
+
+
+def run_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 50, budget_s: float = 20.0,
+               baselines: bool = True) -> BenchReport:
+    """Time a bundle (fresh process) and, when its workload can be rebuilt here, ONNX Runtime on
+    the same inputs and threads."""
+    from explorer.environment import cpu_info
+    from explorer.export.bundle import read_manifest
+    from explorer.export.errors import ExportError
+    from explorer.errors import ExplorerError
+
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    threads = int(threads or cpu_info()["usable_cores"])
+    spec = manifest["workload"]["spec"]
+    report = BenchReport(workload=f"{spec} ({manifest['target']['label']})", threads=threads)
+    if manifest["target"]["device"] == "cuda":
+        import tvm
+
+        if not tvm.cuda(0).exist:
+            raise ExportError("this is a CUDA bundle and no CUDA device is visible here "
+                              "(see explorer/export/gpu_check.py for the machine that has one)")
+    tuned = sum(1 for t in manifest["tasks"] if t["schedule"] == "record")
+    row, child = bundle_row(folder, f"TVM bundle ({tuned}/{len(manifest['tasks'])} tasks from records)",
+                            threads=threads, runs=runs, budget_s=budget_s)
+    report.rows.append(row)
+    report.check = child.get("check")
+    if report.check:
+        c = report.check
+        report.notes.append(f"outputs {'match' if c['verified'] else 'DIFFER FROM'} {c['reference']} (saved at "
+                            f"export): max abs error {c['max_abs_error']:.2e}, normalised {c['max_rel_error']:.2e}")
+    if not baselines:
+        return report
+    if manifest["workload"]["kind"] != "model":
+        report.notes.append("ONNX Runtime: not applicable to a kernel")
+        return report
+    try:
+        workload = load_workload(spec, manifest["workload"].get("shapes"))
+    except ExplorerError as err:
+        report.notes.append(f"ONNX Runtime: cannot rebuild {spec} here ({err})")
+        return report
+    if workload.onnx_model is None:
+        report.notes.append("ONNX Runtime: the model did not come from ONNX")
+        return report
+    with np.load(folder / "inputs.npz") as data:
+        inputs = {n: data[n] for n, _, _ in workload.inputs}
+    report.rows.append(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs, budget_s=budget_s))
+    report.notes.append("PyTorch: skipped, the model did not come from PyTorch")
+    return report
+
+
+__all__ = ["BenchReport", "BenchRow", "bench_workload", "bundle_row", "ort_row", "run_bundle", "time_calls",
+           "torch_row"]

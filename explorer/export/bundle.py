@@ -1,0 +1,198 @@
+"""The bundle on disk: a library, its parameters, a manifest with the sha256 of every file, a README.
+
+Layout (``schedx export ... -o DIR``)::
+
+    lib.so          the compiled library: tvm.runtime.load_module + relax.VirtualMachine
+    params.bin      parameters (tvm.runtime.save_param_dict), models only
+    inputs.npz      sample inputs, by input name
+    reference.npz   the reference's outputs on them (output0, ...)
+    run.py          a loader that needs only apache-tvm and numpy (explorer/export/verify_bundle.py)
+    kernels.cu      CUDA bundles: the generated CUDA source (and kernels_sm_XX.cubin from nvcc)
+    README.md       how to load and run it
+    manifest.json   workload, signature, target, TVM version, records per task, sha256 of each file
+
+Reading a bundle checks every hash first (:func:`read_manifest`); nothing is loaded from a bundle
+whose files changed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from explorer.export import verify_bundle
+from explorer.export.errors import BundleError
+
+LIB, PARAMS, INPUTS, REFERENCE, RUNNER, README = "lib.so", "params.bin", "inputs.npz", "reference.npz", "run.py", "README.md"
+MANIFEST = verify_bundle.MANIFEST
+ROLES = {LIB: "library", PARAMS: "params", INPUTS: "inputs", REFERENCE: "reference", RUNNER: "runner",
+         README: "readme"}
+
+
+def _schedx_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("schedx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def prepare_folder(folder: Path) -> None:
+    """Create ``folder``, or clear an earlier bundle there; refuse a folder holding anything else."""
+    if folder.exists() and not folder.is_dir():
+        raise BundleError(f"{folder} is a file; give a folder for the bundle")
+    if folder.is_dir() and any(folder.iterdir()):
+        if not (folder / MANIFEST).is_file():
+            raise BundleError(f"{folder} is not empty and holds no schedx bundle; choose an empty or new folder")
+        for child in folder.iterdir():
+            if child.is_file():
+                child.unlink()
+            else:
+                shutil.rmtree(child)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def save_params(path: Path, names: list[str], values: list[np.ndarray]) -> None:
+    import tvm
+
+    blob = tvm.runtime.save_param_dict({n: tvm.runtime.tensor(v) for n, v in zip(names, values)})
+    path.write_bytes(bytes(blob))
+
+
+def readme_text(manifest: dict) -> str:
+    w, t = manifest["workload"], manifest["target"]
+    device = "tvm.cuda(0)" if t["device"] == "cuda" else "tvm.cpu()"
+    ins = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in manifest["inputs"])
+    params_lines = ("params = tvm.runtime.load_param_dict_from_file(\"params.bin\")\n"
+                    "order = [p[\"name\"] for p in json.load(open(\"manifest.json\"))[\"params\"]]\n"
+                    "args = inputs + [tvm.runtime.tensor(params[n].numpy(), dev) for n in order]"
+                    if manifest["params"] else "args = inputs")
+    cuda = ""
+    if t["device"] == "cuda":
+        cuda = ("\nThe CUDA kernels are carried as source (`kernels.cu`) and compiled for the GPU when the library is "
+                "loaded: TVM's CUDA runtime needs NVRTC (`pip install cuda-python`) or nvcc with "
+                "`TVM_CUDA_COMPILE_MODE=nvcc`. `kernels_*.cubin` is nvcc's build of the same source at export "
+                "time (proof that it compiles for this architecture). On a machine with the GPU: "
+                "`python -m explorer.export.gpu_check .` (schedx) or `python run.py --device cuda`.\n")
+    return f"""# {w['name']} for {t['label']}
+
+Exported by schedx {manifest['schedx_version']} with TVM {manifest['tvm_version']} on {manifest['created']}.
+Workload `{w['spec']}` ({w['kind']}), inputs: {ins}.
+{cuda}
+## Run it (needs only `pip install apache-tvm numpy`)
+
+```bash
+python run.py                 # checks every file's sha256, loads, runs inputs.npz, compares with reference.npz
+python run.py --runs 50       # and times 50 runs after the first
+```
+
+## Load it yourself
+
+```python
+import json
+import numpy as np
+import tvm
+from tvm import relax
+
+dev = {device}
+lib = tvm.runtime.load_module("lib.so")
+vm = relax.VirtualMachine(lib, dev)
+data = np.load("inputs.npz")
+inputs = [tvm.runtime.tensor(data[i["name"]], dev) for i in json.load(open("manifest.json"))["inputs"]]
+{params_lines}
+out = vm["main"](*args)
+```
+
+`main` takes the inputs, then the parameters in the order `manifest.json` lists them. New weights of
+the same shapes need only a new `params.bin` (same names), not a new library
+(`explorer.export.bundle.replace_params` writes it and updates the hash). Check the hashes in
+`manifest.json` before loading a copy you did not make: `run.py` refuses a bundle whose files changed.
+"""
+
+
+def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict[str, np.ndarray],
+                 references: list[np.ndarray] | None, param_names: list[str], param_values: list[np.ndarray],
+                 extra_files: dict[str, tuple[str, bytes]] | None = None) -> dict:
+    """Write a bundle; ``manifest`` is completed with versions, time and every file's sha256.
+
+    ``extra_files``: ``{name: (role, bytes)}`` (CUDA source, cubin)."""
+    import tvm
+
+    folder = Path(folder)
+    prepare_folder(folder)
+    executable.export_library(str(folder / LIB))
+    if param_names:
+        save_params(folder / PARAMS, param_names, param_values)
+    np.savez(folder / INPUTS, **inputs)
+    if references is not None:
+        np.savez(folder / REFERENCE, **{f"output{k}": np.asarray(r) for k, r in enumerate(references)})
+    shutil.copyfile(verify_bundle.__file__, folder / RUNNER)
+    roles = dict(ROLES)
+    for name, (role, data) in (extra_files or {}).items():
+        (folder / name).write_bytes(data)
+        roles[name] = role
+    manifest = {"format": verify_bundle.FORMAT, "format_version": verify_bundle.FORMAT_VERSION,
+                "schedx_version": _schedx_version(), "tvm_version": tvm.__version__,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **manifest}
+    (folder / README).write_text(readme_text(manifest))
+    files = {}
+    for name in sorted(roles):
+        path = folder / name
+        if path.is_file():
+            files[name] = {"role": roles[name], "sha256": verify_bundle.sha256_file(path), "bytes": path.stat().st_size}
+    manifest["files"] = files
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest, once every file is present and matches its hash (else :class:`BundleError`)."""
+    try:
+        return verify_bundle.check_bundle(folder)
+    except verify_bundle.BundleCheckError as err:
+        raise BundleError(str(err)) from None
+
+
+def replace_params(folder: str | Path, names: list[str], values: list[np.ndarray]) -> dict:
+    """Give a bundle new weights without recompiling: write ``params.bin`` anew and update its hash.
+
+    Names, shapes and dtypes must be those the manifest lists (the library was built for them).
+    The saved reference outputs no longer apply and are removed. Returns the updated manifest."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    want = [(p["name"], tuple(p["shape"]), p["dtype"]) for p in manifest["params"]]
+    got = [(n, tuple(int(d) for d in v.shape), str(v.dtype)) for n, v in zip(names, values)]
+    if want != got:
+        diff = next(((w, g) for w, g in zip(want, got) if w != g), (len(want), len(got)))
+        raise BundleError(f"the new parameters do not fit the library: expected {diff[0]}, got {diff[1]}")
+    save_params(folder / PARAMS, names, values)
+    files = manifest["files"]
+    files[PARAMS].update(sha256=verify_bundle.sha256_file(folder / PARAMS), bytes=(folder / PARAMS).stat().st_size)
+    if REFERENCE in files:
+        del files[REFERENCE]
+        (folder / REFERENCE).unlink(missing_ok=True)
+    manifest["params_replaced"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
+def zip_bundle(folder: str | Path) -> bytes:
+    """The bundle as a zip archive in memory, files under a folder named after the bundle."""
+    folder = Path(folder)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                zf.write(path, f"{folder.name}/{path.name}")
+    return buffer.getvalue()
+
+
+__all__ = ["INPUTS", "LIB", "MANIFEST", "PARAMS", "REFERENCE", "RUNNER", "prepare_folder", "read_manifest",
+           "readme_text", "replace_params", "save_params", "write_bundle", "zip_bundle"]

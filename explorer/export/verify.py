@@ -1,0 +1,122 @@
+"""Verify a bundle the way a user would run it: in a fresh Python process that loads only the
+bundle's own ``run.py`` (apache-tvm and numpy), then compare its outputs with the reference
+outputs saved at export (ONNX Runtime for models, numpy for kernels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from explorer.export import bundle as bundle_io
+from explorer.export.errors import BundleError, ExportError
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome: ``status`` is "verified", "failed" (outputs differ) or "error" (could not run)."""
+
+    status: str
+    reference: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    tolerance: float | None = None
+    why: str = ""
+    device: str = "cpu"
+    load_s: float | None = None
+    first_s: float | None = None
+    foreign_modules: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "verified"
+
+    def summary(self) -> str:
+        if self.status == "error":
+            return f"not verified: {self.why}"
+        verdict = "matches" if self.ok else "DIFFERS FROM"
+        text = (f"fresh process on {self.device}: output {verdict} {self.reference} (max abs error "
+                f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}, tolerance {self.tolerance:.0e})")
+        return text + (f"; {self.why}" if self.why else "")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(ok=self.ok, summary=self.summary())
+        return d
+
+
+def child_env(threads: int | None) -> dict:
+    env = dict(os.environ)
+    if threads:
+        env["TVM_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 0, budget_s: float = 30.0,
+                 device: str | None = None, out: str | Path | None = None, timeout: float = 600) -> dict:
+    """Run the bundle's ``run.py`` in a fresh isolated interpreter; its JSON report.
+
+    Raises :class:`BundleError` when the bundle is refused, :class:`ExportError` when the child
+    crashes or hangs."""
+    folder = Path(folder)
+    bundle_io.read_manifest(folder)  # refuse a changed bundle here already, with the same words
+    cmd = [sys.executable, "-I", str(folder / bundle_io.RUNNER), str(folder), "--json", "--without-torch", "--runs", str(runs),
+           "--budget", str(budget_s)]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    if device:
+        cmd += ["--device", device]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads),
+                              cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        raise ExportError(f"running the bundle took longer than {timeout:.0f} s") from None
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
+        raise ExportError(f"the bundle's process died ({how}): {' '.join(tail)[:500]}") from None
+    if "error" in report:
+        raise BundleError(report["error"])
+    return report
+
+
+def verify_folder(folder: str | Path, *, threads: int | None = None, device: str | None = None,
+                  timeout: float = 600) -> Verification:
+    """Load and run the bundle in a fresh process and compare with its saved reference."""
+    from explorer.measure.verify import compare
+
+    folder = Path(folder)
+    manifest = bundle_io.read_manifest(folder)
+    device = device or manifest["target"]["device"]
+    with tempfile.TemporaryDirectory(prefix="schedx-verify-") as tmp:
+        out = Path(tmp) / "outputs.npz"
+        try:
+            report = run_in_child(folder, threads=threads, device=device, out=out, timeout=timeout)
+        except (ExportError, BundleError) as err:
+            return Verification("error", reference=manifest.get("reference", ""), why=str(err), device=device)
+        with np.load(out) as data:
+            outputs = [data[f"output{k}"] for k in range(len(data.files))]
+    ref_file = folder / bundle_io.REFERENCE
+    if not ref_file.is_file():
+        return Verification("error", why="the bundle has no reference outputs to compare with", device=device)
+    with np.load(ref_file) as data:
+        refs = [data[f"output{k}"] for k in range(len(data.files))]
+    if len(outputs) != len(refs):
+        return Verification("failed", reference=manifest.get("reference", ""), device=device,
+                            why=f"{len(outputs)} outputs, the reference has {len(refs)}")
+    ok, abs_err, rel_err, why = compare(outputs, refs)
+    return Verification("verified" if ok else "failed", reference=manifest.get("reference", ""),
+                        max_abs_error=abs_err, max_rel_error=rel_err, tolerance=float(manifest.get("tolerance", 1e-4)),
+                        why=why, device=device, load_s=report.get("load_s"), first_s=report.get("first_s"),
+                        foreign_modules=tuple(report.get("foreign_modules", ())))
+
+
+__all__ = ["Verification", "child_env", "run_in_child", "verify_folder"]

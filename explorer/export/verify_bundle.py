@@ -1,0 +1,259 @@
+"""Load and run an exported schedx bundle with nothing but apache-tvm and numpy.
+
+This file is copied into every bundle as ``run.py``, so a clean Python with only ``apache-tvm``
+installed can check and run a bundle::
+
+    python run.py                      # check hashes, load, run inputs.npz, compare with reference.npz
+    python run.py --runs 50 --json     # also time 50 runs after the first one
+    python -m explorer.export.verify_bundle BUNDLE_DIR --out outputs.npz   # the same, from schedx
+
+Before anything is loaded every file listed in ``manifest.json`` is hashed; a missing or changed
+file stops the run with a message naming it. Keep this module free of schedx imports: it must
+run where schedx is not installed (``foreign_modules`` in the report lists any that got loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+FORMAT = "schedx-bundle"
+FORMAT_VERSION = 1
+_FOREIGN = ("explorer", "app", "search", "store", "onnx", "onnxruntime", "torch", "streamlit", "click")
+
+
+class BundleCheckError(Exception):
+    """The bundle cannot be trusted or used: a file is missing, changed, or the manifest is bad."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_bundle(folder: str | os.PathLike) -> dict:
+    """The manifest of ``folder`` once every file it lists is present with its recorded sha256."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise BundleCheckError(f"{folder} is not a folder: give the folder `schedx export -o DIR` wrote")
+    if not path.is_file():
+        raise BundleCheckError(f"{folder} has no {MANIFEST}: not a schedx bundle")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise BundleCheckError(f"{path} is not readable JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleCheckError(f"{path} is not a schedx bundle manifest")
+    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
+        raise BundleCheckError(f"{path} was written by a newer schedx (format {manifest.get('format_version')})")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BundleCheckError(f"{path} lists no files")
+    if file_with_role(manifest, "library") is None:
+        raise BundleCheckError(f"{path} lists no library file")
+    for name, entry in files.items():
+        if Path(name).name != name:
+            raise BundleCheckError(f"{path} lists a file outside the bundle: {name!r}")
+        where = folder / name
+        role = entry.get("role", "file")
+        if not where.is_file():
+            what = "parameters file" if role == "params" else f"{role} file"
+            raise BundleCheckError(f"the {what} {name} is missing from {folder}; the bundle cannot run without it "
+                                   f"(export it again)")
+        actual = sha256_file(where)
+        if actual != entry.get("sha256"):
+            raise BundleCheckError(f"refused: {name} does not match the sha256 in {MANIFEST} "
+                                   f"({actual[:12]}... vs {str(entry.get('sha256'))[:12]}...): it changed after export. "
+                                   f"Nothing was loaded")
+    return manifest
+
+
+def file_with_role(manifest: dict, role: str) -> str | None:
+    return next((n for n, e in manifest["files"].items() if e.get("role") == role), None)
+
+
+def cuda_compile_mode() -> str:
+    """How TVM will compile the CUDA source when the library loads: NVRTC needs ``cuda-python``;
+    without it, nvcc (when on PATH) is chosen through ``TVM_CUDA_COMPILE_MODE``."""
+    import importlib.util
+    import shutil
+
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
+    if not mode:
+        mode = "nvrtc" if importlib.util.find_spec("cuda") is not None or not shutil.which("nvcc") else "nvcc"
+        os.environ["TVM_CUDA_COMPILE_MODE"] = mode
+    return mode
+
+
+def _flatten(value) -> list:
+    if hasattr(value, "numpy"):
+        return [value]
+    out = []
+    for v in value:
+        out.extend(_flatten(v))
+    return out
+
+
+def _compare(outputs: list, references: list) -> dict:
+    import numpy as np
+
+    worst_abs = worst_rel = 0.0
+    for out, ref in zip(outputs, references):
+        if out.shape != ref.shape:
+            return {"max_abs_error": float("inf"), "max_rel_error": float("inf"),
+                    "why": f"shape {out.shape} vs reference {ref.shape}"}
+        diff = np.abs(out.astype("float64") - ref.astype("float64"))
+        abs_err = float(diff.max()) if diff.size else 0.0
+        worst_abs = max(worst_abs, abs_err)
+        worst_rel = max(worst_rel, abs_err / max(1.0, float(np.abs(ref).max()) if ref.size else 1.0))
+    return {"max_abs_error": worst_abs, "max_rel_error": worst_rel, "why": ""}
+
+
+def run_bundle(folder: str | os.PathLike, *, inputs_file: str | None = None, device: str | None = None,
+               runs: int = 0, budget_s: float = 30.0) -> tuple[dict, list]:
+    """Check, load and run a bundle: a report (plain data) and the outputs (numpy arrays).
+
+    The report holds ``load_s`` (library, VM, parameters), ``first_s`` (the first inference) and,
+    with ``runs``, ``latencies_s``/``median_s``/``p90_s`` of up to ``runs`` more runs (fewer when
+    ``budget_s`` is spent)."""
+    import numpy as np
+
+    folder = Path(folder)
+    manifest = check_bundle(folder)
+    import tvm
+    from tvm import relax
+
+    device = device or manifest.get("target", {}).get("device", "cpu")
+    dev = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
+    if device == "cuda" and not dev.exist:
+        raise BundleCheckError("this is a CUDA bundle and no CUDA device is visible here")
+    if device == "cuda":
+        cuda_compile_mode()
+    start = time.perf_counter()
+    lib = tvm.runtime.load_module(str(folder / file_with_role(manifest, "library")))
+    vm = relax.VirtualMachine(lib, dev)
+    params = []
+    params_file = file_with_role(manifest, "params")
+    if manifest.get("params"):
+        if params_file is None:
+            raise BundleCheckError("the manifest lists parameters but no parameters file")
+        table = tvm.runtime.load_param_dict_from_file(str(folder / params_file))
+        missing = [p["name"] for p in manifest["params"] if p["name"] not in table]
+        if missing:
+            raise BundleCheckError(f"{params_file} lacks parameter(s) {', '.join(missing[:5])}")
+        params = [tvm.runtime.tensor(table[p["name"]].numpy(), dev) for p in manifest["params"]]
+    load_s = time.perf_counter() - start
+
+    source = Path(inputs_file) if inputs_file else folder / (file_with_role(manifest, "inputs") or "inputs.npz")
+    with np.load(source) as data:
+        arrays = []
+        for spec in manifest["inputs"]:
+            if spec["name"] not in data:
+                raise BundleCheckError(f"{source} has no input {spec['name']!r}")
+            arrays.append(np.ascontiguousarray(data[spec["name"]]).astype(spec["dtype"], copy=False))
+    args = [tvm.runtime.tensor(a, dev) for a in arrays] + params
+
+    start = time.perf_counter()
+    result = vm["main"](*args)
+    dev.sync()
+    first_s = time.perf_counter() - start
+    outputs = [t.numpy() for t in _flatten(result)]
+    report = {"bundle": str(folder), "workload": manifest.get("workload", {}).get("spec"),
+              "target": manifest.get("target", {}).get("label"), "device": device, "tvm_version": tvm.__version__,
+              "threads": os.environ.get("TVM_NUM_THREADS"), "load_s": load_s, "first_s": first_s,
+              "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outputs]}
+
+    if runs > 0:
+        latencies = []
+        begin = time.perf_counter()
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            vm["main"](*args)
+            dev.sync()
+            latencies.append(time.perf_counter() - t0)
+            if time.perf_counter() - begin > budget_s and len(latencies) >= 3:
+                break
+        report.update(latencies_s=latencies, runs=len(latencies), median_s=float(np.median(latencies)),
+                      p90_s=float(np.percentile(latencies, 90)))
+
+    reference = file_with_role(manifest, "reference")
+    if reference and not inputs_file:
+        with np.load(folder / reference) as data:
+            refs = [data[f"output{k}"] for k in range(len(data.files))]
+        check = _compare(outputs, refs)
+        tol = float(manifest.get("tolerance", 1e-4))
+        check.update(tolerance=tol, reference=manifest.get("reference", "reference"),
+                     verified=check["max_rel_error"] <= tol and len(refs) == len(outputs))
+        report["check"] = check
+    report["foreign_modules"] = sorted(m for m, mod in sys.modules.items() if m in _FOREIGN and mod is not None)
+    return report, outputs
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    here = Path(__file__).resolve().parent
+    parser = argparse.ArgumentParser(description="Check, load and run a schedx bundle (needs only apache-tvm).")
+    parser.add_argument("folder", nargs="?", default=str(here) if (here / MANIFEST).is_file() else None,
+                        help="the bundle folder (default: the folder of this script)")
+    parser.add_argument("--inputs", help="an .npz with the model's inputs by name (default: the bundle's inputs.npz)")
+    parser.add_argument("--out", help="write the outputs to this .npz (output0, output1, ...)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="default: the bundle's target")
+    parser.add_argument("--runs", type=int, default=0, help="time this many runs after the first one")
+    parser.add_argument("--budget", type=float, default=30.0, help="stop timing after this many seconds")
+    parser.add_argument("--threads", type=int, help="CPU threads for TVM (sets TVM_NUM_THREADS)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--without-torch", action="store_true",
+                        help="keep PyTorch out of this process (tvm_ffi imports it when installed, 2 s; the bundle "
+                             "never needs it): proves a plain TVM runtime suffices")
+    opts = parser.parse_args(argv)
+    if opts.without_torch:
+        sys.modules.setdefault("torch", None)  # `import torch` now raises ImportError, which tvm_ffi tolerates
+    if opts.folder is None:
+        parser.error("give the bundle folder")
+    if opts.threads:
+        os.environ["TVM_NUM_THREADS"] = str(opts.threads)
+    try:
+        report, outputs = run_bundle(opts.folder, inputs_file=opts.inputs, device=opts.device, runs=opts.runs,
+                                     budget_s=opts.budget)
+    except BundleCheckError as err:
+        if opts.json:
+            _write(json.dumps({"error": str(err)}))
+        else:
+            sys.stderr.write(f"error: {err}\n")
+        return 2
+    if opts.out:
+        import numpy as np
+
+        np.savez(opts.out, **{f"output{k}": o for k, o in enumerate(outputs)})
+    if opts.json:
+        _write(json.dumps(report, indent=2))
+        return 0 if report.get("check", {}).get("verified", True) else 1
+    _write(f"{report['workload']} on {report['target']}: loaded in {report['load_s'] * 1e3:.1f} ms, "
+           f"first inference {report['first_s'] * 1e3:.2f} ms")
+    if "median_s" in report:
+        _write(f"steady state over {report['runs']} runs: median {report['median_s'] * 1e3:.3f} ms, "
+               f"p90 {report['p90_s'] * 1e3:.3f} ms")
+    check = report.get("check")
+    if check:
+        verdict = "matches" if check["verified"] else "DIFFERS FROM"
+        _write(f"output {verdict} {check['reference']}: max abs error {check['max_abs_error']:.2e}, "
+               f"normalised {check['max_rel_error']:.2e} (tolerance {check['tolerance']:.0e})")
+        return 0 if check["verified"] else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Records for an export: per task of the workload, the store's records for the export's target
+(and machine), fastest first, turned into the plain :class:`explorer.export.TaskSchedule` the
+export takes. Lives in ``search`` because it reads the store and explorer must not.
+
+Which machine's records count: exporting for the host CPU takes records measured on this machine
+(its hardware fingerprint); a named CPU or a GPU takes records from any machine, since none of
+them was measured here. ``hardware=`` overrides both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from explorer.export.errors import ExportError
+from explorer.export.records import Task, TaskSchedule
+from explorer.export.targets import ExportTarget
+from search.ms_database import canonical_target
+from store import Record, Store, StoreError, default_db_path
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class TaskChoice:
+    """A task and the records that could schedule it, fastest first (empty: default schedule)."""
+
+    task: Task
+    candidates: tuple[Record, ...] = ()
+
+    @property
+    def best(self) -> Record | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_dict(self) -> dict:
+        return {**self.task.to_dict(), "records": [
+            {"id": r.id, "source": r.source, "median_s": r.median_s, "gflops": r.gflops, "hardware": r.hardware,
+             "created": r.created} for r in self.candidates]}
+
+
+def open_store(path: str | os.PathLike | None) -> Store | None:
+    """The store at ``path`` (must exist), or the default one if it exists, else None (no records)."""
+    if path is None:
+        path = default_db_path()
+        if not path.is_file():
+            return None
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ExportError(f"no database at {path}: give an existing schedx database (or leave --db out)")
+    try:
+        return Store(path, create=False)
+    except StoreError as err:
+        raise ExportError(str(err)) from err
+
+
+def hardware_for(target: ExportTarget, hardware: str | None = AUTO) -> str | None:
+    """The hardware fingerprint records must carry (None: any machine); see the module docstring."""
+    if hardware != AUTO:
+        return hardware
+    if target.is_host_cpu:
+        from explorer.environment import hardware_fingerprint
+
+        return hardware_fingerprint()
+    return None
+
+
+def _usable(r: Record) -> bool:
+    return bool(r.trace is not None or r.steps)
+
+
+def _matches_target(r: Record, target: ExportTarget) -> bool:
+    try:
+        config = json.loads(r.target)
+    except (TypeError, ValueError):
+        return False
+    if target.device == "cuda":
+        return config.get("kind") == "cuda" and config.get("arch") == target.config.get("arch")
+    return canonical_target(config) == canonical_target(target.config)
+
+
+def task_choices(store: Store | None, tasks: list[Task], target: ExportTarget, *, hardware: str | None = AUTO,
+                 limit: int = 10) -> list[TaskChoice]:
+    """Per task, up to ``limit`` rankable records with a trace or steps for ``target``, fastest first."""
+    if store is None:
+        return [TaskChoice(t) for t in tasks]
+    machine = hardware_for(target, hardware)
+    exact = canonical_target(target.config)
+    out = []
+    seen: dict[str, tuple[Record, ...]] = {}
+    for task in tasks:
+        if task.key not in seen:
+            found = store.records(workload=task.key, target=exact, hardware=machine, rankable=True, order="median",
+                                  limit=limit * 4)
+            if target.device == "cuda":  # GPU records may carry extra target keys: match kind and arch
+                found += store.records(workload=task.key, target="cuda", hardware=machine, rankable=True,
+                                       order="median", limit=limit * 4)
+            unique = {r.id: r for r in found if _usable(r) and _matches_target(r, target)}
+            seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (r.median_s or float("inf"), r.id))[:limit])
+        out.append(TaskChoice(task, seen[task.key]))
+    return out
+
+
+def record_schedule(r: Record) -> TaskSchedule:
+    """A record as the schedule an export applies (its trace, else its steps)."""
+    return TaskSchedule(trace=r.trace, steps=tuple(r.steps or ()) if r.trace is None else (), record_id=r.id,
+                        source=r.source, median_s=r.median_s)
+
+
+def schedules_for(choices: list[TaskChoice], picks: Mapping[str, int | None] | None = None) -> dict[str, TaskSchedule]:
+    """Task name -> schedule: the best record, or the record id ``picks`` names for that task
+    (None in ``picks``: the default schedule)."""
+    picks = picks or {}
+    out = {}
+    for choice in choices:
+        name = choice.task.name
+        if name in picks:
+            wanted = picks[name]
+            if wanted is None:
+                continue
+            record = next((r for r in choice.candidates if r.id == wanted), None)
+            if record is None:
+                raise ExportError(f"record {wanted} is not a record of task {name} for this target")
+        else:
+            record = choice.best
+        if record is not None:
+            out[name] = record_schedule(record)
+    return out
+
+
+def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], target: ExportTarget, *,
+                   hardware: str | None = AUTO) -> tuple[dict[str, TaskSchedule], list[TaskChoice]]:
+    """The best record per task from the database at ``db`` (None: the default database, if any)."""
+    store = db if isinstance(db, Store) else open_store(db)
+    try:
+        choices = task_choices(store, tasks, target, hardware=hardware)
+    except StoreError as err:
+        raise ExportError(f"could not read records: {err}") from err
+    finally:
+        if store is not None and not isinstance(db, Store):
+            store.close()
+    return schedules_for(choices), choices
+
+
+__all__ = ["AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
+           "task_choices"]

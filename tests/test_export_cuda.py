@@ -1,0 +1,78 @@
+"""CUDA export with no GPU here: the kernels are there, every PrimFunc is thread-bound, nvcc
+compiles the source for the chosen architecture, and the bundle carries what a GPU machine needs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from explorer.export import export_workload, load_workload, parse_target
+from explorer.export.build import build
+from explorer.export.cuda_check import check_cuda, is_thread_bound, unbound_prim_funcs
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+@pytest.fixture(scope="module")
+def cuda_bundle(tmp_path_factory):
+    return export_workload("small_cnn", "cuda:sm_90", tmp_path_factory.mktemp("cuda") / "b",
+                           nvcc=shutil.which("nvcc") is not None)
+
+
+def test_every_prim_func_is_bound_and_has_a_kernel(cuda_bundle):
+    c = cuda_bundle.cuda
+    assert c.arch == "sm_90" and c.prim_funcs == 10
+    assert c.unbound == () and c.missing_kernels == ()
+    assert len(c.kernels) >= c.prim_funcs and c.source_bytes > 10_000
+    assert cuda_bundle.verification is None  # no GPU here: nothing to run
+    assert cuda_bundle.layers.ok  # the layer check runs on the CPU whatever the target
+
+
+@needs_nvcc
+def test_nvcc_compiles_the_kernels_for_the_arch(cuda_bundle):
+    c = cuda_bundle.cuda
+    assert c.nvcc == "ok", c.nvcc_error
+    assert c.cubin_bytes > 0 and cuda_bundle.ok
+    files = cuda_bundle.manifest["files"]
+    assert files["kernels.cu"]["role"] == "cuda-source" and files["kernels_sm_90.cubin"]["role"] == "cubin"
+    assert cuda_bundle.manifest["target"]["host"] == {"kind": "llvm"}
+
+
+def test_dlight_defaults_are_named_in_the_warning(cuda_bundle):
+    assert any("dlight's default GPU schedules" in w for w in cuda_bundle.warnings)
+
+
+def test_unscheduled_prim_funcs_are_caught():
+    """A CPU build leaves every PrimFunc as a plain loop nest: for CUDA each would be host code."""
+    built = build(load_workload("matmul:M=32,N=32,K=32"), parse_target("cpu"))
+    assert unbound_prim_funcs(built.lowered) == ["matmul_M32_N32_K32_float32"]
+    cuda = build(load_workload("matmul:M=32,N=32,K=32"), parse_target("cuda:sm_80"))
+    assert unbound_prim_funcs(cuda.lowered) == []
+    assert all(is_thread_bound(f) for f in cuda.lowered.functions.values() if hasattr(f, "buffer_map"))
+
+
+@needs_nvcc
+def test_nvcc_failure_is_reported_not_raised():
+    built = build(load_workload("matmul:M=32,N=32,K=32"), parse_target("cuda:sm_80"))
+
+    class Broken:  # an executable whose CUDA source does not compile
+        kind, imports = "cuda", []
+
+        def inspect_source(self, fmt):
+            return 'extern "C" __global__ void matmul_M32_N32_K32_float32_kernel(float* a) { this is not C; }'
+
+    check, _, cubin = check_cuda(built.lowered, Broken(), parse_target("cuda:sm_80").tvm_target())
+    assert check.nvcc == "failed" and not check.ok and cubin == b"" and check.nvcc_error
+
+
+def test_cuda_bundle_cannot_run_here_and_says_so(cuda_bundle):
+    import tvm
+
+    from explorer.export import BundleError
+    from explorer.export.verify import run_in_child
+
+    if tvm.cuda(0).exist:
+        pytest.skip("a GPU is visible: tests/test_export_gpu.py runs the bundle")
+    with pytest.raises(BundleError, match="no CUDA device"):
+        run_in_child(cuda_bundle.folder)

@@ -1,0 +1,105 @@
+"""The Export page on its own under AppTest: tasks with their preselected records, a pick changed,
+build and verify, warnings, the zip to download."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from explorer.environment import hardware_fingerprint
+from explorer.export import load_workload
+from explorer.export.build import fused_module
+from explorer.measure import host_target
+from explorer.schedule.steps import Step
+from explorer.schedule.trace import steps_to_trace
+from search.ms_database import canonical_target, store_workload
+from store import Record, Store
+
+PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export.py")
+STEPS = [{"primitive": "reorder", "args": {"loops": ["conv2d_nchw/nn", "conv2d_nchw/ff", "conv2d_nchw/yy",
+                                                     "conv2d_nchw/rc", "conv2d_nchw/ry", "conv2d_nchw/rx",
+                                                     "conv2d_nchw/xx"]}},
+         {"primitive": "parallel", "args": {"loop": "conv2d_nchw/ff"}}]
+
+
+def _page(db: Path) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=300).run()
+    at.sidebar.text_input(key="ex_db").set_value(str(db)).run()
+    return at
+
+
+def _db_with_two_records(path: Path) -> tuple[int, int]:
+    mod = fused_module(load_workload("small_cnn"))
+    func = mod["conv2d1"]
+    trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in STEPS])
+    with Store(path) as store:
+        key = store.add_workload(store_workload(func, name="small_cnn/conv2d1", kind="model_task"))
+        common = dict(workload_key=key, target=canonical_target(host_target()), hardware=hardware_fingerprint(),
+                      status="ok", gflops=None, environment={}, verified=True)
+        fast = store.add_record(Record(source="search", steps=[], trace=trace, latencies=[1e-4], median_s=1e-4,
+                                       **common))
+        slow = store.add_record(Record(source="manual", steps=STEPS, trace=None, latencies=[3e-4], median_s=3e-4,
+                                       **common))
+    return fast, slow
+
+
+def test_builds_small_cnn_and_offers_the_zip(tmp_path):
+    at = _page(tmp_path / "none.db")
+    assert not at.exception and not at.error
+    assert any("No database at" in c.value for c in at.caption)
+    assert at.dataframe and len(at.dataframe[0].value) == 10
+    at.button(key="ex_build").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success and "Built small_cnn" in at.success[0].value
+    assert any("have no record" in w.value for w in at.warning)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["verified"] == "yes" and float(metrics["max rel error"]) < 1e-4
+    assert any("Layer by layer: all" in i.value for i in at.info)
+    download = at.get("download_button")
+    assert download and "small_cnn" in download[0].proto.label
+
+
+def test_best_record_is_preselected_and_a_pick_can_change_it(tmp_path):
+    db = tmp_path / "records.db"
+    fast, slow = _db_with_two_records(db)
+    at = _page(db)
+    assert not at.exception
+    pick = at.selectbox(key="ex_pick_conv2d1")
+    assert pick.value == fast and pick.options[-1] == "default schedule"
+    assert "1 with records" in at.subheader[0].value
+    table = at.dataframe[0].value
+    assert table.loc[table["kernel"] == "conv2d1", "schedule"].item() == f"record {fast}"
+    pick.set_value(slow).run()
+    at.button(key="ex_build").click().run()
+    assert not at.exception and at.success
+    manifest = at.session_state["ex_result"]["report"].manifest
+    assert manifest["records"] == {"conv2d1": slow}
+    data = at.session_state["ex_result"]["zip"]
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert any(n.endswith("/manifest.json") for n in names) and any(n.endswith("/lib.so") for n in names)
+
+
+def test_cuda_target_shows_the_gpu_checks(tmp_path):
+    at = _page(tmp_path / "none.db")
+    at.sidebar.radio(key="ex_source").set_value("Kernel").run()
+    at.sidebar.text_input(key="ex_kernel").set_value("matmul:M=64,N=64,K=64").run()
+    at.sidebar.radio(key="ex_target_kind").set_value("CUDA").run()
+    at.sidebar.selectbox(key="ex_arch").set_value("sm_90").run()
+    at.button(key="ex_build").click().run()
+    assert not at.exception
+    assert any("every PrimFunc thread-bound" in i.value for i in list(at.info) + list(at.error))
+    assert any("dlight" in w.value for w in at.warning)
+
+
+def test_bad_input_is_shown_not_raised(tmp_path):
+    at = _page(tmp_path / "none.db")
+    at.sidebar.radio(key="ex_source").set_value("Kernel").run()
+    at.sidebar.text_input(key="ex_kernel").set_value("matmul:Q=1").run()
+    assert not at.exception and at.error and "has no parameter Q" in at.error[0].value
+    at.sidebar.text_input(key="ex_kernel").set_value("matmul:M=8,N=8,K=8").run()
+    at.sidebar.radio(key="ex_target_kind").set_value("CPU (named)").run()
+    at.sidebar.text_input(key="ex_mcpu").set_value("nocpu").run()
+    assert at.error and "LLVM does not know the CPU" in at.error[0].value

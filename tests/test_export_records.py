@@ -1,0 +1,169 @@
+"""Records into exports: the best record per task for the export's target and machine is applied
+by default, a pick per task overrides it, records of other targets or machines are not used, and
+a record that does not apply falls back to the default with a warning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer.environment import hardware_fingerprint
+from explorer.export import ExportError, export_workload, load_workload, parse_target, workload_tasks
+from explorer.export.build import fused_module
+from explorer.measure import host_target
+from explorer.schedule.steps import Step
+from explorer.schedule.trace import steps_to_trace
+from search.export_records import best_schedules, schedules_for, task_choices
+from search.ms_database import canonical_target, store_workload
+from store import Record, Store
+
+CONV_STEPS = [
+    {"primitive": "reorder", "args": {"loops": ["conv2d_nchw/nn", "conv2d_nchw/ff", "conv2d_nchw/yy",
+                                                "conv2d_nchw/rc", "conv2d_nchw/ry", "conv2d_nchw/rx",
+                                                "conv2d_nchw/xx"]}},
+    {"primitive": "parallel", "args": {"loop": "conv2d_nchw/ff"}},
+    {"primitive": "vectorize", "args": {"loop": "conv2d_nchw/xx"}},
+]
+CONV_TASKS = ("fused_conv2d2_add_relu2", "conv2d1", "conv2d")
+
+
+def _record(key: str, *, median: float, steps=(), trace=None, target=None, hardware=None, source="manual") -> Record:
+    return Record(workload_key=key, target=target or canonical_target(host_target()),
+                  hardware=hardware or hardware_fingerprint(), source=source, status="ok", steps=list(steps),
+                  trace=trace, latencies=[median] * 3, median_s=median, gflops=None, environment={}, verified=True)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    workload = load_workload("small_cnn")
+    return workload, workload_tasks(workload), fused_module(workload)
+
+
+@pytest.fixture
+def store(tmp_path, cnn):
+    """A database with records for the three convolutions of small_cnn, and distractors."""
+    _, tasks, mod = cnn
+    db = Store(tmp_path / "records.db")
+    ids = {}
+    for name in CONV_TASKS:
+        task = next(t for t in tasks if t.name == name)
+        db.add_workload(store_workload(mod[name], name=f"small_cnn/{name}", kind="model_task"))
+        trace = steps_to_trace(mod[name], [Step(s["primitive"], s["args"]) for s in CONV_STEPS])
+        fast = db.add_record(_record(task.key, median=1e-4, trace=trace, source="search"))
+        slow = db.add_record(_record(task.key, median=2e-4, steps=CONV_STEPS))
+        ids[name] = (fast, slow)
+        db.add_record(_record(task.key, median=1e-6, steps=CONV_STEPS, hardware="elsewhere/other cpu/avx2/64c"))
+        db.add_record(_record(task.key, median=1e-6, steps=CONV_STEPS,
+                              target=json.dumps({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})))
+    yield db, ids
+    db.close()
+
+
+def test_best_record_per_task_for_this_target_and_machine(cnn, store):
+    workload, tasks, _ = cnn
+    db, ids = store
+    schedules, choices = best_schedules(db, tasks, parse_target("cpu"))
+    assert {name: s.record_id for name, s in schedules.items()} == {n: ids[n][0] for n in CONV_TASKS}
+    assert all(s.trace is not None for s in schedules.values())  # the search record replays its trace
+    by_name = {c.task.name: c for c in choices}
+    assert [r.id for r in by_name["conv2d"].candidates] == list(ids["conv2d"])  # other machine/target left out
+    assert by_name["mean"].candidates == ()
+
+
+def test_export_applies_the_records_and_names_the_rest(cnn, store, tmp_path):
+    workload, tasks, _ = cnn
+    db, ids = store
+    schedules, _ = best_schedules(db, tasks, parse_target("cpu"))
+    report = export_workload(workload, "cpu", tmp_path / "b", schedules=schedules, layers=False)
+    assert report.ok and report.verification.ok
+    m = report.manifest
+    assert m["records"] == {n: ids[n][0] for n in CONV_TASKS}
+    applied = [t for t in m["tasks"] if t["schedule"] == "record"]
+    assert sorted(t["name"] for t in applied) == sorted(CONV_TASKS)
+    warning = next(w for w in m["warnings"] if "have no record" in w)
+    assert warning.startswith("7 of 10 kernels (2.7% of the FLOPs)") and "fused_batch_norm_relu (1.4%)" in warning
+
+
+def test_a_pick_overrides_the_best_and_none_means_default(cnn, store):
+    _, tasks, _ = cnn
+    db, ids = store
+    choices = task_choices(db, tasks, parse_target("cpu"))
+    schedules = schedules_for(choices, {"conv2d": ids["conv2d"][1], "conv2d1": None})
+    assert schedules["conv2d"].record_id == ids["conv2d"][1] and schedules["conv2d"].steps  # the manual one: steps
+    assert "conv2d1" not in schedules
+    assert schedules["fused_conv2d2_add_relu2"].record_id == ids["fused_conv2d2_add_relu2"][0]
+    with pytest.raises(ExportError, match="record 999999 is not a record of task conv2d"):
+        schedules_for(choices, {"conv2d": 999999})
+
+
+def test_other_targets_get_their_own_records(cnn, store):
+    _, tasks, _ = cnn
+    db, _ = store
+    schedules, _ = best_schedules(db, tasks, parse_target("cpu:icelake-server"))  # any machine for a named CPU
+    assert len(schedules) == 3
+    assert best_schedules(db, tasks, parse_target("cuda:sm_90"))[0] == {}
+
+
+def test_cuda_records_match_by_arch(cnn, tmp_path):
+    _, tasks, mod = cnn
+    task = tasks[0]
+    with Store(tmp_path / "gpu.db") as db:
+        db.add_workload(store_workload(mod[task.name]))
+        gpu = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "host": {"kind": "llvm"}}
+        rid = db.add_record(_record(task.key, median=1e-5, steps=CONV_STEPS, target=json.dumps(gpu),
+                                    hardware="gpu-box/H100"))
+        assert best_schedules(db, tasks, parse_target("cuda:sm_90"))[0][task.name].record_id == rid
+        assert best_schedules(db, tasks, parse_target("cuda:sm_80"))[0] == {}
+
+
+def test_a_record_that_does_not_apply_falls_back_with_a_warning(cnn, tmp_path):
+    from explorer.export import TaskSchedule
+    from explorer.export.build import build
+
+    workload, _, _ = cnn
+    bad = {"mean": TaskSchedule(steps=tuple(CONV_STEPS), record_id=7, source="manual")}  # no conv2d_nchw block there
+    built = build(workload, parse_target("cpu"), bad)
+    outcome = next(o for o in built.outcomes if o.task.name == "mean")
+    assert outcome.schedule == "failed" and outcome.record_id == 7 and outcome.error
+    assert any(w.startswith("record 7 for mean did not apply") for w in built.warnings)
+
+
+def test_kernel_export_with_a_manual_record(tmp_path):
+    from explorer.kernels import load_kernel
+
+    kernel = load_kernel("matmul:M=64,N=64,K=64")
+    steps = [{"primitive": "split", "args": {"loop": "C/j", "factors": [None, 16]}},
+             {"primitive": "vectorize", "args": {"loop": "C/j_1"}},
+             {"primitive": "parallel", "args": {"loop": "C/i"}}]
+    with Store(tmp_path / "k.db") as db:
+        key = db.add_workload(store_workload(kernel.func, name=kernel.name))
+        rid = db.add_record(_record(key, median=1e-5, steps=steps))
+        workload = load_workload("matmul:M=64,N=64,K=64")
+        schedules, _ = best_schedules(db, workload_tasks(workload), parse_target("cpu"))
+    report = export_workload(workload, "cpu", tmp_path / "b", schedules=schedules)
+    assert report.manifest["records"] == {"matmul_M64_N64_K64_float32": rid}
+    assert report.verification.ok and not any("have no record" in w for w in report.warnings)
+
+
+def test_task_keys_agree_with_the_search_and_the_schedule_page(cnn):
+    """Records meet tasks only if the export keys a task exactly as the search and the Schedule page do."""
+    from explorer.kernels.from_model import model_kernels
+    from explorer.models import load_model
+    from search.ms_database import workload_key
+    from search.tune import model_tasks
+
+    _, tasks, _ = cnn
+    loaded = load_model("small_cnn")
+    assert {t.key for t in model_tasks(loaded, dict(host_target()))} == {t.key for t in tasks}
+    assert {workload_key(k.func) for k in model_kernels(loaded)} == {t.key for t in tasks}
+    kernel_task = workload_tasks(load_workload("matmul:M=64,N=64,K=64"))[0]
+    from explorer.kernels import load_kernel
+
+    assert kernel_task.key == workload_key(load_kernel("matmul:M=64,N=64,K=64").func)
+
+
+def test_missing_database_is_an_error_only_when_named(tmp_path, cnn):
+    _, tasks, _ = cnn
+    with pytest.raises(ExportError, match="no database at"):
+        best_schedules(tmp_path / "nope.db", tasks, parse_target("cpu"))
