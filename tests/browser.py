@@ -39,7 +39,8 @@ def schedx_ui(env: dict | None = None):
     """Start ``schedx ui`` on a free loopback port; yield its URL; stop it."""
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -55,12 +56,17 @@ def schedx_ui(env: dict | None = None):
         else:
             raise RuntimeError("schedx ui did not answer within 90 s")
         yield url
-    finally:
-        proc.terminate()
+    finally:  # the wrapper and the streamlit server it started share a process group
+        import signal
+
         try:
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def screenshot_dir(tmp_path: Path) -> Path:

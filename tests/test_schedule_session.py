@@ -119,6 +119,9 @@ def test_steps_trace_steps_round_trip_is_structurally_equal(matmul):
 def test_a_metaschedule_sketch_opens_as_steps():
     from tvm.s_tir import meta_schedule as ms
 
+    from explorer.tvm_fast import light_tensor_intrin
+
+    light_tensor_intrin("llvm")  # else TuneContext imports every intrinsic TVM ships (20-130 s)
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     ctx = ms.TuneContext(mod=tvm.IRModule({"main": k.func}), target=target, space_generator="post-order-apply",
@@ -185,3 +188,25 @@ def test_nested_vectorize_is_refused():
     s.apply(S("vectorize", loop="pad_temp/i1"))
     with pytest.raises(ScheduleError, match="vectorize only the innermost"):
         s.apply(S("vectorize", loop="pad_temp/i2"))
+
+
+def test_sketches_with_sampled_compute_locations_convert_to_equal_steps():
+    """RandomComputeLocation samples 'root' or 'inline' as sentinel loops that TVM crashes on if
+    looked up; the conversion must read them from the decision instead (found tuning small_cnn)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from explorer.models import load_model
+    from explorer.tvm_fast import light_tensor_intrin
+    from search.sketches import target_object
+    from search.tune import model_tasks
+
+    light_tensor_intrin("llvm")
+    target = {"kind": "llvm", "num-cores": 2}
+    task = next(t for t in model_tasks(load_model("small_cnn"), target) if t.name.endswith("/mean"))
+    ctx = ms.TuneContext(mod=task.mod, target=target_object(target), space_generator="post-order-apply",
+                         search_strategy="evolutionary", num_threads=1)
+    for space in ctx.generate_design_space():
+        steps = trace_to_steps(task.mod["main"], to_plain(space.trace.as_json()))
+        s = ScheduleSession(task.mod["main"])
+        s.apply_all(steps)
+        assert tvm_ffi.structural_equal(s.mod["main"].body, space.mod["main"].body)

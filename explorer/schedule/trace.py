@@ -70,10 +70,20 @@ def trace_to_steps(func: tvm.tirx.PrimFunc, trace_json: object, *, open_samples:
 def _convert(recorded: s_tir.Trace, func: tvm.tirx.PrimFunc, open_samples: bool) -> list[Step]:
     replay = s_tir.Schedule(func)
     steps: list[Step] = []
+    location: list[int | None] = [None]  # the last SampleComputeLocation decision
 
     def provide(inst, inputs, attrs, decision):
         kind = inst.kind.name
-        if kind not in _SILENT:
+        if kind == "SampleComputeLocation":
+            location[0] = int(to_plain(decision)) if decision is not None else None
+        elif kind in ("ComputeAt", "ReverseComputeAt") and location[0] is not None and location[0] < 0:
+            # The sampled location is "root" (-1) or "inline" (-2): the loop handle is a sentinel
+            # that must not be looked up (TVM segfaults on it). Root changes nothing.
+            if location[0] == -2:
+                steps.append(Step("compute_inline", {"block": _name(replay, inputs[0])}))
+            location[0] = None
+        elif kind not in _SILENT:
+            location[0] = None if kind in ("ComputeAt", "ReverseComputeAt") else location[0]
             steps.append(_step_of(replay, kind, list(inputs), list(attrs), open_samples))
         return decision
 
