@@ -282,13 +282,15 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
         store.add_workload(store_workload(t.mod, name=t.name, kind="model_task" if "/" in t.name else "kernel",
                                           source=source_name or "search", flops=t.flops), replace=False)
     progress = _Progress(store, tasks, target_text, hardware, job_id, params.trials, on_batch)
-    strategy = ms.search_strategy.EvolutionarySearch(
-        population_size=params.population, init_measured_ratio=params.init_measured_ratio,
-        init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
-        genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
-        eps_greedy=params.eps_greedy)
-    contexts = [ms.TuneContext(mod=t.mod, target=tgt, space_generator="post-order-apply", search_strategy=strategy,
-                               task_name=t.name, rand_state=params.seed + i, num_threads=2)
+    def strategy():  # one per task: a strategy holds the state of its task's search
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=params.population, init_measured_ratio=params.init_measured_ratio,
+            init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
+            genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
+            eps_greedy=params.eps_greedy)
+
+    contexts = [ms.TuneContext(mod=t.mod, target=tgt, space_generator="post-order-apply",
+                               search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)
                 for i, t in enumerate(tasks)]
     cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
         ms.cost_model.RandomModel()
