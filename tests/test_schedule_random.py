@@ -61,7 +61,7 @@ def _random_sequence(name: str, data) -> None:
 
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
-SLOW = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+SLOW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
