@@ -8,6 +8,9 @@ import json
 import click
 
 from explorer.errors import ExplorerError
+from store import StoreError
+
+LIBRARY_ERRORS = (ExplorerError, StoreError)  # one base per room (store cannot import explorer)
 
 
 def fail_cleanly(fn):
@@ -17,9 +20,9 @@ def fail_cleanly(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except ExplorerError as err:
+        except LIBRARY_ERRORS as err:
             root = click.get_current_context().find_root()
-            if (root.obj or {}).get("debug"):
+            if isinstance(root.obj, dict) and root.obj.get("debug"):
                 raise
             raise click.ClickException(str(err)) from err
 

@@ -7,12 +7,13 @@ Each command opens the store, calls one library method and prints; a :class:`Sto
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 from pathlib import Path
 
 import click
+
+from app.cli_common import fail_cleanly
 
 from store import Store, StoreError, default_db_path
 from store.records import KINDS, SOURCES, target_short
@@ -23,20 +24,7 @@ COLUMNS = ("rank", "workload", "gflops", "median_ms", "source", "verified", "har
 FIELDS = COLUMNS + ("workload_key", "target_json", "created")  # --json and --csv carry these too
 
 
-def _store_errors(fn):
-    """StoreError -> ``Error: message`` and exit 1 (the traceback only with ``schedx --debug``)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except StoreError as err:
-            root = click.get_current_context().find_root()
-            if isinstance(root.obj, dict) and root.obj.get("debug"):
-                raise
-            raise click.ClickException(str(err)) from err
-
-    return wrapper
+_store_errors = fail_cleanly  # StoreError -> `Error: message`, exit 1 (see app.cli_common)
 
 
 def _db_option(fn):
