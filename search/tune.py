@@ -276,36 +276,37 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     light_tensor_intrin(target.get("kind", "llvm"))
     tgt = target_object(target)
-    target_text = canonical_target(tgt)
-    hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
-    for t in tasks:
-        store.add_workload(store_workload(t.mod, name=t.name, kind="model_task" if "/" in t.name else "kernel",
-                                          source=source_name or "search", flops=t.flops), replace=False)
-    progress = _Progress(store, tasks, target_text, hardware, job_id, params.trials, on_batch)
-    def strategy():  # one per task: a strategy holds the state of its task's search
-        return ms.search_strategy.EvolutionarySearch(
-            population_size=params.population, init_measured_ratio=params.init_measured_ratio,
-            init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
-            genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
-            eps_greedy=params.eps_greedy)
-
-    contexts = [ms.TuneContext(mod=t.mod, target=tgt, space_generator="post-order-apply",
-                               search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)
-                for i, t in enumerate(tasks)]
-    cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
-        ms.cost_model.RandomModel()
-    if params.cost_model == "xgb":
-        _pretrain(cost_model, contexts, tasks, store, target_text, hardware)
-    database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
-    if builder is None:
+    if builder is None:  # first: its workers import TVM while this process sets the search up
         builder = FastBuilder(max_workers=params.builder_workers or None, timeout_sec=params.timeout_s,
-                              target_kind=tgt.kind.name, known=progress.lookup_mod)
-    else:
-        builder.known = progress.lookup_mod
-    inner = runner if runner is not None else make_inner_runner(rpc, timeout_sec=params.timeout_s)
-    runner = CachingRunner(inner, progress.lookup_latencies)
-    callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
+                              target_kind=tgt.kind.name)
     try:
+        target_text = canonical_target(tgt)
+        hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
+        for t in tasks:
+            store.add_workload(store_workload(t.mod, name=t.name, kind="model_task" if "/" in t.name else "kernel",
+                                              source=source_name or "search", flops=t.flops), replace=False)
+        progress = _Progress(store, tasks, target_text, hardware, job_id, params.trials, on_batch)
+
+        def strategy():  # one per task: a strategy holds the state of its task's search
+            return ms.search_strategy.EvolutionarySearch(
+                population_size=params.population, init_measured_ratio=params.init_measured_ratio,
+                init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
+                genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
+                eps_greedy=params.eps_greedy)
+
+        contexts = [ms.TuneContext(mod=t.mod, target=tgt, space_generator="post-order-apply",
+                                   search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i,
+                                   num_threads=2)
+                    for i, t in enumerate(tasks)]
+        cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
+            ms.cost_model.RandomModel()
+        if params.cost_model == "xgb":
+            _pretrain(cost_model, contexts, tasks, store, target_text, hardware)
+        database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
+        builder.known = progress.lookup_mod
+        inner = runner if runner is not None else make_inner_runner(rpc, timeout_sec=params.timeout_s)
+        runner = CachingRunner(inner, progress.lookup_latencies)
+        callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
         with tempfile.TemporaryDirectory(prefix="schedx-tune-") as work_dir:
             ms.tune_tasks(tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work_dir,
                           max_trials_global=params.trials, max_trials_per_task=params.trials,
