@@ -15,7 +15,7 @@ import click
 
 from app.cli_common import fail_cleanly
 
-from store import Store, StoreError, default_db_path
+from store import Store, default_db_path
 from store.records import KINDS, SOURCES, target_short
 
 EMPTY_HINT = ("No records yet. Measure a kernel (`schedx measure ...` or the Schedule page), run a search "

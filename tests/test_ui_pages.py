@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 PAGES = Path(__file__).resolve().parent.parent / "app" / "ui"

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import networkx as nx
 import tvm
 import tvm_ffi
 from tvm.ir.instrument import pass_instrument
 
-from explorer.errors import PipelineError, short_tvm_message
+from explorer.errors import short_tvm_message
 from explorer.graph.extract import relax_graph
 from explorer.passes.isolate import check_passes_in_child
 from explorer.passes.pipelines import PipelineSpec, get_pipeline, resolve_passes
