@@ -15,10 +15,9 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-
 from explorer.kernels import builtin_kernel
 from explorer.measure import measure
+from explorer.measure.calibration import numpy_matmul_gflops
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import Step, load_steps
 from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text, tiling
@@ -51,15 +50,8 @@ def step_latency(kernel_name: str, steps: list[Step]) -> list[float]:
 
 
 def numpy_gflops(n: int = 512, repeats: int = 20) -> float:
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
+    """numpy (OpenBLAS) fp32 matmul, without OpenBLAS core pins (see explorer.measure.calibration)."""
+    return numpy_matmul_gflops(n, repeats)
 
 
 def main() -> None:
