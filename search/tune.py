@@ -264,6 +264,16 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
     return n
 
 
+def _start_runner(rpc: RpcSpec | None, params: SearchParams):
+    """Create the runner in a thread; ``.result()`` returns it (or raises what creating it raised)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(make_inner_runner, rpc, timeout_sec=params.timeout_s)
+    pool.shutdown(wait=False)
+    return future
+
+
 def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams, rpc: RpcSpec | None = None,
          job_id: int | None = None, on_batch: Callable[[BatchReport], None] | None = None,
          source_name: str = "", builder=None, runner=None) -> TuneSummary:
@@ -279,6 +289,8 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     if builder is None:  # first: its workers import TVM while this process sets the search up
         builder = FastBuilder(max_workers=params.builder_workers or None, timeout_sec=params.timeout_s,
                               target_kind=tgt.kind.name)
+    # The runner's constructor waits for its worker process to start (~1.5 s): do it meanwhile.
+    started = _start_runner(rpc, params) if runner is None else None
     try:
         target_text = canonical_target(tgt)
         hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
@@ -304,7 +316,7 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
             _pretrain(cost_model, contexts, tasks, store, target_text, hardware)
         database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
         builder.known = progress.lookup_mod
-        inner = runner if runner is not None else make_inner_runner(rpc, timeout_sec=params.timeout_s)
+        inner = runner if runner is not None else started.result()
         runner = CachingRunner(inner, progress.lookup_latencies)
         callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
         with tempfile.TemporaryDirectory(prefix="schedx-tune-") as work_dir:
