@@ -121,7 +121,7 @@ def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int,
 
     torch.set_num_threads(threads)
     args = [torch.from_numpy(a) for a in inputs.values()]
-    module = module.train(False)  # inference mode (same as .eval())
+    module = module.train(False)  # inference mode
 
     def call():
         with torch.no_grad():

@@ -23,7 +23,7 @@ def import_torch(module: object, example_inputs: Sequence[object], *, name: str 
     if not isinstance(module, torch.nn.Module):
         raise ModelLoadError(f"expected a torch.nn.Module, got {type(module).__name__}")
     args = tuple(example_inputs)
-    module = module.train(False)  # inference mode (same as .eval())
+    module = module.train(False)  # inference mode
     try:
         with torch.no_grad():
             exported = torch.export.export(module, args)
