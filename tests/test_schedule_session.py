@@ -210,3 +210,12 @@ def test_sketches_with_sampled_compute_locations_convert_to_equal_steps():
         s = ScheduleSession(task.mod["main"])
         s.apply_all(steps)
         assert tvm_ffi.structural_equal(s.mod["main"].body, space.mod["main"].body)
+
+
+def test_vectorizing_around_two_blocks_is_refused():
+    """Found by the slow random-step run: TVM builds this and computes wrong numbers."""
+    k = builtin_kernel("conv2d_nchw", C=4, H=6, W=6, K=8)
+    s = ScheduleSession(k.func)
+    s.apply(S("compute_at", block="pad_temp", loop="conv2d_nchw/xx", preserve_unit_loops=False))
+    with pytest.raises(ScheduleError, match="wrong results"):
+        s.apply(S("vectorize", loop="conv2d_nchw/yy"))

@@ -3,7 +3,8 @@
 TVM accepts some schedules that it then cannot build (found by the random-step tests): a
 parallel loop inside another parallel loop passes ``sch.parallel`` and fails in LLVM codegen
 ("Nested parallel loop is not supported by threadpool"), and a vectorized loop inside another
-crashes StorageRewrite. schedx refuses such a step up front,
+crashes StorageRewrite; a vectorized loop around a producer computed under it (compute_at) gives
+wrong numbers. schedx refuses such a step up front,
 with the fix, instead of letting the build fail later.
 """
 
@@ -28,8 +29,21 @@ def problems(func: tirx.PrimFunc) -> list[str]:
         for c in node.children:
             visit(c, inner)
 
+    def blocks_under(node: NestNode) -> int:
+        return 1 if node.kind == "block" else sum(blocks_under(c) for c in node.children)
+
+    def check_vector_bodies(node: NestNode) -> None:
+        if node.kind != "loop":
+            return
+        if node.loop_kind == "vectorized" and blocks_under(node) > 1:
+            found.append(f"loop {node.name} is vectorized around {blocks_under(node)} blocks: TVM builds such a "
+                         f"kernel but computes wrong results; vectorize a loop of one block (usually the innermost)")
+        for c in node.children:
+            check_vector_bodies(c)
+
     for n in loop_nest(func):
         visit(n, {})
+        check_vector_bodies(n)
     return found
 
 
