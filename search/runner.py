@@ -1,4 +1,9 @@
-"""Runners: MetaSchedule's local or RPC runner, behind a cache of what was already measured.
+"""Runners: schedx's verifying local runner or MetaSchedule's RPC runner, behind a cache of
+what was already measured.
+
+Local measurement (:class:`PoolRunner`) happens in the search's warm worker pool, one candidate
+at a time (nothing else runs meanwhile), and checks each candidate's outputs against its task's
+reference first (see :mod:`search.worker_jobs`).
 
 True resume: a candidate whose scheduled module this database already measured (same
 workload, target and hardware) is neither built nor run again; its stored latencies come back
@@ -7,12 +12,16 @@ at once (:data:`search.builder.CACHED_PREFIX` marks it between builder and runne
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 
-from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
 
+from search import worker_jobs
 from search.builder import CACHED_PREFIX
+from search.pool import WarmPool
 
 
 @dataclass(frozen=True)
@@ -41,9 +50,9 @@ def evaluator(number: int = 3, repeat: int = 1, min_repeat_ms: int = 40) -> ms.r
                                      enable_cpu_cache_flush=False)
 
 
-def make_inner_runner(rpc: RpcSpec | None, *, timeout_sec: float = 30, workers: int = 1) -> ms.runner.Runner:
-    if rpc is None:
-        return ms.runner.LocalRunner(timeout_sec=timeout_sec, evaluator_config=evaluator())
+def rpc_runner(rpc: RpcSpec, *, workers: int = 1) -> ms.runner.Runner:
+    """MetaSchedule's RPC runner on the tracker and key of ``rpc`` (candidates are timed on the
+    remote devices, not verified)."""
     config = ms.runner.RPCConfig(tracker_host=rpc.tracker_host, tracker_port=rpc.tracker_port,
                                  tracker_key=rpc.key, session_timeout_sec=rpc.session_timeout_s)
     return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator(), max_workers=workers)
@@ -86,3 +95,96 @@ class CachingRunner(ms.runner.PyRunner):
             for i, fut in zip(fresh, self.inner.run([runner_inputs[i] for i in fresh])):
                 out[i] = fut
         return out
+
+
+# A candidate whose first (verification) run is this many times slower than its task's best so
+# far keeps that run as its time instead of being timed properly: it cannot win, and slow
+# candidates are most of a search's measuring time.
+REJECT_FACTOR = 10.0
+
+
+@dataclass
+class _Reference:
+    path: str | None = None
+    why_not: str = ""
+    done: bool = False
+
+
+@derived_object
+class PoolRunner(ms.runner.PyRunner):
+    """Measures candidates one at a time in ``pool``, each checked first against the reference of
+    its task (``task_mods[artifact_task[path]]`` run unscheduled); ``details`` keeps, per
+    artifact, the largest error seen and whether it was verified."""
+
+    def __init__(self, pool: WarmPool, *, target, task_mods: list, task_specs: list, artifact_task: dict,
+                 work_dir: str, timeout_sec: float = 30, verify: bool = True, best_s: list | None = None,
+                 reject_factor: float | None = REJECT_FACTOR) -> None:
+        super().__init__()
+        self.pool, self.target, self.task_mods, self.task_specs = pool, target, task_mods, task_specs
+        self.artifact_task, self.work_dir, self.timeout_sec, self.verify = artifact_task, work_dir, timeout_sec, verify
+        config = evaluator()
+        self.evaluator = {"number": int(config.number), "repeat": int(config.repeat),
+                          "min_repeat_ms": int(config.min_repeat_ms)}
+        self.references = [_Reference() for _ in task_mods]
+        self._locks = [threading.Lock() for _ in task_mods]
+        self.details: dict[str, dict] = {}
+        self.best_s: list[float | None] = list(best_s) if best_s is not None else [None] * len(task_mods)
+        self.reject_factor = reject_factor
+
+    def prefetch(self, task: int) -> threading.Thread:
+        """Compute ``task``'s reference in the background (before anything is timed)."""
+        thread = threading.Thread(target=self.reference, args=(task,), daemon=True)
+        thread.start()
+        return thread
+
+    def reference(self, task: int) -> _Reference:
+        """``task``'s reference outputs, computed once (a failure leaves the task unverified)."""
+        with self._locks[task]:
+            ref = self.references[task]
+            if not ref.done:
+                path = os.path.join(self.work_dir, f"reference-{task}.npz")
+                outcome = self.pool.call(worker_jobs.reference, self.task_mods[task], self.target,
+                                         self.task_specs[task], path, timeout=max(120.0, 4 * self.timeout_sec))
+                ref.path = path if outcome.ok else None
+                ref.why_not = "" if outcome.ok else f"the unscheduled kernel could not run: {outcome.message}"
+                ref.done = True
+            return ref
+
+    def run(self, runner_inputs: list) -> list:
+        out = []
+        for inp in runner_inputs:
+            path = str(inp.artifact_path)
+            task = self.artifact_task.pop(path, None)
+            ref = self.reference(task) if self.verify and task is not None else None
+            specs = self.task_specs[task] if task is not None else [
+                (tuple(int(x) for x in a.shape), str(a.dtype), False) for a in inp.args_info]
+            best = self.best_s[task] if task is not None else None
+            reject = best * self.reject_factor if best and self.reject_factor else None
+            outcome = self.pool.call(worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None,
+                                     reject, timeout=self.timeout_sec)
+            value = outcome.value if outcome.ok else {"error": _run_failure(outcome, self.timeout_sec)}
+            self.details[path] = {"max_error": value.get("max_error"), "verified": _verified(ref, value),
+                                  "early": bool(value.get("early"))}
+            if task is not None and value.get("secs") and not value.get("early"):
+                median = sorted(value["secs"])[len(value["secs"]) // 2]
+                self.best_s[task] = median if best is None else min(best, median)
+            result = ms.runner.RunnerResult(value["secs"], None) if "secs" in value else \
+                ms.runner.RunnerResult(None, value["error"])
+            out.append(_Done(result))
+        return out
+
+
+def _verified(ref: _Reference | None, value: dict) -> bool | None:
+    if ref is None or ref.path is None:
+        return None  # nothing to compare with
+    if "secs" in value:
+        return True
+    return False if value.get("error", "").startswith(worker_jobs.VERIFY_FAILED) else None
+
+
+def _run_failure(outcome, timeout_sec: float) -> str:
+    if outcome.status == "timeout":
+        return f"run timed out after {timeout_sec:.0f} s"
+    if outcome.status == "crashed":
+        return f"run crashed: {outcome.message}"
+    return f"run failed: {outcome.message}"

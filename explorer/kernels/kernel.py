@@ -78,15 +78,16 @@ class Kernel:
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic inputs: normal floats, small integers (no int32 overflow in sums)."""
         rng = np.random.default_rng(seed)
-        out = []
-        for b in self.inputs:
-            if b.dtype.startswith(("float", "bfloat")):
-                out.append(rng.standard_normal(b.shape).astype(b.dtype))
-            elif b.dtype.startswith("uint"):
-                out.append(rng.integers(0, 16, b.shape).astype(b.dtype))
-            else:
-                out.append(rng.integers(-8, 8, b.shape).astype(b.dtype))
-        return out
+        return [random_array(b.shape, b.dtype, rng) for b in self.inputs]
+
+
+def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Test data for one buffer: normal floats, small integers (no int32 overflow in sums)."""
+    if dtype.startswith(("float", "bfloat")):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.startswith("uint") or dtype == "bool":
+        return rng.integers(0, 2 if dtype == "bool" else 16, shape).astype(dtype)
+    return rng.integers(-8, 8, shape).astype(dtype)
 
 
 def written_buffers(func: tvm.tirx.PrimFunc) -> set[str]:

@@ -1,0 +1,235 @@
+"""Warm worker processes that build and measure candidates for a search.
+
+MetaSchedule's ``PopenPoolExecutor`` starts a worker lazily, when its first job arrives, as
+``python -m tvm.exec.popen_worker``: the job then waits for ``import tvm`` (1.5 s here with torch
+installed) and, in the default builder, for every tensor intrinsic TVM ships (20 s). schedx's
+pool starts its workers at once (before the parent has imported TVM itself, when the command
+line asks for it early with :func:`prestart`), keeps torch out of them and registers only the
+target's intrinsics (see :mod:`explorer.tvm_fast`), and keeps them for the whole search.
+
+A job that raises comes back as an ``error`` outcome; one that runs past its time, or kills its
+process (a segfaulting candidate), comes back as ``timeout`` or ``crashed``, and the worker is
+replaced at once. Nothing here imports TVM: the parent may create a pool first thing.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+START_TIMEOUT_S = 120.0  # a worker's start-up (imports, intrinsics) on a loaded machine
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job gave: ``status`` is ``ok`` (``value`` holds the result), ``error`` (the job
+    raised), ``timeout`` or ``crashed`` (its process was killed or died); ``message`` says why."""
+
+    status: str
+    value: object = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+class _Worker:
+    """One worker process and the two pipes to it; used by one thread at a time."""
+
+    def __init__(self, init: tuple[Callable, tuple] | None) -> None:
+        self.init = init
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        import cloudpickle
+
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, "-m", "search.pool_worker", str(to_child_r), str(from_child_w)],
+                                     pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.rfd, self.wfd = from_child_r, to_child_w
+        self.started_ok: bool | None = None if self.init else True
+        self.start_error = ""
+        if self.init:  # sent now, answered before the first job's answer
+            self._send(cloudpickle.dumps(self.init, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        for fd in (self.rfd, self.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def call(self, fn: Callable, args: tuple, timeout: float) -> Outcome:
+        import cloudpickle
+
+        try:
+            if self.proc is None:
+                self.start()
+            if self.started_ok is None:
+                status, value = self._receive(START_TIMEOUT_S)
+                self.started_ok = status == "ok"
+                self.start_error = "" if self.started_ok else str(value)
+            if not self.started_ok:
+                return Outcome("error", message=f"the worker process could not start: {self.start_error}")
+            self._send(cloudpickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
+            status, value = self._receive(timeout)
+        except TimeoutError:
+            self.restart()
+            return Outcome("timeout", message=f"no answer within {timeout:.0f} s")
+        except _WorkerDied as died:
+            self.restart()
+            return Outcome("crashed", message=str(died))
+        if status == "ok":
+            return Outcome("ok", value=value)
+        return Outcome("error", message=str(value))
+
+    def _send(self, data: bytes) -> None:
+        try:
+            os.write(self.wfd, struct.pack("<Q", len(data)))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.wfd, view):]
+        except OSError as err:
+            raise _WorkerDied(self._death(f"the worker process went away ({err})")) from None
+
+    def _receive(self, timeout: float):
+        import cloudpickle
+
+        deadline = time.monotonic() + timeout
+        size = struct.unpack("<Q", self._read(8, deadline))[0]
+        return cloudpickle.loads(self._read(size, deadline))
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError()
+            ready, _, _ = select.select([self.rfd], [], [], left)
+            if not ready:
+                raise TimeoutError()
+            chunk = os.read(self.rfd, min(n - got, 1 << 20))
+            if not chunk:
+                raise _WorkerDied(self._death("the worker process exited"))
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _death(self, fallback: str) -> str:
+        try:
+            code = self.proc.wait(timeout=2) if self.proc is not None else None
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            return f"the process died of {signal.Signals(-code).name} (the candidate crashed it)"
+        return fallback if code is None else f"{fallback} with status {code}"
+
+
+class WarmPool:
+    """``size`` worker processes, started now, each first running ``init`` (a function and its
+    arguments, e.g. :func:`search.worker_jobs.prepare`)."""
+
+    def __init__(self, size: int, *, init: tuple[Callable, tuple] | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one worker, got {size}")
+        self.size = size
+        self.init = init
+        self._workers = [_Worker(init) for _ in range(size)]
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        for w in self._workers:
+            self._idle.put(w)
+        self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="schedx-pool")
+        self._closed = False
+
+    def call(self, fn: Callable, *args, timeout: float) -> Outcome:
+        """Run ``fn(*args)`` in the next free worker; waits for one to be free."""
+        if self._closed:
+            raise RuntimeError("the worker pool is closed")
+        worker = self._idle.get()
+        try:
+            return worker.call(fn, args, timeout)
+        finally:
+            self._idle.put(worker)
+
+    def map(self, fn: Callable, items: Iterable[tuple], *, timeout: float) -> list[Outcome]:
+        """``fn(*item)`` for every item, spread over the workers; outcomes in order."""
+        return list(self._threads.map(lambda item: self.call(fn, *item, timeout=timeout), list(items)))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._threads.shutdown(wait=True)
+        for w in self._workers:
+            w.stop()
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_prestarted: dict[tuple, WarmPool] = {}
+_lock = threading.Lock()
+
+
+def default_size() -> int:
+    """One worker per core: builds run in parallel, measurements one at a time."""
+    return max(1, os.cpu_count() or 2)
+
+
+def prestart(size: int | None = None, target_kind: str = "llvm", triple: str | None = None) -> None:
+    """Start a search's workers now, so that they import TVM while this process does too;
+    :func:`take` hands them to the search (``search.tune.tune`` asks for them)."""
+    from search.worker_jobs import prepare  # imports no TVM
+
+    key = (size or default_size(), target_kind, triple)
+    with _lock:
+        if key not in _prestarted:
+            _prestarted[key] = WarmPool(key[0], init=(prepare, (target_kind, triple)))
+
+
+def take(size: int | None = None, target_kind: str = "llvm", triple: str | None = None) -> WarmPool:
+    """The pool :func:`prestart` started for these arguments, or a new one (a prestarted pool
+    for other arguments is closed)."""
+    from search.worker_jobs import prepare
+
+    key = (size or default_size(), target_kind, triple)
+    with _lock:
+        pool = _prestarted.pop(key, None)
+        others = list(_prestarted.values())
+        _prestarted.clear()
+    for other in others:
+        other.close()
+    return pool if pool is not None else WarmPool(key[0], init=(prepare, (target_kind, triple)))

@@ -1,0 +1,67 @@
+"""A worker process of :class:`search.pool.WarmPool`: ``python -m search.pool_worker READ_FD WRITE_FD``.
+
+Reads jobs (a cloudpickled ``(function, args)``, length-prefixed) and answers each with
+``("ok", result)`` or ``("error", message)``. The parent enforces time limits (it kills the
+process), so this loop stays simple. Importing the ``search`` package first keeps torch out of
+TVM's start-up here too (see :mod:`explorer.tvm_fast`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import traceback
+
+
+def _read(fd: int, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    if len(text) < 40:  # a bare message: add where it came from
+        frames = traceback.extract_tb(err.__traceback__)[-2:]
+        text += " (" + "; ".join(f"{f.name} line {f.lineno}" for f in frames) + ")"
+    return f"{type(err).__name__}: {text}"
+
+
+def main(argv: list[str]) -> int:
+    import cloudpickle
+
+    rfd, wfd = int(argv[1]), int(argv[2])
+    while True:
+        header = _read(rfd, 8)
+        if header is None:  # the parent closed the pipe: done
+            return 0
+        body = _read(rfd, struct.unpack("<Q", header)[0])
+        if body is None:
+            return 0
+        try:
+            fn, args = cloudpickle.loads(body)
+            reply = ("ok", fn(*args))
+        except BaseException as err:  # every failure goes back to the parent as data
+            reply = ("error", _describe(err))
+        try:
+            data = cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:
+            data = cloudpickle.dumps(("error", f"the result could not be sent back: {err}"))
+        _write(wfd, data)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

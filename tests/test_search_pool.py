@@ -1,0 +1,114 @@
+"""The search's warm worker pool (errors, time-outs and crashes come back as outcomes) and the
+verification of search candidates against the unscheduled kernel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from explorer.kernels import builtin_kernel
+from explorer.measure import host_target
+from search import worker_jobs
+from search.params import SearchParams
+from search.pool import WarmPool
+from search.ms_database import as_task_module
+from search.tune import _arg_specs, kernel_tasks, tune
+from store import Store
+
+FAST = dict(population=32, generations=1, init_min_unmeasured=8)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WarmPool(1) as p:
+        yield p
+
+
+def test_pool_returns_results_errors_timeouts_and_crashes_as_outcomes(pool):
+    first = pool.call(os.getpid, timeout=60)
+    assert first.ok and first.value != os.getpid()
+    bad = pool.call(int, "seven", timeout=30)
+    assert bad.status == "error" and "ValueError" in bad.message and "seven" in bad.message
+    slow = pool.call(time.sleep, 30, timeout=0.5)
+    assert slow.status == "timeout"
+    crash = pool.call(os.abort, timeout=30)
+    assert crash.status == "crashed" and "SIGABRT" in crash.message
+    after = pool.call(os.getpid, timeout=60)  # a fresh worker took the dead one's place
+    assert after.ok and after.value not in (first.value, os.getpid())
+
+
+def test_pool_map_keeps_order():
+    with WarmPool(2) as p:
+        outcomes = p.map(divmod, [(7, 2), (9, 0), (10, 3)], timeout=30)
+    assert [o.status for o in outcomes] == ["ok", "error", "ok"]
+    assert outcomes[0].value == (3, 1) and outcomes[2].value == (3, 1)
+    assert "ZeroDivisionError" in outcomes[1].message
+
+
+def test_tvm_starts_without_torch_and_torch_still_imports_afterwards():
+    pytest.importorskip("torch")
+    code = ("import sys, explorer, tvm; from tvm import relax; print('torch' in sys.modules); "
+            "import torch; print(torch.ones(2).sum().item())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "2.0"]
+
+
+def _built_matmul(tmp_path):
+    k = builtin_kernel("matmul", M=32, N=32, K=32)
+    mod = as_task_module(k.func)
+    target = host_target()
+    import tvm
+
+    artifact = worker_jobs.build(mod, tvm.target.Target(target))
+    ref = worker_jobs.reference(mod, tvm.target.Target(target), _arg_specs(mod), str(tmp_path / "ref.npz"))
+    return mod, artifact, ref
+
+
+def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
+    mod, artifact, ref = _built_matmul(tmp_path)
+    specs = _arg_specs(mod)
+    evaluator = {"number": 1, "repeat": 2, "min_repeat_ms": 1}
+    good = worker_jobs.measure(artifact, specs, evaluator, ref)
+    assert len(good["secs"]) == 2 and good["max_error"] == 0.0
+    arrays = dict(np.load(ref))
+    out = max(i for i, s in enumerate(specs) if s[2])
+    arrays[f"a{out}"][3, 5] += 1.0
+    wrong = str(tmp_path / "wrong.npz")
+    np.savez(wrong, **arrays)
+    bad = worker_jobs.measure(artifact, specs, evaluator, wrong)
+    assert bad["error"].startswith(worker_jobs.VERIFY_FAILED) and "(3, 5)" in bad["error"]
+    assert "secs" not in bad
+
+
+def wrong_reference(mod, target, specs, path, seed=0):
+    """A reference whose first output element is off by one (runs in a worker process)."""
+    worker_jobs.reference(mod, target, specs, path, seed)
+    arrays = dict(np.load(path))
+    out = max(i for i, s in enumerate(specs) if s[2])
+    arrays[f"a{out}"].flat[0] += 1.0
+    np.savez(path, **arrays)
+    return path
+
+
+def test_real_search_verifies_every_candidate_and_records_wrong_ones_as_failed(tmp_path, monkeypatch):
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    params = SearchParams(trials=8, per_batch=8, cost_model="random", **FAST)
+    good = Store(tmp_path / "good.db")
+    summary = tune(kernel_tasks(k), store=good, target=host_target(), params=params)
+    records = good.records()
+    assert summary.measured == 8 and len(records) == 8
+    assert all(r.status == "ok" and r.verified is True and r.max_error is not None for r in records)
+
+    monkeypatch.setattr(worker_jobs, "reference", wrong_reference)  # the runner looks it up at call time
+    bad = Store(tmp_path / "bad.db")
+    summary = tune(kernel_tasks(k), store=bad, target=host_target(), params=params)
+    records = bad.records()
+    assert summary.trials == 8 and summary.failed == 8 and summary.best == {}
+    assert all(r.status == "verify_failed" and r.verified is False and "differs from the reference" in r.error
+               for r in records)
+    assert bad.best() == []
