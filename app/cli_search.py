@@ -29,6 +29,15 @@ def _target(text: str) -> dict:
     return target
 
 
+def _kind_and_triple(text: str) -> tuple[str, str | None]:
+    """The target kind and LLVM triple of a ``--target`` value, read without importing TVM."""
+    try:
+        target = json.loads(text) if text.lstrip().startswith("{") else {}
+    except ValueError:
+        target = {}
+    return (target.get("kind", "llvm"), target.get("mtriple")) if isinstance(target, dict) else ("llvm", None)
+
+
 def _db(path: str | None):
     from store import Store, default_db_path
 
@@ -92,6 +101,10 @@ def tune(workload: str, trials: int, per_batch: int, population: int, generation
          rpc_tracker: str | None, rpc_key: str | None, background: bool, as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
     leaderboard. Running it again on the same database resumes: nothing is measured twice."""
+    if not background and not rpc_tracker:  # the measuring workers start now, while TVM loads here
+        from search.pool import prestart
+
+        prestart(None, *_kind_and_triple(target_text))
     from search.jobs import start_job
     from search.params import SearchParams
     from search.rpc import check_tracker

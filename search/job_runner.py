@@ -29,13 +29,17 @@ def main(argv: list[str] | None = None) -> int:
         raise Stopped()
 
     signal.signal(signal.SIGTERM, on_term)
+    p = job.params
+    if not p.get("rpc"):  # the measuring workers start now, while TVM loads here
+        from search.pool import prestart
+
+        prestart(None, p["target"].get("kind", "llvm"), p["target"].get("mtriple"))
     try:
         from search.params import SearchParams
         from search.runner import RpcSpec
         from search.tune import tune
         from search.workloads import resolve_tasks
 
-        p = job.params
         rpc = RpcSpec.parse(p["rpc"]["tracker"], p["rpc"]["key"]) if p.get("rpc") else None
         tasks, source = resolve_tasks(p["workload"], p["target"], p.get("shapes"))
         summary = tune(tasks, store=store, target=p["target"], params=SearchParams.from_dict(p["params"]), rpc=rpc,

@@ -104,8 +104,30 @@ def workload_key(mod: IRModule | PrimFunc) -> str:
     return _shash(as_task_module(mod) if isinstance(mod, PrimFunc) else mod)
 
 
+# A search tags each task's PrimFunc with its workload key, so that the builder and runner can
+# tell which task a candidate belongs to (scheduling keeps function attributes). Hashes ignore it.
+TASK_ATTR = "schedx.task"
+
+
+def tag_task(mod: IRModule, key: str) -> IRModule:
+    """``mod`` (a one-function task module) with its ``main`` tagged as task ``key``."""
+    return IRModule({"main": mod["main"].with_attr(TASK_ATTR, key)})
+
+
+def task_tag(mod: IRModule) -> str | None:
+    attrs = mod["main"].attrs
+    return str(attrs[TASK_ATTR]) if attrs is not None and TASK_ATTR in attrs else None
+
+
+def untagged(mod: IRModule) -> IRModule:
+    """``mod`` without the task tag (what hashes and records see)."""
+    if len(mod.functions) != 1 or task_tag(mod) is None:
+        return mod
+    return IRModule({"main": mod["main"].without_attr(TASK_ATTR)})
+
+
 def _shash(mod: IRModule) -> str:
-    return str(tvm_ffi.structural_hash(mod) % (1 << 64))
+    return str(tvm_ffi.structural_hash(untagged(mod)) % (1 << 64))
 
 
 def _dtype_bytes(dtype: str) -> float:

@@ -2,7 +2,10 @@
 into the store.
 
 What schedx adds to ``ms.tune_tasks``:
-- start-up in seconds: only the target's tensor intrinsics, a warm builder pool;
+- start-up in seconds: only the target's tensor intrinsics, no torch, one warm worker pool for
+  building and measuring, started before anything else (see :mod:`search.pool`);
+- every candidate measured locally is first checked against its task's reference (the
+  unscheduled kernel): a wrong schedule is a ``verify_failed`` record and never ranks;
 - every batch lands in the store as records in one transaction, with the cost model's
   prediction beside the measurement, failures included (error and steps), plus a job row;
 - true resume: candidates the store already measured for this workload, target and hardware
@@ -17,7 +20,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import tvm
 import tvm_ffi
@@ -26,11 +29,14 @@ from tvm.ir.utils import derived_object
 from explorer.environment import current_environment, hardware_fingerprint
 from explorer.schedule.trace import to_plain, trace_to_steps
 from explorer.tvm_fast import light_tensor_intrin
+from search import pool as warm_pool
 from search.builder import CACHED_PREFIX, FastBuilder
 from search.errors import SearchError
-from search.ms_database import StoreDatabase, as_task_module, canonical_target, store_workload, workload_key
+from search.ms_database import (StoreDatabase, as_task_module, canonical_target, store_workload, tag_task, task_tag,
+                                untagged, workload_key)
 from search.params import SearchParams
-from search.runner import CachingRunner, RpcSpec, make_inner_runner
+from search.runner import REJECT_FACTOR, CachingRunner, PoolRunner, RpcSpec, rpc_runner
+from search.worker_jobs import VERIFY_FAILED
 from search.sketches import target_object
 from store import Record, Store
 
@@ -75,13 +81,14 @@ class TuneSummary:
     seconds: float = 0.0
     first_measured_s: float | None = None
     best: dict = field(default_factory=dict)  # task -> best GFLOPS
+    unverified: dict = field(default_factory=dict)  # task -> why its candidates could not be checked
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def candidate_hash(mod: tvm.IRModule) -> str:
-    return str(tvm_ffi.structural_hash(mod) % (1 << 64))
+    return str(tvm_ffi.structural_hash(untagged(mod)) % (1 << 64))
 
 
 def kernel_tasks(kernel) -> list[Task]:
@@ -125,6 +132,8 @@ class _Progress:
         self.task_trials = {t.name: 0 for t in tasks}
         self.known: dict[str, str] = {}  # candidate hash -> record id (this workload, target, hardware)
         self.latencies: dict[str, list[float]] = {}
+        self.task_index = {t.key: i for i, t in enumerate(tasks)}
+        self.checks: dict[str, dict] = {}  # artifact path -> {"max_error", "verified"} (from the runner)
         self.env = current_environment(target_text).to_dict() if hardware == hardware_fingerprint() else {
             "hardware": hardware}
         for t in tasks:
@@ -141,6 +150,10 @@ class _Progress:
 
     def lookup_mod(self, mod: tvm.IRModule) -> str | None:
         return self.known.get(candidate_hash(mod))
+
+    def task_of(self, mod: tvm.IRModule) -> int | None:
+        """Which task a candidate schedules (from the tag its TuneContext's module carries)."""
+        return self.task_index.get(task_tag(mod) or "")
 
     def lookup_latencies(self, record_id: str) -> list[float] | None:
         return self.latencies.get(record_id)
@@ -196,7 +209,8 @@ def _record(task: Task, cand, built, ran, predicted: float | None, progress: _Pr
     error = built.error_msg or (ran.error_msg if ran is not None else "no run result") or ""
     secs = [float(s) for s in (ran.run_secs or [])] if ran is not None and not error else []
     secs = [s for s in secs if s < MS_FAILED_SECS]
-    status = "ok" if secs else ("build_error" if built.error_msg else "run_error")
+    check = progress.checks.pop(str(built.artifact_path), {}) if built.artifact_path else {}
+    status = _status(bool(secs), bool(built.error_msg), error)
     median = sorted(secs)[len(secs) // 2] if secs else None
     try:
         steps = [s.to_dict() for s in trace_to_steps(task.mod["main"], trace)]
@@ -205,9 +219,24 @@ def _record(task: Task, cand, built, ran, predicted: float | None, progress: _Pr
     return Record(workload_key=task.key, target=progress.target_text, hardware=progress.hardware, source="search",
                   status=status, steps=steps, trace=trace, latencies=secs, median_s=median,
                   gflops=task.flops / median / 1e9 if median and task.flops else None,
-                  environment={**progress.env, "candidate": candidate_hash(mod)}, predicted=predicted,
+                  environment={**progress.env, "candidate": candidate_hash(mod),
+                               **({"timing": EARLY_TIMING} if check.get("early") else {})}, predicted=predicted,
+                  max_error=check.get("max_error"), verified=check.get("verified"),
                   job_id=progress.job_id, error=error[:2000],
                   args_info=to_plain([a.as_json() for a in cand.args_info]))
+
+
+EARLY_TIMING = f"one run: over {REJECT_FACTOR:g}x slower than the best so far, not timed further"
+
+
+def _status(ran_ok: bool, build_failed: bool, error: str) -> str:
+    if ran_ok:
+        return "ok"
+    if "timed out" in error:
+        return "timeout"
+    if build_failed:
+        return "build_error"
+    return "verify_failed" if error.startswith(VERIFY_FAILED) else "run_error"
 
 
 def _account(progress: _Progress, task: Task, records: list[Record], cached: int, failed: int, n: int) -> None:
@@ -215,12 +244,12 @@ def _account(progress: _Progress, task: Task, records: list[Record], cached: int
     now = time.perf_counter() - progress.start
     if s.first_measured_s is None and records:
         s.first_measured_s = now
-    s.trials += n
+    s.trials += n - cached  # the budget counts new measurements: a candidate from the store is free
     s.measured += len(records) - failed
     s.cached += cached
     s.failed += failed
     progress.batches += 1
-    progress.task_trials[task.name] += n
+    progress.task_trials[task.name] += n - cached
     good = [r.gflops for r in records if r.status == "ok" and r.gflops]
     if good:
         s.best[task.name] = max(good + ([s.best[task.name]] if task.name in s.best else []))
@@ -264,16 +293,6 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
     return n
 
 
-def _start_runner(rpc: RpcSpec | None, params: SearchParams):
-    """Create the runner in a thread; ``.result()`` returns it (or raises what creating it raised)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(make_inner_runner, rpc, timeout_sec=params.timeout_s)
-    pool.shutdown(wait=False)
-    return future
-
-
 def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams, rpc: RpcSpec | None = None,
          job_id: int | None = None, on_batch: Callable[[BatchReport], None] | None = None,
          source_name: str = "", builder=None, runner=None) -> TuneSummary:
@@ -284,48 +303,115 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     from tvm.s_tir import meta_schedule as ms
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    light_tensor_intrin(target.get("kind", "llvm"))
-    tgt = target_object(target)
-    if builder is None:  # first: its workers import TVM while this process sets the search up
-        builder = FastBuilder(max_workers=params.builder_workers or None, timeout_sec=params.timeout_s,
-                              target_kind=tgt.kind.name)
-    # The runner's constructor waits for its worker process to start (~1.5 s): do it meanwhile.
-    started = _start_runner(rpc, params) if runner is None else None
+    kind, triple = target.get("kind", "llvm"), target.get("mtriple")
+    own_pool = None
+    if builder is None or (runner is None and rpc is None):  # first: its workers start while this sets up
+        own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
+    work = tempfile.TemporaryDirectory(prefix="schedx-tune-")
     try:
+        light_tensor_intrin(kind, triple)
+        tgt = target_object(target)
         target_text = canonical_target(tgt)
         hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
         for t in tasks:
             store.add_workload(store_workload(t.mod, name=t.name, kind="model_task" if "/" in t.name else "kernel",
                                               source=source_name or "search", flops=t.flops), replace=False)
         progress = _Progress(store, tasks, target_text, hardware, job_id, params.trials, on_batch)
+        if builder is None:
+            builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, task_of=progress.task_of)
+        builder.known = progress.lookup_mod
+        if runner is None and rpc is None:
+            runner = PoolRunner(own_pool, target=tgt, task_mods=[t.mod for t in tasks],
+                                task_specs=[_arg_specs(t.mod) for t in tasks],
+                                artifact_task=getattr(builder, "artifact_task", {}),
+                                best_s=[t.flops / progress.summary.best[t.name] / 1e9
+                                        if t.flops and progress.summary.best.get(t.name) else None for t in tasks],
+                                work_dir=work.name, timeout_sec=params.timeout_s)
+            runner.prefetch(0)  # the first task's reference, while the first batch is searched for
+            progress.checks = runner.details
+        elif runner is None:
+            runner = rpc_runner(rpc)
 
-        def strategy():  # one per task: a strategy holds the state of its task's search
-            return ms.search_strategy.EvolutionarySearch(
-                population_size=params.population, init_measured_ratio=params.init_measured_ratio,
-                init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
-                genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
-                eps_greedy=params.eps_greedy)
-
-        contexts = [ms.TuneContext(mod=t.mod, target=tgt, space_generator="post-order-apply",
-                                   search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i,
-                                   num_threads=2)
-                    for i, t in enumerate(tasks)]
+        contexts = _contexts(tasks, tgt, params)
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
             ms.cost_model.RandomModel()
-        if params.cost_model == "xgb":
-            _pretrain(cost_model, contexts, tasks, store, target_text, hardware)
+        trained = _pretrain(cost_model, contexts, tasks, store, target_text, hardware) \
+            if params.cost_model == "xgb" else 0
         database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
-        builder.known = progress.lookup_mod
-        inner = runner if runner is not None else started.result()
-        runner = CachingRunner(inner, progress.lookup_latencies)
-        callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
-        with tempfile.TemporaryDirectory(prefix="schedx-tune-") as work_dir:
-            ms.tune_tasks(tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work_dir,
-                          max_trials_global=params.trials, max_trials_per_task=params.trials,
-                          num_trials_per_iter=params.per_batch, builder=builder, runner=runner, database=database,
-                          cost_model=cost_model, measure_callbacks=callbacks, task_scheduler=params.task_scheduler)
+        caching = CachingRunner(runner, progress.lookup_latencies)
+        plan = _rounds(params, len(tasks), fresh=params.cost_model == "xgb" and not trained)
+        top_ups = idle = 0
+        # a top-up fills a few slots with random samples: a new strategy would propose the
+        # model's favourites again, which are what was measured already
+        top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0)
+        while plan:
+            round_params, trials = plan.pop(0)
+            if round_params is not params or not contexts:
+                contexts = _contexts(tasks, tgt, round_params)
+            before = progress.summary.trials
+            callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
+            ms.tune_tasks(tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work.name,
+                          max_trials_global=trials, max_trials_per_task=trials,
+                          num_trials_per_iter=round_params.per_batch,
+                          builder=builder, runner=caching, database=database, cost_model=cost_model,
+                          measure_callbacks=callbacks, task_scheduler=params.task_scheduler)
+            contexts = []  # a round's strategies are spent
+            left = params.trials - progress.summary.trials
+            idle = 0 if progress.summary.trials > before else idle + 1
+            if not plan and left > 0 and idle < 3 and top_ups < MAX_TOP_UPS:
+                plan = [(top_up, left)]  # candidates proposed again were answered from the store: top up
+                top_ups += 1
+        if isinstance(runner, PoolRunner):
+            progress.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(runner.references)
+                                           if r.done and r.path is None}
     finally:
-        if hasattr(builder, "close"):
-            builder.close()
+        if own_pool is not None:
+            own_pool.close()
+        work.cleanup()
     progress.summary.seconds = time.perf_counter() - progress.start
     return progress.summary
+
+
+# Rounds added when candidates the store already held used up part of a round's budget; a search
+# space with nothing new left ends sooner (three rounds in a row that measure nothing new end it).
+MAX_TOP_UPS = 6
+
+
+def _contexts(tasks: list[Task], tgt, params: SearchParams) -> list:
+    """One TuneContext per task, each with its own evolutionary search (a strategy holds the
+    state of its task's search); the module is tagged so that candidates name their task."""
+    from tvm.s_tir import meta_schedule as ms
+
+    def strategy():
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=params.population, init_measured_ratio=params.init_measured_ratio,
+            init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
+            genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
+            eps_greedy=params.eps_greedy)
+
+    return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator="post-order-apply",
+                           search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)
+            for i, t in enumerate(tasks)]
+
+
+def _rounds(params: SearchParams, n_tasks: int, *, fresh: bool) -> list[tuple[SearchParams, int]]:
+    """The search as rounds of ``(parameters, trials)``. A fresh search (a cost model that has
+    seen nothing) first measures one batch per task drawn straight from the sketches: evolving a
+    population under an untrained model only ranks it at random, and costs seconds before the
+    first measurement; its batches are small (8) so that results show within seconds. Then the
+    evolutionary search proper, with the model trained on what the first round measured."""
+    if not fresh or params.generations == 0:
+        return [(params, params.trials)]
+    probe_trials = min(params.trials, params.per_batch * n_tasks)
+    probe = replace(params, generations=0, population=2 * params.per_batch, per_batch=min(params.per_batch, 8),
+                    init_min_unmeasured=min(params.init_min_unmeasured, params.per_batch))
+    # A new round's strategy does not know what the last one measured, and would propose the
+    # best of it again (answered from the store, but a wasted slot): it starts from new samples.
+    rest = replace(params, init_measured_ratio=0.0)
+    return [(probe, probe_trials)] + ([(rest, params.trials - probe_trials)] if params.trials > probe_trials else [])
+
+
+def _arg_specs(mod: tvm.IRModule) -> list:
+    from explorer.kernels.kernel import buffer_specs
+
+    return [(b.shape, b.dtype, b.is_output) for b in buffer_specs(mod["main"])]
