@@ -109,7 +109,7 @@ def equal_trials(spec: str, trials: int, per_batch: int) -> None:
         again, wall2 = schedx_search(spec, trials, per_batch, db)
         from store import Store
 
-        hashes = [r.environment.get("candidate") for r in Store(db).records()]
+        hashes = [r.candidate for r in Store(db).records()]
         twice = len(hashes) - len(set(hashes))
         print(f"3. resume on the same database: {again.cached} candidates answered from the store, "
               f"{again.measured + again.failed} new, measured twice: {twice} (target 0), best now "

@@ -133,20 +133,18 @@ class _Progress:
         self.known: dict[str, str] = {}  # candidate hash -> record id (this workload, target, hardware)
         self.latencies: dict[str, list[float]] = {}
         self.task_index = {t.key: i for i, t in enumerate(tasks)}
+        self.saturated: set[int] = set()
         self.checks: dict[str, dict] = {}  # artifact path -> {"max_error", "verified"} (from the runner)
         self.env = current_environment(target_text).to_dict() if hardware == hardware_fingerprint() else {
             "hardware": hardware}
         for t in tasks:
-            prior = store.records(workload=t.key, target=target_text, hardware=hardware)
-            ok = [r for r in prior if r.ok and r.gflops]
-            if ok:
-                self.summary.best[t.name] = max(r.gflops for r in ok)
-            for r in prior:
-                chash = (r.environment or {}).get("candidate")
-                if chash and r.id is not None:
-                    self.known[chash] = str(r.id)
-                    self.latencies[str(r.id)] = list(r.latencies or [])
-            self.task_trials[t.name] = len(prior)
+            best = store.best(workload=t.key, target=target_text, hardware=hardware)
+            if best and best[0].gflops:
+                self.summary.best[t.name] = best[0].gflops
+            for chash, (rid, latencies) in store.measured_candidates(t.key, target_text, hardware).items():
+                self.known[chash] = str(rid)
+                self.latencies[str(rid)] = list(latencies)
+            self.task_trials[t.name] = store.count(workload=t.key, target=target_text, hardware=hardware)
 
     def lookup_mod(self, mod: tvm.IRModule) -> str | None:
         return self.known.get(candidate_hash(mod))
@@ -159,7 +157,7 @@ class _Progress:
         return self.latencies.get(record_id)
 
 
-def _make_callback(progress: _Progress, cost_model, contexts: list):
+def _make_callback(progress: _Progress, cost_model, contexts: list, round_ids: list[int]):
     from tvm.s_tir import meta_schedule as ms
 
     @derived_object
@@ -167,7 +165,7 @@ def _make_callback(progress: _Progress, cost_model, contexts: list):
         """Writes each batch to the store in one transaction, before the cost model learns it."""
 
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-            task = progress.tasks[task_id]
+            task = progress.tasks[round_ids[task_id]]  # task_id counts the tasks of this round
             ctx = contexts[task_id]
             try:
                 predicted = [float(x) for x in cost_model.predict(ctx, measure_candidates)] if cost_model else []
@@ -185,9 +183,9 @@ def _make_callback(progress: _Progress, cost_model, contexts: list):
                 failed += records[-1].status != "ok"
             ids = progress.store.add_records(records) if records else []
             for rec, rid in zip(records, ids):
-                progress.known[rec.environment["candidate"]] = str(rid)
+                progress.known[rec.candidate] = str(rid)
                 progress.latencies[str(rid)] = list(rec.latencies)
-            _account(progress, task, records, cached, failed, len(measure_candidates))
+            _account(progress, round_ids[task_id], records, cached, failed, len(measure_candidates))
 
     return RecordBatch()
 
@@ -219,8 +217,8 @@ def _record(task: Task, cand, built, ran, predicted: float | None, progress: _Pr
     return Record(workload_key=task.key, target=progress.target_text, hardware=progress.hardware, source="search",
                   status=status, steps=steps, trace=trace, latencies=secs, median_s=median,
                   gflops=task.flops / median / 1e9 if median and task.flops else None,
-                  environment={**progress.env, "candidate": candidate_hash(mod),
-                               **({"timing": EARLY_TIMING} if check.get("early") else {})}, predicted=predicted,
+                  environment={**progress.env, **({"timing": EARLY_TIMING} if check.get("early") else {})},
+                  candidate=candidate_hash(mod), predicted=predicted,
                   max_error=check.get("max_error"), verified=check.get("verified"),
                   job_id=progress.job_id, error=error[:2000],
                   args_info=to_plain([a.as_json() for a in cand.args_info]))
@@ -239,7 +237,12 @@ def _status(ran_ok: bool, build_failed: bool, error: str) -> str:
     return "verify_failed" if error.startswith(VERIFY_FAILED) else "run_error"
 
 
-def _account(progress: _Progress, task: Task, records: list[Record], cached: int, failed: int, n: int) -> None:
+def _account(progress: _Progress, index: int, records: list[Record], cached: int, failed: int, n: int) -> None:
+    task = progress.tasks[index]
+    if n and cached == n:
+        progress.saturated.add(index)  # nothing new in its last batch: it sits out top-up rounds
+    else:
+        progress.saturated.discard(index)
     s = progress.summary
     now = time.perf_counter() - progress.start
     if s.first_measured_s is None and records:
@@ -332,35 +335,14 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
         elif runner is None:
             runner = rpc_runner(rpc)
 
-        contexts = _contexts(tasks, tgt, params)
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
             ms.cost_model.RandomModel()
-        trained = _pretrain(cost_model, contexts, tasks, store, target_text, hardware) \
+        trained = _pretrain(cost_model, _contexts(tasks, tgt, params), tasks, store, target_text, hardware) \
             if params.cost_model == "xgb" else 0
         database = StoreDatabase(store, hardware=hardware, target_filter=target_text, source="search", job_id=job_id)
-        caching = CachingRunner(runner, progress.lookup_latencies)
-        plan = _rounds(params, len(tasks), fresh=params.cost_model == "xgb" and not trained)
-        top_ups = idle = 0
-        # a top-up fills a few slots with random samples: a new strategy would propose the
-        # model's favourites again, which are what was measured already
-        top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0)
-        while plan:
-            round_params, trials = plan.pop(0)
-            if round_params is not params or not contexts:
-                contexts = _contexts(tasks, tgt, round_params)
-            before = progress.summary.trials
-            callbacks = [_make_callback(progress, cost_model, contexts), ms.measure_callback.UpdateCostModel()]
-            ms.tune_tasks(tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work.name,
-                          max_trials_global=trials, max_trials_per_task=trials,
-                          num_trials_per_iter=round_params.per_batch,
-                          builder=builder, runner=caching, database=database, cost_model=cost_model,
-                          measure_callbacks=callbacks, task_scheduler=params.task_scheduler)
-            contexts = []  # a round's strategies are spent
-            left = params.trials - progress.summary.trials
-            idle = 0 if progress.summary.trials > before else idle + 1
-            if not plan and left > 0 and idle < 3 and top_ups < MAX_TOP_UPS:
-                plan = [(top_up, left)]  # candidates proposed again were answered from the store: top up
-                top_ups += 1
+        _run_rounds(tasks, tgt, params, progress, cost_model, fresh=params.cost_model == "xgb" and not trained,
+                    work_dir=work.name, builder=builder, runner=CachingRunner(runner, progress.lookup_latencies),
+                    database=database)
         if isinstance(runner, PoolRunner):
             progress.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(runner.references)
                                            if r.done and r.path is None}
@@ -372,9 +354,36 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     return progress.summary
 
 
-# Rounds added when candidates the store already held used up part of a round's budget; a search
-# space with nothing new left ends sooner (three rounds in a row that measure nothing new end it).
+# Rounds added when candidates the store already held used up part of a round's budget.
 MAX_TOP_UPS = 6
+
+
+def _run_rounds(tasks: list[Task], tgt, params: SearchParams, progress: _Progress, cost_model, *, fresh: bool,
+                **tune_args) -> None:
+    """The search as rounds (see :func:`_rounds`), then top-up rounds while candidates the store
+    already held took part of the budget. Tasks whose last batch held nothing new (a search
+    space used up, such as a reshape's single schedule) sit the top-ups out. ``trials`` is
+    MetaSchedule's budget: on a model it ends on a whole batch, so up to one batch more."""
+    from tvm.s_tir import meta_schedule as ms
+
+    everyone = list(range(len(tasks)))
+    plan = [(p, n, everyone) for p, n in _rounds(params, len(tasks), fresh=fresh)]
+    # a top-up fills a few slots with random samples: a new strategy would propose the model's
+    # favourites again, and those are what was measured already
+    top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0)
+    for number in range(len(plan) + MAX_TOP_UPS):
+        if not plan:
+            break
+        round_params, trials, ids = plan.pop(0)
+        contexts = _contexts([tasks[i] for i in ids], tgt, replace(round_params, seed=params.seed + 7919 * number))
+        callbacks = [_make_callback(progress, cost_model, contexts, ids), ms.measure_callback.UpdateCostModel()]
+        ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in ids], max_trials_global=trials,
+                      max_trials_per_task=trials, num_trials_per_iter=round_params.per_batch, cost_model=cost_model,
+                      measure_callbacks=callbacks, task_scheduler=params.task_scheduler, **tune_args)
+        left = params.trials - progress.summary.trials
+        open_ids = [i for i in everyone if i not in progress.saturated]
+        if not plan and left > 0 and open_ids:
+            plan = [(top_up, left, open_ids)]
 
 
 def _contexts(tasks: list[Task], tgt, params: SearchParams) -> list:

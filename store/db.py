@@ -154,6 +154,15 @@ class Store:
             rows = list(db.query("SELECT * FROM records WHERE id = ?", [int(record_id)]))
         return queries.row_record(rows[0]) if rows else None
 
+    def measured_candidates(self, workload_key: str, target: str, hardware: str) -> dict[str, tuple[int, list]]:
+        """Search candidates already measured for this workload, target and hardware: candidate
+        hash -> (record id, latencies). Answered from an index (a resumed search asks it)."""
+        with self._read() as db:
+            rows = db.execute("SELECT candidate, id, latencies FROM records WHERE workload_key = ? AND target = ? "
+                              "AND hardware = ? AND candidate IS NOT NULL ORDER BY id",
+                              [workload_key, target, hardware]).fetchall()
+        return {c: (i, json.loads(lat)) for c, i, lat in rows}
+
     def records(self, *, order: str = "created", limit: int | None = None, offset: int = 0, **filters) -> list[Record]:
         """Records matching the filters of :func:`store.queries.where` (workload, target,
         hardware, kind, source, status, since, until, verified_only, job_id, rankable, has_trace);

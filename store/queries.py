@@ -29,7 +29,8 @@ ORDERS = {
 def record_row(r: Record, created: str) -> dict:
     """The SQLite row of a record (JSON fields as text, ``verified`` as 0/1/NULL)."""
     row = {name: getattr(r, name) for name in ("workload_key", "target", "hardware", "source", "status",
-                                                 "median_s", "gflops", "max_error", "predicted", "job_id", "error")}
+                                                 "median_s", "gflops", "max_error", "predicted", "job_id", "error",
+                                                 "candidate")}
     row["steps"] = json.dumps(r.steps or [])
     row["latencies"] = json.dumps([float(x) for x in r.latencies or []])
     row["environment"] = json.dumps(r.environment or {})

@@ -76,6 +76,7 @@ class Record:
     created: str = ""
     id: int | None = None
     args_info: object = None
+    candidate: str | None = None  # a search candidate's structural hash (what resume looks up)
 
     def to_dict(self) -> dict:
         return asdict(self)

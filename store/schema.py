@@ -22,7 +22,7 @@ from store.records import now_iso
 
 APP = "schedx"
 APPLICATION_ID = 0x53434458  # "SCDX"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
 META_TABLE = "schedx_meta"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -89,8 +89,18 @@ CREATE INDEX idx_records_ident ON records(ident);
 CREATE INDEX idx_records_job ON records(job_id);
 """
 
+# v2: the structural hash of a search candidate's scheduled module gets its own indexed column
+# (it lived in the environment JSON): resuming a search asks "measured already?" of the index.
+_V2 = """
+ALTER TABLE records ADD COLUMN candidate TEXT;
+UPDATE records SET candidate = json_extract(environment, '$.candidate')
+    WHERE json_valid(environment) AND json_extract(environment, '$.candidate') IS NOT NULL;
+CREATE INDEX idx_records_candidate ON records(workload_key, target, hardware, candidate)
+    WHERE candidate IS NOT NULL;
+"""
+
 # MIGRATIONS[v] takes a database at version v-1 to version v (v=1 creates everything).
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 def connect(path: Path) -> sqlite_utils.Database:

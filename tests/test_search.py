@@ -67,13 +67,13 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     failed = [r for r in records if r.status != "ok"]
     assert all(r.error and r.steps for r in failed)  # the failure table has the error and the steps
     assert all(r.gflops and r.source == "search" and r.trace for r in records if r.status == "ok")
-    first = {r.environment["candidate"] for r in records}
+    first = {r.candidate for r in records}
     # resume: the same search again measures nothing it already measured
     runner2 = FakeRunner(fail_every=7)
     summary2 = tune(kernel_tasks(k), store=store, target=host_target(), params=params, builder=FakeBuilder(),
                     runner=runner2)
     assert not set(runner2.ran) & first
-    hashes = [r.environment["candidate"] for r in store.records()]
+    hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))  # every trial measured once
     # the budget counts new measurements: candidates answered from the store are extra, not instead
     assert summary2.measured + summary2.failed == summary2.trials == 16 == len(runner2.ran)
@@ -110,6 +110,6 @@ def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
     assert next(j for j in refresh(store) if j.id == job.id).status == "failed"
     summary = tune(kernel_tasks(builtin_kernel("matmul", M=128, N=128, K=128)), store=store,
                    target=host_target(), params=SearchParams(trials=16, per_batch=4, **FAST))
-    hashes = [r.environment["candidate"] for r in store.records()]
+    hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))
     assert summary.measured + summary.failed == summary.trials == 16

@@ -93,6 +93,28 @@ def test_newer_schema_is_refused(tmp_path):
     assert issubclass(SchemaTooNewError, StoreError)
 
 
+
+def test_version_1_database_is_migrated_and_keeps_its_search_candidates(tmp_path):
+    from store.schema import APP, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[1])
+    conn.execute(f"INSERT INTO {META_TABLE} VALUES ('app', ?), ('schema_version', '1'), ('created', 'x')", [APP])
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("INSERT INTO workloads (key, name, created) VALUES ('w1', 'matmul', 'x')")
+    conn.execute("INSERT INTO records (workload_key, target, hardware, source, status, latencies, median_s, "
+                 "environment, created, ident) VALUES ('w1', 't', 'h', 'search', 'ok', '[0.002]', 0.002, "
+                 "'{\"candidate\": \"123\", \"cpu\": \"z\"}', 'x', 'i1'), ('w1', 't', 'h', 'manual', 'ok', '[0.003]', "
+                 "0.003, '{}', 'x', 'i2')")
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    assert store.info()["schema_version"] == SCHEMA_VERSION == 2
+    assert store.measured_candidates("w1", "t", "h") == {"123": (1, [0.002])}
+    assert [r.candidate for r in store.records(order="id")] == ["123", None]
+
+
 _WRITER = textwrap.dedent("""
     import sys
     from store import Record, Store, Workload
