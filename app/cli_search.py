@@ -25,7 +25,8 @@ def _target(text: str) -> dict:
     if not isinstance(target, dict) or target.get("kind") not in ("llvm", "cuda"):
         raise SearchError(f"unknown target {text!r}: the kind must be llvm or cuda")
     if target["kind"] == "cuda":
-        raise SearchError("tuning for CUDA needs a GPU to measure on: use --rpc-tracker with a GPU server")
+        raise SearchError("schedx searches CPU targets (here or on RPC servers); for CUDA, `schedx export "
+                          "--target cuda` uses dlight's GPU schedules")
     return target
 
 

@@ -13,7 +13,7 @@ from explorer.environment import hardware_fingerprint
 from explorer.kernels import Kernel
 from explorer.measure import MeasureResult
 from explorer.schedule.session import ScheduleSession
-from explorer.schedule.trace import to_plain
+from explorer.plain import to_plain
 from store import Record, Store, StoreError, default_db_path
 
 

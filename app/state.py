@@ -35,3 +35,37 @@ RECORD_KERNELS = "record_kernels"  # {"record:ID": PrimFunc} for records whose k
 OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
 SEARCH_JOB = "search_job"  # the job the Search page shows
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
+
+
+class LeaderboardKeys:
+    """Widget keys of the Leaderboard page."""
+
+    DB_INPUT = "lb_db"
+    VIEW = "lb_view"
+    WORKLOAD = "lb_workload"
+    TARGET = "lb_target"
+    HARDWARE = "lb_hardware"
+    SOURCE = "lb_source"
+    KIND = "lb_kind"
+    VERIFIED = "lb_verified_only"
+    SINCE = "lb_since"
+    RECORD = "lb_record"
+    COMPARE_A, COMPARE_B = "lb_compare_a", "lb_compare_b"
+    HISTORY_OF = "lb_history_of"
+
+
+class ExportKeys:
+    """Widget keys of the Export page."""
+
+    SOURCE = "ex_source"
+    MODEL = "ex_model"
+    KERNEL = "ex_kernel"
+    TARGET_KIND = "ex_target_kind"
+    MCPU = "ex_mcpu"
+    ARCH = "ex_arch"
+    DB_INPUT = "ex_db"
+    PICK = "ex_pick_"  # + task name
+    BUILD = "ex_build"
+    DOWNLOAD = "ex_download"
+    RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}
+    WORKLOADS = "ex_workloads"  # {(spec, shapes): (ExportWorkload, [Task])}: loaded once per session

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from search.pool import WarmPool
+from search.pool import WarmPool, failure
 from search.worker_jobs import build as build_job
 
 CACHED_PREFIX = "schedx-cached:"
@@ -29,11 +29,12 @@ CACHED_PREFIX = "schedx-cached:"
 class FastBuilder(ms.builder.PyBuilder):
     """Builds candidates in a warm worker pool (see the module docstring)."""
 
-    def __init__(self, pool: WarmPool, *, timeout_sec: float = 60.0,
+    def __init__(self, pool: WarmPool, *, timeout_sec: float = 60.0, work_dir: str | None = None,
                  known: Callable[[object], str | None] | None = None,
                  task_of: Callable[[object], int | None] | None = None) -> None:
         super().__init__()
         self.pool = pool
+        self.work_dir = work_dir  # artifacts go under it (a search removes it at the end)
         self.timeout_sec = timeout_sec
         self.known = known
         self.task_of = task_of
@@ -48,8 +49,8 @@ class FastBuilder(ms.builder.PyBuilder):
                 results[i] = ms.builder.BuilderResult(CACHED_PREFIX + cached, None)
             else:
                 todo.append(i)
-        outcomes = self.pool.map(build_job, [(build_inputs[i].mod, build_inputs[i].target) for i in todo],
-                                 timeout=self.timeout_sec)
+        jobs = [(build_inputs[i].mod, build_inputs[i].target, self.work_dir) for i in todo]
+        outcomes = self.pool.map(build_job, jobs, timeout=self.timeout_sec)
         for i, outcome in zip(todo, outcomes):
             if outcome.ok:
                 results[i] = ms.builder.BuilderResult(str(outcome.value), None)
@@ -59,5 +60,5 @@ class FastBuilder(ms.builder.PyBuilder):
             elif outcome.status == "timeout":
                 results[i] = ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec:.0f} s")
             else:
-                results[i] = ms.builder.BuilderResult(None, f"build failed: {outcome.message}")
+                results[i] = ms.builder.BuilderResult(None, failure("build failed: ", outcome))
         return results

@@ -9,19 +9,15 @@ of this machine (``hardware``) and of ``target_filter`` when given; ``any_hardwa
 the machine restriction. Workloads are keyed by MetaSchedule's structural hash (module equality
 "structural", the default), so a plain ``database_workload.json`` and the store agree on keys.
 
-Also here, because they need TVM and the store must not import it: :func:`canonical_target`
-(the one text form of a target that records carry), :func:`store_workload` (a store
+Also here, because they need TVM and the store must not import it: :func:`store_workload` (a store
 ``Workload`` from an IRModule, with name, argument shapes and FLOPs) and :func:`describe_b64`
 (the same for a module read from a MetaSchedule JSON file, for ``Store.import_metaschedule``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
 
 import tvm_ffi
 from tvm.ir import IRModule
@@ -32,63 +28,11 @@ from tvm.s_tir.meta_schedule.database import Workload as MSWorkload
 from tvm.target import Target
 from tvm.tirx import PrimFunc
 
+from explorer.measure.target import canonical_target
+from explorer.plain import to_plain
 from store import Record, Store
 from store import Workload as StoreWorkload
 from store.records import MS_FAILED_SECS, median_of
-
-_ALWAYS_KEPT = ("kind", "mcpu", "arch")  # identify the hardware even when equal to a default
-
-
-def plain_json(obj: Any) -> Any:
-    """A TVM value (IntImm, FloatImm, Array, Map, String, Target config) as plain JSON data."""
-    if obj is None or isinstance(obj, bool | str):
-        return str(obj) if isinstance(obj, str) else obj
-    if isinstance(obj, int | float):
-        return obj
-    if hasattr(obj, "value") and isinstance(getattr(obj, "value"), bool | int | float):  # IntImm, FloatImm
-        return obj.value
-    if isinstance(obj, Mapping | tvm_ffi.Map):
-        return {str(k): plain_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | tvm_ffi.Array):
-        return [plain_json(x) for x in obj]
-    raise TypeError(f"cannot turn {type(obj).__name__} into JSON: {obj!r}")
-
-
-@functools.lru_cache(maxsize=64)
-def _kind_defaults(kind: str) -> dict:
-    return plain_json(Target({"kind": kind}).export())
-
-
-def _strip_defaults(config: dict) -> dict:
-    base = _kind_defaults(config["kind"])
-    out = {}
-    for key, value in config.items():
-        if key == "host" and isinstance(value, dict):
-            out[key] = _strip_defaults(value)
-        elif key in _ALWAYS_KEPT or key not in base or base[key] != value:
-            if not (key == "tag" and value == ""):
-                out[key] = value
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _canonical_text(config_text: str) -> str:
-    config = plain_json(Target(json.loads(config_text)).export())
-    return json.dumps(_strip_defaults(config), sort_keys=True)
-
-
-def canonical_target(target: Target | Mapping | str) -> str:
-    """The text records carry for a target: its config as sorted JSON, without the values every
-    target of its kind has (``tag``, default ``keys``, ...): ``{"kind": "llvm", "mcpu": "znver4",
-    "num-cores": 2}``. Equal targets give equal text, however they were written."""
-    if isinstance(target, Target):
-        config = plain_json(target.export())
-    elif isinstance(target, str):
-        config = json.loads(target) if target.lstrip().startswith("{") else {"kind": target}
-    else:
-        config = plain_json(target)
-    return _canonical_text(json.dumps(config, sort_keys=True))
-
 
 def as_task_module(mod: IRModule | PrimFunc) -> IRModule:
     """``mod`` as MetaSchedule sees a task: a PrimFunc becomes ``{"main": func}`` with the
@@ -143,7 +87,7 @@ def describe_module(mod: IRModule) -> dict:
     func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
     try:
         args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
-        args = [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in plain_json(args)]
+        args = [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in to_plain(args)]
     except Exception:  # noqa: BLE001 - a module without one entry function: describe what we can
         args = []
     try:
@@ -168,7 +112,7 @@ def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: s
     """The store's Workload for ``mod`` (a PrimFunc is normalised as ``tune_tir`` does): key and
     module exactly as MetaSchedule writes them; name, shapes and FLOPs computed unless given."""
     mod = as_task_module(mod) if isinstance(mod, PrimFunc) else mod
-    key, mod_b64 = plain_json(MSWorkload(mod).as_json())
+    key, mod_b64 = to_plain(MSWorkload(mod).as_json())
     info = describe_module(mod)
     return StoreWorkload(key=key, name=name or info["name"], kind=kind, source=source,
                          shapes=shapes if shapes is not None else info["shapes"],
@@ -231,7 +175,7 @@ class StoreDatabase(PyDatabase):
         if key in self._workloads:
             return self._workloads[key]
         if self.store.workload(key) is None:
-            self.store.add_workload(store_workload(mod, source=self.source), replace=False)
+            self.store.add_workload(store_workload(untagged(mod), source=self.source), replace=False)
         return self._remember(key, MSWorkload(mod))
 
     def _ms_workload(self, key: str) -> MSWorkload | None:
@@ -257,7 +201,7 @@ class StoreDatabase(PyDatabase):
         key = self._key_of(record.workload)
         if key not in self._workloads and self.store.workload(key) is None:
             self.commit_workload(record.workload.mod)
-        trace, run_secs, target, args_info = plain_json(record.as_json())
+        trace, run_secs, target, args_info = to_plain(record.as_json())
         target_text = canonical_target(target) if target else (self.target_filter or "")
         valid = [float(s) for s in run_secs or [] if float(s) < MS_FAILED_SECS]
         self.store.add_record(Record(
@@ -311,5 +255,5 @@ class StoreDatabase(PyDatabase):
         return self.store.count(target=self.target_filter, hardware=self._hardware(), has_trace=True)
 
 
-__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module", "plain_json",
+__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module",
            "store_workload", "workload_key"]

@@ -45,6 +45,21 @@ class Outcome:
         return self.status == "ok"
 
 
+# Errors that are not the candidate's fault (a worker that cannot start, an RPC device that
+# cannot be reached) start with this: a resumed search tries those candidates again.
+INFRASTRUCTURE = "infrastructure: "
+
+_CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}
+
+
+def failure(prefix: str, outcome: Outcome) -> str:
+    """The error text a failed job leaves in a record: ``prefix`` and the message, or the
+    infrastructure marker first when the failure was not the candidate's."""
+    if INFRASTRUCTURE in outcome.message:
+        return INFRASTRUCTURE + outcome.message.split(INFRASTRUCTURE, 1)[1]
+    return prefix + outcome.message
+
+
 class _WorkerDied(Exception):
     pass
 
@@ -55,11 +70,14 @@ class _Worker:
     def __init__(self, init: tuple[Callable, tuple] | None) -> None:
         self.init = init
         self.proc: subprocess.Popen | None = None
+        self.closed = False
         self.start()
 
     def start(self) -> None:
         import cloudpickle
 
+        if self.closed:
+            return
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.proc = subprocess.Popen([sys.executable, "-m", "search.pool_worker", str(to_child_r), str(from_child_w)],
@@ -72,35 +90,52 @@ class _Worker:
         if self.init:  # sent now, answered before the first job's answer
             self._send(cloudpickle.dumps(self.init, protocol=pickle.HIGHEST_PROTOCOL))
 
+    def kill(self) -> None:
+        """Kill the process (a call waiting on it returns at once); its pipes stay open."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+
     def stop(self) -> None:
         if self.proc is None:
             return
+        self.kill()
+        self.proc.wait()
         for fd in (self.rfd, self.wfd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
         self.proc = None
 
     def restart(self) -> None:
         self.stop()
         self.start()
 
-    def call(self, fn: Callable, args: tuple, timeout: float) -> Outcome:
-        import cloudpickle
-
-        try:
+    def _ready(self) -> str:
+        """Start the process if needed and wait for its start-up; '' when ready, else why not.
+        A start-up that fails is tried once more (a passing fault should not cost the search)."""
+        for attempt in range(2):
             if self.proc is None:
                 self.start()
+            if self.proc is None:
+                return "the worker pool is closed"
             if self.started_ok is None:
                 status, value = self._receive(START_TIMEOUT_S)
                 self.started_ok = status == "ok"
                 self.start_error = "" if self.started_ok else str(value)
-            if not self.started_ok:
-                return Outcome("error", message=f"the worker process could not start: {self.start_error}")
+            if self.started_ok:
+                return ""
+            if attempt == 0:
+                self.restart()
+        return f"the worker process could not start: {self.start_error}"
+
+    def call(self, fn: Callable, args: tuple, timeout: float) -> Outcome:
+        import cloudpickle
+
+        try:
+            why_not = self._ready()
+            if why_not:
+                return Outcome("error", message=INFRASTRUCTURE + why_not)
             self._send(cloudpickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
             status, value = self._receive(timeout)
         except TimeoutError:
@@ -109,6 +144,9 @@ class _Worker:
         except _WorkerDied as died:
             self.restart()
             return Outcome("crashed", message=str(died))
+        except BaseException:  # interrupted between a job and its answer: that answer must not leak
+            self.restart()
+            raise
         if status == "ok":
             return Outcome("ok", value=value)
         return Outcome("error", message=str(value))
@@ -150,8 +188,12 @@ class _Worker:
             code = self.proc.wait(timeout=2) if self.proc is not None else None
         except subprocess.TimeoutExpired:
             code = None
+        if self.closed:
+            return "the worker pool was closed"
         if code is not None and code < 0:
-            return f"the process died of {signal.Signals(-code).name} (the candidate crashed it)"
+            name = signal.Signals(-code).name
+            why = "the candidate crashed it" if name in _CRASH_SIGNALS else "killed from outside"
+            return f"the process died of {name} ({why})"
         return fallback if code is None else f"{fallback} with status {code}"
 
 
@@ -174,7 +216,7 @@ class WarmPool:
     def call(self, fn: Callable, *args, timeout: float) -> Outcome:
         """Run ``fn(*args)`` in the next free worker; waits for one to be free."""
         if self._closed:
-            raise RuntimeError("the worker pool is closed")
+            return Outcome("crashed", message="the worker pool is closed")
         worker = self._idle.get()
         try:
             return worker.call(fn, args, timeout)
@@ -185,11 +227,22 @@ class WarmPool:
         """``fn(*item)`` for every item, spread over the workers; outcomes in order."""
         return list(self._threads.map(lambda item: self.call(fn, *item, timeout=timeout), list(items)))
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """Kill the workers (calls in flight return at once, as crashed), then release them."""
         if self._closed:
             return
         self._closed = True
-        self._threads.shutdown(wait=True)
+        for w in self._workers:
+            w.closed = True
+            w.kill()
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        back, deadline = 0, time.monotonic() + wait_s  # every call has handed its worker back
+        while back < self.size and time.monotonic() < deadline:
+            try:
+                self._idle.get(timeout=0.1)
+                back += 1
+            except queue.Empty:
+                pass
         for w in self._workers:
             w.stop()
 

@@ -2,7 +2,7 @@
 
 Reads jobs (a cloudpickled ``(function, args)``, length-prefixed) and answers each with
 ``("ok", result)`` or ``("error", message)``. The parent enforces time limits (it kills the
-process), so this loop stays simple. Importing the ``search`` package first keeps torch out of
+process), so this loop stays simple; a worker whose parent is gone exits on its own. Importing the ``search`` package first keeps torch out of
 TVM's start-up here too (see :mod:`explorer.tvm_fast`).
 """
 
@@ -40,9 +40,31 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
+def _exit_with_parent() -> None:
+    """A worker whose parent died (even by SIGKILL) exits, whatever job it is stuck in."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="schedx-parent-watch").start()
+
+
 def main(argv: list[str]) -> int:
+    import signal
+
     import cloudpickle
 
+    # Ctrl-C and `schedx jobs stop` signal the whole process group: the parent decides, and
+    # closes the pool (which kills its workers); a worker never dies half-way through a reply.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _exit_with_parent()
     rfd, wfd = int(argv[1]), int(argv[2])
     while True:
         header = _read(rfd, 8)

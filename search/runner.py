@@ -1,9 +1,9 @@
-"""Runners: schedx's verifying local runner or MetaSchedule's RPC runner, behind a cache of
-what was already measured.
+"""Runners: schedx's verifying runner, behind a cache of what was already measured.
 
-Local measurement (:class:`PoolRunner`) happens in the search's warm worker pool, one candidate
-at a time (nothing else runs meanwhile), and checks each candidate's outputs against its task's
-reference first (see :mod:`search.worker_jobs`).
+Measurement (:class:`PoolRunner`) happens in the search's warm worker pool: on this machine one
+candidate at a time (nothing else runs meanwhile), or through TVM's RPC tracker on remote
+devices, several at once. Either way each candidate's outputs are first checked against its
+task's reference (see :mod:`search.worker_jobs`).
 
 True resume: a candidate whose scheduled module this database already measured (same
 workload, target and hardware) is neither built nor run again; its stored latencies come back
@@ -21,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from search import worker_jobs
 from search.builder import CACHED_PREFIX
-from search.pool import WarmPool
+from search.pool import WarmPool, failure
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,6 @@ class RpcSpec:
 def evaluator(number: int = 3, repeat: int = 1, min_repeat_ms: int = 40) -> ms.runner.EvaluatorConfig:
     return ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                      enable_cpu_cache_flush=False)
-
-
-def rpc_runner(rpc: RpcSpec, *, workers: int = 1) -> ms.runner.Runner:
-    """MetaSchedule's RPC runner on the tracker and key of ``rpc`` (candidates are timed on the
-    remote devices, not verified)."""
-    config = ms.runner.RPCConfig(tracker_host=rpc.tracker_host, tracker_port=rpc.tracker_port,
-                                 tracker_key=rpc.key, session_timeout_sec=rpc.session_timeout_s)
-    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator(), max_workers=workers)
 
 
 @derived_object
@@ -97,9 +89,9 @@ class CachingRunner(ms.runner.PyRunner):
         return out
 
 
-# A candidate whose first (verification) run is this many times slower than its task's best so
-# far keeps that run as its time instead of being timed properly: it cannot win, and slow
-# candidates are most of a search's measuring time.
+# A candidate whose first (verification) run is this many times slower than its task's best
+# verified time so far (and over 1 ms slower) keeps that run as its time instead of being timed
+# properly: it cannot win, and slow candidates are most of a search's measuring time.
 REJECT_FACTOR = 10.0
 
 
@@ -116,11 +108,15 @@ class PoolRunner(ms.runner.PyRunner):
     its task (``task_mods[artifact_task[path]]`` run unscheduled); ``details`` keeps, per
     artifact, the largest error seen and whether it was verified."""
 
-    def __init__(self, pool: WarmPool, *, target, task_mods: list, task_specs: list, artifact_task: dict,
-                 work_dir: str, timeout_sec: float = 30, verify: bool = True, best_s: list | None = None,
-                 reject_factor: float | None = REJECT_FACTOR) -> None:
+    def __init__(self, pool: WarmPool, *, task_mods: list, task_specs: list, artifact_task: dict, work_dir: str,
+                 timeout_sec: float = 30, verify: bool = True, best_s: list | None = None,
+                 reject_factor: float | None = REJECT_FACTOR, rpc: RpcSpec | None = None,
+                 reference_target: dict | None = None) -> None:
         super().__init__()
-        self.pool, self.target, self.task_mods, self.task_specs = pool, target, task_mods, task_specs
+        self.pool, self.task_mods, self.task_specs = pool, task_mods, task_specs
+        self.reference_target = reference_target or {"kind": "llvm"}  # references run on this machine's CPU
+        self.rpc = None if rpc is None else {"host": rpc.tracker_host, "port": rpc.tracker_port, "key": rpc.key,
+                                             "session_timeout": rpc.session_timeout_s}
         self.artifact_task, self.work_dir, self.timeout_sec, self.verify = artifact_task, work_dir, timeout_sec, verify
         config = evaluator()
         self.evaluator = {"number": int(config.number), "repeat": int(config.repeat),
@@ -130,6 +126,7 @@ class PoolRunner(ms.runner.PyRunner):
         self.details: dict[str, dict] = {}
         self.best_s: list[float | None] = list(best_s) if best_s is not None else [None] * len(task_mods)
         self.reject_factor = reject_factor
+        self._best_lock = threading.Lock()
 
     def prefetch(self, task: int) -> threading.Thread:
         """Compute ``task``'s reference in the background (before anything is timed)."""
@@ -143,7 +140,7 @@ class PoolRunner(ms.runner.PyRunner):
             ref = self.references[task]
             if not ref.done:
                 path = os.path.join(self.work_dir, f"reference-{task}.npz")
-                outcome = self.pool.call(worker_jobs.reference, self.task_mods[task], self.target,
+                outcome = self.pool.call(worker_jobs.reference, self.task_mods[task], self.reference_target,
                                          self.task_specs[task], path, timeout=max(120.0, 4 * self.timeout_sec))
                 ref.path = path if outcome.ok else None
                 ref.why_not = "" if outcome.ok else f"the unscheduled kernel could not run: {outcome.message}"
@@ -151,27 +148,44 @@ class PoolRunner(ms.runner.PyRunner):
             return ref
 
     def run(self, runner_inputs: list) -> list:
-        out = []
-        for inp in runner_inputs:
-            path = str(inp.artifact_path)
-            task = self.artifact_task.pop(path, None)
-            ref = self.reference(task) if self.verify and task is not None else None
-            specs = self.task_specs[task] if task is not None else [
-                (tuple(int(x) for x in a.shape), str(a.dtype), False) for a in inp.args_info]
-            best = self.best_s[task] if task is not None else None
-            reject = best * self.reject_factor if best and self.reject_factor else None
-            outcome = self.pool.call(worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None,
-                                     reject, timeout=self.timeout_sec)
-            value = outcome.value if outcome.ok else {"error": _run_failure(outcome, self.timeout_sec)}
-            self.details[path] = {"max_error": value.get("max_error"), "verified": _verified(ref, value),
-                                  "early": bool(value.get("early"))}
-            if task is not None and value.get("secs") and not value.get("early"):
-                median = sorted(value["secs"])[len(value["secs"]) // 2]
-                self.best_s[task] = median if best is None else min(best, median)
-            result = ms.runner.RunnerResult(value["secs"], None) if "secs" in value else \
-                ms.runner.RunnerResult(None, value["error"])
-            out.append(_Done(result))
-        return out
+        """Local candidates one at a time (nothing else may run while one is timed); remote ones
+        in parallel, one per pool worker, on whatever devices the tracker hands out."""
+        if self.rpc is None:
+            return [_Done(self._measure(inp)) for inp in runner_inputs]
+        return [_Done(r) for r in self.pool_threads.map(self._measure, runner_inputs)]
+
+    @property
+    def pool_threads(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if getattr(self, "_threads", None) is None:
+            self._threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="schedx-rpc")
+        return self._threads
+
+    def _measure(self, inp) -> ms.runner.RunnerResult:
+        path = str(inp.artifact_path)
+        task = self.artifact_task.pop(path, None)
+        ref = self.reference(task) if self.verify and task is not None else None
+        specs = self.task_specs[task] if task is not None else [
+            (tuple(int(x) for x in a.shape), str(a.dtype), False) for a in inp.args_info]
+        best = self.best_s[task] if task is not None else None
+        # over a network a run's wall time is mostly round trips: no early verdicts there
+        reject = max(best * self.reject_factor, best + 1e-3) if best and self.reject_factor and not self.rpc else None
+        timeout = self.timeout_sec + (self.rpc["session_timeout"] if self.rpc else 0)
+        outcome = self.pool.call(worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None, reject,
+                                 self.rpc, str(inp.device_type), timeout=timeout)
+        value = outcome.value if outcome.ok else {"error": _run_failure(outcome, timeout)}
+        self.details[path] = {"max_error": value.get("max_error"), "verified": _verified(ref, value),
+                              "early": bool(value.get("early"))}
+        verified = value.get("max_error") is not None
+        if task is not None and value.get("secs") and not value.get("early") and verified:
+            median = sorted(value["secs"])[len(value["secs"]) // 2]
+            with self._best_lock:
+                current = self.best_s[task]
+                self.best_s[task] = median if current is None else min(current, median)
+        if "secs" in value:
+            return ms.runner.RunnerResult(value["secs"], None)
+        return ms.runner.RunnerResult(None, value["error"])
 
 
 def _verified(ref: _Reference | None, value: dict) -> bool | None:
@@ -185,6 +199,4 @@ def _verified(ref: _Reference | None, value: dict) -> bool | None:
 def _run_failure(outcome, timeout_sec: float) -> str:
     if outcome.status == "timeout":
         return f"run timed out after {timeout_sec:.0f} s"
-    if outcome.status == "crashed":
-        return f"run crashed: {outcome.message}"
-    return f"run failed: {outcome.message}"
+    return failure("run crashed: " if outcome.status == "crashed" else "run failed: ", outcome)

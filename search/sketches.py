@@ -16,7 +16,8 @@ import tvm
 
 from explorer.kernels import Kernel
 from explorer.schedule.steps import Step
-from explorer.schedule.trace import to_plain, trace_to_steps
+from explorer.plain import to_plain
+from explorer.schedule.trace import trace_to_steps
 from explorer.tvm_fast import light_tensor_intrin
 from search.errors import SearchError
 

@@ -27,15 +27,18 @@ import tvm_ffi
 from tvm.ir.utils import derived_object
 
 from explorer.environment import current_environment, hardware_fingerprint
-from explorer.schedule.trace import to_plain, trace_to_steps
+from explorer.measure.target import host_target
+from explorer.plain import to_plain
+from explorer.schedule.trace import trace_to_steps
 from explorer.tvm_fast import light_tensor_intrin
 from search import pool as warm_pool
+from search.pool import INFRASTRUCTURE
 from search.builder import CACHED_PREFIX, FastBuilder
 from search.errors import SearchError
 from search.ms_database import (StoreDatabase, as_task_module, canonical_target, store_workload, tag_task, task_tag,
                                 untagged, workload_key)
 from search.params import SearchParams
-from search.runner import REJECT_FACTOR, CachingRunner, PoolRunner, RpcSpec, rpc_runner
+from search.runner import REJECT_FACTOR, CachingRunner, PoolRunner, RpcSpec
 from search.worker_jobs import VERIFY_FAILED
 from search.sketches import target_object
 from store import Record, Store
@@ -183,8 +186,9 @@ def _make_callback(progress: _Progress, cost_model, contexts: list, round_ids: l
                 failed += records[-1].status != "ok"
             ids = progress.store.add_records(records) if records else []
             for rec, rid in zip(records, ids):
-                progress.known[rec.candidate] = str(rid)
-                progress.latencies[str(rid)] = list(rec.latencies)
+                if not rec.error.startswith(INFRASTRUCTURE):  # not the candidate's fault: try it again later
+                    progress.known[rec.candidate] = str(rid)
+                    progress.latencies[str(rid)] = list(rec.latencies)
             _account(progress, round_ids[task_id], records, cached, failed, len(measure_candidates))
 
     return RecordBatch()
@@ -308,7 +312,7 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     kind, triple = target.get("kind", "llvm"), target.get("mtriple")
     own_pool = None
-    if builder is None or (runner is None and rpc is None):  # first: its workers start while this sets up
+    if builder is None or runner is None:  # first: its workers start while this process sets up
         own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
     work = tempfile.TemporaryDirectory(prefix="schedx-tune-")
     try:
@@ -321,19 +325,16 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
                                               source=source_name or "search", flops=t.flops), replace=False)
         progress = _Progress(store, tasks, target_text, hardware, job_id, params.trials, on_batch)
         if builder is None:
-            builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, task_of=progress.task_of)
+            builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work.name, task_of=progress.task_of)
         builder.known = progress.lookup_mod
-        if runner is None and rpc is None:
-            runner = PoolRunner(own_pool, target=tgt, task_mods=[t.mod for t in tasks],
-                                task_specs=[_arg_specs(t.mod) for t in tasks],
+        if runner is None:
+            runner = PoolRunner(own_pool, task_mods=[t.mod for t in tasks], task_specs=[_arg_specs(t.mod) for t in tasks],
                                 artifact_task=getattr(builder, "artifact_task", {}),
-                                best_s=[t.flops / progress.summary.best[t.name] / 1e9
-                                        if t.flops and progress.summary.best.get(t.name) else None for t in tasks],
-                                work_dir=work.name, timeout_sec=params.timeout_s)
+                                best_s=[_best_verified_s(store, t, target_text, hardware) for t in tasks],
+                                work_dir=work.name, timeout_sec=params.timeout_s, rpc=rpc,
+                                reference_target=host_target() if rpc is None else None)
             runner.prefetch(0)  # the first task's reference, while the first batch is searched for
             progress.checks = runner.details
-        elif runner is None:
-            runner = rpc_runner(rpc)
 
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
             ms.cost_model.RandomModel()
@@ -370,7 +371,8 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, progress: _Progres
     plan = [(p, n, everyone) for p, n in _rounds(params, len(tasks), fresh=fresh)]
     # a top-up fills a few slots with random samples: a new strategy would propose the model's
     # favourites again, and those are what was measured already
-    top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0)
+    top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0, generations=0,
+                     population=max(2 * params.per_batch, params.init_min_unmeasured))
     for number in range(len(plan) + MAX_TOP_UPS):
         if not plan:
             break
@@ -418,6 +420,12 @@ def _rounds(params: SearchParams, n_tasks: int, *, fresh: bool) -> list[tuple[Se
     # best of it again (answered from the store, but a wasted slot): it starts from new samples.
     rest = replace(params, init_measured_ratio=0.0)
     return [(probe, probe_trials)] + ([(rest, params.trials - probe_trials)] if params.trials > probe_trials else [])
+
+
+def _best_verified_s(store: Store, task: Task, target_text: str, hardware: str) -> float | None:
+    """The task's best verified time in the store: what early rejection compares with."""
+    best = store.best(workload=task.key, target=target_text, hardware=hardware, verified_only=True)
+    return best[0].median_s if best else None
 
 
 def _arg_specs(mod: tvm.IRModule) -> list:

@@ -5,8 +5,10 @@ Functions here run in the worker processes and take and return plain data; this 
 TVM only inside them, so the parent can name them before it has imported TVM.
 
 Verification: a task's reference is its unscheduled PrimFunc, built as is and run once on seeded
-random inputs; the inputs and the outputs it gave are saved as ``.npz``. Every candidate then
-runs once on those inputs and its outputs are compared with the tolerance of
+random inputs, its output buffers filled with random values too (a schedule that drops a
+reduction's initialisation then shows); those starting values (``a0``, ``a1``, ...) and the
+outputs it gave (``e<i>`` for output ``i``) are saved as ``.npz``. Every candidate then runs once
+from the same starting values and its outputs are compared with the tolerance of
 :mod:`explorer.measure.verify` before it is timed: a schedule that computes something else fails
 as ``verify_failed`` and is never ranked. (MetaSchedule alone times candidates on random data
 and never looks at what they compute.)
@@ -35,34 +37,36 @@ def prepare(target_kind: str, triple: str | None) -> bool:
     return True
 
 
-def build(mod, target) -> str:
+def build(mod, target, work_dir: str | None = None) -> str:
     """Build a candidate as MetaSchedule's default builder does; returns the artifact (a tar
-    that both the local and the RPC runners load)."""
+    that both the local and the RPC runners load), in a new folder under ``work_dir``."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     rt_mod = tvm.build(mod, target=target)
-    path = os.path.join(tempfile.mkdtemp(prefix="schedx-build-"), "tvm_tmp_mod." + tar.output_format)
+    path = os.path.join(tempfile.mkdtemp(prefix="schedx-build-", dir=work_dir), "tvm_tmp_mod." + tar.output_format)
     rt_mod.export_library(path, fcompile=tar)
     return path
 
 
 def reference(mod, target, specs: ArgSpecs, path: str, seed: int = 0) -> str:
-    """Run the unscheduled ``mod`` once on seeded inputs; save inputs and outputs to ``path``."""
+    """Run the unscheduled ``mod`` once on seeded inputs on this machine's CPU (``target``: an
+    LLVM target); save inputs and outputs to ``path``."""
     import numpy as np
     import tvm
 
     from explorer.kernels.kernel import random_array
 
     rng = np.random.default_rng(seed)
-    arrays = [np.zeros(shape, dtype) if is_out else random_array(shape, dtype, rng) for shape, dtype, is_out in specs]
-    rt_mod = tvm.compile(mod, target=target)
+    arrays = [random_array(shape, dtype, rng) for shape, dtype, _ in specs]
+    rt_mod = tvm.compile(mod, target=tvm.target.Target(target))
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
     rt_mod["main"](*args)
-    np.savez(path, **{f"a{i}": (args[i].numpy() if specs[i][2] else arrays[i]) for i in range(len(specs))})
+    expected = {f"e{i}": args[i].numpy() for i, spec in enumerate(specs) if spec[2]}
+    np.savez(path, **{f"a{i}": a for i, a in enumerate(arrays)}, **expected)
     return path
 
 
@@ -75,13 +79,30 @@ def _load_reference(path: str) -> dict:
     return _references[path]
 
 
+def _remote(artifact_path: str, rpc: dict, device: str):
+    """A session on a device the tracker hands out, with the artifact uploaded and loaded there."""
+    from tvm import rpc as tvm_rpc
+
+    from search.pool import INFRASTRUCTURE
+
+    try:
+        tracker = tvm_rpc.connect_tracker(rpc["host"], rpc["port"])
+        session = tracker.request(rpc["key"], priority=0, session_timeout=rpc.get("session_timeout", 60))
+    except Exception as err:
+        raise RuntimeError(f"{INFRASTRUCTURE}no RPC device with key {rpc['key']!r} from the tracker at "
+                           f"{rpc['host']}:{rpc['port']}: {err}") from err
+    session.upload(artifact_path)
+    return session.load_module(os.path.basename(artifact_path)), session.device(device, 0)
+
+
 def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path: str | None,
-            reject_above_s: float | None = None) -> dict:
-    """Load a built candidate, check its outputs against the reference (when there is one), then
-    time it as MetaSchedule's local runner does. A candidate whose first run already took longer
-    than ``reject_above_s`` keeps that one run as its time (``"early": True``) instead of being
-    timed again and again: it cannot win. Returns ``{"secs": [...], "max_error": e, "early": b}``
-    or ``{"error": why}``."""
+            reject_above_s: float | None = None, rpc: dict | None = None, device: str = "cpu") -> dict:
+    """Load a built candidate (here, or on a device of the RPC tracker ``rpc``: host, port,
+    key), check its outputs against the reference (when there is one), then time it as
+    MetaSchedule's runners do. A candidate whose first run already took longer than
+    ``reject_above_s`` keeps that one run as its time (``"early": True``) instead of being timed
+    again and again: it cannot win. Returns ``{"secs": [...], "max_error": e, "early": b}`` or
+    ``{"error": why}``."""
     import time
 
     import numpy as np
@@ -90,11 +111,13 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
     from explorer.kernels.kernel import random_array
     from explorer.measure.verify import compare
 
-    rt_mod = tvm.runtime.load_module(artifact_path)
-    dev = tvm.cpu()
+    if rpc:
+        rt_mod, dev = _remote(artifact_path, rpc, device)
+    else:
+        rt_mod, dev = tvm.runtime.load_module(artifact_path), tvm.runtime.device(device, 0)
     if reference_path:
         ref = _load_reference(reference_path)
-        host = [np.zeros(shape, dtype) if is_out else ref[f"a{i}"] for i, (shape, dtype, is_out) in enumerate(specs)]
+        host = [ref[f"a{i}"] for i in range(len(specs))]
     else:
         rng = np.random.default_rng(0)
         host = [random_array(shape, dtype, rng) for shape, dtype, _ in specs]
@@ -108,7 +131,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         once = time.perf_counter() - start
         if reference_path:
             outs = [i for i, spec in enumerate(specs) if spec[2]]
-            ok, max_error, _, why = compare([args[i].numpy() for i in outs], [ref[f"a{i}"] for i in outs])
+            ok, max_error, _, why = compare([args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
             if not ok:
                 return {"error": VERIFY_FAILED + why, "max_error": max_error}
         if reject_above_s is not None and once > reject_above_s:

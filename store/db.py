@@ -156,11 +156,13 @@ class Store:
 
     def measured_candidates(self, workload_key: str, target: str, hardware: str) -> dict[str, tuple[int, list]]:
         """Search candidates already measured for this workload, target and hardware: candidate
-        hash -> (record id, latencies). Answered from an index (a resumed search asks it)."""
+        hash -> (record id, latencies). Answered from an index (a resumed search asks it).
+        Attempts that failed for reasons outside the candidate (errors starting with
+        ``infrastructure:``, e.g. an RPC device that could not be reached) do not count."""
         with self._read() as db:
             rows = db.execute("SELECT candidate, id, latencies FROM records WHERE workload_key = ? AND target = ? "
-                              "AND hardware = ? AND candidate IS NOT NULL ORDER BY id",
-                              [workload_key, target, hardware]).fetchall()
+                              "AND hardware = ? AND candidate IS NOT NULL AND error NOT LIKE 'infrastructure:%' "
+                              "ORDER BY id", [workload_key, target, hardware]).fetchall()
         return {c: (i, json.loads(lat)) for c, i, lat in rows}
 
     def records(self, *, order: str = "created", limit: int | None = None, offset: int = 0, **filters) -> list[Record]:

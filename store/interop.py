@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import sqlite_utils
@@ -21,7 +22,7 @@ import sqlite_utils
 from store.errors import ImportFormatError, StoreError
 from store.queries import record_row, row_record, row_workload, workload_row
 from store.records import MS_FAILED_SECS, Record, Workload, gflops_of, median_of, now_iso
-from store.schema import open_database, write_transaction
+from store.schema import open_readonly, write_transaction
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -184,17 +185,24 @@ def export_metaschedule(db: sqlite_utils.Database, folder: Path, clause: str, pa
             "skipped_no_trace": no_trace, "skipped_no_module": no_module}
 
 
+def _with_candidate(r: Record) -> Record:
+    """A record of a schema-1 database keeps its search candidate hash in the environment."""
+    if r.candidate is None and isinstance(r.environment, dict) and r.environment.get("candidate"):
+        return replace(r, candidate=str(r.environment["candidate"]))
+    return r
+
+
 def merge(db: sqlite_utils.Database, own_path: Path, other_path: Path) -> dict:
     """Add another schedx database's workloads and records; records already here (same
     identity) are skipped. Job ids are local to a database, so merged records lose theirs."""
     other_path = Path(other_path)
     if other_path.exists() and own_path.exists() and other_path.resolve() == own_path.resolve():
         raise StoreError("cannot merge a database into itself")
-    other, _ = open_database(other_path, create=False)
+    other, _ = open_readonly(other_path)  # read as it is: merging never migrates or writes the other file
     try:
         their_workloads = [row_workload(row) for row in other.query("SELECT * FROM workloads")]
         created = {row["key"]: row["created"] for row in other.query("SELECT key, created FROM workloads")}
-        their_records = [row_record(row) for row in other.query("SELECT * FROM records ORDER BY id")]
+        their_records = [_with_candidate(row_record(row)) for row in other.query("SELECT * FROM records ORDER BY id")]
     finally:
         other.close()
     with write_transaction(db):

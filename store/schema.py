@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -89,18 +89,22 @@ CREATE INDEX idx_records_ident ON records(ident);
 CREATE INDEX idx_records_job ON records(job_id);
 """
 
-# v2: the structural hash of a search candidate's scheduled module gets its own indexed column
-# (it lived in the environment JSON): resuming a search asks "measured already?" of the index.
-_V2 = """
-ALTER TABLE records ADD COLUMN candidate TEXT;
-UPDATE records SET candidate = json_extract(environment, '$.candidate')
-    WHERE json_valid(environment) AND json_extract(environment, '$.candidate') IS NOT NULL;
-CREATE INDEX idx_records_candidate ON records(workload_key, target, hardware, candidate)
-    WHERE candidate IS NOT NULL;
-"""
 
-# MIGRATIONS[v] takes a database at version v-1 to version v (v=1 creates everything).
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+
+def _v2(db: sqlite_utils.Database) -> None:
+    """The structural hash of a search candidate's scheduled module gets its own indexed column
+    (it lived in the environment JSON): resuming a search asks "measured already?" of the index."""
+    if "candidate" not in {row[1] for row in db.execute("PRAGMA table_info(records)")}:
+        db.execute("ALTER TABLE records ADD COLUMN candidate TEXT")
+    db.execute("UPDATE records SET candidate = json_extract(environment, '$.candidate') WHERE candidate IS NULL "
+               "AND json_valid(environment) AND json_extract(environment, '$.candidate') IS NOT NULL")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_records_candidate ON records(workload_key, target, hardware, candidate) "
+               "WHERE candidate IS NOT NULL")
+
+
+# MIGRATIONS[v] takes a database at version v-1 to version v (v=1 creates everything): SQL
+# statements, or a function of the database. Each runs inside the caller's write transaction.
+MIGRATIONS: dict[int, str | Callable[[sqlite_utils.Database], None]] = {1: _V1, 2: _v2}
 
 
 def connect(path: Path) -> sqlite_utils.Database:
@@ -150,6 +154,30 @@ def open_database(path: Path, *, create: bool = True) -> tuple[sqlite_utils.Data
     return db, version
 
 
+def open_readonly(path: Path) -> tuple[sqlite_utils.Database, int]:
+    """Open another schedx database only to read it (``schedx db merge``): never created,
+    migrated or written to; rows of an older schema read as they are."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(f"no schedx database at {path}")
+    _check_header(path)
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                               check_same_thread=False)
+    except sqlite3.OperationalError as err:
+        raise StoreError(f"cannot open {path}: {err}") from err
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    try:
+        version = _read_version(db, path)
+    except BaseException:
+        db.close()
+        raise
+    if version is None:
+        db.close()
+        raise StoreError(f"{path} is an empty file, not a schedx database")
+    return db, version
+
+
 def _check_header(path: Path) -> None:
     with open(path, "rb") as f:
         head = f.read(len(SQLITE_MAGIC))
@@ -194,7 +222,12 @@ def _read_version(db: sqlite_utils.Database, path: Path) -> int | None:
 def _migrate(db: sqlite_utils.Database, version: int) -> int:
     """Bring the schema from ``version`` to :data:`SCHEMA_VERSION` (inside the caller's transaction)."""
     for target in range(version + 1, SCHEMA_VERSION + 1):
-        db.executescript(MIGRATIONS[target])
+        step = MIGRATIONS[target]
+        if callable(step):
+            step(db)
+        else:  # statement by statement: executescript would COMMIT the open transaction first
+            for statement in filter(str.strip, step.split(";")):
+                db.execute(statement)
         if target == 1:
             db.execute(f"INSERT INTO {META_TABLE} (key, value) VALUES ('app', ?), ('created', ?)", [APP, now_iso()])
         db.execute(f"INSERT OR REPLACE INTO {META_TABLE} (key, value) VALUES ('schema_version', ?)", [str(target)])
@@ -231,4 +264,4 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
 
 
 __all__ = ["APP", "APPLICATION_ID", "MIGRATIONS", "RANKABLE", "SCHEMA_VERSION", "connect", "open_database",
-           "write_transaction"]
+           "open_readonly", "write_transaction"]

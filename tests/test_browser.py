@@ -118,7 +118,7 @@ def test_start_a_search_from_the_ui_and_see_progress_and_leaderboard_rows(ui_url
     page.locator(".js-plotly-plot").first.wait_for()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "search.png"), full_page=False)
     page.goto(f"{ui_url}/leaderboard")
-    page.get_by_text("matmul_M64_N64_K64").first.wait_for(timeout=60_000)
+    page.get_by_text("matmul_M64_N64_K64_float32 · search").first.wait_for(timeout=60_000)  # the record caption
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
     _settle(page)
     page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)

@@ -77,7 +77,7 @@ def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
     assert len(good["secs"]) == 2 and good["max_error"] == 0.0
     arrays = dict(np.load(ref))
     out = max(i for i, s in enumerate(specs) if s[2])
-    arrays[f"a{out}"][3, 5] += 1.0
+    arrays[f"e{out}"][3, 5] += 1.0
     wrong = str(tmp_path / "wrong.npz")
     np.savez(wrong, **arrays)
     bad = worker_jobs.measure(artifact, specs, evaluator, wrong)
@@ -90,7 +90,7 @@ def wrong_reference(mod, target, specs, path, seed=0):
     worker_jobs.reference(mod, target, specs, path, seed)
     arrays = dict(np.load(path))
     out = max(i for i, s in enumerate(specs) if s[2])
-    arrays[f"a{out}"].flat[0] += 1.0
+    arrays[f"e{out}"].flat[0] += 1.0
     np.savez(path, **arrays)
     return path
 

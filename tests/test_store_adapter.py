@@ -20,10 +20,10 @@ from search.ms_database import (  # noqa: E402
     StoreDatabase,
     as_task_module,
     canonical_target,
-    plain_json,
     store_workload,
     workload_key,
 )
+from explorer.plain import to_plain  # noqa: E402
 from store import Record, Store  # noqa: E402
 
 N = 64
@@ -65,16 +65,18 @@ def test_canonical_target_is_stable():
     assert json.loads(canonical_target("llvm")) == {"kind": "llvm"}
 
 
-def test_canonical_target_agrees_with_the_measure_side():
-    """Records saved by the Schedule page (explorer.measure.target_key) and by MetaSchedule
-    (canonical_target) must carry the same text for the same target, or they never meet."""
-    target = pytest.importorskip("explorer.measure.target")
-    host = target.host_target()
-    assert canonical_target(host) == target.target_key(host) == canonical_target(Target(host))
+def test_canonical_target_is_the_measure_sides_too():
+    """Records saved by the Schedule page (explorer.measure) and by the search (StoreDatabase)
+    carry one text per target, or they never meet: there is one rule."""
+    from explorer import measure
+
+    host = measure.host_target()
+    assert measure.canonical_target is canonical_target
+    assert canonical_target(host) == canonical_target(Target(host)) == canonical_target(json.dumps(host))
 
 
-def test_plain_json_converts_tvm_values():
-    value = plain_json([tvm.tirx.IntImm("int32", 3), tvm.tirx.FloatImm("float32", 0.5), {"a": (1, 2)}, True, None])
+def test_to_plain_converts_tvm_values():
+    value = to_plain([tvm.tirx.IntImm("int32", 3), tvm.tirx.FloatImm("float32", 0.5), {"a": (1, 2)}, True, None])
     assert value == [3, 0.5, {"a": [1, 2]}, True, None]
     json.dumps(value)
 
@@ -127,7 +129,7 @@ def test_compile_from_reopened_file_picks_the_best(tuned):
         db = StoreDatabase(store, hardware=HW)
         record = db.query_tuning_record(mod, Target(TARGET), "main")
         assert record is not None
-        assert plain_json(record.trace.as_json())[1] == best.trace[1]  # the best record's decisions
+        assert to_plain(record.trace.as_json())[1] == best.trace[1]  # the best record's decisions
         sch = ms.tir_integration.compile_tir(db, func, Target(TARGET))
         assert sch is not None
         expected = tvm.s_tir.Schedule(mod)
@@ -176,6 +178,6 @@ def test_export_loads_in_metaschedule_and_imports_back(tuned):
         assert jdb.has_workload(mod)
         best = jdb.query_tuning_record(mod, Target(TARGET), "main")
         ours = store.top_k(workload_key(mod), canonical_target(TARGET), HW, 1)[0]
-        assert plain_json(best.trace.as_json())[1] == ours.trace[1]
+        assert to_plain(best.trace.as_json())[1] == ours.trace[1]
         again = store.import_metaschedule(tmp / "ms_json", hardware=HW, target_fn=canonical_target)
         assert again["records_added"] == 0 and again["records_skipped"] == summary["records"]

@@ -94,10 +94,10 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 
-def test_version_1_database_is_migrated_and_keeps_its_search_candidates(tmp_path):
-    from store.schema import APP, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+def _version_1_database(path):
+    """A database as schedx wrote it before schema 2 (the candidate hash in the environment)."""
+    from store.schema import APP, APPLICATION_ID, MIGRATIONS
 
-    path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     conn.executescript(MIGRATIONS[1])
     conn.execute(f"INSERT INTO {META_TABLE} VALUES ('app', ?), ('schema_version', '1'), ('created', 'x')", [APP])
@@ -109,10 +109,30 @@ def test_version_1_database_is_migrated_and_keeps_its_search_candidates(tmp_path
                  "0.003, '{}', 'x', 'i2')")
     conn.commit()
     conn.close()
+
+
+def test_version_1_database_is_migrated_and_keeps_its_search_candidates(tmp_path):
+    from store.schema import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    _version_1_database(path)
     store = Store(path)
     assert store.info()["schema_version"] == SCHEMA_VERSION == 2
     assert store.measured_candidates("w1", "t", "h") == {"123": (1, [0.002])}
     assert [r.candidate for r in store.records(order="id")] == ["123", None]
+    store.close()
+    assert Store(path).info()["schema_version"] == 2  # opening again changes nothing
+
+
+def test_merging_an_older_database_reads_it_without_migrating_it(tmp_path):
+    other = tmp_path / "old.db"
+    _version_1_database(other)
+    before = _digest(other)
+    ours = Store(tmp_path / "ours.db")
+    result = ours.merge(other)
+    assert result["records_added"] == 2
+    assert ours.measured_candidates("w1", "t", "h") and list(ours.measured_candidates("w1", "t", "h")) == ["123"]
+    assert _digest(other) == before
 
 
 _WRITER = textwrap.dedent("""

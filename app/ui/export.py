@@ -14,24 +14,13 @@ import tempfile
 
 import streamlit as st
 
+from app.state import ExportKeys as K
 from explorer.errors import ExplorerError
 from explorer.export import parse_target, zip_bundle
 from explorer.export.targets import CUDA_ARCHES, DEFAULT_CUDA_ARCH
 from explorer.models import ZOO
 
 # Widget and state keys of this page (page-local: prefixed, never shared with another page).
-SOURCE = "ex_source"
-MODEL = "ex_model"
-KERNEL = "ex_kernel"
-TARGET_KIND = "ex_target_kind"
-MCPU = "ex_mcpu"
-ARCH = "ex_arch"
-DB_INPUT = "ex_db"
-PICK = "ex_pick_"  # + task name
-BUILD = "ex_build"
-DOWNLOAD = "ex_download"
-RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}
-WORKLOADS = "ex_workloads"  # {(spec, shapes): (ExportWorkload, [Task])}: loaded once per session
 DEFAULT = "default schedule"
 TARGET_KINDS = ("CPU (this machine)", "CPU (named)", "CUDA")
 
@@ -42,25 +31,25 @@ def sidebar() -> tuple[str, str, str]:
 
     sb = st.sidebar
     sb.header("Workload")
-    source = sb.radio("Source", ["Model", "Kernel"], key=SOURCE, horizontal=True)
+    source = sb.radio("Source", ["Model", "Kernel"], key=K.SOURCE, horizontal=True)
     if source == "Model":
         names = list(ZOO)
-        spec = sb.selectbox("Model", names, index=names.index("small_cnn"), key=MODEL,
+        spec = sb.selectbox("Model", names, index=names.index("small_cnn"), key=K.MODEL,
                             format_func=lambda n: f"{ZOO[n].title} ({n})")
     else:
-        spec = sb.text_input("Kernel spec", "matmul:M=256,N=256,K=256", key=KERNEL,
+        spec = sb.text_input("Kernel spec", "matmul:M=256,N=256,K=256", key=K.KERNEL,
                              help="a built-in with shapes, or MODEL/FUSED_KERNEL (see `schedx kernels`)")
     sb.header("Target")
-    kind = sb.radio("Target", TARGET_KINDS, key=TARGET_KIND, label_visibility="collapsed")
+    kind = sb.radio("Target", TARGET_KINDS, key=K.TARGET_KIND, label_visibility="collapsed")
     if kind == TARGET_KINDS[0]:
         target = "cpu"
     elif kind == TARGET_KINDS[1]:
-        target = "cpu:" + sb.text_input("LLVM CPU name", "skylake-avx512", key=MCPU)
+        target = "cpu:" + sb.text_input("LLVM CPU name", "skylake-avx512", key=K.MCPU)
     else:
-        arch = sb.selectbox("Architecture", CUDA_ARCHES, index=CUDA_ARCHES.index(DEFAULT_CUDA_ARCH), key=ARCH)
+        arch = sb.selectbox("Architecture", CUDA_ARCHES, index=CUDA_ARCHES.index(DEFAULT_CUDA_ARCH), key=K.ARCH)
         target = f"cuda:{arch}"
     sb.header("Records")
-    db = sb.text_input("Database", str(default_db_path()), key=DB_INPUT)
+    db = sb.text_input("Database", str(default_db_path()), key=K.DB_INPUT)
     return spec, target, db
 
 
@@ -68,7 +57,7 @@ def load(spec: str):
     """The workload and its tasks, loaded once per session (fusing ResNet-18 takes seconds)."""
     from explorer.export import load_workload, workload_tasks
 
-    memo = st.session_state.setdefault(WORKLOADS, {})
+    memo = st.session_state.setdefault(K.WORKLOADS, {})
     if spec not in memo:
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
             workload = load_workload(spec)
@@ -116,7 +105,7 @@ def task_table(choices, device: str) -> dict:
         options = [r.id for r in c.candidates] + [None]
         labels = {r.id: _record_label(r) for r in c.candidates}
         picks[c.task.name] = st.selectbox(
-            f"{c.task.name} ({share[c.task.name]:.1%} of FLOPs, x{c.task.calls})", options, key=PICK + c.task.name,
+            f"{c.task.name} ({share[c.task.name]:.1%} of FLOPs, x{c.task.calls})", options, key=K.PICK + c.task.name,
             format_func=lambda v, labels=labels: labels.get(v, DEFAULT))
     default = "dlight (GPU default)" if device == "cuda" else "unscheduled loop nest"
     rows = [{"kernel": c.task.name, "calls": c.task.calls, "MFLOP": round(c.task.flops / 1e6, 3),
@@ -137,10 +126,10 @@ def build(workload, target, choices, picks: dict) -> None:
         schedules = schedules_for(choices, picks)
         report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
                                  schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage))
-        st.session_state[RESULT] = {"key": (workload.spec, target.spec), "report": report,
+        st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
                                     "zip": zip_bundle(report.folder), "error": ""}
     except ExplorerError as err:
-        st.session_state[RESULT] = {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)}
+        st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)}
     bar.empty()
 
 
@@ -174,7 +163,7 @@ def results(result: dict) -> None:
         st.caption("No GPU here: run `python -m explorer.export.gpu_check BUNDLE` on the machine with the card.")
     name = report.folder.name
     st.download_button(f"Download {name}.zip ({len(result['zip']) / 1024:.0f} KB)", result["zip"],
-                       file_name=f"{name}.zip", mime="application/zip", key=DOWNLOAD, type="primary")
+                       file_name=f"{name}.zip", mime="application/zip", key=K.DOWNLOAD, type="primary")
     with st.expander("manifest.json"):
         st.json(m, expanded=False)
 
@@ -192,9 +181,9 @@ def main() -> None:
         return
     choices = choices_for(tasks, target, db)
     picks = task_table(choices, target.device)
-    if st.button("Build & verify", type="primary", key=BUILD):
+    if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks)
-    result = st.session_state.get(RESULT)
+    result = st.session_state.get(K.RESULT)
     if result is not None and result["key"] == (workload.spec, target.spec):
         results(result)
 

@@ -15,24 +15,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import state
+from app.state import LeaderboardKeys as K
 from store import Record, Store, StoreError, default_db_path
 from store.compare import compare_records
 from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
 from store.records import KINDS, SOURCES, target_short
 
 # Widget keys of this page (page-local: prefixed, never shared with another page).
-DB_INPUT = "lb_db"
-VIEW = "lb_view"
-WORKLOAD = "lb_workload"
-TARGET = "lb_target"
-HARDWARE = "lb_hardware"
-SOURCE = "lb_source"
-KIND = "lb_kind"
-VERIFIED = "lb_verified_only"
-SINCE = "lb_since"
-RECORD = "lb_record"
-COMPARE_A, COMPARE_B = "lb_compare_a", "lb_compare_b"
-HISTORY_OF = "lb_history_of"
 ALL = "(all)"
 ALL_LIMIT = 2000  # newest records shown in the "All records" view
 SOURCE_COLOURS = {"manual": "#2563eb", "search": "#f97316", "import": "#64748b", "default": "#a3a3a3"}
@@ -54,15 +43,15 @@ def sidebar(store: Store) -> dict:
     sb = st.sidebar
     sb.header("Filters")
     names = {w.key: w.name for w in store.workloads()}
-    workload = sb.selectbox("Workload", [ALL] + sorted(set(names.values())), key=WORKLOAD)
-    target = sb.selectbox("Target", [ALL] + store.distinct("target"), key=TARGET,
+    workload = sb.selectbox("Workload", [ALL] + sorted(set(names.values())), key=K.WORKLOAD)
+    target = sb.selectbox("Target", [ALL] + store.distinct("target"), key=K.TARGET,
                           format_func=lambda t: t if t == ALL else target_short(t))
-    machine = sb.radio("Hardware", ["This machine", "Any machine"], key=HARDWARE, horizontal=True,
+    machine = sb.radio("Hardware", ["This machine", "Any machine"], key=K.HARDWARE, horizontal=True,
                        help=f"This machine: {this_machine()}")
-    source = sb.selectbox("Source", [ALL, *SOURCES], key=SOURCE)
-    kind = sb.selectbox("Kind", [ALL, *KINDS], key=KIND)
-    verified = sb.checkbox("Verified only", key=VERIFIED, help="Only records checked against a reference.")
-    since = sb.date_input("Since", value=None, key=SINCE, max_value=date.today())
+    source = sb.selectbox("Source", [ALL, *SOURCES], key=K.SOURCE)
+    kind = sb.selectbox("Kind", [ALL, *KINDS], key=K.KIND)
+    verified = sb.checkbox("Verified only", key=K.VERIFIED, help="Only records checked against a reference.")
+    since = sb.date_input("Since", value=None, key=K.SINCE, max_value=date.today())
     def pick(value):
         return None if value == ALL else value
 
@@ -136,7 +125,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
     with tab_history:
         keys = sorted({r.workload_key for r in by_source}, key=lambda k: names.get(k, k))
         if keys:
-            key = st.selectbox("Workload", keys, key=HISTORY_OF, format_func=lambda k: names.get(k, k))
+            key = st.selectbox("Workload", keys, key=K.HISTORY_OF, format_func=lambda k: names.get(k, k))
             series = history_series(store.history(key, target=filters["target"], hardware=filters["hardware"]))
             st.plotly_chart(history_chart(series), width="stretch")
             st.caption(f"{len(series['points'])} ranked measurements, {series['failed']} failed (not plotted).")
@@ -174,7 +163,7 @@ def record_labels(records: list[Record], names: dict[str, str]) -> dict[int, str
 
 
 def record_detail(store: Store, labels: dict[int, str], names: dict[str, str]) -> None:
-    rid = st.selectbox("Record", list(labels), key=RECORD, format_func=labels.get)
+    rid = st.selectbox("Record", list(labels), key=K.RECORD, format_func=labels.get)
     r = store.record(rid) if rid is not None else None
     if r is None:
         return
@@ -203,8 +192,8 @@ def compare_view(store: Store, labels: dict[int, str]) -> None:
         st.info("Two records are needed to compare.")
         return
     cols = st.columns(2)
-    a = cols[0].selectbox("Record A", ids, key=COMPARE_A, format_func=labels.get)
-    b = cols[1].selectbox("Record B", ids, index=1, key=COMPARE_B, format_func=labels.get)
+    a = cols[0].selectbox("Record A", ids, key=K.COMPARE_A, format_func=labels.get)
+    b = cols[1].selectbox("Record B", ids, index=1, key=K.COMPARE_B, format_func=labels.get)
     ra, rb = store.record(a), store.record(b)
     if ra is None or rb is None:
         return
@@ -229,7 +218,7 @@ def compare_view(store: Store, labels: dict[int, str]) -> None:
 def main() -> None:
     st.title("Leaderboard")
     default = str(default_db_path())
-    path = Path(st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=DB_INPUT,
+    path = Path(st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=K.DB_INPUT,
                                       help="A schedx SQLite file ($SCHEDX_DB or --db elsewhere).")).expanduser()
     st.session_state[state.DB_PATH] = str(path)
     if not path.exists():
@@ -247,7 +236,7 @@ def main() -> None:
         filters = sidebar(store)
         names = {w.key: w.name for w in store.workloads()}
         view = st.segmented_control("Show", ["Best per workload", "All records"], default="Best per workload",
-                                    key=VIEW) or "Best per workload"
+                                    key=K.VIEW) or "Best per workload"
         if view == "Best per workload":
             records = store.best(**filters)
         else:

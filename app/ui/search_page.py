@@ -112,7 +112,7 @@ def live(path: str) -> None:
             job_id = st.selectbox("Job", ids, index=ids.index(chosen) if chosen in ids else 0,
                                   format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key="job_pick")
             st.session_state[state.SEARCH_JOB] = job_id
-            job = store.job(job_id)
+            job = next(j for j in jobs if j.id == job_id)  # the same read as the picker's label
             records = store.records(job_id=job_id, order="id")
             names = {w.key: w.name for w in store.workloads()}
     except StoreError as err:

@@ -14,7 +14,7 @@ from explorer.environment import current_environment
 from explorer.kernels import Kernel
 from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.result import MeasureResult
-from explorer.measure.target import host_target, target_key
+from explorer.measure.target import canonical_target, host_target
 
 DEFAULT_TIMEOUT_S = 300
 
@@ -32,10 +32,10 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: dict | N
     mod = mod if mod is not None else tvm.IRModule({"main": kernel.func})
     interface = interface_change(kernel, mod)
     if interface:
-        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=target_key(target))
+        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=canonical_target(target))
     inputs = kernel.random_inputs(seed)
     references = [__import__("numpy").asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None
-    job = {"mod": mod, "target": target, "target_text": target_key(target), "flops": kernel.info.flops,
+    job = {"mod": mod, "target": target, "target_text": canonical_target(target), "flops": kernel.info.flops,
            "inputs": inputs, "references": references,
            "reference_func": None if references is not None else kernel.func,
            "output_specs": [(b.shape, b.dtype) for b in kernel.outputs], "repeat": repeat,
@@ -49,7 +49,7 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: dict | N
 
         result = _measure_job(job)
     cal = peaks or calibration()
-    env = current_environment(target_key(target)).to_dict()
+    env = current_environment(canonical_target(target)).to_dict()
     env.update(peak_gflops=cal.peak_gflops, peak_gbps=cal.peak_gbps)
     return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps), environment=env)
 
@@ -71,7 +71,7 @@ def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
     return ""
 
 
-__all__ = ["Calibration", "MeasureResult", "calibration", "check", "host_target", "measure", "target_key"]
+__all__ = ["Calibration", "MeasureResult", "calibration", "canonical_target", "check", "host_target", "measure"]
 
 
 def check(kernel: Kernel, mod: tvm.IRModule, *, target: dict | None = None, seed: int = 0) -> tuple[bool, str]:

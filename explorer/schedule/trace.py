@@ -15,6 +15,7 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir.schedule import ExprRV, LoopRV, SBlockRV
 
+from explorer.plain import to_plain
 from explorer.schedule.refs import loop_ref
 from explorer.schedule.steps import ScheduleError, Step
 
@@ -22,21 +23,6 @@ from explorer.schedule.steps import ScheduleError, Step
 _SILENT = {"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks",
            "SamplePerfectTile", "SampleCategorical", "SampleComputeLocation", "SamplePartitionedTile",
            "EnterPostproc"}
-
-
-def to_plain(obj: object) -> object:
-    """TVM values inside ``trace.as_json()`` (IntImm, String, Array, ...) as plain JSON values."""
-    if isinstance(obj, (bool, int, float, str)) or obj is None:
-        return obj
-    if isinstance(obj, tvm.tirx.IntImm):
-        return int(obj.value)
-    if isinstance(obj, tvm.tirx.FloatImm):
-        return float(obj.value)
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {str(k): to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
-        return [to_plain(v) for v in obj]
-    return str(obj)
 
 
 def steps_to_trace(func: tvm.tirx.PrimFunc, steps: list[Step]) -> list:
