@@ -50,6 +50,24 @@ def test_pool_map_keeps_order():
     assert "ZeroDivisionError" in outcomes[1].message
 
 
+def test_closing_the_pool_ends_a_call_in_flight_and_leaves_no_process():
+    import threading
+
+    pool = WarmPool(1)
+    pid = pool.call(os.getpid, timeout=60).value
+    results = []
+    caller = threading.Thread(target=lambda: results.append(pool.call(time.sleep, 60, timeout=120)))
+    caller.start()
+    time.sleep(0.5)
+    start = time.time()
+    pool.close()
+    caller.join(15)
+    assert results and results[0].status == "crashed" and time.time() - start < 15
+    assert pool.call(os.getpid, timeout=5).status == "crashed"  # closed for good: nothing restarts
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_tvm_starts_without_torch_and_torch_still_imports_afterwards():
     pytest.importorskip("torch")
     code = ("import sys, explorer, tvm; from tvm import relax; print('torch' in sys.modules); "
@@ -83,6 +101,27 @@ def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
     bad = worker_jobs.measure(artifact, specs, evaluator, wrong)
     assert bad["error"].startswith(worker_jobs.VERIFY_FAILED) and "(3, 5)" in bad["error"]
     assert "secs" not in bad
+
+
+def test_a_schedule_that_drops_the_reduction_init_fails_verification(tmp_path):
+    """Outputs start from random values, in the reference and in the candidate alike: a kernel
+    that accumulates onto whatever its output held is caught (with zeros it would pass)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def no_init(A: T.Buffer((32, 32), "float32"), B: T.Buffer((32, 32), "float32"),
+                C: T.Buffer((32, 32), "float32")):
+        for i, j, k in T.grid(32, 32, 32):
+            with T.sblock("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    mod, _, ref = _built_matmul(tmp_path)
+    target = tvm.target.Target(host_target())
+    artifact = worker_jobs.build(as_task_module(no_init.with_attr("global_symbol", "main")), target)
+    bad = worker_jobs.measure(artifact, _arg_specs(mod), {"number": 1, "repeat": 1, "min_repeat_ms": 1}, ref)
+    assert bad["error"].startswith(worker_jobs.VERIFY_FAILED)
 
 
 def wrong_reference(mod, target, specs, path, seed=0):
