@@ -39,6 +39,7 @@ class FastBuilder(ms.builder.PyBuilder):
         self.known = known
         self.task_of = task_of
         self.artifact_task: dict[str, int] = {}  # artifact path -> task index, read by the runner
+        self.check_artifact: dict[str, str] = {}  # artifact path -> the same kernel with its weight transform
 
     def build(self, build_inputs: list) -> list:
         results: list = [None] * len(build_inputs)
@@ -53,10 +54,13 @@ class FastBuilder(ms.builder.PyBuilder):
         outcomes = self.pool.map(build_job, jobs, timeout=self.timeout_sec)
         for i, outcome in zip(todo, outcomes):
             if outcome.ok:
-                results[i] = ms.builder.BuilderResult(str(outcome.value), None)
+                path, check = outcome.value
+                results[i] = ms.builder.BuilderResult(path, None)
                 task = self.task_of(build_inputs[i].mod) if self.task_of is not None else None
                 if task is not None:
-                    self.artifact_task[str(outcome.value)] = task
+                    self.artifact_task[path] = task
+                if check is not None:
+                    self.check_artifact[path] = check
             elif outcome.status == "timeout":
                 results[i] = ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec:.0f} s")
             else:

@@ -330,6 +330,7 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
         if runner is None:
             runner = PoolRunner(own_pool, task_mods=[t.mod for t in tasks], task_specs=[_arg_specs(t.mod) for t in tasks],
                                 artifact_task=getattr(builder, "artifact_task", {}),
+                                check_artifact=getattr(builder, "check_artifact", {}),
                                 best_s=[_best_verified_s(store, t, target_text, hardware) for t in tasks],
                                 work_dir=work.name, timeout_sec=params.timeout_s, rpc=rpc,
                                 reference_target=host_target() if rpc is None else None)

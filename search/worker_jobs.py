@@ -37,18 +37,28 @@ def prepare(target_kind: str, triple: str | None) -> bool:
     return True
 
 
-def build(mod, target, work_dir: str | None = None) -> str:
+def build(mod, target, work_dir: str | None = None) -> tuple[str, str | None]:
     """Build a candidate as MetaSchedule's default builder does; returns the artifact (a tar
-    that both the local and the RPC runners load), in a new folder under ``work_dir``."""
+    that both the local and the RPC runners load), in a new folder under ``work_dir``, and a
+    second artifact for checking it when the schedule rewrote a weight's layout.
+
+    MetaSchedule's RewriteLayout moves a layout-free weight's transform out of the kernel: the
+    timed kernel takes the weight already rewritten (random data will do for timing), so only
+    the kernel with the transform still inside can run on the reference's weights."""
     import tvm
+    import tvm_ffi
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    rt_mod = tvm.build(mod, target=target)
-    path = os.path.join(tempfile.mkdtemp(prefix="schedx-build-", dir=work_dir), "tvm_tmp_mod." + tar.output_format)
-    rt_mod.export_library(path, fcompile=tar)
-    return path
+    folder = tempfile.mkdtemp(prefix="schedx-build-", dir=work_dir)
+    timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    path = os.path.join(folder, "tvm_tmp_mod." + tar.output_format)
+    tvm.build(timed, target=target).export_library(path, fcompile=tar)
+    if tvm_ffi.structural_equal(timed, mod):
+        return path, None
+    check = os.path.join(folder, "check." + tar.output_format)
+    tvm.build(mod, target=target).export_library(check, fcompile=tar)
+    return path, check
 
 
 def reference(mod, target, specs: ArgSpecs, path: str, seed: int = 0) -> str:
@@ -96,13 +106,16 @@ def _remote(artifact_path: str, rpc: dict, device: str):
 
 
 def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path: str | None,
-            reject_above_s: float | None = None, rpc: dict | None = None, device: str = "cpu") -> dict:
+            reject_above_s: float | None = None, rpc: dict | None = None, device: str = "cpu",
+            check_path: str | None = None, reference_specs: ArgSpecs | None = None) -> dict:
     """Load a built candidate (here, or on a device of the RPC tracker ``rpc``: host, port,
     key), check its outputs against the reference (when there is one), then time it as
-    MetaSchedule's runners do. A candidate whose first run already took longer than
-    ``reject_above_s`` keeps that one run as its time (``"early": True``) instead of being timed
-    again and again: it cannot win. Returns ``{"secs": [...], "max_error": e, "early": b}`` or
-    ``{"error": why}``."""
+    MetaSchedule's runners do. ``specs`` are the timed kernel's arguments; when a schedule
+    rewrote a weight's layout, ``check_path`` is the kernel that still takes the task's
+    arguments (``reference_specs``) and is what runs on the reference. A candidate whose first
+    run already took longer than ``reject_above_s`` keeps that one run as its time (``"early":
+    True``) instead of being timed again and again: it cannot win. Returns ``{"secs": [...],
+    "max_error": e, "early": b}`` or ``{"error": why}``."""
     import time
 
     import numpy as np
@@ -111,30 +124,36 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
     from explorer.kernels.kernel import random_array
     from explorer.measure.verify import compare
 
-    if rpc:
-        rt_mod, dev = _remote(artifact_path, rpc, device)
-    else:
-        rt_mod, dev = tvm.runtime.load_module(artifact_path), tvm.runtime.device(device, 0)
+    def load(path):
+        return _remote(path, rpc, device) if rpc else (tvm.runtime.load_module(path), tvm.runtime.device(device, 0))
+
+    rt_mod, dev = load(artifact_path)
+    max_error, once, args = None, None, None
     if reference_path:
         ref = _load_reference(reference_path)
-        host = [ref[f"a{i}"] for i in range(len(specs))]
-    else:
-        rng = np.random.default_rng(0)
-        host = [random_array(shape, dtype, rng) for shape, dtype, _ in specs]
-    args = [tvm.runtime.tensor(a, dev) for a in host]
-    max_error = None
-    if reference_path or reject_above_s is not None:
-        func = rt_mod[rt_mod.entry_name]
+        check_specs = reference_specs or specs
+        check_mod, check_dev = load(check_path) if check_path else (rt_mod, dev)
+        check_args = [tvm.runtime.tensor(ref[f"a{i}"], check_dev) for i in range(len(check_specs))]
         start = time.perf_counter()
-        func(*args)
-        dev.sync()
+        check_mod[check_mod.entry_name](*check_args)
+        check_dev.sync()
         once = time.perf_counter() - start
-        if reference_path:
-            outs = [i for i, spec in enumerate(specs) if spec[2]]
-            ok, max_error, _, why = compare([args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
-            if not ok:
-                return {"error": VERIFY_FAILED + why, "max_error": max_error}
-        if reject_above_s is not None and once > reject_above_s:
+        outs = [i for i, spec in enumerate(check_specs) if spec[2]]
+        ok, max_error, _, why = compare([check_args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
+        if not ok:
+            return {"error": VERIFY_FAILED + why, "max_error": max_error}
+        if not check_path:
+            args = check_args
+    if args is None:
+        rng = np.random.default_rng(0)
+        args = [tvm.runtime.tensor(random_array(shape, dtype, rng), dev) for shape, dtype, _ in specs]
+    if reject_above_s is not None and not check_path:
+        if once is None:
+            start = time.perf_counter()
+            rt_mod[rt_mod.entry_name](*args)
+            dev.sync()
+            once = time.perf_counter() - start
+        if once > reject_above_s:
             return {"secs": [once], "max_error": max_error, "early": True}
     timer = rt_mod.time_evaluator(rt_mod.entry_name, dev, number=evaluator["number"], repeat=evaluator["repeat"],
                                   min_repeat_ms=evaluator["min_repeat_ms"])
