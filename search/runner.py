@@ -156,6 +156,12 @@ class PoolRunner(ms.runner.PyRunner):
             return [_Done(self._measure(inp)) for inp in runner_inputs]
         return [_Done(r) for r in self.pool_threads.map(self._measure, runner_inputs)]
 
+    def close(self) -> None:
+        """Release the threads remote measurements used (the pool belongs to the caller)."""
+        if getattr(self, "_threads", None) is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
+
     @property
     def pool_threads(self):
         from concurrent.futures import ThreadPoolExecutor

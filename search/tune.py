@@ -349,6 +349,8 @@ def tune(tasks: list[Task], *, store: Store, target: dict, params: SearchParams,
             progress.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(runner.references)
                                            if r.done and r.path is None}
     finally:
+        if isinstance(runner, PoolRunner):
+            runner.close()
         if own_pool is not None:
             own_pool.close()
         work.cleanup()
