@@ -45,7 +45,7 @@ def as_task_module(mod: IRModule | PrimFunc) -> IRModule:
 def workload_key(mod: IRModule | PrimFunc) -> str:
     """MetaSchedule's structural hash of ``mod`` as the decimal text of database_workload.json
     (a PrimFunc is first normalised as ``tune_tir`` does; a module is hashed as given)."""
-    return _shash(as_task_module(mod) if isinstance(mod, PrimFunc) else mod)
+    return module_hash(as_task_module(mod) if isinstance(mod, PrimFunc) else mod)
 
 
 # A search tags each task's PrimFunc with its workload key, so that the builder and runner can
@@ -70,7 +70,9 @@ def untagged(mod: IRModule) -> IRModule:
     return IRModule({"main": mod["main"].without_attr(TASK_ATTR)})
 
 
-def _shash(mod: IRModule) -> str:
+def module_hash(mod: IRModule) -> str:
+    """MetaSchedule's structural hash of ``mod`` (task tag ignored) as decimal text: workload keys
+    and search candidates alike."""
     return str(tvm_ffi.structural_hash(untagged(mod)) % (1 << 64))
 
 
@@ -157,7 +159,7 @@ class StoreDatabase(PyDatabase):
     def _key_of(self, workload: MSWorkload) -> str:
         key = self._keys.get(workload)
         if key is None:
-            key = _shash(workload.mod)
+            key = module_hash(workload.mod)
             self._keys[workload] = key
         return key
 
@@ -167,11 +169,11 @@ class StoreDatabase(PyDatabase):
         return workload
 
     def has_workload(self, mod: IRModule) -> bool:
-        key = _shash(mod)
+        key = module_hash(mod)
         return key in self._workloads or self.store.workload(key) is not None
 
     def commit_workload(self, mod: IRModule) -> MSWorkload:
-        key = _shash(mod)
+        key = module_hash(mod)
         if key in self._workloads:
             return self._workloads[key]
         if self.store.workload(key) is None:
@@ -240,7 +242,7 @@ class StoreDatabase(PyDatabase):
     def query_tuning_record(self, mod: IRModule, target: Target, workload_name: str | None = None
                             ) -> TuningRecord | None:
         """The best record of ``mod`` for exactly ``target`` (and this machine unless any_hardware)."""
-        key = _shash(mod)
+        key = module_hash(mod)
         if self.store.workload(key) is None:
             return None
         target_text = canonical_target(target) if target is not None else self.target_filter
@@ -255,5 +257,5 @@ class StoreDatabase(PyDatabase):
         return self.store.count(target=self.target_filter, hardware=self._hardware(), has_trace=True)
 
 
-__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module",
+__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module", "module_hash",
            "store_workload", "workload_key"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tvm.ir.utils import derived_object
@@ -45,9 +46,8 @@ class RpcSpec:
         return cls(host or "127.0.0.1", int(port), key)
 
 
-def evaluator(number: int = 3, repeat: int = 1, min_repeat_ms: int = 40) -> ms.runner.EvaluatorConfig:
-    return ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                                     enable_cpu_cache_flush=False)
+# How each candidate is timed: MetaSchedule's local-runner defaults (no cache flush).
+EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 40}
 
 
 @derived_object
@@ -120,15 +120,15 @@ class PoolRunner(ms.runner.PyRunner):
                                              "session_timeout": rpc.session_timeout_s}
         self.artifact_task, self.work_dir, self.timeout_sec, self.verify = artifact_task, work_dir, timeout_sec, verify
         self.check_artifact = check_artifact if check_artifact is not None else {}
-        config = evaluator()
-        self.evaluator = {"number": int(config.number), "repeat": int(config.repeat),
-                          "min_repeat_ms": int(config.min_repeat_ms)}
+        self.evaluator = dict(EVALUATOR)
         self.references = [_Reference() for _ in task_mods]
         self._locks = [threading.Lock() for _ in task_mods]
         self.details: dict[str, dict] = {}
         self.best_s: list[float | None] = list(best_s) if best_s is not None else [None] * len(task_mods)
         self.reject_factor = reject_factor
         self._best_lock = threading.Lock()
+        # remote candidates are measured several at once, one thread per pool worker
+        self._threads = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="schedx-rpc") if rpc else None
 
     def prefetch(self, task: int) -> threading.Thread:
         """Compute ``task``'s reference in the background (before anything is timed)."""
@@ -154,21 +154,12 @@ class PoolRunner(ms.runner.PyRunner):
         in parallel, one per pool worker, on whatever devices the tracker hands out."""
         if self.rpc is None:
             return [_Done(self._measure(inp)) for inp in runner_inputs]
-        return [_Done(r) for r in self.pool_threads.map(self._measure, runner_inputs)]
+        return [_Done(r) for r in self._threads.map(self._measure, runner_inputs)]
 
     def close(self) -> None:
         """Release the threads remote measurements used (the pool belongs to the caller)."""
-        if getattr(self, "_threads", None) is not None:
+        if self._threads is not None:
             self._threads.shutdown(wait=True)
-            self._threads = None
-
-    @property
-    def pool_threads(self):
-        from concurrent.futures import ThreadPoolExecutor
-
-        if getattr(self, "_threads", None) is None:
-            self._threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="schedx-rpc")
-        return self._threads
 
     def _measure(self, inp) -> ms.runner.RunnerResult:
         path = str(inp.artifact_path)
@@ -187,10 +178,10 @@ class PoolRunner(ms.runner.PyRunner):
         outcome = self.pool.call(worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None, reject,
                                  self.rpc, str(inp.device_type), None if same else check, own, timeout=timeout)
         value = outcome.value if outcome.ok else {"error": _run_failure(outcome, timeout)}
-        self.details[path] = {"max_error": value.get("max_error"), "verified": _verified(ref, value),
+        verified = _verified(ref, value)
+        self.details[path] = {"max_error": value.get("max_error"), "verified": verified,
                               "early": bool(value.get("early"))}
-        verified = value.get("max_error") is not None
-        if task is not None and value.get("secs") and not value.get("early") and verified:
+        if task is not None and verified and not value.get("early"):  # verified implies timed
             median = sorted(value["secs"])[len(value["secs"]) // 2]
             with self._best_lock:
                 current = self.best_s[task]

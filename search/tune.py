@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import tvm
-import tvm_ffi
 from tvm.ir.utils import derived_object
 
 from explorer.environment import current_environment, hardware_fingerprint
@@ -35,8 +34,8 @@ from search import pool as warm_pool
 from search.pool import INFRASTRUCTURE
 from search.builder import CACHED_PREFIX, FastBuilder
 from search.errors import SearchError
-from search.ms_database import (StoreDatabase, as_task_module, canonical_target, store_workload, tag_task, task_tag,
-                                untagged, workload_key)
+from search.ms_database import (StoreDatabase, as_task_module, canonical_target, module_hash, store_workload,
+                                tag_task, task_tag, workload_key)
 from search.params import SearchParams
 from search.runner import REJECT_FACTOR, CachingRunner, PoolRunner, RpcSpec
 from search.worker_jobs import VERIFY_FAILED
@@ -90,8 +89,7 @@ class TuneSummary:
         return asdict(self)
 
 
-def candidate_hash(mod: tvm.IRModule) -> str:
-    return str(tvm_ffi.structural_hash(untagged(mod)) % (1 << 64))
+candidate_hash = module_hash  # a search candidate is known by its scheduled module's hash
 
 
 def kernel_tasks(kernel) -> list[Task]:

@@ -105,6 +105,16 @@ def _remote(artifact_path: str, rpc: dict, device: str):
     return session.load_module(os.path.basename(artifact_path)), session.device(device, 0)
 
 
+def _run_once(rt_mod, dev, args) -> float:
+    """Seconds of one call of the module's entry, as the host sees it."""
+    import time
+
+    start = time.perf_counter()
+    rt_mod[rt_mod.entry_name](*args)
+    dev.sync()
+    return time.perf_counter() - start
+
+
 def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path: str | None,
             reject_above_s: float | None = None, rpc: dict | None = None, device: str = "cpu",
             check_path: str | None = None, reference_specs: ArgSpecs | None = None) -> dict:
@@ -116,8 +126,6 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
     run already took longer than ``reject_above_s`` keeps that one run as its time (``"early":
     True``) instead of being timed again and again: it cannot win. Returns ``{"secs": [...],
     "max_error": e, "early": b}`` or ``{"error": why}``."""
-    import time
-
     import numpy as np
     import tvm
 
@@ -134,10 +142,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         check_specs = reference_specs or specs
         check_mod, check_dev = load(check_path) if check_path else (rt_mod, dev)
         check_args = [tvm.runtime.tensor(ref[f"a{i}"], check_dev) for i in range(len(check_specs))]
-        start = time.perf_counter()
-        check_mod[check_mod.entry_name](*check_args)
-        check_dev.sync()
-        once = time.perf_counter() - start
+        once = _run_once(check_mod, check_dev, check_args)
         outs = [i for i, spec in enumerate(check_specs) if spec[2]]
         ok, max_error, _, why = compare([check_args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
         if not ok:
@@ -149,10 +154,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         args = [tvm.runtime.tensor(random_array(shape, dtype, rng), dev) for shape, dtype, _ in specs]
     if reject_above_s is not None and not check_path:
         if once is None:
-            start = time.perf_counter()
-            rt_mod[rt_mod.entry_name](*args)
-            dev.sync()
-            once = time.perf_counter() - start
+            once = _run_once(rt_mod, dev, args)
         if once > reject_above_s:
             return {"secs": [once], "max_error": max_error, "early": True}
     timer = rt_mod.time_evaluator(rt_mod.entry_name, dev, number=evaluator["number"], repeat=evaluator["repeat"],
