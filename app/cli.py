@@ -182,6 +182,10 @@ cli.add_command(_export)
 cli.add_command(_run)
 cli.add_command(_bench)
 
+from app.cli_models import quantize as _quantize  # noqa: E402
+
+cli.add_command(_quantize)
+
 
 def main() -> None:
     cli(obj={})

@@ -11,9 +11,10 @@ from app.cli_common import echo_json, fail_cleanly
 
 @click.command()
 @click.option("--model", default=None, help="List the fused kernels of this model (after the tuning pipeline).")
+@click.option("--shapes", default=None, help="Input shapes of --model for symbolic dims, e.g. 'input:1x3x224x224' or 'batch=1'.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @fail_cleanly
-def kernels(model: str | None, as_json: bool) -> None:
+def kernels(model: str | None, shapes: str | None, as_json: bool) -> None:
     """List the built-in kernels (or a model's fused kernels) with shapes and FLOPs."""
     from explorer.kernels import BUILTINS, builtin_kernel
 
@@ -21,8 +22,10 @@ def kernels(model: str | None, as_json: bool) -> None:
         from explorer.kernels.from_model import model_kernels
         from explorer.models import load_model
 
-        found = [k.info for k in model_kernels(load_model(model))]
+        found = [k.info for k in model_kernels(load_model(model, shapes))]
     else:
+        if shapes:
+            raise click.UsageError("--shapes applies to --model")
         found = [builtin_kernel(name).info for name in BUILTINS]
     if as_json:
         echo_json([k.to_dict() for k in found])

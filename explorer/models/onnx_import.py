@@ -4,11 +4,16 @@ Steps, each with an error a user can act on:
 1. parse the protobuf (a corrupt or non-ONNX file says so);
 2. find the real inputs (graph inputs that are not initializers) and fix every symbolic or
    unknown dimension from the user's shape spec (missing ones are listed by name);
-3. check every operator against TVM's ONNX converter map before converting, so an unsupported
-   operator is named with its node;
-4. run ONNX shape inference, then ``from_onnx``; when TVM needs static shapes that the graph
-   computes at run time (Shape -> Slice -> Concat -> Reshape), fold the shape arithmetic with
-   onnxscript's optimizer and try again.
+3. prepare the model for TVM (:mod:`explorer.models.prepare`): fold ``If`` nodes the shapes
+   decide, unroll recurrent layers, write QOperator quantized ops as QDQ, and check every node
+   against what TVM's importer really takes, so an unsupported operator is named with its node;
+4. run ``from_onnx``; when TVM needs static shapes that the graph computes at run time
+   (Shape -> Slice -> Concat -> Reshape), fold the shape arithmetic with onnxscript's optimizer
+   and try again.
+
+Whatever TVM prints meanwhile is kept off stdout (:mod:`explorer.models.quiet`) and kept in
+``ModelInfo.import_log``. ``LoadedModel.onnx_model`` is the user's model with its shapes fixed,
+before any rewrite: ONNX Runtime runs it as the reference.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from pathlib import Path
 import onnx
 
 from explorer.errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError, short_tvm_message
+from explorer.models.control_flow import fold_constants, runtime_ifs
+from explorer.models.onnx_ops import check_operators
+from explorer.models.prepare import prepare_for_tvm
+from explorer.models.quiet import captured_output
 from explorer.models.shapes import ShapeSpec, parse_shape_spec
 from explorer.models.source import InputSpec, LoadedModel, ModelInfo
 
@@ -106,24 +115,6 @@ def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.Mode
     return model, shapes
 
 
-def check_operators(model: onnx.ModelProto) -> None:
-    """Raise :class:`UnsupportedOperatorError` for the first node TVM cannot convert."""
-    from tvm.relax.frontend.onnx import onnx_frontend
-
-    known = onnx_frontend._get_convert_map()  # the importer's own table: the only source of truth
-    for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in known:
-            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-            raise UnsupportedOperatorError(op, node.name or (node.output[0] if node.output else ""))
-
-
-def _fold_shape_arithmetic(model: onnx.ModelProto) -> onnx.ModelProto:
-    import onnxscript.optimizer
-
-    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    return onnxscript.optimizer.optimize(model)
-
-
 def _outputs(mod) -> tuple[InputSpec, ...]:
     from explorer.relax_walk import tensor_info
 
@@ -136,31 +127,50 @@ def _outputs(mod) -> tuple[InputSpec, ...]:
     return tuple(out)
 
 
+def _converting(lines: list[str]) -> str:
+    """' (while converting Reshape)' from what TVM printed before failing, else ''."""
+    for line in lines:
+        if line.startswith("Error converting operator "):
+            return f" (while converting {line.split()[3].rstrip(',')})"
+    return ""
+
+
+def _convert(model: onnx.ModelProto, shape_dict: dict, dtypes: dict, log: list[str]):
+    """``from_onnx`` with stdout captured into ``log``; raises what TVM raised."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    printed = None
+    try:
+        with captured_output() as printed:
+            return from_onnx(model, shape_dict={k: list(v) for k, v in shape_dict.items()}, dtype_dict=dtypes)
+    finally:
+        if printed is not None:
+            log.extend(printed.lines)
+
+
 def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str | dict | ShapeSpec | None = None,
                 *, name: str | None = None, origin: str = "onnx") -> LoadedModel:
     """Load an ONNX model into Relax (see the module docstring for the steps and errors)."""
-    from tvm.relax.frontend.onnx import from_onnx
-
     model = read_onnx(source)
     spec = parse_shape_spec(shapes)
     fixed, shape_dict = fix_input_shapes(model, spec)
-    check_operators(fixed)
-    try:
-        fixed = onnx.shape_inference.infer_shapes(fixed)
-    except Exception:  # inference is a help, not a requirement
-        pass
+    with captured_output() as printed:  # onnxscript and onnx may print too
+        prepared, notes = prepare_for_tvm(fixed)
+    log: list[str] = list(printed.lines)
     dtypes = {i.name: _dtype_name(i.type.tensor_type.elem_type) for i in model_inputs(fixed)}
-    notes: list[str] = []
     try:
-        mod = from_onnx(fixed, shape_dict={k: list(v) for k, v in shape_dict.items()}, dtype_dict=dtypes)
+        mod = _convert(prepared, shape_dict, dtypes, log)
     except Exception as first:
+        failed = _converting(log)
         try:
-            folded = _fold_shape_arithmetic(fixed)
-            mod = from_onnx(folded, shape_dict={k: list(v) for k, v in shape_dict.items()}, dtype_dict=dtypes)
-            notes.append("shape arithmetic was folded with onnxscript's optimizer before import")
-            fixed = folded
+            folded = fold_constants(prepared)
+            mod = _convert(folded, shape_dict, dtypes, log)
+            notes.append("shape arithmetic was folded with onnxscript's optimizer before import"
+                         + (f"; TVM's first attempt failed{failed}" if failed else ""))
         except Exception:
-            raise ModelLoadError(f"TVM could not import the model: {short_tvm_message(first)}") from first
+            branches = "".join(f"; {p.describe()}, which TVM imports as a Relax If (branch outputs and the "
+                               "condition must convert)" for p in runtime_ifs(prepared))
+            raise ModelLoadError(f"TVM could not import the model{failed}: {short_tvm_message(first)}{branches}") from first
     if isinstance(source, (str, os.PathLike)):
         label = str(source)
     else:
@@ -172,6 +182,7 @@ def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str
         outputs=_outputs(mod),
         source=label,
         notes=tuple(notes),
+        import_log=tuple(log),
     )
     return LoadedModel(info=info, mod=mod, onnx_model=fixed)
 

@@ -19,7 +19,16 @@ class ModelInfo:
     inputs: tuple[InputSpec, ...]
     outputs: tuple[InputSpec, ...]
     source: str  # zoo name, file path or module class name
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what schedx did to import it (rewrites, folding), for people
+    import_log: tuple[str, ...] = ()  # what the importer printed or warned, kept off stdout
+
+    def note_lines(self, *, verbose: bool = False) -> list[str]:
+        """The notes, and with ``verbose`` what the importer printed: TVM's messages matter when
+        someone investigates an import, not when schedx recovered from them."""
+        lines = list(self.notes)
+        if verbose and self.import_log:
+            lines += [f"importer: {ln}" for ln in self.import_log]
+        return lines
 
     def to_dict(self) -> dict:
         d = asdict(self)

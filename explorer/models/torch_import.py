@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from explorer.errors import ModelLoadError, short_tvm_message
+from explorer.models.quiet import captured_output
 from explorer.models.source import LoadedModel, ModelInfo
 
 
@@ -30,7 +31,8 @@ def import_torch(module: object, example_inputs: Sequence[object], *, name: str 
     except Exception as err:
         raise ModelLoadError(f"torch.export could not trace {type(module).__name__}: {short_tvm_message(err)}") from err
     try:
-        mod = from_exported_program(exported, keep_params_as_input=False)
+        with captured_output() as printed:  # nothing the importer prints may reach stdout
+            mod = from_exported_program(exported, keep_params_as_input=False)
     except Exception as err:
         raise ModelLoadError(f"TVM could not import {type(module).__name__}: {short_tvm_message(err)}") from err
     params = mod["main"].params
@@ -39,5 +41,5 @@ def import_torch(module: object, example_inputs: Sequence[object], *, name: str 
         for p, a in zip(params, args)
     )
     info = ModelInfo(name=name or type(module).__name__, origin="torch", inputs=inputs, outputs=_outputs(mod),
-                     source=f"{type(module).__module__}.{type(module).__qualname__}")
+                     source=f"{type(module).__module__}.{type(module).__qualname__}", import_log=tuple(printed.lines))
     return LoadedModel(info=info, mod=mod)

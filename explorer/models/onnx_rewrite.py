@@ -1,0 +1,154 @@
+"""Helpers for ONNX-to-ONNX rewrites: read what a node's inputs are, emit its replacement.
+
+The rewrites that run before TVM's importer (recurrent layers, QOperator quantized ops) replace
+one node by a few plain ones. Keeping them ONNX-to-ONNX means ONNX Runtime can run the rewritten
+model against the original, which is how the tests check them. This module holds what they share:
+
+- :class:`GraphView`: constants (initializers and ``Constant`` nodes), static shapes (inputs,
+  ``value_info``, outputs, initializers) and the names already taken in a graph;
+- :class:`Emitter`: builds replacement nodes and initializers with fresh names, choosing the
+  operator form the model's opset expects (``Slice`` and ``Clip`` took attributes before
+  opsets 10 and 11 and inputs since);
+- :func:`replace_nodes`: swaps each rewritten node for its replacement, in place in the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's ``ai.onnx`` opset version (1 when none is declared)."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+class GraphView:
+    """What a rewrite may ask about the main graph of a model: constants, shapes, used names."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.opset = default_opset(model)
+        self._inits = {i.name: i for i in graph.initializer}
+        self._const_nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
+        self._shapes: dict[str, tuple[int, ...] | None] = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            self._shapes.setdefault(vi.name, _static_shape(vi))
+        for init in graph.initializer:
+            self._shapes[init.name] = tuple(int(d) for d in init.dims)
+        self.names: set[str] = set(self._inits) | {vi.name for vi in graph.input}
+        for node in graph.node:
+            self.names.update(node.output)
+            if node.name:
+                self.names.add(node.name)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` when it is an initializer or a ``Constant`` node's output."""
+        if not name:
+            return None
+        if name in self._inits:
+            return numpy_helper.to_array(self._inits[name])
+        node = self._const_nodes.get(name)
+        if node is not None:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    return numpy_helper.to_array(attr.t)
+        return None
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The static shape of ``name``; ``None`` when unknown or symbolic."""
+        shape = self._shapes.get(name)
+        if shape is None:
+            value = self.constant(name)
+            return tuple(value.shape) if value is not None else None
+        return shape
+
+
+def _static_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+class Emitter:
+    """Builds the nodes and initializers that replace one node, with names no one uses yet."""
+
+    def __init__(self, view: GraphView, prefix: str) -> None:
+        self.view = view
+        self.prefix = prefix.replace("/", "_") or "rewrite"
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._count = 0
+
+    def fresh(self, hint: str) -> str:
+        """A tensor or node name not used in the graph, readable as ``<prefix>/<hint>``."""
+        while True:
+            self._count += 1
+            name = f"{self.prefix}/{hint}_{self._count}"
+            if name not in self.view.names:
+                self.view.names.add(name)
+                return name
+
+    def const(self, value: np.ndarray, hint: str = "const") -> str:
+        """A new initializer holding ``value``; returns its name."""
+        name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(np.array(value, order="C"), name))
+        return name
+
+    def op(self, op_type: str, inputs: Iterable[str], *, out: str | None = None, hint: str | None = None,
+           **attrs) -> str:
+        """Emit one single-output node; ``out`` fixes the output name (to keep the original's)."""
+        output = out or self.fresh(hint or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self.fresh(op_type), **attrs))
+        return output
+
+    def slice(self, x: str, start: int, end: int, axis: int, *, out: str | None = None) -> str:
+        """``x[start:end]`` along ``axis`` in the form the opset expects."""
+        if self.view.opset >= 10:
+            args = [self.const(np.array([v], "int64"), n) for v, n in ((start, "start"), (end, "end"), (axis, "axis"))]
+            return self.op("Slice", [x, *args], out=out)
+        return self.op("Slice", [x], out=out, starts=[start], ends=[end], axes=[axis])
+
+    def clip(self, x: str, low: float, high: float, dtype: np.dtype) -> str:
+        """``Clip(x, low, high)`` in the form the opset expects."""
+        if self.view.opset >= 11:
+            return self.op("Clip", [x, self.const(np.array(low, dtype), "min"), self.const(np.array(high, dtype), "max")])
+        return self.op("Clip", [x], min=float(low), max=float(high))
+
+    def reshape(self, x: str, shape: Iterable[int], *, out: str | None = None) -> str:
+        return self.op("Reshape", [x, self.const(np.array(list(shape), "int64"), "shape")], out=out)
+
+
+def replace_nodes(model: onnx.ModelProto, rewrite: Callable[[onnx.NodeProto, GraphView], Emitter | None]) -> int:
+    """Replace, in place in ``model``'s main graph, every node that ``rewrite`` returns an
+    :class:`Emitter` for by the emitter's nodes (initializers added); returns how many."""
+    view = GraphView(model)
+    new_nodes: list[onnx.NodeProto] = []
+    count = 0
+    for node in model.graph.node:
+        emitted = rewrite(node, view)
+        if emitted is None:
+            new_nodes.append(node)
+            continue
+        count += 1
+        new_nodes.extend(emitted.nodes)
+        model.graph.initializer.extend(emitted.initializers)
+    if count:
+        del model.graph.node[:]
+        model.graph.node.extend(new_nodes)
+    return count
+
+
+__all__ = ["Emitter", "GraphView", "default_opset", "replace_nodes"]

@@ -1,0 +1,57 @@
+"""Turn an ONNX model with static input shapes into one TVM's importer takes.
+
+Each step is an ONNX-to-ONNX rewrite that keeps the model's meaning (ONNX Runtime gives the
+same outputs before and after), and each says what it did in a note:
+
+1. ``If`` nodes whose condition the shapes or constants fix are folded to the branch taken
+   (:mod:`explorer.models.control_flow`);
+2. LSTM, GRU and RNN layers are unrolled over the fixed sequence length
+   (:mod:`explorer.models.recurrent`);
+3. quantized operators in ONNX Runtime's QOperator form (QLinearConv, QLinearMatMul) and its
+   contrib Quantize/DequantizeLinear become standard QDQ (:mod:`explorer.models.qdq`);
+4. every node left is checked against what TVM's importer takes
+   (:mod:`explorer.models.onnx_ops`), so an unsupported one is named before conversion.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from explorer.models.control_flow import fold_branches, fold_constants
+from explorer.models.onnx_ops import check_operators
+from explorer.models.qdq import rewrite_qoperators
+from explorer.models.recurrent import RecurrentLayerError, has_recurrent_layers, rewrite_recurrent
+
+
+def _infer(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=data_prop)
+    except Exception:  # noqa: BLE001 - inference is a help, not a requirement
+        return model
+
+
+def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The model TVM's importer should be given for ``model`` (input shapes already fixed), and
+    notes on every rewrite made; raises ``UnsupportedOperatorError`` naming a node none of the
+    rewrites covers."""
+    notes: list[str] = []
+    model = _infer(model)
+    model, folded = fold_branches(model)
+    notes += folded
+    if has_recurrent_layers(model):
+        model = _infer(model, data_prop=True)
+        try:
+            model, rewritten = rewrite_recurrent(model)
+        except RecurrentLayerError as err:
+            if "not static" not in str(err):
+                raise
+            # the sequence length may be computed by shape arithmetic that folding makes static
+            model, rewritten = rewrite_recurrent(_infer(fold_constants(model)))
+        notes += rewritten
+    model, requant = rewrite_qoperators(model)
+    notes += requant
+    check_operators(model)
+    return _infer(model), notes
+
+
+__all__ = ["prepare_for_tvm"]

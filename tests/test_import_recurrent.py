@@ -1,0 +1,119 @@
+"""LSTM, GRU and RNN rewritten into plain operators: the rewrite is checked against ONNX Runtime
+(ONNX to ONNX, many variants, cheap), and imported models are built with TVM and checked too."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from explorer.errors import ShapeSpecError
+from explorer.models import import_onnx
+from explorer.models.recurrent import RecurrentLayerError, rewrite_recurrent
+from tests.onnx_cases import ort_run, random_feeds, recurrent, tvm_run
+
+DIRECTIONS = ["forward", "reverse", "bidirectional"]
+
+
+def _rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
+    out, notes = rewrite_recurrent(onnx.shape_inference.infer_shapes(model))
+    assert len(notes) == 1 and "unrolled" in notes[0]
+    assert not any(n.op_type in ("LSTM", "GRU", "RNN") for n in out.graph.node)
+    return out
+
+
+def _close(got, want, atol=1e-5):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("bias, initial", [(True, True), (False, False)])
+def test_rewrite_matches_onnx_runtime(op, direction, bias, initial):
+    model = recurrent(op, direction, bias=bias, initial=initial)
+    feeds = random_feeds(model)
+    _close(ort_run(_rewritten(model), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("LSTM", {"peepholes": True}),
+    ("LSTM", {"clip": 0.5}),
+    ("LSTM", {"activations": ["Sigmoid", "Relu", "Softsign"] * 2}),
+    ("GRU", {"linear_before_reset": 1}),
+    ("GRU", {"clip": 0.5, "linear_before_reset": 1}),
+    ("GRU", {"activations": ["Softsign", "Relu"] * 2}),
+    ("RNN", {"activations": ["Relu"] * 2}),
+])
+def test_rewrite_covers_the_common_variants(op, attrs):
+    model = recurrent(op, "bidirectional", **attrs)
+    feeds = random_feeds(model)
+    _close(ort_run(_rewritten(model), feeds), ort_run(model, feeds))
+
+
+def test_rewrite_on_an_old_opset_uses_its_operator_forms():
+    model = recurrent("LSTM", "forward", opset=9, clip=1.0)
+    feeds = random_feeds(model)
+    _close(ort_run(_rewritten(model), feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_batch_first_layout_matches_the_time_first_one(op):
+    # ONNX Runtime refuses layout=1, so compare with the same weights in layout 0, transposed
+    batch_first, time_first = recurrent(op, "bidirectional", layout=1), recurrent(op, "bidirectional")
+    feeds = random_feeds(batch_first)
+    swapped = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in feeds.items()}
+    want = ort_run(time_first, swapped)
+    want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
+    _close(ort_run(_rewritten(batch_first), feeds), want)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_imported_into_tvm_and_verified_against_onnx_runtime(op, direction):
+    model = recurrent(op, direction)
+    loaded = import_onnx(model)
+    assert any("unrolled" in n for n in loaded.info.notes)
+    assert any(n.op_type == op for n in loaded.onnx_model.graph.node)  # the reference keeps the layer
+    feeds = random_feeds(model)
+    _close(tvm_run(loaded, feeds), ort_run(model, feeds))
+
+
+def test_a_symbolic_sequence_length_needs_shapes():
+    model = recurrent("GRU", seq="seq")
+    with pytest.raises(ShapeSpecError, match=r"X\[0\] \(seq\)"):
+        import_onnx(model)
+    with pytest.raises(RecurrentLayerError, match="sequence length is unknown.*--shapes"):
+        rewrite_recurrent(model)  # called on its own, before the shapes are fixed
+    loaded = import_onnx(model, "seq=5")
+    feeds = random_feeds(model, X=[5, 2, 3])
+    _close(tvm_run(loaded, feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("attrs, words", [
+    ({"input_forget": 1}, "input_forget"),
+    ({"activations": ["HardSigmoid", "Tanh", "Tanh"], "activation_alpha": [0.3]}, "HardSigmoid"),
+    ({"activations": ["Sigmoid", "Tanh"]}, "expected 3 activations"),
+])
+def test_unsupported_variants_are_named(attrs, words):
+    model = recurrent("LSTM", **attrs)
+    with pytest.raises(RecurrentLayerError, match=words) as info:
+        import_onnx(model)
+    assert info.value.node_name == "lstm0" and "LSTM (node 'lstm0')" in str(info.value)
+
+
+def test_sequence_lens_must_be_the_full_length():
+    from onnx import numpy_helper
+
+    model = recurrent("GRU")
+    model.graph.initializer.append(numpy_helper.from_array(np.array([3, 2], "int32"), "lens"))
+    node = model.graph.node[0]
+    assert list(node.input) == ["X", "W", "R", "B", "", "h0"]
+    node.input[4] = "lens"
+    with pytest.raises(RecurrentLayerError, match="sequence_lens"):
+        import_onnx(model)
+    model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([3, 3], "int32"), "lens"))
+    feeds = random_feeds(model)
+    _close(ort_run(_rewritten(model), feeds), ort_run(model, feeds))
