@@ -1,7 +1,8 @@
 """``schedx leaderboard`` and ``schedx db ...``: the leaderboard database from the command line.
 
 Each command opens the store, calls one library method and prints; a :class:`StoreError`
-(corrupt or foreign file, newer schema, malformed import) becomes ``Error: ...`` and exit 1.
+(corrupt, damaged or foreign file, newer schema, read-only file, malformed import) becomes
+``Error: ...`` and exit 1, and so does a bad option value (:mod:`app.cli_types`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 import click
 
 from app.cli_common import fail_cleanly
-
-from store import Store, default_db_path
+from app.cli_types import Count, Date
+from store import Store, StoreError, default_db_path
 from store.records import KINDS, SOURCES, target_short
 
 EMPTY_HINT = ("No records yet. Measure a kernel (`schedx measure ...` or the Schedule page), run a search "
@@ -34,6 +35,13 @@ def _db_option(fn):
 
 def _path(db_path: Path | None) -> Path:
     return Path(db_path).expanduser() if db_path else default_db_path()
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError) as err:  # a name too long for the file system, a NUL byte
+        raise StoreError(f"cannot open {path}: {err}") from err
 
 
 def _this_machine() -> str:
@@ -85,8 +93,10 @@ def _print_table(rows: list[dict]) -> None:
 @click.option("--source", type=click.Choice(SOURCES), default=None, help="Only manual, search, default or import.")
 @click.option("--kind", type=click.Choice(KINDS), default=None, help="Only kernels or model tasks.")
 @click.option("--verified-only", is_flag=True, help="Only records whose result was checked against a reference.")
-@click.option("--since", default=None, help="Only records measured on or after this date (YYYY-MM-DD).")
-@click.option("--top", "-n", type=click.IntRange(min=1), default=20, show_default=True, help="Rows to show.")
+@click.option("--since", type=Date(), default=None,
+              help="Only records measured on or after this date (YYYY-MM-DD, or an ISO-8601 date and time).")
+@click.option("--top", "-n", type=Count(1, 1_000_000), default=20, show_default=True, help="Rows to show (at most "
+              "1000000).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
 @_store_errors
@@ -101,7 +111,7 @@ def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind,
     hw = None if any_hardware else (hardware or _this_machine())
     filters = dict(target=target, hardware=hw, source=source, kind=kind, since=since, verified_only=verified_only)
     rows, elsewhere, path = [], 0, _path(db_path)
-    if path.exists():  # a missing database is an empty leaderboard, not an error
+    if _exists(path):  # a missing database is an empty leaderboard, not an error
         with Store(path, create=False) as store:
             if workload:
                 records = store.records(workload=workload, rankable=True, order="median", limit=top, **filters)
@@ -145,7 +155,8 @@ def import_(folder: Path, db_path, hardware, source, as_json) -> None:
     """Import a MetaSchedule JSON database (FOLDER with database_workload.json and
     database_tuning_record.json, e.g. a tune_tir work_dir). Every line is checked first; a
     malformed line imports nothing. Records already present are skipped."""
-    from search.ms_database import canonical_target, describe_b64
+    from explorer.target import canonical_target
+    from search.records import describe_b64
 
     with Store(_path(db_path)) as store:
         summary = store.import_metaschedule(folder, hardware=hardware or _this_machine(), source=source,
@@ -204,14 +215,16 @@ def merge(other: Path, db_path, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_store_errors
 def info(db_path, as_json) -> None:
-    """Show the database's path, schema version, counts by source, status and machine, and size."""
+    """Show the database's path, schema version, counts by source, status and machine, and size,
+    after checking the whole file (SQLite quick_check): a damaged file is an error."""
     with Store(_path(db_path), create=False) as store:
         data = store.info()
     if as_json:
         _echo_json(data)
         return
     click.echo(f"{data['path']}  (schema {data['schema_version']}, {data['size_bytes'] / 1024:.0f} KB, "
-               f"{data['journal_mode']})")
+               f"{data['journal_mode']}, quick_check {data['integrity']}"
+               + (", read-only)" if data["read_only"] else ")"))
     click.echo(f"  {data['workloads']} workloads, {data['records']} records, {data['jobs']} jobs, "
                f"{data['targets']} targets")
     for title, key in (("by source", "by_source"), ("by status", "by_status"), ("by machine", "hardware")):

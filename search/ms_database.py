@@ -30,9 +30,9 @@ from tvm.tirx import PrimFunc
 
 from explorer.measure.target import canonical_target
 from explorer.plain import to_plain
-from store import Record, Store
+from store import Outcome, Record, Store
 from store import Workload as StoreWorkload
-from store.records import MS_FAILED_SECS, median_of
+from store.records import median_of, split_run_secs
 
 def as_task_module(mod: IRModule | PrimFunc) -> IRModule:
     """``mod`` as MetaSchedule sees a task: a PrimFunc becomes ``{"main": func}`` with the
@@ -139,6 +139,18 @@ class StoreDatabase(PyDatabase):
     canonical target text that ``get_top_k``/``get_all_tuning_records`` keep to (pass the tuning
     target so a search never warm-starts from another target's records). Committed records get
     ``source`` and ``job_id``; ``environment`` defaults to this machine's for the record's target.
+
+    It keeps MetaSchedule's database contract (``tests/test_store_ms_conformance.py`` runs the
+    same suite over it, ``MemoryDatabase`` and ``JSONDatabase``):
+    - a committed record comes back equal: trace, target, args_info and ``run_secs`` exactly as
+      committed, failure markers (1e10) included; only ``run_secs=None`` comes back as ``[1e10]``;
+    - ``get_top_k`` and ``query_tuning_record`` rank by MetaSchedule's rule: the MEAN of
+      ``run_secs``, a failure marker counted as 1e10, records without one valid run (or whose
+      trace has no instruction) left out.
+    schedx's own leaderboard (``Store.best``, ``Store.top_k``) ranks by the MEDIAN of the valid
+    runs instead, so that one slow or failed repeat does not bury a good schedule: runs
+    ``[1.1, 1.2, 600]`` lead the leaderboard over ``[1, 2, 3]`` but come second here. Records that
+    failed schedx's verification against the unscheduled kernel never rank on either side.
     """
 
     def __init__(self, store: Store | str, *, hardware: str, target_filter: str | None = None,
@@ -205,18 +217,18 @@ class StoreDatabase(PyDatabase):
             self.commit_workload(record.workload.mod)
         trace, run_secs, target, args_info = to_plain(record.as_json())
         target_text = canonical_target(target) if target else (self.target_filter or "")
-        valid = [float(s) for s in run_secs or [] if float(s) < MS_FAILED_SECS]
+        valid, exact = split_run_secs(run_secs)  # exact: run_secs as given, when they say more than valid
         self.store.add_record(Record(
             workload_key=key, target=target_text, hardware=self.hardware, source=self.source,
-            status="ok" if valid else "run_error", steps=[], trace=trace, latencies=valid, median_s=median_of(valid),
-            gflops=None, environment=self._env(target_text), job_id=self.job_id,
+            status=Outcome.OK if valid else Outcome.RUN_ERROR, steps=[], trace=trace, latencies=valid,
+            median_s=median_of(valid), gflops=None, environment=self._env(target_text), job_id=self.job_id,
             error="" if valid else "MetaSchedule reported no valid run time (build or run failed)",
-            args_info=args_info))
+            args_info=args_info, run_secs=exact))
 
     def _to_tuning_record(self, r: Record, workload: MSWorkload) -> TuningRecord | None:
         target = json.loads(r.target) if r.target.lstrip().startswith("{") else None
         try:
-            return TuningRecord.from_json([r.trace, r.latencies or [MS_FAILED_SECS], target, r.args_info], workload)
+            return TuningRecord.from_json([r.trace, r.ms_run_secs(), target, r.args_info], workload)
         except Exception:  # noqa: BLE001 - a trace this TVM cannot replay is not a candidate
             return None
 
@@ -227,7 +239,7 @@ class StoreDatabase(PyDatabase):
         if top_k <= 0:
             return []
         key = self._key_of(workload)
-        found = self.store.top_k(key, self.target_filter, self._hardware(), top_k, with_trace=True)
+        found = self.store.top_k(key, self.target_filter, self._hardware(), top_k, with_trace=True, rank="mean")
         return [t for t in (self._to_tuning_record(r, workload) for r in found) if t is not None]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
@@ -241,13 +253,14 @@ class StoreDatabase(PyDatabase):
 
     def query_tuning_record(self, mod: IRModule, target: Target, workload_name: str | None = None
                             ) -> TuningRecord | None:
-        """The best record of ``mod`` for exactly ``target`` (and this machine unless any_hardware)."""
+        """The best record (by MetaSchedule's mean) of ``mod`` for exactly ``target`` (and this
+        machine unless any_hardware)."""
         key = module_hash(mod)
         if self.store.workload(key) is None:
             return None
         target_text = canonical_target(target) if target is not None else self.target_filter
         workload = self.commit_workload(mod)
-        for r in self.store.top_k(key, target_text, self._hardware(), 8, with_trace=True):
+        for r in self.store.top_k(key, target_text, self._hardware(), 8, with_trace=True, rank="mean"):
             t = self._to_tuning_record(r, workload)
             if t is not None:
                 return t

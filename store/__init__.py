@@ -5,8 +5,9 @@ workload modules and traces are opaque JSON, so the store stays light and import
 """
 
 from store.db import Store, default_db_path
-from store.errors import CorruptDatabaseError, ForeignDatabaseError, ImportFormatError, SchemaTooNewError, StoreError
-from store.records import Job, Record, Workload
+from store.errors import (CorruptDatabaseError, ForeignDatabaseError, ImportFormatError, ReadOnlyDatabaseError,
+                          SchemaTooNewError, StoreError)
+from store.records import Job, Outcome, Record, Workload
 
-__all__ = ["CorruptDatabaseError", "ForeignDatabaseError", "ImportFormatError", "Job", "Record", "SchemaTooNewError",
-           "Store", "StoreError", "Workload", "default_db_path"]
+__all__ = ["CorruptDatabaseError", "ForeignDatabaseError", "ImportFormatError", "Job", "Outcome", "ReadOnlyDatabaseError",
+           "Record", "SchemaTooNewError", "Store", "StoreError", "Workload", "default_db_path"]

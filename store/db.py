@@ -4,10 +4,17 @@ Contract:
 - One SQLite file (WAL). Several processes may open it at once: readers never wait for the
   writer; writers queue for up to 30 s (busy timeout) instead of failing with "database is locked".
 - Every write method is one transaction: ``add_records`` of 10 000 records lands whole or not at
-  all, even if the process is killed half-way.
+  all, even if the process is killed half-way (kill -9 included: SQLite's write-ahead log rolls
+  an unfinished transaction back the next time the file is opened).
 - Values in and out are frozen :mod:`store.records` dataclasses; rows and SQL stay in here.
 - A ``Store`` holds one connection; a lock makes its methods safe to call from several threads.
-- Files that are not ours are refused untouched (see :mod:`store.schema`).
+- Files that are not ours are refused untouched (see :mod:`store.schema`); a damaged file is
+  refused (``PRAGMA quick_check`` the first time a process opens it, and again by ``info``,
+  ``merge`` and ``export_metaschedule``).
+- A file this process may not write is opened read-only: every read works, every write raises
+  :class:`ReadOnlyDatabaseError` and changes nothing.
+- Every SQLite error becomes a :class:`StoreError` naming the file it concerns
+  (:class:`CorruptDatabaseError` for a damaged one); nothing else escapes from SQLite.
 """
 
 from __future__ import annotations
@@ -20,19 +27,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store import interop, queries
+from store import interop, queries, schema
 from store.compare import compare_records
-from store.errors import StoreError
-from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Record, Workload, gflops_of, median_of, now_iso
+from store.errors import ReadOnlyDatabaseError, StoreError
+from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
 from store.schema import SCHEMA_VERSION, open_database, write_transaction
 
 ENV_VAR = "SCHEDX_DB"
 
 
 def default_db_path() -> Path:
-    """``$SCHEDX_DB``, else ``$XDG_DATA_HOME/schedx/schedx.db``, else ``~/.local/share/schedx/schedx.db``."""
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
+    """``$SCHEDX_DB``, else ``$XDG_DATA_HOME/schedx/schedx.db``, else ``~/.local/share/schedx/schedx.db``.
+
+    A ``SCHEDX_DB`` that is set but empty is an error, not the home database: a script that meant
+    to point somewhere must not write to the user's own leaderboard."""
+    if ENV_VAR in os.environ:
+        value = os.environ[ENV_VAR]
+        if not value.strip():
+            raise StoreError(f"{ENV_VAR} is set but empty: set it to a database file (e.g. "
+                             f"{ENV_VAR}=~/schedx.db) or unset it to use the default database")
+        return Path(value).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "schedx" / "schedx.db"
 
@@ -40,11 +54,16 @@ def default_db_path() -> Path:
 class Store:
     """The schedx database at ``path`` (default: :func:`default_db_path`).
 
-    ``create=False`` refuses to create a missing file (for viewers that should not leave files behind)."""
+    ``create=False`` refuses to create a missing file (for viewers that should not leave files
+    behind). ``read_only``: None (default) opens read-only exactly when this process may not
+    write the file or its folder; True always (SQLite then refuses every write itself)."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True,
+                 read_only: bool | None = None) -> None:
         self.path = Path(path).expanduser() if path else default_db_path()
-        self._db, self.schema_version = open_database(self.path, create=create)
+        opened = open_database(self.path, create=create, read_only=read_only)
+        self._db, self.schema_version, self.read_only = opened.db, opened.version, opened.read_only
+        self._just_checked = opened.checked  # opening ran quick_check: the next admin call need not
         self._lock = threading.RLock()
 
     def close(self) -> None:
@@ -59,25 +78,59 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"
 
-    @contextmanager
-    def _write(self) -> Iterator:
-        with self._lock:
-            try:
-                with write_transaction(self._db) as db:
-                    yield db
-            except sqlite3.IntegrityError as err:
-                raise StoreError(f"{self.path}: rejected by the database ({err})") from err
-            except sqlite3.OperationalError as err:
-                raise StoreError(f"{self.path}: {err}") from err
+    def _error(self, err: sqlite3.Error) -> StoreError:
+        """A SQLite error as the StoreError a user can act on."""
+        if isinstance(err, sqlite3.IntegrityError):
+            return StoreError(f"{self.path}: rejected by the database ({err})")
+        if isinstance(err, sqlite3.OperationalError):
+            if "readonly" in str(err):
+                return self._read_only_error()
+            return StoreError(f"{self.path}: {err}")
+        if isinstance(err, sqlite3.DatabaseError):  # corrupt pages, "file is not a database"
+            return schema.damaged(self.path, err)
+        return StoreError(f"{self.path}: {err}")
+
+    def _read_only_error(self) -> ReadOnlyDatabaseError:
+        return ReadOnlyDatabaseError(f"{self.path} is open read-only (the file or its folder cannot be written by "
+                                     "this user); nothing was written. Copy it somewhere writable or pass another "
+                                     "file with --db / SCHEDX_DB.")
 
     @contextmanager
-    def _read(self) -> Iterator:
-        """The connection under the lock (also for methods that run their own transaction)."""
+    def _locked(self, *, writes: bool = False) -> Iterator:
+        """The connection under the lock, SQLite errors translated; ``writes`` refuses at once on a
+        read-only store (also for methods that run their own transaction)."""
         with self._lock:
+            if writes and self.read_only:
+                raise self._read_only_error()
             try:
                 yield self._db
-            except sqlite3.OperationalError as err:
-                raise StoreError(f"{self.path}: {err}") from err
+            except sqlite3.Error as err:
+                raise self._error(err) from err
+            except json.JSONDecodeError as err:
+                raise StoreError(f"{self.path}: a row holds text that is not JSON ({err}); the file was "
+                                 "changed outside schedx") from err
+
+    @contextmanager
+    def _write(self) -> Iterator:
+        with self._locked(writes=True) as db, write_transaction(db):
+            yield db
+
+    def _read(self):
+        return self._locked()
+
+    def check(self) -> None:
+        """``PRAGMA quick_check`` now (O(size): about 0.3 s per 100 000 records); raises
+        :class:`CorruptDatabaseError` when the file is damaged."""
+        with self._locked() as db:
+            self._just_checked = False
+            schema.check(db, self.path)
+
+    def _check_before(self) -> None:
+        """:meth:`check` before info, merge and export, unless opening this store has just run it."""
+        if self._just_checked:
+            self._just_checked = False
+            return
+        self.check()
 
     # workloads
     def add_workload(self, w: Workload, *, replace: bool = True) -> str:
@@ -115,7 +168,8 @@ class Store:
     def add_records(self, records: list[Record]) -> list[int]:
         """Add records in ONE transaction (all or none); returns their ids in order. Fills
         ``created`` (now), ``median_s`` (from latencies) and ``gflops`` (from the workload's
-        FLOPs) when left empty. The workload must have been added first."""
+        FLOPs) when left empty. The workload must have been added first. A record whose error
+        still starts with schema 2's ``infrastructure: `` marker is stored as ``infra_error``."""
         records = list(records)
         for r in records:
             if r.status not in STATUSES:
@@ -157,12 +211,12 @@ class Store:
     def measured_candidates(self, workload_key: str, target: str, hardware: str) -> dict[str, tuple[int, list]]:
         """Search candidates already measured for this workload, target and hardware: candidate
         hash -> (record id, latencies). Answered from an index (a resumed search asks it).
-        Attempts that failed for reasons outside the candidate (errors starting with
-        ``infrastructure:``, e.g. an RPC device that could not be reached) do not count."""
+        Attempts that failed for reasons outside the candidate (status ``infra_error``, e.g. an
+        RPC device that could not be reached) do not count: a resumed search measures them again."""
         with self._read() as db:
             rows = db.execute("SELECT candidate, id, latencies FROM records WHERE workload_key = ? AND target = ? "
-                              "AND hardware = ? AND candidate IS NOT NULL AND error NOT LIKE 'infrastructure:%' "
-                              "ORDER BY id", [workload_key, target, hardware]).fetchall()
+                              "AND hardware = ? AND candidate IS NOT NULL AND status != ? ORDER BY id",
+                              [workload_key, target, hardware, Outcome.INFRA_ERROR.value]).fetchall()
         return {c: (i, json.loads(lat)) for c, i, lat in rows}
 
     def records(self, *, order: str = "created", limit: int | None = None, offset: int = 0, **filters) -> list[Record]:
@@ -196,10 +250,12 @@ class Store:
                                 hardware=hardware, kind=kind, source=source, since=since, verified_only=verified_only)
 
     def top_k(self, workload_key: str, target: str | None, hardware: str | None, k: int, *,
-              with_trace: bool = False) -> list[Record]:
-        """The k fastest rankable records of one workload; ``None`` target or hardware means any."""
+              with_trace: bool = False, rank: str = "median") -> list[Record]:
+        """The k fastest rankable records of one workload; ``None`` target or hardware means any.
+        ``rank="median"`` is schedx's rule (the leaderboard); ``rank="mean"`` MetaSchedule's (the
+        mean of every run time, failures as 1e10 included), which its database interface follows."""
         with self._read() as db:
-            return queries.top_k(db, str(workload_key), target, hardware, k, with_trace=with_trace)
+            return queries.top_k(db, str(workload_key), target, hardware, k, with_trace=with_trace, rank=rank)
 
     def history(self, workload_key: str, *, target: str | None = None, hardware: str | None = None) -> list[Record]:
         """Every record of a workload (key or name), oldest first, failures included."""
@@ -252,7 +308,9 @@ class Store:
 
     # the whole database
     def info(self) -> dict:
-        """Path, schema version, counts, sources, statuses, machines, first and last record, size."""
+        """Path, schema version, counts, sources, statuses, machines, first and last record, size;
+        the file is checked first (:meth:`check`), so a damaged one raises instead."""
+        self._check_before()
         with self._read() as db:
             def one(sql: str):
                 return db.execute(sql).fetchone()[0]
@@ -269,14 +327,19 @@ class Store:
                 "first_record": one("SELECT MIN(created) FROM records"),
                 "last_record": one("SELECT MAX(created) FROM records"),
                 "journal_mode": one("PRAGMA journal_mode"),
+                "read_only": self.read_only, "integrity": "ok",
             }
         data["size_bytes"] = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return data
 
     def merge(self, other_path: str | os.PathLike) -> dict:
         """Add another schedx database's workloads and records, skipping records already here
-        (same workload, target, hardware, steps/trace and latencies). Counts added and skipped."""
-        with self._read() as db:
+        (same workload, target, hardware, steps/trace and latencies). Counts added and skipped.
+        Both files are checked first; errors about the other file name the other file."""
+        if self.read_only:
+            raise self._read_only_error()
+        self._check_before()
+        with self._locked(writes=True) as db:
             return interop.merge(db, self.path, Path(other_path).expanduser())
 
     def import_metaschedule(self, folder: str | os.PathLike, *, hardware: str, source: str = "import",
@@ -285,13 +348,15 @@ class Store:
         ``target_fn``/``describe`` are optional TVM-aware helpers (see search.ms_database)."""
         if source not in SOURCES:
             raise StoreError(f"record source {source!r} is not one of {', '.join(SOURCES)}")
-        with self._read() as db:
+        with self._locked(writes=True) as db:
             return interop.import_metaschedule(db, Path(folder).expanduser(), hardware=hardware, source=source,
                                                target_fn=target_fn, describe=describe)
 
     def export_metaschedule(self, folder: str | os.PathLike, *, target: str | None = None,
                             hardware: str | None = None, overwrite: bool = False) -> dict:
-        """Write records with a trace (filtered by target and hardware) as a MetaSchedule JSON database."""
+        """Write records with a trace (filtered by target and hardware) as a MetaSchedule JSON
+        database; the file is checked first, so a damaged one exports nothing."""
+        self._check_before()
         with self._read() as db:
             clause, params = queries.where(db, target=target, hardware=hardware)
             return interop.export_metaschedule(db, Path(folder).expanduser(), clause, params, overwrite=overwrite)

@@ -12,7 +12,9 @@ writes anything, then writes in one transaction; a malformed line raises
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -21,8 +23,8 @@ import sqlite_utils
 
 from store.errors import ImportFormatError, StoreError
 from store.queries import record_row, row_record, row_workload, workload_row
-from store.records import MS_FAILED_SECS, Record, Workload, gflops_of, median_of, now_iso
-from store.schema import open_readonly, write_transaction
+from store.records import Outcome, Record, Workload, gflops_of, median_of, now_iso, split_run_secs
+from store.schema import damaged, open_readonly, write_transaction
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -44,36 +46,52 @@ def _lines(path: Path):
                     yield number, line
     except UnicodeDecodeError as err:
         raise ImportFormatError(f"{path}: not UTF-8 text ({err}); nothing was imported") from err
+    except OSError as err:
+        raise ImportFormatError(f"{path}: cannot be read ({err.strerror or err}); nothing was imported") from err
+
+
+def _json(path: Path, number: int, line: str):
+    try:
+        return json.loads(line)
+    except ValueError as err:
+        raise _bad(path, number, f"not JSON ({err.args[0]})") from err
+    except RecursionError as err:
+        raise _bad(path, number, "JSON nested too deeply") from err
+
+
+def _is_run_time(value) -> bool:
+    """A number of seconds MetaSchedule could have written: finite, not negative."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value)) and value >= 0
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _bad(path: Path, number: int, what: str) -> ImportFormatError:
     return ImportFormatError(f"{path}, line {number}: {what}; nothing was imported")
 
 
-def read_metaschedule(folder: Path) -> tuple[list[tuple[str, str]], list[tuple[int, list]]]:
-    """Parse and check both files: (key, mod_b64) per workload line, (index, record JSON) per record line."""
+def read_metaschedule(folder: Path) -> tuple[list[tuple[str, str]], list[tuple[int, list, int]]]:
+    """Parse and check both files: (key, mod_b64) per workload line, (index, record JSON, line
+    number) per record line."""
     folder = Path(folder)
     wpath, rpath = folder / WORKLOAD_FILE, folder / RECORD_FILE
     if not wpath.is_file():
         raise ImportFormatError(f"{folder} has no {WORKLOAD_FILE}: not a MetaSchedule JSON database")
     workloads: list[tuple[str, str]] = []
     for number, line in _lines(wpath):
-        try:
-            value = json.loads(line)
-        except ValueError as err:
-            raise _bad(wpath, number, f"not JSON ({err.args[0]})") from err
+        value = _json(wpath, number, line)
         if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
-                and value[0].isdigit()):
+                and value[0].isascii() and value[0].isdigit()):
             raise _bad(wpath, number, 'expected ["<structural hash digits>", "<base64 module>"]')
         workloads.append((value[0], value[1]))
-    records: list[tuple[int, list]] = []
+    records: list[tuple[int, list, int]] = []
     for number, line in _lines(rpath) if rpath.is_file() else ():
-        try:
-            value = json.loads(line)
-        except ValueError as err:
-            raise _bad(rpath, number, f"not JSON ({err.args[0]})") from err
+        value = _json(rpath, number, line)
         if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
-                and isinstance(value[1], list) and len(value[1]) == 4):
+                and not isinstance(value[0], bool) and isinstance(value[1], list) and len(value[1]) == 4):
             raise _bad(rpath, number, "expected [workload_index, [trace, run_secs, target, args_info]]")
         index, (trace, run_secs, target, args_info) = value
         if not 0 <= index < len(workloads):
@@ -81,15 +99,13 @@ def read_metaschedule(folder: Path) -> tuple[list[tuple[str, str]], list[tuple[i
                                       f"({len(workloads)} workloads)")
         if not (isinstance(trace, list) and len(trace) == 2 and all(isinstance(t, list) for t in trace)):
             raise _bad(rpath, number, "trace must be [instructions, decisions]")
-        if run_secs is not None and not (isinstance(run_secs, list)
-                                         and all(isinstance(s, int | float) and not isinstance(s, bool)
-                                                 for s in run_secs)):
-            raise _bad(rpath, number, "run_secs must be a list of numbers")
+        if run_secs is not None and not (isinstance(run_secs, list) and all(map(_is_run_time, run_secs))):
+            raise _bad(rpath, number, "run_secs must be a list of seconds (finite numbers, not negative)")
         if target is not None and not (isinstance(target, dict) and "kind" in target):
             raise _bad(rpath, number, "target must be a JSON object with a kind")
         if args_info is not None and not isinstance(args_info, list):
             raise _bad(rpath, number, "args_info must be a list")
-        records.append((index, value[1]))
+        records.append((index, value[1], number))
     return workloads, records
 
 
@@ -114,16 +130,22 @@ def import_metaschedule(db: sqlite_utils.Database, folder: Path, *, hardware: st
                                       mod_b64=mod_b64)
     flops = {k: w.flops for k, w in {**known, **new_workloads}.items()}
     created, env = now_iso(), environment if environment is not None else {"imported_from": str(folder.resolve())}
-    records = []
-    for index, (trace, run_secs, target, args_info) in lines:
+    records, targets = [], {}
+    for index, (trace, run_secs, target, args_info), number in lines:
         key = workloads[index][0]
-        valid = [float(s) for s in run_secs or [] if float(s) < MS_FAILED_SECS]
+        valid, exact = split_run_secs(run_secs)
         median = median_of(valid)
+        target_json = json.dumps(target, sort_keys=True) if target else ""
+        if target_json not in targets:
+            try:
+                targets[target_json] = target_fn(target) if target else ""
+            except Exception as err:  # noqa: BLE001 - a target TVM cannot read is the file's fault
+                raise _bad(folder / RECORD_FILE, number, f"unreadable target {target_json[:80]} ({err})") from err
         records.append(Record(
-            workload_key=key, target=target_fn(target) if target else "", hardware=hardware, source=source,
-            status="ok" if valid else "run_error", steps=[], trace=trace, latencies=valid, median_s=median,
-            gflops=gflops_of(flops[key], median), environment=env, error="" if valid else "no valid run time",
-            created=created, args_info=args_info))
+            workload_key=key, target=targets[target_json], hardware=hardware, source=source,
+            status=Outcome.OK if valid else Outcome.RUN_ERROR, steps=[], trace=trace, latencies=valid,
+            median_s=median, gflops=gflops_of(flops[key], median), environment=env,
+            error="" if valid else "no valid run time", created=created, args_info=args_info, run_secs=exact))
     with write_transaction(db):
         for w in new_workloads.values():
             db["workloads"].insert(workload_row(w, created))
@@ -153,9 +175,13 @@ def insert_new(db: sqlite_utils.Database, records: list[Record], *, keep_job: bo
 def export_metaschedule(db: sqlite_utils.Database, folder: Path, clause: str, params: list, *,
                         overwrite: bool = False) -> dict:
     """Write the records matching ``clause`` that have a trace, with their workloads' modules, as
-    a MetaSchedule JSON database that ``JSONDatabase(work_dir=folder)`` loads."""
+    a MetaSchedule JSON database that ``JSONDatabase(work_dir=folder)`` loads. Each file is
+    written beside its final name and renamed into place, so a failure leaves no half file."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreError(f"cannot create the folder {folder}: {err.strerror or err}") from err
     paths = folder / WORKLOAD_FILE, folder / RECORD_FILE
     if not overwrite and any(p.exists() for p in paths):
         raise StoreError(f"{folder} already holds a MetaSchedule database; choose an empty folder or overwrite it "
@@ -174,13 +200,16 @@ def export_metaschedule(db: sqlite_utils.Database, folder: Path, clause: str, pa
             continue
         i = index.setdefault(r.workload_key, len(index))
         target = json.loads(r.target) if r.target.lstrip().startswith("{") else None
-        run_secs = r.latencies if r.status == "ok" and r.latencies else [MS_FAILED_SECS]
-        record_lines.append(json.dumps([i, [r.trace, run_secs, target, r.args_info]]))
+        record_lines.append(json.dumps([i, [r.trace, r.ms_run_secs(), target, r.args_info]]))
     workload_lines = [json.dumps([key, mods[key]]) for key in index]
     for path, lines in zip(paths, (workload_lines, record_lines)):
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {path}: {err.strerror or err}") from err
     return {"dir": str(folder), "workloads": len(workload_lines), "records": len(record_lines),
             "skipped_no_trace": no_trace, "skipped_no_module": no_module}
 
@@ -198,11 +227,16 @@ def merge(db: sqlite_utils.Database, own_path: Path, other_path: Path) -> dict:
     other_path = Path(other_path)
     if other_path.exists() and own_path.exists() and other_path.resolve() == own_path.resolve():
         raise StoreError("cannot merge a database into itself")
-    other, _ = open_readonly(other_path)  # read as it is: merging never migrates or writes the other file
+    # read as it is (never migrated or written), checked first; its errors name it, not us
+    other = open_readonly(other_path, always_check=True).db
     try:
         their_workloads = [row_workload(row) for row in other.query("SELECT * FROM workloads")]
         created = {row["key"]: row["created"] for row in other.query("SELECT key, created FROM workloads")}
         their_records = [_with_candidate(row_record(row)) for row in other.query("SELECT * FROM records ORDER BY id")]
+    except sqlite3.OperationalError as err:
+        raise StoreError(f"cannot read {other_path}: {err}") from err
+    except sqlite3.DatabaseError as err:
+        raise damaged(other_path, err) from err
     finally:
         other.close()
     with write_transaction(db):

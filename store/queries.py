@@ -8,15 +8,20 @@ the lowest median among records that ran (``status == "ok"``) and did not fail v
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable
 
 import sqlite_utils
 
-from store.records import Record, Workload, iso_since, record_identity
-from store.schema import RANKABLE
+from store.errors import StoreError
+from store.records import Outcome, Record, Workload, iso_since, mean_of, record_identity
+from store.schema import LEGACY_INFRA_PREFIX, RANKABLE
 
 _JSON_FIELDS = ("steps", "latencies", "environment")
-_NULLABLE_JSON = ("trace", "args_info")
+_NULLABLE_JSON = ("trace", "args_info", "run_secs")
+_ROW_ONLY = ("ident", "mean_s")  # columns the store keeps for itself
+MAX_ROWS = (1 << 63) - 1  # SQLite's largest integer
+RANKS = ("median", "mean")
 ORDERS = {
     "created": "created, id",
     "newest": "created DESC, id DESC",
@@ -26,17 +31,30 @@ ORDERS = {
 }
 
 
+def record_status(r: Record) -> str:
+    """The status a record is stored with. A record that still marks an infrastructure failure
+    with the error prefix of schema 2 is stored as ``infra_error``, as the v3 migration does."""
+    if r.status != Outcome.INFRA_ERROR and (r.error or "").startswith(LEGACY_INFRA_PREFIX):
+        return Outcome.INFRA_ERROR.value
+    return Outcome(r.status).value
+
+
 def record_row(r: Record, created: str) -> dict:
-    """The SQLite row of a record (JSON fields as text, ``verified`` as 0/1/NULL)."""
-    row = {name: getattr(r, name) for name in ("workload_key", "target", "hardware", "source", "status",
+    """The SQLite row of a record (JSON fields as text, ``verified`` as 0/1/NULL, ``mean_s`` the
+    mean MetaSchedule ranks by)."""
+    row = {name: getattr(r, name) for name in ("workload_key", "target", "hardware", "source",
                                                  "median_s", "gflops", "max_error", "predicted", "job_id", "error",
                                                  "candidate")}
+    row["status"] = record_status(r)
     row["steps"] = json.dumps(r.steps or [])
     row["latencies"] = json.dumps([float(x) for x in r.latencies or []])
     row["environment"] = json.dumps(r.environment or {})
     for name in _NULLABLE_JSON:
         value = getattr(r, name)
         row[name] = None if value is None else json.dumps(value)
+    if r.run_secs is not None:
+        row["run_secs"] = json.dumps([float(x) for x in r.run_secs])
+    row["mean_s"] = mean_of(r.run_secs if r.run_secs is not None else r.latencies)
     row["verified"] = None if r.verified is None else int(bool(r.verified))
     row["created"] = created
     row["ident"] = record_identity(r.workload_key, r.target, r.hardware, r.steps, r.trace, r.latencies)
@@ -44,11 +62,11 @@ def record_row(r: Record, created: str) -> dict:
 
 
 def row_record(row: dict) -> Record:
-    data = {k: v for k, v in row.items() if k != "ident"}
+    data = {k: v for k, v in row.items() if k not in _ROW_ONLY}
     for name in _JSON_FIELDS:
         data[name] = json.loads(data[name])
-    for name in _NULLABLE_JSON:
-        data[name] = None if data[name] is None else json.loads(data[name])
+    for name in _NULLABLE_JSON:  # (a database of an older schema has no run_secs column)
+        data[name] = None if data.get(name) is None else json.loads(data[name])
     data["verified"] = None if data["verified"] is None else bool(data["verified"])
     return Record.from_dict(data)
 
@@ -120,13 +138,26 @@ def where(db: sqlite_utils.Database, *, workload=None, target=None, hardware=Non
     return (" AND ".join(terms) or "1"), params
 
 
+def row_count(name: str, value) -> int:
+    """A count the caller gave (limit, offset, top, k) as an int SQLite can take, else StoreError."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError as err:
+        raise StoreError(f"{name} must be a whole number, not {str(value)[:40]!r}") from err
+    if not 0 <= value <= MAX_ROWS:
+        raise StoreError(f"{name} must be between 0 and {MAX_ROWS}, not {str(value)[:40]}")
+    return value
+
+
 def select_records(db: sqlite_utils.Database, clause: str, params: list, *, order: str = "created",
                    limit: int | None = None, offset: int = 0) -> list[Record]:
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; one of {sorted(ORDERS)}")
     sql = f"SELECT * FROM records WHERE {clause} ORDER BY {ORDERS[order]}"
     if limit is not None:
-        sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
+        sql += f" LIMIT {row_count('limit', limit)} OFFSET {row_count('offset', offset)}"
     return [row_record(row) for row in db.query(sql, params)]
 
 
@@ -143,14 +174,22 @@ def best(db: sqlite_utils.Database, *, top: int | None = None, per_source: bool 
              f"GROUP BY {group})")
     sql = f"SELECT * FROM records WHERE id IN ({inner}) ORDER BY {ORDERS['gflops']}"
     if top is not None:
-        sql += f" LIMIT {int(top)}"
+        sql += f" LIMIT {row_count('top', top)}"
     return [row_record(row) for row in db.query(sql, params)]
 
 
 def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hardware: str | None, k: int, *,
-          with_trace: bool = False) -> list[Record]:
+          with_trace: bool = False, rank: str = "median") -> list[Record]:
     """The ``k`` fastest rankable records of one workload (exact key) for a target and machine
-    (None: any)."""
+    (None: any); ``with_trace``: only records with a trace of at least one instruction. ``rank``: ``median`` (schedx's rule: the median of the valid runs) or ``mean``
+    (MetaSchedule's: the mean of every run time, its failure marker 1e10 included)."""
+    if rank not in RANKS:
+        raise StoreError(f"unknown ranking {rank!r}; one of {', '.join(RANKS)}")
+    k = row_count("k", k)
+    key = "median_s"
+    if rank == "mean":  # (a read-only database of an older schema has no mean_s column)
+        has_mean = "mean_s" in {c[1] for c in db.execute("PRAGMA table_info(records)")}
+        key = "mean_s" if has_mean else "(SELECT AVG(value) FROM json_each(records.latencies))"
     terms, params = ["workload_key = ?", RANKABLE], [workload_key]
     if target is not None:
         terms.append("target = ?")
@@ -158,11 +197,11 @@ def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hard
     if hardware is not None:
         terms.append("hardware = ?")
         params.append(hardware)
-    if with_trace:
-        terms.append("trace IS NOT NULL")
-    sql = f"SELECT * FROM records WHERE {' AND '.join(terms)} ORDER BY median_s, id LIMIT {int(k)}"
+    if with_trace:  # a trace MetaSchedule can replay: at least one instruction (its own rule)
+        terms.append("trace IS NOT NULL AND json_valid(trace) AND json_array_length(trace, '$[0]') > 0")
+    sql = f"SELECT * FROM records WHERE {' AND '.join(terms)} ORDER BY {key}, id LIMIT {k}"
     return [row_record(row) for row in db.query(sql, params)]
 
 
-__all__ = ["ORDERS", "best", "record_row", "resolve_workloads", "row_record", "row_workload", "select_records",
-           "top_k", "where", "workload_row"]
+__all__ = ["MAX_ROWS", "ORDERS", "RANKS", "best", "record_row", "record_status", "resolve_workloads", "row_count",
+           "row_record", "row_workload", "select_records", "top_k", "where", "workload_row"]

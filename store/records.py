@@ -9,13 +9,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import date, datetime, timezone
+from enum import StrEnum
+
+from store.errors import StoreError
+
+
+class Outcome(StrEnum):
+    """How a measurement ended: the record's ``status``. A value, never a prefix of the error text.
+
+    Only ``ok`` records rank. ``infra_error`` means the failure was not the candidate's (a worker
+    that could not start, an RPC device that could not be reached): a resumed search measures such
+    a candidate again. Members are ``str``: ``Outcome.OK == "ok"``."""
+
+    OK = "ok"
+    BUILD_ERROR = "build_error"
+    RUN_ERROR = "run_error"
+    VERIFY_FAILED = "verify_failed"
+    TIMEOUT = "timeout"
+    INFRA_ERROR = "infra_error"
+
 
 KINDS = ("kernel", "model_task")
 SOURCES = ("manual", "search", "default", "import")
-STATUSES = ("ok", "build_error", "run_error", "verify_failed", "timeout")
+STATUSES = tuple(o.value for o in Outcome)  # the record statuses, as plain text
 JOB_STATUSES = ("queued", "running", "done", "failed", "stopped")
 
 # MetaSchedule writes this run time for a candidate that failed to build or run.
@@ -77,6 +97,9 @@ class Record:
     id: int | None = None
     args_info: object = None
     candidate: str | None = None  # a search candidate's structural hash (what resume looks up)
+    # MetaSchedule's run_secs exactly as it reported them, when they say more than ``latencies``
+    # (its failure marker 1e10 among them, or an empty list); None: the latencies are the run times
+    run_secs: list | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,6 +112,20 @@ class Record:
     def ok(self) -> bool:
         """Whether the record may rank: it ran, and did not fail verification."""
         return self.status == "ok" and self.median_s is not None and self.verified is not False
+
+    @property
+    def outcome(self) -> Outcome:
+        """``status`` as an :class:`Outcome`."""
+        return Outcome(self.status)
+
+    def ms_run_secs(self) -> list[float]:
+        """The run times MetaSchedule sees for this record: its own run_secs when it gave them,
+        else the latencies of a record that ran, else its failure marker ``[1e10]``."""
+        if self.run_secs is not None:
+            return [float(x) for x in self.run_secs]
+        if self.status == Outcome.OK and self.latencies:
+            return [float(x) for x in self.latencies]
+        return [MS_FAILED_SECS]
 
     def identity(self) -> str:
         """What makes two records the same measurement (see :func:`record_identity`)."""
@@ -134,6 +171,25 @@ def median_of(latencies) -> float | None:
     return statistics.median(valid) if valid else None
 
 
+def mean_of(run_secs) -> float | None:
+    """MetaSchedule's ranking key: the mean of every run time, its failure marker (1e10) included;
+    None when not one run succeeded (MetaSchedule never ranks those)."""
+    values = [float(x) for x in run_secs or [] if x is not None]
+    if not any(x < MS_FAILED_SECS for x in values):
+        return None
+    return math.fsum(values) / len(values)
+
+
+def split_run_secs(run_secs) -> tuple[list[float], list[float] | None]:
+    """MetaSchedule's run_secs as (latencies, run_secs to keep): the latencies are the valid run
+    times; the exact list is kept too when it says more (a failure marker, or no run at all)."""
+    if run_secs is None:
+        return [], None
+    exact = [float(x) for x in run_secs]
+    valid = [x for x in exact if x < MS_FAILED_SECS]
+    return valid, (exact if exact != valid or not exact else None)
+
+
 def gflops_of(flops: int | float, median_s: float | None) -> float | None:
     if not flops or not median_s:
         return None
@@ -146,16 +202,33 @@ def now_iso() -> str:
 
 
 def iso_since(value) -> str | None:
-    """A ``since`` filter (date, datetime or ISO text) as text comparable with ``created``."""
+    """A ``since``/``until`` filter (date, datetime or ISO-8601 text) as text comparable with
+    ``created`` (UTC; a time without a zone is UTC). Raises :class:`StoreError` for text that is
+    not a real date, such as ``2020-13-45``."""
     if value is None or value == "":
         return None
+    if isinstance(value, str):
+        value = parse_date(value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+        return value.astimezone(timezone.utc).isoformat()
     if isinstance(value, date):
         return value.isoformat()
-    return str(value)
+    raise StoreError(f"a date filter must be a date, a datetime or ISO-8601 text, not {type(value).__name__}")
+
+
+def parse_date(text: str) -> date | datetime:
+    """``YYYY-MM-DD`` as a date, or an ISO-8601 date and time as a datetime; else StoreError."""
+    text = str(text).strip()
+    try:
+        if len(text) == 10 and text.isascii():
+            return date.fromisoformat(text)
+        if len(text) > 10 and text.isascii() and text[10] in "T ":
+            return datetime.fromisoformat(text)
+    except ValueError as err:
+        raise StoreError(f"{text!r} is not a valid date ({err}); write YYYY-MM-DD, e.g. 2025-01-31") from err
+    raise StoreError(f"{text[:40]!r} is not a date; write YYYY-MM-DD (e.g. 2025-01-31) or an ISO-8601 date and time")
 
 
 def target_short(target: str) -> str:
@@ -175,5 +248,6 @@ def target_short(target: str) -> str:
     return " ".join(words)
 
 
-__all__ = ["JOB_STATUSES", "Job", "KINDS", "MS_FAILED_SECS", "Record", "SOURCES", "STATUSES", "Workload", "gflops_of",
-           "iso_since", "median_of", "now_iso", "record_identity", "target_short"]
+__all__ = ["JOB_STATUSES", "Job", "KINDS", "MS_FAILED_SECS", "Outcome", "Record", "SOURCES", "STATUSES", "Workload",
+           "gflops_of", "iso_since", "mean_of", "median_of", "now_iso", "parse_date", "record_identity", "split_run_secs",
+           "target_short"]

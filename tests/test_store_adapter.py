@@ -16,14 +16,11 @@ from tvm import te  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from search.ms_database import (  # noqa: E402
-    StoreDatabase,
-    as_task_module,
-    canonical_target,
-    store_workload,
-    workload_key,
-)
 from explorer.plain import to_plain  # noqa: E402
+from explorer.target import canonical_target  # noqa: E402
+from explorer.workload import as_task_module, workload_key  # noqa: E402
+from search.ms_database import StoreDatabase  # noqa: E402
+from search.records import store_workload  # noqa: E402
 from store import Record, Store  # noqa: E402
 
 N = 64
@@ -68,11 +65,11 @@ def test_canonical_target_is_stable():
 def test_canonical_target_is_the_measure_sides_too():
     """Records saved by the Schedule page (explorer.measure) and by the search (StoreDatabase)
     carry one text per target, or they never meet: there is one rule."""
-    from explorer import measure
+    from explorer.target import host_target
 
-    host = measure.host_target()
-    assert measure.canonical_target is canonical_target
-    assert canonical_target(host) == canonical_target(Target(host)) == canonical_target(json.dumps(host))
+    host = host_target()  # what explorer.measure files a manual record under: host.key
+    assert host.key == canonical_target(host.config) == canonical_target(Target(host.config))
+    assert host.key == canonical_target(json.dumps(host.config))
 
 
 def test_to_plain_converts_tvm_values():
@@ -125,7 +122,8 @@ def test_compile_from_reopened_file_picks_the_best(tuned):
     func = _matmul()
     mod = _mod(func)
     with Store(path) as store:
-        best = store.top_k(workload_key(mod), canonical_target(TARGET), HW, 1)[0]
+        # compiling through MetaSchedule's interface picks by MetaSchedule's rule (the mean)
+        best = store.top_k(workload_key(mod), canonical_target(TARGET), HW, 1, rank="mean")[0]
         db = StoreDatabase(store, hardware=HW)
         record = db.query_tuning_record(mod, Target(TARGET), "main")
         assert record is not None
@@ -177,7 +175,7 @@ def test_export_loads_in_metaschedule_and_imports_back(tuned):
         assert len(jdb) == summary["records"]
         assert jdb.has_workload(mod)
         best = jdb.query_tuning_record(mod, Target(TARGET), "main")
-        ours = store.top_k(workload_key(mod), canonical_target(TARGET), HW, 1)[0]
+        ours = store.top_k(workload_key(mod), canonical_target(TARGET), HW, 1, rank="mean")[0]
         assert to_plain(best.trace.as_json())[1] == ours.trace[1]
         again = store.import_metaschedule(tmp / "ms_json", hardware=HW, target_fn=canonical_target)
         assert again["records_added"] == 0 and again["records_skipped"] == summary["records"]

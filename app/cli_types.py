@@ -1,0 +1,72 @@
+"""Option types that check what a user typed before a library sees it.
+
+A bad value is one line (``Error: Invalid value for '--top': ...``) and exit status 1, like every
+other error a user can cause, instead of click's usage block and status 2, or a traceback from
+deep inside (an ``OverflowError`` from SQLite for ``--top 99999999999999999999``, a date such as
+``2020-13-45`` silently compared as text).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+import click
+
+from store import StoreError
+from store.records import parse_date
+
+MAX_DIGITS = 19  # more digits than any count a command takes: refused before int() sees them
+
+
+class InputError(click.BadParameter):
+    """A bad option or argument value: ``Error: ...`` on one line, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.ClickException.show(self, file)  # the message alone, without the usage block
+
+
+class Count(click.ParamType):
+    """A whole number written with ASCII digits, between ``low`` and ``high`` (inclusive)."""
+
+    name = "integer"
+
+    def __init__(self, low: int = 1, high: int = 1_000_000) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            digits = text[1:] if text[:1] in "+-" else text
+            if not (digits.isascii() and digits.isdigit()):
+                raise InputError(f"{text[:40]!r} is not a whole number", ctx=ctx, param=param)
+            if len(digits) > MAX_DIGITS:
+                raise InputError(f"{text[:24]}... is far outside {self.low}..{self.high}", ctx=ctx, param=param)
+            number = int(text)
+        if not self.low <= number <= self.high:
+            raise InputError(f"{number} is not in {self.low}..{self.high}", ctx=ctx, param=param)
+        return number
+
+    def __repr__(self) -> str:
+        return f"Count({self.low}, {self.high})"
+
+
+class Date(click.ParamType):
+    """A calendar date ``YYYY-MM-DD`` (or an ISO-8601 date and time), checked: ``2020-13-45`` is
+    refused with the reason, never compared as text."""
+
+    name = "date"
+
+    def convert(self, value, param, ctx) -> date | datetime:
+        if isinstance(value, date):
+            return value
+        try:
+            return parse_date(str(value))
+        except StoreError as err:
+            raise InputError(str(err), ctx=ctx, param=param) from err
+
+
+__all__ = ["Count", "Date", "InputError"]
