@@ -35,6 +35,8 @@ def _default_output(model: str) -> Path:
                    "the rest measure accuracy.")
 @click.option("--eval", "eval_samples", default=8, show_default=True, type=click.IntRange(1, 10000),
               help="Held-out samples the accuracy is measured on.")
+@click.option("--activations", type=click.Choice(["uint8", "int8"]), default="uint8", show_default=True,
+              help="Type of quantized activations (weights are int8).")
 @click.option("--per-tensor", is_flag=True, help="One scale per weight tensor instead of one per output channel.")
 @click.option("--no-preprocess", is_flag=True, help="Skip ONNX Runtime's pre-processing (BatchNorm folding, shapes).")
 @click.option("--threads", default=None, type=click.IntRange(1, 1024), help="ONNX Runtime threads (default: usable cores).")
@@ -42,7 +44,7 @@ def _default_output(model: str) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None, data_file: Path | None,
-             eval_samples: int, per_tensor: bool, no_preprocess: bool, threads: int | None, seed: int,
+             eval_samples: int, activations: str, per_tensor: bool, no_preprocess: bool, threads: int | None, seed: int,
              as_json: bool) -> None:
     """Make an int8 QDQ model from the float MODEL with ONNX Runtime's quantizer, and compare them.
 
@@ -60,14 +62,14 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
     with click.progressbar(length=3, label=f"quantizing {label}", file=sys.stderr) as bar:
         _, report = quantize_model(proto, shapes=shapes, calibrate=calibrate, data=data,
                                    data_label=str(data_file) if data_file else "random", eval_samples=eval_samples,
-                                   per_channel=not per_tensor, preprocess=not no_preprocess, seed=seed,
+                                   per_channel=not per_tensor, activations=activations, preprocess=not no_preprocess, seed=seed,
                                    threads=threads, name=label, output=output, progress=lambda _m: bar.update(1))
     if as_json:
         echo_json(report.to_dict())
         return
     r = report
     click.echo(f"{r.model}: int8 QDQ written to {r.output} ({r.quantized_nodes} tensors quantized, "
-               f"{'per-channel' if r.per_channel else 'per-tensor'} weights, calibrated on {r.calibration_samples} "
+               f"{'per-channel' if r.per_channel else 'per-tensor'} int8 weights, {r.activations} activations, calibrated on {r.calibration_samples} "
                f"{r.calibration_data} sample(s))")
     click.echo(f"{'':<22} {'float':>12} {'int8':>12} {'ratio':>8}")
     click.echo(f"{'size':<22} {_human(r.float_bytes):>12} {_human(r.int8_bytes):>12} {r.size_ratio:>7.2f}x")

@@ -11,8 +11,19 @@ from onnx import TensorProto, helper
 from explorer.errors import UnsupportedOperatorError
 from explorer.models import import_onnx
 from explorer.models.control_flow import count_ifs, runtime_ifs
-from explorer.models.onnx_ops import check_operators, directly_handled_ops, importable_ops
-from tests.onnx_cases import if_on_constant, if_on_shape, if_on_values, ort_run, random_feeds, tvm_run
+from explorer.models.onnx_ops import (
+    check_operators,
+    directly_handled_ops,
+    importable_ops,
+)
+from tests.onnx_cases import (
+    if_on_constant,
+    if_on_shape,
+    if_on_values,
+    ort_run,
+    random_feeds,
+    tvm_run,
+)
 
 
 def _relax_has_if(mod) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -139,3 +141,87 @@ def test_torch_route_rejects_non_modules():
 
     with pytest.raises(ModelLoadError, match="torch.nn.Module"):
         import_torch(object(), ())
+
+
+def _printing_model() -> onnx.ModelProto:
+    """Reshape to a shape TVM sees as a tensor: its importer prints "Error converting operator
+    Reshape ..." to stdout, then schedx's folding makes the import succeed."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Reshape", ["s", "as_row"], ["s_row"]),
+        helper.make_node("Reshape", ["s_row", "as_vec"], ["s_vec"]),
+        helper.make_node("Reshape", ["r", "s_vec"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array([1, 3], "int64"), "as_row"),
+             numpy_helper.from_array(np.array([3], "int64"), "as_vec")]
+    graph = helper.make_graph(nodes, "printing", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_what_tvm_prints_is_kept_off_stdout(capfd):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from explorer.models.onnx_import import fix_input_shapes
+    from explorer.models.shapes import parse_shape_spec
+
+    fixed, _ = fix_input_shapes(_printing_model(), parse_shape_spec("batch=2"))
+    with pytest.raises(Exception, match="Reshape requires"):  # TVM's own error type
+        from_onnx(fixed, shape_dict={"x": [2, 4, 5]})
+    assert "Error converting operator Reshape" in capfd.readouterr().out  # TVM does print, unguarded
+
+    loaded = import_onnx(_printing_model(), "batch=2")
+    assert capfd.readouterr().out == ""
+    assert any(line.startswith("Error converting operator Reshape") for line in loaded.info.import_log)
+    assert any("first attempt failed (while converting Reshape)" in n for n in loaded.info.notes)
+    assert not any("Error converting" in line for line in loaded.info.note_lines())
+    assert any("Error converting" in line for line in loaded.info.note_lines(verbose=True))
+    assert loaded.info.to_dict()["import_log"] == list(loaded.info.import_log)
+
+
+def test_capture_takes_c_level_and_python_prints(capfd):
+    import ctypes
+    import sys
+
+    from explorer.models.quiet import captured_output
+
+    with captured_output() as printed:
+        print("from python")
+        sys.stdout.flush()
+        ctypes.CDLL(None).printf(b"from C\n")
+        os.write(1, b"from fd 1\n")
+    assert capfd.readouterr().out == ""
+    assert sorted(printed.lines) == ["from C", "from fd 1", "from python"]
+
+
+def test_passes_json_is_valid_on_a_model_whose_import_prints(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    path = tmp_path / "printing.onnx"
+    onnx.save(_printing_model(), path)
+    result = CliRunner().invoke(cli, ["passes", str(path), "--shapes", "batch=2", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["model"]["inputs"][0]["shape"] == [2, 4, 5]
+
+
+def test_kernels_of_a_model_with_symbolic_dims_take_shapes(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    path = tmp_path / "dyn.onnx"
+    onnx.save(tiny_cnn(batch="N"), path)
+    refused = CliRunner().invoke(cli, ["kernels", "--model", str(path)])
+    assert refused.exit_code == 1 and "symbolic" in refused.output and "shape spec" in refused.output
+    result = CliRunner().invoke(cli, ["kernels", "--model", str(path), "--shapes", "N=2", "--json"])
+    assert result.exit_code == 0, result.output
+    kernels = json.loads(result.stdout)
+    assert kernels and any(2 in b["shape"][:1] for k in kernels for b in k["buffers"])

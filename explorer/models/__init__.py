@@ -17,7 +17,14 @@ from explorer.models.examples import example_names, example_path
 from explorer.models.onnx_import import import_onnx, read_onnx
 from explorer.models.source import LoadedModel, ModelInfo
 from explorer.models.torch_import import import_torch
-from explorer.models.zoo import DEFAULT_MODEL, ZOO, build_onnx, get_zoo_model, sample_inputs, zoo_names
+from explorer.models.zoo import (
+    DEFAULT_MODEL,
+    ZOO,
+    build_onnx,
+    get_zoo_model,
+    sample_inputs,
+    zoo_names,
+)
 
 
 def _unknown_spec(spec: str) -> ModelLoadError:

@@ -44,10 +44,10 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     import onnxscript.optimizer
 
     try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - a node inference cannot read: fold what the optimizer can
-        pass
-    return onnxscript.optimizer.optimize(model)
+        inferred = model
+    return onnxscript.optimizer.optimize(inferred)
 
 
 def fold_branches(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnx
 
-from explorer.errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError, short_tvm_message
+from explorer.errors import ModelLoadError, ShapeSpecError, short_tvm_message
 from explorer.models.control_flow import fold_constants, runtime_ifs
 from explorer.models.onnx_ops import check_operators
 from explorer.models.prepare import prepare_for_tvm
@@ -160,14 +160,14 @@ def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str
     dtypes = {i.name: _dtype_name(i.type.tensor_type.elem_type) for i in model_inputs(fixed)}
     try:
         mod = _convert(prepared, shape_dict, dtypes, log)
-    except Exception as first:
+    except Exception as first:  # noqa: BLE001 - TVM raises many kinds; folding may still help
         failed = _converting(log)
         try:
             folded = fold_constants(prepared)
             mod = _convert(folded, shape_dict, dtypes, log)
             notes.append("shape arithmetic was folded with onnxscript's optimizer before import"
                          + (f"; TVM's first attempt failed{failed}" if failed else ""))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the first error is the one to report
             branches = "".join(f"; {p.describe()}, which TVM imports as a Relax If (branch outputs and the "
                                "condition must convert)" for p in runtime_ifs(prepared))
             raise ModelLoadError(f"TVM could not import the model{failed}: {short_tvm_message(first)}{branches}") from first

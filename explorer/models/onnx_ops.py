@@ -45,17 +45,16 @@ def directly_handled_ops() -> frozenset[str]:
         return frozenset()
     importer = onnx_frontend.ONNXGraphImporter({}, {})
     names = sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain in _STANDARD})
-    handled = set()
-    for name in names:
-        if name in table:
-            continue
-        probe = helper.make_graph([helper.make_node(name, [], [])], "probe", [], [])
-        try:
-            check(importer, probe)
-        except Exception:  # noqa: BLE001 - the importer refuses it: not handled
-            continue
-        handled.add(name)
-    return frozenset(handled)
+    return frozenset(name for name in names if name not in table and _accepted(check, importer, name))
+
+
+def _accepted(check, importer, op_type: str) -> bool:
+    probe = helper.make_graph([helper.make_node(op_type, [], [])], "probe", [], [])
+    try:
+        check(importer, probe)
+    except Exception:  # noqa: BLE001 - the importer refuses it: not handled
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)

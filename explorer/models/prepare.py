@@ -20,7 +20,11 @@ import onnx
 from explorer.models.control_flow import fold_branches, fold_constants
 from explorer.models.onnx_ops import check_operators
 from explorer.models.qdq import rewrite_qoperators
-from explorer.models.recurrent import RecurrentLayerError, has_recurrent_layers, rewrite_recurrent
+from explorer.models.recurrent import (
+    RecurrentLayerError,
+    has_recurrent_layers,
+    rewrite_recurrent,
+)
 
 
 def _infer(model: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:

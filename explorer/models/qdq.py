@@ -123,8 +123,8 @@ def _rewrite(node: onnx.NodeProto, view: GraphView) -> Emitter | None:
         if domain == _CONTRIB and node.op_type.startswith("QLinear"):
             raise UnsupportedOperatorError(
                 f"{_CONTRIB}.{node.op_type}", node.name or node.output[0],
-                "ONNX Runtime's QOperator format; quantize the float model in QDQ format instead "
-                "(schedx quantize writes QDQ, as does quantize_static's default)")
+                ("ONNX Runtime's QOperator format; quantize the float model in QDQ format instead "
+                 "(schedx quantize writes QDQ, as does quantize_static's default)"))
         return None
     em = Emitter(view, node.name or f"{node.op_type}_{node.output[0]}")
     fn(node, em)
@@ -142,8 +142,9 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[st
     out = onnx.ModelProto()
     out.CopyFrom(model)
     count = replace_nodes(out, _rewrite)
-    return out, [f"{count} quantized operator(s) in ONNX Runtime's QOperator form written as "
-                 "DequantizeLinear -> float op -> QuantizeLinear for TVM"]
+    note = (f"{count} quantized operator(s) in ONNX Runtime's QOperator form written as "
+            "DequantizeLinear -> float op -> QuantizeLinear for TVM")
+    return out, [note]
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:

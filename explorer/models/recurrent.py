@@ -75,7 +75,7 @@ def _inputs(node: onnx.NodeProto, count: int) -> list[str]:
 
 def _describe(node: onnx.NodeProto, view: GraphView) -> _Layer:
     op, name = node.op_type, node.name or (node.output[0] if node.output else "")
-    fail = lambda why: RecurrentLayerError(op, name, why)  # noqa: E731 - a local shorthand
+    fail = lambda why: RecurrentLayerError(op, name, why)
     attrs = _attrs(node)
     direction = _text(attrs.get("direction", b"forward"))
     if direction not in ("forward", "reverse", "bidirectional"):
@@ -128,7 +128,7 @@ class _Cell:
         self.em, self.layer, self.d = em, layer, d
         view, H = em.view, layer.hidden
         gates = _GATES[layer.op]
-        get = lambda k: view.constant(node.input[k]) if len(node.input) > k and node.input[k] else None  # noqa: E731
+        get = lambda k: view.constant(node.input[k]) if len(node.input) > k and node.input[k] else None
         self.w = get(1)[d]  # [gates*H, input]
         self.r = get(2)[d]  # [gates*H, H]
         b = get(3)

@@ -34,6 +34,7 @@ class ModelInfo:
         d = asdict(self)
         d["inputs"] = [{"name": n, "shape": list(s), "dtype": t} for n, s, t in self.inputs]
         d["outputs"] = [{"name": n, "shape": list(s), "dtype": t} for n, s, t in self.outputs]
+        d["notes"], d["import_log"] = list(self.notes), list(self.import_log)
         return d
 
 

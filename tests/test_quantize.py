@@ -1,0 +1,160 @@
+"""int8 models: QDQ models from ONNX Runtime's quantizer import into TVM and match ONNX Runtime
+within the int8 tolerance; QOperator models are rewritten to QDQ; ``schedx quantize`` reports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from explorer.models import import_onnx
+from explorer.models.qdq import (
+    INT8_STEPS,
+    int8_tolerance,
+    is_quantized,
+    output_steps,
+    rewrite_qoperators,
+)
+from explorer.models.quantize import QuantizeError, quantize_model, samples_from
+from tests.conftest import tiny_cnn
+from tests.onnx_cases import ort_run, tvm_run
+
+
+def _mlp() -> onnx.ModelProto:
+    """x[2,16] -> MatMul -> Add -> Relu -> MatMul: the MatMul side of the quantizer."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 32)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 32).astype("float32"), "b1"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (32, 8)).astype("float32"), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _ort_quantize(model: onnx.ModelProto, tmp_path, *, fmt: str = "QDQ", per_channel: bool = True) -> onnx.ModelProto:
+    """``model`` quantized by ONNX Runtime's own quantize_static on 8 random inputs."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        quantize_static,
+    )
+
+    name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter([{name: rng.standard_normal(shape).astype("float32")} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    src, dst = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
+    onnx.save(model, src)
+    quantize_static(str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=per_channel)
+    return onnx.load(dst)
+
+
+def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+    inp = model.graph.input[0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    return {inp.name: np.random.default_rng(seed).standard_normal(shape).astype("float32")}
+
+
+def _within_int8_tolerance(model, loaded, seeds=(11, 12, 13)):
+    tolerance = int8_tolerance(model)
+    assert list(tolerance) == [model.graph.output[0].name]
+    limit = next(iter(tolerance.values()))
+    worst = 0.0
+    for seed in seeds:
+        feeds = _feeds(model, seed)
+        got, want = tvm_run(loaded, feeds)[0], ort_run(model, feeds)[0]
+        assert got.shape == want.shape
+        worst = max(worst, float(np.abs(got - want).max()))
+    assert worst <= limit, f"TVM and ONNX Runtime differ by {worst / (limit / INT8_STEPS):.1f} quantization steps"
+    return worst
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_qdq_conv_net_from_the_quantizer_imports_and_matches(tmp_path, per_channel):
+    model = _ort_quantize(tiny_cnn(), tmp_path, per_channel=per_channel)
+    assert is_quantized(model) and any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    loaded = import_onnx(model)
+    assert "quantize" in loaded.mod.script() or "dequantize" in loaded.mod.script()
+    _within_int8_tolerance(model, loaded)
+
+
+def test_qdq_matmul_net_imports_and_matches(tmp_path):
+    model = _ort_quantize(_mlp(), tmp_path)
+    _within_int8_tolerance(model, import_onnx(model))
+
+
+def test_qoperator_form_is_rewritten_to_qdq(tmp_path):
+    model = _ort_quantize(tiny_cnn(), tmp_path, fmt="QOperator")
+    ops = {(n.domain, n.op_type) for n in model.graph.node}
+    assert ("", "QLinearConv") in ops and ("com.microsoft", "QGemm") in ops
+    rewritten, notes = rewrite_qoperators(model)
+    assert notes and not any(n.op_type in ("QLinearConv", "QGemm") for n in rewritten.graph.node)
+    for seed in (1, 2):  # the rewrite computes what the fused integer operators compute
+        feeds = _feeds(model, seed)
+        step = next(iter(output_steps(rewritten).values()))
+        assert np.abs(ort_run(rewritten, feeds)[0] - ort_run(model, feeds)[0]).max() <= INT8_STEPS * step
+    loaded = import_onnx(model)
+    assert any("QOperator" in n for n in loaded.info.notes)
+    _within_int8_tolerance(rewritten, loaded)
+
+
+def test_quantize_model_reports_side_by_side(tmp_path):
+    out = tmp_path / "small.int8.onnx"
+    qmodel, report = quantize_model(_mlp(), calibrate=4, eval_samples=3, runs=3, budget_s=0.2, output=out)
+    assert out.is_file() and onnx.load(out).graph.node
+    assert report.calibration_samples == 4 and report.eval_samples == 3 and report.calibration_data == "random"
+    assert report.quantized_nodes > 0 and report.float_bytes > 0 and report.int8_bytes > 0
+    assert report.float_ms > 0 and report.int8_ms > 0
+    assert 0 < report.max_abs_error and report.max_rel_error < 0.2  # int8 loses a little, not everything
+    assert report.top1_agreement is not None
+    d = report.to_dict()
+    assert json.loads(json.dumps(d))["size_ratio"] == pytest.approx(report.float_bytes / report.int8_bytes, rel=1e-3)
+    loaded = import_onnx(qmodel)  # what schedx quantize writes, TVM imports
+    _within_int8_tolerance(qmodel, loaded, seeds=(5,))
+
+
+def test_quantize_model_with_given_data():
+    x = np.random.default_rng(9).standard_normal((6, 2, 16)).astype("float32")
+    _, report = quantize_model(_mlp(), calibrate=4, data={"x": x}, data_label="x.npz", eval_samples=2, runs=3,
+                               budget_s=0.1)
+    assert report.calibration_samples == 4 and report.eval_samples == 2 and report.calibration_data == "x.npz"
+
+
+def test_samples_and_bad_data_are_explained():
+    assert len(samples_from({"x": np.zeros((2, 16))}, {"x": (2, 16)})) == 1
+    assert len(samples_from({"x": np.zeros((5, 2, 16))}, {"x": (2, 16)})) == 5
+    with pytest.raises(QuantizeError, match=r"expected \[2, 16\]"):
+        samples_from({"x": np.zeros((3, 3))}, {"x": (2, 16)})
+    with pytest.raises(QuantizeError, match="no array for input"):
+        samples_from({"y": np.zeros((2, 16))}, {"x": (2, 16)})
+
+
+def test_an_already_quantized_model_is_refused(tmp_path):
+    with pytest.raises(QuantizeError, match="already quantized"):
+        quantize_model(_ort_quantize(_mlp(), tmp_path), calibrate=1)
+
+
+def test_quantize_command_json(tmp_path):
+    from app.cli import cli
+
+    src, out = tmp_path / "mlp.onnx", tmp_path / "q.onnx"
+    onnx.save(_mlp(), src)
+    result = CliRunner().invoke(cli, ["quantize", str(src), "--calibrate", "3", "--eval", "2", "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["output"] == str(out) and out.is_file() and report["calibration_samples"] == 3
+    text = CliRunner().invoke(cli, ["quantize", str(src), "--calibrate", "2", "--eval", "1", "-o", str(out)])
+    assert text.exit_code == 0 and "size" in text.stdout and "accuracy lost" in text.stdout
