@@ -6,8 +6,9 @@ program's SQLite file, a schema newer than this code) is refused *before* a sing
 written: no journal-mode switch, no table, no WAL file. New and empty files get the latest
 schema; older schedx files are migrated one version at a time, each step in one transaction.
 
-The first time a process opens a file, ``PRAGMA quick_check`` reads all of it (about 0.3 s for
-100 000 records, 455 MB, from the page cache) and a damaged file is refused with
+The first time a process opens a file (and again after the file itself changed: a copy, a
+restore, a checkpoint of the write-ahead log), ``PRAGMA quick_check`` reads all of it (about
+0.3 s for 100 000 records, 455 MB, from the page cache) and a damaged file is refused with
 :class:`CorruptDatabaseError` instead of answering from whatever pages are still readable.
 
 A file that this process may not write (a read-only file, or one in a read-only folder) is opened
@@ -129,16 +130,18 @@ def _v3(db: sqlite_utils.Database) -> None:
     """Outcomes as a status, and MetaSchedule's records kept exactly.
 
     Rows whose error starts with ``infrastructure: `` get status ``infra_error`` (the error text is
-    kept as it was, and the status they had goes into their environment as ``previous_status``).
+    kept as it was, and the status they had goes into their environment as ``previous_status``;
+    an environment that was not a JSON object is kept whole as ``previous_environment``).
     New columns: ``run_secs`` (MetaSchedule's run times when they differ from the latencies) and
     ``mean_s`` (MetaSchedule's ranking key, filled from the latencies of existing rows)."""
     columns = _columns(db, "records")
     for name, kind in (("run_secs", "TEXT"), ("mean_s", "REAL")):
         if name not in columns:
             db.execute(f"ALTER TABLE records ADD COLUMN {name} {kind}")
-    db.execute("UPDATE records SET environment = json_set(CASE WHEN json_valid(environment) AND "
-               "json_type(environment) = 'object' THEN environment ELSE '{}' END, '$.previous_status', status), "
-               "status = ? WHERE substr(error, 1, ?) = ? AND status != ?",
+    db.execute("UPDATE records SET environment = CASE WHEN json_valid(environment) AND json_type(environment) = "
+               "'object' THEN json_set(environment, '$.previous_status', status) ELSE json_object('previous_status', "
+               "status, 'previous_environment', environment) END, status = ? WHERE substr(error, 1, ?) = ? "
+               "AND status != ?",
                [Outcome.INFRA_ERROR.value, len(LEGACY_INFRA_PREFIX), LEGACY_INFRA_PREFIX, Outcome.INFRA_ERROR.value])
     db.execute("UPDATE records SET mean_s = (SELECT AVG(value) FROM json_each(records.latencies)) "
                "WHERE mean_s IS NULL AND json_valid(latencies) AND json_array_length(latencies) > 0")
@@ -150,8 +153,8 @@ def _v3(db: sqlite_utils.Database) -> None:
 # statements, or a function of the database. Each runs inside the caller's write transaction.
 MIGRATIONS: dict[int, str | Callable[[sqlite_utils.Database], None]] = {1: _V1, 2: _v2, 3: _v3}
 
-# Files this process has checked with quick_check, by (device, inode)
-_CHECKED: set[tuple[int, int]] = set()
+# Files this process has checked with quick_check, by (device, inode, ctime) when checked
+_CHECKED: set[tuple[int, int, int]] = set()
 _CHECKED_LOCK = threading.Lock()
 
 
@@ -289,37 +292,45 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
     return Opened(db, version, True, checked)
 
 
-def damaged(path: Path, err: BaseException) -> CorruptDatabaseError:
-    """The one message for a database whose pages cannot be read."""
+def damaged(path: Path, err: BaseException | str) -> CorruptDatabaseError:
+    """The one message (one line) for a database whose pages cannot be read."""
+    why = " ".join(str(err).split())[:200]
     return CorruptDatabaseError(
-        f"{path} is damaged ({err}); schedx will not use it. Restore a backup, or try "
-        f"`sqlite3 {path} .recover | sqlite3 recovered.db` and pass recovered.db with --db.")
+        f"{path} is damaged ({why}); schedx will not use it. Restore it from a backup, or recover what is "
+        f"readable with the sqlite3 shell: sqlite3 {path} .recover | sqlite3 recovered.db")
 
 
 def check(db: sqlite_utils.Database, path: Path) -> None:
     """``PRAGMA quick_check``: every page of the file read and its structure checked (O(size));
     raises :class:`CorruptDatabaseError` naming the first problem."""
     try:
-        rows = [row[0] for row in db.execute("PRAGMA quick_check(5)").fetchall()]
+        rows = [row[0] for row in db.execute("PRAGMA quick_check(10)").fetchall()]
     except sqlite3.OperationalError:
         raise
     except sqlite3.DatabaseError as err:
         raise damaged(path, err) from err
     if rows != ["ok"]:
-        raise damaged(path, "quick_check: " + "; ".join(map(str, rows))[:300])
+        problems = [line.strip() for row in rows for line in str(row).splitlines()
+                    if line.strip() and not line.lstrip().startswith("***")] or ["unknown problem"]
+        more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise damaged(path, f"quick_check: {problems[0]}{more}")
 
 
-def _file_key(path: Path) -> tuple[int, int] | None:
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    """The file as it is now: device, inode and status-change time (which any write to the file
+    itself moves, a checkpoint from the write-ahead log included; reads never do)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def check_once(db: sqlite_utils.Database, path: Path) -> bool:
-    """:func:`check`, unless this process has checked this file (same device and inode) before:
-    a process pays for the check once per file, however often it opens it. True if it checked."""
+    """:func:`check`, unless this process has checked this very file since it last changed: a
+    process that opens a file again and again (the UI reruns its pages) pays once, not per open;
+    a file replaced or rewritten since (a copy, a restore, a checkpoint) is checked again.
+    True if it checked."""
     key = _file_key(path)
     with _CHECKED_LOCK:
         if key is not None and key in _CHECKED:
@@ -332,6 +343,8 @@ def _remember_checked(path: Path) -> None:
     key = _file_key(path)
     if key is not None:
         with _CHECKED_LOCK:
+            if len(_CHECKED) > 1024:  # a long-lived process that opens many files: start again
+                _CHECKED.clear()
             _CHECKED.add(key)
 
 

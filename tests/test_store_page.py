@@ -81,6 +81,23 @@ def test_corrupt_file_is_an_error_message(tmp_path):
     assert bad.read_bytes() == b"garbage" * 50
 
 
+def test_damaged_database_is_an_error_message(tmp_path):
+    from tests.test_store_damage import _damage, _fill
+
+    path = _fill(tmp_path / "damaged.db", 600)
+    _damage(path)
+    at = _page(path).run()
+    assert not at.exception and not at.dataframe
+    assert "damaged.db is damaged" in at.error[0].value
+
+
+def test_empty_schedx_db_is_an_error_message(monkeypatch):
+    monkeypatch.setenv("SCHEDX_DB", "")
+    at = _page(None).run()
+    assert not at.exception
+    assert "SCHEDX_DB is set but empty" in at.error[0].value
+
+
 def test_filled_database_shows_table_and_charts(tmp_path):
     ids = fill_demo(tmp_path / "demo.db")
     at = _page(tmp_path / "demo.db").run()

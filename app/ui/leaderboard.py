@@ -217,46 +217,58 @@ def compare_view(store: Store, labels: dict[int, str]) -> None:
 
 def main() -> None:
     st.title("Leaderboard")
-    default = str(default_db_path())
-    path = Path(st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=K.DB_INPUT,
-                                      help="A schedx SQLite file ($SCHEDX_DB or --db elsewhere).")).expanduser()
-    st.session_state[state.DB_PATH] = str(path)
-    if not path.exists():
-        st.info(f"No database at `{path}` yet.\n\n" + EMPTY_HELP)
-        return
     try:
-        store = Store(path, create=False)
-    except StoreError as err:
+        default = str(default_db_path())
+    except StoreError as err:  # SCHEDX_DB set but empty: say so, and let a path be typed
         st.error(str(err))
+        default = ""
+    text = st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=K.DB_INPUT,
+                                 help="A schedx SQLite file ($SCHEDX_DB or --db elsewhere).")
+    if not text.strip():
+        st.info("Type the path of a schedx database in the sidebar.\n\n" + EMPTY_HELP)
         return
-    with store:
-        if store.count() == 0:
-            st.info(EMPTY_HELP)
+    path = Path(text).expanduser()
+    st.session_state[state.DB_PATH] = str(path)
+    try:
+        if not path.exists():
+            st.info(f"No database at `{path}` yet.\n\n" + EMPTY_HELP)
             return
-        filters = sidebar(store)
-        names = {w.key: w.name for w in store.workloads()}
-        view = st.segmented_control("Show", ["Best per workload", "All records"], default="Best per workload",
-                                    key=K.VIEW) or "Best per workload"
-        if view == "Best per workload":
-            records = store.best(**filters)
-        else:
-            records = store.records(**filters, order="newest", limit=ALL_LIMIT)
-        st.caption(f"{len(records)} {'best records' if view.startswith('Best') else 'records'} · "
-                   f"{store.count()} in {path}")
-        if not records:
-            st.warning("No record matches these filters" + (" on this machine: try 'Any machine'."
-                                                            if filters["hardware"] else "."))
-            return
-        st.dataframe(table_rows(records, names), hide_index=True, width="stretch",
-                     column_config={"GFLOPS": st.column_config.NumberColumn(format="%.2f"),
-                                    "median ms": st.column_config.NumberColumn(format="%.4f")})
-        charts(store, filters, names)
-        labels = record_labels(records, names)
-        tab_record, tab_compare = st.tabs(["Record", "Compare two records"])
-        with tab_record:
-            record_detail(store, labels, names)
-        with tab_compare:
-            compare_view(store, labels)
+        with Store(path, create=False) as store:
+            show(store, path)
+    except (OSError, ValueError, StoreError) as err:  # damaged, foreign, unreadable: one message
+        st.error(str(err))
 
+
+def show(store: Store, path: Path) -> None:
+    """The leaderboard of an open store: filters, table, charts, one record, two compared."""
+    if store.read_only:
+        st.caption(f"`{path}` is read-only here: it can be browsed, not written.")
+    if store.count() == 0:
+        st.info(EMPTY_HELP)
+        return
+    filters = sidebar(store)
+    names = {w.key: w.name for w in store.workloads()}
+    view = st.segmented_control("Show", ["Best per workload", "All records"], default="Best per workload",
+                                key=K.VIEW) or "Best per workload"
+    if view == "Best per workload":
+        records = store.best(**filters)
+    else:
+        records = store.records(**filters, order="newest", limit=ALL_LIMIT)
+    st.caption(f"{len(records)} {'best records' if view.startswith('Best') else 'records'} · "
+               f"{store.count()} in {path}")
+    if not records:
+        st.warning("No record matches these filters" + (" on this machine: try 'Any machine'."
+                                                        if filters["hardware"] else "."))
+        return
+    st.dataframe(table_rows(records, names), hide_index=True, width="stretch",
+                 column_config={"GFLOPS": st.column_config.NumberColumn(format="%.2f"),
+                                "median ms": st.column_config.NumberColumn(format="%.4f")})
+    charts(store, filters, names)
+    labels = record_labels(records, names)
+    tab_record, tab_compare = st.tabs(["Record", "Compare two records"])
+    with tab_record:
+        record_detail(store, labels, names)
+    with tab_compare:
+        compare_view(store, labels)
 
 main()

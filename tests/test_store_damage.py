@@ -1,0 +1,123 @@
+"""A database damaged mid-way (pages overwritten, as a failing disk or a careless copy leaves it):
+refused at open with one clear message, never a ``sqlite3.DatabaseError`` traceback, never a
+leaderboard answered from whatever pages are still readable; errors name the file at fault."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from store import CorruptDatabaseError, Record, Store, StoreError, Workload
+from store import schema
+
+PAGE = 4096
+
+
+def _fill(path: Path, n: int) -> Path:
+    with Store(path) as store:
+        store.add_workload(Workload(key="1", name="matmul", flops=2 * 64 ** 3, mod_b64="bW9k"))
+        store.add_records([Record(workload_key="1", target='{"kind": "llvm"}', hardware="hw", source="search",
+                                  status="ok", steps=[{"primitive": "split", "args": {"i": i}}],
+                                  trace=[[["GetSBlock", [], ["C", "main"], ["b0"]]], []],
+                                  latencies=[1e-3 + i * 1e-7], median_s=None, gflops=None,
+                                  environment={"note": "x" * 1000}) for i in range(n)])
+    assert not Path(f"{path}-wal").exists()  # closing checkpointed everything into the file
+    return path
+
+
+def _damage(path: Path, seed: int = 0) -> None:
+    """Overwrite a run of pages in the middle of the file (the header and schema stay intact)."""
+    size = path.stat().st_size
+    start = (size // 3) // PAGE * PAGE
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(random.Random(seed).randbytes(size // 3 // PAGE * PAGE))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def damaged(tmp_path) -> Path:
+    path = _fill(tmp_path / "damaged.db", 600)
+    _damage(path)
+    return path
+
+
+def test_a_damaged_database_is_refused_at_open(damaged):
+    before = _digest(damaged)
+    conn = sqlite3.connect(damaged)  # SQLite itself still opens it and answers from the good pages
+    assert conn.execute("SELECT COUNT(*) FROM workloads").fetchone()[0] == 1
+    conn.close()
+    for read_only in (None, True):
+        with pytest.raises(CorruptDatabaseError, match=r"damaged.db is damaged .*quick_check|damaged.db is damaged"):
+            Store(damaged, read_only=read_only)
+    assert _digest(damaged) == before
+
+
+def test_damage_after_opening_is_a_store_error_not_a_traceback(tmp_path):
+    """A file damaged while a process has it open (the UI, a search): the first read that meets a
+    bad page raises CorruptDatabaseError; check() finds it at once."""
+    path = _fill(tmp_path / "schedx.db", 3000)  # bigger than SQLite's page cache
+    with Store(path) as store:
+        _damage(path)
+        with pytest.raises(CorruptDatabaseError, match="is damaged"):
+            store.records()
+        with pytest.raises(CorruptDatabaseError, match="is damaged"):
+            store.check()
+        for call in (store.info, lambda: store.export_metaschedule(tmp_path / "ms")):
+            with pytest.raises(CorruptDatabaseError, match="is damaged"):
+                call()
+    assert not (tmp_path / "ms" / "database_tuning_record.json").exists()
+
+
+def test_quick_check_runs_once_per_process_per_file_version(tmp_path):
+    path = _fill(tmp_path / "schedx.db", 50)
+    Store(path).close()  # the first open in this process checks the file
+    db = schema.connect(path)
+    try:
+        assert schema.check_once(db, path) is False  # unchanged since: not again
+    finally:
+        db.close()
+    _damage(path)  # the file changed under us: the next open checks it again
+    with pytest.raises(CorruptDatabaseError):
+        Store(path)
+    copy = tmp_path / "copy.db"
+    shutil.copy(_fill(tmp_path / "fresh.db", 5), copy)
+    Store(copy).close()  # a copy is a new file, checked like any other
+
+
+def test_merge_errors_name_the_file_at_fault(tmp_path, damaged):
+    ours_path = _fill(tmp_path / "ours.db", 5)
+    with Store(ours_path) as ours:
+        with pytest.raises(CorruptDatabaseError) as err:
+            ours.merge(damaged)
+        assert str(damaged) in str(err.value) and str(ours_path) not in str(err.value)
+        assert ours.count() == 5
+    with Store(ours_path) as ours, pytest.raises(StoreError) as err:
+        ours.merge(tmp_path / "missing.db")
+    assert str(tmp_path / "missing.db") in str(err.value)
+
+
+@pytest.mark.parametrize("args", [
+    ["db", "info", "--db", "{damaged}"],
+    ["db", "export", "{out}", "--db", "{damaged}", "--any-hardware"],
+    ["db", "merge", "{damaged}", "--db", "{good}"],
+    ["leaderboard", "--db", "{damaged}", "--any-hardware"],
+])
+def test_cli_refuses_a_damaged_database_in_one_line(tmp_path, damaged, args):
+    from app.cli import cli
+
+    paths = {"damaged": damaged, "good": tmp_path / "good.db", "out": tmp_path / "out"}
+    result = CliRunner().invoke(cli, [a.format(**paths) for a in args], obj={})
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "damaged.db is damaged" in lines[0], result.output
+    assert "Traceback" not in result.output and not isinstance(result.exception, sqlite3.Error)
