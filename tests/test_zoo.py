@@ -233,3 +233,23 @@ def test_small_cnn_tvm_build_matches_onnxruntime(models):
     if not hasattr(result, "numpy"):  # a single-output model may come back as a 1-tuple
         result = result[0]
     np.testing.assert_allclose(result.numpy(), _run_ort(model, {"input": x}), rtol=0, atol=1e-4)
+
+
+# -- int8 -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_int8_is_about_four_times_smaller_and_tvm_matches(models):
+    """The classic int8 story on the zoo's MobileNetV2 (about 40 s: quantize, then a TVM build)."""
+    from explorer.models import import_onnx
+    from explorer.models.qdq import int8_tolerance
+    from explorer.models.quantize import quantize_model
+    from tests.onnx_cases import tvm_run
+
+    qmodel, report = quantize_model(models["mobilenet_v2"], calibrate=8, eval_samples=4, runs=5, budget_s=2.0)
+    assert 3.4 < report.size_ratio < 4.2 and report.quantized_nodes >= 52
+    assert report.max_rel_error < 0.25
+    [(name, limit)] = int8_tolerance(qmodel).items()
+    x = sample_inputs("mobilenet_v2", seed=3)
+    got, want = tvm_run(import_onnx(qmodel), x)[0], _run_ort(qmodel, x)
+    assert np.abs(got - want).max() <= limit

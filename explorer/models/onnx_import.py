@@ -109,9 +109,11 @@ def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.Mode
     if missing:
         first = model_inputs(model)[0]
         example = f"{first.name}:" + "x".join("1" for _ in first.type.tensor_type.shape.dim or [0])
+        named = [d.dim_param for i in model_inputs(model) for d in i.type.tensor_type.shape.dim
+                 if d.dim_param and not d.HasField("dim_value")]
         raise ShapeSpecError(
             "these input dimensions are symbolic or unknown: " + ", ".join(missing)
-            + f". Fix them with a shape spec such as '{example}' or 'batch=1'.")
+            + f". Fix them with a shape spec such as '{example}' or '{named[0] if named else 'batch'}=1' (--shapes).")
     return model, shapes
 
 

@@ -121,6 +121,20 @@ class Emitter:
             return self.op("Slice", [x, *args], out=out)
         return self.op("Slice", [x], out=out, starts=[start], ends=[end], axes=[axis])
 
+    def split(self, x: str, sizes: list[int], axis: int) -> list[str]:
+        """``x`` cut into parts of ``sizes`` along ``axis`` with one Split node (TVM makes one
+        kernel of it, where as many Slices would make as many different kernels)."""
+        outputs = [self.fresh("part") for _ in sizes]
+        if len(sizes) == 1:
+            self.nodes.append(helper.make_node("Identity", [x], outputs, name=self.fresh("Identity")))
+        elif self.view.opset >= 13:
+            split = self.const(np.array(sizes, "int64"), "split")
+            self.nodes.append(helper.make_node("Split", [x, split], outputs, name=self.fresh("Split"), axis=axis))
+        else:
+            self.nodes.append(helper.make_node("Split", [x], outputs, name=self.fresh("Split"), axis=axis,
+                                               split=list(sizes)))
+        return outputs
+
     def clip(self, x: str, low: float, high: float, dtype: np.dtype) -> str:
         """``Clip(x, low, high)`` in the form the opset expects."""
         if self.view.opset >= 11:

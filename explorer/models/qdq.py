@@ -9,12 +9,15 @@ computes the same values (the fused kernels are defined that way). ``com.microso
 Quantize/DequantizeLinear become the standard ones. Other contrib quantized operators
 (QLinearAdd, QLinearConcat, ...) are refused with a pointer to the QDQ form.
 
-**int8 tolerance.** TVM and ONNX Runtime each round every QuantizeLinear they meet; ONNX
-Runtime often runs a QDQ group as one integer kernel with its own requantisation, so an
-intermediate value can land one quantisation step apart, and such steps add up along the
+**int8 tolerance.** TVM and ONNX Runtime round every QuantizeLinear the same way (half to
+even), but they sum a convolution's products in different orders (ONNX Runtime in integers
+inside fused kernels, TVM in float after DequantizeLinear), so a value that falls next to a
+rounding boundary can land one quantisation step apart, and such steps add up along a deep
 network. Outputs are therefore compared after the final DequantizeLinear, in units of that
-output's quantisation step (its scale): :data:`INT8_STEPS` steps by default (measured: 0 steps
-on a one-conv net, up to 3 on MobileNetV2).
+output's quantisation step (its scale). Measured here: 0 steps on one-conv and two-matmul nets
+(20 inputs), 2 to 4 steps on MobileNetV2 (52 quantized convolutions, 5 inputs), while int8
+itself is about 8 steps away from the float model there. :data:`INT8_STEPS` (8) is the default
+tolerance for whole models; tests of tiny nets ask for 1.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import onnx
 from explorer.errors import UnsupportedOperatorError
 from explorer.models.onnx_rewrite import Emitter, GraphView, replace_nodes
 
-INT8_STEPS = 4
+INT8_STEPS = 8
 _CONTRIB = "com.microsoft"
 
 

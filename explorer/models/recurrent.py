@@ -234,8 +234,9 @@ def _rewrite(node: onnx.NodeProto, view: GraphView) -> Emitter | None:
         c = _initial_state(em, layer, inputs[6], d, "c") if layer.op == "LSTM" else None
         order = range(layer.seq) if direction == "forward" else range(layer.seq - 1, -1, -1)
         per_step: dict[int, str] = {}
+        steps_in = em.split(xw, [1] * layer.seq, 0)  # states and step inputs are [1, batch, *]
         for t in order:
-            h, c = cell.step(em.slice(xw, t, t + 1, 0), h, c)  # states and step inputs are [1, batch, *]
+            h, c = cell.step(steps_in[t], h, c)
             per_step[t] = h
         if want_y:
             steps = [per_step[t] for t in range(layer.seq)]
