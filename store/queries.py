@@ -14,12 +14,12 @@ from collections.abc import Iterable
 import sqlite_utils
 
 from store.errors import StoreError
-from store.records import Outcome, Record, Workload, iso_since, mean_of, record_identity
+from store.records import Outcome, Record, Workload, iso_since, record_identity
 from store.schema import LEGACY_INFRA_PREFIX, RANKABLE
 
 _JSON_FIELDS = ("steps", "latencies", "environment")
 _NULLABLE_JSON = ("trace", "args_info", "run_secs")
-_ROW_ONLY = ("ident", "mean_s")  # columns the store keeps for itself
+_ROW_ONLY = ("ident",)  # columns the store keeps for itself
 MAX_ROWS = (1 << 63) - 1  # SQLite's largest integer
 RANKS = ("median", "mean")
 ORDERS = {
@@ -40,8 +40,7 @@ def record_status(r: Record) -> str:
 
 
 def record_row(r: Record, created: str) -> dict:
-    """The SQLite row of a record (JSON fields as text, ``verified`` as 0/1/NULL, ``mean_s`` the
-    mean MetaSchedule ranks by)."""
+    """The SQLite row of a record (JSON fields as text, ``verified`` as 0/1/NULL)."""
     row = {name: getattr(r, name) for name in ("workload_key", "target", "hardware", "source",
                                                  "median_s", "gflops", "max_error", "predicted", "job_id", "error",
                                                  "candidate")}
@@ -54,7 +53,6 @@ def record_row(r: Record, created: str) -> dict:
         row[name] = None if value is None else json.dumps(value)
     if r.run_secs is not None:
         row["run_secs"] = json.dumps([float(x) for x in r.run_secs])
-    row["mean_s"] = mean_of(r.run_secs if r.run_secs is not None else r.latencies)
     row["verified"] = None if r.verified is None else int(bool(r.verified))
     row["created"] = created
     row["ident"] = record_identity(r.workload_key, r.target, r.hardware, r.steps, r.trace, r.latencies)
@@ -187,9 +185,10 @@ def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hard
         raise StoreError(f"unknown ranking {rank!r}; one of {', '.join(RANKS)}")
     k = row_count("k", k)
     key = "median_s"
-    if rank == "mean":  # (a read-only database of an older schema has no mean_s column)
-        has_mean = "mean_s" in {c[1] for c in db.execute("PRAGMA table_info(records)")}
-        key = "mean_s" if has_mean else "(SELECT AVG(value) FROM json_each(records.latencies))"
+    if rank == "mean":  # over run_secs when kept (failure markers in them), else the latencies
+        has_run_secs = "run_secs" in {c[1] for c in db.execute("PRAGMA table_info(records)")}  # (older schemas)
+        key = ("(SELECT AVG(value) FROM json_each(" + ("COALESCE(records.run_secs, records.latencies)"
+                                                      if has_run_secs else "records.latencies") + "))")
     terms, params = ["workload_key = ?", RANKABLE], [workload_key]
     if target is not None:
         terms.append("target = ?")

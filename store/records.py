@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import date, datetime, timezone
@@ -171,15 +170,6 @@ def median_of(latencies) -> float | None:
     return statistics.median(valid) if valid else None
 
 
-def mean_of(run_secs) -> float | None:
-    """MetaSchedule's ranking key: the mean of every run time, its failure marker (1e10) included;
-    None when not one run succeeded (MetaSchedule never ranks those)."""
-    values = [float(x) for x in run_secs or [] if x is not None]
-    if not any(x < MS_FAILED_SECS for x in values):
-        return None
-    return math.fsum(values) / len(values)
-
-
 def split_run_secs(run_secs) -> tuple[list[float], list[float] | None]:
     """MetaSchedule's run_secs as (latencies, run_secs to keep): the latencies are the valid run
     times; the exact list is kept too when it says more (a failure marker, or no run at all)."""
@@ -249,5 +239,5 @@ def target_short(target: str) -> str:
 
 
 __all__ = ["JOB_STATUSES", "Job", "KINDS", "MS_FAILED_SECS", "Outcome", "Record", "SOURCES", "STATUSES", "Workload",
-           "gflops_of", "iso_since", "mean_of", "median_of", "now_iso", "parse_date", "record_identity", "split_run_secs",
+           "gflops_of", "iso_since", "median_of", "now_iso", "parse_date", "record_identity", "split_run_secs",
            "target_short"]
