@@ -150,29 +150,42 @@ def _convert(model: onnx.ModelProto, shape_dict: dict, dtypes: dict, log: list[s
             log.extend(printed.lines)
 
 
+def _import_prepared(prepared: onnx.ModelProto, shape_dict: dict, dtypes: dict, log: list[str],
+                     notes: list[str]) -> tuple[object, ModelLoadError | None]:
+    """``from_onnx``, then once more after folding shape arithmetic; the Relax module, or the
+    error to raise (returned, so that TVM's objects of the failed attempt are freed, and what
+    its logger says then captured, before the caller raises)."""
+    try:
+        return _convert(prepared, shape_dict, dtypes, log), None
+    except Exception as first:  # noqa: BLE001 - TVM raises many kinds; folding may still help
+        failed = _converting(log)
+        try:
+            mod = _convert(fold_constants(prepared), shape_dict, dtypes, log)
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            branches = "".join(f"; {p.describe()}, which TVM imports as a Relax If (branch outputs and the "
+                               "condition must convert)" for p in runtime_ifs(prepared))
+            error = ModelLoadError(f"TVM could not import the model{failed}: {short_tvm_message(first)}{branches}")
+            error.__cause__ = first
+            return None, error
+        notes.append("shape arithmetic was folded with onnxscript's optimizer before import"
+                     + (f"; TVM's first attempt failed{failed}" if failed else ""))
+        return mod, None
+
+
 def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str | dict | ShapeSpec | None = None,
                 *, name: str | None = None, origin: str = "onnx") -> LoadedModel:
     """Load an ONNX model into Relax (see the module docstring for the steps and errors)."""
     model = read_onnx(source)
     spec = parse_shape_spec(shapes)
     fixed, shape_dict = fix_input_shapes(model, spec)
-    with captured_output() as printed:  # onnxscript and onnx may print too
-        prepared, notes = prepare_for_tvm(fixed)
-    log: list[str] = list(printed.lines)
     dtypes = {i.name: _dtype_name(i.type.tensor_type.elem_type) for i in model_inputs(fixed)}
-    try:
-        mod = _convert(prepared, shape_dict, dtypes, log)
-    except Exception as first:  # noqa: BLE001 - TVM raises many kinds; folding may still help
-        failed = _converting(log)
-        try:
-            folded = fold_constants(prepared)
-            mod = _convert(folded, shape_dict, dtypes, log)
-            notes.append("shape arithmetic was folded with onnxscript's optimizer before import"
-                         + (f"; TVM's first attempt failed{failed}" if failed else ""))
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            branches = "".join(f"; {p.describe()}, which TVM imports as a Relax If (branch outputs and the "
-                               "condition must convert)" for p in runtime_ifs(prepared))
-            raise ModelLoadError(f"TVM could not import the model{failed}: {short_tvm_message(first)}{branches}") from first
+    log: list[str] = []
+    with captured_output(stderr=True) as printed:  # onnx, onnxscript and TVM's C++ logger too
+        prepared, notes = prepare_for_tvm(fixed)
+        mod, error = _import_prepared(prepared, shape_dict, dtypes, log, notes)
+    log += printed.lines
+    if error is not None:
+        raise error
     if isinstance(source, (str, os.PathLike)):
         label = str(source)
     else:

@@ -7,9 +7,13 @@ alarms users about an error schedx then recovers from. :func:`captured_output` r
 for the duration of a block, and records Python warnings raised inside it; afterwards
 :attr:`Capture.lines` holds what was printed, for the caller to keep as a note.
 
+With ``stderr=True`` fd 2 is captured too, into the same record: TVM's C++ logger warns there
+while an importer cleans up after a failed attempt ("BlockBuilder destroyed with remaining
+blocks!"), which alarms as much as a printed error.
+
 Contract: the redirection is process-wide (a file descriptor belongs to the process), so
-blocks are serialised by a lock; another thread printing meanwhile is captured too. stderr is
-left alone (warnings a user should see still reach the terminal through the logging module).
+blocks are serialised by a (re-entrant) lock, and another thread printing meanwhile is captured
+too. Blocks nest: an inner block captures what it sees and hands the rest back to the outer.
 """
 
 from __future__ import annotations
@@ -48,35 +52,41 @@ def _flush_c_stdio() -> None:
         pass
 
 
+def _fd(stream, default: int) -> int:
+    try:
+        return stream.fileno() if stream is not None else default
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return default
+
+
 @contextlib.contextmanager
-def captured_output() -> Iterator[Capture]:
-    """Run the block with fd 1, ``sys.stdout`` and Python warnings captured (see the module)."""
+def captured_output(*, stderr: bool = False) -> Iterator[Capture]:
+    """Run the block with fd 1, ``sys.stdout`` and Python warnings captured, and fd 2 with
+    ``stderr`` (see the module)."""
     capture = Capture()
-    with _LOCK:
+    fds = [_fd(sys.__stdout__, 1)] + ([_fd(sys.__stderr__, 2)] if stderr else [])
+    with _LOCK, tempfile.TemporaryFile(mode="w+b") as sink, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        py_out = io.StringIO()
+        for stream in (sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__):
+            _flush_python(stream)
+        _flush_c_stdio()
+        saved = [os.dup(fd) for fd in fds]
         try:
-            fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
-        except (OSError, ValueError, io.UnsupportedOperation):
-            fd = 1
-        with tempfile.TemporaryFile(mode="w+b") as sink, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            py_out = io.StringIO()
-            _flush_python(sys.stdout)
-            _flush_python(sys.__stdout__)
-            _flush_c_stdio()
-            saved = os.dup(fd)
-            try:
+            for fd in fds:
                 os.dup2(sink.fileno(), fd)
-                with contextlib.redirect_stdout(py_out):
-                    yield capture
-            finally:
-                _flush_python(sys.__stdout__)
-                _flush_c_stdio()
-                os.dup2(saved, fd)
-                os.close(saved)
-                sink.seek(0)
-                raw = sink.read().decode("utf-8", "replace")
-                capture.stdout = raw + py_out.getvalue()
-                capture.warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
+            with contextlib.redirect_stdout(py_out):
+                yield capture
+        finally:
+            for stream in (sys.__stdout__, sys.__stderr__):
+                _flush_python(stream)
+            _flush_c_stdio()
+            for fd, old in zip(fds, saved):
+                os.dup2(old, fd)
+                os.close(old)
+            sink.seek(0)
+            capture.stdout = sink.read().decode("utf-8", "replace") + py_out.getvalue()
+            capture.warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 def _flush_python(stream) -> None:
