@@ -55,7 +55,7 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     model, requant = rewrite_qoperators(model)
     notes += requant
     check_operators(model)
-    return _infer(model), notes
+    return (_infer(model) if notes else model), notes  # rewritten nodes get their shapes too
 
 
 __all__ = ["prepare_for_tvm"]
