@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 
 from app.cli_common import fail_cleanly
-from app.cli_types import Count, Date
+from app.cli_types import Count, Date, FilePath
 from store import Store, StoreError, default_db_path
+from store.db import user_path
 from store.records import KINDS, SOURCES, target_short
 
 EMPTY_HINT = ("No records yet. Measure a kernel (`schedx measure ...` or the Schedule page), run a search "
@@ -29,12 +30,12 @@ _store_errors = fail_cleanly  # StoreError -> `Error: message`, exit 1 (see app.
 
 
 def _db_option(fn):
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    return click.option("--db", "db_path", type=FilePath(dir_okay=False, path_type=Path), default=None,
                         help="Database file (default: $SCHEDX_DB, else ~/.local/share/schedx/schedx.db).")(fn)
 
 
 def _path(db_path: Path | None) -> Path:
-    return Path(db_path).expanduser() if db_path else default_db_path()
+    return user_path(db_path) if db_path else default_db_path()
 
 
 def _exists(path: Path) -> bool:
@@ -144,7 +145,7 @@ def db() -> None:
 
 
 @db.command("import")
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=FilePath(exists=True, file_okay=False, path_type=Path))
 @_db_option
 @click.option("--hardware", default=None, help="Machine the records were measured on (default: this machine's).")
 @click.option("--source", type=click.Choice(SOURCES), default="import", show_default=True,
@@ -169,7 +170,7 @@ def import_(folder: Path, db_path, hardware, source, as_json) -> None:
 
 
 @db.command("export")
-@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("folder", type=FilePath(file_okay=False, path_type=Path))
 @_db_option
 @click.option("--target", "-t", default=None, help="Only this target (canonical JSON, or a kind such as llvm).")
 @click.option("--hardware", default=None, help="Only this machine's records (default: this machine's).")
@@ -194,7 +195,7 @@ def export(folder: Path, db_path, target, hardware, any_hardware, force, as_json
 
 
 @db.command()
-@click.argument("other", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("other", type=FilePath(dir_okay=False, path_type=Path))
 @_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_store_errors

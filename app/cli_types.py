@@ -54,6 +54,20 @@ class Count(click.ParamType):
         return f"Count({self.low}, {self.high})"
 
 
+class FilePath(click.Path):
+    """``click.Path`` that also refuses, in one line, what the file system cannot even look up
+    (a NUL byte, a name longer than the system allows) instead of raising from inside click."""
+
+    def convert(self, value, param, ctx):
+        if "\x00" in str(value):
+            raise InputError("a path cannot contain a NUL character", ctx=ctx, param=param)
+        try:
+            return super().convert(value, param, ctx)
+        except (OSError, ValueError) as err:
+            raise InputError(f"{str(value)[:60]!r}: {getattr(err, 'strerror', None) or err}", ctx=ctx,
+                             param=param) from err
+
+
 class Date(click.ParamType):
     """A calendar date ``YYYY-MM-DD`` (or an ISO-8601 date and time), checked: ``2020-13-45`` is
     refused with the reason, never compared as text."""
@@ -69,4 +83,4 @@ class Date(click.ParamType):
             raise InputError(str(err), ctx=ctx, param=param) from err
 
 
-__all__ = ["Count", "Date", "InputError"]
+__all__ = ["Count", "Date", "FilePath", "InputError"]

@@ -36,6 +36,14 @@ from store.schema import SCHEMA_VERSION, open_database, write_transaction
 ENV_VAR = "SCHEDX_DB"
 
 
+def user_path(path: str | os.PathLike) -> Path:
+    """``path`` with ``~`` and ``~user`` expanded; a user that does not exist is a StoreError."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as err:  # "~nobody-here/x": Python cannot find that home directory
+        raise StoreError(f"cannot open {path}: {err}") from err
+
+
 def default_db_path() -> Path:
     """``$SCHEDX_DB``, else ``$XDG_DATA_HOME/schedx/schedx.db``, else ``~/.local/share/schedx/schedx.db``.
 
@@ -46,7 +54,7 @@ def default_db_path() -> Path:
         if not value.strip():
             raise StoreError(f"{ENV_VAR} is set but empty: set it to a database file (e.g. "
                              f"{ENV_VAR}=~/schedx.db) or unset it to use the default database")
-        return Path(value).expanduser()
+        return user_path(value)
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "schedx" / "schedx.db"
 
@@ -60,7 +68,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True,
                  read_only: bool | None = None) -> None:
-        self.path = Path(path).expanduser() if path else default_db_path()
+        self.path = user_path(path) if path else default_db_path()
         opened = open_database(self.path, create=create, read_only=read_only)
         self._db, self.schema_version, self.read_only = opened.db, opened.version, opened.read_only
         self._just_checked = opened.checked  # opening ran quick_check: the next admin call need not
@@ -340,7 +348,7 @@ class Store:
             raise self._read_only_error()
         self._check_before()
         with self._locked(writes=True) as db:
-            return interop.merge(db, self.path, Path(other_path).expanduser())
+            return interop.merge(db, self.path, user_path(other_path))
 
     def import_metaschedule(self, folder: str | os.PathLike, *, hardware: str, source: str = "import",
                             target_fn=None, describe=None) -> dict:
@@ -349,7 +357,7 @@ class Store:
         if source not in SOURCES:
             raise StoreError(f"record source {source!r} is not one of {', '.join(SOURCES)}")
         with self._locked(writes=True) as db:
-            return interop.import_metaschedule(db, Path(folder).expanduser(), hardware=hardware, source=source,
+            return interop.import_metaschedule(db, user_path(folder), hardware=hardware, source=source,
                                                target_fn=target_fn, describe=describe)
 
     def export_metaschedule(self, folder: str | os.PathLike, *, target: str | None = None,
@@ -359,7 +367,7 @@ class Store:
         self._check_before()
         with self._read() as db:
             clause, params = queries.where(db, target=target, hardware=hardware)
-            return interop.export_metaschedule(db, Path(folder).expanduser(), clause, params, overwrite=overwrite)
+            return interop.export_metaschedule(db, user_path(folder), clause, params, overwrite=overwrite)
 
 
 def _row_job(row: dict) -> Job:
@@ -368,4 +376,4 @@ def _row_job(row: dict) -> Job:
                error=row["error"])
 
 
-__all__ = ["ENV_VAR", "Store", "default_db_path"]
+__all__ = ["ENV_VAR", "Store", "default_db_path", "user_path"]

@@ -225,7 +225,11 @@ def merge(db: sqlite_utils.Database, own_path: Path, other_path: Path) -> dict:
     """Add another schedx database's workloads and records; records already here (same
     identity) are skipped. Job ids are local to a database, so merged records lose theirs."""
     other_path = Path(other_path)
-    if other_path.exists() and own_path.exists() and other_path.resolve() == own_path.resolve():
+    try:
+        same = other_path.exists() and own_path.exists() and other_path.resolve() == own_path.resolve()
+    except (OSError, ValueError) as err:  # a name too long, a NUL byte
+        raise StoreError(f"cannot open {other_path}: {getattr(err, 'strerror', None) or err}") from err
+    if same:
         raise StoreError("cannot merge a database into itself")
     # read as it is (never migrated or written), checked first; its errors name it, not us
     other = open_readonly(other_path, always_check=True).db
