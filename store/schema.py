@@ -188,8 +188,8 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
     """Open (creating or migrating if needed) the schedx database at ``path``.
 
     ``read_only``: None decides from the file's and folder's permissions (see :func:`writable`);
-    True opens read-only whatever they are. Raises :class:`CorruptDatabaseError`, :class:`ForeignDatabaseError` or
-    :class:`SchemaTooNewError` without touching the file."""
+    True opens read-only whatever they are. Raises :class:`CorruptDatabaseError`,
+    :class:`ForeignDatabaseError` or :class:`SchemaTooNewError` without touching the file."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -341,8 +341,11 @@ def _remember_checked(path: Path) -> None:
 
 
 def _check_header(path: Path) -> None:
-    with open(path, "rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as err:  # no permission to read it, a device that fails
+        raise StoreError(f"cannot read {path}: {err.strerror or err}") from err
     if head != SQLITE_MAGIC:
         raise CorruptDatabaseError(
             f"{path} is not a SQLite database (it starts with {head[:8]!r}); schedx leaves it untouched. "

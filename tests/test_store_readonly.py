@@ -161,6 +161,20 @@ def test_a_new_database_in_a_read_only_folder_is_a_clear_error(shared_dir):
     assert "read-only" in message and str(folder / "new.db") in message
 
 
+def test_an_unreadable_file_is_a_clear_error(shared_dir):
+    path = _fill(shared_dir / "secret.db")
+    path.chmod(0)
+
+    def open_it() -> str:
+        try:
+            Store(path, create=False)
+        except StoreError as err:
+            return str(err)
+        return "opened"
+
+    assert _unprivileged(open_it) == f"cannot read {path}: Permission denied"
+
+
 def test_cli_reads_a_read_only_database(shared_dir):
     from click.testing import CliRunner
 
