@@ -47,9 +47,10 @@ $(VENV)/.schedx-dev-installed: $(VENV)/.schedx-installed
 	$(BIN)/python -m pip install -q -e ".[dev,torch]"
 	touch $@
 
+# chromium: browser tests; graphviz: .dot -> .svg; g++-aarch64-linux-gnu: `--target aarch64` bundles
 system:
-	@if ! command -v chromium >/dev/null || ! command -v dot >/dev/null; then \
-		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium graphviz; \
+	@if ! command -v chromium >/dev/null || ! command -v dot >/dev/null || ! command -v aarch64-linux-gnu-g++ >/dev/null; then \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium graphviz g++-aarch64-linux-gnu; \
 	fi
 
 clean:

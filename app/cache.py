@@ -101,7 +101,7 @@ __all__ = ["RunKey", "graph_dots", "svg_of", "loaded_model", "pipeline_run", "sa
 
 @st.cache_resource(max_entries=4, show_spinner="Extracting the model's fused kernels...")
 def fused_kernels(model: str) -> dict:
-    from explorer.kernels.from_model import model_kernels
+    from explorer.workload import model_kernels
 
     return {k.name: k for k in model_kernels(loaded_model(model, ""))}
 

@@ -186,6 +186,10 @@ from app.cli_models import quantize as _quantize  # noqa: E402
 
 cli.add_command(_quantize)
 
+from app.cli_targets import targets as _targets  # noqa: E402
+
+cli.add_command(_targets)
+
 
 def main() -> None:
     cli(obj={})

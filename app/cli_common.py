@@ -12,6 +12,15 @@ from store import StoreError
 
 LIBRARY_ERRORS = (ExplorerError, StoreError)  # one base per room (store cannot import explorer)
 
+TARGET_HELP = ("cpu (this machine, from its real features), cpu:MCPU (an LLVM CPU name), cpu:MCPU+feat,-feat, "
+               "aarch64[:MCPU], cuda[:sm_XX], or a JSON target; `schedx targets` lists them.")
+
+
+def target_option(default: str | None = "cpu", help_text: str = TARGET_HELP):
+    """The ``--target`` option every command that builds, measures or runs code takes."""
+    return click.option("--target", "target_spec", default=default, show_default=default is not None,
+                        help=help_text)
+
 
 def fail_cleanly(fn):
     """Turn library errors into ``Error: ...`` and exit 1, unless ``schedx --debug`` was given."""

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import click
 
-from app.cli_common import echo_json, fail_cleanly
-
-TARGET_HELP = "cpu (this machine), cpu:MCPU (an LLVM CPU name), cuda (sm_80) or cuda:sm_XX."
+from app.cli_common import echo_json, fail_cleanly, target_option
 
 
 @contextmanager
@@ -26,18 +24,18 @@ def _progress(label: str):
 
 def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | None):
     """The best record per task from the database (none with --no-db)."""
-    from explorer.export import workload_tasks
+    from export import workload_tasks
 
     if no_db:
         return {}, []
-    from search.export_records import AUTO, best_schedules
+    from export.choose import AUTO, best_schedules
 
     return best_schedules(db, workload_tasks(workload), target, hardware=hardware or AUTO)
 
 
 @click.command()
 @click.argument("workload")
-@click.option("--target", "target_spec", default="cpu", show_default=True, help=TARGET_HELP)
+@target_option()
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the bundle (created; an earlier bundle there is replaced).")
 @click.option("--db", default=None, help="schedx database to take records from (default: the default database, if any).")
@@ -58,7 +56,9 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
     (matmul:M=256,N=256,K=256). Exits 1 when a verification fails."""
-    from explorer.export import export_workload, load_workload, parse_target
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export import export_workload
 
     target = parse_target(target_spec)
     loaded = load_workload(workload, shapes)
@@ -90,7 +90,12 @@ def _print_export(report) -> None:
         click.echo(f"  layers: {report.layers.summary()}")
     if report.cuda is not None:
         click.echo(f"  cuda: {report.cuda.summary()}")
-        click.echo("  (no GPU here: run `python -m explorer.export.gpu_check DIR` on the machine with the card)")
+    if report.elf is not None:
+        click.echo(f"  library: {report.elf.summary()}")
+        if report.elf.ok:
+            click.echo(f"  on the device: copy {report.folder.name}/ there and run `python run.py`, or serve it with "
+                       f"`python -m tvm.exec.rpc_server` and load lib.so through TVM RPC")
+    click.echo(f"  verdict: {report.verdict}")
     files = ", ".join(f"{name} {entry['bytes'] / 1024:.0f} KB" for name, entry in m["files"].items())
     click.echo(f"  files: {files}")
 
@@ -101,18 +106,28 @@ def _print_export(report) -> None:
 @click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--no-baselines", is_flag=True, help="Time the bundle only (no ONNX Runtime).")
+@target_option(None, "Refuse the bundle unless it was built for this target (default: whatever it was built "
+                     "for, if this machine can run it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
-def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, as_json: bool) -> None:
+def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, target_spec: str | None,
+        as_json: bool) -> None:
     """Check, load and run a BUNDLE folder in a fresh process: compile time, first inference,
     steady-state median and p90, beside ONNX Runtime on the same input and threads.
 
-    A bundle whose files no longer match its manifest is refused before anything is loaded."""
-    from explorer.export.bench import run_bundle
+    A bundle whose files no longer match its manifest is refused before anything is loaded, and
+    so is one built for a CPU or GPU this machine does not have."""
+    from explorer.target import TargetError, parse_target
+    from export.bench import bench_bundle, bundle_target
+    from export.bundle import read_manifest
 
+    if target_spec is not None:
+        wanted, built_for = parse_target(target_spec), bundle_target(read_manifest(bundle))
+        if not wanted.accepts(built_for.key):
+            raise TargetError(f"{bundle} was built for {built_for.label}, not {wanted.label}")
     with _progress(f"running {bundle}") as progress:
         progress("timing", 0.1)
-        report = run_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines)
+        report = bench_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines)
         progress("done", 1.0)
     if as_json:
         echo_json(report.to_dict())
@@ -130,20 +145,24 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
 @click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
 @click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
-          threads: int | None, as_json: bool) -> None:
+          threads: int | None, target_spec: str, as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
     (and PyTorch when the model came from it), side by side, on the same input and threads."""
-    from explorer.export import load_workload, parse_target
-    from explorer.export.bench import bench_workload
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.bench import bench_workload
 
+    target = parse_target(target_spec)
+    target.require_runnable("benchmark")
     loaded = load_workload(workload, shapes)
-    schedules, _ = _schedules(db, no_db, loaded, parse_target("cpu"), None)
+    schedules, _ = _schedules(db, no_db, loaded, target, None)
     with _progress(f"benchmarking {loaded.name}") as progress:
         report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
-                                progress=progress)
+                                progress=progress, target=target)
     if as_json:
         echo_json(report.to_dict())
     else:

@@ -2,41 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from app.cli_common import echo_json, fail_cleanly
-
-
-def _target(text: str) -> dict:
-    from explorer.measure import host_target
-    from search.errors import SearchError
-
-    if text in ("cpu", "host", "llvm"):
-        return dict(host_target())
-    if text.startswith("cpu:"):
-        return {**host_target(), "mcpu": text[4:]}
-    try:
-        target = json.loads(text)
-    except ValueError:
-        raise SearchError(f"unknown target {text!r}: use cpu, cpu:MCPU or a JSON target such as "
-                          '\'{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}\'') from None
-    if not isinstance(target, dict) or target.get("kind") not in ("llvm", "cuda"):
-        raise SearchError(f"unknown target {text!r}: the kind must be llvm or cuda")
-    if target["kind"] == "cuda":
-        raise SearchError("schedx searches CPU targets (here or on RPC servers); for CUDA, `schedx export "
-                          "--target cuda` uses dlight's GPU schedules")
-    return target
-
-
-def _kind_and_triple(text: str) -> tuple[str, str | None]:
-    """The target kind and LLVM triple of a ``--target`` value, read without importing TVM."""
-    try:
-        target = json.loads(text) if text.lstrip().startswith("{") else {}
-    except ValueError:
-        target = {}
-    return (target.get("kind", "llvm"), target.get("mtriple")) if isinstance(target, dict) else ("llvm", None)
+from app.cli_common import echo_json, fail_cleanly, target_option
 
 
 def _db(path: str | None):
@@ -49,16 +17,17 @@ def _db(path: str | None):
 @click.argument("kernel")
 @click.option("--rules", default=None, help="Comma-separated schedule rules to use (default: all of the target's).")
 @click.option("--sample", "samples", default=0, type=click.IntRange(0, 20), help="Also draw N concrete schedules.")
-@click.option("--target", "target_text", default="cpu", show_default=True, help="cpu, cpu:MCPU or a JSON target.")
+@target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, aarch64[:MCPU] or JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_cleanly
-def sketches(kernel: str, rules: str | None, samples: int, target_text: str, as_json: bool) -> None:
+def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_json: bool) -> None:
     """Show KERNEL's sketches: the design spaces MetaSchedule's schedule rules generate (Ansor's
     sketch generation), with sampled values shown as ?N (the decision this sketch holds)."""
-    from explorer.kernels import load_kernel
+    from explorer.workload import load_kernel
+    from explorer.target import parse_target
     from search.sketches import default_rule_names, generate_sketches, sample_schedule
 
-    target = _target(target_text)
+    target = parse_target(target_spec)
     k = load_kernel(kernel)
     chosen = [r.strip() for r in rules.split(",")] if rules else None
     found = generate_sketches(k, target, chosen)
@@ -89,7 +58,8 @@ def sketches(kernel: str, rules: str | None, samples: int, target_text: str, as_
 @click.option("--eps-greedy", default=0.05, show_default=True, type=float)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--cost-model", default="xgb", show_default=True, type=click.Choice(["xgb", "random"]))
-@click.option("--target", "target_text", default="cpu", show_default=True, help="cpu, cpu:MCPU or a JSON target.")
+@target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
+                         "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
 @click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", help="The SQLite database (default: user data dir).")
 @click.option("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure through.")
@@ -98,57 +68,66 @@ def sketches(kernel: str, rules: str | None, samples: int, target_text: str, as_
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @fail_cleanly
 def tune(workload: str, trials: int, per_batch: int, population: int, generations: int, mutate_prob: float,
-         eps_greedy: float, seed: int, cost_model: str, target_text: str, shapes: str | None, db_path: str | None,
+         eps_greedy: float, seed: int, cost_model: str, target_spec: str, shapes: str | None, db_path: str | None,
          rpc_tracker: str | None, rpc_key: str | None, background: bool, as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
-    leaderboard. Running it again on the same database resumes: nothing is measured twice."""
+    leaderboard. Running it again on the same database resumes: nothing is measured twice.
+
+    Exits 1 when no candidate could be measured, with the failures grouped by reason."""
+    from search.job_runner import _intrinsics
+
     if not background and not rpc_tracker:  # the measuring workers start now, while TVM loads here
         from search.pool import prestart
 
-        prestart(None, *_kind_and_triple(target_text))
-    from search.jobs import start_job
+        prestart(None, *_intrinsics(target_spec))
+    from search.job_spec import JobSpec
+    from search.jobs import run_job, start_job
     from search.params import SearchParams
     from search.rpc import check_tracker
-    from search.runner import RpcSpec
-    from search.tune import tune as run_tune
-    from search.workloads import resolve_tasks
 
     params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
                           mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model)
-    target = _target(target_text)
-    rpc = RpcSpec.parse(rpc_tracker, rpc_key or "") if rpc_tracker else None
-    if rpc is not None:
-        check_tracker(rpc)
+    spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
+                   rpc_key=rpc_key)
+    prepared = spec.validate()  # a bad workload, target or address fails here, before any job exists
+    if prepared[2] is not None:
+        check_tracker(prepared[2])
     store = _db(db_path)
     if background:
-        job = start_job(store, workload=workload, target=target, params=params.to_dict(),
-                        rpc={"tracker": rpc_tracker, "key": rpc_key} if rpc else None, shapes=shapes)
+        job = start_job(store, spec)
         echo_json(job.to_dict()) if as_json else click.echo(f"started job {job.id} (pid {job.pid}); "
                                                             f"follow it with: schedx jobs --db {store.path}")
         return
-    tasks, source = resolve_tasks(workload, target, shapes)
-    job = store.create_job("tune", {"workload": workload, "target": target, "params": params.to_dict(),
-                                    "rpc": {"tracker": rpc_tracker, "key": rpc_key} if rpc else None})
-    store.update_job(job.id, status="running", pid=__import__("os").getpid())
-    click.echo(f"job {job.id}: {len(tasks)} task(s), {trials} trials, database {store.path}", err=True)
+    tasks = prepared[1].tasks()
+    click.echo(f"{len(tasks)} task(s) for {prepared[0].label}, {trials} trials, database {store.path}", err=True)
     with click.progressbar(length=trials, label="searching", file=click.get_text_stream("stderr"),
                            item_show_func=lambda r: r) as bar:
         def on_batch(report):
             best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
             eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None else ""
-            bar.update(report.trials - bar.pos, f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
+            bar.update(max(0, min(report.trials, trials) - bar.pos),
+                       f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
+
         try:
-            summary = run_tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job.id,
-                               on_batch=on_batch, source_name=source)
-        except BaseException as err:
-            store.update_job(job.id, status="failed", error=f"{type(err).__name__}: {err}"[:2000])
-            raise
-    store.update_job(job.id, status="done", progress={**store.job(job.id).progress, "summary": summary.to_dict()})
+            summary = run_job(store, spec, on_batch=on_batch, prepared=prepared)
+        except KeyboardInterrupt:
+            raise click.ClickException("stopped (Ctrl-C); what was measured is in the database, and running the "
+                                       "same command again resumes") from None
     if as_json:
-        echo_json({"job": job.id, **summary.to_dict()})
-        return
+        echo_json(summary.to_dict())
+    else:
+        _print_summary(summary)
+    if summary.problem:
+        raise click.ClickException(summary.problem)
+
+
+def _print_summary(summary) -> None:
     click.echo(f"{summary.trials} trials in {summary.seconds:.0f} s: {summary.measured} measured, "
                f"{summary.cached} already in the database (not measured again), {summary.failed} failed")
+    for outcome, count in sorted(summary.failures.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {count:>5} {outcome:<14} e.g. {summary.reasons.get(outcome, '')[:150]}")
+    for task, why in summary.unverified.items():
+        click.echo(f"  not verified: {task}: {why[:200]}")
     for task, gflops in sorted(summary.best.items()):
         click.echo(f"  {task:<48} best {gflops:8.1f} GFLOPS")
 
@@ -172,13 +151,14 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
     if not found:
         click.echo("no jobs yet: schedx tune WORKLOAD [--background]")
         return
-    click.echo(f"{'id':>4}  {'status':<8} {'trials':>11}  {'best GFLOPS':>11}  workload")
+    from search.job_spec import JobProgress, JobSpec
+
+    click.echo(f"{'id':>4}  {'status':<8} {'trials':>11}  {'best GFLOPS':>11}  {'failed':>6}  workload")
     for j in found:
-        p = j.progress or {}
-        best = p.get("best_gflops")
-        click.echo(f"{j.id:>4}  {j.status:<8} {p.get('trials', 0):>5}/{p.get('total', j.params.get('params', {}).get('trials', '?')):<5}"
-                   f"  {best if best is None else round(best, 1)!s:>11}  {j.params.get('workload')}"
-                   + (f"  ({j.error[:60]})" if j.error else ""))
+        p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
+        best = "-" if p.best_gflops is None else f"{p.best_gflops:.1f}"
+        click.echo(f"{j.id:>4}  {j.status:<8} {p.trials:>5}/{p.total or spec.params.trials:<5}  {best:>11}  "
+                   f"{p.failed:>6}  {spec.workload} ({spec.target})" + (f"  ({j.error[:80]})" if j.error else ""))
 
 
 @jobs.command("stop")

@@ -25,22 +25,15 @@ def db_path() -> str:
 def save_measurement(kernel: Kernel, session: ScheduleSession | None, result: MeasureResult, *,
                      source: str = "manual") -> int | None:
     """Store one measurement (``source="default"`` for the unscheduled baseline); its record id."""
-    from search.ms_database import store_workload
+    from search.records import manual_record
 
     steps = [s.to_dict() for s in session.steps] if session is not None else []
     trace = to_plain(session.schedule.trace.as_json()) if session is not None else None
+    workload, record = manual_record(kernel, steps, trace, result, hardware=hardware_fingerprint(), source=source)
     try:
         with Store(db_path()) as store:
-            key = store.add_workload(store_workload(
-                kernel.func, name=kernel.info.name, kind="model_task" if "/" in kernel.info.name else "kernel",
-                source=kernel.info.source, flops=kernel.info.flops,
-                shapes={**kernel.info.params, "spec": kernel.info.spec, "bytes": kernel.info.min_bytes}),
-                replace=False)
-            return store.add_record(Record(
-                workload_key=key, target=result.target, hardware=hardware_fingerprint(), source=source,
-                status=result.status, steps=steps, trace=trace, latencies=list(result.latencies),
-                median_s=result.median_s, gflops=result.gflops, environment=result.environment,
-                max_error=result.max_abs_error, verified=result.verified, error=result.error))
+            store.add_workload(workload, replace=False)
+            return store.add_record(record)
     except StoreError as err:
         st.warning(f"Measured, but not saved to the leaderboard: {err}")
         return None
@@ -48,7 +41,7 @@ def save_measurement(kernel: Kernel, session: ScheduleSession | None, result: Me
 
 def best_known(kernel: Kernel, target: str) -> Record | None:
     """The best verified record of this kernel on this machine for ``target``, from any source."""
-    from search.ms_database import workload_key
+    from explorer.workload import workload_key
 
     try:
         with Store(db_path(), create=False) as store:
@@ -62,7 +55,7 @@ def open_requested_record() -> tuple[str, list] | None:
     """If the Leaderboard asked to open a record, or the Search page a sampled sketch:
     ``(kernel spec, steps as dicts)``."""
     from explorer.schedule.trace import trace_to_steps
-    from search.ms_database import as_task_module  # noqa: F401  (keeps the workload keying in one place)
+    from explorer.workload import module_from_b64
 
     steps_sent = st.session_state.pop(state.OPENED, None)  # (spec, steps) from the Search page's sketches
     if steps_sent is not None:
@@ -83,9 +76,7 @@ def open_requested_record() -> tuple[str, list] | None:
     spec = (workload.shapes or {}).get("spec")
     steps = record.steps
     if not steps and record.trace is not None:
-        from tvm.s_tir import meta_schedule as ms
-
-        func = ms.database.Workload.from_json([workload.key, workload.mod_b64]).mod["main"]
+        func = module_from_b64(workload.key, workload.mod_b64)["main"]
         steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
         if spec is None:
             spec = f"record:{record_id}"

@@ -41,24 +41,22 @@ def hand_records(db_path: Path, model: str) -> int:
     """Measure the hand schedule on every convolution of ``model`` it applies to; store the
     verified ones as manual records. Returns how many were stored."""
     from explorer.environment import hardware_fingerprint
-    from explorer.export import load_workload, workload_tasks
-    from explorer.export.build import fused_module
     from explorer.kernels.kernel import make_kernel
     from explorer.measure import measure
     from explorer.schedule.session import ScheduleSession
     from explorer.schedule.steps import ScheduleError, steps_from_json
-    from search.ms_database import store_workload
+    from explorer.workload import load_workload
+    from search.records import store_workload
     from store import Record, Store
 
     workload = load_workload(model)
-    mod = fused_module(workload)
     stored = 0
     with Store(db_path) as store:
-        for task in workload_tasks(workload):
+        for task in workload.tasks():
             if "conv2d" not in task.name:
                 continue
-            kernel = make_kernel(mod[task.name], name=f"{model}/{task.name}", title=task.name,
-                                 source=f"model:{model}", spec=f"{model}/{task.name}", params={"calls": task.calls})
+            kernel = make_kernel(task.mod["main"], name=task.name, title=task.name.split("/")[-1],
+                                 source=f"model:{model}", spec=task.name, params={"calls": task.calls})
             session = ScheduleSession(kernel.func)
             try:
                 session.apply_all(steps_from_json(CONV_STEPS))
@@ -78,10 +76,11 @@ def hand_records(db_path: Path, model: str) -> int:
 
 
 def schedules_for(model: str, db) -> dict:
-    from explorer.export import load_workload, parse_target, workload_tasks
-    from search.export_records import best_schedules
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.choose import best_schedules
 
-    return best_schedules(db, workload_tasks(load_workload(model)), parse_target("cpu"))[0]
+    return best_schedules(db, load_workload(model).tasks(), parse_target("cpu"))[0]
 
 
 def main() -> None:
@@ -94,8 +93,8 @@ def main() -> None:
     opts = parser.parse_args()
 
     from explorer.environment import cpu_info, hardware_fingerprint
-    from explorer.export import export_workload
-    from explorer.export.bench import bench_workload
+    from export import export_workload
+    from export.bench import bench_workload
 
     out(f"machine: {hardware_fingerprint()}, {cpu_info()['usable_cores']} usable cores")
     with tempfile.TemporaryDirectory(prefix="schedx-bench-export-") as tmp:

@@ -30,8 +30,8 @@ import json, sys, tempfile, time; start = time.time()
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from explorer.kernels import load_kernel
-from explorer.measure import host_target
+from explorer.workload import load_kernel
+from explorer.target import host_target
 k = load_kernel(sys.argv[1]); trials = int(sys.argv[2]); per_batch = int(sys.argv[3])
 first = []
 @derived_object
@@ -39,7 +39,7 @@ class First(ms.measure_callback.PyMeasureCallback):
     def apply(self, *args):
         if not first: first.append(time.time() - start)
 with tempfile.TemporaryDirectory() as wd:
-    db = ms.tune_tir(k.func, tvm.target.Target(host_target()), work_dir=wd, max_trials_global=trials,
+    db = ms.tune_tir(k.func, host_target().tvm(), work_dir=wd, max_trials_global=trials,
                      num_trials_per_iter=per_batch, num_tuning_cores=2, seed=0,
                      measure_callbacks=[First(), *ms.measure_callback.MeasureCallback.create("default")])
     best = None
@@ -85,14 +85,13 @@ def first_candidate(spec: str, runs: int = 3) -> None:
 
 
 def schedx_search(spec: str, trials: int, per_batch: int, db: Path):
-    from explorer.kernels import load_kernel
-    from explorer.measure import host_target
+    from explorer.workload import load_workload
     from search.params import SearchParams
-    from search.tune import kernel_tasks, tune
+    from search.tune import tune
     from store import Store
 
     start = time.time()
-    summary = tune(kernel_tasks(load_kernel(spec)), store=Store(db), target=host_target(),
+    summary = tune(load_workload(spec).tasks(), store=Store(db), target="cpu",
                    params=SearchParams(trials=trials, per_batch=per_batch))
     return summary, time.time() - start
 
@@ -135,25 +134,24 @@ def resnet(trials: int) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from explorer.environment import hardware_fingerprint
-    from explorer.measure import host_target
-    from explorer.models import build_onnx, load_model, sample_inputs
-    from explorer.passes import run_pipeline
-    from search.ms_database import StoreDatabase, canonical_target
+    from explorer.models import build_onnx, sample_inputs
+    from explorer.target import host_target
+    from explorer.workload import load_workload
+    from search.ms_database import StoreDatabase
     from search.params import SearchParams
-    from search.tune import model_tasks, tune
+    from search.tune import tune
     from store import Store
 
     target = host_target()
-    loaded = load_model("resnet18")
+    loaded = load_workload("resnet18")
     with tempfile.TemporaryDirectory() as d:
         store = Store(Path(d) / "r18.db")
         start = time.time()
-        tune(model_tasks(loaded, target), store=store, target=target,
-             params=SearchParams(trials=trials, per_batch=32))
+        tune(loaded.tasks(), store=store, target=target, params=SearchParams(trials=trials, per_batch=32))
         tuned_s = time.time() - start
-        mod = run_pipeline(loaded.mod, "tuning").modules[-1]
-        db = StoreDatabase(store, hardware=hardware_fingerprint(), target_filter=canonical_target(target))
-        ex = ms.relax_integration.compile_relax(db, mod, tvm.target.Target(target), params=None)
+        mod = loaded.fused_module()
+        db = StoreDatabase(store, hardware=hardware_fingerprint(), target_filter=target.key)
+        ex = ms.relax_integration.compile_relax(db, mod, target.tvm(), params=None)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     x = sample_inputs("resnet18")["input"]
     args = [tvm.runtime.tensor(x)]

@@ -115,7 +115,8 @@ def bench_import(folder: Path, n: int) -> None:
     print(f"import of a {n}-record MetaSchedule JSON database:")
     print(f"  store only                    {plain:8.2f} s   ({summary['records_added']} added)   target <= 10 s")
     try:
-        from search.ms_database import canonical_target, describe_b64
+        from explorer.target import canonical_target
+        from search.records import describe_b64
     except ImportError:
         return
     with Store(folder / "import_cli.db") as store:

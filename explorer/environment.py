@@ -20,9 +20,24 @@ _ISA_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "
               "neon", "asimd", "sve")
 
 
+# Replaces the CPU flags /proc/cpuinfo reports (space- or comma-separated), to see how schedx
+# behaves on a machine with fewer features than this one (tests use it; so can a user).
+FLAGS_OVERRIDE = "SCHEDX_CPU_FLAGS"
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux reports them (``avx2``, ``avx512f``, ``asimd``, ...), or
+    the ``SCHEDX_CPU_FLAGS`` override."""
+    override = os.environ.get(FLAGS_OVERRIDE)
+    if override is not None:
+        return set(re.split(r"[\s,]+", override.strip())) - {""}
+    return set(cpu_info()["flags"])
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_info() -> dict:
-    """CPU model, vendor, the ISA flags that matter for kernels, physical and logical cores."""
+    """CPU model, vendor, the flags Linux reports, the ISA flags that matter for kernels, logical
+    and usable cores (flags as read from /proc/cpuinfo: :func:`cpu_flags` applies the override)."""
     model, vendor, flags = platform.processor() or platform.machine(), "", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -40,13 +55,19 @@ def cpu_info() -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = logical
-    return {"model": model, "vendor": vendor, "arch": platform.machine(),
+    return {"model": model, "vendor": vendor, "arch": platform.machine(), "flags": sorted(flags),
             "isa": [f for f in _ISA_FLAGS if f in flags], "logical_cores": logical, "usable_cores": usable}
+
+
+def isa_flags() -> list[str]:
+    """The flags that matter for kernels (AVX-512, AVX2, FMA, NEON, SVE, ...) this CPU reports."""
+    flags = cpu_flags()
+    return [f for f in _ISA_FLAGS if f in flags]
 
 
 def isa_level() -> str:
     """The widest vector ISA the CPU has, as a word: avx512, avx2, neon, or the architecture."""
-    isa = cpu_info()["isa"]
+    isa = isa_flags()
     for flag, word in (("avx512f", "avx512"), ("avx2", "avx2"), ("sve", "sve"), ("asimd", "neon"), ("neon", "neon")):
         if flag in isa:
             return word
@@ -87,7 +108,7 @@ def current_environment(target: str = "", threads: int | None = None) -> Environ
 
     c = cpu_info()
     return Environment(
-        hardware=hardware_fingerprint(), cpu_model=c["model"], cpu_flags=tuple(c["isa"]), cores=c["usable_cores"],
+        hardware=hardware_fingerprint(), cpu_model=c["model"], cpu_flags=tuple(isa_flags()), cores=c["usable_cores"],
         threads=threads or int(os.environ.get("TVM_NUM_THREADS", c["usable_cores"])),
         os=f"{platform.system()} {platform.release()}", python=platform.python_version(),
         tvm_version=tvm.__version__, target=target, time=datetime.now(timezone.utc).isoformat(timespec="seconds"))

@@ -1,4 +1,7 @@
-"""Entry point of a background search process: ``python -m search.job_runner --db PATH --job ID``."""
+"""Entry point of a background search process: ``python -m search.job_runner --db PATH --job ID``.
+
+SIGTERM (``schedx jobs stop``) and SIGINT stop the search after the batch in progress; what it
+committed stays, and running the same search again resumes it."""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ import signal
 import sys
 
 
-class Stopped(Exception):
-    """SIGTERM arrived: stop after the batch in progress."""
+class Stopped(KeyboardInterrupt):
+    """SIGTERM arrived: stop as Ctrl-C does."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,30 +32,41 @@ def main(argv: list[str] | None = None) -> int:
         raise Stopped()
 
     signal.signal(signal.SIGTERM, on_term)
-    p = job.params
-    if not p.get("rpc"):  # the measuring workers start now, while TVM loads here
+    from search.job_spec import JobSpec
+
+    spec = JobSpec.from_dict(job.params)
+    if not spec.rpc_tracker:  # the measuring workers start now, while TVM loads here
         from search.pool import prestart
 
-        prestart(None, p["target"].get("kind", "llvm"), p["target"].get("mtriple"))
-    try:
-        from search.params import SearchParams
-        from search.runner import RpcSpec
-        from search.tune import tune
-        from search.workloads import resolve_tasks
+        prestart(None, *_intrinsics(spec.target))
+    from search.jobs import run_job
 
-        rpc = RpcSpec.parse(p["rpc"]["tracker"], p["rpc"]["key"]) if p.get("rpc") else None
-        tasks, source = resolve_tasks(p["workload"], p["target"], p.get("shapes"))
-        summary = tune(tasks, store=store, target=p["target"], params=SearchParams.from_dict(p["params"]), rpc=rpc,
-                       job_id=job.id, source_name=source)
-        progress = dict(store.job(job.id).progress)
-        progress["summary"] = summary.to_dict()
-        store.update_job(job.id, status="done", progress=progress)
-    except Stopped:
-        store.update_job(job.id, status="stopped")
-    except BaseException as err:  # any failure is the job's: record it for the UI and the CLI
-        store.update_job(job.id, status="failed", error=f"{type(err).__name__}: {err}"[:2000])
-        raise
+    try:
+        run_job(store, spec, job_id=job.id)
+    except KeyboardInterrupt:
+        return 0
+    except Exception:  # noqa: BLE001 - run_job recorded it in the job row; the log keeps the traceback
+        import traceback
+
+        traceback.print_exc()
+        return 1
     return 0
+
+
+def _intrinsics(target_text: str) -> tuple[str, str | None]:
+    """The target kind and LLVM triple of a target spelling, read without importing TVM."""
+    import json
+
+    if target_text.lstrip().startswith("{"):
+        try:
+            config = json.loads(target_text)
+            return str(config.get("kind", "llvm")), config.get("mtriple")
+        except (ValueError, AttributeError):
+            pass
+    head = target_text.partition(":")[0].strip().lower()
+    if head in ("aarch64", "arm64"):
+        return "llvm", "aarch64-linux-gnu"
+    return ("cuda", None) if head == "cuda" else ("llvm", None)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from search.errors import SearchError
+from search.job_spec import JobProgress, JobSpec
 from store import Job, Store
 
 
@@ -20,15 +22,15 @@ def log_dir() -> Path:
     return Path(base) / "schedx" / "jobs"
 
 
-def start_job(store: Store, *, workload: str, target: dict, params: dict, rpc: dict | None = None,
-              shapes: str | None = None) -> Job:
-    """Record a job and start its process; returns the job (status running, pid set)."""
-    job = store.create_job("tune", {"workload": workload, "target": target, "params": params, "rpc": rpc,
-                                    "shapes": shapes})
+def start_job(store: Store, spec: JobSpec) -> Job:
+    """Record a job and start its process; returns the job (status running, pid set). The spec
+    should have been validated (:meth:`JobSpec.validate`): a bad one fails in the background."""
+    job = store.create_job("tune", spec.to_dict())
     log = log_dir() / f"job-{job.id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    database = Path(store.path).expanduser().resolve()  # the job runs in another working directory
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "search.job_runner", "--db", str(store.path), "--job",
+        proc = subprocess.Popen([sys.executable, "-m", "search.job_runner", "--db", str(database), "--job",
                                  str(job.id)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent))
     return store.update_job(job.id, status="running", pid=proc.pid)
@@ -80,3 +82,31 @@ def stop_job(store: Store, job_id: int, timeout: float = 10.0) -> Job:
         if alive(job.pid):
             os.killpg(job.pid, signal.SIGKILL)
     return store.update_job(job_id, status="stopped")
+
+
+def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
+            on_batch: Callable[[object], None] | None = None, prepared=None):
+    """Run a search job in this process, with its row in ``store`` (created unless ``job_id``
+    names one): running, then done, failed or stopped (KeyboardInterrupt, SystemExit). Returns
+    the :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s result when the
+    caller has it already."""
+    from search.tune import tune
+
+    if job_id is None:
+        job_id = store.create_job("tune", spec.to_dict()).id
+    store.update_job(job_id, status="running", pid=os.getpid())
+    try:
+        target, workload, rpc = prepared or spec.validate()
+        summary = tune(workload.tasks(), store=store, target=target, params=spec.params, rpc=rpc, job_id=job_id,
+                       on_batch=on_batch, source_name=workload.source, shapes=spec.shapes)
+    except (KeyboardInterrupt, SystemExit):
+        store.update_job(job_id, status="stopped")
+        raise
+    except BaseException as err:  # any failure is the job's: record it for the UI and the CLI
+        store.update_job(job_id, status="failed", error=(str(err) or type(err).__name__)[:2000])
+        raise
+    progress = JobProgress.from_dict(store.job(job_id).progress)
+    done = JobProgress(**{**progress.to_dict(), "summary": summary.to_dict()})
+    store.update_job(job_id, status="done", progress=done.to_dict(),
+                     error=summary.problem if summary.problem else "")
+    return summary

@@ -8,125 +8,24 @@ the target being compiled for, and ``get_top_k`` (what the search warm-starts fr
 of this machine (``hardware``) and of ``target_filter`` when given; ``any_hardware=True`` lifts
 the machine restriction. Workloads are keyed by MetaSchedule's structural hash (module equality
 "structural", the default), so a plain ``database_workload.json`` and the store agree on keys.
-
-Also here, because they need TVM and the store must not import it: :func:`store_workload` (a store
-``Workload`` from an IRModule, with name, argument shapes and FLOPs) and :func:`describe_b64`
-(the same for a module read from a MetaSchedule JSON file, for ``Store.import_metaschedule``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 
-import tvm_ffi
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord
 from tvm.s_tir.meta_schedule.database import Workload as MSWorkload
 from tvm.target import Target
-from tvm.tirx import PrimFunc
 
-from explorer.measure.target import canonical_target
 from explorer.plain import to_plain
+from explorer.target import canonical_target
+from explorer.workload import module_hash, untagged
+from search.records import store_workload
 from store import Outcome, Record, Store
-from store import Workload as StoreWorkload
 from store.records import median_of, split_run_secs
-
-def as_task_module(mod: IRModule | PrimFunc) -> IRModule:
-    """``mod`` as MetaSchedule sees a task: a PrimFunc becomes ``{"main": func}`` with the
-    ``global_symbol`` and ``tirx.noalias`` attributes ``tune_tir`` adds (they change the hash)."""
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
-
-    return _normalize_mod(mod)
-
-
-def workload_key(mod: IRModule | PrimFunc) -> str:
-    """MetaSchedule's structural hash of ``mod`` as the decimal text of database_workload.json
-    (a PrimFunc is first normalised as ``tune_tir`` does; a module is hashed as given)."""
-    return module_hash(as_task_module(mod) if isinstance(mod, PrimFunc) else mod)
-
-
-# A search tags each task's PrimFunc with its workload key, so that the builder and runner can
-# tell which task a candidate belongs to (scheduling keeps function attributes). Hashes ignore it.
-TASK_ATTR = "schedx.task"
-
-
-def tag_task(mod: IRModule, key: str) -> IRModule:
-    """``mod`` (a one-function task module) with its ``main`` tagged as task ``key``."""
-    return IRModule({"main": mod["main"].with_attr(TASK_ATTR, key)})
-
-
-def task_tag(mod: IRModule) -> str | None:
-    attrs = mod["main"].attrs
-    return str(attrs[TASK_ATTR]) if attrs is not None and TASK_ATTR in attrs else None
-
-
-def untagged(mod: IRModule) -> IRModule:
-    """``mod`` without the task tag (what hashes and records see)."""
-    if len(mod.functions) != 1 or task_tag(mod) is None:
-        return mod
-    return IRModule({"main": mod["main"].without_attr(TASK_ATTR)})
-
-
-def module_hash(mod: IRModule) -> str:
-    """MetaSchedule's structural hash of ``mod`` (task tag ignored) as decimal text: workload keys
-    and search candidates alike."""
-    return str(tvm_ffi.structural_hash(untagged(mod)) % (1 << 64))
-
-
-def _dtype_bytes(dtype: str) -> float:
-    bits = re.findall(r"\d+", dtype)
-    lanes = int(dtype.split("x")[-1]) if re.search(r"x\d+$", dtype) else 1
-    return (int(bits[0]) if bits else 8) * lanes / 8
-
-
-def describe_module(mod: IRModule) -> dict:
-    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
-    try:
-        args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
-        args = [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in to_plain(args)]
-    except Exception:  # noqa: BLE001 - a module without one entry function: describe what we can
-        args = []
-    try:
-        flops = int(estimate_tir_flops(mod))
-    except Exception:  # noqa: BLE001
-        flops = 0
-    nbytes = sum(_dtype_bytes(a["dtype"]) * _prod(a["shape"]) for a in args)
-    sig = "_".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
-    name = f"{func_name}_{sig}_{args[0]['dtype']}" if args else func_name
-    return {"name": name[:120], "shapes": {"args": args, "bytes": int(nbytes)}, "flops": flops}
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
-
-
-def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: str = "kernel",
-                   source: str = "search", shapes: dict | None = None, flops: int | None = None) -> StoreWorkload:
-    """The store's Workload for ``mod`` (a PrimFunc is normalised as ``tune_tir`` does): key and
-    module exactly as MetaSchedule writes them; name, shapes and FLOPs computed unless given."""
-    mod = as_task_module(mod) if isinstance(mod, PrimFunc) else mod
-    key, mod_b64 = to_plain(MSWorkload(mod).as_json())
-    info = describe_module(mod)
-    return StoreWorkload(key=key, name=name or info["name"], kind=kind, source=source,
-                         shapes=shapes if shapes is not None else info["shapes"],
-                         flops=flops if flops is not None else info["flops"], mod_b64=mod_b64)
-
-
-def describe_b64(key: str, mod_b64: str) -> dict:
-    """``describe`` hook for ``Store.import_metaschedule``: read the module, describe it."""
-    try:
-        return describe_module(MSWorkload.from_json([key, mod_b64]).mod)
-    except Exception:  # noqa: BLE001 - an unreadable module is imported under a generic name
-        return {}
 
 
 @derived_object
@@ -270,5 +169,4 @@ class StoreDatabase(PyDatabase):
         return self.store.count(target=self.target_filter, hardware=self._hardware(), has_trace=True)
 
 
-__all__ = ["StoreDatabase", "as_task_module", "canonical_target", "describe_b64", "describe_module", "module_hash",
-           "store_workload", "workload_key"]
+__all__ = ["StoreDatabase"]

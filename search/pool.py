@@ -9,7 +9,7 @@ target's intrinsics (see :mod:`explorer.tvm_fast`), and keeps them for the whole
 
 A job that raises comes back as an ``error`` outcome; one that runs past its time, or kills its
 process (a segfaulting candidate), comes back as ``timeout`` or ``crashed``, and the worker is
-replaced at once. Nothing here imports TVM: the parent may create a pool first thing.
+replaced at once; failures that are not the job's (see :class:`Outcome`) come back as ``infra``. Nothing here imports TVM: the parent may create a pool first thing.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ START_TIMEOUT_S = 120.0  # a worker's start-up (imports, intrinsics) on a loaded
 @dataclass(frozen=True)
 class Outcome:
     """What a job gave: ``status`` is ``ok`` (``value`` holds the result), ``error`` (the job
-    raised), ``timeout`` or ``crashed`` (its process was killed or died); ``message`` says why."""
+    raised), ``timeout`` or ``crashed`` (the job killed its process), or ``infra`` (not the job's
+    fault: a worker that cannot start, a closed pool, a process killed from outside, an RPC device
+    out of reach, an instruction this CPU lacks); ``message`` says why."""
 
     status: str
     value: object = None
@@ -45,23 +47,15 @@ class Outcome:
         return self.status == "ok"
 
 
-# Errors that are not the candidate's fault (a worker that cannot start, an RPC device that
-# cannot be reached) start with this: a resumed search tries those candidates again.
-INFRASTRUCTURE = "infrastructure: "
-
-_CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}
-
-
-def failure(prefix: str, outcome: Outcome) -> str:
-    """The error text a failed job leaves in a record: ``prefix`` and the message, or the
-    infrastructure marker first when the failure was not the candidate's."""
-    if INFRASTRUCTURE in outcome.message:
-        return INFRASTRUCTURE + outcome.message.split(INFRASTRUCTURE, 1)[1]
-    return prefix + outcome.message
+# A crash by one of these is the candidate's; SIGILL is the machine's: the code uses an
+# instruction this CPU does not have, whatever the schedule (the target does not fit the host).
+_CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGABRT"}
 
 
 class _WorkerDied(Exception):
-    pass
+    def __init__(self, message: str, infra: bool) -> None:
+        super().__init__(message)
+        self.infra = infra
 
 
 class _Worker:
@@ -135,7 +129,7 @@ class _Worker:
         try:
             why_not = self._ready()
             if why_not:
-                return Outcome("error", message=INFRASTRUCTURE + why_not)
+                return Outcome("infra", message=why_not)
             self._send(cloudpickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
             status, value = self._receive(timeout)
         except TimeoutError:
@@ -143,13 +137,13 @@ class _Worker:
             return Outcome("timeout", message=f"no answer within {timeout:.0f} s")
         except _WorkerDied as died:
             self.restart()
-            return Outcome("crashed", message=str(died))
+            return Outcome("infra" if died.infra else "crashed", message=str(died))
         except BaseException:  # interrupted between a job and its answer: that answer must not leak
             self.restart()
             raise
         if status == "ok":
             return Outcome("ok", value=value)
-        return Outcome("error", message=str(value))
+        return Outcome("infra" if status == "infra" else "error", message=str(value))
 
     def _send(self, data: bytes) -> None:
         try:
@@ -158,7 +152,7 @@ class _Worker:
             while view:
                 view = view[os.write(self.wfd, view):]
         except OSError as err:
-            raise _WorkerDied(self._death(f"the worker process went away ({err})")) from None
+            raise self._death(f"the worker process went away ({err})") from None
 
     def _receive(self, timeout: float):
         import cloudpickle
@@ -178,23 +172,28 @@ class _Worker:
                 raise TimeoutError()
             chunk = os.read(self.rfd, min(n - got, 1 << 20))
             if not chunk:
-                raise _WorkerDied(self._death("the worker process exited"))
+                raise self._death("the worker process exited")
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
 
-    def _death(self, fallback: str) -> str:
+    def _death(self, fallback: str) -> _WorkerDied:
+        """Why the process went: the candidate's fault (it crashed it) or not (see :class:`Outcome`)."""
         try:
             code = self.proc.wait(timeout=2) if self.proc is not None else None
         except subprocess.TimeoutExpired:
             code = None
         if self.closed:
-            return "the worker pool was closed"
+            return _WorkerDied("the worker pool was closed", infra=True)
         if code is not None and code < 0:
             name = signal.Signals(-code).name
-            why = "the candidate crashed it" if name in _CRASH_SIGNALS else "killed from outside"
-            return f"the process died of {name} ({why})"
-        return fallback if code is None else f"{fallback} with status {code}"
+            if name in _CRASH_SIGNALS:
+                return _WorkerDied(f"the candidate crashed its process ({name})", infra=False)
+            if name == "SIGILL":
+                return _WorkerDied("illegal instruction (SIGILL): the code uses an instruction this CPU does not "
+                                   "have; the target does not fit this machine (use --target cpu)", infra=True)
+            return _WorkerDied(f"the worker process was killed from outside ({name})", infra=True)
+        return _WorkerDied(fallback if code is None else f"{fallback} with status {code}", infra=code is None)
 
 
 class WarmPool:
@@ -216,7 +215,7 @@ class WarmPool:
     def call(self, fn: Callable, *args, timeout: float) -> Outcome:
         """Run ``fn(*args)`` in the next free worker; waits for one to be free."""
         if self._closed:
-            return Outcome("crashed", message="the worker pool is closed")
+            return Outcome("infra", message="the worker pool is closed")
         worker = self._idle.get()
         try:
             return worker.call(fn, args, timeout)

@@ -1,7 +1,8 @@
 """A worker process of :class:`search.pool.WarmPool`: ``python -m search.pool_worker READ_FD WRITE_FD``.
 
 Reads jobs (a cloudpickled ``(function, args)``, length-prefixed) and answers each with
-``("ok", result)`` or ``("error", message)``. The parent enforces time limits (it kills the
+``("ok", result)``, ``("error", message)``, or ``("infra", message)`` when the job raised
+:class:`search.errors.InfrastructureError` (not the candidate's fault). The parent enforces time limits (it kills the
 process), so this loop stays simple; a worker whose parent is gone exits on its own. Importing the ``search`` package first keeps torch out of
 TVM's start-up here too (see :mod:`explorer.tvm_fast`).
 """
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
             fn, args = cloudpickle.loads(body)
             reply = ("ok", fn(*args))
         except BaseException as err:  # every failure goes back to the parent as data
-            reply = ("error", _describe(err))
+            reply = ("infra" if type(err).__name__ == "InfrastructureError" else "error", _describe(err))
         try:
             data = cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:

@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass
 import tvm
 
 from explorer.kernels import Kernel
-from explorer.schedule.steps import Step
 from explorer.plain import to_plain
+from explorer.schedule.steps import Step
 from explorer.schedule.trace import trace_to_steps
+from explorer.target import Target, parse_target
 from explorer.tvm_fast import light_tensor_intrin
 from search.errors import SearchError
 
@@ -48,43 +49,46 @@ class Sketch:
         return d
 
 
-def target_object(target: dict) -> tvm.target.Target:
-    target = dict(target)
-    target.setdefault("num-cores", 2)  # MetaSchedule requires it
-    return tvm.target.Target(target)
+def _cpu_target(target: Target | str | None) -> Target:
+    target = parse_target(target)
+    if not target.searchable:
+        raise SearchError(f"sketches come from MetaSchedule's CPU rules; {target.label} is not a CPU target")
+    return target
 
 
-def default_rule_names(target: dict) -> list[str]:
+def default_rule_names(target: Target | str | None = None) -> list[str]:
     """Names of the target's default schedule rules, in MetaSchedule's order."""
     from tvm.s_tir import meta_schedule as ms
 
-    light_tensor_intrin(target.get("kind", "llvm"))
-    return [type(r).__name__ for r in ms.ScheduleRule.create(target_object(target).kind.name)]
+    target = _cpu_target(target)
+    light_tensor_intrin(*target.intrinsics)
+    return [type(r).__name__ for r in ms.ScheduleRule.create(target.tvm().kind.name)]
 
 
-def space_generator(target: dict, rules: list[str] | None):
+def space_generator(target: Target | str | None, rules: list[str] | None):
     """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``."""
     from tvm.s_tir import meta_schedule as ms
 
-    light_tensor_intrin(target.get("kind", "llvm"))
+    target = _cpu_target(target)
+    light_tensor_intrin(*target.intrinsics)
     if rules is None:
         return "post-order-apply"
-    tgt = target_object(target)
-    defaults = ms.ScheduleRule.create(tgt.kind.name)
+    kind = target.tvm().kind.name
+    defaults = ms.ScheduleRule.create(kind)
     known = [type(r).__name__ for r in defaults]
     unknown = sorted(set(rules) - set(known))
     if unknown:
         raise SearchError(f"unknown schedule rule(s) {', '.join(unknown)}; this target has: {', '.join(known)}")
-    kind = tgt.kind.name
     return ms.space_generator.PostOrderApply(sch_rules=[r for r in defaults if type(r).__name__ in rules],
                                             postprocs=ms.Postproc.create(kind), mutator_probs=ms.Mutator.create(kind))
 
 
-def tune_context(kernel: Kernel, target: dict, rules: list[str] | None = None, seed: int = 0):
+def tune_context(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, seed: int = 0):
     from tvm.s_tir import meta_schedule as ms
 
+    target = _cpu_target(target)
     gen = space_generator(target, rules)
-    return ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=target_object(target),
+    return ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=target.tvm(),
                           space_generator=gen, search_strategy="evolutionary", num_threads=2, rand_state=seed)
 
 
@@ -93,7 +97,7 @@ def _rules_of(trace_json: object) -> tuple[str, ...]:
     return tuple(rule for rule, marks in _RULE_MARKS.items() if any(m in text for m in marks))
 
 
-def generate_sketches(kernel: Kernel, target: dict, rules: list[str] | None = None) -> list[Sketch]:
+def generate_sketches(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None) -> list[Sketch]:
     """The kernel's design spaces under the target's rules (or only ``rules``)."""
     ctx = tune_context(kernel, target, rules)
     out = []
@@ -105,7 +109,7 @@ def generate_sketches(kernel: Kernel, target: dict, rules: list[str] | None = No
     return out
 
 
-def sample_schedule(kernel: Kernel, sketch: Sketch, target: dict, seed: int = 0, tries: int = 20) -> list[Step]:
+def sample_schedule(kernel: Kernel, sketch: Sketch, target: Target | str | None, seed: int = 0, tries: int = 20) -> list[Step]:
     """A concrete schedule drawn from ``sketch``: its sampling decisions drawn anew (seeded), the
     target's postprocessors applied (as MetaSchedule does before measuring), as steps."""
     from tvm import s_tir

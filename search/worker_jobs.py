@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-VERIFY_FAILED = "verify failed: "
-
 # (shape, dtype, is_output) per parameter of a task's PrimFunc, in order.
 ArgSpecs = list[tuple[tuple[int, ...], str, bool]]
 
@@ -93,14 +91,14 @@ def _remote(artifact_path: str, rpc: dict, device: str):
     """A session on a device the tracker hands out, with the artifact uploaded and loaded there."""
     from tvm import rpc as tvm_rpc
 
-    from search.pool import INFRASTRUCTURE
+    from search.errors import InfrastructureError
 
     try:
         tracker = tvm_rpc.connect_tracker(rpc["host"], rpc["port"])
         session = tracker.request(rpc["key"], priority=0, session_timeout=rpc.get("session_timeout", 60))
     except Exception as err:
-        raise RuntimeError(f"{INFRASTRUCTURE}no RPC device with key {rpc['key']!r} from the tracker at "
-                           f"{rpc['host']}:{rpc['port']}: {err}") from err
+        raise InfrastructureError(f"no RPC device with key {rpc['key']!r} from the tracker at "
+                                  f"{rpc['host']}:{rpc['port']}: {err}") from err
     session.upload(artifact_path)
     return session.load_module(os.path.basename(artifact_path)), session.device(device, 0)
 
@@ -146,7 +144,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         outs = [i for i, spec in enumerate(check_specs) if spec[2]]
         ok, max_error, _, why = compare([check_args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
         if not ok:
-            return {"error": VERIFY_FAILED + why, "max_error": max_error}
+            return {"verify_failed": why, "max_error": max_error}
         if not check_path:
             args = check_args
     if args is None:

@@ -37,10 +37,15 @@ def _free_port() -> int:
 @contextmanager
 def schedx_ui(env: dict | None = None):
     """Start ``schedx ui`` on a free loopback port; yield its URL; stop it."""
+    import uuid
+
+    from tests.processes import kill_marked
+
     port = _free_port()
+    marker = uuid.uuid4().hex  # the server and every job it starts carry it: all stopped at the end
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            env={**os.environ, **(env or {}), "SCHEDX_TEST_UI": marker}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -67,6 +72,7 @@ def schedx_ui(env: dict | None = None):
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        kill_marked("SCHEDX_TEST_UI", marker)  # background searches it started run in sessions of their own
 
 
 def screenshot_dir(tmp_path: Path) -> Path:

@@ -57,6 +57,32 @@ def resnet18():
     return load_model("resnet18")
 
 
+def pytest_configure(config):
+    """Mark every process this run starts (UI servers, search jobs, pool workers inherit it)."""
+    import os
+    import uuid
+
+    from tests.processes import RUN_MARKER
+
+    os.environ.setdefault(RUN_MARKER, uuid.uuid4().hex)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No process this run started may outlive it: kill any that did, and fail the run."""
+    import os
+
+    from tests.processes import RUN_MARKER, kill_marked, leftovers
+
+    left = leftovers(os.environ[RUN_MARKER])
+    if left:
+        kill_marked(RUN_MARKER, os.environ[RUN_MARKER])
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"  pid {pid}: {cmd[:160]}" for pid, cmd in left]
+        if reporter is not None:
+            reporter.write_line("processes left behind by the tests (killed now):\n" + "\n".join(lines), red=True)
+        session.exitstatus = 1
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_database(tmp_path_factory):
     """Every test writes to a throw-away database, never the user's default one."""

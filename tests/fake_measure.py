@@ -1,33 +1,28 @@
 """Deterministic fake builder and runner: search logic without compiling or timing anything.
 
-The builder 'builds' a candidate into a name carrying its structural hash; the runner turns the
-hash into a latency, so the same candidate always gets the same time, and one in ``fail_every``
-fails to run."""
+Plain MetaSchedule builder and runner (no schedx protocol to imitate: the search's ledger wraps
+them). The builder 'builds' a candidate into a name carrying its structural hash; the runner
+turns the hash into a latency, so the same candidate always gets the same time, and one in
+``fail_every`` fails to run."""
 
 from __future__ import annotations
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from search.builder import CACHED_PREFIX
-from search.tune import candidate_hash
+from explorer.workload import module_hash
 
 
 @derived_object
 class FakeBuilder(ms.builder.PyBuilder):
     def __init__(self) -> None:
         super().__init__()
-        self.known = None
         self.built: list[str] = []
 
     def build(self, build_inputs):
         out = []
         for inp in build_inputs:
-            cached = self.known(inp.mod) if self.known else None
-            if cached is not None:
-                out.append(ms.builder.BuilderResult(CACHED_PREFIX + cached, None))
-                continue
-            h = candidate_hash(inp.mod)
+            h = module_hash(inp.mod)
             self.built.append(h)
             out.append(ms.builder.BuilderResult(f"fake:{h}", None))
         return out

@@ -14,8 +14,9 @@ from io import BytesIO
 import numpy as np
 import pytest
 
-from explorer.export import BundleError, export_workload, load_workload, read_manifest, zip_bundle
-from explorer.export.verify import run_in_child, verify_folder
+from explorer.workload import load_workload
+from export import BundleError, export_workload, read_manifest, zip_bundle
+from export.verify import run_in_child, verify_folder
 
 
 @pytest.fixture(scope="module")
@@ -134,16 +135,17 @@ def test_not_a_bundle(tmp_path):
 
 def test_new_weights_need_no_recompilation(cnn_bundle, tmp_path):
     """The seed-0 library with seed-1 weights computes what ONNX Runtime computes with seed-1 weights."""
-    from explorer.export.build import model_params
-    from explorer.export.bundle import replace_params
-    from explorer.export.workload import ExportWorkload, ort_session
+    from export.build import model_params
+    from export.bundle import replace_params
+    from explorer.workload import Workload
+    from explorer.workload.reference import ort_session
     from explorer.models import build_onnx, import_onnx, sample_inputs
 
     folder = _copy(cnn_bundle, tmp_path)
     lib_hash = read_manifest(folder)["files"]["lib.so"]["sha256"]
     other = build_onnx("small_cnn", seed=1)
     loaded = import_onnx(other, name="small_cnn", origin="zoo")
-    w = ExportWorkload(spec="small_cnn", kind="model", name="small_cnn", mod=loaded.mod, inputs=loaded.info.inputs,
+    w = Workload(spec="small_cnn", kind="model", name="small_cnn", mod=loaded.mod, inputs=loaded.info.inputs,
                        outputs=loaded.info.outputs, onnx_model=loaded.onnx_model, origin="zoo")
     specs, values = model_params(w)
     manifest = replace_params(folder, [p.name for p in specs], values)

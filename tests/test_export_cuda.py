@@ -7,9 +7,11 @@ import shutil
 
 import pytest
 
-from explorer.export import export_workload, load_workload, parse_target
-from explorer.export.build import build
-from explorer.export.cuda_check import check_cuda, is_thread_bound, unbound_prim_funcs
+from explorer.target import parse_target
+from explorer.workload import load_workload
+from export import export_workload
+from export.build import build
+from export.cuda_check import check_cuda, is_thread_bound, unbound_prim_funcs
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 
@@ -25,7 +27,10 @@ def test_every_prim_func_is_bound_and_has_a_kernel(cuda_bundle):
     assert c.arch == "sm_90" and c.prim_funcs == 10
     assert c.unbound == () and c.missing_kernels == ()
     assert len(c.kernels) >= c.prim_funcs and c.source_bytes > 10_000
-    assert cuda_bundle.verification is None  # no GPU here: nothing to run
+    v = cuda_bundle.verification
+    if not __import__("tvm").cuda(0).exist:  # no GPU here: nothing runs, and the verdict says so
+        assert v.status == "skipped" and "no CUDA GPU" in v.why and "gpu_check" in v.why
+        assert cuda_bundle.ok and not cuda_bundle.verified and "not run here" in cuda_bundle.verdict
     assert cuda_bundle.layers.ok  # the layer check runs on the CPU whatever the target
 
 
@@ -62,15 +67,15 @@ def test_nvcc_failure_is_reported_not_raised():
         def inspect_source(self, fmt):
             return 'extern "C" __global__ void matmul_M32_N32_K32_float32_kernel(float* a) { this is not C; }'
 
-    check, _, cubin = check_cuda(built.lowered, Broken(), parse_target("cuda:sm_80").tvm_target())
+    check, _, cubin = check_cuda(built.lowered, Broken(), parse_target("cuda:sm_80").tvm())
     assert check.nvcc == "failed" and not check.ok and cubin == b"" and check.nvcc_error
 
 
 def test_cuda_bundle_cannot_run_here_and_says_so(cuda_bundle):
     import tvm
 
-    from explorer.export import BundleError
-    from explorer.export.verify import run_in_child
+    from export import BundleError
+    from export.verify import run_in_child
 
     if tvm.cuda(0).exist:
         pytest.skip("a GPU is visible: tests/test_export_gpu.py runs the bundle")

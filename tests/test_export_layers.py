@@ -8,7 +8,7 @@ import copy
 import numpy as np
 from onnx import numpy_helper
 
-from explorer.export.layers import compare_layers
+from export.layers import compare_layers
 from explorer.models import build_onnx, sample_inputs
 
 

@@ -10,12 +10,11 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from explorer.environment import hardware_fingerprint
-from explorer.export import load_workload
-from explorer.export.build import fused_module
-from explorer.measure import host_target
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
-from search.ms_database import canonical_target, store_workload
+from explorer.target import canonical_target, host_target
+from explorer.workload import load_workload
+from search.records import store_workload
 from store import Record, Store
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export.py")
@@ -32,7 +31,7 @@ def _page(db: Path) -> AppTest:
 
 
 def _db_with_two_records(path: Path) -> tuple[int, int]:
-    mod = fused_module(load_workload("small_cnn"))
+    mod = load_workload("small_cnn").fused_module()
     func = mod["conv2d1"]
     trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in STEPS])
     with Store(path) as store:
@@ -53,7 +52,7 @@ def test_builds_small_cnn_and_offers_the_zip(tmp_path):
     assert at.dataframe and len(at.dataframe[0].value) == 10
     at.button(key="ex_build").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.success and "Built small_cnn" in at.success[0].value
+    assert at.success and "small_cnn for llvm" in at.success[0].value and "verified:" in at.success[0].value
     assert any("have no record" in w.value for w in at.warning)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["verified"] == "yes" and float(metrics["max rel error"]) < 1e-4
@@ -67,16 +66,16 @@ def test_best_record_is_preselected_and_a_pick_can_change_it(tmp_path):
     fast, slow = _db_with_two_records(db)
     at = _page(db)
     assert not at.exception
-    pick = at.selectbox(key="ex_pick_conv2d1")
+    pick = at.selectbox(key="ex_pick_small_cnn/conv2d1")
     assert pick.value == fast and pick.options[-1] == "default schedule"
     assert "1 with records" in at.subheader[0].value
     table = at.dataframe[0].value
-    assert table.loc[table["kernel"] == "conv2d1", "schedule"].item() == f"record {fast}"
+    assert table.loc[table["kernel"] == "small_cnn/conv2d1", "schedule"].item() == f"record {fast}"
     pick.set_value(slow).run()
     at.button(key="ex_build").click().run()
     assert not at.exception and at.success
     manifest = at.session_state["ex_result"]["report"].manifest
-    assert manifest["records"] == {"conv2d1": slow}
+    assert manifest["records"] == {"small_cnn/conv2d1": slow}
     data = at.session_state["ex_result"]["zip"]
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert any(n.endswith("/manifest.json") for n in names) and any(n.endswith("/lib.so") for n in names)
@@ -86,12 +85,13 @@ def test_cuda_target_shows_the_gpu_checks(tmp_path):
     at = _page(tmp_path / "none.db")
     at.sidebar.radio(key="ex_source").set_value("Kernel").run()
     at.sidebar.text_input(key="ex_kernel").set_value("matmul:M=64,N=64,K=64").run()
-    at.sidebar.radio(key="ex_target_kind").set_value("CUDA").run()
-    at.sidebar.selectbox(key="ex_arch").set_value("sm_90").run()
+    at.sidebar.selectbox(key="ex_target_kind_pick").set_value("cuda:sm_90").run()
     at.button(key="ex_build").click().run()
     assert not at.exception
     assert any("every PrimFunc thread-bound" in i.value for i in list(at.info) + list(at.error))
     assert any("dlight" in w.value for w in at.warning)
+    # no GPU here: the verdict says the bundle was built, not run, and why
+    assert any("not run here" in w.value and "no CUDA GPU" in w.value for w in at.warning)
 
 
 def test_bad_input_is_shown_not_raised(tmp_path):
@@ -100,6 +100,6 @@ def test_bad_input_is_shown_not_raised(tmp_path):
     at.sidebar.text_input(key="ex_kernel").set_value("matmul:Q=1").run()
     assert not at.exception and at.error and "has no parameter Q" in at.error[0].value
     at.sidebar.text_input(key="ex_kernel").set_value("matmul:M=8,N=8,K=8").run()
-    at.sidebar.radio(key="ex_target_kind").set_value("CPU (named)").run()
-    at.sidebar.text_input(key="ex_mcpu").set_value("nocpu").run()
+    at.sidebar.selectbox(key="ex_target_kind_pick").set_value("other…").run()
+    at.sidebar.text_input(key="ex_target_kind_text").set_value("cpu:nocpu").run()
     assert at.error and "LLVM does not know the CPU" in at.error[0].value

@@ -9,13 +9,13 @@ import json
 import pytest
 
 from explorer.environment import hardware_fingerprint
-from explorer.export import ExportError, export_workload, load_workload, parse_target, workload_tasks
-from explorer.export.build import fused_module
-from explorer.measure import host_target
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
-from search.export_records import best_schedules, schedules_for, task_choices
-from search.ms_database import canonical_target, store_workload
+from explorer.target import canonical_target, host_target, parse_target
+from explorer.workload import load_workload
+from export import ExportError, export_workload, workload_tasks
+from export.choose import best_schedules, schedules_for, task_choices
+from search.records import store_workload
 from store import Record, Store
 
 CONV_STEPS = [
@@ -25,7 +25,7 @@ CONV_STEPS = [
     {"primitive": "parallel", "args": {"loop": "conv2d_nchw/ff"}},
     {"primitive": "vectorize", "args": {"loop": "conv2d_nchw/xx"}},
 ]
-CONV_TASKS = ("fused_conv2d2_add_relu2", "conv2d1", "conv2d")
+CONV_TASKS = ("small_cnn/fused_conv2d2_add_relu2", "small_cnn/conv2d1", "small_cnn/conv2d")
 
 
 def _record(key: str, *, median: float, steps=(), trace=None, target=None, hardware=None, source="manual") -> Record:
@@ -37,7 +37,7 @@ def _record(key: str, *, median: float, steps=(), trace=None, target=None, hardw
 @pytest.fixture(scope="module")
 def cnn():
     workload = load_workload("small_cnn")
-    return workload, workload_tasks(workload), fused_module(workload)
+    return workload, workload_tasks(workload), workload.fused_module()
 
 
 @pytest.fixture
@@ -48,8 +48,9 @@ def store(tmp_path, cnn):
     ids = {}
     for name in CONV_TASKS:
         task = next(t for t in tasks if t.name == name)
-        db.add_workload(store_workload(mod[name], name=f"small_cnn/{name}", kind="model_task"))
-        trace = steps_to_trace(mod[name], [Step(s["primitive"], s["args"]) for s in CONV_STEPS])
+        func = mod[task.funcs[0]]
+        db.add_workload(store_workload(func, name=name, kind="model_task"))
+        trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in CONV_STEPS])
         fast = db.add_record(_record(task.key, median=1e-4, trace=trace, source="search"))
         slow = db.add_record(_record(task.key, median=2e-4, steps=CONV_STEPS))
         ids[name] = (fast, slow)
@@ -67,8 +68,8 @@ def test_best_record_per_task_for_this_target_and_machine(cnn, store):
     assert {name: s.record_id for name, s in schedules.items()} == {n: ids[n][0] for n in CONV_TASKS}
     assert all(s.trace is not None for s in schedules.values())  # the search record replays its trace
     by_name = {c.task.name: c for c in choices}
-    assert [r.id for r in by_name["conv2d"].candidates] == list(ids["conv2d"])  # other machine/target left out
-    assert by_name["mean"].candidates == ()
+    assert [r.id for r in by_name["small_cnn/conv2d"].candidates] == list(ids["small_cnn/conv2d"])  # other machine/target left out
+    assert by_name["small_cnn/mean"].candidates == ()
 
 
 def test_export_applies_the_records_and_names_the_rest(cnn, store, tmp_path):
@@ -82,19 +83,20 @@ def test_export_applies_the_records_and_names_the_rest(cnn, store, tmp_path):
     applied = [t for t in m["tasks"] if t["schedule"] == "record"]
     assert sorted(t["name"] for t in applied) == sorted(CONV_TASKS)
     warning = next(w for w in m["warnings"] if "have no record" in w)
-    assert warning.startswith("7 of 10 kernels (2.7% of the FLOPs)") and "fused_batch_norm_relu (1.4%)" in warning
+    assert warning.startswith("7 of 10 kernels (2.7% of the FLOPs)") and "small_cnn/fused_batch_norm_relu (1.4%)" in warning
 
 
 def test_a_pick_overrides_the_best_and_none_means_default(cnn, store):
     _, tasks, _ = cnn
     db, ids = store
     choices = task_choices(db, tasks, parse_target("cpu"))
-    schedules = schedules_for(choices, {"conv2d": ids["conv2d"][1], "conv2d1": None})
-    assert schedules["conv2d"].record_id == ids["conv2d"][1] and schedules["conv2d"].steps  # the manual one: steps
-    assert "conv2d1" not in schedules
-    assert schedules["fused_conv2d2_add_relu2"].record_id == ids["fused_conv2d2_add_relu2"][0]
-    with pytest.raises(ExportError, match="record 999999 is not a record of task conv2d"):
-        schedules_for(choices, {"conv2d": 999999})
+    c0, c1, fused = "small_cnn/conv2d", "small_cnn/conv2d1", "small_cnn/fused_conv2d2_add_relu2"
+    schedules = schedules_for(choices, {c0: ids[c0][1], c1: None})
+    assert schedules[c0].record_id == ids[c0][1] and schedules[c0].steps  # the manual one: steps
+    assert c1 not in schedules
+    assert schedules[fused].record_id == ids[fused][0]
+    with pytest.raises(ExportError, match="record 999999 is not a record of task small_cnn/conv2d"):
+        schedules_for(choices, {c0: 999999})
 
 
 def test_other_targets_get_their_own_records(cnn, store):
@@ -109,7 +111,7 @@ def test_cuda_records_match_by_arch(cnn, tmp_path):
     _, tasks, mod = cnn
     task = tasks[0]
     with Store(tmp_path / "gpu.db") as db:
-        db.add_workload(store_workload(mod[task.name]))
+        db.add_workload(store_workload(mod[task.funcs[0]]))
         gpu = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "host": {"kind": "llvm"}}
         rid = db.add_record(_record(task.key, median=1e-5, steps=CONV_STEPS, target=json.dumps(gpu),
                                     hardware="gpu-box/H100"))
@@ -118,19 +120,19 @@ def test_cuda_records_match_by_arch(cnn, tmp_path):
 
 
 def test_a_record_that_does_not_apply_falls_back_with_a_warning(cnn, tmp_path):
-    from explorer.export import TaskSchedule
-    from explorer.export.build import build
+    from export import TaskSchedule
+    from export.build import build
 
     workload, _, _ = cnn
-    bad = {"mean": TaskSchedule(steps=tuple(CONV_STEPS), record_id=7, source="manual")}  # no conv2d_nchw block there
+    bad = {"small_cnn/mean": TaskSchedule(steps=tuple(CONV_STEPS), record_id=7, source="manual")}  # no conv2d_nchw block
     built = build(workload, parse_target("cpu"), bad)
-    outcome = next(o for o in built.outcomes if o.task.name == "mean")
+    outcome = next(o for o in built.outcomes if o.task.name == "small_cnn/mean")
     assert outcome.schedule == "failed" and outcome.record_id == 7 and outcome.error
-    assert any(w.startswith("record 7 for mean did not apply") for w in built.warnings)
+    assert any(w.startswith("record 7 for small_cnn/mean did not apply") for w in built.warnings)
 
 
 def test_kernel_export_with_a_manual_record(tmp_path):
-    from explorer.kernels import load_kernel
+    from explorer.workload import load_kernel
 
     kernel = load_kernel("matmul:M=64,N=64,K=64")
     steps = [{"primitive": "split", "args": {"loop": "C/j", "factors": [None, 16]}},
@@ -146,20 +148,22 @@ def test_kernel_export_with_a_manual_record(tmp_path):
     assert report.verification.ok and not any("have no record" in w for w in report.warnings)
 
 
-def test_task_keys_agree_with_the_search_and_the_schedule_page(cnn):
-    """Records meet tasks only if the export keys a task exactly as the search and the Schedule page do."""
-    from explorer.kernels.from_model import model_kernels
+def test_task_keys_agree_with_metaschedule_and_the_schedule_page(cnn):
+    """Records meet tasks only if schedx keys a task exactly as MetaSchedule's own task extraction
+    and the Schedule page do; equal PrimFuncs are one task with their calls summed."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from explorer.workload import load_kernel
+    from explorer.workload import model_kernels
     from explorer.models import load_model
-    from search.ms_database import workload_key
-    from search.tune import model_tasks
+    from explorer.workload import as_task_module, workload_key
 
-    _, tasks, _ = cnn
-    loaded = load_model("small_cnn")
-    assert {t.key for t in model_tasks(loaded, dict(host_target()))} == {t.key for t in tasks}
-    assert {workload_key(k.func) for k in model_kernels(loaded)} == {t.key for t in tasks}
+    workload, tasks, mod = cnn
+    extracted = ms.relax_integration.extract_tasks(mod, host_target().tvm())
+    assert {workload_key(as_task_module(t.dispatched[0])) for t in extracted} == {t.key for t in tasks}
+    assert {t.task_name: int(t.weight) for t in extracted} == {t.funcs[0]: t.calls for t in tasks}
+    assert {workload_key(k.func) for k in model_kernels(load_model("small_cnn"))} == {t.key for t in tasks}
     kernel_task = workload_tasks(load_workload("matmul:M=64,N=64,K=64"))[0]
-    from explorer.kernels import load_kernel
-
     assert kernel_task.key == workload_key(load_kernel("matmul:M=64,N=64,K=64").func)
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from explorer.export import export_workload
+from export import export_workload
 
 pytestmark = pytest.mark.slow
 

@@ -59,8 +59,9 @@ def test_spec_parsing_and_errors():
 
 
 def test_fused_kernels_of_a_model_verify_against_the_unscheduled_kernel():
-    from explorer.kernels.from_model import model_kernels
     from explorer.models import load_model
+    from explorer.workload import load_kernel as load_any_kernel
+    from explorer.workload import model_kernels
 
     kernels = model_kernels(load_model("small_cnn"))
     names = [k.name for k in kernels]
@@ -69,4 +70,6 @@ def test_fused_kernels_of_a_model_verify_against_the_unscheduled_kernel():
     assert top.reference is None and top.info.flops > 0 and top.info.params["calls"] >= 1
     ok, why = check(top, tvm.IRModule({"main": top.func}))
     assert ok, why
-    assert load_kernel(top.name, {k.name: k for k in kernels}) is top
+    assert load_any_kernel(top.name, model_kernels_by_name={k.name: k for k in kernels}) is top
+    with pytest.raises(KernelError, match="explorer.workload.load_kernel"):
+        load_kernel(top.name)  # the built-in loader points to the one that knows models

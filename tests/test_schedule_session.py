@@ -195,15 +195,14 @@ def test_sketches_with_sampled_compute_locations_convert_to_equal_steps():
     looked up; the conversion must read them from the decision instead (found tuning small_cnn)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from explorer.models import load_model
+    from explorer.target import parse_target
     from explorer.tvm_fast import light_tensor_intrin
-    from search.sketches import target_object
-    from search.tune import model_tasks
+    from explorer.workload import load_workload, tag_task
 
     light_tensor_intrin("llvm")
-    target = {"kind": "llvm", "num-cores": 2}
-    task = next(t for t in model_tasks(load_model("small_cnn"), target) if t.name.endswith("/mean"))
-    ctx = ms.TuneContext(mod=task.mod, target=target_object(target), space_generator="post-order-apply",
+    target = parse_target('{"kind": "llvm", "num-cores": 2}')
+    task = next(t for t in load_workload("small_cnn").tasks() if t.name.endswith("/mean"))
+    ctx = ms.TuneContext(mod=tag_task(task.mod, task.key), target=target.tvm(), space_generator="post-order-apply",
                          search_strategy="evolutionary", num_threads=1)
     for space in ctx.generate_design_space():
         steps = trace_to_steps(task.mod["main"], to_plain(space.trace.as_json()))

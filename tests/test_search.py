@@ -10,13 +10,15 @@ import time
 import pytest
 
 from explorer.kernels import builtin_kernel
-from explorer.measure import check, host_target
+from explorer.measure import check
+from explorer.target import host_target
 from explorer.schedule.session import ScheduleSession
 from search.charts import job_series, spearman
 from search.errors import SearchError
 from search.params import SearchParams
 from search.sketches import default_rule_names, generate_sketches, sample_schedule
-from search.tune import kernel_tasks, tune
+from explorer.workload import kernel_task
+from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
@@ -59,7 +61,7 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     store = Store(tmp_path / "s.db")
     params = SearchParams(trials=16, per_batch=8, cost_model="random", **FAST)
     runner, reports = FakeRunner(fail_every=7), []
-    summary = tune(kernel_tasks(k), store=store, target=host_target(), params=params, builder=FakeBuilder(),
+    summary = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
                    runner=runner, on_batch=reports.append)
     records = store.records()
     assert summary.trials == 16 and len(reports) == 2 and reports[-1].trials == 16
@@ -70,7 +72,7 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     first = {r.candidate for r in records}
     # resume: the same search again measures nothing it already measured
     runner2 = FakeRunner(fail_every=7)
-    summary2 = tune(kernel_tasks(k), store=store, target=host_target(), params=params, builder=FakeBuilder(),
+    summary2 = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
                     runner=runner2)
     assert not set(runner2.ran) & first
     hashes = [r.candidate for r in store.records()]
@@ -93,12 +95,13 @@ def test_charts_from_records(tmp_path):
 
 
 def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
+    from search.job_spec import JobSpec
     from search.jobs import refresh, start_job
 
     db = tmp_path / "real.db"
     store = Store(db)
-    params = SearchParams(trials=16, per_batch=4, **FAST).to_dict()
-    job = start_job(store, workload="matmul:M=128,N=128,K=128", target=dict(host_target()), params=params)
+    spec = JobSpec(workload="matmul:M=128,N=128,K=128", params=SearchParams(trials=16, per_batch=4, **FAST))
+    job = start_job(store, spec)
     deadline = time.time() + 240
     while time.time() < deadline and store.count(job_id=job.id) < 4:
         time.sleep(0.5)
@@ -108,7 +111,7 @@ def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
     before = store.records(job_id=job.id)
     assert len(before) % 4 == 0  # whole batches only
     assert next(j for j in refresh(store) if j.id == job.id).status == "failed"
-    summary = tune(kernel_tasks(builtin_kernel("matmul", M=128, N=128, K=128)), store=store,
+    summary = tune([kernel_task(builtin_kernel("matmul", M=128, N=128, K=128))], store=store,
                    target=host_target(), params=SearchParams(trials=16, per_batch=4, **FAST))
     hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))

@@ -8,9 +8,10 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from explorer.kernels import builtin_kernel
-from explorer.measure import host_target
+from explorer.target import host_target
 from search.params import SearchParams
-from search.tune import kernel_tasks, tune
+from explorer.workload import kernel_task
+from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
@@ -33,7 +34,7 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     db = tmp_path / "jobs.db"
     store = Store(db)
     job = store.create_job("tune", {"workload": "matmul:M=64,N=64,K=64", "params": {"per_batch": 8}})
-    tune(kernel_tasks(builtin_kernel("matmul", M=64, N=64, K=64)), store=store, target=host_target(),
+    tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=host_target(),
          params=SearchParams(trials=16, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
          builder=FakeBuilder(), runner=FakeRunner(fail_every=5), job_id=job.id)
     store.update_job(job.id, status="done")

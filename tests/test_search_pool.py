@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from explorer.kernels import builtin_kernel
-from explorer.measure import host_target
+from explorer.target import host_target
 from search import worker_jobs
 from search.params import SearchParams
 from search.pool import WarmPool
-from search.ms_database import as_task_module
-from search.tune import _arg_specs, kernel_tasks, tune
+from explorer.workload import as_task_module
+from explorer.workload import kernel_task
+from search.tune import _arg_specs, tune
 from store import Store
 
 FAST = dict(population=32, generations=1, init_min_unmeasured=8)
@@ -62,8 +63,8 @@ def test_closing_the_pool_ends_a_call_in_flight_and_leaves_no_process():
     start = time.time()
     pool.close()
     caller.join(15)
-    assert results and results[0].status == "crashed" and time.time() - start < 15
-    assert pool.call(os.getpid, timeout=5).status == "crashed"  # closed for good: nothing restarts
+    assert results and results[0].status == "infra" and time.time() - start < 15
+    assert pool.call(os.getpid, timeout=5).status == "infra"  # closed for good: nothing restarts
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
@@ -80,10 +81,9 @@ def _built_matmul(tmp_path):
     k = builtin_kernel("matmul", M=32, N=32, K=32)
     mod = as_task_module(k.func)
     target = host_target()
-    import tvm
 
-    artifact, _ = worker_jobs.build(mod, tvm.target.Target(target))
-    ref = worker_jobs.reference(mod, tvm.target.Target(target), _arg_specs(mod), str(tmp_path / "ref.npz"))
+    artifact, _ = worker_jobs.build(mod, target.tvm())
+    ref = worker_jobs.reference(mod, target.config, _arg_specs(mod), str(tmp_path / "ref.npz"))
     return mod, artifact, ref
 
 
@@ -99,14 +99,12 @@ def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
     wrong = str(tmp_path / "wrong.npz")
     np.savez(wrong, **arrays)
     bad = worker_jobs.measure(artifact, specs, evaluator, wrong)
-    assert bad["error"].startswith(worker_jobs.VERIFY_FAILED) and "(3, 5)" in bad["error"]
-    assert "secs" not in bad
+    assert "(3, 5)" in bad["verify_failed"] and "secs" not in bad
 
 
 def test_a_schedule_that_drops_the_reduction_init_fails_verification(tmp_path):
     """Outputs start from random values, in the reference and in the candidate alike: a kernel
     that accumulates onto whatever its output held is caught (with zeros it would pass)."""
-    import tvm
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
@@ -118,10 +116,9 @@ def test_a_schedule_that_drops_the_reduction_init_fails_verification(tmp_path):
                 C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
 
     mod, _, ref = _built_matmul(tmp_path)
-    target = tvm.target.Target(host_target())
-    artifact, _ = worker_jobs.build(as_task_module(no_init.with_attr("global_symbol", "main")), target)
+    artifact, _ = worker_jobs.build(as_task_module(no_init.with_attr("global_symbol", "main")), host_target().tvm())
     bad = worker_jobs.measure(artifact, _arg_specs(mod), {"number": 1, "repeat": 1, "min_repeat_ms": 1}, ref)
-    assert bad["error"].startswith(worker_jobs.VERIFY_FAILED)
+    assert "verify_failed" in bad
 
 
 def wrong_reference(mod, target, specs, path, seed=0):
@@ -138,14 +135,14 @@ def test_real_search_verifies_every_candidate_and_records_wrong_ones_as_failed(t
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     params = SearchParams(trials=8, per_batch=8, cost_model="random", **FAST)
     good = Store(tmp_path / "good.db")
-    summary = tune(kernel_tasks(k), store=good, target=host_target(), params=params)
+    summary = tune([kernel_task(k)], store=good, target=host_target(), params=params)
     records = good.records()
     assert summary.measured == 8 and len(records) == 8
     assert all(r.status == "ok" and r.verified is True and r.max_error is not None for r in records)
 
     monkeypatch.setattr(worker_jobs, "reference", wrong_reference)  # the runner looks it up at call time
     bad = Store(tmp_path / "bad.db")
-    summary = tune(kernel_tasks(k), store=bad, target=host_target(), params=params)
+    summary = tune([kernel_task(k)], store=bad, target=host_target(), params=params)
     records = bad.records()
     assert summary.trials == 8 and summary.failed == 8 and summary.best == {}
     assert all(r.status == "verify_failed" and r.verified is False and "differs from the reference" in r.error
@@ -162,7 +159,7 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
 
     k = builtin_kernel("conv2d_nhwc", N=1, C=16, H=14, W=14, K=16)
     store = Store(tmp_path / "nhwc.db")
-    summary = tune(kernel_tasks(k), store=store, target=host_target(),
+    summary = tune([kernel_task(k)], store=store, target=host_target(),
                    params=SearchParams(trials=16, per_batch=8, cost_model="random", **FAST))
     records = store.records()
     assert any("TransformLayout" in json.dumps(r.trace) for r in records)  # the weight layout was rewritten

@@ -5,19 +5,20 @@ from __future__ import annotations
 import pytest
 
 from explorer.kernels import builtin_kernel
-from explorer.measure import host_target
+from explorer.target import host_target
 from search.errors import SearchError
 from search.params import SearchParams
 from search.rpc import check_tracker, local_cluster
 from search.runner import RpcSpec
-from search.tune import kernel_tasks, tune
+from explorer.workload import kernel_task
+from search.tune import tune
 from store import Store
 
 
 def test_search_through_a_tracker_and_two_servers(tmp_path):
     store = Store(tmp_path / "rpc.db")
     with local_cluster(servers=2, key="loopback") as rpc:
-        summary = tune(kernel_tasks(builtin_kernel("matmul", M=64, N=64, K=64)), store=store, target=host_target(),
+        summary = tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=host_target(),
                        params=SearchParams(trials=8, per_batch=4, population=32, generations=1,
                                            init_min_unmeasured=8), rpc=rpc)
     records = store.records()

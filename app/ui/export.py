@@ -15,18 +15,17 @@ import tempfile
 import streamlit as st
 
 from app.state import ExportKeys as K
+from app.target_picker import target_picker
 from explorer.errors import ExplorerError
-from explorer.export import parse_target, zip_bundle
-from explorer.export.targets import CUDA_ARCHES, DEFAULT_CUDA_ARCH
 from explorer.models import ZOO
+from export import zip_bundle
 
-# Widget and state keys of this page (page-local: prefixed, never shared with another page).
 DEFAULT = "default schedule"
-TARGET_KINDS = ("CPU (this machine)", "CPU (named)", "CUDA")
+TARGET_CHOICES = ("cpu:x86-64-v3", "aarch64:cortex-a76", "cuda:sm_80", "cuda:sm_90")
 
 
-def sidebar() -> tuple[str, str, str]:
-    """The workload spec, target spec and database path chosen in the sidebar."""
+def sidebar():
+    """The workload spec, target (None while invalid) and database path chosen in the sidebar."""
     from store import default_db_path
 
     sb = st.sidebar
@@ -40,14 +39,8 @@ def sidebar() -> tuple[str, str, str]:
         spec = sb.text_input("Kernel spec", "matmul:M=256,N=256,K=256", key=K.KERNEL,
                              help="a built-in with shapes, or MODEL/FUSED_KERNEL (see `schedx kernels`)")
     sb.header("Target")
-    kind = sb.radio("Target", TARGET_KINDS, key=K.TARGET_KIND, label_visibility="collapsed")
-    if kind == TARGET_KINDS[0]:
-        target = "cpu"
-    elif kind == TARGET_KINDS[1]:
-        target = "cpu:" + sb.text_input("LLVM CPU name", "skylake-avx512", key=K.MCPU)
-    else:
-        arch = sb.selectbox("Architecture", CUDA_ARCHES, index=CUDA_ARCHES.index(DEFAULT_CUDA_ARCH), key=K.ARCH)
-        target = f"cuda:{arch}"
+    with sb:
+        target = target_picker(K.TARGET_KIND, choices=TARGET_CHOICES)
     sb.header("Records")
     db = sb.text_input("Database", str(default_db_path()), key=K.DB_INPUT)
     return spec, target, db
@@ -55,7 +48,8 @@ def sidebar() -> tuple[str, str, str]:
 
 def load(spec: str):
     """The workload and its tasks, loaded once per session (fusing ResNet-18 takes seconds)."""
-    from explorer.export import load_workload, workload_tasks
+    from explorer.workload import load_workload
+    from export import workload_tasks
 
     memo = st.session_state.setdefault(K.WORKLOADS, {})
     if spec not in memo:
@@ -69,7 +63,7 @@ def choices_for(tasks, target, db: str):
     """Each task's records for the target from the database (none when the file does not exist)."""
     from pathlib import Path
 
-    from search.export_records import TaskChoice, open_store, task_choices
+    from export.choose import TaskChoice, open_store, task_choices
     from store import StoreError
 
     path = Path(db).expanduser()
@@ -93,9 +87,9 @@ def _record_label(r) -> str:
     return f"record {r.id} ({r.source}, {median}{gflops})"
 
 
-def task_table(choices, device: str) -> dict:
+def task_table(choices, target) -> dict:
     """The kernels with their preselected record; returns the picks (task name -> record id or None)."""
-    from explorer.export.records import shares
+    from export.schedules import shares
 
     share = shares([c.task for c in choices])
     with_records = [c for c in choices if c.candidates]
@@ -107,7 +101,7 @@ def task_table(choices, device: str) -> dict:
         picks[c.task.name] = st.selectbox(
             f"{c.task.name} ({share[c.task.name]:.1%} of FLOPs, x{c.task.calls})", options, key=K.PICK + c.task.name,
             format_func=lambda v, labels=labels: labels.get(v, DEFAULT))
-    default = "dlight (GPU default)" if device == "cuda" else "unscheduled loop nest"
+    default = target.default_schedule
     rows = [{"kernel": c.task.name, "calls": c.task.calls, "MFLOP": round(c.task.flops / 1e6, 3),
              "share": f"{share[c.task.name]:.1%}",
              "schedule": (f"record {picks[c.task.name]}" if picks.get(c.task.name) is not None else default)}
@@ -117,8 +111,8 @@ def task_table(choices, device: str) -> dict:
 
 
 def build(workload, target, choices, picks: dict) -> None:
-    from explorer.export import export_workload
-    from search.export_records import schedules_for
+    from export import export_workload
+    from export.choose import schedules_for
 
     bar = st.progress(0.0, text="starting")
     folder = tempfile.mkdtemp(prefix="schedx-export-")
@@ -139,13 +133,13 @@ def results(result: dict) -> None:
         return
     report = result["report"]
     m = report.manifest
-    (st.success if report.ok else st.error)(
-        f"Built {m['workload']['name']} for {m['target']['label']} in {report.seconds['build']:.1f} s "
-        f"({report.seconds['total']:.1f} s with checks)" + ("" if report.ok else ": a check failed"))
+    verdict = st.success if report.verified else (st.error if not report.ok else st.warning)
+    verdict(f"{m['workload']['name']} for {m['target']['label']}, built in {report.seconds['build']:.1f} s "
+            f"({report.seconds['total']:.1f} s with checks). {report.verdict}")
     for w in report.warnings:
         st.warning(w)
     v = report.verification
-    if v is not None:
+    if v is not None and v.status != "skipped":
         cols = st.columns(4)
         cols[0].metric("verified", "yes" if v.ok else ("no" if v.status == "failed" else "error"))
         cols[1].metric("max abs error", "-" if v.max_abs_error is None else f"{v.max_abs_error:.2e}")
@@ -158,12 +152,21 @@ def results(result: dict) -> None:
         if report.layers.layers:
             with st.expander(f"Every layer ({len(report.layers.layers)})"):
                 st.dataframe([r.to_dict() for r in report.layers.layers], hide_index=True, width="stretch")
+    elif v is not None:
+        st.info(v.summary())
     if report.cuda is not None:
         (st.info if report.cuda.ok else st.error)("CUDA: " + report.cuda.summary())
-        st.caption("No GPU here: run `python -m explorer.export.gpu_check BUNDLE` on the machine with the card.")
+    if report.elf is not None:
+        (st.info if report.elf.ok else st.error)("Library: " + report.elf.summary())
     name = report.folder.name
-    st.download_button(f"Download {name}.zip ({len(result['zip']) / 1024:.0f} KB)", result["zip"],
-                       file_name=f"{name}.zip", mime="application/zip", key=K.DOWNLOAD, type="primary")
+    if not report.ok:
+        st.error("This bundle failed a check: it is not offered for download. Fix the schedule (or pick the "
+                 "default for the failing kernels) and build again.")
+    else:
+        label = "" if report.verified else " (built, not run on this machine)"
+        st.download_button(f"Download {name}.zip ({len(result['zip']) / 1024:.0f} KB){label}", result["zip"],
+                           file_name=f"{name}.zip", mime="application/zip", key=K.DOWNLOAD,
+                           type="primary" if report.verified else "secondary")
     with st.expander("manifest.json"):
         st.json(m, expanded=False)
 
@@ -172,15 +175,17 @@ def main() -> None:
     st.title("Export")
     st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `relax.VirtualMachine`), "
                "its parameters in a separate file, a manifest with hashes, verified before you download it.")
-    spec, target_spec, db = sidebar()
+    spec, target, db = sidebar()
+    if target is None:
+        st.info("Choose a valid target in the sidebar.")
+        return
     try:
-        target = parse_target(target_spec)
         workload, tasks = load(spec)
     except ExplorerError as err:
         st.error(str(err))
         return
     choices = choices_for(tasks, target, db)
-    picks = task_table(choices, target.device)
+    picks = task_table(choices, target)
     if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks)
     result = st.session_state.get(K.RESULT)

@@ -10,8 +10,10 @@ from app import state
 from app.cache import fused_kernels, machine_peaks
 from app.components import code_with_marks, roofline_figure, tiling_figure
 from app.records import best_known, open_requested_record, save_measurement
+from app.target_picker import target_picker
 from explorer.errors import ExplorerError
-from explorer.kernels import BUILTINS, Kernel, builtin_kernel, load_kernel, parse_spec
+from explorer.kernels import BUILTINS, Kernel, builtin_kernel, parse_spec
+from explorer.workload import load_kernel
 from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
 from explorer.schedule.primitives import PRIMITIVES, Param
@@ -23,6 +25,9 @@ from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_t
 def choose_kernel() -> Kernel | None:
     sb = st.sidebar
     sb.header("Kernel")
+    handed = st.session_state.get(state.GRAPH_KERNEL)  # a kernel opened from the Graph & passes page
+    if handed is not None and sb.toggle(f"From the graph: {handed.info.spec}", key=state.USE_GRAPH_KERNEL):
+        return handed
     source = sb.radio("Source", ["Built-in", "From a model"], key=state.KERNEL_SOURCE, horizontal=True)
     try:
         if source == "Built-in":
@@ -182,14 +187,15 @@ def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
     from explorer.measure import measure
 
     st.subheader("Build & measure")
+    target = target_picker("schedule_target", cpu_only=True, runnable=True)
     store = st.session_state.setdefault(state.MEASUREMENTS, {}).setdefault(kernel.info.spec, {"history": []})
-    if st.button("Build & measure", type="primary", key="measure"):
+    if st.button("Build & measure", type="primary", key="measure", disabled=target is None):
         peaks = machine_peaks()
-        with st.spinner("Building, verifying and timing in a separate process..."):
-            if "naive" not in store:
-                store["naive"] = measure(kernel, peaks=peaks)
+        with st.spinner(f"Building for {target.label}, verifying and timing in a separate process..."):
+            if store.get("naive_target") != target.key:
+                store["naive"], store["naive_target"] = measure(kernel, peaks=peaks, target=target), target.key
                 save_measurement(kernel, None, store["naive"], source="default")
-            result = measure(kernel, session.mod, peaks=peaks)
+            result = measure(kernel, session.mod, peaks=peaks, target=target)
         store["history"].append((dump_steps(session.steps), result))
         store["last"] = result
         record_id = save_measurement(kernel, session, result)
@@ -200,6 +206,7 @@ def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
         st.caption(f"{kernel.info.flops / 1e9:.3f} GFLOP per run; results are verified against "
                    f"{'numpy' if kernel.reference else 'the unscheduled kernel'} before they are timed.")
         return
+    st.caption(f"Last measurement built for `{result.target}`")
     if not result.ok:
         st.error(f"{result.status}: {result.error}")
     else:

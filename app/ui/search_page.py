@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import state
 from app.records import db_path
+from app.target_picker import target_picker
 from explorer.errors import ExplorerError
 from explorer.kernels import BUILTINS
 from explorer.models import ZOO
@@ -17,11 +18,11 @@ EXAMPLES = ["matmul:M=256,N=256,K=256", "conv2d_nchw", "dense_bias_relu:M=32", "
 
 
 def start_form(store: Store) -> None:
-    from explorer.measure import host_target
-    from search.errors import SearchError
+    from search.job_spec import JobSpec
     from search.jobs import start_job
     from search.params import SearchParams
 
+    target = target_picker("search_target", cpu_only=True)
     with st.form("start_search"):
         st.markdown("**Start a search** (it runs as its own process: close the tab, it goes on)")
         c1, c2 = st.columns([2, 1])
@@ -41,28 +42,32 @@ def start_form(store: Store) -> None:
         tracker = c[2].text_input("RPC tracker (optional)", key="search_tracker", placeholder="127.0.0.1:9190")
         key = c[3].text_input("RPC key", key="search_rpc_key")
         if st.form_submit_button("Start search", type="primary"):
+            if target is None:
+                st.error("Choose a valid target above first.")
+                return
             try:
                 params = SearchParams(trials=int(trials), per_batch=int(per_batch), population=int(population),
                                       generations=int(generations), mutate_prob=float(mutate), eps_greedy=float(eps),
                                       seed=int(seed))
-                rpc = None
-                if tracker.strip():
-                    from search.rpc import check_tracker
-                    from search.runner import RpcSpec
+                spec = JobSpec(workload=workload.strip(), target=target.spec, params=params,
+                               rpc_tracker=tracker.strip() or None, rpc_key=key.strip() or None)
+                with st.spinner("Checking the workload and target…"):
+                    prepared = spec.validate()  # the same parser as the CLI: a bad spec never becomes a job
+                    if prepared[2] is not None:
+                        from search.rpc import check_tracker
 
-                    check_tracker(RpcSpec.parse(tracker.strip(), key.strip()))
-                    rpc = {"tracker": tracker.strip(), "key": key.strip()}
-                job = start_job(store, workload=workload.strip(), target=dict(host_target()),
-                                params=params.to_dict(), rpc=rpc)
+                        check_tracker(prepared[2])
+                job = start_job(store, spec)
                 st.session_state[state.SEARCH_JOB] = job.id
+                st.session_state["job_pick"] = job.id  # the picker follows the job just started
                 st.toast(f"Started job {job.id}")
-            except (SearchError, ExplorerError, StoreError) as err:
+            except (ExplorerError, StoreError) as err:
                 st.error(str(err))
 
 
 def sketches_panel() -> None:
-    from explorer.kernels import load_kernel
-    from explorer.measure import host_target
+    from explorer.workload import load_kernel
+    from explorer.target import host_target
     from search.sketches import generate_sketches, sample_schedule
 
     with st.expander("Sketches: the design spaces the schedule rules generate (Ansor's sketch generation)"):
@@ -89,10 +94,11 @@ def sketches_panel() -> None:
 
 
 def _job_label(j) -> str:
-    p = j.progress or {}
-    best = p.get("best_gflops")
-    return (f"#{j.id} {j.status} · {j.params.get('workload')} · {p.get('trials', 0)}/{p.get('total', '?')} trials"
-            + (f" · best {best:.1f} GFLOPS" if best else ""))
+    from search.job_spec import JobProgress, JobSpec
+
+    p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
+    return (f"#{j.id} {j.status} · {spec.workload} · {p.trials}/{p.total or spec.params.trials} trials"
+            + (f" · best {p.best_gflops:.1f} GFLOPS" if p.best_gflops else ""))
 
 
 @st.fragment(run_every=2.0)
@@ -118,23 +124,33 @@ def live(path: str) -> None:
     except StoreError as err:
         st.error(str(err))
         return
-    p = job.progress or {}
+    from search.job_spec import JobProgress, JobSpec
+
+    p, spec = JobProgress.from_dict(job.progress), JobSpec.from_dict(job.params)
+    running = job.status == "running"
+    st.caption(f"{spec.workload} for `{spec.target}`" + (f" (shapes {spec.shapes})" if spec.shapes else "")
+               + (f", measured through {spec.rpc_tracker} ({spec.rpc_key})" if spec.rpc_tracker else ""))
     c = st.columns(5)
     c[0].metric("status", job.status)
-    c[1].metric("trials", f"{p.get('trials', 0)}/{p.get('total', '?')}")
-    c[2].metric("best GFLOPS", f"{p['best_gflops']:.1f}" if p.get("best_gflops") else "-")
-    c[3].metric("elapsed", f"{p.get('elapsed_s', 0):.0f} s")
-    c[4].metric("ETA", f"{p['eta_s']:.0f} s" if p.get("eta_s") is not None else "-")
-    if job.status == "running" and st.button("Stop this job", key=f"stop_{job_id}"):
+    c[1].metric("trials", f"{p.trials}/{p.total or spec.params.trials}")
+    c[2].metric("best GFLOPS", f"{p.best_gflops:.1f}" if p.best_gflops else "-")
+    c[3].metric("elapsed", f"{p.elapsed_s:.0f} s")
+    c[4].metric("ETA", f"{p.eta_s:.0f} s" if running and p.eta_s is not None else "-")
+    if running and st.button("Stop this job", key=f"stop_{job_id}"):
         with Store(path) as store:
-            stop_job(store, job_id)
+            stopped = stop_job(store, job_id)
+        st.toast(f"Job {job_id} {stopped.status}: what it measured stays in the database")
         st.rerun()
     if job.error:
-        st.error(job.error)
+        st.error(f"{job.status}: {job.error}")
+    if p.failures:
+        st.warning("Failed candidates by reason: " + "; ".join(
+            f"{n} {outcome} (e.g. {p.reasons.get(outcome, '')[:120]})" for outcome, n in
+            sorted(p.failures.items(), key=lambda kv: -kv[1])))
     if not records:
         st.caption("No batch measured yet.")
         return
-    series = job_series(records, names, int(job.params.get("params", {}).get("per_batch", 16)))
+    series = job_series(records, names, spec.params.per_batch)
     left, right = st.columns(2)
     fig = go.Figure()
     for task, (xs, ys) in series.best_so_far.items():
@@ -184,6 +200,9 @@ def main() -> None:
     path = db_path()
     st.caption(f"Database: `{path}` (change it on the Leaderboard page). Evolutionary search with MetaSchedule's "
                "XGBoost cost model; every batch lands in the leaderboard.")
+    from app.target_picker import host_caption
+
+    st.caption(host_caption())
     try:
         store = Store(path)
     except StoreError as err:

@@ -1,7 +1,8 @@
-"""Kernels to schedule: built-in operators (``matmul:M=1024``) and the fused PrimFuncs of a model.
+"""Kernels to schedule: built-in operators (``matmul:M=1024``), and what every kernel is (a
+PrimFunc with its buffers, FLOPs and reference).
 
-A kernel spec is ``NAME`` or ``NAME:P=V,P=V`` for a built-in (``conv2d_nchw:K=128,stride=2``) and
-``MODEL/FUNC`` for a fused kernel of a model (``resnet18/fused_conv2d_add_relu``).
+A built-in's spec is ``NAME`` or ``NAME:P=V,P=V`` (``conv2d_nchw:K=128,stride=2``); a model's fused
+kernel (``resnet18/fused_conv2d_add_relu``) comes from :mod:`explorer.workload`.
 """
 
 from __future__ import annotations
@@ -66,24 +67,13 @@ def builtin_kernel(name: str, **overrides) -> Kernel:
                        spec=spec, params={**params, "dtype": dtype}, reference=reference)
 
 
-def load_kernel(spec: str, model_kernels: dict[str, Kernel] | None = None) -> Kernel:
-    """The kernel a spec names (see the module docstring)."""
+def load_kernel(spec: str) -> Kernel:
+    """The built-in kernel a spec names (``matmul:M=512``). A model's fused kernel
+    (``resnet18/fused_...``) is loaded by :func:`explorer.workload.load_kernel`."""
     if "/" in spec and ":" not in spec:
-        model, _, func = spec.partition("/")
-        kernels = model_kernels if model_kernels is not None else _model_kernels(model)
-        if spec not in kernels:
-            raise KernelError(f"model {model} has no fused kernel {func!r}; it has: "
-                              f"{', '.join(k.split('/', 1)[1] for k in list(kernels)[:20])}")
-        return kernels[spec]
+        raise KernelError(f"{spec!r} names a model's fused kernel: load it with explorer.workload.load_kernel")
     name, params = parse_spec(spec)
     return builtin_kernel(name, **params)
-
-
-def _model_kernels(model: str) -> dict[str, Kernel]:
-    from explorer.kernels.from_model import model_kernels
-    from explorer.models import load_model
-
-    return {k.name: k for k in model_kernels(load_model(model))}
 
 
 __all__ = ["BUILTINS", "BufferSpec", "Kernel", "KernelError", "KernelInfo", "builtin_kernel", "load_kernel",

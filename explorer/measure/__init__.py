@@ -14,28 +14,32 @@ from explorer.environment import current_environment
 from explorer.kernels import Kernel
 from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.result import MeasureResult
-from explorer.measure.target import canonical_target, host_target
+from explorer.target import Target, parse_target
 
 DEFAULT_TIMEOUT_S = 300
 
 
-def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: dict | None = None, repeat: int = 5,
+def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target | str | None = None, repeat: int = 5,
             min_repeat_s: float = 0.1, isolate: bool = True, timeout: float = DEFAULT_TIMEOUT_S, seed: int = 0,
             peaks: Calibration | None = None) -> MeasureResult:
     """Measure ``mod`` (default: the unscheduled kernel) as an implementation of ``kernel``.
 
     The reference is the kernel's numpy function for built-ins, else the unscheduled PrimFunc
-    built by TVM. ``peaks`` defaults to this machine's cached calibration."""
+    built by TVM. ``peaks`` defaults to this machine's cached calibration. ``target`` (default: this
+    machine's CPU) must be one this machine runs: :class:`explorer.target.TargetError` otherwise."""
     from dataclasses import replace
 
-    target = dict(target or host_target())
+    import numpy as np
+
+    target = parse_target(target)
+    target.require_runnable("measure")
     mod = mod if mod is not None else tvm.IRModule({"main": kernel.func})
     interface = interface_change(kernel, mod)
     if interface:
-        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=canonical_target(target))
+        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=target.key)
     inputs = kernel.random_inputs(seed)
-    references = [__import__("numpy").asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None
-    job = {"mod": mod, "target": target, "target_text": canonical_target(target), "flops": kernel.info.flops,
+    references = [np.asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None
+    job = {"mod": mod, "target": target.config, "target_text": target.key, "flops": kernel.info.flops,
            "inputs": inputs, "references": references,
            "reference_func": None if references is not None else kernel.func,
            "output_specs": [(b.shape, b.dtype) for b in kernel.outputs], "repeat": repeat,
@@ -49,7 +53,7 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: dict | N
 
         result = _measure_job(job)
     cal = peaks or calibration()
-    env = current_environment(canonical_target(target)).to_dict()
+    env = current_environment(target.key).to_dict()
     env.update(peak_gflops=cal.peak_gflops, peak_gbps=cal.peak_gbps)
     return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps), environment=env)
 
@@ -71,10 +75,10 @@ def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
     return ""
 
 
-__all__ = ["Calibration", "MeasureResult", "calibration", "canonical_target", "check", "host_target", "measure"]
+__all__ = ["Calibration", "MeasureResult", "calibration", "check", "measure"]
 
 
-def check(kernel: Kernel, mod: tvm.IRModule, *, target: dict | None = None, seed: int = 0) -> tuple[bool, str]:
+def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = None, seed: int = 0) -> tuple[bool, str]:
     """Build and run ``mod`` once in this process and compare with the reference, no timing:
     ``(verified, why not)``. For tests and quick checks of schedules known not to crash."""
     import numpy as np
@@ -82,7 +86,8 @@ def check(kernel: Kernel, mod: tvm.IRModule, *, target: dict | None = None, seed
     from explorer.measure.run import build, run_once
     from explorer.measure.verify import compare
 
-    target = dict(target or host_target())
+    target = parse_target(target)
+    target.require_runnable("run")
     interface = interface_change(kernel, mod)
     if interface:
         return False, interface
@@ -91,7 +96,7 @@ def check(kernel: Kernel, mod: tvm.IRModule, *, target: dict | None = None, seed
     if kernel.reference is not None:
         refs = [np.asarray(r) for r in kernel.reference(*inputs)]
     else:
-        _, refs = run_once(build(tvm.IRModule({"main": kernel.func}), target), inputs, specs)
-    _, outs = run_once(build(mod, target), inputs, specs)
+        _, refs = run_once(build(tvm.IRModule({"main": kernel.func}), target.config), inputs, specs)
+    _, outs = run_once(build(mod, target.config), inputs, specs)
     ok, _, _, why = compare(outs, refs)
     return ok, why

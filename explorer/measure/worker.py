@@ -31,9 +31,14 @@ def run_in_child(job: dict, timeout: float) -> MeasureResult:
             return MeasureResult.from_dict(json.loads(line[len(RESULT_PREFIX):]))
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
+        if sig == "SIGILL":  # the machine's fault, not the schedule's: the code uses an instruction this CPU lacks
+            return MeasureResult(status="run_error", error=(
+                f"illegal instruction (SIGILL): the target {job['target_text']} uses an instruction this CPU does "
+                f"not have; measure with --target cpu (this machine's features)"), **base)
         return MeasureResult(status="run_error", error=f"the kernel crashed its process ({sig})", **base)
     tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
-    return MeasureResult(status="run_error", error="measurement process failed: " + " | ".join(tail), **base)
+    why = " | ".join(tail) or f"it exited with status {proc.returncode} and printed nothing"
+    return MeasureResult(status="run_error", error="measurement process failed: " + why, **base)
 
 
 def _measure_job(job: dict) -> MeasureResult:

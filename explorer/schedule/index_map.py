@@ -9,7 +9,7 @@ import ast
 import inspect
 import operator
 
-from explorer.schedule.steps import ScheduleError
+from explorer.schedule.errors import ScheduleError
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Mod: operator.mod}

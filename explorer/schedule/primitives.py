@@ -14,7 +14,7 @@ from tvm import s_tir
 
 from explorer.schedule.index_map import parse_index_map
 from explorer.schedule.refs import resolve_block, resolve_loop, resolve_target
-from explorer.schedule.steps import StepsFileError
+from explorer.schedule.errors import StepsFileError
 
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread.x", "vthread.y", "vthread.z")

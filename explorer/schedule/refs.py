@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from explorer.schedule.steps import ScheduleError
+from explorer.schedule.errors import ScheduleError
 
 
 def block_names(sch: s_tir.Schedule) -> list[str]:

@@ -11,26 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.errors import ExplorerError
-
-
-class ScheduleError(ExplorerError):
-    """A step could not be applied; the session is left exactly as it was.
-
-    ``tvm_message`` keeps TVM's own diagnostic (with the IR it points at) for those who want it."""
-
-    def __init__(self, message: str, *, step_index: int | None = None, tvm_message: str = "") -> None:
-        self.step_index = step_index
-        self.tvm_message = tvm_message
-        super().__init__(message)
-
-
-class StepsFileError(ExplorerError):
-    """A steps file or list is malformed; ``index`` is the bad step (0-based), or None."""
-
-    def __init__(self, message: str, index: int | None = None) -> None:
-        self.index = index
-        super().__init__(f"step {index}: {message}" if index is not None else message)
+from explorer.schedule.errors import ScheduleError, StepsFileError
 
 
 @dataclass(frozen=True)
@@ -93,3 +74,5 @@ def load_steps(path: str | Path) -> list[Step]:
 
 def dump_steps(steps: list[Step]) -> str:
     return json.dumps([s.to_dict() for s in steps], indent=2)
+
+__all__ = ["ScheduleError", "Step", "StepsFileError", "dump_steps", "load_steps", "steps_from_json"]

@@ -4,11 +4,11 @@
 task (default schedules elsewhere, with a warning), writes a bundle (library, parameters,
 manifest with hashes, README, a runner that needs only apache-tvm), and verifies it: in a fresh
 process against ONNX Runtime or numpy, layer by layer for ONNX models, and for CUDA by checking
-thread binding and compiling the kernels with nvcc. :mod:`explorer.export.bench` times it
+thread binding and compiling the kernels with nvcc. :mod:`export.bench` times it
 against ONNX Runtime.
 
 Importing this package is free: names load on first use, so ``python -m
-explorer.export.verify_bundle`` pulls in no more than it needs.
+export.verify_bundle`` pulls in no more than it needs.
 """
 
 from __future__ import annotations
@@ -16,25 +16,24 @@ from __future__ import annotations
 import importlib
 
 _NAMES = {
-    "ExportError": "errors", "BundleError": "errors", "TargetError": "errors",
-    "ExportTarget": "targets", "parse_target": "targets",
-    "Task": "records", "TaskSchedule": "records", "TaskOutcome": "records",
-    "ExportWorkload": "workload", "load_workload": "workload",
+    "ExportError": "errors", "BundleError": "errors",
+    "TaskSchedule": "schedules", "TaskOutcome": "schedules",
     "Built": "build", "build": "build", "workload_tasks": "build",
     "read_manifest": "bundle", "zip_bundle": "bundle",
     "Verification": "verify", "verify_folder": "verify",
     "LayerReport": "layers", "compare_layers": "layers",
     "CudaCheck": "cuda_check", "check_cuda": "cuda_check",
-    "ExportReport": "flow", "export_workload": "flow",
-    "BenchReport": "bench", "bench_workload": "bench", "run_bundle": "bench",
+    "ExportReport": "flow", "export_workload": "flow", "ElfCheck": "elf_check", "check_elf": "elf_check",
+    "TaskChoice": "choose", "best_schedules": "choose", "task_choices": "choose", "schedules_for": "choose",
+    "BenchReport": "bench", "bench_workload": "bench", "bench_bundle": "bench",
 }
 
 
 def __getattr__(name: str):
     module = _NAMES.get(name)
     if module is None:
-        raise AttributeError(f"module 'explorer.export' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"explorer.export.{module}"), name)
+        raise AttributeError(f"module 'export' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"export.{module}"), name)
 
 
 __all__ = sorted(_NAMES)

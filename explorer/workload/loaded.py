@@ -1,5 +1,7 @@
-"""What can be exported: a model (zoo, ONNX example or file) or a kernel (built-in operator or a
-model's fused kernel), loaded from the spec a user types, with sample inputs and a reference.
+"""A workload loaded from what a user typed: a model (zoo, ONNX example or file, with ``shapes``
+for symbolic dimensions) or a kernel (built-in operator or a model's fused kernel), with sample
+inputs, its reference and its tasks. Search, export, bench, profile, the CLI and the pages all load
+workloads here.
 
 The reference is the strongest one available: ONNX Runtime for models that came from ONNX,
 numpy for built-in kernels, else TVM's own untuned build (said so in ``reference_label``).
@@ -7,22 +9,22 @@ numpy for built-in kernels, else TVM's own untuned build (said so in ``reference
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import tvm
 
-from explorer.export.errors import ExportError
+from explorer.workload.fusion import WorkloadError, fused_module
+from explorer.workload.spec import is_kernel_spec
+from explorer.workload.task import Task, kernel_task, module_tasks, relax_name
 
 IOSpec = tuple[str, tuple[int, ...], str]
 
 
 @dataclass
-class ExportWorkload:
-    """A loaded workload: ``kind`` is "model" or "kernel"; ``mod`` is the Relax module to export
-    (a kernel is wrapped in a one-call ``main``)."""
+class Workload:
+    """A loaded workload: ``kind`` is "model" or "kernel"; ``mod`` is its Relax module (a kernel
+    is wrapped in a one-call ``main``); ``source`` is what its records name as their origin."""
 
     spec: str
     kind: str
@@ -35,6 +37,14 @@ class ExportWorkload:
     kernel: object | None = None  # explorer.kernels.Kernel
     origin: str = ""
     notes: tuple[str, ...] = field(default=())
+    _fused: tvm.IRModule | None = field(default=None, repr=False)
+
+    @property
+    def source(self) -> str:
+        """The origin records of its tasks carry: ``builtin:matmul``, ``model:resnet18``."""
+        if self.kernel is not None:
+            return self.kernel.info.source
+        return f"model:{self.name}"
 
     @property
     def reference_label(self) -> str:
@@ -43,6 +53,21 @@ class ExportWorkload:
         if self.kernel is not None and self.kernel.reference is not None:
             return "numpy"
         return "TVM untuned build"
+
+    def fused_module(self) -> tvm.IRModule:
+        """The module whose PrimFuncs are the tasks (a model after the tuning pipeline)."""
+        if self._fused is None:
+            self._fused = self.mod if self.kind == "kernel" else fused_module(self.mod, self.name)
+        return self._fused
+
+    def tasks(self) -> list[Task]:
+        """What a search tunes and an export schedules, most work first (a kernel: itself)."""
+        if self.kernel is not None:
+            return [kernel_task(self.kernel)]
+        tasks = module_tasks(self.fused_module(), self.name)
+        if not tasks:
+            raise WorkloadError(f"{self.name} has no kernels to tune after the fusion pipeline")
+        return tasks
 
     def sample_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Reproducible inputs: the zoo's own sample inputs, else normal floats / small integers."""
@@ -63,6 +88,8 @@ class ExportWorkload:
 
     def reference(self, inputs: dict[str, np.ndarray], *, threads: int | None = None) -> list[np.ndarray]:
         """Outputs of the reference on ``inputs`` (see the module docstring)."""
+        from explorer.workload.reference import ort_session, untuned_outputs
+
         if self.onnx_model is not None:
             session = ort_session(self.onnx_model, threads)
             return [np.asarray(o) for o in session.run(None, inputs)]
@@ -76,9 +103,7 @@ class ExportWorkload:
         import tvm_ffi
 
         if self.kernel is not None:
-            from explorer.export.records import task_key
-
-            return task_key(self.kernel.func)
+            return kernel_task(self.kernel).key
         return str(tvm_ffi.structural_hash(self.mod) % (1 << 64))
 
     def to_dict(self) -> dict:
@@ -89,51 +114,6 @@ class ExportWorkload:
                 "inputs": io(self.inputs), "outputs": io(self.outputs), "reference": self.reference_label}
 
 
-def ort_session(onnx_model, threads: int | None = None):
-    """An ONNX Runtime CPU session with ``threads`` intra-op threads (default: the usable cores)."""
-    import onnxruntime as ort
-
-    from explorer.environment import cpu_info
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(threads or cpu_info()["usable_cores"])
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
-def untuned_outputs(mod: tvm.IRModule, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Run ``mod``'s ``main`` built by ``tvm.compile`` for the plain host CPU (no schedules)."""
-    from tvm import relax
-
-    ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
-    return [o.numpy() for o in flatten_outputs(out)]
-
-
-def flatten_outputs(value) -> list:
-    """A VM result (a tensor or nested tuples of tensors) as a flat list of tensors."""
-    if hasattr(value, "numpy"):
-        return [value]
-    out = []
-    for v in value:
-        out.extend(flatten_outputs(v))
-    return out
-
-
-def is_kernel_spec(spec: str) -> bool:
-    """Whether ``spec`` names a kernel (``matmul:M=64``, ``matmul``, ``resnet18/fused_...``)."""
-    from explorer.kernels import BUILTINS
-
-    text = spec.strip()
-    if text.lower().endswith(".onnx") or Path(text).is_file():
-        return False
-    if text.partition(":")[0] in BUILTINS:
-        return True
-    return "/" in text and ":" not in text and not os.path.exists(text)
-
-
 def kernel_module(kernel) -> tvm.IRModule:
     """A Relax ``main(inputs) -> outputs`` that calls the kernel's PrimFunc once."""
     from tvm import relax
@@ -141,12 +121,11 @@ def kernel_module(kernel) -> tvm.IRModule:
     buffers = list(kernel.info.buffers)
     n_in = len(kernel.inputs)
     if any(b.is_output for b in buffers[:n_in]):
-        raise ExportError(f"{kernel.name}: outputs must come after the inputs to be called from Relax")
+        raise WorkloadError(f"{kernel.name}: outputs must come after the inputs to be called from Relax")
     bb = relax.BlockBuilder()
     params = [relax.Var(b.name, relax.TensorType(b.shape, b.dtype)) for b in kernel.inputs]
     out_ty = [relax.TensorType(b.shape, b.dtype) for b in kernel.outputs]
-    name = kernel.name.split("/")[-1]
-    safe = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_") or "kernel"
+    safe = relax_name(kernel.name)
     func = kernel.func.without_attr("global_symbol") if "global_symbol" in (kernel.func.attrs or {}) else kernel.func
     with bb.function("main", params):
         gv = bb.add_func(func, safe)
@@ -155,28 +134,27 @@ def kernel_module(kernel) -> tvm.IRModule:
     return bb.get()
 
 
-def load_workload(spec: str, shapes: str | None = None) -> ExportWorkload:
-    """Load a model or kernel spec (see the module docstring); errors are :class:`ExplorerError`s."""
-    spec = spec.strip()
+def load_workload(spec: str, shapes: str | None = None) -> Workload:
+    """Load a model or kernel spec (see the module docstring); errors are :class:`ExplorerError`s
+    with a message naming what to change."""
+    spec = (spec or "").strip()
     if not spec:
-        raise ExportError("no workload given: name a model (small_cnn, resnet18, model.onnx) or a kernel "
-                          "(matmul:M=256,N=256,K=256)")
+        raise WorkloadError("no workload given: name a model (small_cnn, resnet18, model.onnx) or a kernel "
+                            "(matmul:M=256,N=256,K=256)")
     if is_kernel_spec(spec):
-        from explorer.kernels import load_kernel
+        from explorer.workload.model_kernels import load_kernel
 
-        kernel = load_kernel(spec)
-        mod = kernel_module(kernel)
-        return ExportWorkload(
-            spec=spec, kind="kernel", name=kernel.name, mod=mod, kernel=kernel, origin="kernel",
-            inputs=tuple((b.name, b.shape, b.dtype) for b in kernel.inputs),
+        kernel = load_kernel(spec, shapes=shapes)
+        return Workload(
+            spec=spec, kind="kernel", name=kernel.name, mod=kernel_module(kernel), kernel=kernel, origin="kernel",
+            shapes=shapes, inputs=tuple((b.name, b.shape, b.dtype) for b in kernel.inputs),
             outputs=tuple((b.name, b.shape, b.dtype) for b in kernel.outputs))
     from explorer.models import load_model
 
     loaded = load_model(spec, shapes)
-    return ExportWorkload(spec=spec, kind="model", name=loaded.name, mod=loaded.mod, inputs=loaded.info.inputs,
-                          outputs=loaded.info.outputs, shapes=shapes, onnx_model=loaded.onnx_model,
-                          origin=loaded.info.origin, notes=loaded.info.notes)
+    return Workload(spec=spec, kind="model", name=loaded.name, mod=loaded.mod, inputs=loaded.info.inputs,
+                    outputs=loaded.info.outputs, shapes=shapes, onnx_model=loaded.onnx_model,
+                    origin=loaded.info.origin, notes=loaded.info.notes)
 
 
-__all__ = ["ExportWorkload", "flatten_outputs", "is_kernel_spec", "kernel_module", "load_workload", "ort_session",
-           "untuned_outputs"]
+__all__ = ["IOSpec", "Workload", "WorkloadError", "fused_module", "kernel_module", "load_workload"]

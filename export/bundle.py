@@ -6,7 +6,7 @@ Layout (``schedx export ... -o DIR``)::
     params.bin      parameters (tvm.runtime.save_param_dict), models only
     inputs.npz      sample inputs, by input name
     reference.npz   the reference's outputs on them (output0, ...)
-    run.py          a loader that needs only apache-tvm and numpy (explorer/export/verify_bundle.py)
+    run.py          a loader that needs only apache-tvm and numpy (export/verify_bundle.py)
     kernels.cu      CUDA bundles: the generated CUDA source (and kernels_sm_XX.cubin from nvcc)
     README.md       how to load and run it
     manifest.json   workload, signature, target, TVM version, records per task, sha256 of each file
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.export import verify_bundle
-from explorer.export.errors import BundleError
+from export import verify_bundle
+from export.errors import BundleError
 
 LIB, PARAMS, INPUTS, REFERENCE, RUNNER, README = "lib.so", "params.bin", "inputs.npz", "reference.npz", "run.py", "README.md"
 MANIFEST = verify_bundle.MANIFEST
@@ -80,7 +80,7 @@ def readme_text(manifest: dict) -> str:
                 "loaded: TVM's CUDA runtime needs NVRTC (`pip install cuda-python`) or nvcc with "
                 "`TVM_CUDA_COMPILE_MODE=nvcc`. `kernels_*.cubin` is nvcc's build of the same source at export "
                 "time (proof that it compiles for this architecture). On a machine with the GPU: "
-                "`python -m explorer.export.gpu_check .` (schedx) or `python run.py --device cuda`.\n")
+                "`python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.\n")
     return f"""# {w['name']} for {t['label']}
 
 Exported by schedx {manifest['schedx_version']} with TVM {manifest['tvm_version']} on {manifest['created']}.
@@ -112,22 +112,33 @@ out = vm["main"](*args)
 
 `main` takes the inputs, then the parameters in the order `manifest.json` lists them. New weights of
 the same shapes need only a new `params.bin` (same names), not a new library
-(`explorer.export.bundle.replace_params` writes it and updates the hash). Check the hashes in
+(`export.bundle.replace_params` writes it and updates the hash). Check the hashes in
 `manifest.json` before loading a copy you did not make: `run.py` refuses a bundle whose files changed.
 """
 
 
 def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict[str, np.ndarray],
                  references: list[np.ndarray] | None, param_names: list[str], param_values: list[np.ndarray],
-                 extra_files: dict[str, tuple[str, bytes]] | None = None) -> dict:
+                 extra_files: dict[str, tuple[str, bytes]] | None = None, compiler: str | None = None) -> dict:
     """Write a bundle; ``manifest`` is completed with versions, time and every file's sha256.
 
-    ``extra_files``: ``{name: (role, bytes)}`` (CUDA source, cubin)."""
+    ``extra_files``: ``{name: (role, bytes)}`` (CUDA source, cubin). ``compiler``: the C++
+    compiler that links the library (a cross compiler for another architecture; None: the
+    default one)."""
     import tvm
 
     folder = Path(folder)
     prepare_folder(folder)
-    executable.export_library(str(folder / LIB))
+    if compiler is None:
+        executable.export_library(str(folder / LIB))
+    else:
+        from tvm.contrib import cc
+
+        if shutil.which(compiler) is None:
+            package = "g++-" + compiler.removesuffix("-g++").replace("_", "-")
+            raise BundleError(f"the cross compiler {compiler} is not installed: `apt-get install {package}` "
+                              f"(`make system` installs it)")
+        executable.export_library(str(folder / LIB), fcompile=cc.cross_compiler(compiler))
     if param_names:
         save_params(folder / PARAMS, param_names, param_values)
     np.savez(folder / INPUTS, **inputs)

@@ -1,9 +1,9 @@
 """One export from start to end: load, build with the chosen schedules, write the bundle, verify.
 
 Verification depends on the target: a CPU bundle runs in a fresh process against the reference;
-a CUDA bundle, without a GPU here, gets the checks of :mod:`explorer.export.cuda_check` (and runs
+a CUDA bundle, without a GPU here, gets the checks of :mod:`export.cuda_check` (and runs
 on the GPU too when one is visible). Models from ONNX are also compared layer by layer
-(:mod:`explorer.export.layers`). The verification is added to the manifest afterwards (the
+(:mod:`export.layers`). The verification is added to the manifest afterwards (the
 manifest's own text is not hashed, so the file hashes stay valid).
 """
 
@@ -15,14 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.export import bundle as bundle_io
-from explorer.export.build import Built, Progress, build
-from explorer.export.cuda_check import CudaCheck, check_cuda
-from explorer.export.layers import LayerReport, compare_layers
-from explorer.export.records import TaskSchedule
-from explorer.export.targets import ExportTarget, parse_target
-from explorer.export.verify import Verification, verify_folder
-from explorer.export.workload import ExportWorkload, load_workload
+from export import bundle as bundle_io
+from export.build import Built, Progress, build
+from export.cuda_check import CudaCheck, check_cuda
+from export.elf_check import ElfCheck, check_elf
+from export.layers import LayerReport, compare_layers
+from export.schedules import TaskSchedule
+from export.verify import Verification, verify_folder
+from explorer.target import Target, parse_target
+from explorer.workload import Workload, load_workload
 
 
 @dataclass
@@ -35,6 +36,7 @@ class ExportReport:
     verification: Verification | None = None
     layers: LayerReport | None = None
     cuda: CudaCheck | None = None
+    elf: ElfCheck | None = None
     seconds: dict = field(default_factory=dict)
 
     @property
@@ -43,14 +45,36 @@ class ExportReport:
 
     @property
     def ok(self) -> bool:
-        """Every check that ran passed. A bundle for another CPU that cannot run here is not a failure;
-        one for this CPU that cannot run is."""
+        """Every check that ran passed (a bundle this machine cannot run is not run: see
+        :attr:`verified`)."""
         v = self.verification
-        could_not_run = v is not None and v.status == "error" and not self.built.target.is_host_cpu
-        checks = [v.ok if v is not None and not could_not_run else True,
+        checks = [v.ok if v is not None and v.status != "skipped" else True,
                   self.layers.ok if self.layers and not self.layers.error else True,
-                  self.cuda.ok if self.cuda else True]
+                  self.cuda.ok if self.cuda else True,
+                  self.elf.ok if self.elf else True]
         return all(checks)
+
+    @property
+    def verified(self) -> bool:
+        """The bundle itself ran and matched its reference (on this machine or its GPU)."""
+        return self.verification is not None and self.verification.ok
+
+    @property
+    def verdict(self) -> str:
+        """One sentence that agrees with the checks: verified, failed (which check), or built but
+        not run here (why)."""
+        v = self.verification
+        if not self.ok:
+            failed = [name for name, check in (("the bundle's outputs", v if v and v.status != "skipped" else None),
+                                               ("the layer-by-layer check", self.layers if self.layers and
+                                                not self.layers.error else None),
+                                               ("the CUDA checks", self.cuda),
+                                               ("the library check", self.elf)) if check is not None and not check.ok]
+            return f"NOT VERIFIED: {' and '.join(failed)} failed; do not deploy this bundle"
+        if self.verified:
+            return f"verified: {v.summary()}"
+        why = v.why if v is not None else "no check of the outputs ran"
+        return f"built, not run here ({why}); the checks that could run passed"
 
     def to_dict(self) -> dict:
         return {"folder": str(self.folder), "ok": self.ok, "seconds": self.seconds,
@@ -59,7 +83,7 @@ class ExportReport:
                 "verification": self.manifest.get("verification", {})}
 
 
-def _manifest(workload: ExportWorkload, target: ExportTarget, built: Built, *, tolerance: float) -> dict:
+def _manifest(workload: Workload, target: Target, built: Built, *, tolerance: float) -> dict:
     def io(specs):
         return [{"name": n, "shape": list(s), "dtype": d} for n, s, d in specs]
 
@@ -72,12 +96,13 @@ def _manifest(workload: ExportWorkload, target: ExportTarget, built: Built, *, t
         "tasks": [o.to_dict() for o in built.outcomes],
         "records": {o.task.name: o.record_id for o in built.outcomes if o.schedule == "record"},
         "warnings": list(built.warnings),
+        "compiler": target.compiler or "default",
         "reference": workload.reference_label, "tolerance": tolerance,
         "compile_seconds": built.compile_seconds, "compile_stages": built.seconds,
     }
 
 
-def export_workload(workload: str | ExportWorkload, target: str | ExportTarget, out_dir: str | Path, *,
+def export_workload(workload: str | Workload, target: str | Target, out_dir: str | Path, *,
                     schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                     verify: bool = True, layers: bool = True, threads: int | None = None, nvcc: bool = True,
                     seed: int = 0, progress: Progress | None = None) -> ExportReport:
@@ -109,10 +134,10 @@ def export_workload(workload: str | ExportWorkload, target: str | ExportTarget, 
 
     extra: dict[str, tuple[str, bytes]] = {}
     cuda = None
-    if target.device == "cuda":
+    if target.kind == "cuda":
         mark = time.perf_counter()
         say("checking the CUDA kernels (nvcc)", 0.6)
-        cuda, source, cubin = check_cuda(built.lowered, built.executable, target.tvm_target(), compile_with_nvcc=nvcc)
+        cuda, source, cubin = check_cuda(built.lowered, built.executable, target.tvm(), compile_with_nvcc=nvcc)
         extra["kernels.cu"] = ("cuda-source", source.encode())
         if cubin:
             extra[f"kernels_{target.arch}.cubin"] = ("cubin", cubin)
@@ -122,13 +147,15 @@ def export_workload(workload: str | ExportWorkload, target: str | ExportTarget, 
     say("writing the bundle", 0.65)
     out_tolerance = tolerance(workload.outputs[0][2]) if workload.outputs else 1e-4
     manifest = _manifest(workload, target, built, tolerance=out_tolerance)
-    folder = Path(out_dir)
+    folder = Path(out_dir).expanduser().resolve()  # relative to the caller's working directory, now
     manifest = bundle_io.write_bundle(folder, executable=built.executable, manifest=manifest, inputs=inputs,
                                       references=references, param_names=[p.name for p in built.params],
-                                      param_values=built.param_values, extra_files=extra)
+                                      param_values=built.param_values, extra_files=extra, compiler=target.compiler)
     seconds["write"] = time.perf_counter() - mark
 
     report = ExportReport(folder=folder, manifest=manifest, built=built, cuda=cuda, seconds=seconds)
+    if target.cross:
+        report.elf = check_elf(folder / bundle_io.LIB, target.arch)
     if verify:
         mark = time.perf_counter()
         say("verifying in a fresh process", 0.7)
@@ -143,20 +170,23 @@ def export_workload(workload: str | ExportWorkload, target: str | ExportTarget, 
     manifest["verification"] = {
         "fresh_process": report.verification.to_dict() if report.verification else None,
         "layers": _layers_summary(report.layers), "cuda": cuda.to_dict() if cuda else None,
+        "library": report.elf.to_dict() if report.elf else None, "verdict": report.verdict,
     }
     (folder / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     say("done", 1.0)
     return report
 
 
-def _verify(folder: Path, target: ExportTarget, threads: int | None) -> Verification | None:
-    if target.device == "cuda":
-        import tvm
-
-        if not tvm.cuda(0).exist:
-            return None  # no GPU here: the CUDA checks stand in (gpu_check.py runs it on a card)
-        return verify_folder(folder, threads=threads, device="cuda")
-    return verify_folder(folder, threads=threads)
+def _verify(folder: Path, target: Target, threads: int | None) -> Verification:
+    """Run the bundle in a fresh process where this machine can run it; otherwise say why not
+    (running code for a CPU this machine is not would die with SIGILL)."""
+    why = target.why_not_here()
+    if why:
+        stand_in = {"cuda": "the CUDA checks stand in; `python -m export.gpu_check DIR` runs it on the GPU machine",
+                    "cpu": "the library check stands in; run `python run.py` on such a device" if target.cross else
+                    "run `python run.py` on a machine with that CPU"}[target.kind]
+        return Verification("skipped", reference="", why=f"{why}: {stand_in}", device=target.device)
+    return verify_folder(folder, threads=threads, device=target.device)
 
 
 def _layers_summary(layers: LayerReport | None) -> dict | None:

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.export.build import Progress
-from explorer.export.records import TaskSchedule
-from explorer.export.targets import ExportTarget, parse_target
-from explorer.export.workload import ExportWorkload, load_workload, ort_session
+from explorer.target import Target, parse_target
+from explorer.workload import Workload, load_workload
+from explorer.workload.reference import ort_session
+from export.build import Progress
+from export.schedules import TaskSchedule
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class BenchReport:
     threads: int
     rows: list[BenchRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    check: dict | None = None  # run_bundle: the bundle's outputs against its saved reference
+    check: dict | None = None  # bench_bundle: the bundle's outputs against its saved reference
 
     def table(self) -> str:
         """The rows as a fixed-width text table (ms)."""
@@ -94,8 +95,8 @@ def bundle_row(folder: str | Path, name: str, *, threads: int, runs: int, budget
                compile_s: float | None = None) -> tuple[BenchRow, dict]:
     """Time a bundle in a fresh process (its ``run.py``): the row, and the child's report (with
     its check against the saved reference)."""
-    from explorer.export.bundle import read_manifest
-    from explorer.export.verify import run_in_child
+    from export.bundle import read_manifest
+    from export.verify import run_in_child
 
     manifest = read_manifest(folder)
     report = run_in_child(folder, threads=threads, runs=runs, budget_s=budget_s)
@@ -131,15 +132,15 @@ def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int,
     return _row(f"PyTorch {torch.__version__} eager", None, first, latencies, "eager: nothing to compile")
 
 
-def _numpy_row(workload: ExportWorkload, inputs: dict[str, np.ndarray], *, runs: int, budget_s: float) -> BenchRow:
+def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, budget_s: float) -> BenchRow:
     arrays = [inputs[n] for n, _, _ in workload.inputs]
     first, latencies = time_calls(lambda: workload.kernel.reference(*arrays), runs, budget_s)
     return _row("numpy reference", None, first, latencies, "written for accuracy, not speed")
 
 
-def _export_row(workload: ExportWorkload, target: ExportTarget, name: str, schedules, *, threads: int, runs: int,
+def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
                 budget_s: float) -> BenchRow:
-    from explorer.export.flow import export_workload
+    from export.flow import export_workload
 
     with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
@@ -148,17 +149,21 @@ def _export_row(workload: ExportWorkload, target: ExportTarget, name: str, sched
         return bundle_row(report.folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
 
 
-def bench_workload(workload: str | ExportWorkload, *, schedules: Mapping[str, TaskSchedule] | None = None,
+def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
-                   torch_module=None, progress: Progress | None = None) -> BenchReport:
-    """TVM tuned (when ``schedules`` has any), TVM untuned, ONNX Runtime, PyTorch, side by side."""
+                   torch_module=None, progress: Progress | None = None, target: str | Target = "cpu") -> BenchReport:
+    """TVM tuned (when ``schedules`` has any), TVM untuned, ONNX Runtime, PyTorch, side by side.
+
+    ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
+    matching the target's cores)."""
     from explorer.environment import cpu_info
 
     say = progress or (lambda stage, frac: None)
     threads = int(threads or cpu_info()["usable_cores"])
+    target = parse_target(target)
+    target.require_runnable("benchmark")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
-    target = parse_target("cpu")  # threads are set at run time (TVM_NUM_THREADS), records keep matching
     report = BenchReport(workload=workload.spec, threads=threads)
     inputs = workload.sample_inputs()
     if schedules:
@@ -187,26 +192,26 @@ def bench_workload(workload: str | ExportWorkload, *, schedules: Mapping[str, Ta
     return report
 
 
-def run_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 50, budget_s: float = 20.0,
+def bench_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 50, budget_s: float = 20.0,
                baselines: bool = True) -> BenchReport:
     """Time a bundle (fresh process) and, when its workload can be rebuilt here, ONNX Runtime on
     the same inputs and threads."""
     from explorer.environment import cpu_info
-    from explorer.export.bundle import read_manifest
-    from explorer.export.errors import ExportError
     from explorer.errors import ExplorerError
+    from export.bundle import read_manifest
+    from export.errors import ExportError
 
-    folder = Path(folder)
+    folder = Path(folder).expanduser().resolve()
     manifest = read_manifest(folder)
     threads = int(threads or cpu_info()["usable_cores"])
     spec = manifest["workload"]["spec"]
     report = BenchReport(workload=f"{spec} ({manifest['target']['label']})", threads=threads)
-    if manifest["target"]["device"] == "cuda":
-        import tvm
-
-        if not tvm.cuda(0).exist:
-            raise ExportError("this is a CUDA bundle and no CUDA device is visible here "
-                              "(see explorer/export/gpu_check.py for the machine that has one)")
+    target = bundle_target(manifest)
+    why = target.why_not_here()
+    if why:
+        where = ("`python -m export.gpu_check DIR` on the machine with the GPU" if target.kind == "cuda"
+                 else "`python run.py` on a machine with that CPU")
+        raise ExportError(f"this bundle was built for {target.label} and cannot run here: {why}; use {where}")
     tuned = sum(1 for t in manifest["tasks"] if t["schedule"] == "record")
     row, child = bundle_row(folder, f"TVM bundle ({tuned}/{len(manifest['tasks'])} tasks from records)",
                             threads=threads, runs=runs, budget_s=budget_s)
@@ -236,5 +241,15 @@ def run_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 50
     return report
 
 
-__all__ = ["BenchReport", "BenchRow", "bench_workload", "bundle_row", "ort_row", "run_bundle", "time_calls",
+def bundle_target(manifest: dict) -> Target:
+    """The target a bundle was built for, from its manifest (its config, not the spelling: ``cpu``
+    meant the exporting machine)."""
+    import json
+
+    t = manifest["target"]
+    config = dict(t["config"])
+    return parse_target(json.dumps(config))
+
+
+__all__ = ["BenchReport", "bundle_target", "BenchRow", "bench_workload", "bundle_row", "ort_row", "bench_bundle", "time_calls",
            "torch_row"]

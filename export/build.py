@@ -2,7 +2,7 @@
 
 Models: the tuning pipeline (LegalizeOps .. FuseTIR, exactly what the search extracts its tasks
 from, so workload keys meet), then ``main``'s constants become parameters
-(:mod:`explorer.export.params`), then each task gets its schedule: a record's trace replayed as
+(:mod:`export.params`), then each task gets its schedule: a record's trace replayed as
 MetaSchedule's ``ApplyDatabase`` does, or a record's steps; tasks without one keep the default
 (dlight on GPU, the plain loop nest on CPU). Kernels skip fusion: their one PrimFunc is the task.
 Then the target's Relax lowering and finalisation passes, and ``relax.build``.
@@ -19,15 +19,13 @@ import tvm
 from tvm import relax
 
 from explorer.errors import short_tvm_message
-from explorer.export.errors import ExportError
-from explorer.export.params import ParamSpec, lift_constants
-from explorer.export.records import (Task, TaskOutcome, TaskSchedule, coverage_warning, module_tasks,
-                                     normalized_task, pick, shares)
-from explorer.export.targets import ExportTarget
-from explorer.export.workload import ExportWorkload
+from explorer.target import Target
+from explorer.workload import Task, Workload, owned_task_module
+from export.errors import ExportError
+from export.params import ParamSpec, lift_constants
+from export.schedules import TaskOutcome, TaskSchedule, coverage_warning, pick, shares
 
 Progress = Callable[[str, float], None]
-_FUSE_TARGET = {"kind": "llvm"}  # fusion and constant folding run on the host, whatever the target
 
 
 @dataclass
@@ -35,8 +33,8 @@ class Built:
     """A built workload: the executable, the module handed to code generation, the parameters
     (specs and values, in ``main``'s order after the inputs), and what happened to each task."""
 
-    workload: ExportWorkload
-    target: ExportTarget
+    workload: Workload
+    target: Target
     executable: object  # relax.VMExecutable
     lowered: tvm.IRModule
     params: list[ParamSpec]
@@ -50,23 +48,9 @@ class Built:
         return float(sum(self.seconds.values()))
 
 
-def fused_module(workload: ExportWorkload) -> tvm.IRModule:
-    """The module whose PrimFuncs are the tasks (models after the tuning pipeline)."""
-    if workload.kind == "kernel":
-        return workload.mod
-    from explorer.passes.pipelines import get_pipeline
-
-    target = tvm.target.Target(_FUSE_TARGET)
-    try:
-        with target:
-            return get_pipeline("tuning").build(target)(workload.mod)
-    except Exception as err:
-        raise ExportError(f"the tuning pipeline failed on {workload.name}: {short_tvm_message(err)}") from err
-
-
-def workload_tasks(workload: ExportWorkload) -> list[Task]:
+def workload_tasks(workload: Workload) -> list[Task]:
     """The tasks of a workload, most work first: what records are looked up for."""
-    return module_tasks(fused_module(workload))
+    return workload.tasks()
 
 
 def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -> tvm.tirx.PrimFunc:
@@ -76,7 +60,7 @@ def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -
     if schedule.trace is not None:
         import json
 
-        sch = s_tir.Schedule(normalized_task(func))
+        sch = s_tir.Schedule(owned_task_module(func))  # never the fused module's own function
         s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(schedule.trace)), sch)
         new = sch.mod["main"]
     elif schedule.steps:
@@ -97,6 +81,7 @@ def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -
 
 def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str, TaskSchedule] | None,
                     ) -> tuple[tvm.IRModule, list[TaskOutcome]]:
+    """Each task's schedule applied to every PrimFunc it stands for (``task.funcs``)."""
     share = shares(tasks)
     mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)  # never edit the caller's
     outcomes = []
@@ -105,43 +90,36 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
         if chosen is None:
             outcomes.append(TaskOutcome(task, "default", share=share[task.name]))
             continue
-        gv = mod.get_global_var(task.name)
-        try:
-            mod[gv] = apply_schedule(mod[gv], chosen, task.name)
+        try:  # all of the task's functions get the schedule, or none does
+            scheduled = {f: apply_schedule(mod[mod.get_global_var(f)], chosen, f) for f in task.funcs}
         except Exception as err:  # noqa: BLE001 - a record that does not apply falls back to the default
             msg = str(err) if isinstance(err, ExportError) else short_tvm_message(err, 300)
             outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], msg))
             continue
+        for func_name, func in scheduled.items():
+            mod[mod.get_global_var(func_name)] = func
         outcomes.append(TaskOutcome(task, "record", chosen.record_id, share[task.name]))
     return mod, outcomes
 
 
-def _backend(target: ExportTarget):
-    if target.device == "cuda":
-        from tvm.relax.backend.cuda import pipeline
-    else:
-        from tvm.relax.backend.cpu_generic import pipeline
-    return pipeline
-
-
-def model_params(workload: ExportWorkload) -> tuple[list[ParamSpec], list[np.ndarray]]:
+def model_params(workload: Workload) -> tuple[list[ParamSpec], list[np.ndarray]]:
     """The parameters a bundle of ``workload`` takes, without building anything: for new weights
-    of an exported model (same graph, other values), see :func:`explorer.export.bundle.replace_params`."""
+    of an exported model (same graph, other values), see :func:`export.bundle.replace_params`."""
     if workload.kind != "model":
         return [], []
-    _, params, values = lift_constants(fused_module(workload), workload.onnx_model)
+    _, params, values = lift_constants(workload.fused_module(), workload.onnx_model)
     return params, values
 
 
-def build(workload: ExportWorkload, target: ExportTarget, schedules: Mapping[str, TaskSchedule] | None = None, *,
+def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None, *,
           progress: Progress | None = None) -> Built:
     """Build ``workload`` for ``target`` with ``schedules`` (by task name or workload key)."""
     say = progress or (lambda stage, frac: None)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     say("fusing", 0.05)
-    mod = fused_module(workload)
-    tasks = module_tasks(mod)
+    mod = workload.fused_module()
+    tasks = workload_tasks(workload)
     onnx_model = workload.onnx_model
     mod, params, values = lift_constants(mod, onnx_model) if workload.kind == "model" else (mod, [], [])
     seconds["fuse"] = time.perf_counter() - start
@@ -149,22 +127,15 @@ def build(workload: ExportWorkload, target: ExportTarget, schedules: Mapping[str
     start = time.perf_counter()
     say("applying schedules", 0.2)
     mod, outcomes = _schedule_tasks(mod, tasks, schedules)
-    tvm_target = target.tvm_target()
-    if target.device == "cuda":
-        from tvm.s_tir import dlight as dl
-
-        with tvm_target:
-            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+    tvm_target = target.tvm()
+    mod = target.apply_default_schedules(mod, tvm_target)
     seconds["schedule"] = time.perf_counter() - start
 
     start = time.perf_counter()
     say("generating code", 0.35)
-    backend = _backend(target)
     try:
         with tvm_target:
-            lowered = tvm.transform.Sequential(backend.dataflow_lower_passes(tvm_target)
-                                               + backend.finalize_passes(tvm_target))(mod)
+            lowered = tvm.transform.Sequential(target.lowering_passes(tvm_target))(mod)
         executable = relax.build(lowered, target=tvm_target, relax_pipeline=None)
     except Exception as err:
         raise ExportError(f"TVM could not build {workload.name} for {target.label}: {short_tvm_message(err)}") from err
@@ -172,7 +143,7 @@ def build(workload: ExportWorkload, target: ExportTarget, schedules: Mapping[str
 
     warnings = [f"record {o.record_id} for {o.task.name} did not apply ({o.error}); the default schedule is used"
                 for o in outcomes if o.schedule == "failed"]
-    cover = coverage_warning(outcomes, target.device)
+    cover = coverage_warning(outcomes, target.default_schedule)
     if cover:
         warnings.append(cover)
     warnings.extend(target.notes)
@@ -180,4 +151,4 @@ def build(workload: ExportWorkload, target: ExportTarget, schedules: Mapping[str
                  param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds)
 
 
-__all__ = ["Built", "apply_schedule", "build", "fused_module", "model_params", "workload_tasks"]
+__all__ = ["Built", "apply_schedule", "build", "model_params", "workload_tasks"]

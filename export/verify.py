@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.export import bundle as bundle_io
-from explorer.export.errors import BundleError, ExportError
+from export import bundle as bundle_io
+from export.errors import BundleError, ExportError
 
 
 @dataclass(frozen=True)
 class Verification:
-    """The outcome: ``status`` is "verified", "failed" (outputs differ) or "error" (could not run)."""
+    """The outcome: ``status`` is "verified", "failed" (outputs differ), "error" (could not run)
+    or "skipped" (this machine cannot run the bundle's code: ``why`` says why)."""
 
     status: str
     reference: str = ""
@@ -39,7 +40,9 @@ class Verification:
 
     def summary(self) -> str:
         if self.status == "error":
-            return f"not verified: {self.why}"
+            return f"not verified: {self.why or 'the bundle could not run'}"
+        if self.status == "skipped":
+            return f"not run here: {self.why}"
         verdict = "matches" if self.ok else "DIFFERS FROM"
         text = (f"fresh process on {self.device}: output {verdict} {self.reference} (max abs error "
                 f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}, tolerance {self.tolerance:.0e})")
@@ -64,7 +67,7 @@ def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 
 
     Raises :class:`BundleError` when the bundle is refused, :class:`ExportError` when the child
     crashes or hangs."""
-    folder = Path(folder)
+    folder = Path(folder).expanduser().resolve()  # the child runs elsewhere: never a relative path
     bundle_io.read_manifest(folder)  # refuse a changed bundle here already, with the same words
     cmd = [sys.executable, "-I", str(folder / bundle_io.RUNNER), str(folder), "--json", "--without-torch", "--runs", str(runs),
            "--budget", str(budget_s)]
@@ -74,15 +77,22 @@ def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 
         cmd += ["--device", device]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads),
-                              cwd=tempfile.gettempdir())
+                              cwd=str(folder))
     except subprocess.TimeoutExpired:
         raise ExportError(f"running the bundle took longer than {timeout:.0f} s") from None
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
-        raise ExportError(f"the bundle's process died ({how}): {' '.join(tail)[:500]}") from None
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:500]
+        if proc.returncode < 0:
+            import signal
+
+            name = signal.Signals(-proc.returncode).name
+            why = ("an instruction this CPU does not have: the bundle was built for another CPU"
+                   if name == "SIGILL" else tail or "it printed nothing")
+            raise ExportError(f"the bundle's process died of {name}: {why}") from None
+        raise ExportError(f"the bundle's process failed with status {proc.returncode}: "
+                          f"{tail or 'it printed nothing'}") from None
     if "error" in report:
         raise BundleError(report["error"])
     return report

@@ -1,6 +1,6 @@
 """Records for an export: per task of the workload, the store's records for the export's target
-(and machine), fastest first, turned into the plain :class:`explorer.export.TaskSchedule` the
-export takes. Lives in ``search`` because it reads the store and explorer must not.
+(and machine), fastest first, turned into the plain :class:`export.TaskSchedule` the
+export takes (the export room reads the store; explorer never does).
 
 Which machine's records count: exporting for the host CPU takes records measured on this machine
 (its hardware fingerprint); a named CPU or a GPU takes records from any machine, since none of
@@ -9,16 +9,15 @@ them was measured here. ``hardware=`` overrides both.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from explorer.export.errors import ExportError
-from explorer.export.records import Task, TaskSchedule
-from explorer.export.targets import ExportTarget
-from search.ms_database import canonical_target
+from explorer.target import Target
+from explorer.workload import Task
+from export.errors import ExportError
+from export.schedules import TaskSchedule
 from store import Record, Store, StoreError, default_db_path
 
 AUTO = "auto"
@@ -56,11 +55,11 @@ def open_store(path: str | os.PathLike | None) -> Store | None:
         raise ExportError(str(err)) from err
 
 
-def hardware_for(target: ExportTarget, hardware: str | None = AUTO) -> str | None:
+def hardware_for(target: Target, hardware: str | None = AUTO) -> str | None:
     """The hardware fingerprint records must carry (None: any machine); see the module docstring."""
     if hardware != AUTO:
         return hardware
-    if target.is_host_cpu:
+    if target.is_host:
         from explorer.environment import hardware_fingerprint
 
         return hardware_fingerprint()
@@ -71,33 +70,23 @@ def _usable(r: Record) -> bool:
     return bool(r.trace is not None or r.steps)
 
 
-def _matches_target(r: Record, target: ExportTarget) -> bool:
-    try:
-        config = json.loads(r.target)
-    except (TypeError, ValueError):
-        return False
-    if target.device == "cuda":
-        return config.get("kind") == "cuda" and config.get("arch") == target.config.get("arch")
-    return canonical_target(config) == canonical_target(target.config)
-
-
-def task_choices(store: Store | None, tasks: list[Task], target: ExportTarget, *, hardware: str | None = AUTO,
+def task_choices(store: Store | None, tasks: list[Task], target: Target, *, hardware: str | None = AUTO,
                  limit: int = 10) -> list[TaskChoice]:
     """Per task, up to ``limit`` rankable records with a trace or steps for ``target``, fastest first."""
     if store is None:
         return [TaskChoice(t) for t in tasks]
     machine = hardware_for(target, hardware)
-    exact = canonical_target(target.config)
+    exact = target.key
     out = []
     seen: dict[str, tuple[Record, ...]] = {}
     for task in tasks:
         if task.key not in seen:
             found = store.records(workload=task.key, target=exact, hardware=machine, rankable=True, order="median",
                                   limit=limit * 4)
-            if target.device == "cuda":  # GPU records may carry extra target keys: match kind and arch
+            if target.kind == "cuda":  # GPU records may carry extra target keys: match kind and arch
                 found += store.records(workload=task.key, target="cuda", hardware=machine, rankable=True,
                                        order="median", limit=limit * 4)
-            unique = {r.id: r for r in found if _usable(r) and _matches_target(r, target)}
+            unique = {r.id: r for r in found if _usable(r) and target.accepts(r.target)}
             seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (r.median_s or float("inf"), r.id))[:limit])
         out.append(TaskChoice(task, seen[task.key]))
     return out
@@ -130,7 +119,7 @@ def schedules_for(choices: list[TaskChoice], picks: Mapping[str, int | None] | N
     return out
 
 
-def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], target: ExportTarget, *,
+def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], target: Target, *,
                    hardware: str | None = AUTO) -> tuple[dict[str, TaskSchedule], list[TaskChoice]]:
     """The best record per task from the database at ``db`` (None: the default database, if any)."""
     store = db if isinstance(db, Store) else open_store(db)

@@ -2,7 +2,7 @@
 
 Run it on the machine with the card, in the environment that will serve the model::
 
-    python -m explorer.export.gpu_check BUNDLE_DIR [--runs 50] [--json] [--out gpu_report.json]
+    python -m export.gpu_check BUNDLE_DIR [--runs 50] [--json] [--out gpu_report.json]
 
 It checks the bundle's hashes, says which GPU and driver it found (``nvidia-smi``), loads the
 library on ``cuda:0`` (TVM compiles the CUDA source there: with NVRTC when ``cuda-python`` is
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 
-from explorer.export import verify_bundle
+from export import verify_bundle
 
 
 def gpu_environment() -> dict:

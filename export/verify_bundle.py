@@ -5,7 +5,7 @@ installed can check and run a bundle::
 
     python run.py                      # check hashes, load, run inputs.npz, compare with reference.npz
     python run.py --runs 50 --json     # also time 50 runs after the first one
-    python -m explorer.export.verify_bundle BUNDLE_DIR --out outputs.npz   # the same, from schedx
+    python -m export.verify_bundle BUNDLE_DIR --out outputs.npz   # the same, from schedx
 
 Before anything is loaded every file listed in ``manifest.json`` is hashed; a missing or changed
 file stops the run with a message naming it. Keep this module free of schedx imports: it must
@@ -66,6 +66,9 @@ def check_bundle(folder: str | os.PathLike) -> dict:
             raise BundleCheckError(f"{path} lists a file outside the bundle: {name!r}")
         where = folder / name
         role = entry.get("role", "file")
+        if where.is_symlink() or (where.exists() and not where.is_file()):
+            raise BundleCheckError(f"refused: {name} in {folder} is a link or a special file, not a plain file; "
+                                   f"a bundle holds only its own files. Nothing was loaded")
         if not where.is_file():
             what = "parameters file" if role == "params" else f"{role} file"
             raise BundleCheckError(f"the {what} {name} is missing from {folder}; the bundle cannot run without it "

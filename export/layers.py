@@ -111,7 +111,7 @@ def compare_layers(onnx_model, inputs: dict[str, np.ndarray], *, tvm_model=None,
 
     import tvm
 
-    from explorer.export.workload import flatten_outputs, ort_session
+    from explorer.workload.reference import flatten_outputs, ort_session
     from explorer.models.onnx_import import import_onnx
 
     start = time.perf_counter()

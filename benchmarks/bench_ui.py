@@ -1,0 +1,165 @@
+"""Benchmark: the Graph & passes page in a real browser (Playwright + Debian's chromium).
+
+Prints, per model, figures measured in this run (not a test: machines here are shared and noisy):
+  1. first page: from opening the URL (the server already answers) to both graphs drawn;
+     the first model is measured on a freshly started server (cold), the others on a warm one;
+  2. switching passes: from the click on a pass in the "After pass" picker to both graphs drawn
+     (the graphs of every snapshot the page shows are laid out once; the first visit of a
+     snapshot and later visits are reported apart; target <= 300 ms);
+  3. the Counts & time tab: from the click on the tab to its chart drawn, first open (target <= 1 s).
+
+Models: ResNet-18 (zoo) and a generated ONNX residual chain of ~700 operators with a name on every
+node (tests/big_onnx.py). Run: ``python -m benchmarks.bench_ui [--blocks 175] [--repeats 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+PASSES = ["LegalizeOps", "FoldConstant", "FuseOps", "FuseTIR", "AnnotateTIROpPattern"]
+ROOT_JS = ("(document.querySelector('[data-testid=\"stBidiComponentIsolated\"]') || {}).shadowRoot"
+           "?.querySelector('.sx-root')")
+
+
+def _settle(page) -> None:
+    page.wait_for_timeout(150)
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')"
+                           " && !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+
+
+def _drawn_at(page) -> float:
+    value = page.locator(".sx-root").first.get_attribute("data-drawn-at")
+    return float(value) if value else -1.0
+
+
+def _wait_drawn(page, after_title: str, since: float) -> None:
+    """Both graphs drawn for a page whose "after" panel shows ``after_title``, later than ``since``."""
+    page.wait_for_function(
+        "([title, since]) => { const root = " + ROOT_JS + """;
+            if (!root) return false;
+            const t = root.querySelector('.sx-panel[data-side="after"] .sx-title');
+            return t && t.textContent.includes(title) && Number(root.dataset.drawnAt || -1) > since;
+        }""", arg=[after_title, since], timeout=180_000)
+
+
+def _watch_clicks(page) -> None:
+    """Record in the page when each pointer press happens (the user's click, without the time
+    Playwright itself takes to deliver it)."""
+    page.evaluate("() => { window.__sxClicks = []; document.addEventListener('pointerdown', "
+                  "() => window.__sxClicks.push(performance.now()), true); }")
+
+
+def _click_to_drawn(page) -> float:
+    """Seconds from the last pointer press to the graphs painted, both measured in the page."""
+    return page.evaluate("() => { const r = " + ROOT_JS + "; const c = window.__sxClicks;"
+                         " return (Number(r.dataset.drawnAt) - c[c.length - 1]) / 1000; }")
+
+
+def _pick(page, label: str, option_text: str) -> None:
+    """Open the picker ``label`` and click ``option_text``."""
+    page.get_by_role("combobox", name=label, exact=True).click()
+    option = page.get_by_role("option").filter(has_text=option_text).first
+    option.wait_for()
+    option.click()
+
+
+def first_page(page, url: str) -> float:
+    t = time.perf_counter()
+    page.goto(url)
+    _wait_drawn(page, "After", -1)
+    return time.perf_counter() - t
+
+
+def load_model_in_page(page, model_path: str | None) -> float:
+    """Open another model (an ONNX file by path); seconds until both graphs are drawn."""
+    if model_path is None:
+        return 0.0
+    page.get_by_text("ONNX file", exact=True).click()
+    _settle(page)
+    box = page.get_by_label("...or a path on this machine", exact=True)
+    box.fill(model_path)
+    since = _drawn_at(page)
+    t = time.perf_counter()
+    box.press("Enter")
+    page.wait_for_function(
+        "(since) => { const r = " + ROOT_JS + "; return r && Number(r.dataset.drawnAt) > since"
+        " && Number(r.querySelector('.sx-panel[data-side=\"after\"]').dataset.nodes) > 300; }", arg=since,
+        timeout=300_000)
+    return time.perf_counter() - t
+
+
+def switching(page, repeats: int) -> tuple[list[float], list[float]]:
+    first, again = [], []
+    _watch_clicks(page)
+    for k in range(repeats + 1):
+        for name in PASSES:
+            since = _drawn_at(page)
+            _pick(page, "After pass", name)
+            _wait_drawn(page, name, since)
+            (first if k == 0 else again).append(_click_to_drawn(page))
+            _settle(page)
+    return first, again
+
+
+def counts_tab(page) -> float:
+    tab = page.get_by_role("tab", name="Counts & time")
+    t = time.perf_counter()
+    tab.click()
+    page.locator('[data-testid="stHorizontalBlock"] [data-testid="stDataFrame"]').nth(1).wait_for(timeout=120_000)
+    page.locator(".sx-bars, .js-plotly-plot").first.wait_for(timeout=120_000)
+    seconds = time.perf_counter() - t
+    page.get_by_role("tab", name="Graph").click()
+    _settle(page)
+    return seconds
+
+
+def report(name: str, figures: dict) -> None:
+    print(f"{name}:")
+    print(f"  first page                 {figures['first_page']:6.2f} s   (target <= 3 s)")
+    if figures.get("load"):
+        print(f"  open the model (path)      {figures['load']:6.2f} s   (import, pipeline, both graphs)")
+    f, a = figures["switch_first"], figures["switch_again"]
+    print(f"  switch pass, first visit   median {statistics.median(f) * 1000:5.0f} ms, max {max(f) * 1000:5.0f} ms")
+    print(f"  switch pass, again         median {statistics.median(a) * 1000:5.0f} ms, max {max(a) * 1000:5.0f} ms"
+          f"   (target <= 300 ms, {len(a)} switches)")
+    print(f"  Counts & time tab          {figures['counts'] * 1000:5.0f} ms   (first open, target <= 1 s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blocks", type=int, default=175, help="residual blocks of the big model (4 nodes each)")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise SystemExit("chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    from tests.big_onnx import save_residual_chain
+    from tests.browser import CHROMIUM_ARGS, schedx_ui
+
+    with tempfile.TemporaryDirectory() as tmp:
+        big = save_residual_chain(Path(tmp) / f"residual_chain_{args.blocks}.onnx", args.blocks)
+        with schedx_ui() as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            for label, model in (("ResNet-18 (cold server)", None), (f"residual chain, {args.blocks * 4} operators", big)):
+                page = browser.new_page(viewport={"width": 1600, "height": 1100})
+                page.set_default_timeout(120_000)
+                figures = {"first_page": first_page(page, url)}
+                _settle(page)
+                figures["load"] = load_model_in_page(page, model)
+                _settle(page)
+                figures["counts"] = counts_tab(page)
+                figures["switch_first"], figures["switch_again"] = switching(page, args.repeats)
+                report(label, figures)
+                page.close()
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""A model's fused module: the tuning pipeline (LegalizeOps .. FuseTIR) whose PrimFuncs are the
+tasks a search tunes and an export schedules."""
+
+from __future__ import annotations
+
+import tvm
+
+from explorer.errors import ExplorerError, short_tvm_message
+
+
+class WorkloadError(ExplorerError):
+    """A workload spec could not be loaded or split into tasks."""
+
+
+def fused_module(mod: tvm.IRModule, name: str = "the model") -> tvm.IRModule:
+    """``mod`` after the tuning pipeline (fusion, on a generic host target): the PrimFuncs a search
+    extracts its tasks from and an export schedules."""
+    from explorer.passes.pipelines import get_pipeline
+
+    target = tvm.target.Target({"kind": "llvm"})
+    try:
+        with tvm.transform.PassContext(opt_level=3), target:
+            return get_pipeline("tuning").build(target)(mod)
+    except Exception as err:
+        raise WorkloadError(f"the tuning pipeline failed on {name}: {short_tvm_message(err)}") from err
+
+
+__all__ = ["WorkloadError", "fused_module"]

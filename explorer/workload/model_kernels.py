@@ -1,0 +1,44 @@
+"""The fused kernels of a model: its tasks after the tuning pipeline (FuseOps + FuseTIR), equal
+ones merged and weighted by how often the model calls them (see :mod:`explorer.workload.task`)."""
+
+from __future__ import annotations
+
+from explorer.errors import ExplorerError
+from explorer.kernels import Kernel, load_kernel as load_builtin, make_kernel
+from explorer.models.source import LoadedModel
+from explorer.workload.fusion import fused_module
+from explorer.workload.task import module_tasks
+
+
+def model_kernels(loaded: LoadedModel) -> list[Kernel]:
+    """Kernels of ``loaded`` after the tuning pipeline, most FLOPs-weighted first.
+
+    ``params["calls"]`` says how often the model runs each one; ``params["funcs"]`` which
+    PrimFuncs of the fused module it stands for."""
+    mod = fused_module(loaded.mod, loaded.name)
+    kernels = []
+    for task in module_tasks(mod, loaded.name):
+        func_name = task.name.split("/", 1)[1]
+        kernels.append(make_kernel(task.mod["main"], name=task.name, title=func_name, source=f"model:{loaded.name}",
+                                   spec=task.name, params={"calls": task.calls, "funcs": list(task.funcs)}))
+    return kernels
+
+
+def load_kernel(spec: str, *, shapes: str | None = None, model_kernels_by_name: dict[str, Kernel] | None = None
+                ) -> Kernel:
+    """The kernel a spec names: a built-in (``matmul:M=512``) or a model's fused kernel
+    (``resnet18/fused_conv2d_add_relu``, the model loaded with ``shapes``)."""
+    if "/" in spec and ":" not in spec:
+        model, _, func = spec.rpartition("/")
+        if model_kernels_by_name is None:
+            from explorer.models import load_model
+
+            model_kernels_by_name = {k.name: k for k in model_kernels(load_model(model, shapes))}
+        if spec not in model_kernels_by_name:
+            raise ExplorerError(f"model {model} has no fused kernel {func!r}; it has: "
+                                f"{', '.join(k.split('/', 1)[1] for k in list(model_kernels_by_name)[:20])}")
+        return model_kernels_by_name[spec]
+    return load_builtin(spec)
+
+
+__all__ = ["load_kernel", "model_kernels"]

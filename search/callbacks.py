@@ -1,0 +1,177 @@
+"""The search's two measure callbacks, as MetaSchedule splits its own: :class:`WriteRecords` turns
+each measured batch into records in one store transaction (before the cost model learns it), and
+:class:`ReportProgress` accounts for the batch (trials, bests, failures by outcome, ETA) in the
+job row and for the caller's ``on_batch``. :class:`SearchState` is the book-keeping they share."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from explorer.workload import Task
+from search.job_spec import JobProgress
+from search.ledger import INFRA_ERROR, OK, CandidateLedger
+from search.records import candidate_record
+from search.runner import REJECT_FACTOR
+from store import Record, Store
+
+EARLY_TIMING = f"one run: over {REJECT_FACTOR:g}x slower than the best so far, not timed further"
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one measured batch changed: for progress bars, job rows and the UI."""
+
+    task: str
+    batch: int
+    measured: int
+    cached: int
+    failed: int
+    task_trials: int
+    trials: int
+    best_gflops: float | None
+    task_best_gflops: float | None
+    elapsed_s: float
+    eta_s: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Batch:
+    """What :class:`WriteRecords` hands to :class:`ReportProgress` for the batch just written."""
+
+    task: int
+    records: list[Record]
+    cached: int
+    size: int
+
+
+@dataclass
+class SearchState:
+    """Book-keeping of one search: tasks, where records go, trials and bests so far."""
+
+    store: Store
+    tasks: list[Task]
+    target_key: str
+    hardware: str
+    job_id: int | None
+    total_trials: int
+    environment: dict
+    on_batch: Callable[[BatchReport], None] | None = None
+    start: float = field(default_factory=time.perf_counter)
+    summary: object = None  # search.tune.TuneSummary
+    batches: int = 0
+    task_trials: dict = field(default_factory=dict)
+    saturated: set = field(default_factory=set)  # tasks whose last batch held nothing new
+    last: _Batch | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _remove_artifact(path) -> None:
+    """What MetaSchedule's RemoveBuildArtifact does (its folder under the search's work folder)."""
+    if path and os.path.dirname(str(path)) and os.path.isdir(os.path.dirname(str(path))):
+        shutil.rmtree(os.path.dirname(str(path)), ignore_errors=True)
+
+
+def write_records(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int]):
+    """The :class:`WriteRecords` callback for one round (``round_ids``: the round's task indices)."""
+
+    @derived_object
+    class WriteRecords(ms.measure_callback.PyMeasureCallback):
+        """Writes each batch to the store in one transaction, before the cost model learns it."""
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            index = round_ids[task_id]  # task_id counts the tasks of this round
+            task = state.tasks[index]
+            try:
+                predicted = [float(x) for x in cost_model.predict(contexts[task_id], measure_candidates)] \
+                    if cost_model else []
+            except Exception:  # noqa: BLE001 - a cost model that cannot predict yet predicts nothing
+                predicted = []
+            records, cached = [], 0
+            for i, cand in enumerate(measure_candidates):
+                c = ledger.settle(cand.sch.mod)
+                if c.cached is not None:
+                    cached += 1
+                    continue
+                if c.artifact:
+                    _remove_artifact(c.artifact)
+                records.append(candidate_record(
+                    task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
+                    target_key=state.target_key, hardware=state.hardware, environment=state.environment,
+                    job_id=state.job_id, early_note=EARLY_TIMING))
+            ids = state.store.add_records(records) if records else []
+            for rec, rid in zip(records, ids):
+                if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
+                    ledger.remember(rec.candidate, str(rid), rec.latencies)
+            state.last = _Batch(index, records, cached, len(measure_candidates))
+
+    return WriteRecords()
+
+
+def report_progress(state: SearchState):
+    """The :class:`ReportProgress` callback: accounts for the batch :class:`WriteRecords` wrote."""
+
+    @derived_object
+    class ReportProgress(ms.measure_callback.PyMeasureCallback):
+        """Trials, bests, failures by outcome and ETA, into the job row and ``on_batch``."""
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            batch, state.last = state.last, None
+            if batch is not None:
+                account(state, batch)
+
+    return ReportProgress()
+
+
+def account(state: SearchState, batch: _Batch) -> None:
+    task, s = state.tasks[batch.task], state.summary
+    new = batch.size - batch.cached
+    if batch.size and batch.cached == batch.size:
+        state.saturated.add(batch.task)
+    else:
+        state.saturated.discard(batch.task)
+    now = state.elapsed()
+    failed = [r for r in batch.records if r.status != OK]
+    if s.first_measured_s is None and batch.records:
+        s.first_measured_s = now
+    s.trials += new  # the budget counts new measurements: a candidate from the store is free
+    s.measured += len(batch.records) - len(failed)
+    s.cached += batch.cached
+    s.failed += len(failed)
+    for r in failed:
+        s.failures[r.status] = s.failures.get(r.status, 0) + 1
+        s.reasons.setdefault(r.status, r.error[:300])
+    state.batches += 1
+    state.task_trials[task.name] = state.task_trials.get(task.name, 0) + new
+    good = [r.gflops for r in batch.records if r.status == OK and r.gflops and r.verified is not False]
+    if good:
+        s.best[task.name] = max(good + ([s.best[task.name]] if task.name in s.best else []))
+    eta = now / s.trials * (state.total_trials - s.trials) if s.trials else None
+    report = BatchReport(task=task.name, batch=state.batches, measured=len(batch.records) - len(failed),
+                         cached=batch.cached, failed=len(failed), task_trials=state.task_trials[task.name],
+                         trials=s.trials, best_gflops=max(s.best.values()) if s.best else None,
+                         task_best_gflops=s.best.get(task.name), elapsed_s=now, eta_s=eta)
+    if state.job_id is not None:
+        progress = JobProgress(
+            trials=s.trials, total=state.total_trials, measured=s.measured, cached=s.cached, failed=s.failed,
+            best_gflops=report.best_gflops, elapsed_s=now, eta_s=eta, failures=dict(s.failures),
+            reasons=dict(s.reasons),
+            tasks={t.name: {"trials": state.task_trials.get(t.name, 0), "best_gflops": s.best.get(t.name),
+                            "weight": t.weight, "flops": t.flops} for t in state.tasks})
+        state.store.update_job(state.job_id, progress=progress.to_dict())
+    if state.on_batch is not None:
+        state.on_batch(report)
+
+
+__all__ = ["BatchReport", "EARLY_TIMING", "SearchState", "account", "report_progress", "write_records"]

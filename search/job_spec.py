@@ -1,0 +1,89 @@
+"""A search job as plain values: what to search (:class:`JobSpec`) and how far it got
+(:class:`JobProgress`). :mod:`search.jobs` runs, lists and stops jobs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+from search.params import SearchParams
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a search job searches: a workload spec (and ``shapes`` for a model's symbolic
+    dimensions), a target spelling (see :func:`explorer.target.parse_target`), the search
+    parameters, and an RPC tracker to measure through (``HOST:PORT`` and device key) or none."""
+
+    workload: str
+    target: str = "cpu"
+    params: SearchParams = field(default_factory=SearchParams)
+    shapes: str | None = None
+    rpc_tracker: str | None = None
+    rpc_key: str | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["params"] = self.params.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobSpec:
+        """Read a job's params (also those older schedx versions wrote: a target dict, an rpc dict)."""
+        data = dict(data)
+        target = data.get("target", "cpu")
+        if isinstance(target, dict):
+            target = json.dumps(target, sort_keys=True)
+        rpc = data.get("rpc") or {}
+        return cls(workload=str(data["workload"]), target=str(target),
+                   params=SearchParams.from_dict(data.get("params") or {}), shapes=data.get("shapes"),
+                   rpc_tracker=data.get("rpc_tracker", rpc.get("tracker")), rpc_key=data.get("rpc_key", rpc.get("key")))
+
+    def validate(self):
+        """Parse what the spec names before any work starts: ``(target, workload, rpc)``; raises
+        the rooms' own errors (unknown workload, target, bad RPC address) with their messages."""
+        from explorer.target import parse_target
+        from explorer.workload import load_workload
+        from search.errors import SearchError
+        from search.runner import RpcSpec
+
+        target = parse_target(self.target)
+        if not target.searchable:
+            raise SearchError(f"schedx searches CPU targets (here or on RPC devices); {target.label} uses dlight's "
+                              f"GPU schedules: `schedx export --target {self.target}`")
+        rpc = RpcSpec.parse(self.rpc_tracker, self.rpc_key or "") if self.rpc_tracker else None
+        if rpc is None:
+            target.require_runnable("measure")
+        workload = load_workload(self.workload, self.shapes)
+        return target, workload, rpc
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """How far a search got, as the job row and every front end read it. ``failures`` counts
+    failed candidates by outcome (``run_error``, ``verify_failed``, ...), ``reasons`` keeps one
+    message per outcome; ``tasks`` maps task name to its trials, best GFLOPS, weight and FLOPs."""
+
+    trials: int = 0
+    total: int = 0
+    measured: int = 0
+    cached: int = 0
+    failed: int = 0
+    best_gflops: float | None = None
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+    tasks: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
+    summary: dict | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> JobProgress:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+__all__ = ["JobProgress", "JobSpec"]
