@@ -4,6 +4,8 @@ database is never damaged."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -55,7 +57,14 @@ def invocations(draw, demo_text: str, folder: str):
 def test_no_argument_gives_a_traceback(demo, tmp_path_factory, data):
     folder = str(tmp_path_factory.getbasetemp() / "fuzz-out")
     args = data.draw(invocations(str(demo), folder))
-    result = CliRunner().invoke(cli, args, obj={})
+    scratch = tmp_path_factory.getbasetemp() / "fuzz-cwd"
+    scratch.mkdir(exist_ok=True)
+    here = os.getcwd()
+    os.chdir(scratch)  # a random --db may name a new file: it lands here, never in the project folder
+    try:
+        result = CliRunner().invoke(cli, args, obj={})
+    finally:
+        os.chdir(here)
     assert result.exit_code in (0, 1, 2), (args, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
     assert "Traceback" not in result.output
