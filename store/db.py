@@ -176,8 +176,7 @@ class Store:
     def add_records(self, records: list[Record]) -> list[int]:
         """Add records in ONE transaction (all or none); returns their ids in order. Fills
         ``created`` (now), ``median_s`` (from latencies) and ``gflops`` (from the workload's
-        FLOPs) when left empty. The workload must have been added first. A record whose error
-        still starts with schema 2's ``infrastructure: `` marker is stored as ``infra_error``."""
+        FLOPs) when left empty. The workload must have been added first."""
         records = list(records)
         for r in records:
             if r.status not in STATUSES:

@@ -15,7 +15,7 @@ import sqlite_utils
 
 from store.errors import StoreError
 from store.records import Outcome, Record, Workload, iso_since, record_identity
-from store.schema import LEGACY_INFRA_PREFIX, RANKABLE
+from store.schema import RANKABLE
 
 _JSON_FIELDS = ("steps", "latencies", "environment")
 _NULLABLE_JSON = ("trace", "args_info", "run_secs")
@@ -32,10 +32,8 @@ ORDERS = {
 
 
 def record_status(r: Record) -> str:
-    """The status a record is stored with. A record that still marks an infrastructure failure
-    with the error prefix of schema 2 is stored as ``infra_error``, as the v3 migration does."""
-    if r.status != Outcome.INFRA_ERROR and (r.error or "").startswith(LEGACY_INFRA_PREFIX):
-        return Outcome.INFRA_ERROR.value
+    """The status a record is stored with: its outcome's value (the text of an error never
+    decides it)."""
     return Outcome(r.status).value
 
 
