@@ -190,6 +190,10 @@ from app.cli_targets import targets as _targets  # noqa: E402
 
 cli.add_command(_targets)
 
+from app.cli_profile import profile as _profile  # noqa: E402
+
+cli.add_command(_profile)
+
 
 def main() -> None:
     cli(obj={})

@@ -19,7 +19,14 @@ from store import Record, Store, StoreError, default_db_path
 
 def db_path() -> str:
     """The database the UI uses: the one chosen on the Leaderboard page, else the default."""
-    return st.session_state.get(state.DB_PATH) or str(default_db_path())
+    chosen = st.session_state.get(state.DB_PATH)
+    if chosen:
+        return chosen
+    try:
+        return str(default_db_path())
+    except StoreError as err:  # SCHEDX_DB set but empty, or a home folder that cannot hold it
+        st.error(str(err))
+        st.stop()
 
 
 def save_measurement(kernel: Kernel, session: ScheduleSession | None, result: MeasureResult, *,

@@ -62,7 +62,8 @@ def child_env(threads: int | None) -> dict:
 
 
 def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 0, budget_s: float = 30.0,
-                 device: str | None = None, out: str | Path | None = None, timeout: float = 600) -> dict:
+                 device: str | None = None, out: str | Path | None = None, timeout: float = 600,
+                 profile: int = 0) -> dict:
     """Run the bundle's ``run.py`` in a fresh isolated interpreter; its JSON report.
 
     Raises :class:`BundleError` when the bundle is refused, :class:`ExportError` when the child
@@ -75,6 +76,8 @@ def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 
         cmd += ["--out", str(out)]
     if device:
         cmd += ["--device", device]
+    if profile:
+        cmd += ["--profile", str(profile)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads),
                               cwd=str(folder))

@@ -122,13 +122,41 @@ def _compare(outputs: list, references: list) -> dict:
     return {"max_abs_error": worst_abs, "max_rel_error": worst_rel, "why": ""}
 
 
+def profile_calls(vm, args: list, dev, runs: int) -> dict:
+    """Seconds per run spent in each function ``main`` calls (kernels by their symbol, VM builtins
+    too), timed around every call by a VM instrument over ``runs`` runs, and the end-to-end time of
+    those runs (the instrument's own cost is the difference between the two)."""
+    totals: dict[str, list] = {}
+    started: list[float] = []
+
+    def instrument(func, symbol, before_run, ret_value, *call_args):
+        if before_run:
+            started.append(time.perf_counter())
+        else:
+            dev.sync()
+            entry = totals.setdefault(str(symbol), [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started.pop()
+        return 0
+
+    vm.set_instrument(instrument)
+    begin = time.perf_counter()
+    for _ in range(runs):
+        vm["main"](*args)
+    dev.sync()
+    wall = (time.perf_counter() - begin) / runs
+    vm.set_instrument(None)
+    calls = {name: {"calls": n // runs, "seconds": total / runs} for name, (n, total) in totals.items()}
+    return {"runs": runs, "instrumented_run_s": wall, "calls": calls}
+
+
 def run_bundle(folder: str | os.PathLike, *, inputs_file: str | None = None, device: str | None = None,
-               runs: int = 0, budget_s: float = 30.0) -> tuple[dict, list]:
+               runs: int = 0, budget_s: float = 30.0, profile: int = 0) -> tuple[dict, list]:
     """Check, load and run a bundle: a report (plain data) and the outputs (numpy arrays).
 
     The report holds ``load_s`` (library, VM, parameters), ``first_s`` (the first inference) and,
     with ``runs``, ``latencies_s``/``median_s``/``p90_s`` of up to ``runs`` more runs (fewer when
-    ``budget_s`` is spent)."""
+    ``budget_s`` is spent), and with ``profile`` the time per called function (:func:`profile_calls`)."""
     import numpy as np
 
     folder = Path(folder)
@@ -189,6 +217,9 @@ def run_bundle(folder: str | os.PathLike, *, inputs_file: str | None = None, dev
         report.update(latencies_s=latencies, runs=len(latencies), median_s=float(np.median(latencies)),
                       p90_s=float(np.percentile(latencies, 90)))
 
+    if profile > 0:
+        report["profile"] = profile_calls(vm, args, dev, profile)
+
     reference = file_with_role(manifest, "reference")
     if reference and not inputs_file:
         with np.load(folder / reference) as data:
@@ -217,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=0, help="time this many runs after the first one")
     parser.add_argument("--budget", type=float, default=30.0, help="stop timing after this many seconds")
     parser.add_argument("--threads", type=int, help="CPU threads for TVM (sets TVM_NUM_THREADS)")
+    parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
+                        help="time every kernel call over this many runs (per-kernel profile)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--without-torch", action="store_true",
                         help="keep PyTorch out of this process (tvm_ffi imports it when installed, 2 s; the bundle "
@@ -230,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TVM_NUM_THREADS"] = str(opts.threads)
     try:
         report, outputs = run_bundle(opts.folder, inputs_file=opts.inputs, device=opts.device, runs=opts.runs,
-                                     budget_s=opts.budget)
+                                     budget_s=opts.budget, profile=opts.profile)
     except BundleCheckError as err:
         if opts.json:
             _write(json.dumps({"error": str(err)}))
@@ -249,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     if "median_s" in report:
         _write(f"steady state over {report['runs']} runs: median {report['median_s'] * 1e3:.3f} ms, "
                f"p90 {report['p90_s'] * 1e3:.3f} ms")
+    if "profile" in report:
+        calls = sorted(report["profile"]["calls"].items(), key=lambda kv: -kv[1]["seconds"])
+        total = sum(c["seconds"] for _, c in calls) or 1.0
+        _write(f"time per kernel over {report['profile']['runs']} runs:")
+        for name, c in calls[:15]:
+            _write(f"  {c['seconds'] * 1e3:9.3f} ms {c['seconds'] / total:6.1%}  x{c['calls']:<3} {name}")
     check = report.get("check")
     if check:
         verdict = "matches" if check["verified"] else "DIFFERS FROM"

@@ -26,7 +26,7 @@ TARGET_CHOICES = ("cpu:x86-64-v3", "aarch64:cortex-a76", "cuda:sm_80", "cuda:sm_
 
 def sidebar():
     """The workload spec, target (None while invalid) and database path chosen in the sidebar."""
-    from store import default_db_path
+    from app.records import db_path
 
     sb = st.sidebar
     sb.header("Workload")
@@ -42,7 +42,7 @@ def sidebar():
     with sb:
         target = target_picker(K.TARGET_KIND, choices=TARGET_CHOICES)
     sb.header("Records")
-    db = sb.text_input("Database", str(default_db_path()), key=K.DB_INPUT)
+    db = sb.text_input("Database", db_path(), key=K.DB_INPUT)
     return spec, target, db
 
 

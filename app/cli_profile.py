@@ -1,0 +1,67 @@
+"""``schedx profile``: time per fused kernel of a built model, beside ONNX Runtime's per-node time."""
+
+from __future__ import annotations
+
+import click
+
+from app.cli_common import echo_json, fail_cleanly, target_option
+
+
+@click.command()
+@click.argument("model")
+@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+@click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224'.")
+@click.option("--db", default=None, help="schedx database with records (default: the default database, if any).")
+@click.option("--no-db", is_flag=True, help="No records: profile the default schedules.")
+@click.option("--runs", default=10, show_default=True, type=click.IntRange(1, 1000), help="Profiled runs.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="Kernels to list (and to suggest tuning).")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+@fail_cleanly
+def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no_db: bool, runs: int,
+            threads: int | None, top_k: int, as_json: bool) -> None:
+    """Build MODEL as `schedx export` would (the database's records applied, defaults elsewhere),
+    run it in a fresh process and time every kernel call: seconds per run, share, GFLOPS and % of
+    this machine's measured peak, where each schedule came from; ONNX Runtime's slowest nodes
+    beside it. Ends with the commands that tune the hottest kernels."""
+    from app.cli_export import _schedules
+    from explorer.measure.calibration import calibration
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.profile import profile_workload
+
+    target = parse_target(target_spec)
+    target.require_runnable("profile")
+    workload = load_workload(model, shapes)
+    schedules, _ = _schedules(db, no_db, workload, target, None)
+    with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
+        peak = calibration().peak_gflops
+        bar.update(1)
+        result = profile_workload(workload, target, schedules=schedules, runs=runs, threads=threads,
+                                  peak_gflops=peak)
+        bar.update(1)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    ort = f", ONNX Runtime {result.ort_s * 1e3:.2f} ms ({result.end_to_end_s / result.ort_s:.2f}x)" \
+        if result.ort_s else ""
+    click.echo(f"{workload.name} on {result.target}: {result.end_to_end_s * 1e3:.2f} ms per run{ort}; kernels "
+               f"{result.kernels_s * 1e3:.2f} ms, VM builtins {result.other_s * 1e3:.2f} ms")
+    click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6}  {'schedule':<10} task")
+    for k in result.top(top_k):
+        gflops = "-" if k.gflops is None else f"{k.gflops:.1f}"
+        peak_pct = "-" if k.percent_of_peak is None else f"{k.percent_of_peak:.0f}"
+        source = f"record {k.record_id}" if k.schedule == "record" else k.schedule
+        click.echo(f"{k.seconds * 1e3:9.3f} {k.share:6.1%} {k.calls:>5} {gflops:>8} {peak_pct:>6}  {source:<10} {k.task}")
+    if result.ort:
+        click.echo("ONNX Runtime's slowest nodes:")
+        for n in result.ort[:min(top_k, 8)]:
+            click.echo(f"{n.seconds * 1e3:9.3f} ms  {n.op_type:<14} {n.node}")
+    hot = [k for k in result.top(3) if k.schedule != "record"]
+    if hot:
+        click.echo("tune the hottest kernels that have no record:")
+        for k in hot:
+            click.echo(f"  schedx tune {k.task} --trials 200" + (f" --shapes '{shapes}'" if shapes else ""))
+    for note in result.notes:
+        click.echo(f"note: {note}")

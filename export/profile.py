@@ -1,0 +1,170 @@
+"""Where a built model spends its time: time per fused kernel on the target, beside its share of
+the total, its GFLOPS and % of this machine's measured peak, and where its schedule came from
+(a record or the default); ONNX Runtime's own per-node profile beside it.
+
+The model is built as it would be exported (:func:`export.build.build`, the chosen records
+applied), written as a bundle and run in a fresh process (a crashing kernel cannot take the
+caller down) whose VM instrument times every call (``run.py --profile``). This is the loop the
+literature recommends: search first, then profile, then put human effort where the time goes.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from explorer.target import Target, parse_target
+from explorer.workload import Workload, load_workload
+from export.schedules import TaskSchedule
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One task of the model: its seconds per run (all its calls), share of the kernels' time,
+    GFLOPS, % of the measured peak, and where its schedule came from."""
+
+    task: str
+    funcs: tuple[str, ...]
+    calls: int
+    seconds: float
+    share: float
+    flops: int
+    gflops: float | None
+    percent_of_peak: float | None
+    schedule: str  # "record", "default" or "failed" (a record that did not apply)
+    record_id: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OrtNode:
+    """ONNX Runtime's time for one node of the ONNX graph (per run)."""
+
+    node: str
+    op_type: str
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The profile of one model on one target (see the module docstring)."""
+
+    workload: str
+    target: str
+    runs: int
+    end_to_end_s: float  # median of plain runs (no instrument)
+    kernels_s: float  # sum of the kernels' times (instrumented)
+    other_s: float  # VM builtins between kernels (allocation, reshapes, ...)
+    kernels: tuple[KernelTime, ...]
+    ort: tuple[OrtNode, ...] = ()
+    ort_s: float | None = None
+    peak_gflops: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def top(self, k: int = 5) -> list[KernelTime]:
+        return list(self.kernels[:k])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kernels"] = [k.to_dict() for k in self.kernels]
+        d["ort"] = [n.to_dict() for n in self.ort]
+        return d
+
+
+def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
+                     schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
+                     runs: int = 10, threads: int | None = None, ort: bool = True,
+                     peak_gflops: float | None = None) -> Profile:
+    """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``."""
+    import statistics
+
+    from export.flow import export_workload
+    from export.verify import run_in_child
+
+    target = parse_target(target)
+    target.require_runnable("profile")
+    if isinstance(workload, str):
+        workload = load_workload(workload, shapes)
+    with tempfile.TemporaryDirectory(prefix="schedx-profile-") as tmp:
+        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
+                                 layers=False, threads=threads)
+        child = run_in_child(report.folder, threads=threads, runs=max(3, runs), budget_s=60.0, profile=runs)
+    outcomes = {o.task.name: o for o in report.built.outcomes}
+    calls = child["profile"]["calls"]
+    rows, kernels_s = [], 0.0
+    owned = set()
+    for name, outcome in outcomes.items():
+        task = outcome.task
+        seconds = sum(calls.get(f, {}).get("seconds", 0.0) for f in task.funcs)
+        count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
+        owned.update(task.funcs)
+        kernels_s += seconds
+        gflops = task.flops * count / seconds / 1e9 if seconds > 0 and task.flops else None
+        rows.append((task, outcome, seconds, count, gflops))
+    other_s = sum(c["seconds"] for f, c in calls.items() if f not in owned)
+    kernels = tuple(sorted(
+        (KernelTime(task=t.name, funcs=t.funcs, calls=n, seconds=s, share=s / kernels_s if kernels_s else 0.0,
+                    flops=t.flops, gflops=g,
+                    percent_of_peak=100 * g / peak_gflops if g and peak_gflops else None,
+                    schedule=o.schedule, record_id=o.record_id)
+         for t, o, s, n, g in rows), key=lambda k: -k.seconds))
+    notes = [f"instrumented runs took {child['profile']['instrumented_run_s'] * 1e3:.2f} ms against "
+             f"{statistics.median(child['latencies_s']) * 1e3:.2f} ms plain: the instrument's own cost"]
+    ort_nodes, ort_s = (), None
+    if ort and workload.onnx_model is not None:
+        ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
+    return Profile(workload=workload.spec, target=target.label, runs=runs,
+                   end_to_end_s=float(statistics.median(child["latencies_s"])), kernels_s=kernels_s,
+                   other_s=other_s, kernels=kernels, ort=ort_nodes, ort_s=ort_s, peak_gflops=peak_gflops,
+                   notes=tuple(notes))
+
+
+def ort_profile(onnx_model, inputs: dict, *, runs: int = 10, threads: int | None = None
+                ) -> tuple[tuple[OrtNode, ...], float]:
+    """ONNX Runtime's per-node time (its own profiler: the median over ``runs`` runs after a
+    warm-up), slowest first, and its median end-to-end time."""
+    import os
+    import statistics
+    import time
+
+    import onnxruntime as ort
+
+    from explorer.environment import cpu_info
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = int(threads or cpu_info()["usable_cores"])
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="schedx-ort-profile-") as tmp:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        session = ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        session.run(None, inputs)  # warm-up (also profiled: left out below)
+        walls = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            session.run(None, inputs)
+            walls.append(time.perf_counter() - t0)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    per_node: dict[tuple[str, str], list[float]] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+            continue
+        node = e["name"][: -len("_kernel_time")]
+        per_node.setdefault((node, e.get("args", {}).get("op_name", "")), []).append(e["dur"] * 1e-6)
+    nodes = []
+    for (node, op), durs in per_node.items():  # the median: robust to the first runs' warm-up
+        nodes.append(OrtNode(node, op, float(statistics.median(durs[1:] or durs))))
+    nodes.sort(key=lambda n: -n.seconds)
+    return tuple(nodes), float(statistics.median(walls))
+
+
+__all__ = ["KernelTime", "OrtNode", "Profile", "ort_profile", "profile_workload"]
