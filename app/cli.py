@@ -191,8 +191,10 @@ from app.cli_targets import targets as _targets  # noqa: E402
 cli.add_command(_targets)
 
 from app.cli_profile import profile as _profile  # noqa: E402
+from app.cli_sweep import sweep as _sweep  # noqa: E402
 
 cli.add_command(_profile)
+cli.add_command(_sweep)
 
 
 def main() -> None:

@@ -60,12 +60,15 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
     from explorer.workload import load_workload
     from export import export_workload
 
+    from export.choose import shape_warnings
+
     target = parse_target(target_spec)
     loaded = load_workload(workload, shapes)
-    schedules, _ = _schedules(db, no_db, loaded, target, hardware)
+    schedules, choices = _schedules(db, no_db, loaded, target, hardware)
     with _progress(f"exporting {loaded.name} for {target.label}") as progress:
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
-                                 layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress)
+                                 layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,
+                                 notes=shape_warnings(choices))
     if as_json:
         echo_json(report.to_dict())
     else:

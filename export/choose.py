@@ -29,6 +29,7 @@ class TaskChoice:
 
     task: Task
     candidates: tuple[Record, ...] = ()
+    other_shapes: tuple[str, ...] = ()  # shapes this kernel has records at, when none are for these shapes
 
     @property
     def best(self) -> Record | None:
@@ -88,8 +89,30 @@ def task_choices(store: Store | None, tasks: list[Task], target: Target, *, hard
                                        order="median", limit=limit * 4)
             unique = {r.id: r for r in found if _usable(r) and target.accepts(r.target)}
             seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (r.median_s or float("inf"), r.id))[:limit])
-        out.append(TaskChoice(task, seen[task.key]))
+        others = () if seen[task.key] else _other_shapes(store, task)
+        out.append(TaskChoice(task, seen[task.key], others))
     return out
+
+
+def _other_shapes(store: Store, task: Task) -> tuple[str, ...]:
+    """The shapes of other workloads of the same name (the same kernel of the same model at other
+    input shapes): their records do not apply here, and the export says so."""
+    shapes = []
+    for w in store.workloads():
+        if w.name != task.name or w.key == task.key:
+            continue
+        model = (w.shapes or {}).get("model_shapes")
+        args = "; ".join("x".join(map(str, a.get("shape", []))) for a in (w.shapes or {}).get("args", [])[:2])
+        shapes.append(model or args or "other shapes")
+    return tuple(dict.fromkeys(shapes))
+
+
+def shape_warnings(choices: list[TaskChoice]) -> list[str]:
+    """One warning per task that has records only at other shapes (records are valid for the
+    shapes they were tuned at: the default schedule is used)."""
+    return [f"{c.task.name}: records exist only for other shapes ({', '.join(c.other_shapes)}); records apply to "
+            f"the shapes they were tuned at, so this export uses the default schedule (tune with these --shapes)"
+            for c in choices if not c.candidates and c.other_shapes]
 
 
 def record_schedule(r: Record) -> TaskSchedule:
@@ -134,4 +157,4 @@ def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], targ
 
 
 __all__ = ["AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
-           "task_choices"]
+           "shape_warnings", "task_choices"]

@@ -105,11 +105,12 @@ def _manifest(workload: Workload, target: Target, built: Built, *, tolerance: fl
 def export_workload(workload: str | Workload, target: str | Target, out_dir: str | Path, *,
                     schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                     verify: bool = True, layers: bool = True, threads: int | None = None, nvcc: bool = True,
-                    seed: int = 0, progress: Progress | None = None) -> ExportReport:
+                    seed: int = 0, progress: Progress | None = None, notes: list[str] | None = None) -> ExportReport:
     """Export ``workload`` for ``target`` into ``out_dir`` (see the module docstring).
 
     ``schedules`` maps task names or workload keys to the schedule to apply (tasks left out use
-    the default); ``layers`` runs the layer-by-layer comparison for ONNX models."""
+    the default); ``layers`` runs the layer-by-layer comparison for ONNX models; ``notes`` are
+    warnings the caller found while choosing records (they join the manifest's)."""
     from explorer.measure.verify import tolerance
 
     say = progress or (lambda stage, frac: None)
@@ -124,6 +125,7 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
 
     mark = time.perf_counter()
     built = build(workload, target, schedules, progress=say)
+    built.warnings.extend(notes or [])
     seconds["build"] = time.perf_counter() - mark
 
     mark = time.perf_counter()

@@ -1,0 +1,84 @@
+"""``schedx sweep``: latency and throughput against batch size, beside ONNX Runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from app.cli_common import echo_json, fail_cleanly, target_option
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.ClickException(f"--batch takes sizes separated by commas, e.g. 1,2,4,8; got {text!r}") from None
+    if not values or any(v < 1 or v > 4096 for v in values) or len(set(values)) != len(values):
+        raise click.ClickException(f"--batch takes distinct sizes from 1 to 4096, e.g. 1,2,4,8; got {text!r}")
+    return sorted(values)
+
+
+@click.command()
+@click.argument("model")
+@click.option("--batch", "batch_text", default="1,2,4,8", show_default=True, help="Batch sizes to time.")
+@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+@click.option("--trials", default=0, show_default=True, type=click.IntRange(0, 10**6),
+              help="Tune each shape first with this many trials (0: reuse the records there are).")
+@click.option("--db", default=None, help="schedx database whose records apply (and where tuning goes).")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--runs", default=20, show_default=True, type=click.IntRange(1, 10000), help="Timed runs per point.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the chart: .html (interactive) or .png.")
+@click.option("--json", "as_json", is_flag=True, help="Print the points as JSON.")
+@fail_cleanly
+def sweep(model: str, batch_text: str, target_spec: str, trials: int, db: str | None, threads: int | None,
+          runs: int, out_file: Path | None, as_json: bool) -> None:
+    """Time MODEL at several batch sizes (every input's first dimension), each with the records
+    tuned at that shape (records only apply to the shapes they were tuned at), beside ONNX
+    Runtime: latency and throughput, and the batch where each peaks."""
+    from export.sweep import sweep as run_sweep
+
+    batches = _batches(batch_text)
+    with click.progressbar(length=100, label=f"sweeping {model}", file=click.get_text_stream("stderr"),
+                           item_show_func=lambda s: s) as bar:
+        result = run_sweep(model, batches, target=target_spec, db=db, trials=trials, threads=threads, runs=runs,
+                           progress=lambda stage, frac: bar.update(max(0, int(frac * 100) - bar.pos), stage))
+    if out_file is not None:
+        _write_chart(result, out_file)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(f"{result.workload} on {result.target}, {result.threads} thread(s)")
+    click.echo(f"{'batch':>5} {'TVM ms':>9} {'TVM /s':>9} {'ORT ms':>9} {'ORT /s':>9} {'ratio':>6}  records")
+    for p in result.points:
+        def ms(v):
+            return "-" if v is None else f"{v * 1e3:.2f}"
+
+        def per_s(v):
+            return "-" if v is None else f"{v:.1f}"
+
+        ratio = f"{p.tvm_s / p.ort_s:.2f}x" if p.tvm_s and p.ort_s else "-"
+        click.echo(f"{p.batch:>5} {ms(p.tvm_s):>9} {per_s(p.tvm_throughput):>9} {ms(p.ort_s):>9} "
+                   f"{per_s(p.ort_throughput):>9} {ratio:>6}  {p.from_records}/{p.tasks}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if out_file is not None:
+        click.echo(f"chart: {out_file}")
+
+
+def _write_chart(result, path: Path) -> None:
+    from app.charts import sweep_figure
+
+    fig = sweep_figure(result)
+    path = path.expanduser()
+    if path.suffix.lower() == ".png":
+        try:
+            fig.write_image(str(path))
+        except Exception as err:  # noqa: BLE001 - PNG needs plotly's image export (kaleido)
+            html = path.with_suffix(".html")
+            fig.write_html(str(html), include_plotlyjs=True)
+            raise click.ClickException(f"could not write a PNG ({str(err).splitlines()[0][:120]}); wrote {html} "
+                                       f"instead") from None
+    else:
+        fig.write_html(str(path), include_plotlyjs=True)

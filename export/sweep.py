@@ -1,0 +1,115 @@
+"""Batch size against latency and throughput: the same model built for several batch sizes (each
+with the records tuned at that shape, optionally tuned first), timed as deployed beside ONNX
+Runtime. Records are only valid for the shapes they were tuned at, and batching trades latency
+for throughput differently on every target; this measures the trade on this machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from explorer.target import Target, parse_target
+from explorer.workload import Workload, load_workload
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One batch size: TVM's and ONNX Runtime's median latency and throughput (samples/s)."""
+
+    batch: int
+    shapes: str
+    tvm_s: float | None
+    ort_s: float | None
+    tasks: int
+    from_records: int
+    trials: int = 0
+
+    @property
+    def tvm_throughput(self) -> float | None:
+        return self.batch / self.tvm_s if self.tvm_s else None
+
+    @property
+    def ort_throughput(self) -> float | None:
+        return self.batch / self.ort_s if self.ort_s else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tvm_throughput=self.tvm_throughput, ort_throughput=self.ort_throughput)
+        return d
+
+
+@dataclass(frozen=True)
+class Sweep:
+    workload: str
+    target: str
+    threads: int
+    points: tuple[SweepPoint, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "target": self.target, "threads": self.threads,
+                "points": [p.to_dict() for p in self.points], "notes": list(self.notes)}
+
+
+def batch_shapes(workload: Workload, batch: int) -> str:
+    """The ``--shapes`` text that sets every input's first dimension to ``batch``."""
+    return ",".join(f"{name}:{'x'.join(str(d) for d in (batch, *shape[1:]))}" for name, shape, _ in workload.inputs)
+
+
+def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=None, trials: int = 0,
+          threads: int | None = None, runs: int = 20, budget_s: float = 10.0,
+          progress: Callable[[str, float], None] | None = None) -> Sweep:
+    """Time ``spec`` (a model) at each batch size in ``batches`` (see the module docstring).
+
+    ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first)."""
+    from explorer.environment import cpu_info
+    from explorer.errors import ExplorerError
+    from export.bench import _export_row, ort_row
+    from export.choose import best_schedules
+
+    say = progress or (lambda stage, frac: None)
+    target = parse_target(target)
+    target.require_runnable("time")
+    threads = int(threads or cpu_info()["usable_cores"])
+    base = load_workload(spec)
+    if base.kind != "model":
+        raise ExplorerError(f"{spec} is a kernel: a batch sweep needs a model")
+    points, notes = [], []
+    for i, batch in enumerate(batches):
+        shapes = batch_shapes(base, batch)
+        say(f"batch {batch}: loading", i / len(batches))
+        workload = load_workload(spec, shapes)
+        tasks = workload.tasks()
+        done = 0
+        if trials > 0:
+            say(f"batch {batch}: tuning {trials} trials", (i + 0.2) / len(batches))
+            done = _tune(workload, tasks, target, db, trials)
+        schedules, _ = best_schedules(db, tasks, target)
+        say(f"batch {batch}: timing", (i + 0.6) / len(batches))
+        row = _export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads, runs=runs,
+                          budget_s=budget_s)
+        ort_s = None
+        if workload.onnx_model is not None:
+            try:
+                ort_s = ort_row(workload.onnx_model, workload.sample_inputs(), threads=threads, runs=runs,
+                                budget_s=budget_s).median_s
+            except Exception as err:  # noqa: BLE001 - a model ONNX Runtime cannot run at this batch
+                notes.append(f"ONNX Runtime at batch {batch}: {str(err).splitlines()[0][:200]}")
+        points.append(SweepPoint(batch, shapes, row.median_s, ort_s, len(tasks), len(schedules), done))
+    say("done", 1.0)
+    return Sweep(spec, target.label, threads, tuple(points), tuple(notes))
+
+
+def _tune(workload: Workload, tasks, target: Target, db, trials: int) -> int:
+    from search.params import SearchParams
+    from search.tune import tune
+    from store import Store, default_db_path
+
+    with Store(db or default_db_path()) as store:
+        summary = tune(tasks, store=store, target=target, params=SearchParams(trials=trials),
+                       source_name=workload.source, shapes=workload.shapes)
+    return summary.trials
+
+
+__all__ = ["Sweep", "SweepPoint", "batch_shapes", "sweep"]

@@ -1,0 +1,67 @@
+"""Shapes: a batch sweep (latency and throughput against batch size, beside ONNX Runtime), and the
+export's warning when records exist only at other shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import cli
+from explorer.environment import hardware_fingerprint
+from explorer.schedule.steps import Step
+from explorer.schedule.trace import steps_to_trace
+from explorer.target import host_target
+from explorer.workload import load_workload
+from export.choose import best_schedules, shape_warnings
+from export.sweep import batch_shapes, sweep
+from search.records import task_workload
+from store import Record, Store
+
+
+def test_a_two_point_batch_sweep_times_tvm_and_onnx_runtime():
+    result = sweep("small_cnn", [1, 2], runs=3, budget_s=2.0)
+    assert [p.batch for p in result.points] == [1, 2]
+    assert [p.shapes for p in result.points] == ["input:1x3x32x32", "input:2x3x32x32"]
+    for p in result.points:
+        assert p.tvm_s and p.ort_s and p.tvm_throughput == pytest.approx(p.batch / p.tvm_s)
+        assert p.tasks >= 5
+    assert json.dumps(result.to_dict())
+
+
+def test_records_at_other_shapes_are_named_and_not_applied(tmp_path):
+    batch2 = load_workload("small_cnn", batch_shapes(load_workload("small_cnn"), 2))
+    task = next(t for t in batch2.tasks() if t.name == "small_cnn/conv2d")
+    steps = [Step("parallel", {"loop": "conv2d_nchw/ff"})]
+    with Store(tmp_path / "s.db") as store:
+        store.add_workload(task_workload(task, source="model:small_cnn", shapes=batch2.shapes))
+        trace = steps_to_trace(task.mod["main"], steps)
+        store.add_record(Record(workload_key=task.key, target=host_target().key, hardware=hardware_fingerprint(),
+                                source="search", status="ok", steps=[s.to_dict() for s in steps], trace=trace,
+                                latencies=[1e-4], median_s=1e-4, gflops=None, environment={}, verified=True))
+        at_batch1 = load_workload("small_cnn")
+        schedules, choices = best_schedules(store, at_batch1.tasks(), host_target())
+        assert "small_cnn/conv2d" not in schedules  # tuned for batch 2: never applied at batch 1
+        warnings = shape_warnings(choices)
+        assert len(warnings) == 1 and "input:2x3x32x32" in warnings[0] and "small_cnn/conv2d" in warnings[0]
+        schedules2, _ = best_schedules(store, batch2.tasks(), host_target())
+        assert "small_cnn/conv2d" in schedules2
+    out = CliRunner().invoke(cli, ["export", "small_cnn", "--db", str(tmp_path / "s.db"), "-o",
+                                   str(tmp_path / "b"), "--no-layers"])
+    assert out.exit_code == 0, out.output
+    assert "records exist only for other shapes (input:2x3x32x32)" in out.output
+
+
+def test_sweep_cli_writes_a_chart_and_refuses_bad_batches(tmp_path):
+    chart = tmp_path / "sweep.html"
+    r = CliRunner().invoke(cli, ["sweep", "small_cnn", "--batch", "1,2", "--runs", "2", "--out", str(chart), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output[r.output.index("{"):])
+    assert [p["batch"] for p in data["points"]] == [1, 2]
+    assert chart.stat().st_size > 1000 and "plotly" in chart.read_text()[:5000].lower()
+    for bad in ("0,1", "1,1", "a,b", ""):
+        r = CliRunner().invoke(cli, ["sweep", "small_cnn", "--batch", bad])
+        assert r.exit_code == 1 and "--batch" in r.output
+    r = CliRunner().invoke(cli, ["sweep", "matmul:M=8,N=8,K=8", "--batch", "1"])
+    assert r.exit_code == 1 and "needs a model" in r.output
