@@ -5,7 +5,15 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from explorer.graph import diff_graphs, find_nodes, focus, op_family, relax_graph, to_dot, window
+from explorer.graph import (
+    diff_graphs,
+    find_nodes,
+    focus,
+    op_family,
+    relax_graph,
+    to_dot,
+    window,
+)
 from explorer.passes import run_pipeline
 
 
@@ -90,3 +98,40 @@ def test_op_family():
     assert op_family("relax.nn.conv2d") == "conv2d"
     assert op_family("conv2d12") == "conv2d"
     assert op_family("fused_conv2d_add_relu3") == "fused_conv2d_add_relu"
+
+
+def test_diff_summary_names_each_change_once(tuning_run):
+    r = tuning_run
+    fuse, tir = r.find("FuseOps").index, r.find("FuseTIR").index
+    d = diff_graphs(r.graph(fuse), r.graph(tir))
+    summary = d.summary()
+    assert summary.count("merged") == 1
+    assert f"{d.counts()['before.merged']} nodes merged into {d.counts()['after.merged']} kernels" in summary
+    assert diff_graphs(r.graph(-1), r.graph(-1)).summary() == "no node changed"
+    legal = diff_graphs(r.graph(-1), r.graph(r.find("LegalizeOps").index)).summary()
+    assert "lowered to kernels" in legal and "removed" not in legal and "added" not in legal
+
+
+def test_diff_follows_dataflow_when_a_pass_drops_a_node():
+    """Matching "the k-th add" alone pairs every later add wrongly once one is dropped; matching
+    along the dataflow keeps the later ones paired with themselves."""
+    def chain(ops, drop=None):
+        g = nx.DiGraph()
+        prev = None
+        for k, op in enumerate(ops):
+            if k == drop:
+                continue
+            n = f"n{k}"
+            g.add_node(n, kind="op", op=op, family=op_family(op), label=op, shape=(k,), dtype="float32", var=f"v{k}",
+                       group="", group_call=0, order=k, const_count=0, const_bytes=0)
+            if prev is not None:
+                g.add_edge(prev, n)
+            prev = n
+        return g
+
+    ops = ["relax.add", "relax.multiply", "relax.add", "relax.add", "relax.add"]
+    before, after = chain(ops), chain(ops, drop=2)
+    d = diff_graphs(before, after)
+    assert d.before["n2"] == "removed"
+    assert dict(d.pairs)["n3"] == "n3" and dict(d.pairs)["n4"] == "n4"
+    assert set(d.after.values()) == {"kept"}

@@ -1,10 +1,21 @@
 """Graph diff between two snapshots of the same function.
 
-Nodes are matched by (op family, occurrence): the third ``conv2d`` before is the third
-``conv2d`` after, whether it is a Relax operator, a ``call_tir`` kernel or inside a fused group.
-Matching on family rather than on exact op lets a diff across LegalizeOps show operators
-*lowered* to kernels instead of everything removed and added, and matching on occurrence rather
-than on input lineage keeps a layout change upstream from marking the whole graph as new.
+Nodes are matched in four rounds, each over the nodes the earlier ones left:
+
+1. *merged*: a node inside fused group ``g`` (its ``group_call``-th call) before, and the kernel
+   named ``g`` (its ``group_call``-th call) after, once FuseTIR has turned the group into one
+   kernel;
+2. inputs and the output, in order;
+3. *dataflow*: walking the after graph in order, a node is paired with the first node before of
+   the same op family whose paired producers feed it, the same output type first; this keeps a
+   diff right when a pass drops, adds or reorders nodes elsewhere (matching by "the k-th conv2d"
+   alone shifts every later pair after the first dropped one);
+4. what is left: the k-th remaining node of a family before with the k-th one after, then a
+   node and one of another family with the same producers and output type (LegalizeOps names
+   the kernel of ``permute_dims`` ``transpose``).
+
+Matching on family (the op without namespace or numeric suffix) rather than on the exact op lets
+a diff across LegalizeOps show operators *lowered* to kernels instead of removed and added.
 
 Statuses, before: ``kept``, ``changed`` (shape or dtype differ), ``removed``, ``merged`` (its fused
 group became one kernel, FuseTIR). After: ``kept``, ``changed``, ``lowered`` (operator became a
@@ -36,38 +47,150 @@ class GraphDiff:
         c.update(f"after.{s}" for s in self.after.values())
         return dict(sorted(c.items()))
 
+    def summary(self) -> str:
+        """One line, each kind of change once: ``47 nodes merged into 18 kernels, 3 removed``."""
+        c = self.counts()
+        parts = []
+        if c.get("before.merged"):
+            parts.append(f"{c['before.merged']} nodes merged into {c.get('after.merged', 0)} kernels")
+        for side, status, words in (("after", "lowered", "lowered to kernels"), ("after", "fused", "moved into fused groups"),
+                                    ("after", "changed", "changed shape or dtype"), ("before", "removed", "removed"),
+                                    ("after", "added", "added")):
+            if c.get(f"{side}.{status}"):
+                parts.append(f"{c[f'{side}.{status}']} {words}")
+        return ", ".join(parts) or "no node changed"
+
     @property
     def changed(self) -> bool:
         return any(s != "kept" for s in self.before.values()) or any(s != "kept" for s in self.after.values())
 
     def to_dict(self) -> dict:
         return {"before": self.before, "after": self.after, "pairs": [list(p) for p in self.pairs],
-                "counts": self.counts()}
+                "counts": self.counts(), "summary": self.summary()}
 
 
-def _occurrences(g: nx.DiGraph, attr: str) -> dict[tuple[str, int], str]:
+def _ordered(g: nx.DiGraph) -> list[str]:
+    return sorted(g.nodes, key=lambda n: g.nodes[n]["order"])
+
+
+def _occurrences(g: nx.DiGraph, attr: str, nodes: list[str] | None = None) -> dict[tuple[str, int], str]:
     """``{(value of attr, k): node}`` where node is the k-th node (in order) with that value."""
     seen: Counter = Counter()
     keys: dict[tuple[str, int], str] = {}
-    for node in sorted(g.nodes, key=lambda n: g.nodes[n]["order"]):
+    for node in nodes if nodes is not None else _ordered(g):
         value = g.nodes[node][attr]
         keys[(value, seen[value])] = node
         seen[value] += 1
     return keys
 
 
+class _Matcher:
+    def __init__(self, before: nx.DiGraph, after: nx.DiGraph) -> None:
+        self.b, self.a = before, after
+        self.ob, self.oa = _ordered(before), _ordered(after)
+        self.fwd: dict[str, str] = {}  # before -> after (one-to-one rounds)
+        self.rev: dict[str, str] = {}
+        self.merged: list[tuple[str, str]] = []
+        self.merged_b: dict[str, str] = {}  # a member of a fused group -> the kernel it became
+        self.merged_a: set[str] = set()
+
+    def pair(self, nb: str, na: str) -> None:
+        self.fwd[nb], self.rev[na] = na, nb
+
+    def free_b(self) -> list[str]:
+        return [n for n in self.ob if n not in self.fwd and n not in self.merged_b]
+
+    def free_a(self) -> list[str]:
+        return [n for n in self.oa if n not in self.rev and n not in self.merged_a]
+
+    def _producers(self, nb: str, na: str) -> tuple[set[str], set[str]]:
+        """The after-graph images of ``nb``'s paired producers, and ``na``'s paired producers."""
+        mapped = {self.fwd[p] for p in self.b.predecessors(nb) if p in self.fwd}
+        mapped |= {self.merged_b[p] for p in self.b.predecessors(nb) if p in self.merged_b}
+        mine = {p for p in self.a.predecessors(na) if p in self.rev or p in self.merged_a}
+        return mapped, mine
+
+    def producers_match(self, nb: str, na: str) -> bool:
+        """The producers of ``nb`` that are paired are paired with the producers of ``na``."""
+        mapped, mine = self._producers(nb, na)
+        return mapped == mine
+
+    def score(self, nb: str, na: str) -> int:
+        """How well ``nb`` fits ``na``: -1 when its paired producers feed something else; else
+        2 for the same output type plus 1 for exactly the same paired producers."""
+        mapped, mine = self._producers(nb, na)
+        if not mapped <= mine:
+            return -1
+        db, da = self.b.nodes[nb], self.a.nodes[na]
+        return 2 * ((db["shape"], db["dtype"]) == (da["shape"], da["dtype"])) + (mapped == mine)
+
+    # -- rounds ------------------------------------------------------------------------------
+    def merge_groups(self) -> None:
+        groups_after = {d["group"] for _, d in self.a.nodes(data=True) if d["group"]}
+        kernels = _occurrences(self.a, "op", [n for n in self.oa if self.a.nodes[n]["kind"] == "kernel"])
+        for nb in self.ob:
+            d = self.b.nodes[nb]
+            if not d["group"] or d["group"] in groups_after:
+                continue
+            na = kernels.get((d["group"], d["group_call"]))
+            if na is not None:
+                self.merged.append((nb, na))
+                self.merged_b[nb] = na
+                self.merged_a.add(na)
+
+    def ends(self) -> None:
+        for kind in ("input", "output"):
+            bs = [n for n in self.ob if self.b.nodes[n]["kind"] == kind]
+            as_ = [n for n in self.oa if self.a.nodes[n]["kind"] == kind]
+            for nb, na in zip(bs, as_):
+                self.pair(nb, na)
+
+    def dataflow(self) -> None:
+        by_family: dict[str, list[str]] = {}
+        for nb in self.free_b():
+            by_family.setdefault(self.b.nodes[nb]["family"], []).append(nb)
+        for na in self.free_a():
+            candidates = by_family.get(self.a.nodes[na]["family"])
+            if not candidates:
+                continue
+            best, best_k = -1, -1
+            for k, nb in enumerate(candidates):
+                score = self.score(nb, na)
+                if score > best:
+                    best, best_k = score, k
+                    if score == 3:
+                        break
+            if best_k >= 0 and best >= 1:
+                self.pair(candidates.pop(best_k), na)
+
+    def leftovers(self) -> None:
+        kb = _occurrences(self.b, "family", self.free_b())
+        ka = _occurrences(self.a, "family", self.free_a())
+        for key, nb in kb.items():
+            if key in ka:
+                self.pair(nb, ka[key])
+        free_b = self.free_b()
+        for na in self.free_a():
+            da = self.a.nodes[na]
+            for nb in free_b:
+                db = self.b.nodes[nb]
+                if (db["shape"], db["dtype"]) == (da["shape"], da["dtype"]) and self.producers_match(nb, na):
+                    self.pair(nb, na)
+                    free_b.remove(nb)
+                    break
+
+
 def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
     """Match the nodes of two graphs and classify every one (see the module docstring)."""
-    kb, ka = _occurrences(before, "family"), _occurrences(after, "family")
+    m = _Matcher(before, after)
+    m.merge_groups()
+    m.ends()
+    m.dataflow()
+    m.leftovers()
     st_b: dict[str, str] = {}
     st_a: dict[str, str] = {}
-    pairs: list[tuple[str, str]] = []
-    for key, nb in kb.items():
-        na = ka.get(key)
-        if na is None:
-            continue
+    for nb, na in m.fwd.items():
         db, da = before.nodes[nb], after.nodes[na]
-        pairs.append((nb, na))
         if (db["shape"], db["dtype"]) != (da["shape"], da["dtype"]):
             st_b[nb] = st_a[na] = "changed"
         elif db["kind"] == "op" and da["kind"] == "kernel":
@@ -76,22 +199,13 @@ def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
             st_b[nb], st_a[na] = "kept", "fused"
         else:
             st_b[nb] = st_a[na] = "kept"
-    # FuseTIR: the k-th call of a fused function before became the k-th call of the kernel
-    # named after it.
-    kernels_after = _occurrences(after, "op")
+    for nb, na in m.merged:
+        st_b[nb] = st_a[na] = "merged"
     for nb in before.nodes:
-        if nb in st_b:
-            continue
-        d = before.nodes[nb]
-        na = kernels_after.get((d["group"], d["group_call"])) if d["group"] else None
-        if na is not None and st_a.get(na, "merged") == "merged":
-            st_b[nb] = "merged"
-            st_a[na] = "merged"
-            pairs.append((nb, na))
-        else:
-            st_b[nb] = "removed"
+        st_b.setdefault(nb, "removed")
     for na in after.nodes:
         st_a.setdefault(na, "added")
+    pairs = sorted(list(m.fwd.items()) + m.merged, key=lambda p: before.nodes[p[0]]["order"])
     return GraphDiff(before=st_b, after=st_a, pairs=tuple(pairs))
 
 

@@ -11,7 +11,8 @@ Node attributes: ``kind`` (input, op, kernel, call, output, constant), ``op`` (w
 ``family`` (the op without namespace or numeric suffix, used to match nodes across snapshots),
 ``label``, ``shape``, ``dtype``, ``var``, ``group`` (fused function or ""), ``group_call`` (which
 call of that function: one fused function can be called several times), ``order`` (topological
-index), ``const_count`` and ``const_bytes``.
+index), ``const_count`` and ``const_bytes``, ``const_shapes`` (the collapsed constants' shapes) and
+``attrs`` (the operator's attributes as short strings, e.g. ``{"strides": "(2, 2)"}``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ import tvm
 from tvm import relax
 
 from explorer.relax_walk import (
-    callee_name, flatten_args, is_constant, is_primitive, iter_bindings, tensor_bytes, tensor_info,
+    callee_name,
+    flatten_args,
+    is_constant,
+    is_primitive,
+    iter_bindings,
+    tensor_bytes,
+    tensor_info,
 )
 
 _SUFFIX = re.compile(r"\d+$")
@@ -59,7 +66,7 @@ class _Builder:
         self.g.add_node(
             node_id, kind=kind, op=op, family=op_family(op), label=_short(op), shape=shape,
             dtype=dtype, var=var, group=group, group_call=self.calls.get(group, 0) if group else 0,
-            order=self.order, const_count=0, const_bytes=0,
+            order=self.order, const_count=0, const_bytes=0, const_shapes=(), attrs={},
         )
         self.order += 1
         return node_id
@@ -81,7 +88,7 @@ class _Builder:
                 if self.show_constants:
                     out.append(self.add_node("constant", "constant", leaf.ty, "", group))
                 else:
-                    consumer_consts.append(tensor_bytes(leaf.ty))
+                    consumer_consts.append(leaf.ty)
         return out
 
     def visit_function(self, func: relax.Function, env: dict, group: str) -> list[str]:
@@ -122,8 +129,8 @@ class _Builder:
         node = self.add_node(kind, name, ty, var.name, group)
         for buf in written:  # destination-passing style: the kernel now produces these buffers
             env[buf] = [node]
-        self.g.nodes[node]["const_count"] = len(consts)
-        self.g.nodes[node]["const_bytes"] = sum(consts)
+        _add_constants(self.g.nodes[node], consts)
+        self.g.nodes[node]["attrs"] = call_attrs(value)
         self.connect(_unique(srcs), node)
         return [node]
 
@@ -136,10 +143,36 @@ class _Builder:
         self.calls[name] = self.calls.get(name, -1) + 1
         result = self.visit_function(func, inner_env, name)
         if outer_consts and self.order > first:
-            head = f"n{first}"
-            self.g.nodes[head]["const_count"] += len(outer_consts)
-            self.g.nodes[head]["const_bytes"] += sum(outer_consts)
+            _add_constants(self.g.nodes[f"n{first}"], outer_consts)
         return result
+
+
+def _add_constants(data: dict, types: list) -> None:
+    data["const_count"] += len(types)
+    data["const_bytes"] += sum(tensor_bytes(t) for t in types)
+    data["const_shapes"] = data["const_shapes"] + tuple(
+        "x".join(map(str, shape)) if shape else "scalar" for shape, _ in map(tensor_info, types))
+
+
+def _attr_text(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def call_attrs(call: relax.Call) -> dict[str, str]:
+    """The attributes of an operator call as short strings (none for kernels and functions)."""
+    attrs = call.attrs
+    if attrs is None:
+        return {}
+    out: dict[str, str] = {}
+    info = getattr(type(attrs), "__tvm_ffi_type_info__", None)
+    while info is not None:
+        for f in info.fields:
+            out.setdefault(f.name, _attr_text(getattr(attrs, f.name)))
+        info = info.parent_type_info
+    if not out and hasattr(attrs, "keys"):  # DictAttrs
+        out = {str(k): _attr_text(attrs[k]) for k in attrs.keys()}  # noqa: SIM118 - a TVM map, not a dict
+    return out
 
 
 def _kind_of(call: relax.Call, mod: tvm.IRModule) -> str:
@@ -152,7 +185,7 @@ def _kind_of(call: relax.Call, mod: tvm.IRModule) -> str:
 
 
 def _short(op: str) -> str:
-    return op[len("relax."):] if op.startswith("relax.") else op
+    return op.removeprefix("relax.")
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -1,0 +1,136 @@
+"""What the browser needs to draw one snapshot's graph and explain each node: plain data, JSON.
+
+A node is titled by the model's own name for it (the ONNX node it came from, found through
+:class:`~explorer.graph.lineage.Lineage` and :mod:`explorer.graph.onnx_names`), then what it calls
+and its output type. Its details hold everything a click shows: operator, attributes, shapes and
+dtypes of its inputs and output, the ONNX nodes it stands for, the kernel it is (after
+LegalizeOps) and the kernels of the final module that compute it.
+
+The payload of a snapshot does not depend on what it is compared with; the diff statuses travel
+apart (:func:`status_codes`), so comparing with another pass never lays a graph out again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import networkx as nx
+
+from explorer.graph.dot import DTYPE_SHORT, KIND_FILL, STATUS_STYLE, _fmt_bytes
+from explorer.graph.layout import GraphLayout, layout
+from explorer.graph.onnx_names import OnnxNode, OnnxSources
+
+TITLE_CHARS = 34
+STATUS_CODES = {"kept": 0, "changed": 1, "removed": 2, "added": 3, "fused": 4, "merged": 5, "lowered": 6}
+
+
+def shorten(text: str, limit: int = TITLE_CHARS) -> str:
+    """``text`` cut in the middle to at most ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2:]
+
+
+def type_text(shape, dtype) -> str:
+    if shape is None:
+        return DTYPE_SHORT.get(dtype, dtype or "")
+    return "x".join(map(str, shape)) + (f" {DTYPE_SHORT.get(dtype, dtype)}" if dtype else "")
+
+
+def onnx_names_of(g0: nx.DiGraph, origins: frozenset[str], sources: OnnxSources) -> list[OnnxNode]:
+    """The ONNX nodes behind a set of input-graph nodes, in the ONNX graph's order."""
+    found: dict[int, OnnxNode] = {}
+    for o in origins:
+        if o in g0:
+            node = sources.of(g0.nodes[o]["var"])
+            if node is not None:
+                found[node.index] = node
+    return [found[k] for k in sorted(found)]
+
+
+def node_lines(d: Mapping, names: list[OnnxNode]) -> list[str]:
+    """Title (the model's name), what it calls, its output type."""
+    if d["kind"] == "input":
+        return [shorten(d["var"] or "input"), "input · " + type_text(d["shape"], d["dtype"])]
+    if d["kind"] == "output":
+        return ["output", type_text(d["shape"], d["dtype"])]
+    call = shorten(d["label"], TITLE_CHARS)
+    lines = []
+    if names:
+        title = shorten(names[0].name) + (f" +{len(names) - 1}" if len(names) > 1 else "")
+        if title != call:
+            lines.append(title)
+    lines.append(call)
+    kind = type_text(d["shape"], d["dtype"])
+    if d.get("const_count"):
+        kind += f" · +{d['const_count']} const"
+    lines.append(kind)
+    return [ln.replace("\\", "/") for ln in lines]
+
+
+def _details(g: nx.DiGraph, n: str, d: Mapping, names: list[OnnxNode], becomes: list[str], titles: Mapping) -> dict:
+    out = {"op": d["op"], "var": d["var"], "type": type_text(d["shape"], d["dtype"])}
+    if d["group"]:
+        out["group"] = d["group"]
+    if d.get("attrs"):
+        out["attrs"] = dict(d["attrs"])
+    if d.get("const_count"):
+        out["consts"] = f"{d['const_count']} ({_fmt_bytes(d['const_bytes'])}): " + ", ".join(d.get("const_shapes", ()))
+    out["inputs"] = [[titles[p], type_text(g.nodes[p]["shape"], g.nodes[p]["dtype"])]
+                     for p in sorted(g.predecessors(n), key=lambda p: g.nodes[p]["order"])]
+    if names:
+        out["onnx"] = [[x.name, x.op_type, ", ".join(f"{k}={v}" for k, v in x.attrs.items())] for x in names[:64]]
+        if len(names) > 64:
+            out["onnx_more"] = len(names) - 64
+    if d["kind"] == "kernel":
+        out["kernel"] = d["op"]
+    if becomes:
+        out["becomes"] = becomes
+    return out
+
+
+def snapshot_view(g: nx.DiGraph, g0: nx.DiGraph, origins: Mapping[str, frozenset[str]], sources: OnnxSources,
+                  becomes: Mapping[str, list[str]], *, laid_out: GraphLayout | None = None) -> dict:
+    """The JSON-ready payload for one graph (see the module docstring).
+
+    ``g0`` is the input graph and ``origins`` maps each node of ``g`` to nodes of ``g0``;
+    ``becomes`` maps a node to the names of the final module's kernels that compute it."""
+    order = sorted(g.nodes, key=lambda n: g.nodes[n]["order"])
+    names = {n: onnx_names_of(g0, origins.get(n, frozenset()), sources) for n in order}
+    lines = {n: node_lines(g.nodes[n], names[n]) for n in order}
+    titles = {n: lines[n][0] for n in order}
+    pos = laid_out or layout(g, lines)
+    index = {n: i for i, n in enumerate(order)}
+    nodes = []
+    for n in order:
+        d = g.nodes[n]
+        x, y, w, h = pos.nodes[n]
+        search = " ".join([d["op"], d["var"], d["group"]] + [x.name for x in names[n]] + [x.op_type for x in names[n]])
+        nodes.append({"id": n, "x": x, "y": y, "w": w, "h": h, "k": d["kind"], "t": lines[n],
+                      "s": search.lower(), "o": sorted(int(o[1:]) for o in origins.get(n, ()) if o[1:].isdigit()),
+                      "d": _details(g, n, d, names[n], becomes.get(n, []), titles)})
+    edges = [[index[u], index[v], path] for u, v, path in pos.edges]
+    return {"w": pos.width, "h": pos.height, "engine": pos.engine, "nodes": nodes, "edges": edges,
+            "clusters": [list(c) for c in pos.clusters]}
+
+
+def status_codes(g: nx.DiGraph, statuses: Mapping[str, str]) -> list[int]:
+    """Diff statuses of ``g``'s nodes in drawing order, as small integers (:data:`STATUS_CODES`)."""
+    order = sorted(g.nodes, key=lambda n: g.nodes[n]["order"])
+    return [STATUS_CODES.get(statuses.get(n, "kept"), 0) for n in order]
+
+
+def style_table() -> dict:
+    """Colours the browser uses: fill per node kind, (border, fill) per diff status."""
+    return {"kind": KIND_FILL, "status": {STATUS_CODES[s]: list(v) for s, v in STATUS_STYLE.items()},
+            "names": {v: k for k, v in STATUS_CODES.items()}}
+
+
+def to_json(payload: dict) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+__all__ = ["STATUS_CODES", "node_lines", "onnx_names_of", "shorten", "snapshot_view", "status_codes", "style_table",
+           "to_json", "type_text"]
