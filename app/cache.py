@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
-from explorer.graph import diff_graphs, to_dot
-from explorer.graph.dot import to_svg
+from explorer.graph.onnx_names import onnx_sources
+from explorer.graph.run_views import RunGraphs
+from explorer.kernels import Kernel
 from explorer.models import LoadedModel, load_model
 from explorer.passes import PipelineRun, run_pipeline
 from explorer.textdiff import diff_scripts
@@ -55,33 +57,42 @@ def save_upload(data: bytes, filename: str) -> str:
     return str(path)
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
-def graph_dots(key: RunKey, before: int, after: int, focus_text: str, radius: int, start: int,
-               limit: int) -> tuple[str, str, dict, int]:
-    """DOT for the graphs before and after, coloured by their diff, plus the diff counts and
-    the size of the larger graph. A focus text or a window keeps big graphs readable."""
-    from explorer.graph import find_nodes, focus, window
-
+@st.cache_resource(max_entries=8, show_spinner=False)
+def run_graphs(key: RunKey) -> RunGraphs:
+    """The drawable graphs of a run, named after the model's ONNX nodes. The first snapshots a
+    user opens are laid out in a background thread while the page draws the default one."""
     run = pipeline_run(key)
-    gb, ga = run.graph(before), run.graph(after)
-    diff = diff_graphs(gb, ga)
-    size = max(gb.number_of_nodes(), ga.number_of_nodes())
-    views = []
-    for g in (gb, ga):
-        if focus_text:
-            hits = find_nodes(g, focus_text)
-            view = focus(g, hits[0], radius) if hits else g.subgraph([]).copy()
-        elif g.number_of_nodes() > limit:
-            view = window(g, start, limit)
-        else:
-            view = g
-        views.append(view)
-    return (to_dot(views[0], statuses=diff.before), to_dot(views[1], statuses=diff.after), diff.counts(), size)
+    graphs = RunGraphs(run, onnx_sources(loaded_model(key.model, key.shapes)))
+    likely = [s.index for s in run.main_passes() if s.changed]
+    likely += [run.input_index(i) for i in likely]
+    threading.Thread(target=graphs.warm, args=(list(dict.fromkeys(likely)),), daemon=True,
+                     name="schedx-warm-graphs").start()
+    return graphs
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
-def svg_of(dot: str) -> str:
-    return to_svg(dot)
+@st.cache_resource(max_entries=32, show_spinner=False)
+def graph_kernel(key: RunKey, index: int, name: str) -> Kernel:
+    """PrimFunc ``name`` after snapshot ``index`` as a kernel for the Schedule page. At the end of
+    the tuning pipeline it is the model's task of that name (the Schedule page and the
+    leaderboard know it so); elsewhere it is named after the pipeline and the pass."""
+    from explorer.kernels.kernel import make_kernel
+
+    graphs = run_graphs(key)
+    run = graphs.run
+    model = loaded_model(key.model, key.shapes).name
+    calls = sum(1 for _, d in graphs.lineage.graph(index).nodes(data=True) if d["op"] == name)
+    if not key.passes and key.pipeline == "tuning" and graphs.representative(index) == graphs.lineage.final:
+        from explorer.workload.task import module_tasks
+
+        for task in module_tasks(run.module(index), model):
+            if name in task.funcs:
+                return make_kernel(task.mod["main"], name=task.name, title=task.name.split("/", 1)[1],
+                                   source=f"model:{model}", spec=task.name,
+                                   params={"calls": task.calls, "funcs": list(task.funcs)})
+    where = run.snapshots[index].name if index >= 0 else "input"
+    spec = f"{model}/{name}@{key.pipeline}.{index}.{where}"
+    return make_kernel(graphs.kernel(index, name), name=spec, title=name, source=f"model:{model}", spec=spec,
+                       params={"calls": max(calls, 1)})
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -95,7 +106,7 @@ def script_text(key: RunKey, index: int) -> str:
     return pipeline_run(key).script(index)
 
 
-__all__ = ["RunKey", "graph_dots", "svg_of", "loaded_model", "pipeline_run", "save_upload", "script_diff",
+__all__ = ["RunKey", "graph_kernel", "loaded_model", "pipeline_run", "run_graphs", "save_upload", "script_diff",
            "script_text"]
 
 

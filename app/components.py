@@ -5,35 +5,68 @@ from __future__ import annotations
 import html
 
 from explorer.graph.dot import STATUS_STYLE
-from explorer.textdiff import side_by_side
+from explorer.textdiff import inline_changes, side_by_side
 
 _ROW_BG = {"equal": "", "replace": "#fef3c7", "delete": "#fee2e2", "insert": "#dcfce7", "skip": "#f1f5f9"}
 
+# A fixed layout of four columns (number, text, number, text) whose text wraps: both sides stay
+# on screen whatever the line length (TVMScript lines run to hundreds of characters).
 _TABLE_CSS = """
 <style>
-div.sbs-wrap {overflow-x: auto; max-height: 640px; overflow-y: auto;}
-table.sbs {border-collapse: collapse; min-width: 100%; font-family: ui-monospace, Menlo, monospace;
-           font-size: 12px;}
-table.sbs td {padding: 0 6px; white-space: pre; vertical-align: top; border-bottom: 1px solid #f1f5f9;}
-table.sbs td.text {width: 50%;}
-table.sbs td.no {width: 3.5em; color: #94a3b8; text-align: right; user-select: none;}
+div.sbs-wrap {max-height: 720px; overflow-y: auto; overflow-x: hidden; border: 1px solid #e2e8f0; border-radius: 6px;}
+table.sbs {border-collapse: collapse; table-layout: fixed; width: 100%; font-family: ui-monospace, Menlo, monospace;
+           font-size: 12px; line-height: 1.4;}
+table.sbs col.no {width: 3.2em;}
+table.sbs td {padding: 0 6px; vertical-align: top; border-bottom: 1px solid #f1f5f9;}
+table.sbs td.text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-word;}
+table.sbs td.no {color: #94a3b8; text-align: right; user-select: none;}
+table.sbs td.text + td.no {border-left: 1px solid #e2e8f0;}
+table.sbs mark.del {background: #fca5a5; padding: 0;}
+table.sbs mark.ins {background: #86efac; padding: 0;}
 </style>
 """
 
 
+def _marked(runs: list[tuple[str, bool]], cls: str) -> str:
+    return "".join(f'<mark class="{cls}">{html.escape(t)}</mark>' if changed else html.escape(t) for t, changed in runs)
+
+
 def side_by_side_html(before: str, after: str, context: int = 3) -> str:
-    """An HTML table of two texts side by side, changed lines tinted, equal runs cut."""
+    """An HTML table of two texts side by side that fits its container: lines wrap, changed lines
+    are tinted, the changed characters of a replaced line marked, equal runs cut."""
     rows = []
     for r in side_by_side(before, after, context):
         bg = _ROW_BG.get(r.tag, "")
         style = f' style="background:{bg}"' if bg else ""
         if r.tag == "skip":
-            rows.append(f'<tr{style}><td class="no">…</td><td></td><td class="no">…</td><td></td></tr>')
+            rows.append(f'<tr{style}><td class="no">…</td><td class="text"></td><td class="no">…</td><td class="text"></td></tr>')
             continue
-        rows.append(
-            f"<tr{style}><td class='no'>{r.left_no or ''}</td><td class='text'>{html.escape(r.left)}</td>"
-            f"<td class='no'>{r.right_no or ''}</td><td class='text'>{html.escape(r.right)}</td></tr>")
-    return _TABLE_CSS + '<div class="sbs-wrap"><table class="sbs">' + "".join(rows) + "</table></div>"
+        if r.tag == "replace" and r.left_no and r.right_no:
+            left_runs, right_runs = inline_changes(r.left, r.right)
+            left, right = _marked(left_runs, "del"), _marked(right_runs, "ins")
+        else:
+            left, right = html.escape(r.left), html.escape(r.right)
+        rows.append(f"<tr{style}><td class='no'>{r.left_no or ''}</td><td class='text'>{left}</td>"
+                    f"<td class='no'>{r.right_no or ''}</td><td class='text'>{right}</td></tr>")
+    cols = '<colgroup><col class="no"><col><col class="no"><col></colgroup>'
+    return _TABLE_CSS + f'<div class="sbs-wrap"><table class="sbs">{cols}' + "".join(rows) + "</table></div>"
+
+
+def time_bars_html(rows: list[tuple[str, float, bool]], title: str) -> str:
+    """Horizontal bars, one per (label, milliseconds, changed), in plain HTML: no chart library
+    to load, so the Counts tab opens at once."""
+    top = max((ms for _, ms, _ in rows), default=0) or 1
+    out = [f'<div class="sx-bars"><div style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>']
+    for label, ms, changed in rows:
+        colour = "#2563eb" if changed else "#cbd5e1"
+        out.append(
+            '<div style="display:flex;align-items:center;gap:8px;font-size:12px;line-height:18px">'
+            f'<span style="flex:0 0 220px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{html.escape(label)}</span>'
+            f'<span style="flex:1 1 auto;background:#f8fafc"><span style="display:block;height:12px;'
+            f'width:{100 * ms / top:.1f}%;background:{colour}"></span></span>'
+            f'<span style="flex:0 0 70px;text-align:right;font-family:ui-monospace,monospace">{ms:.1f} ms</span></div>')
+    out.append("</div>")
+    return "".join(out)
 
 
 def legend_html() -> str:
@@ -43,9 +76,9 @@ def legend_html() -> str:
                "fused": "moved into a fused group", "merged": "group became one kernel",
                "lowered": "operator became a TIR kernel"}
     for status, (border, fill) in STATUS_STYLE.items():
-        chips.append(f'<span style="border:2px solid {border};background:{fill};border-radius:4px;'
-                     f'padding:1px 6px;margin-right:6px;font-size:12px">{status}: {meaning[status]}</span>')
-    return "<div>" + "".join(chips) + "</div>"
+        chips.append(f'<span style="border:1.5px solid {border};background:{fill};border-radius:4px;'
+                     f'padding:0 5px;margin-right:5px;font-size:11px;white-space:nowrap">{status}: {meaning[status]}</span>')
+    return '<div style="line-height:20px">' + "".join(chips) + "</div>"
 
 
 def coming_next(title: str, what: str, steps: list[str]) -> None:

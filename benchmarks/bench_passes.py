@@ -51,13 +51,13 @@ def ui_switch_apptest(repeats: int) -> None:
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "ui" / "passes.py"), default_timeout=300).run()
-    snap = at.selectbox(key="snapshot")
-    options = list(snap.options)
+    key = next(s.key for s in at.selectbox if s.label == "After pass")  # the pickers' keys follow the run
+    options = list(at.selectbox(key=key).options)
     times = []
     for k in range(repeats):
         for label in options:
             t = time.perf_counter()
-            at.selectbox(key="snapshot").select(label).run()
+            at.selectbox(key=key).select(label).run()
             times.append(time.perf_counter() - t)
         if k == 0:
             times.clear()  # the first pass over the snapshots renders them (cache fill)
@@ -66,36 +66,23 @@ def ui_switch_apptest(repeats: int) -> None:
 
 
 def ui_switch_browser(repeats: int) -> None:
+    """Click on a pass to both graphs painted, measured in the page (see benchmarks/bench_ui.py,
+    which also times the first page and the Counts tab, on ResNet-18 and a 700-node model)."""
     chromium = shutil.which("chromium")
     if chromium is None:
         print("switching snapshots in a browser: skipped (chromium not installed)")
         return
     from playwright.sync_api import sync_playwright
 
+    from benchmarks.bench_ui import first_page, switching
     from tests.browser import CHROMIUM_ARGS, schedx_ui
 
-    times = []
     with schedx_ui() as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1100})
         page.set_default_timeout(120_000)
-        page.goto(url)
-        charts = page.locator('.schedx-graph svg')
-        charts.nth(1).wait_for()
-        names = ["LegalizeOps", "FoldConstant", "FuseOps", "FuseTIR"]
-        for k in range(repeats + 1):
-            for name in names:
-                page.get_by_role("combobox", name="After pass", exact=True).click()
-                option = page.get_by_role("option").filter(has_text=name).first
-                option.wait_for()
-                t = time.perf_counter()  # from the click on the pass to both graphs redrawn
-                option.click()
-                page.get_by_text("After · ● #").filter(has_text=name).first.wait_for()
-                page.wait_for_function(
-                    "() => document.querySelectorAll('.schedx-graph svg').length == 2"
-                    " && !document.querySelector('[data-stale=\"true\"]')")
-                if k > 0:
-                    times.append(time.perf_counter() - t)
+        first_page(page, url)
+        _, times = switching(page, repeats)
         browser.close()
     print(f"switching snapshots in chromium, click on a pass to both graphs redrawn ({len(times)} switches):")
     print(f"  median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms  (target <= 300 ms)")

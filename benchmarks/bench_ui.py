@@ -107,13 +107,13 @@ def switching(page, repeats: int) -> tuple[list[float], list[float]]:
 
 
 def counts_tab(page) -> float:
-    tab = page.get_by_role("tab", name="Counts & time")
+    tab = page.get_by_role("radio", name="Counts & time", exact=True)
     t = time.perf_counter()
     tab.click()
-    page.locator('[data-testid="stHorizontalBlock"] [data-testid="stDataFrame"]').nth(1).wait_for(timeout=120_000)
-    page.locator(".sx-bars, .js-plotly-plot").first.wait_for(timeout=120_000)
+    page.locator(".sx-bars").first.wait_for(timeout=120_000)
+    page.locator('[data-testid="stDataFrame"]').nth(2).wait_for(timeout=120_000)
     seconds = time.perf_counter() - t
-    page.get_by_role("tab", name="Graph").click()
+    page.get_by_role("radio", name="Graph", exact=True).click()
     _settle(page)
     return seconds
 

@@ -87,6 +87,23 @@ def side_by_side(before: str, after: str, context: int | None = 3) -> list[DiffR
     return rows
 
 
+def inline_changes(left: str, right: str, similar: float = 0.5) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """Two versions of a line cut into runs of ``(text, changed)``: what a reader's eye should
+    land on in a replaced line (``T.int64(64)`` -> ``T.int64(56)``: only ``4`` -> ``5`` is marked).
+    Lines less alike than ``similar`` (difflib's ratio) are different lines: nothing is marked."""
+    sm = difflib.SequenceMatcher(None, left, right, autojunk=False)
+    if sm.ratio() < similar:
+        return [(left, False)], [(right, False)]
+    a: list[tuple[str, bool]] = []
+    b: list[tuple[str, bool]] = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if i2 > i1:
+            a.append((left[i1:i2], tag != "equal"))
+        if j2 > j1:
+            b.append((right[j1:j2], tag != "equal"))
+    return a, b
+
+
 def diff_scripts(before: str, after: str) -> list[FunctionDiff]:
     """Per-function diff of two module scripts: changed, added and removed functions first."""
     fa, fb = split_functions(before), split_functions(after)

@@ -40,33 +40,29 @@ def _settle(page) -> None:
                            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')")
 
 
-def test_resnet18_fuseops_graph_renders(ui_url, page, tmp_path):
+def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
+    """The Graph & passes page's three views on ResNet-18, for the README's screenshots (the
+    graph viewer's own tests are in tests/test_browser_graph.py)."""
     page.goto(ui_url)
     page.get_by_text("Graph & passes").first.wait_for()
     _pick(page, "Model", "ResNet-18")
-    _pick(page, "After pass", "FuseOps")
-    charts = page.locator('.schedx-graph svg')
-    charts.nth(1).wait_for()
-    page.wait_for_timeout(500)
-    after_svg = charts.nth(1).inner_html()
-    assert "fused_batch_norm_relu" in after_svg  # a fused group drawn as a cluster
-    assert after_svg.count("<g id=\"node") >= 60
-    assert "1x64x112x112" in charts.nth(0).inner_html()
+    after = page.locator('.sx-panel[data-side="after"]')
+    after.locator("g.n").nth(60).wait_for()
+    assert "fused_batch_norm_relu" in after.locator("text.cl").first.text_content()  # a fused group
+    page.locator(".sx-search").fill("layer2.0.relu2")
+    page.locator(".sx-search").press("Enter")
+    page.locator('.sx-panel[data-side="before"] .sx-info').wait_for()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-graph.png"), full_page=False)
-
-
-def test_text_diff_and_counts_tabs(ui_url, page, tmp_path):
-    page.goto(ui_url)
-    page.locator('.schedx-graph svg').first.wait_for()
-    page.get_by_role("tab", name="TVMScript").click()
+    page.get_by_role("radio", name="TVMScript", exact=True).click()
+    _settle(page)
     page.get_by_text("Side by side").click()
+    _settle(page)
     page.locator('[data-testid="stExpander"] summary').filter(has_text="main: changed").first.click()
-    table = page.locator("table.sbs").first
-    table.wait_for()
+    page.locator("table.sbs").first.wait_for()
     assert "fused_" in page.content()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-textdiff.png"), full_page=False)
-    page.get_by_role("tab", name="Counts & time").click()
-    page.locator(".js-plotly-plot").first.wait_for()
+    page.get_by_role("radio", name="Counts & time", exact=True).click()
+    page.locator(".sx-bars").first.wait_for()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-counts.png"), full_page=False)
 
 

@@ -138,3 +138,18 @@ def test_shorten_keeps_both_ends():
     assert shorten("encoder.layer.0.attention.self.query.matmul", 20) == "encoder.la…ry.matmul"
     assert shorten("short", 20) == "short"
     assert OnnxSources({}).of("lv") is None
+
+
+def test_fused_kernels_of_a_transformer_keep_every_model_node():
+    """BERT-like encoder through the CPU backend pipeline: each fused kernel stands for the matmul
+    and the bias add it fused (matching "the k-th matmul" alone once gave the query's matmul to
+    the attention context's kernel)."""
+    from explorer.models import load_model
+
+    loaded = load_model("bert_encoder")
+    graphs = RunGraphs(run_pipeline(loaded.mod, "cpu-backend"), onnx_sources(loaded))
+    nodes = _nodes(graphs.payload(graphs.lineage.final))
+    by_names = {frozenset(x[0] for x in n["d"].get("onnx", [])): n["d"]["op"] for n in nodes}
+    query = "encoder.layer.0.attention.self.query"
+    assert by_names[frozenset({query, query + ".matmul"})].startswith("fused_matmul")
+    assert by_names[frozenset({"encoder.layer.0.attention.self.context"})].startswith("matmul")

@@ -30,3 +30,23 @@ def test_side_by_side_rows():
     rep = next(r for r in rows if r.tag == "replace")
     assert (rep.left, rep.right, rep.left_no, rep.right_no) == ("line 10", "LINE TEN", 11, 11)
     assert unified(a, b).count("\n+") >= 2
+
+
+def test_inline_changes_mark_only_what_differs():
+    from explorer.textdiff import inline_changes
+
+    left, right = inline_changes("x = T.int64(64) + y", "x = T.int64(56) + y")
+    assert "".join(t for t, _ in left) == "x = T.int64(64) + y"
+    assert [t for t, changed in left if changed] == ["4"] and [t for t, changed in right if changed] == ["5"]
+    unrelated = inline_changes("lv1 = R.call_tir(cls.batch_norm, (lv,))", "gv = R.output(x)")
+    assert not any(changed for runs in unrelated for _, changed in runs)
+
+
+def test_side_by_side_html_wraps_long_lines_in_a_fixed_layout():
+    from app.components import side_by_side_html
+
+    long_line = "    lv = R.call_tir(cls.fused_conv2d_add_relu, (" + ", ".join(f"arg{i}" for i in range(200)) + "))"
+    html = side_by_side_html(long_line + "\nsame", long_line.replace("arg7,", "arg77,") + "\nsame")
+    assert "table-layout: fixed" in html and "width: 100%" in html and "pre-wrap" in html
+    assert "white-space: pre;" not in html and "min-width" not in html
+    assert '<mark class="ins">7</mark>' in html

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from app import state
-from app.cache import RunKey, graph_dots, pipeline_run, save_upload, script_diff, script_text, svg_of
-from app.components import legend_html, side_by_side_html
+from app.cache import (
+    RunKey,
+    graph_kernel,
+    pipeline_run,
+    run_graphs,
+    save_upload,
+    script_diff,
+    script_text,
+)
+from app.components import legend_html, side_by_side_html, time_bars_html
+from app.graph_view import graph_view
 from explorer.errors import ExplorerError
-from explorer.graph.dot import dot_available
 from explorer.models import DEFAULT_MODEL, ZOO, example_names
 from explorer.passes import PASS_CATALOG, PIPELINES
 
-GRAPH_LIMIT = 160  # nodes drawn at once; larger graphs get a window or a focus
+VIEWS = ["Graph", "TVMScript", "Counts & time"]
 
 
 def choose_model() -> RunKey | None:
@@ -87,27 +95,35 @@ def _label(run, index: int) -> str:
     return f"{mark} #{index} {'  ' * (s.depth - 1)}{s.name}  ({s.seconds * 1000:.1f} ms)"
 
 
-def _pick_row(shown_indices: list[int]) -> None:
+def run_keys(key: RunKey) -> dict[str, str]:
+    """Widget keys of the pass pickers for one run. They change with the run: a picker kept
+    across models would keep showing the labels (timings) of the model before."""
+    token = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+    return {"snapshot": f"{state.SNAPSHOT}_{token}", "table": f"{state.PASS_TABLE}_{token}",
+            "compare": f"{state.COMPARE_WITH}_{token}"}
+
+
+def _pick_row(keys: dict[str, str], shown_indices: list[int]) -> None:
     """Pass-list row clicked: make it the snapshot shown (runs before the page reruns)."""
-    rows = st.session_state[state.PASS_TABLE].selection.rows
+    rows = st.session_state[keys["table"]].selection.rows
     if rows:
-        st.session_state[state.SNAPSHOT] = shown_indices[rows[0]]
+        st.session_state[keys["snapshot"]] = shown_indices[rows[0]]
 
 
-def pass_table(run, shown) -> None:
+def pass_table(run, shown, keys: dict[str, str]) -> None:
     """The pass list, Compiler Explorer style: click a row to see the module after that pass."""
     rows = [{"#": s.index, "pass": "\u2003" * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
              "changed": "\u25cf" if s.changed else ""} for s in shown]
     top = max((s.seconds for s in shown), default=0) * 1000 or 1
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(640, 38 + 35 * len(rows)),
-                 key=state.PASS_TABLE, on_select=functools.partial(_pick_row, [s.index for s in shown]),
+                 key=keys["table"], on_select=functools.partial(_pick_row, keys, [s.index for s in shown]),
                  selection_mode="single-row", column_config={
                      "ms": st.column_config.ProgressColumn("ms", format="%.1f", min_value=0, max_value=top),
                      "#": st.column_config.NumberColumn("#", width="small"),
                      "changed": st.column_config.TextColumn("Δ", width="small", help="changed the module")})
 
 
-def snapshot_pickers(run) -> tuple[int, int, list]:
+def snapshot_pickers(run, keys: dict[str, str]) -> tuple[int, int, list]:
     c1, c2, c3 = st.columns([2, 1, 1])
     show_nested = c2.toggle("Nested passes", key=state.SHOW_NESTED,
                             help="Also list wrappers (Sequential) and passes run inside other passes.")
@@ -119,44 +135,46 @@ def snapshot_pickers(run) -> tuple[int, int, list]:
         st.warning("No pass of this pipeline changed the module.")
         st.stop()
     indices = [s.index for s in shown]
-    if st.session_state.get(state.SNAPSHOT) not in indices:
+    if st.session_state.get(keys["snapshot"]) not in indices:
         fuse = run.find("FuseOps")
-        st.session_state[state.SNAPSHOT] = fuse.index if fuse is not None and fuse.index in indices else indices[0]
-    after = c1.selectbox("After pass", indices, key=state.SNAPSHOT, format_func=lambda i: _label(run, i))
+        st.session_state[keys["snapshot"]] = fuse.index if fuse is not None and fuse.index in indices else indices[0]
+    after = c1.selectbox("After pass", indices, key=keys["snapshot"], format_func=lambda i: _label(run, i))
     received = run.input_index(after)
     compare_opts = [received] + [i for i in [-1] + [s.index for s in run.snapshots] if i != received]
-    before = st.selectbox("Compare with", compare_opts, key=f"{state.COMPARE_WITH}_{after}",
+    before = st.selectbox("Compare with", compare_opts, key=f"{keys['compare']}_{after}",
                           format_func=lambda i: ("what this pass received: " if i == received else "") + _label(run, i))
     return before, after, shown
 
 
 def graph_tab(key: RunKey, run, before: int, after: int) -> None:
-    size = max(run.graph(before).number_of_nodes(), run.graph(after).number_of_nodes())
-    c1, c2, c3 = st.columns([2, 1, 1])
-    focus_text = c1.text_input("Focus on nodes matching", key=state.GRAPH_FOCUS,
-                               placeholder="conv2d, fused_, a variable name...")
-    radius = c2.number_input("Radius", 1, 20, 3, key=state.GRAPH_RADIUS, disabled=not focus_text)
-    start = 0
-    if size > GRAPH_LIMIT and not focus_text:
-        start = c3.number_input(f"First node (of {size})", 0, size - 1, 0, step=GRAPH_LIMIT // 2, key=state.GRAPH_START)
-    dot_b, dot_a, counts, _ = graph_dots(key, before, after, focus_text.strip(), int(radius), int(start), GRAPH_LIMIT)
+    """Both graphs side by side, each fitting its panel, whatever their size: pan, zoom, fit,
+    minimap, search and node details run in the browser (app/graph_view.py)."""
+    graphs = run_graphs(key)
+    with st.spinner("Laying out the graphs..."):
+        payload_b, payload_a = graphs.payload(before), graphs.payload(after)
     st.markdown(legend_html(), unsafe_allow_html=True)
-    summary = ", ".join(f"{v} {k.split('.')[1]}" for k, v in counts.items() if not k.endswith("kept"))
-    st.caption(f"Diff: {summary or 'no node changed'}")
-    left, right = st.columns(2)
-    left.markdown(f"**Before** · {_label(run, before)}")
-    right.markdown(f"**After** · {_label(run, after)}")
-    show_graph(left, dot_b)
-    show_graph(right, dot_a)
+    statuses = graphs.statuses(before, after)
+    opened = graph_view(payload_b, payload_a, statuses,
+                        (f"Before · {_label(run, before)}", f"After · {_label(run, after)}"), key=state.GRAPH_VIEW)
+    st.caption(f"Diff: {statuses[2]}. Drag to pan, wheel to zoom, double-click to fit; click a node for its "
+               "attributes, the model nodes it came from and the kernel it becomes.")
+    if opened:
+        open_kernel(key, opened)
 
 
-def show_graph(where, dot: str) -> None:
-    """Draw a graph: SVG laid out on the server by `dot` (cached), or in the browser without it."""
-    if dot_available():
-        where.markdown(f'<div class="schedx-graph" style="overflow:auto;max-height:1400px">{svg_of(dot)}</div>',
-                       unsafe_allow_html=True)
-    else:
-        where.graphviz_chart(dot)
+def open_kernel(key: RunKey, request: dict) -> None:
+    """A kernel clicked in the graph: hand it to the Schedule page and go there."""
+    try:
+        kernel = graph_kernel(key, int(request["index"]), str(request["name"]))
+    except (KeyError, ValueError, ExplorerError) as err:
+        st.error(f"Could not open {request.get('name')}: {err}")
+        return
+    st.session_state[state.GRAPH_KERNEL] = kernel
+    st.session_state[state.USE_GRAPH_KERNEL] = True
+    try:
+        st.switch_page("ui/schedule.py")
+    except Exception:  # noqa: BLE001 - this page running alone (tests) has no navigation to switch in
+        st.info(f"{kernel.info.spec} is ready in the Schedule page: open it from the navigation.")
 
 
 def script_tab(key: RunKey, run, before: int, after: int) -> None:
@@ -205,12 +223,8 @@ def counts_tab(run, before: int, after: int) -> None:
     c2.dataframe(pd.DataFrame([{"call": o, "before": cb.calls.get(o, 0), "after": ca.calls.get(o, 0)} for o in ops]),
                  hide_index=True, width="stretch", height=320)
     shown = run.main_passes()
-    fig = go.Figure()
-    fig.add_bar(x=[f"#{s.index} {s.name}" for s in shown], y=[s.seconds * 1000 for s in shown], name="time (ms)",
-                marker_color=["#2563eb" if s.changed else "#cbd5e1" for s in shown])
-    fig.update_layout(title="Time per pass (grey: changed nothing)", height=320, margin=dict(l=10, r=10, t=40, b=10),
-                      yaxis_title="ms")
-    st.plotly_chart(fig, width="stretch")
+    st.html(time_bars_html([(f"#{s.index} {s.name}", s.seconds * 1000, s.changed) for s in shown],
+                           "Time per pass (grey: changed nothing)"))
 
 
 def main() -> None:
@@ -228,22 +242,21 @@ def main() -> None:
 @st.fragment
 def explore(key: RunKey, run) -> None:
     """Everything below the model choice. A fragment: picking another snapshot reruns only this."""
-    before, after, shown = snapshot_pickers(run)
-    left, right = st.columns([1.2, 3])
+    keys = run_keys(key)
+    before, after, shown = snapshot_pickers(run, keys)
+    left, right = st.columns([1.25, 4])
     with left:
         st.markdown(f"**Passes** ({len(shown)} of {len(run.snapshots)})")
-        pass_table(run, shown)
+        pass_table(run, shown, keys)
     with right:
-        # Lazy tabs: only the open one runs and is sent, which keeps switching snapshots quick.
-        g, t, c = st.tabs(["Graph", "TVMScript", "Counts & time"], key=state.VIEW_TAB, on_change="rerun")
-        if g.open:
-            with g:
-                graph_tab(key, run, before, after)
-        if t.open:
-            with t:
-                script_tab(key, run, before, after)
-        if c.open:
-            with c:
-                counts_tab(run, before, after)
+        # One view at a time: only it runs and is sent, which keeps switching snapshots quick (a
+        # segmented control costs the browser less than lazy tabs on every switch).
+        view = st.segmented_control("View", VIEWS, key=state.VIEW_TAB, default=VIEWS[0], label_visibility="collapsed")
+        if view == "TVMScript":
+            script_tab(key, run, before, after)
+        elif view == "Counts & time":
+            counts_tab(run, before, after)
+        else:
+            graph_tab(key, run, before, after)
 
 main()

@@ -1,0 +1,443 @@
+// schedx graph view: two graphs (before / after a pass) side by side, laid out on the server by
+// Graphviz, drawn here as SVG. Pan (drag), zoom (wheel, +/-), fit, a minimap per panel, search by
+// name or op (Enter: next match, centred), click a node for its details; the details can open a
+// kernel in the Schedule page (a trigger value sent to Python). No library, nothing downloaded.
+//
+// Data from Python (st.components.v2): {before, after: JSON strings of a snapshot payload
+// (explorer/graph/viewdata.py), sb, sa: status codes per node, titles: [before, after], style}.
+
+const NS = "http://www.w3.org/2000/svg";
+const SIDES = ["before", "after"];
+const TEXT_MIN_SCALE = 0.3; // below this zoom, labels are hidden (unreadable, and slow to draw)
+
+function esc(s) {
+  return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+}
+
+function el(tag, cls, parent, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function buildShell(root) {
+  // Leave what Streamlit put in the root (the component's <style>) in place.
+  root.querySelectorAll(":scope > .sx-root").forEach((old) => old.remove());
+  const wrap = el("div", "sx-root", root);
+  const bar = el("div", "sx-bar", wrap);
+  const search = el("input", "sx-search", bar);
+  search.type = "search";
+  search.placeholder = "Find a node by name or op (Enter: next)";
+  search.setAttribute("aria-label", "Find a node");
+  const count = el("span", "sx-count", bar);
+  const prev = el("button", "sx-btn", bar, "↑");
+  prev.title = "Previous match (Shift+Enter)";
+  const next = el("button", "sx-btn", bar, "↓");
+  next.title = "Next match (Enter)";
+  const fit = el("button", "sx-btn sx-fit-all", bar, "Fit both");
+  fit.title = "Fit both graphs to their panels";
+  const summary = el("span", "sx-summary", bar);
+  const panels = el("div", "sx-panels", wrap);
+  const state = { wrap, search, count, summary, panels: {}, matches: [], cursor: -1, selected: null };
+  for (const side of SIDES) {
+    const p = el("div", "sx-panel", panels);
+    p.dataset.side = side;
+    const title = el("div", "sx-title", p);
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("class", "sx-canvas");
+    p.appendChild(svg);
+    svg.innerHTML = `<defs><marker id="sx-arrow-${side}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7"
+      markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#64748b"/></marker></defs>
+      <g class="sx-world"><g class="sx-clusters"></g><g class="sx-edges"></g><g class="sx-nodes"></g></g>`;
+    const mini = el("canvas", "sx-mini", p);
+    const tools = el("div", "sx-tools", p);
+    const zin = el("button", "sx-btn", tools, "+");
+    zin.title = "Zoom in";
+    const zout = el("button", "sx-btn", tools, "−");
+    zout.title = "Zoom out";
+    const zfit = el("button", "sx-btn sx-fit", tools, "Fit");
+    zfit.title = "Fit to panel";
+    const info = el("div", "sx-info", p);
+    info.hidden = true;
+    state.panels[side] = {
+      side, el: p, title, svg, world: svg.querySelector(".sx-world"), mini, info,
+      view: { s: 1, x: 0, y: 0 }, graph: null, key: null, nodeEls: [], edgeEls: [], status: [],
+      statusKey: null, miniBase: null,
+    };
+    zin.onclick = () => zoomBy(state.panels[side], 1.4);
+    zout.onclick = () => zoomBy(state.panels[side], 1 / 1.4);
+    zfit.onclick = () => fitPanel(state.panels[side]);
+    attachPanZoom(state, state.panels[side]);
+  }
+  fit.onclick = () => SIDES.forEach((s) => fitPanel(state.panels[s]));
+  search.addEventListener("input", () => runSearch(state));
+  search.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") { ev.preventDefault(); step(state, ev.shiftKey ? -1 : 1); }
+    if (ev.key === "Escape") { search.value = ""; runSearch(state); }
+  });
+  prev.onclick = () => step(state, -1);
+  next.onclick = () => step(state, 1);
+  return state;
+}
+
+// -- drawing ---------------------------------------------------------------------------------
+function fillOf(style, node, code) {
+  if (code && style.status[code]) return style.status[code];
+  return ["#94a3b8", style.kind[node.k] || "#ffffff"];
+}
+
+function drawGraph(state, panel, graph) {
+  panel.graph = graph;
+  panel.key = graph.key;
+  const nodes = graph.nodes;
+  let clusters = "";
+  for (const [label, x, y, w, h] of graph.clusters) {
+    clusters += `<rect class="c" x="${x}" y="${y}" width="${w}" height="${h}" rx="6"/>` +
+      `<text class="cl" x="${x + w / 2}" y="${y + 11}">${esc(label)}</text>`;
+  }
+  let edges = "";
+  for (const [, , d] of graph.edges) edges += `<path class="e" d="${d}" marker-end="url(#sx-arrow-${panel.side})"/>`;
+  let out = "";
+  for (let i = 0; i < nodes.length; i++) {
+    const n = nodes[i];
+    const x0 = n.x - n.w / 2, y0 = n.y - n.h / 2;
+    const lines = n.t;
+    const lh = 11.5;
+    const top = n.y - ((lines.length - 1) * lh) / 2 + 3.5;
+    let text = "";
+    for (let k = 0; k < lines.length; k++) {
+      const cls = k === 0 && lines.length === 3 ? "t b" : k === lines.length - 1 ? "t m" : "t";
+      text += `<text class="${cls}" x="${n.x}" y="${(top + k * lh).toFixed(1)}">${esc(lines[k])}</text>`;
+    }
+    out += `<g class="n" data-i="${i}"><rect x="${x0.toFixed(1)}" y="${y0.toFixed(1)}" width="${n.w}" height="${n.h}" rx="4"/>${text}</g>`;
+  }
+  panel.world.querySelector(".sx-clusters").innerHTML = clusters;
+  panel.world.querySelector(".sx-edges").innerHTML = edges;
+  panel.world.querySelector(".sx-nodes").innerHTML = out;
+  panel.nodeEls = Array.from(panel.world.querySelectorAll("g.n"));
+  panel.edgeEls = Array.from(panel.world.querySelectorAll("path.e"));
+  panel.el.dataset.key = String(graph.key);
+  panel.el.dataset.nodes = String(nodes.length);
+  panel.statusKey = null;
+  panel.info.hidden = true;
+}
+
+function colour(state, panel, codes, style) {
+  const sk = panel.key + ":" + codes.join("");
+  if (sk === panel.statusKey) return;
+  panel.status = codes;
+  const nodes = panel.graph.nodes;
+  for (let i = 0; i < nodes.length; i++) {
+    const [stroke, fill] = fillOf(style, nodes[i], codes[i] || 0);
+    const r = panel.nodeEls[i].firstChild;
+    r.setAttribute("fill", fill);
+    r.setAttribute("stroke", stroke);
+    r.setAttribute("stroke-width", codes[i] ? "2" : "1");
+  }
+  panel.statusKey = sk;
+  drawMiniBase(panel, style);
+  panel.el.dataset.statusKey = String(codes.length) + ":" + String(hashCodes(codes));
+}
+
+function hashCodes(codes) {
+  let h = 0;
+  for (const c of codes) h = (h * 31 + c + 1) | 0;
+  return h >>> 0;
+}
+
+// -- view: pan, zoom, fit, minimap ------------------------------------------------------------
+function size(panel) {
+  const r = panel.svg.getBoundingClientRect();
+  return [Math.max(r.width, 50), Math.max(r.height, 50)];
+}
+
+function apply(panel) {
+  const v = panel.view;
+  panel.world.setAttribute("transform", `translate(${v.x.toFixed(1)},${v.y.toFixed(1)}) scale(${v.s.toFixed(4)})`);
+  panel.el.classList.toggle("sx-lod", v.s < TEXT_MIN_SCALE);
+  drawMiniView(panel);
+}
+
+function fitPanel(panel) {
+  if (!panel.graph) return;
+  const [W, H] = size(panel);
+  const g = panel.graph;
+  const s = Math.min((W - 20) / Math.max(g.w, 1), (H - 20) / Math.max(g.h, 1), 1.5);
+  panel.view = { s, x: (W - g.w * s) / 2, y: Math.max(10, (H - g.h * s) / 2) };
+  apply(panel);
+}
+
+function zoomBy(panel, factor, cx, cy) {
+  const [W, H] = size(panel);
+  const v = panel.view;
+  const px = cx === undefined ? W / 2 : cx, py = cy === undefined ? H / 2 : cy;
+  const s = Math.min(Math.max(v.s * factor, 0.01), 8);
+  v.x = px - ((px - v.x) * s) / v.s;
+  v.y = py - ((py - v.y) * s) / v.s;
+  v.s = s;
+  apply(panel);
+}
+
+function centreOn(panel, i, minScale, leaveRight) {
+  const n = panel.graph.nodes[i];
+  const [W, H] = size(panel);
+  const v = panel.view;
+  if (minScale && v.s < minScale) v.s = minScale;
+  const free = leaveRight ? Math.max(W - Math.min(350, W * 0.7), W * 0.3) : W; // the details box covers the right
+  v.x = free / 2 - n.x * v.s;
+  v.y = H / 2 - n.y * v.s;
+  apply(panel);
+}
+
+function attachPanZoom(state, panel) {
+  const svg = panel.svg;
+  let drag = null;
+  svg.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const r = svg.getBoundingClientRect();
+    zoomBy(panel, Math.exp(-ev.deltaY * 0.0015), ev.clientX - r.left, ev.clientY - r.top);
+  }, { passive: false });
+  svg.addEventListener("pointerdown", (ev) => {
+    drag = { x: ev.clientX, y: ev.clientY, vx: panel.view.x, vy: panel.view.y, moved: false };
+    svg.setPointerCapture(ev.pointerId);
+  });
+  svg.addEventListener("pointermove", (ev) => {
+    if (!drag) return;
+    const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    if (drag.moved) {
+      panel.view.x = drag.vx + dx;
+      panel.view.y = drag.vy + dy;
+      apply(panel);
+    }
+  });
+  svg.addEventListener("pointerup", (ev) => {
+    const wasDrag = drag && drag.moved;
+    drag = null;
+    if (wasDrag) return;
+    const target = ev.target.closest ? ev.target.closest("g.n") : null;
+    if (target) select(state, panel.side, Number(target.dataset.i), false);
+  });
+  svg.addEventListener("dblclick", () => fitPanel(panel));
+  const mini = panel.mini;
+  const jump = (ev) => {
+    if (!panel.graph || !panel.miniScale) return;
+    const r = mini.getBoundingClientRect();
+    const gx = (ev.clientX - r.left) / panel.miniScale, gy = (ev.clientY - r.top) / panel.miniScale;
+    const [W, H] = size(panel);
+    panel.view.x = W / 2 - gx * panel.view.s;
+    panel.view.y = H / 2 - gy * panel.view.s;
+    apply(panel);
+  };
+  let miniDrag = false;
+  mini.addEventListener("pointerdown", (ev) => { miniDrag = true; mini.setPointerCapture(ev.pointerId); jump(ev); });
+  mini.addEventListener("pointermove", (ev) => { if (miniDrag) jump(ev); });
+  mini.addEventListener("pointerup", () => { miniDrag = false; });
+}
+
+function drawMiniBase(panel, style) {
+  const g = panel.graph;
+  const maxW = 150, maxH = 150;
+  const s = Math.min(maxW / Math.max(g.w, 1), maxH / Math.max(g.h, 1));
+  const mini = panel.mini;
+  const ratio = window.devicePixelRatio || 1;
+  mini.style.width = `${Math.max(g.w * s, 20)}px`;
+  mini.style.height = `${Math.max(g.h * s, 20)}px`;
+  mini.width = Math.ceil(Math.max(g.w * s, 20) * ratio);
+  mini.height = Math.ceil(Math.max(g.h * s, 20) * ratio);
+  panel.miniScale = s;
+  const base = document.createElement("canvas");
+  base.width = mini.width;
+  base.height = mini.height;
+  const ctx = base.getContext("2d");
+  ctx.scale(ratio, ratio);
+  ctx.fillStyle = "rgba(255,255,255,0.92)";
+  ctx.fillRect(0, 0, mini.width, mini.height);
+  g.nodes.forEach((n, i) => {
+    const code = panel.status[i] || 0;
+    ctx.fillStyle = code ? style.status[code][0] : "#94a3b8";
+    ctx.fillRect((n.x - n.w / 2) * s, (n.y - n.h / 2) * s, Math.max(n.w * s, 1), Math.max(n.h * s, 1));
+  });
+  panel.miniBase = base;
+  drawMiniView(panel);
+}
+
+function drawMiniView(panel) {
+  if (!panel.miniBase) return;
+  const ctx = panel.mini.getContext("2d");
+  const ratio = window.devicePixelRatio || 1;
+  ctx.setTransform(1, 0, 0, 1, 0, 0);
+  ctx.clearRect(0, 0, panel.mini.width, panel.mini.height);
+  ctx.drawImage(panel.miniBase, 0, 0);
+  ctx.scale(ratio, ratio);
+  const [W, H] = size(panel);
+  const v = panel.view, s = panel.miniScale;
+  ctx.strokeStyle = "#dc2626";
+  ctx.lineWidth = 1.5;
+  ctx.strokeRect((-v.x / v.s) * s, (-v.y / v.s) * s, (W / v.s) * s, (H / v.s) * s);
+}
+
+// -- search and selection --------------------------------------------------------------------
+function runSearch(state) {
+  const q = state.search.value.trim().toLowerCase();
+  state.matches = [];
+  state.cursor = -1;
+  for (const side of SIDES) {
+    const panel = state.panels[side];
+    if (!panel.graph) continue;
+    panel.nodeEls.forEach((e) => e.classList.remove("hit"));
+    if (!q) continue;
+    panel.graph.nodes.forEach((n, i) => {
+      if (n.t[0].toLowerCase().includes(q) || n.s.includes(q)) {
+        state.matches.push([side, i]);
+        panel.nodeEls[i].classList.add("hit");
+      }
+    });
+  }
+  const nb = state.matches.filter((m) => m[0] === "before").length;
+  state.count.textContent = q ? `${nb} before · ${state.matches.length - nb} after` : "";
+  state.wrap.dataset.matches = String(state.matches.length);
+}
+
+function step(state, delta) {
+  if (!state.matches.length) runSearch(state);
+  if (!state.matches.length) return;
+  state.cursor = (state.cursor + delta + state.matches.length) % state.matches.length;
+  const [side, i] = state.matches[state.cursor];
+  select(state, side, i, true);
+}
+
+function counterparts(panel, other, i) {
+  const mine = new Set(panel.graph.nodes[i].o);
+  if (!mine.size || !other.graph) return [];
+  const out = [];
+  other.graph.nodes.forEach((n, j) => { if (n.o.some((o) => mine.has(o))) out.push(j); });
+  return out;
+}
+
+function select(state, side, i, centre) {
+  for (const s of SIDES) {
+    const p = state.panels[s];
+    p.nodeEls.forEach((e) => e.classList.remove("sel", "twin"));
+    p.edgeEls.forEach((e) => e.classList.remove("hot"));
+    p.info.hidden = true;
+  }
+  const panel = state.panels[side];
+  const other = state.panels[side === "before" ? "after" : "before"];
+  if (!panel.graph || !panel.nodeEls[i]) return;
+  panel.nodeEls[i].classList.add("sel");
+  panel.graph.edges.forEach(([t, h], k) => { if (t === i || h === i) panel.edgeEls[k].classList.add("hot"); });
+  const twins = counterparts(panel, other, i);
+  twins.forEach((j) => other.nodeEls[j].classList.add("twin"));
+  if (centre) centreOn(panel, i, 0.8, true);
+  if (twins.length) centreOn(other, twins[0], Math.max(other.view.s, centre ? 0.8 : 0));
+  state.selected = [side, i];
+  state.wrap.dataset.selected = `${side}:${panel.graph.nodes[i].t[0]}`;
+  showInfo(state, panel, i, twins.map((j) => other.graph.nodes[j].t[0]));
+}
+
+function row(parent, label, value) {
+  if (value === undefined || value === null || value === "") return;
+  const r = el("div", "sx-row", parent);
+  el("span", "sx-k", r, label);
+  el("span", "sx-v", r, String(value));
+}
+
+function kernelButton(state, parent, label, index, name) {
+  const b = el("button", "sx-open", parent, `${label}: ${name} → Schedule`);
+  b.title = "Open this kernel in the Schedule page";
+  b.dataset.kernel = name;
+  b.onclick = () => state.trigger("open_kernel", { index, name });
+}
+
+function showInfo(state, panel, i, twins) {
+  const n = panel.graph.nodes[i];
+  const d = n.d;
+  const info = panel.info;
+  info.innerHTML = "";
+  const head = el("div", "sx-info-head", info);
+  el("b", "", head, n.t[0]);
+  const close = el("button", "sx-close", head, "×");
+  close.title = "Close";
+  close.onclick = () => { info.hidden = true; };
+  row(info, "op", d.op);
+  row(info, "kind", n.k);
+  row(info, "output", `${d.type}`);
+  row(info, "variable", d.var);
+  row(info, "fused group", d.group);
+  if (d.inputs && d.inputs.length) {
+    el("div", "sx-sec", info, "inputs");
+    d.inputs.forEach(([t, ty]) => row(info, t, ty));
+  }
+  row(info, "constants", d.consts);
+  if (d.attrs) {
+    el("div", "sx-sec", info, "attributes");
+    Object.entries(d.attrs).forEach(([k, v]) => row(info, k, v));
+  }
+  if (d.onnx) {
+    el("div", "sx-sec", info, `from the model (${d.onnx.length + (d.onnx_more || 0)} ONNX node${d.onnx.length > 1 ? "s" : ""})`);
+    const list = el("div", "sx-onnx", info);
+    d.onnx.forEach(([name, op, attrs]) => {
+      const item = el("div", "sx-onnx-item", list);
+      el("b", "", item, name);
+      el("span", "sx-op", item, ` ${op}`);
+      if (attrs) el("div", "sx-attrs", item, attrs);
+    });
+    if (d.onnx_more) el("div", "sx-attrs", list, `... and ${d.onnx_more} more`);
+  }
+  if (twins.length) row(info, panel.side === "before" ? "after the pass" : "before the pass", twins.slice(0, 8).join(", ") + (twins.length > 8 ? " ..." : ""));
+  const acts = el("div", "sx-acts", info);
+  const becomes = d.becomes || [];
+  if (d.kernel && !becomes.includes(d.kernel)) kernelButton(state, acts, "kernel here", panel.graph.key, d.kernel);
+  becomes.slice(0, 6).forEach((k) => kernelButton(state, acts, k === d.kernel ? "kernel" : "becomes", panel.graph.final, k));
+  if (!d.kernel && !becomes.length && n.k !== "input" && n.k !== "output") {
+    el("div", "sx-attrs", acts, "Not lowered to a kernel by this pipeline.");
+  }
+  info.hidden = false;
+}
+
+// -- entry -----------------------------------------------------------------------------------
+export default function (component) {
+  const t0 = performance.now();
+  const { data, parentElement, setTriggerValue } = component;
+  const root = parentElement;
+  let state = root.__sxState;
+  if (!state || !root.contains(state.wrap)) {
+    state = buildShell(root);
+    root.__sxState = state;
+  }
+  state.trigger = setTriggerValue;
+  if (!data) return;
+  const style = data.style;
+  const fresh = [];
+  SIDES.forEach((side, k) => {
+    const panel = state.panels[side];
+    const text = data[side];
+    panel.title.textContent = (data.titles || [])[k] || side;
+    if (panel.text !== text) {
+      panel.text = text;
+      drawGraph(state, panel, JSON.parse(text));
+      fresh.push(panel);
+    }
+    colour(state, panel, data[side === "before" ? "sb" : "sa"] || [], style);
+  });
+  state.summary.textContent = data.summary || "";
+  state.wrap.dataset.calledAt = String(t0);
+  state.wrap.dataset.calledWall = String(Date.now() / 1000);
+  state.wrap.dataset.drawMs = String(performance.now() - t0);
+  requestAnimationFrame(() => {
+    fresh.forEach((p) => fitPanel(p));
+    if (state.search.value) runSearch(state);
+    if (data.focus && data.focus !== state.focus) {
+      state.focus = data.focus;
+      state.search.value = data.focus;
+      runSearch(state);
+      step(state, 1);
+    }
+    state.wrap.dataset.drawn = `${state.panels.before.key}|${state.panels.after.key}|${data.sb ? data.sb.length : 0}`;
+    // The next frame is painted with the new graphs: mark the time then (benchmarks read it).
+    requestAnimationFrame(() => { state.wrap.dataset.drawnAt = String(performance.now()); });
+  });
+}
