@@ -9,6 +9,7 @@ pages = st.navigation([
     st.Page("ui/schedule.py", title="Schedule", icon=":material/build:", url_path="schedule"),
     st.Page("ui/search_page.py", title="Search", icon=":material/travel_explore:", url_path="search"),
     st.Page("ui/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:", url_path="leaderboard"),
-    st.Page("ui/export.py", title="Export", icon=":material/inventory_2:", url_path="export"),
+    st.Page("ui/profile_page.py", title="Profile", icon=":material/speed:", url_path="profile"),
+    st.Page("ui/export_page.py", title="Export", icon=":material/inventory_2:", url_path="export"),
 ])
 pages.run()

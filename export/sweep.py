@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
@@ -62,7 +63,8 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
           progress: Callable[[str, float], None] | None = None) -> Sweep:
     """Time ``spec`` (a model) at each batch size in ``batches`` (see the module docstring).
 
-    ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first)."""
+    ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first);
+    None: the default database, if there is one."""
     from explorer.environment import cpu_info
     from explorer.errors import ExplorerError
     from export.bench import _export_row, ort_row
@@ -85,7 +87,8 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
         if trials > 0:
             say(f"batch {batch}: tuning {trials} trials", (i + 0.2) / len(batches))
             done = _tune(workload, tasks, target, db, trials)
-        schedules, _ = best_schedules(db, tasks, target)
+        no_file = db is not None and not Path(db).expanduser().is_file()  # a database not made yet: no records
+        schedules = {} if no_file else best_schedules(db, tasks, target)[0]
         say(f"batch {batch}: timing", (i + 0.6) / len(batches))
         row = _export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads, runs=runs,
                           budget_s=budget_s)

@@ -17,7 +17,7 @@ from explorer.workload import load_workload
 from search.records import store_workload
 from store import Record, Store
 
-PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export_page.py")
 STEPS = [{"primitive": "reorder", "args": {"loops": ["conv2d_nchw/nn", "conv2d_nchw/ff", "conv2d_nchw/yy",
                                                      "conv2d_nchw/rc", "conv2d_nchw/ry", "conv2d_nchw/rx",
                                                      "conv2d_nchw/xx"]}},

@@ -1,0 +1,50 @@
+"""The Profile page on its own (AppTest): profile a model, open a hot kernel in the Schedule page,
+sweep batch sizes, quantize; bad input is shown, never raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "profile_page.py")
+
+
+def _page(tmp_path) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["db_path"] = str(tmp_path / "p.db")
+    return at.run()
+
+
+def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
+    at = _page(tmp_path)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.button(key="profile_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["TVM per run"].endswith(" ms") and metrics["TVM / ORT"].endswith("x")
+    table = at.dataframe[0].value
+    assert table["task"].iloc[0].startswith("small_cnn/") and set(table["schedule"]) <= {"default"} | {
+        s for s in table["schedule"] if s.startswith("record")}
+
+
+def test_sweep_and_bad_batches(tmp_path):
+    at = _page(tmp_path)
+    at.text_input(key="profile_batches").set_value("1,2").run()
+    at.number_input(key="profile_sweep_runs").set_value(2).run()
+    at.button(key="profile_sweep").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(at.dataframe[-1].value) == 2
+    at.text_input(key="profile_batches").set_value("one,two").run()
+    at.button(key="profile_sweep").click().run()
+    assert at.error and "Batch sizes" in at.error[0].value
+
+
+def test_a_bad_model_or_target_is_an_error_message(tmp_path):
+    at = _page(tmp_path)
+    at.sidebar.text_input(key="profile_spec").set_value("no_such_model").run()
+    at.button(key="profile_run").click().run()
+    assert not at.exception and at.error
+    at.sidebar.selectbox(key="profile_target_pick").set_value("other…").run()
+    at.sidebar.text_input(key="profile_target_text").set_value("cuda:sm_90").run()
+    assert not at.exception and any("CPU targets" in e.value for e in at.error)
