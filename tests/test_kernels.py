@@ -58,6 +58,24 @@ def test_spec_parsing_and_errors():
         load_kernel("matmul_int8:N=20")
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("matmul:M=1,M=2", "given twice"),
+    ("conv2d_nchw:pad=-5", "at least 0"),
+    ("conv2d_nchw:stride=0", "positive"),
+    ("matmul:M=\uff15\uff11\uff12", "digits 0-9"),  # full-width 512: int() accepts it
+    ("matmul:M=99999999999999999999", "far too large"),
+    ("matmul:M=2147483648", "too large"),
+    ("matmul:M=1.5", "whole number"),
+])
+def test_specs_refuse_duplicates_negative_sizes_and_foreign_digits(spec, words):
+    with pytest.raises(KernelError, match=words):
+        parse_spec(spec)
+
+
+def test_pad_may_be_zero():
+    assert parse_spec("conv2d_nchw:pad=0")[1] == {"pad": 0}
+
+
 def test_fused_kernels_of_a_model_verify_against_the_unscheduled_kernel():
     from explorer.models import load_model
     from explorer.workload import load_kernel as load_any_kernel

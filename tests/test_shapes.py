@@ -29,3 +29,24 @@ def test_empty_is_empty():
 def test_bad_specs_name_the_problem(bad, words):
     with pytest.raises(ShapeSpecError, match=words):
         parse_shape_spec(bad)
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("input:1x3x99999999x99999999", "elements"),  # OverflowError deep in the import before
+    ("batch=99999999999999999999", "far too large"),  # protobuf's ValueError before
+    ("input:1x3x\uff12\uff12\uff14x224", "digits 0-9"),  # full-width digits: int() reads them
+    ("batch=\u0661", "digits 0-9"),  # an Arabic-Indic one
+    ("batch=1, batch=2", "given twice"),
+    ("input:1x3x8x8; input:1x3x4x4", "given twice"),
+    ("input:1x3x2147483648x1", "too large"),
+])
+def test_overflows_duplicates_and_foreign_digits_are_refused(bad, words):
+    with pytest.raises(ShapeSpecError, match=words):
+        parse_shape_spec(bad)
+
+
+def test_mapping_form_refuses_booleans_and_huge_shapes():
+    with pytest.raises(ShapeSpecError):
+        parse_shape_spec({"batch": True})
+    with pytest.raises(ShapeSpecError, match="elements"):
+        parse_shape_spec({"input": [1, 3, 99999999, 99999999]})

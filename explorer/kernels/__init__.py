@@ -7,6 +7,8 @@ kernel (``resnet18/fused_conv2d_add_relu``) comes from :mod:`explorer.workload`.
 
 from __future__ import annotations
 
+import re
+
 from tvm import te
 
 from explorer.errors import ExplorerError
@@ -18,24 +20,42 @@ class KernelError(ExplorerError):
     """A kernel spec could not be understood or built."""
 
 
+# Parameters that may be 0 (all others are sizes and must be at least 1).
+MAY_BE_ZERO = frozenset({"pad"})
+# The largest value a parameter may take: TVM indexes buffers with 32-bit integers.
+MAX_PARAM = 2**31 - 1
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """``matmul:M=256,N=128`` -> ``("matmul", {"M": 256, "N": 128})``."""
+    """``matmul:M=256,N=128`` -> ``("matmul", {"M": 256, "N": 128})``.
+
+    Values are whole numbers written with ASCII digits (Python's ``int()`` also reads full-width
+    and other Unicode digits, which a spec must not silently accept), each parameter once, sizes
+    at least 1 (``pad`` at least 0) and below 2**31."""
     name, _, rest = spec.strip().partition(":")
     params: dict = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = part.partition("=")
         if not eq:
             raise KernelError(f"cannot read {part!r} in {spec!r}: write NAME=VALUE, e.g. M=512")
-        key = key.strip()
+        key, value = key.strip(), value.strip()
+        if key in params:
+            raise KernelError(f"{key} is given twice in {spec!r}; give each parameter once")
         if key == "dtype":
-            params[key] = value.strip()
+            params[key] = value
             continue
-        try:
-            params[key] = int(value)
-        except ValueError:
-            raise KernelError(f"{key} must be a whole number, got {value.strip()!r}") from None
-        if params[key] <= 0 and key != "pad":
-            raise KernelError(f"{key} must be positive, got {params[key]}")
+        if not _NUMBER.fullmatch(value):
+            raise KernelError(f"{key} must be a whole number written with the digits 0-9, got {value[:40]!r}")
+        if len(value.lstrip("+-")) > 12:
+            raise KernelError(f"{key}={value[:24]}... is far too large (at most {MAX_PARAM})")
+        number = int(value)
+        low = 0 if key in MAY_BE_ZERO else 1
+        if number < low:
+            raise KernelError(f"{key} must be {'at least 0' if low == 0 else 'positive'}, got {number}")
+        if number > MAX_PARAM:
+            raise KernelError(f"{key}={number} is too large (at most {MAX_PARAM})")
+        params[key] = number
     return name.strip(), params
 
 

@@ -28,14 +28,43 @@ class ShapeSpec:
         return not self.inputs and not self.dims
 
 
+# TVM indexes a tensor with 32-bit integers: a dimension, and a whole input, stay below 2**31.
+MAX_ELEMENTS = 2**31 - 1
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
 def _dim(text: str, where: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ShapeSpecError(f"{where}: {text.strip()!r} is not a whole number") from None
+    """A dimension written with ASCII digits (``int()`` would also read full-width digits), in
+    1..2**31-1."""
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        raise ShapeSpecError(f"{where}: {text[:40]!r} is not a whole number (digits 0-9)")
+    if len(text.lstrip("+-")) > 12:
+        raise ShapeSpecError(f"{where}: {text[:24]}... is far too large (at most {MAX_ELEMENTS})")
+    value = int(text)
     if value <= 0:
         raise ShapeSpecError(f"{where}: dimensions must be positive, got {value}")
+    if value > MAX_ELEMENTS:
+        raise ShapeSpecError(f"{where}: {value} is too large (at most {MAX_ELEMENTS})")
     return value
+
+
+def _shape(dims: tuple[int, ...], where: str) -> tuple[int, ...]:
+    elements = 1
+    for d in dims:
+        elements *= d
+    if elements > MAX_ELEMENTS:
+        raise ShapeSpecError(f"{where}: {'x'.join(map(str, dims))} has {elements:.3g} elements; schedx handles at "
+                             f"most {MAX_ELEMENTS} per input (TVM indexes tensors with 32-bit integers)")
+    return dims
+
+
+def _put(table: dict, name: str, value, spec) -> None:
+    if not name:
+        raise ShapeSpecError(f"a shape needs a name before ':' or '=' in {str(spec)[:80]!r}")
+    if name in table:
+        raise ShapeSpecError(f"{name!r} is given twice in {str(spec)[:80]!r}; give each input or dimension once")
+    table[name] = value
 
 
 def parse_shape_spec(spec: str | Mapping | ShapeSpec | None) -> ShapeSpec:
@@ -48,10 +77,11 @@ def parse_shape_spec(spec: str | Mapping | ShapeSpec | None) -> ShapeSpec:
     dims: dict[str, int] = {}
     if isinstance(spec, Mapping):
         for key, value in spec.items():
-            if isinstance(value, int):
-                dims[str(key)] = _dim(str(value), f"dimension {key!r}")
-            elif isinstance(value, (list, tuple)) and value:
-                inputs[str(key)] = tuple(_dim(str(v), f"input {key!r}") for v in value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                _put(dims, str(key), _dim(str(value), f"dimension {key!r}"), spec)
+            elif isinstance(value, (list, tuple)) and value and not any(isinstance(v, bool) for v in value):
+                where = f"input {key!r}"
+                _put(inputs, str(key), _shape(tuple(_dim(str(v), where) for v in value), where), spec)
             else:
                 raise ShapeSpecError(f"shape for {key!r} must be an integer or a list of integers, got {value!r}")
         return ShapeSpec(inputs, dims)
@@ -61,12 +91,13 @@ def parse_shape_spec(spec: str | Mapping | ShapeSpec | None) -> ShapeSpec:
             continue
         if "=" in part:
             name, _, value = part.partition("=")
-            dims[name.strip()] = _dim(value, f"dimension {name.strip()!r}")
+            _put(dims, name.strip(), _dim(value, f"dimension {name.strip()!r}"), spec)
         elif ":" in part:
             name, _, shape = part.rpartition(":")
             if not shape.strip():
                 raise ShapeSpecError(f"{part!r}: no dimensions after ':' (write e.g. {name}:1x3x224x224)")
-            inputs[name.strip()] = tuple(_dim(d, f"input {name.strip()!r}") for d in _DIM_SPLIT.split(shape))
+            where = f"input {name.strip()!r}"
+            _put(inputs, name.strip(), _shape(tuple(_dim(d, where) for d in _DIM_SPLIT.split(shape)), where), spec)
         else:
             raise ShapeSpecError(
                 f"cannot read {part!r}: write NAME:1x3x224x224 for an input or DIM=1 for a named dimension")

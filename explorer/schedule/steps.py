@@ -36,6 +36,12 @@ def _show(value: object) -> str:
     return str(value)
 
 
+# Bounds on what a steps file may hold. A hand schedule has tens of steps (assets/steps/ holds 12);
+# a valid 65 MB file of 1.3M steps once took 7 GB in the process that would be the UI server.
+MAX_STEPS = 10_000
+MAX_STEPS_BYTES = 4 * 2**20
+
+
 def steps_from_json(data: object) -> list[Step]:
     """Validate a JSON list of steps; raise :class:`StepsFileError` naming the first bad step."""
     from explorer.schedule.primitives import validate_args
@@ -44,6 +50,8 @@ def steps_from_json(data: object) -> list[Step]:
         data = data["steps"]
     if not isinstance(data, list):
         raise StepsFileError("a steps file holds a JSON list of {\"primitive\": ..., \"args\": {...}} objects")
+    if len(data) > MAX_STEPS:
+        raise StepsFileError(f"{len(data)} steps is more than a schedule may have ({MAX_STEPS})")
     steps = []
     for i, item in enumerate(data):
         if not isinstance(item, dict) or "primitive" not in item:
@@ -61,18 +69,49 @@ def steps_from_json(data: object) -> list[Step]:
     return steps
 
 
+def parse_steps(data: bytes | str, name: str = "the steps file") -> list[Step]:
+    """Steps from the bytes of a steps file (an upload, a file read): bounded in size, UTF-8 JSON
+    (nested no deeper than Python's JSON reader allows), then validated step by step. Every problem is a
+    :class:`StepsFileError` naming ``name``; nothing is parsed beyond the bounds."""
+    if len(data) > MAX_STEPS_BYTES:
+        raise StepsFileError(f"{name} is {len(data) / 2**20:.1f} MB; a steps file is at most "
+                             f"{MAX_STEPS_BYTES // 2**20} MB ({MAX_STEPS} steps)")
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise StepsFileError(f"{name} is not UTF-8 text (byte {err.start}): a steps file is JSON") from None
+    if "\x00" in data:
+        raise StepsFileError(f"{name} holds NUL characters: a steps file is JSON text")
+    try:
+        parsed = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise StepsFileError(f"{name} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    except RecursionError:  # [[[[... 100 000 deep: the reader gives up at its recursion limit
+        raise StepsFileError(f"{name} nests lists or objects too deeply: not a steps file") from None
+    return steps_from_json(parsed)
+
+
 def load_steps(path: str | Path) -> list[Step]:
+    """The steps in the file at ``path`` (see :func:`parse_steps` for the bounds)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            data = f.read(MAX_STEPS_BYTES + 1)
     except FileNotFoundError:
         raise StepsFileError(f"no such steps file: {path}") from None
-    except json.JSONDecodeError as err:
-        raise StepsFileError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    return steps_from_json(data)
+    except IsADirectoryError:
+        raise StepsFileError(f"{path} is a folder, not a steps file") from None
+    except OSError as err:
+        raise StepsFileError(f"cannot read the steps file {path}: {err.strerror or err}") from None
+    if len(data) > MAX_STEPS_BYTES:
+        raise StepsFileError(f"{path} is larger than {MAX_STEPS_BYTES // 2**20} MB; a steps file is at most "
+                             f"{MAX_STEPS} steps")
+    return parse_steps(data, str(path))
 
 
 def dump_steps(steps: list[Step]) -> str:
     return json.dumps([s.to_dict() for s in steps], indent=2)
 
-__all__ = ["ScheduleError", "Step", "StepsFileError", "dump_steps", "load_steps", "steps_from_json"]
+__all__ = ["MAX_STEPS", "MAX_STEPS_BYTES", "ScheduleError", "Step", "StepsFileError", "dump_steps", "load_steps",
+           "parse_steps", "steps_from_json"]
