@@ -5,15 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from explorer.graph import (
-    diff_graphs,
-    find_nodes,
-    focus,
-    op_family,
-    relax_graph,
-    to_dot,
-    window,
-)
+from explorer.graph import diff_graphs, op_family, relax_graph, to_dot
 from explorer.passes import run_pipeline
 
 
@@ -80,18 +72,6 @@ def test_dot_has_clusters_and_status_colours(tuning_run):
     dot = to_dot(g, statuses=d.after, title="after FuseOps")
     assert "subgraph cluster_fused_" in dot and "#bfdbfe" in dot  # fused fill colour
     assert dot.count("->") == g.number_of_edges()
-
-
-def test_views_for_big_graphs(resnet18):
-    g = run_pipeline(resnet18.mod, "tuning").graph(-1)
-    assert g.number_of_nodes() > 60
-    hits = find_nodes(g, "max_pool")
-    near = focus(g, hits[0], 2)
-    assert hits[0] in near and near.number_of_nodes() <= 13
-    part = window(g, 10, 20)
-    assert part.number_of_nodes() == 20
-    with pytest.raises(KeyError):
-        focus(g, "nope", 1)
 
 
 def test_op_family():
