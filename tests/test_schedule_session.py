@@ -218,3 +218,44 @@ def test_vectorizing_around_two_blocks_is_refused():
     s.apply(S("compute_at", block="pad_temp", loop="conv2d_nchw/xx", preserve_unit_loops=False))
     with pytest.raises(ScheduleError, match="wrong results"):
         s.apply(S("vectorize", loop="conv2d_nchw/yy"))
+
+
+def test_errors_name_the_loops_and_blocks_the_user_picked():
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    s = ScheduleSession(k.func)
+    s.apply(S("reorder", loops=["C/k", "C/i"]))
+    with pytest.raises(ScheduleError) as info:
+        s.apply(S("fuse", loops=["C/i", "C/k"]))
+    assert "outer loop C/i is not the parent of the inner loop C/k" in str(info.value)
+    with pytest.raises(ScheduleError) as info:
+        s.apply(S("parallel", loop="C/k"))
+    assert "tirx.For#" not in str(info.value) and "SBlock#" not in str(info.value) and "'C'" in str(info.value)
+
+
+def test_a_split_that_adds_a_predicate_says_so():
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    s = ScheduleSession(k.func)
+    s.apply(S("split", loop="C/j", factors=[None, 7]))
+    assert "do not divide" in s.last_note and "T.where" in s.last_note
+    s.apply(S("split", loop="C/i", factors=[None, 8]))
+    assert s.last_note == ""
+
+
+def test_code_views_show_the_vector_instructions_a_step_makes():
+    from explorer.schedule.codegen import asm_stats, code_views
+    from explorer.target import host_target, parse_target
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    s = ScheduleSession(k.func)
+    s.apply(S("reorder", loops=["C/i", "C/k", "C/j"]))
+    s.apply(S("split", loop="C/j", factors=[None, 16]))
+    s.apply(S("vectorize", loop="C/j_1"))
+    views = code_views(s.mod, host_target())
+    assert "main_compute_" in views.asm and "define" in views.llvm_ir and "for" in views.lowered_tir
+    assert sum(views.stats.fma.values()) > 0
+    width = host_target().vector_width
+    assert max(views.stats.vector) == width  # the widest registers the target has, no wider
+    arm = code_views(s.mod, parse_target("aarch64:cortex-a76"))  # built, never run: any target works
+    assert max(arm.stats.vector) == 128 and sum(arm.stats.fma.values()) > 0
+    stats = asm_stats("\tvfmadd231ps\t%zmm1, %zmm2, %zmm3\n\tvaddps\t%ymm1, %ymm2, %ymm3\n.L1:\n\tret\n")
+    assert stats.instructions == 3 and stats.vector == {512: 1, 256: 1} and stats.fma == {512: 1}

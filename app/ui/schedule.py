@@ -119,6 +119,8 @@ def step_form(session: ScheduleSession) -> None:
             st.session_state[state.STEP_ERROR] = (str(err), getattr(err, "tvm_message", ""))
         st.rerun()
     error = st.session_state.get(state.STEP_ERROR)
+    if not error and session.cursor and session.last_note:
+        st.info(f"Applied. Note: {session.last_note}")
     if error:
         st.error(f"Not applied, the schedule is unchanged. {error[0]}")
         if error[1]:
@@ -165,9 +167,25 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
         st.rerun()
 
 
-def views(session: ScheduleSession) -> None:
+def _other_targets() -> tuple[str, ...]:
+    """Targets worth comparing the code for: an older vector width here, another architecture."""
+    from explorer.target import host_cpu
+
+    host = host_cpu()
+    if host.arch == "x86_64":
+        narrower = ("cpu:-avx512f",) if "avx512f" in host.features else ()
+        return (*narrower, "cpu:x86-64-v2", "aarch64:cortex-a76")
+    return ("cpu:generic", "x86_64:x86-64-v3")
+
+
+def views(session: ScheduleSession, target) -> None:
+    from app.code_views import code_tabs
+
     func = session.mod["main"]
-    code_tab, nest_tab, tiling_tab = st.tabs(["TVMScript", "Loop nest", "Tiling"])
+    code_tab, tir_tab, ll_tab, asm_tab, nest_tab, tiling_tab = st.tabs(
+        ["TVMScript", "Lowered TIR", "LLVM IR", "Assembly", "Loop nest", "Tiling"])
+    if target is not None:
+        code_tabs(session, target, (tir_tab, ll_tab, asm_tab))
     with code_tab:
         script = session.mod.script()
         before = session.schedule_at(session.cursor - 1).mod.script() if session.cursor else script
@@ -183,13 +201,15 @@ def views(session: ScheduleSession) -> None:
         st.plotly_chart(tiling_figure(func, block), width="stretch")
 
 
-def measure_panel(session: ScheduleSession, kernel: Kernel) -> None:
+def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     from explorer.measure import measure
 
     st.subheader("Build & measure")
-    target = target_picker("schedule_target", cpu_only=True, runnable=True)
+    why = "choose a valid target" if target is None else target.why_not_here()
+    if why:
+        st.caption(f"Measuring needs a target this machine runs ({why}); the code views still show the target's code.")
     store = st.session_state.setdefault(state.MEASUREMENTS, {}).setdefault(kernel.info.spec, {"history": []})
-    if st.button("Build & measure", type="primary", key="measure", disabled=target is None):
+    if st.button("Build & measure", type="primary", key="measure", disabled=bool(why)):
         peaks = machine_peaks()
         with st.spinner(f"Building for {target.label}, verifying and timing in a separate process..."):
             if store.get("naive_target") != target.key:
@@ -280,12 +300,13 @@ def main() -> None:
                    f"{b.name}{' (out)' if b.is_output else ''} {'x'.join(map(str, b.shape))} {b.dtype}"
                    for b in info.buffers))
     left, right = st.columns([1, 1.6])
+    with right:
+        target = target_picker("schedule_target", cpu_only=True, choices=_other_targets())
+        views(session, target)
     with left:
         step_form(session)
         history(session, kernel)
-        measure_panel(session, kernel)
-    with right:
-        views(session)
+        measure_panel(session, kernel, target)
 
 
 main()

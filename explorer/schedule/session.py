@@ -19,14 +19,50 @@ from explorer.schedule.primitives import apply_primitive, validate_args
 from explorer.schedule.steps import ScheduleError, Step, StepsFileError
 
 
-def tvm_error_summary(err: BaseException) -> str:
-    """The line of a ScheduleError that says what went wrong, without the IR dump around it."""
+def tvm_error_summary(err: BaseException, step: Step | None = None) -> str:
+    """The line of a ScheduleError that says what went wrong, without the IR dump around it, and
+    with TVM's object names (``tirx.For#0``, ``s_tir.SBlock#1``) replaced by the loops and blocks
+    they are (as the user picked them: ``C/i``)."""
     text = str(err)
     for marker in ("Error message:", "ScheduleError:"):
         if marker in text:
             tail = text.split(marker)[-1].strip()
-            return tail.splitlines()[0] if tail else text
-    return short_tvm_message(err, 300)
+            return _named(tail.splitlines()[0] if tail else text, text, step)
+    return _named(short_tvm_message(err, 300), text, step)
+
+
+def _named(message: str, dump: str, step: Step | None) -> str:
+    """``message`` with each ``tirx.For#N``/``s_tir.SBlock#N`` named from the IR dump TVM prints
+    (a comment ``# tirx.For#N`` above the loop it means)."""
+    import re
+
+    names: dict[str, str] = {}
+    lines = dump.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*# ((?:tirx\.For|s_tir\.SBlock)#\d+)\s*$", line)
+        if not m:
+            continue
+        code = next((x for x in lines[i + 1:] if x.strip() and not set(x.strip()) <= {"^"}), "")
+        loop = re.match(r"\s*for (\w+)", code)
+        block = re.search(r'T\.sblock\("([^"]+)"', code)
+        if m.group(1).startswith("tirx.For") and loop:
+            names[m.group(1)] = _loop_ref(loop.group(1), step)
+        elif block:
+            names[m.group(1)] = f"'{block.group(1)}'"
+    for obj, name in names.items():
+        message = re.sub(rf"(?:the )?(?:outer |inner )?(?:loop )?{re.escape(obj)}\b",
+                         lambda mm, name=name: mm.group(0).replace(obj, name), message)
+    return re.sub(r"(tirx\.For|s_tir\.SBlock)#\d+", lambda mm: "a loop" if "For" in mm.group(1) else "a block",
+                  message)
+
+
+def _loop_ref(var: str, step: Step | None) -> str:
+    """The user's name for the loop whose variable is ``var`` (``C/i`` when the step named it)."""
+    refs = []
+    if step is not None:
+        for value in step.args.values():
+            refs += value if isinstance(value, list) else [value]
+    return next((r for r in refs if isinstance(r, str) and r.split("/")[-1] == var), var)
 
 
 class ScheduleSession:
@@ -38,6 +74,7 @@ class ScheduleSession:
         self._schedules: list[s_tir.Schedule] = [s_tir.Schedule(func)]
         self._cursor = 0
         self.last_apply_seconds = 0.0
+        self.last_note = ""  # what the last step did besides the obvious (a split adding a predicate)
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -84,10 +121,11 @@ class ScheduleSession:
         except ScheduleError:
             raise
         except Exception as err:  # TVM raises ScheduleError, InternalError, ValueError, ...: all mean 'invalid step'
-            raise ScheduleError(f"{step.describe()}: {tvm_error_summary(err)}", tvm_message=str(err)) from None
+            raise ScheduleError(f"{step.describe()}: {tvm_error_summary(err, step)}", tvm_message=str(err)) from None
         issues = problems(trial.mod["main"])
         if issues:
             raise ScheduleError(f"{step.describe()}: {issues[0]}")
+        self.last_note = _predicate_note(step, self.schedule.mod, trial.mod)
         del self._history[self._cursor:]
         del self._schedules[self._cursor + 1:]
         self._history.append(step)
@@ -130,3 +168,18 @@ class ScheduleSession:
         self._history.clear()
         del self._schedules[1:]
         self._cursor = 0
+
+
+def _predicate_note(step: Step, before: tvm.IRModule, after: tvm.IRModule) -> str:
+    """A note when a split's factors do not divide the loop: TVM then guards the extra iterations
+    with a predicate (``T.where``) in every block under the loop, which costs a compare per
+    iteration and can keep LLVM from vectorizing."""
+    if step.primitive != "split":
+        return ""
+    count = before.script().count("T.where(")
+    added = after.script().count("T.where(") - count
+    if added <= 0:
+        return ""
+    factors = [f for f in step.args.get("factors", []) if f]
+    return (f"the factors {factors} do not divide {step.args.get('loop')}'s extent: TVM added a predicate "
+            f"(T.where) to guard the extra iterations. Factors that divide the extent avoid it.")

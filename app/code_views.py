@@ -1,0 +1,91 @@
+"""The Schedule page's Compiler-Explorer views: lowered TIR, LLVM IR and assembly after the
+current step, diffed against the previous step, vector instructions marked and counted."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import streamlit as st
+
+from explorer.errors import ExplorerError
+from explorer.schedule.codegen import CodeViews, code_views
+from explorer.schedule.views import changed_lines
+from explorer.workload import module_hash
+
+_CACHE = "codegen_views"  # session-state: {(module hash, target key): CodeViews}
+_VECTOR = re.compile(r"%[xyz]mm\d|\bv\d+\.\d+[bhsd]\b|\bz\d+\.[bhsd]\b")
+_CSS = """<style>
+.sx-asm pre{font-size:12px;line-height:1.35;max-height:640px;overflow:auto;background:#f8fafc;padding:8px;}
+.sx-asm .ln{color:#94a3b8;display:inline-block;width:4em;user-select:none}
+.sx-asm .vec{background:#dcfce7}.sx-asm .fma{background:#bbf7d0;font-weight:600}
+.sx-asm .chg{box-shadow:inset 3px 0 #f59e0b}
+</style>"""
+
+
+def views_for(mod, target) -> CodeViews | None:
+    """The code views of ``mod`` for ``target``, built once per schedule and target."""
+    cache = st.session_state.setdefault(_CACHE, {})
+    key = (module_hash(mod), target.key)
+    if key not in cache:
+        try:
+            cache[key] = code_views(mod, target)
+        except ExplorerError as err:
+            st.error(str(err))
+            return None
+        if len(cache) > 64:  # keep the session's memory bounded
+            cache.pop(next(iter(cache)))
+    return cache[key]
+
+
+def listing_html(text: str, changed: list[int], *, mark_vectors: bool = False) -> str:
+    """A listing with line numbers, lines changed by the last step marked, and (assembly) vector
+    and FMA instructions highlighted."""
+    marked = set(changed)
+    rows = []
+    for no, line in enumerate(text.splitlines(), 1):
+        classes = []
+        if mark_vectors and _VECTOR.search(line):
+            classes.append("fma" if re.search(r"\b(v?fn?m(add|sub)|fml[as])", line) else "vec")
+        if no in marked:
+            classes.append("chg")
+        body = f'<span class="ln">{no}</span>{html.escape(line) or " "}'
+        rows.append(f'<span class="{" ".join(classes)}">{body}</span>' if classes else body)
+    return _CSS + '<div class="sx-asm"><pre>' + "\n".join(rows) + "</pre></div>"
+
+
+def stats_delta(now: CodeViews, before: CodeViews | None) -> str:
+    """The assembly's counts, and what the last step changed in them."""
+    text = now.stats.summary()
+    if before is None:
+        return text
+    fma_now, fma_before = sum(now.stats.fma.values()), sum(before.stats.fma.values())
+    vec_now, vec_before = sum(now.stats.vector.values()), sum(before.stats.vector.values())
+    widest = max(now.stats.vector, default=0)
+    was = max(before.stats.vector, default=0)
+    change = [f"{now.stats.instructions - before.stats.instructions:+d} instructions",
+              f"{vec_now - vec_before:+d} vector", f"{fma_now - fma_before:+d} FMA"]
+    if widest != was:
+        change.append(f"widest vector {was} -> {widest} bits")
+    return f"{text} (last step: {', '.join(change)})"
+
+
+def code_tabs(session, target, tabs) -> None:
+    """Fill the Lowered TIR, LLVM IR and Assembly tabs (``tabs``) for the session's current step."""
+    now = views_for(session.mod, target)
+    if now is None:
+        return
+    before = views_for(session.schedule_at(session.cursor - 1).mod, target) if session.cursor else None
+    for tab, attr, vectors in zip(tabs, ("lowered_tir", "llvm_ir", "asm"), (False, False, True)):
+        with tab:
+            text = getattr(now, attr)
+            changed = changed_lines(getattr(before, attr), text) if before is not None else []
+            if vectors:
+                st.caption(f"{target.label}: {stats_delta(now, before)}")
+            else:
+                st.caption(f"{target.label}: {len(changed)} lines changed by the last step" if before is not None
+                           else f"{target.label}: the unscheduled kernel")
+            st.html(listing_html(text, changed, mark_vectors=vectors))
+
+
+__all__ = ["code_tabs", "listing_html", "stats_delta", "views_for"]

@@ -1,0 +1,155 @@
+"""What a schedule becomes, as Compiler Explorer shows it for code: the lowered TIR, the LLVM IR and
+the assembly for the target, and the vector instructions counted by width (how many FMAs, of
+which width), so a user sees what ``vectorize`` or ``tensorize`` did to the machine code.
+
+Building a kernel for the views takes a fraction of a second (nothing runs). A module the
+schedule lint refuses never gets here (see :mod:`explorer.schedule.lint`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import tvm
+
+from explorer.errors import ExplorerError, short_tvm_message
+
+_X86_WIDTH = {"xmm": 128, "ymm": 256, "zmm": 512}
+_FMA = re.compile(r"^v?f(n)?m(add|sub)|^fmla|^fmls|^vfmadd|^vfnmadd|^vfmsub|^vfnmsub")
+_DOT = re.compile(r"^vpdp|^sdot|^udot|^vpmaddubsw|^vpmaddwd|^vdpbf16|^bfdot|^smmla|^ummla")
+_ARM_VECTOR = re.compile(r"\bv\d+\.(\d+)([bhsd])\b|\bz\d+\.[bhsd]\b")
+
+
+@dataclass(frozen=True)
+class AsmStats:
+    """Instructions of the kernel's assembly: all, vector ones by register width (bits), FMAs and
+    dot products by width, and the most frequent mnemonics."""
+
+    instructions: int
+    vector: dict = field(default_factory=dict)  # width -> count
+    fma: dict = field(default_factory=dict)  # width -> count (0: scalar)
+    dot: dict = field(default_factory=dict)
+    top: tuple[tuple[str, int], ...] = ()
+
+    def summary(self) -> str:
+        if not self.instructions:
+            return "no instructions"
+
+        def widths(d):
+            return ", ".join(f"{n} x {w}-bit" if w else f"{n} scalar" for w, n in sorted(d.items(), reverse=True))
+
+        parts = [f"{self.instructions} instructions"]
+        if self.vector:
+            parts.append(f"vector: {widths(self.vector)}")
+        if self.fma:
+            parts.append(f"FMA: {widths(self.fma)}")
+        if self.dot:
+            parts.append(f"dot products: {widths(self.dot)}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CodeViews:
+    """The three views of one schedule for one target, and the assembly's statistics."""
+
+    target: str
+    lowered_tir: str
+    llvm_ir: str
+    asm: str
+    stats: AsmStats
+    seconds: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stats"] = self.stats.to_dict()
+        return d
+
+
+def _width(operands: str) -> int:
+    """The widest vector register an instruction names (0 when none)."""
+    best = 0
+    for reg, bits in _X86_WIDTH.items():
+        if f"%{reg}" in operands or re.search(rf"\b{reg}\d", operands):
+            best = max(best, bits)
+    for m in _ARM_VECTOR.finditer(operands):
+        if m.group(1):  # NEON: lanes x element size
+            lanes, size = int(m.group(1)), {"b": 8, "h": 16, "s": 32, "d": 64}[m.group(2)]
+            best = max(best, lanes * size)
+        else:  # SVE: scalable
+            best = max(best, 2048)
+    return best
+
+
+def asm_stats(asm: str) -> AsmStats:
+    """Count the instructions of an assembly listing (directives, labels and comments skipped)."""
+    total, vector, fma, dot, mnemonics = 0, Counter(), Counter(), Counter(), Counter()
+    for line in asm.splitlines():
+        text = line.split("#", 1)[0].split("//", 1)[0].strip()
+        if not text or text.startswith(".") or text.endswith(":"):
+            continue
+        mnemonic, *rest = re.split(r"\s+", text, maxsplit=1)
+        operands = rest[0] if rest else ""
+        mnemonic = mnemonic.lower()
+        if not mnemonic or not mnemonic[0].isalpha():
+            continue
+        total += 1
+        mnemonics[mnemonic] += 1
+        width = _width(operands)
+        if width:
+            vector[width] += 1
+        if _FMA.match(mnemonic):
+            fma[width] += 1
+        if _DOT.match(mnemonic):
+            dot[width] += 1
+    return AsmStats(total, dict(vector), dict(fma), dict(dot), tuple(mnemonics.most_common(12)))
+
+
+def code_views(mod: tvm.IRModule, target) -> CodeViews:
+    """Lower and build ``mod`` (a scheduled one-function module) for ``target`` (a
+    :class:`explorer.target.Target`); raise :class:`ExplorerError` with TVM's reason when it does
+    not build."""
+    start = time.perf_counter()
+    tvm_target = target.tvm()
+    try:
+        with tvm_target:
+            lowered = _lowering()(tvm.tirx.transform.BindTarget(tvm_target)(mod))
+        built = tvm.compile(mod, target=tvm_target).mod
+        llvm_ir = built.inspect_source("ll")
+        asm = built.inspect_source("asm")
+    except Exception as err:  # noqa: BLE001 - a schedule TVM cannot build: say why
+        raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
+            from err
+    return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
+                     time.perf_counter() - start)
+
+
+def _lowering() -> tvm.transform.Pass:
+    """The lowering passes of TVM's default TIR pipeline that show what the schedule did (blocks
+    lowered, buffers flattened, loops vectorized and unrolled), up to where the host/device split
+    and the packed calling convention start."""
+    from tvm import s_tir, tirx
+
+    st, tt = s_tir.transform, tirx.transform
+    return tvm.transform.Sequential([
+        st.CanonicalizeLoop(), st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
+        st.ConvertBlocksToOpaque(), st.CompactBufferAllocation(), st.LowerMatchBuffer(), st.StmtSimplify(),
+        st.LowerOpaqueBlock(), tt.FlattenBuffer(), tt.NarrowDataType(32), st.LoopPartition(), tt.VectorizeLoop(True),
+        tt.StorageRewrite(), st.HoistIfThenElse(), tt.UnrollLoop(), tt.StmtSimplify(), tt.RemoveNoOp(),
+    ], name="schedx_lowered_view")
+
+
+def _kernel_asm(asm: str) -> str:
+    """The kernel's own functions in an assembly listing: the compute function(s) TVM emits,
+    without the packed-call wrappers' argument checks when they can be told apart."""
+    parts = re.split(r"\n(?=[A-Za-z_$][\w.$]*:\s*(?:#.*)?\n)", asm)  # at global labels (local ones start with .)
+    compute = [p for p in parts if re.match(r"[A-Za-z_$][\w.$]*_compute_", p)]
+    return "\n".join(compute) if compute else asm
+
+
+__all__ = ["AsmStats", "CodeViews", "asm_stats", "code_views"]
