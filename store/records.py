@@ -233,6 +233,11 @@ def target_short(target: str) -> str:
     for key in ("mcpu", "arch", "model", "device"):
         if t.get(key):
             words.append(str(t[key]))
+    mattr = [str(a) for a in t.get("mattr") or []]
+    if mattr:
+        words.append(" ".join(mattr[:2]) + (f" (+{len(mattr) - 2} more)" if len(mattr) > 2 else ""))
+    if t.get("mtriple"):
+        words.append(str(t["mtriple"]).split("-")[0])
     if t.get("num-cores"):
         words.append(f"{t['num-cores']}c")
     return " ".join(words)

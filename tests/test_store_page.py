@@ -109,6 +109,8 @@ def test_filled_database_shows_table_and_charts(tmp_path):
     assert len(at.get("plotly_chart")) >= 2  # GFLOPS bars, history (and roofline: peaks are known)
     at.radio(key="lb_hardware").set_value("Any machine").run()
     assert len(at.dataframe[0].value) == 3
+    fits = dict(zip(at.dataframe[0].value["hardware"], at.dataframe[0].value["target fits hardware"]))
+    assert fits["aarch64/elsewhere/neon/64c"] == "x86_64 code, aarch64 machine"  # a znver4 record "measured" there
     at.selectbox(key="lb_source").set_value("manual").run()
     assert set(at.dataframe[0].value["source"]) == {"manual"}
 

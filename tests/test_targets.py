@@ -182,3 +182,16 @@ def test_schedx_targets_lists_host_cpus_cuda_and_cross(tmp_path):
     assert any(c["spec"] == "aarch64" for c in data["cross"]) or HOST.arch == "aarch64"
     text = CliRunner().invoke(cli, ["targets"])
     assert text.exit_code == 0 and "this machine" in text.output
+
+
+def test_a_record_whose_target_does_not_fit_its_machine_is_flagged():
+    from explorer.target import record_mismatch
+
+    avx512 = json.dumps({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    if X86:
+        assert "avx512" in record_mismatch(avx512, "x86_64/AMD EPYC/avx2/2c")
+        assert record_mismatch(avx512, "x86_64/Intel Xeon/avx512/2c") == ""
+        assert record_mismatch(parse_target("cpu:x86-64-v3").key, "x86_64/AMD EPYC/avx2/2c") == ""
+        assert "aarch64 code" in record_mismatch(parse_target("aarch64").key, "x86_64/AMD EPYC/avx2/2c")
+    assert record_mismatch(avx512, "rpc:pi4") == ""  # a device behind RPC is not judged
+    assert record_mismatch("not json", "x86_64/x/avx2/2c") == ""

@@ -60,13 +60,24 @@ def sidebar(store: Store) -> dict:
             "since": since}
 
 
+def _fits(target: str, hardware: str, memo: dict) -> str:
+    """"" when the record's target can have run on its machine, else why not (a flag, not a filter)."""
+    if (target, hardware) not in memo:
+        from explorer.target import record_mismatch
+
+        memo[(target, hardware)] = record_mismatch(target, hardware)
+    return memo[(target, hardware)]
+
+
 def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
+    memo: dict = {}
     return [{"id": r.id, "workload": names.get(r.workload_key, r.workload_key),
              "GFLOPS": None if r.gflops is None else round(r.gflops, 3),
              "median ms": None if r.median_s is None else r.median_s * 1e3, "source": r.source, "status": r.status,
              "verified": r.verified, "max error": r.max_error, "steps": len(r.steps or []),
-             "target": target_short(r.target), "hardware": r.hardware, "created": r.created[:19].replace("T", " "),
-             "error": r.error[:120]} for r in records]
+             "target": target_short(r.target), "hardware": r.hardware,
+             "target fits hardware": _fits(r.target, r.hardware, memo) or "yes",
+             "created": r.created[:19].replace("T", " "), "error": r.error[:120]} for r in records]
 
 
 def gflops_chart(rows: list[dict]) -> go.Figure:

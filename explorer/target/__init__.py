@@ -4,8 +4,8 @@ that knows how it builds, names itself in records and whether this machine can r
 
 from explorer.target.host import HostCPU, detect_host, host_cpu
 from explorer.target.model import (CUDA_ARCHES, DEFAULT_CUDA_ARCH, SPEC_HELP, Target, TargetError, canonical_target,
-                                   host_target, known_cpus, parse_target)
+                                   host_target, known_cpus, parse_target, record_mismatch)
 from explorer.target.overview import targets_overview
 
 __all__ = ["CUDA_ARCHES", "DEFAULT_CUDA_ARCH", "HostCPU", "SPEC_HELP", "Target", "TargetError", "canonical_target",
-           "detect_host", "host_cpu", "host_target", "known_cpus", "parse_target", "targets_overview"]
+           "detect_host", "host_cpu", "host_target", "known_cpus", "parse_target", "record_mismatch", "targets_overview"]

@@ -218,6 +218,32 @@ class Target:
                 "notes": list(self.notes)}
 
 
+_ISA_RANK = {"x86_64": ("sse", "avx", "avx2", "avx512"), "aarch64": ("neon", "sve")}
+
+
+def record_mismatch(target_text: str, hardware: str) -> str:
+    """Why a record's target cannot have run on the machine its fingerprint names ("" when it
+    can): AVX-512 code measured on a machine whose fingerprint says avx2, or another
+    architecture. Fingerprints look like ``x86_64/AMD EPYC/avx2/2c``; RPC devices are not judged."""
+    parts = hardware.split("/")
+    if hardware.startswith("rpc:") or len(parts) < 4:
+        return ""
+    arch, machine_isa = parts[0], parts[-2]
+    try:
+        target = parse_target(target_text)
+    except (TargetError, ValueError):
+        return ""
+    if target.kind != "cpu":
+        return ""
+    if target.arch != arch:
+        return f"{target.arch} code, {arch} machine"
+    ranks = _ISA_RANK.get(arch, ())
+    needs = isa.isa_word(set(target.features), arch)
+    if needs in ranks and machine_isa in ranks and ranks.index(needs) > ranks.index(machine_isa):
+        return f"the target uses {needs}, the machine has {machine_isa}"
+    return ""
+
+
 # ---------------------------------------------------------------- canonical text of a target
 
 
@@ -491,4 +517,4 @@ def parse_target(spec: str | Target | None, *, cores: int | None = None) -> Targ
 
 
 __all__ = ["CUDA_ARCHES", "DEFAULT_CUDA_ARCH", "SPEC_HELP", "Target", "TargetError", "canonical_target",
-           "host_target", "known_cpus", "known_features", "parse_target"]
+           "host_target", "known_cpus", "known_features", "parse_target", "record_mismatch"]
