@@ -132,7 +132,7 @@ def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict
     if compiler is None:
         executable.export_library(str(folder / LIB))
     else:
-        from tvm.contrib import cc
+        from tvm.support import cc
 
         if shutil.which(compiler) is None:
             package = "g++-" + compiler.removesuffix("-g++").replace("_", "-")
