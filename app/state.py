@@ -19,6 +19,7 @@ GRAPH_START = "graph_start"
 GRAPH_VIEW = "graph_view"  # the graph component (pan, zoom, search, details) of the Graph & passes page
 GRAPH_KERNEL = "graph_kernel"  # a Kernel the Graph & passes page sends to the Schedule page
 USE_GRAPH_KERNEL = "use_graph_kernel"  # Schedule page: show that kernel (a toggle in its sidebar)
+GRAPHS_SENT = "graphs_sent"  # keys of the graph payloads this session's browser already holds
 DIFF_STYLE = "diff_style"
 PASS_TABLE = "pass_table"
 VIEW_TAB = "view_tab"
@@ -38,6 +39,11 @@ RECORD_KERNELS = "record_kernels"  # {"record:ID": PrimFunc} for records whose k
 OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
 SEARCH_JOB = "search_job"  # the job the Search page shows
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
+
+
+def param_key(kernel: str, param: str) -> str:
+    """The Schedule page's input for parameter ``param`` of built-in kernel ``kernel``."""
+    return f"param_{kernel}_{param}"
 
 
 class LeaderboardKeys:

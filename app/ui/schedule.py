@@ -39,7 +39,7 @@ def choose_kernel() -> Kernel | None:
             cols = sb.columns(3)
             for i, (p, default) in enumerate(entry.defaults.items()):
                 params[p] = int(cols[i % 3].number_input(p, min_value=0 if p == "pad" else 1, value=default,
-                                                         step=1, key=f"param_{name}_{p}"))
+                                                         step=1, key=state.param_key(name, p)))
             return builtin_kernel(name, **params)
         model = sb.selectbox("Model", list(ZOO), key=state.KERNEL_MODEL, format_func=lambda n: ZOO[n].title)
         kernels = fused_kernels(model)
@@ -272,7 +272,7 @@ def open_record_into_session() -> None:
             st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_NAME] = "Built-in", name
             for p, v in params.items():
                 if p != "dtype":
-                    st.session_state[f"param_{name}_{p}"] = v
+                    st.session_state[state.param_key(name, p)] = v
             kernel = load_kernel(spec)
         else:
             st.warning("This record's kernel came from an imported MetaSchedule database and has no schedx kernel "
