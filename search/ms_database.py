@@ -23,9 +23,8 @@ from tvm.target import Target
 from explorer.plain import to_plain
 from explorer.target import canonical_target
 from explorer.workload import module_hash, untagged
-from search.records import store_workload
-from store import Outcome, Record, Store
-from store.records import median_of, split_run_secs
+from search.records import metaschedule_record, store_workload
+from store import Record, Store
 
 
 @derived_object
@@ -116,13 +115,9 @@ class StoreDatabase(PyDatabase):
             self.commit_workload(record.workload.mod)
         trace, run_secs, target, args_info = to_plain(record.as_json())
         target_text = canonical_target(target) if target else (self.target_filter or "")
-        valid, exact = split_run_secs(run_secs)  # exact: run_secs as given, when they say more than valid
-        self.store.add_record(Record(
-            workload_key=key, target=target_text, hardware=self.hardware, source=self.source,
-            status=Outcome.OK if valid else Outcome.RUN_ERROR, steps=[], trace=trace, latencies=valid,
-            median_s=median_of(valid), gflops=None, environment=self._env(target_text), job_id=self.job_id,
-            error="" if valid else "MetaSchedule reported no valid run time (build or run failed)",
-            args_info=args_info, run_secs=exact))
+        self.store.add_record(metaschedule_record(
+            key, trace, run_secs, target_text, args_info, hardware=self.hardware, source=self.source,
+            environment=self._env(target_text), job_id=self.job_id))
 
     def _to_tuning_record(self, r: Record, workload: MSWorkload) -> TuningRecord | None:
         target = json.loads(r.target) if r.target.lstrip().startswith("{") else None

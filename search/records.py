@@ -1,6 +1,7 @@
 """The store's records and workloads made from search and measurement results: one factory per
-source (a search candidate, a manual measurement on the Schedule page or ``schedx measure``),
-and the workload a task is filed under. Here because they join TVM objects and store values,
+source (a search candidate, a manual measurement on the Schedule page or ``schedx measure``, a
+record MetaSchedule commits through :class:`search.ms_database.StoreDatabase`), and the workload
+a task is filed under (imports of MetaSchedule JSON files are made in ``store.interop``). Here because they join TVM objects and store values,
 and neither room may import the other."""
 
 from __future__ import annotations
@@ -80,4 +81,20 @@ def manual_record(kernel, steps: list, trace, result, *, hardware: str, source: 
     return workload, record
 
 
-__all__ = ["candidate_record", "describe_b64", "manual_record", "store_workload", "task_workload"]
+def metaschedule_record(key: str, trace, run_secs, target_text: str, args_info, *, hardware: str, source: str,
+                        environment: dict, job_id: int | None) -> Record:
+    """A record MetaSchedule commits (its trace and run_secs as it gave them: the failure marker
+    1e10 kept in ``run_secs``, only valid times in ``latencies``)."""
+    from store import Outcome
+    from store.records import median_of, split_run_secs
+
+    valid, exact = split_run_secs(run_secs)  # exact: run_secs as given, when they say more than valid
+    return Record(workload_key=key, target=target_text, hardware=hardware, source=source,
+                  status=Outcome.OK if valid else Outcome.RUN_ERROR, steps=[], trace=trace, latencies=valid,
+                  median_s=median_of(valid), gflops=None, environment=environment, job_id=job_id,
+                  error="" if valid else "MetaSchedule reported no valid run time (build or run failed)",
+                  args_info=args_info, run_secs=exact)
+
+
+__all__ = ["candidate_record", "describe_b64", "manual_record", "metaschedule_record", "store_workload",
+           "task_workload"]
