@@ -5,6 +5,9 @@ from __future__ import annotations
 import click
 
 from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_types import Count
+
+UNLIMITED_TRIALS = 10_000_000  # --minutes without --trials: the time budget decides
 
 
 def _db(path: str | None):
@@ -50,14 +53,20 @@ def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_
 
 @click.command()
 @click.argument("workload")
-@click.option("--trials", default=64, show_default=True, type=int, help="Total candidates to measure.")
-@click.option("--per-batch", default=16, show_default=True, type=int, help="Candidates per batch.")
-@click.option("--population", default=256, show_default=True, type=int)
-@click.option("--generations", default=3, show_default=True, type=int, help="Genetic iterations per batch.")
-@click.option("--mutate-prob", default=0.85, show_default=True, type=float)
-@click.option("--eps-greedy", default=0.05, show_default=True, type=float)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--trials", default=None, type=Count(1, 10_000_000),
+              help="Total candidates to measure [default: 64; unlimited with --minutes].")
+@click.option("--minutes", default=None, type=click.FloatRange(0, 7 * 24 * 60, min_open=True),
+              help="Time budget: stop after the batch in progress once it is spent (with --trials: whichever "
+                   "comes first).")
+@click.option("--per-batch", default=16, show_default=True, type=Count(1, 4096), help="Candidates per batch.")
+@click.option("--population", default=256, show_default=True, type=Count(2, 1_000_000))
+@click.option("--generations", default=3, show_default=True, type=Count(0, 1000), help="Genetic iterations per batch.")
+@click.option("--mutate-prob", default=0.85, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--eps-greedy", default=0.05, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--seed", default=0, show_default=True, type=Count(0, 2**31 - 1))
 @click.option("--cost-model", default="xgb", show_default=True, type=click.Choice(["xgb", "random"]))
+@click.option("--timeout", "timeout_s", default=30, show_default=True, type=Count(1, 24 * 3600),
+              help="Seconds one candidate's build, or one candidate's run, may take before it counts as hung.")
 @target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
                          "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
@@ -67,28 +76,46 @@ def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_
 @click.option("--background", is_flag=True, help="Start as a background job and print its id.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @fail_cleanly
-def tune(workload: str, trials: int, per_batch: int, population: int, generations: int, mutate_prob: float,
-         eps_greedy: float, seed: int, cost_model: str, target_spec: str, shapes: str | None, db_path: str | None,
-         rpc_tracker: str | None, rpc_key: str | None, background: bool, as_json: bool) -> None:
+def tune(workload: str, trials: int | None, minutes: float | None, per_batch: int, population: int, generations: int,
+         mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, target_spec: str,
+         shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, background: bool,
+         as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
     leaderboard. Running it again on the same database resumes: nothing is measured twice.
 
-    Exits 1 when no candidate could be measured, with the failures grouped by reason."""
+    Ctrl-C (or SIGTERM) stops it after the batch in progress, keeping every finished batch (a
+    second Ctrl-C stops at once); exit status 130 (143 for SIGTERM). Exits 1 when no candidate
+    could be measured, with the failures grouped by reason."""
     from search.job_runner import _intrinsics
-
-    if not background and not rpc_tracker:  # the measuring workers start now, while TVM loads here
-        from search.pool import prestart
-
-        prestart(None, *_intrinsics(target_spec))
     from search.job_spec import JobSpec
-    from search.jobs import run_job, start_job
     from search.params import SearchParams
-    from search.rpc import check_tracker
+    from search.pool import prestart, release_prestarted
+    from search.stopping import StopRequest, signals_stop
 
+    by_time = trials is None and bool(minutes)  # the progress bar follows the clock
+    if trials is None:
+        trials = UNLIMITED_TRIALS if minutes else 64
     params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
-                          mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model)
+                          mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model,
+                          timeout_s=timeout_s, minutes=minutes or 0.0)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
                    rpc_key=rpc_key)
+    stop = StopRequest()
+    with signals_stop(stop):  # from here on Ctrl-C asks for a stop; nothing raises through TVM
+        try:
+            if not background and not rpc_tracker:  # the measuring workers start now, while TVM loads here
+                prestart(None, *_intrinsics(target_spec))
+            _tune(spec, by_time, minutes, db_path, background, as_json, stop)
+        finally:
+            release_prestarted()  # a command that failed before its search took them
+
+
+def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, background: bool, as_json: bool,
+          stop) -> None:
+    from search.jobs import run_job, start_job
+    from search.rpc import check_tracker
+
+    trials = spec.params.trials
     prepared = spec.validate()  # a bad workload, target or address fails here, before any job exists
     if prepared[2] is not None:
         check_tracker(prepared[2])
@@ -99,30 +126,34 @@ def tune(workload: str, trials: int, per_batch: int, population: int, generation
                                                             f"follow it with: schedx jobs --db {store.path}")
         return
     tasks = prepared[1].tasks()
-    click.echo(f"{len(tasks)} task(s) for {prepared[0].label}, {trials} trials, database {store.path}", err=True)
-    with click.progressbar(length=trials, label="searching", file=click.get_text_stream("stderr"),
+    budget = ("no trial limit" if by_time else f"{trials} trials") + (f", {minutes:g} min" if minutes else "")
+    click.echo(f"{len(tasks)} task(s) for {prepared[0].label}, {budget}, database {store.path}", err=True)
+    length = max(1, int(minutes * 60)) if by_time else trials
+    with click.progressbar(length=length, label="searching", file=click.get_text_stream("stderr"),
                            item_show_func=lambda r: r) as bar:
         def on_batch(report):
             best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
-            eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None else ""
-            bar.update(max(0, min(report.trials, trials) - bar.pos),
-                       f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
+            eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None and not by_time else ""
+            done = int(report.elapsed_s) if by_time else report.trials
+            bar.update(max(0, min(done, length) - bar.pos), f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
 
-        try:
-            summary = run_job(store, spec, on_batch=on_batch, prepared=prepared)
-        except KeyboardInterrupt:
-            raise click.ClickException("stopped (Ctrl-C); what was measured is in the database, and running the "
-                                       "same command again resumes") from None
+        summary = run_job(store, spec, on_batch=on_batch, prepared=prepared, stop=stop)
     if as_json:
         echo_json(summary.to_dict())
     else:
         _print_summary(summary)
+    if summary.stopped in ("interrupted", "terminated"):
+        how = "Ctrl-C" if summary.stopped == "interrupted" else "SIGTERM"
+        click.echo(f"stopped ({how}) after {summary.trials} trials; what was measured is in the database, and "
+                   f"running the same command again resumes", err=True)
+        raise SystemExit(130 if summary.stopped == "interrupted" else 143)
     if summary.problem:
         raise click.ClickException(summary.problem)
 
 
 def _print_summary(summary) -> None:
-    click.echo(f"{summary.trials} trials in {summary.seconds:.0f} s: {summary.measured} measured, "
+    ended = " (time budget spent)" if summary.stopped == "time budget" else ""
+    click.echo(f"{summary.trials} trials in {summary.seconds:.0f} s{ended}: {summary.measured} measured, "
                f"{summary.cached} already in the database (not measured again), {summary.failed} failed")
     for outcome, count in sorted(summary.failures.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {count:>5} {outcome:<14} e.g. {summary.reasons.get(outcome, '')[:150]}")

@@ -1,7 +1,14 @@
 """The search's two measure callbacks, as MetaSchedule splits its own: :class:`WriteRecords` turns
 each measured batch into records in one store transaction (before the cost model learns it), and
 :class:`ReportProgress` accounts for the batch (trials, bests, failures by outcome, ETA) in the
-job row and for the caller's ``on_batch``. :class:`SearchState` is the book-keeping they share."""
+job row and for the caller's ``on_batch``. :class:`SearchState` is the book-keeping they share.
+
+Both run inside MetaSchedule's C++ loop, where an exception loses its type (it comes back as a
+bare ``RuntimeError``) and unwinds C++ half-way through a batch. So neither raises: a failure
+(a batch the store cannot write: disk full, a database gone read-only; an ``on_batch`` that
+raised) is kept in ``state.failure`` and stops the search at this batch boundary (see
+:mod:`search.stopping`); the batch's transaction was rolled back, nothing of it is remembered,
+and :func:`search.tune.tune` raises the failure once MetaSchedule has returned."""
 
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from search.job_spec import JobProgress
 from search.ledger import INFRA_ERROR, OK, CandidateLedger
 from search.records import candidate_record
 from search.runner import REJECT_FACTOR
+from search.stopping import FAILED, StopRequest
 from store import Record, Store
 
 EARLY_TIMING = f"one run: over {REJECT_FACTOR:g}x slower than the best so far, not timed further"
@@ -72,9 +80,18 @@ class SearchState:
     task_trials: dict = field(default_factory=dict)
     saturated: set = field(default_factory=set)  # tasks whose last batch held nothing new
     last: _Batch | None = None
+    stop: StopRequest = field(default_factory=StopRequest)
+    failure: BaseException | None = None  # why the search stopped early, raised once MetaSchedule returns
+    skipped: set = field(default_factory=set)  # candidate hashes another search measures (not recorded here)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def fail(self, err: BaseException) -> None:
+        """Keep the first failure and stop the search at this batch boundary."""
+        if self.failure is None:
+            self.failure = err
+        self.stop.request(FAILED)
 
 
 def _remove_artifact(path) -> None:
@@ -91,32 +108,45 @@ def write_records(state: SearchState, ledger: CandidateLedger, cost_model, conte
         """Writes each batch to the store in one transaction, before the cost model learns it."""
 
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-            index = round_ids[task_id]  # task_id counts the tasks of this round
-            task = state.tasks[index]
+            if state.failure is not None:  # the search is stopping: later batches are not written
+                return
             try:
-                predicted = [float(x) for x in cost_model.predict(contexts[task_id], measure_candidates)] \
-                    if cost_model else []
-            except Exception:  # noqa: BLE001 - a cost model that cannot predict yet predicts nothing
-                predicted = []
-            records, cached = [], 0
-            for i, cand in enumerate(measure_candidates):
-                c = ledger.settle(cand.sch.mod)
-                if c.cached is not None:
-                    cached += 1
-                    continue
-                if c.artifact:
-                    _remove_artifact(c.artifact)
-                records.append(candidate_record(
-                    task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
-                    target_key=state.target_key, hardware=state.hardware, environment=state.environment,
-                    job_id=state.job_id, early_note=EARLY_TIMING))
-            ids = state.store.add_records(records) if records else []
-            for rec, rid in zip(records, ids):
-                if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
-                    ledger.remember(rec.candidate, str(rid), rec.latencies)
-            state.last = _Batch(index, records, cached, len(measure_candidates))
+                _write_batch(state, ledger, cost_model, contexts, round_ids, task_id, measure_candidates)
+            except BaseException as err:  # noqa: BLE001 - never across C++ (see the module docstring)
+                state.last = None
+                state.fail(err)
 
     return WriteRecords()
+
+
+def _write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int],
+                 task_id: int, measure_candidates) -> None:
+    index = round_ids[task_id]  # task_id counts the tasks of this round
+    task = state.tasks[index]
+    try:
+        predicted = [float(x) for x in cost_model.predict(contexts[task_id], measure_candidates)] \
+            if cost_model else []
+    except Exception:  # noqa: BLE001 - a cost model that cannot predict yet predicts nothing
+        predicted = []
+    records, cached = [], 0
+    for i, cand in enumerate(measure_candidates):
+        c = ledger.settle(cand.sch.mod)
+        if c.cached is not None or c.hash in state.skipped:  # answered by the store, or another search's
+            cached += 1
+            continue
+        if c.artifact:
+            _remove_artifact(c.artifact)
+        if state.stop.hard and c.status == INFRA_ERROR:  # abandoned by an urgent stop: never measured
+            continue
+        records.append(candidate_record(
+            task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
+            target_key=state.target_key, hardware=state.hardware, environment=state.environment,
+            job_id=state.job_id, early_note=EARLY_TIMING))
+    ids = state.store.add_records(records) if records else []  # one transaction: all or nothing
+    for rec, rid in zip(records, ids):
+        if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
+            ledger.remember(rec.candidate, str(rid), rec.latencies)
+    state.last = _Batch(index, records, cached, len(measure_candidates))
 
 
 def report_progress(state: SearchState):
@@ -129,14 +159,17 @@ def report_progress(state: SearchState):
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
             batch, state.last = state.last, None
             if batch is not None:
-                account(state, batch)
+                try:
+                    account(state, batch)
+                except BaseException as err:  # noqa: BLE001 - never across C++ (see the module docstring)
+                    state.fail(err)
 
     return ReportProgress()
 
 
 def account(state: SearchState, batch: _Batch) -> None:
     task, s = state.tasks[batch.task], state.summary
-    new = batch.size - batch.cached
+    new = len(batch.records)  # measured here now (not answered by the store, not abandoned by a stop)
     if batch.size and batch.cached == batch.size:
         state.saturated.add(batch.task)
     else:

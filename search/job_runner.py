@@ -1,17 +1,14 @@
 """Entry point of a background search process: ``python -m search.job_runner --db PATH --job ID``.
 
-SIGTERM (``schedx jobs stop``) and SIGINT stop the search after the batch in progress; what it
-committed stays, and running the same search again resumes it."""
+SIGTERM (``schedx jobs stop``) and SIGINT stop the search after the batch in progress (a second
+one at once, dropping what the batch in flight has not measured; see :mod:`search.stopping`); what
+it committed stays, the job row says 'stopped', and running the same search again resumes it."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM arrived: stop as Ctrl-C does."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,10 +25,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"no job {args.job} in {args.db}\n")
         return 2
 
-    def on_term(*_):
-        raise Stopped()
+    from search.stopping import StopRequest
 
-    signal.signal(signal.SIGTERM, on_term)
+    stop = StopRequest()  # from here on a signal asks the search to stop; it never raises
+    signal.signal(signal.SIGTERM, stop.on_signal)
+    signal.signal(signal.SIGINT, stop.on_signal)
     from search.job_spec import JobSpec
 
     spec = JobSpec.from_dict(job.params)
@@ -42,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from search.jobs import run_job
 
     try:
-        run_job(store, spec, job_id=job.id)
+        run_job(store, spec, job_id=job.id, stop=stop)
     except KeyboardInterrupt:
         return 0
     except Exception:  # noqa: BLE001 - run_job recorded it in the job row; the log keeps the traceback

@@ -22,11 +22,20 @@ def log_dir() -> Path:
     return Path(base) / "schedx" / "jobs"
 
 
+def log_path(store: Store, job_id: int) -> Path:
+    """Where a background job's output goes: one file per database and job (job ids restart at 1
+    in every database, and two databases' job 1 must not share a log)."""
+    import hashlib
+
+    database = str(Path(store.path).expanduser().resolve())
+    return log_dir() / f"job-{hashlib.sha256(database.encode()).hexdigest()[:10]}-{job_id}.log"
+
+
 def start_job(store: Store, spec: JobSpec) -> Job:
     """Record a job and start its process; returns the job (status running, pid set). The spec
     should have been validated (:meth:`JobSpec.validate`): a bad one fails in the background."""
     job = store.create_job("tune", spec.to_dict())
-    log = log_dir() / f"job-{job.id}.log"
+    log = log_path(store, job.id)
     log.parent.mkdir(parents=True, exist_ok=True)
     database = Path(store.path).expanduser().resolve()  # the job runs in another working directory
     with open(log, "ab") as out:
@@ -64,32 +73,37 @@ def refresh(store: Store) -> list[Job]:
     return jobs
 
 
-def stop_job(store: Store, job_id: int, timeout: float = 10.0) -> Job:
-    """Stop a running job (SIGTERM, then SIGKILL); what it committed stays."""
+def stop_job(store: Store, job_id: int, timeout: float = 15.0) -> Job:
+    """Stop a running job: SIGTERM (it stops after the batch in progress), a second SIGTERM after
+    a third of ``timeout`` (it abandons what that batch has not measured), SIGKILL at the end;
+    what it committed stays."""
     job = store.job(job_id)
     if job is None:
         raise SearchError(f"no job {job_id} in {store.path}")
     if job.status not in ("running", "queued"):
         return job
     if job.pid and alive(job.pid):
-        try:
-            os.killpg(job.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.time() + timeout
-        while alive(job.pid) and time.time() < deadline:
-            time.sleep(0.2)
-        if alive(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
+        start = time.time()
+        for signum, until in ((signal.SIGTERM, timeout / 3), (signal.SIGTERM, timeout), (signal.SIGKILL, None)):
+            try:
+                os.killpg(job.pid, signum)
+            except ProcessLookupError:
+                break
+            while until is not None and alive(job.pid) and time.time() < start + until:
+                time.sleep(0.2)
+            if not alive(job.pid):
+                break
     return store.update_job(job_id, status="stopped")
 
 
 def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
-            on_batch: Callable[[object], None] | None = None, prepared=None):
+            on_batch: Callable[[object], None] | None = None, prepared=None, stop=None):
     """Run a search job in this process, with its row in ``store`` (created unless ``job_id``
-    names one): running, then done, failed or stopped (KeyboardInterrupt, SystemExit). Returns
-    the :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s result when the
-    caller has it already."""
+    names one): running, then done, failed or stopped (a stop request from a signal, see
+    :mod:`search.stopping`; or KeyboardInterrupt, SystemExit). Returns the
+    :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s result when the
+    caller has it already; ``stop`` a :class:`search.stopping.StopRequest` the caller's signal
+    handlers set (None: the search handles SIGINT and SIGTERM itself)."""
     from search.tune import tune
 
     if job_id is None:
@@ -98,15 +112,27 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     try:
         target, workload, rpc = prepared or spec.validate()
         summary = tune(workload.tasks(), store=store, target=target, params=spec.params, rpc=rpc, job_id=job_id,
-                       on_batch=on_batch, source_name=workload.source, shapes=spec.shapes)
+                       on_batch=on_batch, source_name=workload.source, shapes=spec.shapes, stop=stop)
     except (KeyboardInterrupt, SystemExit):
-        store.update_job(job_id, status="stopped")
+        _set_status(store, job_id, status="stopped")
         raise
     except BaseException as err:  # any failure is the job's: record it for the UI and the CLI
-        store.update_job(job_id, status="failed", error=(str(err) or type(err).__name__)[:2000])
+        _set_status(store, job_id, status="failed", error=(str(err) or type(err).__name__)[:2000])
         raise
     progress = JobProgress.from_dict(store.job(job_id).progress)
     done = JobProgress(**{**progress.to_dict(), "summary": summary.to_dict()})
-    store.update_job(job_id, status="done", progress=done.to_dict(),
+    status = "stopped" if summary.stopped in ("interrupted", "terminated") else "done"
+    store.update_job(job_id, status=status, progress=done.to_dict(),
                      error=summary.problem if summary.problem else "")
     return summary
+
+
+def _set_status(store: Store, job_id: int, **fields) -> None:
+    """Record how a job ended, if the database still takes writes (a full disk may refuse this
+    too: the error being raised matters more)."""
+    from store import StoreError
+
+    try:
+        store.update_job(job_id, **fields)
+    except StoreError:
+        pass

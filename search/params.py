@@ -25,6 +25,7 @@ class SearchParams:
     task_scheduler: str = "gradient"  # "gradient" or "round-robin" (whole models)
     builder_workers: int = 0  # 0: one per core
     timeout_s: int = 30  # per build and per run
+    minutes: float = 0.0  # time budget: stop after the batch in progress once it is spent (0: none)
 
     def __post_init__(self) -> None:
         checks = [
@@ -39,6 +40,8 @@ class SearchParams:
             (self.task_scheduler in ("gradient", "round-robin"),
              f"task_scheduler must be gradient or round-robin, got {self.task_scheduler!r}"),
             (self.timeout_s > 0, f"timeout_s must be positive, got {self.timeout_s}"),
+            (self.timeout_s <= 24 * 3600, f"timeout_s must be at most a day (86400), got {self.timeout_s}"),
+            (0 <= self.minutes <= 7 * 24 * 60, f"minutes must be in [0, 10080] (a week), got {self.minutes}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -210,7 +210,7 @@ class WarmPool:
         for w in self._workers:
             self._idle.put(w)
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="schedx-pool")
-        self._closed = False
+        self._closed = self._released = False
 
     def call(self, fn: Callable, *args, timeout: float) -> Outcome:
         """Run ``fn(*args)`` in the next free worker; waits for one to be free."""
@@ -226,11 +226,20 @@ class WarmPool:
         """``fn(*item)`` for every item, spread over the workers; outcomes in order."""
         return list(self._threads.map(lambda item: self.call(fn, *item, timeout=timeout), list(items)))
 
+    def abandon(self) -> None:
+        """Kill the workers now and take no more calls, without waiting for anything: safe in a
+        signal handler (calls in flight return at once as ``infra``; :meth:`close` still releases
+        the workers afterwards)."""
+        self._closed = True
+        for w in self._workers:
+            w.closed = True
+            w.kill()
+
     def close(self, wait_s: float = 10.0) -> None:
         """Kill the workers (calls in flight return at once, as crashed), then release them."""
-        if self._closed:
+        if self._released:
             return
-        self._closed = True
+        self._closed = self._released = True
         for w in self._workers:
             w.closed = True
             w.kill()
@@ -270,6 +279,15 @@ def prestart(size: int | None = None, target_kind: str = "llvm", triple: str | N
     with _lock:
         if key not in _prestarted:
             _prestarted[key] = WarmPool(key[0], init=(prepare, (target_kind, triple)))
+
+
+def release_prestarted() -> None:
+    """Close pools :func:`prestart` started that no search took (the command failed first)."""
+    with _lock:
+        left = list(_prestarted.values())
+        _prestarted.clear()
+    for pool in left:
+        pool.close()
 
 
 def take(size: int | None = None, target_kind: str = "llvm", triple: str | None = None) -> WarmPool:

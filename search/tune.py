@@ -11,7 +11,11 @@ What schedx adds to ``ms.tune_tasks``:
 - true resume: candidates the store already measured for this workload, target and hardware
   are neither built nor run again, and the cost model is trained on the stored records before
   the first batch;
-- measurement on this machine or through a TVM RPC tracker.
+- measurement on this machine or through a TVM RPC tracker;
+- a clean stop (see :mod:`search.stopping`): Ctrl-C, SIGTERM or the time budget (``minutes``) end
+  the search at the next batch boundary, with every finished batch in the store, and a batch
+  the store cannot write (disk full, a read-only database) stops it with that batch rolled back
+  and one error (:class:`search.errors.SearchError`), never a crash or a traceback from C++.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from search.ms_database import StoreDatabase
 from search.params import SearchParams
 from search.records import task_workload
 from search.runner import PoolRunner, RpcSpec
+from search.stopping import StopRequest, signals_stop
+from search.strategy import StoppableSearch
 from store import Store
 
 
@@ -50,6 +56,7 @@ class TuneSummary:
     unverified: dict = field(default_factory=dict)  # task -> why its candidates could not be checked
     failures: dict = field(default_factory=dict)  # outcome -> failed candidates
     reasons: dict = field(default_factory=dict)  # outcome -> one message of that kind
+    stopped: str = ""  # why the search ended before its budget: interrupted, terminated, time budget
 
     @property
     def problem(self) -> str:
@@ -68,13 +75,35 @@ class TuneSummary:
 
 def tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None = None,
          job_id: int | None = None, on_batch=None, source_name: str = "", shapes: str | None = None,
-         builder=None, runner=None) -> TuneSummary:
+         builder=None, runner=None, stop: StopRequest | None = None, minutes: float | None = None) -> TuneSummary:
     """Search schedules for ``tasks`` (see the module docstring); returns what it did.
 
     ``target`` must be a CPU target this machine runs, unless ``rpc`` measures elsewhere
     (:class:`explorer.target.TargetError` otherwise, before anything starts). ``builder``/``runner``
     replace the real ones (tests use deterministic fakes: any MetaSchedule builder and runner);
-    candidates the store already measured never reach them."""
+    candidates the store already measured never reach them.
+
+    The search ends at the first of: ``params.trials`` new measurements, ``minutes`` (default
+    ``params.minutes``; 0: no time limit) after it started, or a stop request: ``stop`` when the
+    caller handles signals itself, else SIGINT and SIGTERM while this runs in the main thread.
+    ``summary.stopped`` says which early end it was. A batch that cannot be written raises
+    :class:`search.errors.SearchError` once the search has wound down (that batch rolled back)."""
+    own_signals = stop is None
+    stop = stop or StopRequest()
+    budget = params.minutes if minutes is None else minutes
+    if budget:
+        stop.set_minutes(budget)
+    if not own_signals:
+        return _tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
+                     source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop)
+    with signals_stop(stop):
+        return _tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
+                     source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop)
+
+
+def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None,
+          job_id: int | None, on_batch, source_name: str, shapes: str | None, builder, runner,
+          stop: StopRequest) -> TuneSummary:
     from tvm.s_tir import meta_schedule as ms
 
     from search.errors import SearchError
@@ -89,6 +118,7 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
     own_pool = None
     if builder is None or runner is None:  # first: its workers start while this process sets up
         own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
+        stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
     work = tempfile.TemporaryDirectory(prefix="schedx-tune-")
     inner_runner = runner
     try:
@@ -98,6 +128,7 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
         for t in tasks:
             store.add_workload(task_workload(t, source=source_name or "search", shapes=shapes), replace=False)
         state = _state(store, tasks, target, hardware, job_id, params.trials, on_batch)
+        state.stop = stop
         ledger = CandidateLedger({t.key: i for i, t in enumerate(tasks)}, _known(store, tasks, target.key, hardware))
         if builder is None:
             builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work.name)
@@ -124,10 +155,28 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
         if isinstance(inner_runner, PoolRunner):
             inner_runner.close()
         if own_pool is not None:
+            stop.on_hard.remove(own_pool.abandon)
             own_pool.close()
         work.cleanup()
     state.summary.seconds = state.elapsed()
+    if state.failure is not None:
+        raise _failure(state) from state.failure
+    state.summary.stopped = stop.reason if stop.should_stop() and state.summary.trials < params.trials else ""
     return state.summary
+
+
+def _failure(state: SearchState) -> Exception:
+    """The one error a search that could not go on raises: what failed, and what was kept."""
+    from search.errors import SearchError
+    from store import StoreError
+
+    err, kept = state.failure, state.summary.trials
+    why = str(err) or type(err).__name__
+    if isinstance(err, StoreError):
+        return SearchError(f"the search stopped: a batch could not be written ({why}); that batch was rolled "
+                           f"back, the {kept} trials before it are in the database. Fix that and run the same "
+                           f"search again to resume")
+    return SearchError(f"the search stopped after {kept} trials: {type(err).__name__}: {why}")
 
 
 def _state(store: Store, tasks: list[Task], target: Target, hardware: str, job_id, total: int, on_batch) -> SearchState:
@@ -195,10 +244,11 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
     top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0, generations=0,
                      population=max(2 * params.per_batch, params.init_min_unmeasured))
     for number in range(len(plan) + MAX_TOP_UPS):
-        if not plan:
+        if not plan or state.stop.should_stop():
             break
         round_params, trials, ids = plan.pop(0)
-        contexts = _contexts([tasks[i] for i in ids], tgt, replace(round_params, seed=params.seed + 7919 * number))
+        contexts = _contexts([tasks[i] for i in ids], tgt, replace(round_params, seed=params.seed + 7919 * number),
+                             state.stop)
         callbacks = [write_records(state, ledger, cost_model, contexts, ids), report_progress(state),
                      ms.measure_callback.UpdateCostModel()]
         ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in ids], max_trials_global=trials,
@@ -210,17 +260,19 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
             plan = [(top_up, left, open_ids)]
 
 
-def _contexts(tasks: list[Task], tgt, params: SearchParams) -> list:
+def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | None = None) -> list:
     """One TuneContext per task, each with its own evolutionary search (a strategy holds the
-    state of its task's search); the module is tagged so that candidates name their task."""
+    state of its task's search), which proposes nothing once ``stop`` is set; the module is
+    tagged so that candidates name their task."""
     from tvm.s_tir import meta_schedule as ms
 
     def strategy():
-        return ms.search_strategy.EvolutionarySearch(
+        evolutionary = ms.search_strategy.EvolutionarySearch(
             population_size=params.population, init_measured_ratio=params.init_measured_ratio,
             init_min_unmeasured=params.init_min_unmeasured, genetic_num_iters=params.generations,
             genetic_mutate_prob=params.mutate_prob, genetic_max_fail_count=params.max_fail_count,
             eps_greedy=params.eps_greedy)
+        return evolutionary if stop is None else StoppableSearch(evolutionary, stop)
 
     return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator="post-order-apply",
                            search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)

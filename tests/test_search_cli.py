@@ -33,7 +33,7 @@ def test_tune_writes_the_leaderboard_and_jobs_lists_it(tmp_path):
 def test_bad_parameters_exit_1_before_any_work(tmp_path):
     db = str(tmp_path / "bad.db")
     cases = [
-        (["tune", "matmul", "--trials", "0", "--db", db], "trials must be positive"),
+        (["tune", "matmul", "--trials", "0", "--db", db], "0 is not in 1.."),
         (["tune", "matmul", "--target", "tpu", "--db", db], "unknown target"),
         (["tune", "matmul", "--rpc-tracker", "127.0.0.1:1", "--rpc-key", "x", "--db", db], "cannot reach the RPC tracker"),
         (["tune", "not_a_kernel:M=3", "--db", db], "unknown kernel"),
@@ -43,3 +43,20 @@ def test_bad_parameters_exit_1_before_any_work(tmp_path):
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 1, (args, r.output)
         assert words in r.output and "Traceback" not in r.output
+
+
+def test_tune_minutes_without_trials_stops_on_time_and_the_job_is_done(tmp_path):
+    import time
+
+    db = str(tmp_path / "minutes.db")
+    start = time.monotonic()
+    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--minutes", "0.1", "--per-batch", "4",
+                                 "--population", "32", "--generations", "1", "--timeout", "20", "--db", db, "--json"])
+    took = time.monotonic() - start
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    assert summary["stopped"] == "time budget" and summary["trials"] > 0 and took < 60
+    jobs = json.loads(CliRunner().invoke(cli, ["jobs", "--db", db, "--json"]).output)
+    assert jobs[0]["status"] == "done" and jobs[0]["params"]["params"]["minutes"] == 0.1
+    assert jobs[0]["params"]["params"]["timeout_s"] == 20
+

@@ -1,0 +1,220 @@
+"""Stopping a search: Ctrl-C and SIGTERM (``schedx tune`` and background jobs), a time budget,
+and a batch the store cannot write. Each ends the search at a batch boundary with every finished
+batch kept, never with a segfault (Ctrl-C used to crash ``schedx tune`` with rc 139) or a
+traceback from inside TVM's FFI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from explorer.kernels import builtin_kernel
+from explorer.target import host_target
+from explorer.workload import kernel_task
+from search.errors import SearchError
+from search.params import SearchParams
+from search.stopping import StopRequest
+from search.tune import tune
+from store import Store
+from tests.fake_measure import FakeBuilder, FakeRunner
+
+FAST = dict(population=32, generations=1, init_min_unmeasured=8, cost_model="random")
+ROOT = Path(__file__).resolve().parent.parent
+SCHEDX = [sys.executable, "-m", "app.cli"]
+
+
+def _task():
+    return kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))
+
+
+@derived_object
+class SlowRunner(ms.runner.PyRunner):
+    """FakeRunner's latencies, after ``batch_s`` of pretend measuring per batch."""
+
+    def __init__(self, batch_s: float) -> None:
+        super().__init__()
+        self.batch_s, self.inner, self.batches = batch_s, FakeRunner(), []
+
+    def run(self, runner_inputs):
+        time.sleep(self.batch_s)
+        self.batches.append(time.monotonic())
+        return self.inner.run(runner_inputs)
+
+
+def test_a_stop_request_ends_the_search_at_a_batch_boundary(tmp_path):
+    store = Store(tmp_path / "s.db")
+    stop, seen = StopRequest(), []
+
+    def on_batch(report):
+        seen.append(report)
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: tune turns it into a stop request
+
+    summary = tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
+                   builder=FakeBuilder(), runner=FakeRunner(), on_batch=on_batch)
+    assert summary.stopped == "interrupted" and summary.trials == 16 == store.count() and len(seen) == 2
+    # a caller's own request (the job runner's signal handlers set it) works the same way
+    stop.request("terminated")
+    again = tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
+                 builder=FakeBuilder(), runner=FakeRunner(), stop=stop)
+    assert again.stopped == "terminated" and again.trials == 0 and store.count() == 16
+
+
+def test_time_budget_stops_after_the_batch_in_progress(tmp_path):
+    store = Store(tmp_path / "s.db")
+    runner = SlowRunner(0.25)
+    start = time.monotonic()
+    summary = tune([_task()], store=store, target=host_target(),
+                   params=SearchParams(trials=100_000, per_batch=4, **FAST), builder=FakeBuilder(), runner=runner,
+                   minutes=1.0 / 60)  # one second
+    took = time.monotonic() - start
+    assert summary.stopped == "time budget" and 0 < summary.trials < 100_000
+    # the last batch started before the budget was spent; none started after it
+    assert runner.batches[-1] - start < 1.0 + 0.25 + 1.0, [b - start for b in runner.batches]
+    assert took < 6.0 and store.count() == summary.trials
+    # with --trials as well: whichever comes first
+    few = tune([_task()], store=Store(tmp_path / "t.db"), target=host_target(),
+               params=SearchParams(trials=8, per_batch=4, minutes=10, **FAST), builder=FakeBuilder(),
+               runner=FakeRunner())
+    assert few.trials == 8 and few.stopped == ""
+
+
+def test_a_batch_the_store_cannot_write_stops_the_search_with_it_rolled_back(tmp_path):
+    """A full disk, simulated exactly as SQLite sees one: the file may not grow (max_page_count)."""
+    store = Store(tmp_path / "full.db")
+    seen = []
+
+    def on_batch(report):
+        seen.append(report)
+        if len(seen) == 2:  # from now on the database is full
+            pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+            store._db.execute(f"PRAGMA max_page_count = {pages}")
+
+    runner = FakeRunner()
+    with pytest.raises(SearchError) as info:
+        tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
+             builder=FakeBuilder(), runner=runner, on_batch=on_batch)
+    message = str(info.value)
+    assert "could not be written" in message and "full" in message and "\n" not in message
+    assert "16 trials before it are in the database" in message
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    assert store.count() == 16 and len(runner.ran) == 24  # the third batch was measured, then rolled back
+    # resume: the rolled-back batch is measured again, nothing else is
+    rerun = FakeRunner()
+    tune([_task()], store=store, target=host_target(), params=SearchParams(trials=16, per_batch=8, **FAST),
+         builder=FakeBuilder(), runner=rerun)
+    hashes = [r.candidate for r in store.records()]
+    assert len(hashes) == len(set(hashes)) == 32
+
+
+def test_a_callback_that_raises_is_one_search_error_not_a_runtime_error(tmp_path):
+    def on_batch(report):
+        raise ValueError("the progress bar broke")
+
+    with pytest.raises(SearchError, match="ValueError: the progress bar broke"):
+        tune([_task()], store=Store(tmp_path / "s.db"), target=host_target(),
+             params=SearchParams(trials=16, per_batch=8, **FAST), builder=FakeBuilder(), runner=FakeRunner(),
+             on_batch=on_batch)
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    """``schedx ARGS`` as a terminal runs it: its own process group, SIGINT not ignored."""
+    return subprocess.Popen(SCHEDX + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_for_records(db: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if db.exists():
+            try:
+                if Store(db).count() >= n:
+                    return
+            except Exception:  # noqa: BLE001 - the file is being created
+                pass
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} records in time: {proc.poll()}")
+
+
+def test_ctrl_c_during_schedx_tune_stops_cleanly_and_the_search_resumes(tmp_path):
+    db = tmp_path / "ctrl-c.db"
+    proc = _start(["tune", "matmul:M=64,N=64,K=64", "--trials", "256", "--per-batch", "4", "--population", "32",
+                   "--generations", "1", "--cost-model", "random", "--db", str(db)])
+    try:
+        _wait_for_records(db, 4, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = err.decode()
+    assert proc.returncode == 130, err[-3000:]  # not 139 (SIGSEGV), not a traceback
+    assert "Traceback" not in err and "Segmentation" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped (Ctrl-C) after") and "resumes" in last
+    store = Store(db)
+    job = store.jobs()[-1]
+    before = store.records()
+    assert job.status == "stopped" and before and len(before) % 4 == 0 and len(before) < 256
+    # resume: nothing measured before is measured again
+    runner = FakeRunner()
+    tune([_task()], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=4, **FAST),
+         builder=FakeBuilder(), runner=runner)
+    assert not set(runner.ran) & {r.candidate for r in before}
+    hashes = [r.candidate for r in store.records()]
+    assert len(hashes) == len(set(hashes))
+
+
+def test_sigterm_stops_a_background_job(tmp_path):
+    from search.job_spec import JobSpec
+    from search.jobs import start_job, stop_job
+
+    db = tmp_path / "job.db"
+    store = Store(db)
+    spec = JobSpec(workload="matmul:M=64,N=64,K=64", params=SearchParams(trials=512, per_batch=4, **FAST))
+    job = start_job(store, spec)
+    deadline = time.time() + 240
+    while time.time() < deadline and store.count(job_id=job.id) < 4:
+        time.sleep(0.3)
+    assert store.count(job_id=job.id) >= 4
+    stopped = stop_job(store, job.id, timeout=60)
+    assert stopped.status == "stopped"
+    count = store.count(job_id=job.id)
+    assert count % 4 == 0 and count < 512
+    from search.jobs import log_path
+
+    log = log_path(store, job.id).read_text()
+    assert "Traceback" not in log and "Segmentation" not in log
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """Batches of 32 candidates of a 256 matmul take seconds: the second Ctrl-C does not wait."""
+    db = tmp_path / "twice.db"
+    proc = _start(["tune", "matmul:M=256,N=256,K=256", "--trials", "256", "--per-batch", "32", "--population", "64",
+                   "--generations", "1", "--cost-model", "random", "--db", str(db)])
+    try:
+        _wait_for_records(db, 32, proc)
+        time.sleep(1.0)  # into the second batch
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        start = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and took < 10
+    store = Store(db)
+    assert store.jobs()[-1].status == "stopped"
+    assert {r.status for r in store.records()} <= {"ok", "run_error", "verify_failed", "timeout", "build_error"}
