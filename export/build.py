@@ -1,11 +1,12 @@
 """Build a workload for a target with the chosen schedules applied.
 
-Models: the tuning pipeline (LegalizeOps .. FuseTIR, exactly what the search extracts its tasks
-from, so workload keys meet), then ``main``'s constants become parameters
-(:mod:`export.params`), then each task gets its schedule: a record's trace replayed as
-MetaSchedule's ``ApplyDatabase`` does, or a record's steps; tasks without one keep the default
-(dlight on GPU, the plain loop nest on CPU). Kernels skip fusion: their one PrimFunc is the task.
-Then the target's Relax lowering and finalisation passes, and ``relax.build``.
+Models: the task pipeline (batch-norm folded, NHWC, LegalizeOps .. FuseTIR: exactly what the
+search extracts its tasks from, so workload keys meet), then ``main``'s constants become
+parameters (:mod:`export.params`), then each task gets its schedule: a record's trace replayed as
+MetaSchedule's ``ApplyDatabase`` does, or a record's steps; records first, and the tasks without
+one get the target's default (dlight on GPU; on CPU schedx's rules, tiled, parallel and
+vectorized, :mod:`explorer.schedule.defaults`). Kernels skip fusion: their one PrimFunc is the
+task. Then the target's Relax lowering and finalisation passes, and ``relax.build``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A pass is named as TVM names it (``FuseOps``, ``ConvertLayout``), so what a user reads here is
 what they find in ``tvm.relax.transform``. Passes that need arguments get sensible ones
 (``ConvertLayout`` to NHWC, ``ToMixedPrecision`` to fp16 with fp32 accumulation); the summary
-says which.
+says which. Two are schedx's own (:mod:`explorer.passes.fold_numpy`,
+:mod:`explorer.passes.clip_ops`): they prepare an inference graph for fusion.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tvm
 from tvm import relax
 
 from explorer.errors import PipelineError
+from explorer.passes.clip_ops import ClipToRelaxOps
+from explorer.passes.fold_numpy import FoldConstantNumpy
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,10 @@ def _t(name: str, summary: str, factory: Callable[[], tvm.transform.Pass] | None
     return PassSpec(name, summary, factory or getattr(relax.transform, name))
 
 
-_NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.max_pool2d": ["NHWC"],
-         "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}
+# NHWC data with HWIO weights: the output channel is innermost in both, so a convolution's
+# vectorized channel loop reads its weights contiguously. Pooling follows its input's layout
+# (ConvertLayout refuses a desired layout for it).
+_NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 PASS_CATALOG: dict[str, PassSpec] = {
     p.name: p
@@ -42,8 +47,12 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("DecomposeOpsForInference", "Rewrite batch_norm, layer_norm and friends into elementwise ops for inference."),
         _t("CanonicalizeBindings", "Remove trivial rebindings (x = y) and fold tuple get-items."),
         _t("FoldBatchnormToConv2D", "Fold a batch_norm that follows a conv2d into the conv's weights and a bias add."),
-        _t("ConvertLayout", "Convert conv2d and pooling to NHWC data / OHWI weights, inserting layout transforms.",
-           lambda: relax.transform.ConvertLayout(_NHWC)),
+        _t("ConvertLayout", "Convert conv2d to NHWC data / HWIO weights (pooling and elementwise ops follow), "
+           "inserting layout transforms.", lambda: relax.transform.ConvertLayout(_NHWC)),
+        _t("FoldConstantNumpy", "schedx: evaluate arithmetic and layout ops on constants (folded batch-norm "
+           "scales, weight transposes) with numpy, in milliseconds instead of an LLVM build each.", lambda: FoldConstantNumpy),
+        _t("ClipToRelaxOps", "schedx: turn Clip/ReLU6 emitted as TensorIR max/min back into Relax maximum/minimum, "
+           "so layouts convert through them and they fuse into the convolution.", lambda: ClipToRelaxOps),
         _t("ToMixedPrecision", "Compute in float16 where safe, accumulating in float32.",
            lambda: relax.transform.ToMixedPrecision(out_dtype="float32")),
         _t("EliminateCommonSubexpr", "Reuse the result of identical computations."),

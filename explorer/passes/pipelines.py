@@ -22,6 +22,20 @@ CUDA_TARGET: dict = {"kind": "cuda", "arch": "sm_80"}
 TUNING_PASSES: tuple[str, ...] = (
     "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
 )
+# The graph for inference before fusion: batch-norm folded into the convolution's weights and a
+# bias (its tuple output no longer stops conv + bias + activation (+ residual) from being one
+# kernel), what is left of batch-norm made elementwise, clips made Relax operators again, and the
+# constant arithmetic done once here (numpy), so that no kernel recomputes weights per call.
+_PREPARE: tuple[str, ...] = (
+    "FoldBatchnormToConv2D", "FoldConstantNumpy", "DecomposeOpsForInference", "ClipToRelaxOps", "FoldConstantNumpy",
+)
+# ... and with NHWC data / HWIO weights (the weights transposed once, here): the channel axis that
+# a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
+# right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults.
+INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayout", "FoldConstantNumpy") + TUNING_PASSES
+INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + TUNING_PASSES
+# What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).
+TASK_PIPELINE = "inference"
 
 
 @dataclass(frozen=True)
@@ -54,9 +68,20 @@ PIPELINES: dict[str, PipelineSpec] = {
     p.name: p
     for p in [
         PipelineSpec(
-            "tuning", "Tuning (fusion)",
-            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination: "
-            "the module MetaSchedule extracts its tasks (fused kernels) from.",
+            "inference", "Inference (folded batch-norm, NHWC, fusion)",
+            "Batch-norm folded into the convolutions, clips as Relax ops, NHWC/HWIO layouts with the weights "
+            "transposed at build time, then LegalizeOps .. FuseTIR: the module schedx tunes and exports "
+            "(its fused kernels are the tasks).",
+            CPU_TARGET, lambda t: _sequential(INFERENCE_PASSES, "inference")),
+        PipelineSpec(
+            "inference-nchw", "Inference, NCHW (folded batch-norm, fusion)",
+            "The inference pipeline without the layout conversion: batch-norm folded, the model's own NCHW "
+            "layouts, then fusion.",
+            CPU_TARGET, lambda t: _sequential(INFERENCE_NCHW_PASSES, "inference-nchw")),
+        PipelineSpec(
+            "tuning", "Fusion only",
+            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination on the "
+            "graph as imported: batch-norm stays its own kernels, layouts as the model has them.",
             CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),
         PipelineSpec(
             "cpu-default", "tvm.compile on CPU",

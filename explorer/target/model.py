@@ -184,9 +184,14 @@ class Target:
 
     def apply_default_schedules(self, mod, tvm_target):
         """``mod`` with the target's default schedule on every PrimFunc not scheduled yet (GPUs:
-        dlight's rules, which bind threads; CPUs: left as they are)."""
+        dlight's rules, which bind threads; CPUs: schedx's rules, tiled, parallel and vectorized
+        for this target's vector width, registers and cores, see :mod:`explorer.schedule.defaults`)."""
         if self.kind != "cuda":
-            return mod
+            from explorer.schedule.defaults import CpuSpec, apply_default_schedules
+
+            cpu = CpuSpec.of(vector_width=self.vector_width, features=self.features, arch=self.arch,
+                             cores=self.config.get("num-cores"))
+            return apply_default_schedules(mod, cpu)[0]
         from tvm.s_tir import dlight as dl
 
         with tvm_target:
@@ -196,7 +201,8 @@ class Target:
     @property
     def default_schedule(self) -> str:
         """What a kernel without a record gets on this target, in words."""
-        return "dlight's default GPU schedules" if self.kind == "cuda" else "the unscheduled loop nest (no record: slow)"
+        return ("dlight's default GPU schedules" if self.kind == "cuda" else
+                "schedx's default CPU schedules (tiled, parallel, vectorized; no search)")
 
     @property
     def searchable(self) -> bool:

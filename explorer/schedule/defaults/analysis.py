@@ -1,0 +1,184 @@
+"""Facts about a block that the default rules decide on: its iterators (spatial or reduction),
+which iterator indexes each dimension of what it writes and reads, whether its loops are still
+one per iterator, and whether its body is costly (a call such as ``exp``) or a padding.
+
+Read from TensorIR with :class:`tvm.s_tir.Schedule` queries; nothing here changes a schedule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+from tvm.ir.expr import Call as _Call
+from tvm.tirx.analysis import undefined_vars
+
+# Calls that cost no more than an add (conditionals the padding and masking blocks use).
+_CHEAP_CALLS = {"prim.if_then_else", "prim.likely", "tirx.if_then_else", "tirx.likely"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """One buffer a block reads: its name and, per dimension, the iterators (positions in the
+    block's iterator list) its index uses."""
+
+    buffer: str
+    dims: tuple[frozenset[int], ...]
+
+    def uses(self, k: int) -> bool:
+        return any(k in d for d in self.dims)
+
+    @property
+    def last(self) -> frozenset[int]:
+        return self.dims[-1] if self.dims else frozenset()
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    """``extents[k]`` and ``reduction[k]`` per iterator; ``out_dims`` gives, per dimension of the
+    written buffer, the iterator that indexes it alone (None: a constant or an expression);
+    ``loops_match``: the block sits under exactly one loop per iterator, in order (TE's nests)."""
+
+    name: str
+    extents: tuple[int, ...]
+    reduction: tuple[bool, ...]
+    out_dims: tuple[int | None, ...]
+    reads: tuple[Access, ...]
+    dtype: str
+    loops_match: bool
+    costly: bool
+    padding: bool
+
+    @property
+    def spatial(self) -> list[int]:
+        return [k for k, r in enumerate(self.reduction) if not r]
+
+    @property
+    def reduce(self) -> list[int]:
+        return [k for k, r in enumerate(self.reduction) if r]
+
+    @property
+    def is_spatial(self) -> bool:
+        return not any(self.reduction)
+
+    @property
+    def volume(self) -> int:
+        return math.prod(self.extents)
+
+
+def _int(x) -> int | None:
+    return int(x.value) if isinstance(x, tirx.IntImm) else None
+
+
+def sub_exprs(expr) -> Iterator[object]:
+    """Every node of a TIR expression, ``expr`` first (TVM 0.27 has no Python TIR visitor)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value", "body"):
+            child = getattr(node, attr, None)
+            if isinstance(child, tirx.Expr):
+                stack.append(child)
+        for attr in ("args", "indices"):
+            for child in getattr(node, attr, None) or ():
+                if isinstance(child, tirx.Expr):
+                    stack.append(child)
+
+
+def _calls(expr) -> set[str]:
+    return {str(n.op.name) for n in sub_exprs(expr) if isinstance(n, _Call) and hasattr(n.op, "name")}
+
+
+def _is_padding(value) -> bool:
+    """A value chosen between an input element and a constant: what pad (and masking) blocks compute."""
+    if not isinstance(value, _Call) or str(getattr(value.op, "name", "")) not in _CHEAP_CALLS:
+        return False
+    return any(isinstance(a, (tirx.FloatImm, tirx.IntImm)) for a in value.args[1:])
+
+
+def _iter_positions(expr, positions: dict[str, int]) -> frozenset[int]:
+    return frozenset(positions[v.name] for v in undefined_vars(expr) if v.name in positions)
+
+
+def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
+    """The facts of ``block`` in ``sch`` (see :class:`BlockFacts`)."""
+    blk = sch.get(block)
+    iters = list(blk.iter_vars)
+    positions = {iv.var.name: k for k, iv in enumerate(iters)}
+    extents = tuple(_int(iv.dom.extent) or 0 for iv in iters)
+    reduction = tuple(int(iv.iter_type) != 0 for iv in iters)
+    body = blk.body
+    out_dims: tuple[int | None, ...] = ()
+    dtype = "float32"
+    costly = padding = False
+    if isinstance(body, tirx.BufferStore):
+        dims = []
+        for index in body.indices:
+            if isinstance(index, tirx.Var) and index.name in positions:
+                dims.append(positions[index.name])
+            else:
+                dims.append(None)
+        out_dims = tuple(dims)
+        dtype = str(body.buffer.dtype)
+        costly = bool(_calls(body.value) - _CHEAP_CALLS)
+        padding = _is_padding(body.value)
+    reads = tuple(Access(str(getattr(r.source, "name", r.source)),
+                         tuple(_iter_positions(rg.min, positions) for rg in r.region)) for r in blk.reads)
+    return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
+                      dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)
+
+
+def _loops_match(sch: s_tir.Schedule, block, iters) -> bool:
+    """Whether the loops above ``block`` are exactly one per iterator, each bound to it alone."""
+    loops = sch.get_loops(block)
+    if len(loops) != len(iters):
+        return False
+    realize = sch.get_sref(block).stmt
+    # the realize's bindings: walk the loop nest to the block
+    loop_vars = []
+    for lp in loops:
+        stmt = sch.get(lp)
+        if _int(stmt.min) != 0:
+            return False
+        loop_vars.append(stmt.loop_var)
+    bindings = _bindings(sch, block)
+    if bindings is None or len(bindings) != len(iters):
+        return False
+    for value, var, iv in zip(bindings, loop_vars, iters):
+        if not (isinstance(value, tirx.Var) and value.same_as(var)):
+            return False
+        if _int(sch.get(loops[iters.index(iv)]).extent) != _int(iv.dom.extent):
+            return False
+    return realize is not None
+
+
+def _bindings(sch: s_tir.Schedule, block) -> list | None:
+    """The iterator bindings of ``block``'s realize (found under its innermost loop)."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return None
+    name = sch.get(block).name_hint
+    stack = [sch.get(loops[-1]).body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, s_tir.SBlockRealize):
+            if node.block.name_hint == name:
+                return list(node.iter_values)
+            continue
+        if isinstance(node, tirx.SeqStmt):
+            stack.extend(node.seq)
+        elif isinstance(node, tirx.For):
+            stack.append(node.body)
+        elif isinstance(node, tirx.IfThenElse):
+            stack.extend(s for s in (node.then_case, node.else_case) if s is not None)
+    return None
+
+
+def root_blocks(sch: s_tir.Schedule) -> list:
+    """The blocks directly under the root, in program order."""
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+__all__ = ["Access", "BlockFacts", "block_facts", "root_blocks", "sub_exprs"]

@@ -1,0 +1,159 @@
+"""Pick and apply the default schedule of a kernel, and of every unscheduled kernel of a module.
+
+For one PrimFunc (:func:`default_schedule`), the rules are tried from the best to the safest,
+each on a fresh copy; the first that TVM accepts and that :mod:`explorer.schedule.lint` finds
+nothing wrong with is kept:
+
+1. ``tiled``: cheap blocks inlined (:mod:`.inline`), the biggest reduction with a vector axis
+   register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
+   (:mod:`.simple`);
+2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
+3. ``none``: the kernel as it was (only if TVM refuses even that).
+
+A module (:func:`apply_default_schedules`) gets this for each PrimFunc that has no schedule yet
+(no ``tirx.is_scheduled``); equal PrimFuncs are scheduled once. It takes seconds for ResNet-18.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import tvm
+from tvm import s_tir
+
+from explorer.errors import short_tvm_message
+from explorer.schedule.defaults.analysis import block_facts, root_blocks
+from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.simple import safe_schedule, schedule_rows, schedule_spatial
+from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
+from explorer.schedule.lint import problems
+
+SCHEDULED_ATTR = "tirx.is_scheduled"
+RULE_ATTR = "schedx.default_rule"
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """What a kernel got: ``rule`` (tiled, safe, none), what was done to each block, and why a
+    better rule was not used (empty when the first rule applied)."""
+
+    rule: str
+    steps: tuple[str, ...] = ()
+    fallback_reason: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["steps"] = list(self.steps)
+        return d
+
+
+def _fresh(func: tvm.tirx.PrimFunc) -> s_tir.Schedule:
+    from explorer.workload.keys import owned_task_module
+
+    return s_tir.Schedule(owned_task_module(func))
+
+
+def _anchor(sch: s_tir.Schedule):
+    """The reduction block with the most iterations (a conv, matmul or pool), if any."""
+    reductions = [(block_facts(sch, b).volume, i, b) for i, b in enumerate(root_blocks(sch))
+                  if not block_facts(sch, b).is_spatial]
+    return max(reductions, key=lambda t: (t[0], -t[1]))[2] if reductions else None
+
+
+def _rest(sch: s_tir.Schedule, cpu: CpuSpec, names: list[str]) -> list[str]:
+    """The root blocks called ``names``: spatial ones fused and vectorized, reductions by rows."""
+    steps = []
+    for name in names:
+        block = sch.get_sblock(name)
+        facts = block_facts(sch, block)
+        rule = schedule_spatial if facts.is_spatial else schedule_rows
+        try:
+            steps.append(rule(sch, block, cpu))
+        except NotApplicable:
+            steps.append(safe_schedule(sch, block, cpu))
+    return steps
+
+
+def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
+    sch = _fresh(func)
+    inline_producers(sch)
+    inline_epilogues(sch)
+    steps: list[str] = []
+    names = [sch.get(b).name_hint for b in root_blocks(sch)]
+    anchor = _anchor(sch)
+    if anchor is not None:
+        name = sch.get(anchor).name_hint
+        try:
+            steps.append(tile_reduction(sch, anchor, cpu))
+        except NotApplicable:
+            pass
+        else:  # the epilogue it took in is gone; the padding and other blocks remain
+            names.remove(name)
+            left = {sch.get(b).name_hint for b in root_blocks(sch)}
+            names = [n for n in names if n in left]
+    steps += _rest(sch, cpu, names)
+    return sch, steps
+
+
+def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
+    sch = _fresh(func)
+    return sch, [safe_schedule(sch, b, cpu) for b in root_blocks(sch)]
+
+
+RULES = (("tiled", _tiled), ("safe", _safe))
+
+
+def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice]:
+    """``func`` with the best default rule that applies (see the module docstring), and the choice.
+
+    Never raises for a rule that does not fit: the next rule is tried, and the last resort is
+    ``func`` unchanged."""
+    reasons = []
+    for rule, make in RULES:
+        try:
+            sch, steps = make(func, cpu)
+            scheduled = sch.mod["main"]
+            found = problems(scheduled)
+            if found:
+                raise NotApplicable("; ".join(found))
+        except Exception as err:  # noqa: BLE001 - any refusal sends the kernel to the next, simpler rule
+            reasons.append(f"{rule}: {short_tvm_message(err, 200)}")
+            continue
+        return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons))
+    return func, DefaultChoice("none", (), "; ".join(reasons))
+
+
+def _finish(scheduled: tvm.tirx.PrimFunc, original: tvm.tirx.PrimFunc, rule: str) -> tvm.tirx.PrimFunc:
+    """``scheduled`` with the original's attributes (global symbol, op pattern), marked scheduled."""
+    func = scheduled
+    for key in list((func.attrs or {}).keys()):
+        if key not in (original.attrs or {}) and key != "tirx.noalias":
+            func = func.without_attr(key)
+    for key, value in (original.attrs or {}).items():
+        func = func.with_attr(key, value)
+    return func.with_attr(SCHEDULED_ATTR, True).with_attr(RULE_ATTR, rule)
+
+
+def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModule, dict[str, DefaultChoice]]:
+    """``mod`` (a copy) with a default schedule on every PrimFunc not scheduled yet, and the choice
+    made for each of them, by function name."""
+    import tvm_ffi
+
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    choices: dict[str, DefaultChoice] = {}
+    done: dict[int, tuple[tvm.tirx.PrimFunc, DefaultChoice]] = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and SCHEDULED_ATTR in func.attrs):
+            continue
+        key = tvm_ffi.structural_hash(func)
+        if key not in done:
+            done[key] = default_schedule(func, cpu)
+        scheduled, choice = done[key]
+        choices[gv.name_hint] = choice
+        if choice.rule != "none":
+            out[gv] = _finish(scheduled, func, choice.rule)
+    return out, choices
+
+
+__all__ = ["DefaultChoice", "RULES", "RULE_ATTR", "SCHEDULED_ATTR", "apply_default_schedules", "default_schedule"]

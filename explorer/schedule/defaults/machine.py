@@ -1,0 +1,61 @@
+"""What a default schedule needs to know about the CPU it is for: vector width, vector registers
+and cores, taken from a target's real features (never assumed).
+
+Plain data, no TVM: the rules read lanes per dtype and a register budget from here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+# Architectural vector registers per ISA level (x86: 32 zmm with AVX-512, 16 ymm/xmm before;
+# aarch64: 32 NEON/SVE registers).
+_X86_REGISTERS = (("avx512f", 32),)
+_DEFAULT_REGISTERS = {"x86_64": 16, "aarch64": 32}
+# Registers a micro-kernel leaves to loads and broadcasts besides its accumulators.
+SPARE_REGISTERS = 4
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    """The CPU a default schedule is built for: ``vector_bits`` of its widest vector unit,
+    ``registers`` (vector registers), ``cores`` (threads a parallel loop is split over)."""
+
+    vector_bits: int = 128
+    registers: int = 16
+    cores: int = 1
+    arch: str = ""
+
+    def lanes(self, dtype: str) -> int:
+        """Vector lanes of ``dtype`` (float32 on AVX-512: 16); 1 for types wider than a vector."""
+        return max(1, self.vector_bits // dtype_bits(dtype))
+
+    @property
+    def accumulators(self) -> int:
+        """Vector registers a register tile may hold as accumulators."""
+        return max(2, self.registers - SPARE_REGISTERS)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, *, vector_width: int | None, features: Iterable[str], arch: str, cores: int | None) -> CpuSpec:
+        """The spec of a CPU target from what :class:`explorer.target.Target` knows about it."""
+        feats = set(features)
+        registers = _DEFAULT_REGISTERS.get(arch, 16)
+        if arch == "x86_64":
+            registers = next((n for f, n in _X86_REGISTERS if f in feats), registers)
+        return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch)
+
+
+def dtype_bits(dtype: str) -> int:
+    """Bits of one element of ``dtype`` (``float32`` -> 32, ``bool`` -> 8)."""
+    text = str(dtype)
+    if text == "bool":
+        return 8
+    found = re.findall(r"\d+", text.split("x")[0])
+    return int(found[0]) if found else 32
+
+
+__all__ = ["CpuSpec", "SPARE_REGISTERS", "dtype_bits"]

@@ -1,0 +1,99 @@
+"""Defaults for the blocks that are not a tiled reduction, and the safe fallback.
+
+- :func:`schedule_spatial`: an injective block (elementwise, broadcast, transpose, padding):
+  its loops fused into one, cut into vectors of the target's lanes (vectorized) and the rest run
+  in parallel;
+- :func:`schedule_rows`: a reduction without a vector axis (softmax's and layer norm's row
+  reductions, a sum over the innermost axis): the spatial loops in parallel, the reduction left
+  serial inside (LLVM does not reorder a float sum);
+- :func:`safe_schedule`: what any block takes: its outermost loop in parallel and its innermost
+  loop vectorized when TVM agrees that they are data parallel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import s_tir
+
+from explorer.schedule.defaults.analysis import block_facts
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.tiling import PARALLEL_MIN_VOLUME, NotApplicable
+
+
+def _vector_factor(extent: int, lanes: int) -> int:
+    """Lanes if they divide ``extent``, else the largest divisor of it within the lanes (1: none)."""
+    if extent % lanes == 0:
+        return lanes
+    return max((d for d in range(2, lanes + 1) if extent % d == 0), default=1)
+
+
+def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """Fuse, vectorize by lanes, parallel outside (see the module docstring)."""
+    facts = block_facts(sch, block)
+    if not facts.is_spatial or not facts.loops_match:
+        raise NotApplicable("not a plain spatial block")
+    loops = sch.get_loops(block)
+    if not loops:
+        return f"scalar ({facts.name})"
+    contiguous = bool(facts.out_dims) and facts.out_dims[-1] == len(loops) - 1
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    total = facts.volume
+    factor = _vector_factor(total, cpu.lanes(facts.dtype)) if contiguous else 1
+    outer = fused
+    if factor > 1 and total > factor:
+        outer, inner = sch.split(fused, [None, factor])
+        sch.vectorize(inner)
+    elif factor > 1:
+        sch.vectorize(fused)
+        return f"vectorized ({facts.name})"
+    if total >= PARALLEL_MIN_VOLUME:
+        sch.parallel(outer)
+    return f"parallel x{factor} ({facts.name})"
+
+
+def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """Spatial loops first and in parallel, the reduction serial inside."""
+    facts = block_facts(sch, block)
+    if facts.is_spatial or not facts.loops_match:
+        raise NotApplicable("not a reduction under its own loops")
+    loops = sch.get_loops(block)
+    spatial = [loops[k] for k in facts.spatial]
+    reduce = [loops[k] for k in facts.reduce]
+    sch.reorder(*spatial, *reduce)
+    if not spatial:
+        return f"serial reduction ({facts.name})"
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    if facts.volume >= PARALLEL_MIN_VOLUME and math.prod(facts.extents[k] for k in facts.spatial) > 1:
+        sch.parallel(fused)
+    return f"parallel rows ({facts.name})"
+
+
+def safe_schedule(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """Outermost loop parallel, innermost vectorized (by lanes), each only where TVM accepts it."""
+    facts = block_facts(sch, block)
+    loops = sch.get_loops(block)
+    done = []
+    if not loops:
+        return f"unchanged ({facts.name})"
+    if facts.is_spatial and facts.out_dims and len(loops) > 1:
+        inner = loops[-1]
+        extent = facts.extents[-1] if facts.loops_match else 0
+        factor = _vector_factor(extent, cpu.lanes(facts.dtype)) if extent else 1
+        if factor > 1:
+            try:
+                _, vec = sch.split(inner, [None, factor])
+                sch.vectorize(vec)
+                done.append("vectorized")
+            except s_tir.ScheduleError:
+                pass
+    if facts.volume >= PARALLEL_MIN_VOLUME:
+        try:
+            sch.parallel(loops[0])
+            done.append("parallel")
+        except s_tir.ScheduleError:
+            pass
+    return f"{'+'.join(done) or 'unchanged'} ({facts.name})"
+
+
+__all__ = ["safe_schedule", "schedule_rows", "schedule_spatial"]
