@@ -53,4 +53,87 @@ def ort_nodes_figure(profile, top: int = 15) -> go.Figure:
     return fig
 
 
-__all__ = ["ort_nodes_figure", "profile_figure", "sweep_figure"]
+
+
+def history_figure(series, task: str | None = None) -> go.Figure:
+    """Optuna's optimization history: every candidate by trial and the best so far. ``task``:
+    that task's candidates by its own trial number; None: every task's best so far by trial."""
+    fig = go.Figure()
+    if task is not None:
+        pts = series.task_points.get(task, [])
+        ok = [(n, g) for n, g, _ in pts if g is not None]
+        fig.add_scatter(x=[n for n, _ in ok], y=[g for _, g in ok], mode="markers", name="candidate",
+                        marker=dict(size=6, color="#2563eb", opacity=0.7))
+        bad = [n for n, g, _ in pts if g is None]
+        if bad:
+            fig.add_scatter(x=bad, y=[0] * len(bad), mode="markers", name="failed",
+                            marker=dict(size=7, color="#dc2626", symbol="x"))
+        best, xs, ys = 0.0, [], []
+        for n, g in ok:
+            best = max(best, g)
+            xs.append(n)
+            ys.append(best)
+        fig.add_scatter(x=xs, y=ys, mode="lines", name="best so far", line_shape="hv", line=dict(color="#16a34a"))
+        title = f"{task.split('/')[-1]}: GFLOPS by trial"
+    else:
+        for name, (xs, ys) in series.best_so_far.items():
+            fig.add_scatter(x=xs, y=ys, mode="lines", name=name.split("/")[-1][:30], line_shape="hv")
+        title = "best so far (GFLOPS) by trial, per task"
+    fig.update_layout(title=title, height=340, margin=_MARGIN, xaxis_title="trial", yaxis_title="GFLOPS",
+                      legend_orientation="h")
+    return fig
+
+
+def candidates_figure(series) -> go.Figure:
+    """Measured GFLOPS of every candidate of the job, failures at 0."""
+    fig = go.Figure()
+    ok = [pt for pt in series.points if pt[2] is not None]
+    fig.add_scatter(x=[pt[0] for pt in ok], y=[pt[2] for pt in ok], mode="markers", name="measured",
+                    marker=dict(size=5, color="#2563eb"))
+    bad = [pt for pt in series.points if pt[2] is None]
+    if bad:
+        fig.add_scatter(x=[pt[0] for pt in bad], y=[0] * len(bad), mode="markers", name="failed",
+                        marker=dict(size=7, color="#dc2626", symbol="x"))
+    fig.update_layout(title="measured GFLOPS of every candidate", height=340, margin=_MARGIN, xaxis_title="trial")
+    return fig
+
+
+def cost_model_figure(series) -> go.Figure:
+    """The cost model's predicted score against the measured GFLOPS, coloured by batch."""
+    fig = go.Figure()
+    fig.add_scatter(x=[q[0] for q in series.predicted], y=[q[1] for q in series.predicted], mode="markers",
+                    marker=dict(color=[q[2] for q in series.predicted], colorscale="Viridis", showscale=True,
+                                colorbar=dict(title="batch")), name="candidates")
+    corr = [c for _, c in series.batch_corr if c is not None]
+    title = "cost model: predicted score vs measured GFLOPS"
+    fig.update_layout(title=f"{title} (last batch rank corr. {corr[-1]:.2f})" if corr else title, height=340,
+                      margin=_MARGIN, xaxis_title="predicted score", yaxis_title="GFLOPS")
+    return fig
+
+
+def trials_per_task_figure(series) -> go.Figure:
+    """Trials the task scheduler gave each task over time (stacked)."""
+    import pandas as pd
+
+    fig = go.Figure()
+    for task, (times, cum) in series.trials_over_time.items():
+        fig.add_scatter(x=pd.to_datetime(times, format="ISO8601"), y=cum, mode="lines", name=task.split("/")[-1][:30],
+                        stackgroup="trials")
+    fig.update_layout(title="trials given to each task over time", height=340, margin=_MARGIN,
+                      legend_orientation="h")
+    return fig
+
+
+def task_bests_figure(series) -> go.Figure:
+    """Best GFLOPS per task (bars) with the trials each got (hover)."""
+    rows = [r for r in series.task_rows() if r["best GFLOPS"] is not None]
+    fig = go.Figure(go.Bar(x=[r["task"].split("/")[-1][:30] for r in rows], y=[r["best GFLOPS"] for r in rows],
+                           customdata=[[r["trials"], r["failed"]] for r in rows], marker_color="#2563eb",
+                           hovertemplate="%{x}<br>%{y:.1f} GFLOPS<br>%{customdata[0]} trials, "
+                                         "%{customdata[1]} failed<extra></extra>"))
+    fig.update_layout(title="best GFLOPS per task", height=340, margin=_MARGIN)
+    return fig
+
+
+__all__ = ["candidates_figure", "cost_model_figure", "history_figure", "ort_nodes_figure", "profile_figure",
+           "sweep_figure", "task_bests_figure", "trials_per_task_figure"]

@@ -1,6 +1,7 @@
 """What the Search page draws, computed from a job's records (pure functions, tested apart from
-the drawing): best-so-far per task, GFLOPS per batch, predicted vs measured with the rank
-correlation of each batch, trials per task over time, failures."""
+the drawing in ``app/charts.py``): best-so-far per task, every candidate by trial (overall and
+within its task), predicted vs measured with the rank correlation of each batch, trials per task
+over time, failures by reason, and a summary row per task."""
 
 from __future__ import annotations
 
@@ -30,6 +31,24 @@ class JobSeries:
     predicted: list = field(default_factory=list)  # (predicted score, measured GFLOPS, batch)
     trials_over_time: dict = field(default_factory=dict)  # task -> (times, cumulative trials)
     failures: list = field(default_factory=list)  # records that did not run
+    task_points: dict = field(default_factory=dict)  # task -> [(trial within the task, GFLOPS or None, status)]
+
+    @property
+    def failure_counts(self) -> dict[str, int]:
+        """Failed candidates by outcome (``run_error``, ``verify_failed``, ...), most first."""
+        counts: dict[str, int] = defaultdict(int)
+        for r in self.failures:
+            counts[r.status] += 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    def task_rows(self) -> list[dict]:
+        """One row per task: trials, failed, best GFLOPS (most trials first)."""
+        rows = []
+        for task, pts in self.task_points.items():
+            good = [g for _, g, _ in pts if g is not None]
+            rows.append({"task": task, "trials": len(pts), "failed": sum(g is None for _, g, _ in pts),
+                         "best GFLOPS": max(good) if good else None})
+        return sorted(rows, key=lambda r: -r["trials"])
 
 
 def job_series(records: list[Record], task_names: dict[str, str], per_batch: int) -> JobSeries:
@@ -46,6 +65,7 @@ def job_series(records: list[Record], task_names: dict[str, str], per_batch: int
         cum.append(counts[task])
         ok = r.status == "ok" and r.gflops
         out.points.append((n, task, r.gflops if ok else None, r.status))
+        out.task_points.setdefault(task, []).append((counts[task], r.gflops if ok else None, r.status))
         if ok:
             best[task] = max(best.get(task, 0.0), r.gflops)
         xs, ys = out.best_so_far.setdefault(task, ([], []))

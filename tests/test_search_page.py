@@ -63,3 +63,58 @@ def test_start_and_stop_a_search_from_the_page(tmp_path):
     while time.time() < deadline and Store(db).job(job.id).status == "running":
         time.sleep(0.5)
     assert Store(db).job(job.id).status == "stopped"
+
+
+def test_the_form_refuses_invalid_workloads_before_any_job_starts(tmp_path):
+    db = tmp_path / "bad.db"
+    for bad, words in (("nosuchop", "nosuchop"), ("matmul:M=abc", "whole number"), ("matmul:M=8,Q=3", "no parameter Q")):
+        at = _page(db).run()
+        at.text_input(key="search_workload").input(bad)
+        at.button[0].click().run()
+        assert not at.exception
+        assert at.error and words in at.error[0].value, [e.value for e in at.error]
+        assert Store(db).jobs() == []  # nothing started
+
+
+def test_the_picker_follows_the_job_just_started_and_a_stopped_job_has_no_eta(tmp_path):
+    db = tmp_path / "follow.db"
+    store = Store(db)
+    old = store.create_job("tune", {"workload": "matmul:M=32,N=32,K=32", "params": {"trials": 8}})
+    store.update_job(old.id, status="done")
+    at = _page(db).run()
+    assert at.selectbox(key="job_pick").value == old.id
+    at.text_input(key="search_workload").input("matmul:M=64,N=64,K=64")
+    at.number_input(key="search_trials").set_value(400)
+    at.button[0].click().run()
+    new = Store(db).jobs()[-1]
+    assert new.id != old.id and at.selectbox(key="job_pick").value == new.id
+    at.run()
+    next(b for b in at.button if b.label == "Stop this job").click().run()
+    deadline = time.time() + 30
+    while time.time() < deadline and Store(db).job(new.id).status == "running":
+        time.sleep(0.5)
+    at.run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["status"] == "stopped" and metrics["ETA"] == "-"
+    assert not any(e.value.strip().endswith(":") for e in at.error)  # no empty reason
+
+
+def test_a_model_job_shows_every_task_and_the_job_history(tmp_path):
+    from explorer.workload import load_workload
+
+    db = tmp_path / "model.db"
+    store = Store(db)
+    job = store.create_job("tune", {"workload": "small_cnn", "params": {"per_batch": 8}})
+    tune(load_workload("small_cnn").tasks()[:3], store=store, target=host_target(),
+         params=SearchParams(trials=24, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
+         builder=FakeBuilder(), runner=FakeRunner(), job_id=job.id)
+    store.update_job(job.id, status="done")
+    at = _page(db).run()
+    assert not at.exception and not at.error
+    picker = at.selectbox(key="search_task_pick")
+    assert picker.options[0] == "all tasks" and len(picker.options) == 4
+    rows = at.dataframe[0].value
+    assert set(rows.columns) >= {"task", "trials", "best GFLOPS"} and len(rows) == 3
+    picker.set_value(picker.options[1]).run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 2
+    assert any("All jobs" in e.label for e in at.expander)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from app import state
@@ -101,98 +100,111 @@ def _job_label(j) -> str:
             + (f" · best {p.best_gflops:.1f} GFLOPS" if p.best_gflops else ""))
 
 
-@st.fragment(run_every=2.0)
-def live(path: str) -> None:
-    """Jobs and the chosen job's progress, re-read from the database every 2 s."""
-    from search.charts import job_series
-    from search.jobs import refresh, stop_job
+def _read(path: str):
+    """The jobs (dead processes marked failed), the chosen one, its records and the task names."""
+    from search.jobs import refresh
 
-    try:
-        with Store(path) as store:
-            jobs = refresh(store)
-            if not jobs:
-                st.info("No search yet. Start one above, or from a shell: `schedx tune matmul --trials 64`.")
-                return
-            ids = [j.id for j in reversed(jobs)]
-            chosen = st.session_state.get(state.SEARCH_JOB)
-            job_id = st.selectbox("Job", ids, index=ids.index(chosen) if chosen in ids else 0,
-                                  format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key="job_pick")
-            st.session_state[state.SEARCH_JOB] = job_id
-            job = next(j for j in jobs if j.id == job_id)  # the same read as the picker's label
-            records = store.records(job_id=job_id, order="id")
-            names = {w.key: w.name for w in store.workloads()}
-    except StoreError as err:
-        st.error(str(err))
-        return
-    from search.job_spec import JobProgress, JobSpec
+    with Store(path) as store:
+        jobs = refresh(store)
+        if not jobs:
+            return jobs, None, [], {}
+        ids = [j.id for j in reversed(jobs)]
+        chosen = st.session_state.get(state.SEARCH_JOB)
+        if st.session_state.get("job_pick") not in ids:
+            st.session_state.pop("job_pick", None)
+        job_id = st.selectbox("Job", ids, index=ids.index(chosen) if chosen in ids else 0,
+                              format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key="job_pick")
+        st.session_state[state.SEARCH_JOB] = job_id
+        job = next(j for j in jobs if j.id == job_id)  # the same read as the picker's label
+        return jobs, job, store.records(job_id=job_id, order="id"), {w.key: w.name for w in store.workloads()}
 
-    p, spec = JobProgress.from_dict(job.progress), JobSpec.from_dict(job.params)
+
+def _header(path: str, job, spec, progress) -> None:
+    from search.jobs import stop_job
+
     running = job.status == "running"
     st.caption(f"{spec.workload} for `{spec.target}`" + (f" (shapes {spec.shapes})" if spec.shapes else "")
                + (f", measured through {spec.rpc_tracker} ({spec.rpc_key})" if spec.rpc_tracker else ""))
     c = st.columns(5)
     c[0].metric("status", job.status)
-    c[1].metric("trials", f"{p.trials}/{p.total or spec.params.trials}")
-    c[2].metric("best GFLOPS", f"{p.best_gflops:.1f}" if p.best_gflops else "-")
-    c[3].metric("elapsed", f"{p.elapsed_s:.0f} s")
-    c[4].metric("ETA", f"{p.eta_s:.0f} s" if running and p.eta_s is not None else "-")
-    if running and st.button("Stop this job", key=f"stop_{job_id}"):
+    c[1].metric("trials", f"{progress.trials}/{progress.total or spec.params.trials}")
+    c[2].metric("best GFLOPS", f"{progress.best_gflops:.1f}" if progress.best_gflops else "-")
+    c[3].metric("elapsed", f"{progress.elapsed_s:.0f} s")
+    c[4].metric("ETA", f"{progress.eta_s:.0f} s" if running and progress.eta_s is not None else "-")
+    if running and st.button("Stop this job", key=f"stop_{job.id}"):
         with Store(path) as store:
-            stopped = stop_job(store, job_id)
-        st.toast(f"Job {job_id} {stopped.status}: what it measured stays in the database")
+            stopped = stop_job(store, job.id)
+        st.toast(f"Job {job.id} {stopped.status}: what it measured stays in the database")
         st.rerun()
     if job.error:
         st.error(f"{job.status}: {job.error}")
-    if p.failures:
+    if progress.failures:
         st.warning("Failed candidates by reason: " + "; ".join(
-            f"{n} {outcome} (e.g. {p.reasons.get(outcome, '')[:120]})" for outcome, n in
-            sorted(p.failures.items(), key=lambda kv: -kv[1])))
-    if not records:
-        st.caption("No batch measured yet.")
-        return
-    series = job_series(records, names, spec.params.per_batch)
+            f"{n} {outcome} (e.g. {progress.reasons.get(outcome, '')[:120]})" for outcome, n in
+            sorted(progress.failures.items(), key=lambda kv: -kv[1])))
+
+
+def _charts(series) -> None:
+    from app import charts
+
+    tasks = list(series.task_points)
+    one = tasks[0] if len(tasks) == 1 else None
+    if one is None:
+        picked = st.selectbox("Task", ["all tasks"] + tasks, key="search_task_pick",
+                              format_func=lambda t: t if t == "all tasks" else t.split("/")[-1])
+        one = None if picked == "all tasks" else picked
     left, right = st.columns(2)
-    fig = go.Figure()
-    for task, (xs, ys) in series.best_so_far.items():
-        fig.add_scatter(x=xs, y=ys, mode="lines", name=task.split("/")[-1][:30], line_shape="hv")
-    fig.update_layout(title="Best so far (GFLOPS) vs trials", height=320, margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis_title="trial", legend_orientation="h")
-    left.plotly_chart(fig, width="stretch")
-    ok = [pt for pt in series.points if pt[2] is not None]
-    fig = go.Figure()
-    fig.add_scatter(x=[pt[0] for pt in ok], y=[pt[2] for pt in ok], mode="markers", name="measured",
-                    marker=dict(size=5, color="#2563eb"))
-    bad = [pt for pt in series.points if pt[2] is None]
-    if bad:
-        fig.add_scatter(x=[pt[0] for pt in bad], y=[0] * len(bad), mode="markers", name="failed",
-                        marker=dict(size=7, color="#dc2626", symbol="x"))
-    fig.update_layout(title="Measured GFLOPS of every candidate", height=320, margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis_title="trial")
-    right.plotly_chart(fig, width="stretch")
+    left.plotly_chart(charts.history_figure(series, one), width="stretch")
+    right.plotly_chart(charts.candidates_figure(series) if one is None or len(tasks) == 1
+                       else charts.task_bests_figure(series), width="stretch")
     left, right = st.columns(2)
     if series.predicted:
-        fig = go.Figure()
-        fig.add_scatter(x=[q[0] for q in series.predicted], y=[q[1] for q in series.predicted], mode="markers",
-                        marker=dict(color=[q[2] for q in series.predicted], colorscale="Viridis", showscale=True,
-                                    colorbar=dict(title="batch")), name="candidates")
-        corr = [c for _, c in series.batch_corr if c is not None]
-        fig.update_layout(title=f"Cost model: predicted score vs measured GFLOPS (last batch rank corr. "
-                                f"{corr[-1]:.2f})" if corr else "Cost model: predicted score vs measured GFLOPS",
-                          height=320, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="predicted score",
-                          yaxis_title="GFLOPS")
-        left.plotly_chart(fig, width="stretch")
-    fig = go.Figure()
-    for task, (times, cum) in series.trials_over_time.items():
-        fig.add_scatter(x=pd.to_datetime(times, format="ISO8601"), y=cum, mode="lines", name=task.split("/")[-1][:30],
-                        stackgroup="trials")
-    fig.update_layout(title="Trials given to each task over time", height=320, margin=dict(l=10, r=10, t=40, b=10),
-                      legend_orientation="h")
-    right.plotly_chart(fig, width="stretch")
+        left.plotly_chart(charts.cost_model_figure(series), width="stretch")
+    if len(tasks) > 1:
+        right.plotly_chart(charts.trials_per_task_figure(series), width="stretch")
+        st.dataframe(series.task_rows(), hide_index=True, width="stretch")
     if series.failures:
-        st.markdown(f"**Failed candidates ({len(series.failures)})**")
+        st.markdown(f"**Failed candidates ({len(series.failures)})**: " + ", ".join(
+            f"{n} {status}" for status, n in series.failure_counts.items()))
         st.dataframe(pd.DataFrame([{"record": r.id, "status": r.status, "error": r.error[:200],
                                     "steps": "; ".join(f"{s['primitive']}" for s in r.steps)[:200]}
                                    for r in series.failures]), hide_index=True, width="stretch")
+
+
+def _history(jobs) -> None:
+    from search.job_spec import JobProgress, JobSpec
+
+    with st.expander(f"All jobs ({len(jobs)})"):
+        rows = []
+        for j in reversed(jobs):
+            p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
+            rows.append({"job": j.id, "status": j.status, "workload": spec.workload, "target": spec.target,
+                         "trials": p.trials, "best GFLOPS": None if p.best_gflops is None else round(p.best_gflops, 1),
+                         "failed": p.failed, "started": j.created, "error": j.error[:80]})
+        st.dataframe(rows, hide_index=True, width="stretch")
+
+
+@st.fragment(run_every=2.0)
+def live(path: str) -> None:
+    """Jobs and the chosen job's progress, re-read from the database every 2 s."""
+    from search.charts import job_series
+    from search.job_spec import JobProgress, JobSpec
+
+    try:
+        jobs, job, records, names = _read(path)
+    except StoreError as err:
+        st.error(str(err))
+        return
+    if job is None:
+        st.info("No search yet. Start one above, or from a shell: `schedx tune matmul --trials 64`.")
+        return
+    spec = JobSpec.from_dict(job.params)
+    _header(path, job, spec, JobProgress.from_dict(job.progress))
+    if records:
+        _charts(job_series(records, names, spec.params.per_batch))
+    else:
+        st.caption("No batch measured yet.")
+    _history(jobs)
 
 
 def main() -> None:
