@@ -111,7 +111,7 @@ def _tune(workload: Workload, tasks, target: Target, db, trials: int) -> int:
 
     with Store(db or default_db_path()) as store:
         summary = tune(tasks, store=store, target=target, params=SearchParams(trials=trials),
-                       source_name=workload.source, shapes=workload.shapes)
+                       source_name=workload.source, shapes=workload.input_shapes)
     return summary.trials
 
 

@@ -112,7 +112,7 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     try:
         target, workload, rpc = prepared or spec.validate()
         summary = tune(workload.tasks(), store=store, target=target, params=spec.params, rpc=rpc, job_id=job_id,
-                       on_batch=on_batch, source_name=workload.source, shapes=spec.shapes, stop=stop)
+                       on_batch=on_batch, source_name=workload.source, shapes=workload.input_shapes, stop=stop)
     except (KeyboardInterrupt, SystemExit):
         _set_status(store, job_id, status="stopped")
         raise

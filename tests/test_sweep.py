@@ -65,3 +65,17 @@ def test_sweep_cli_writes_a_chart_and_refuses_bad_batches(tmp_path):
         assert r.exit_code == 1 and "--batch" in r.output
     r = CliRunner().invoke(cli, ["sweep", "matmul:M=8,N=8,K=8", "--batch", "1"])
     assert r.exit_code == 1 and "needs a model" in r.output
+
+
+def test_a_search_files_its_tasks_under_the_shapes_it_tuned_at(tmp_path):
+    from search.job_spec import JobSpec
+    from search.jobs import run_job
+    from search.params import SearchParams
+
+    spec = JobSpec(workload="small_cnn", shapes="input:2x3x32x32",
+                   params=SearchParams(trials=8, per_batch=8, cost_model="random", population=16, generations=0,
+                                       init_min_unmeasured=8))
+    with Store(tmp_path / "s.db") as store:
+        run_job(store, spec)
+        shapes = {w.shapes.get("model_shapes") for w in store.workloads() if w.name.startswith("small_cnn/")}
+    assert shapes == {"input:2x3x32x32"}

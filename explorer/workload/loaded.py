@@ -47,6 +47,12 @@ class Workload:
         return f"model:{self.name}"
 
     @property
+    def input_shapes(self) -> str:
+        """The concrete input shapes as ``--shapes`` text (``input:1x3x224x224``): what records of
+        its tasks were tuned at."""
+        return ",".join(f"{name}:{'x'.join(str(d) for d in shape) or 'scalar'}" for name, shape, _ in self.inputs)
+
+    @property
     def reference_label(self) -> str:
         if self.onnx_model is not None:
             return "ONNX Runtime"
