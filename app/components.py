@@ -72,7 +72,7 @@ def time_bars_html(rows: list[tuple[str, float, bool]], title: str) -> str:
 def legend_html() -> str:
     """Coloured chips explaining the diff statuses in the graph view."""
     chips = []
-    meaning = {"added": "new after", "removed": "gone after", "changed": "shape/dtype changed",
+    meaning = {"added": "new after", "removed": "gone after", "changed": "shape, dtype or op changed",
                "fused": "moved into a fused group", "merged": "group became one kernel",
                "lowered": "operator became a TIR kernel"}
     for status, (border, fill) in STATUS_STYLE.items():

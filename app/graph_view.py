@@ -1,9 +1,12 @@
 """The graph viewer of the Graph & passes page: a Streamlit component (``st.components.v2``) whose
 JavaScript and CSS live in ``assets/graph_view.{js,css}`` and ship with the app (nothing is
 downloaded at run time). Python sends the two snapshot payloads and their diff statuses; the
-browser pans, zooms, fits, searches and explains nodes on its own, and sends back one event:
-``open_kernel`` ({"index": snapshot, "name": PrimFunc}) when a user asks for a kernel in the
-Schedule page.
+browser pans, zooms, fits, searches and explains nodes on its own.
+
+Each payload is sent once per session: the browser keeps the graphs it received (and their
+drawings) for the page's lifetime, so going back to a pass sends a key, not a graph. Events sent
+back: ``open_kernel`` ({"index": snapshot, "name": PrimFunc}) when a user asks for a kernel in the
+Schedule page, and ``need`` (a key) when the browser lost a graph it was told it had.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app import state
 from explorer.graph.viewdata import style_table
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -26,14 +30,33 @@ _component = st.components.v2.component(
 _STYLE = style_table()
 
 
-def graph_view(before: str, after: str, statuses: tuple[list[int], list[int], str], titles: tuple[str, str], *,
-               key: str, focus: str = "", height: int = HEIGHT) -> dict | None:
-    """Draw two snapshot payloads (JSON text from :class:`explorer.graph.run_views.RunGraphs`)
-    side by side; returns ``{"index", "name"}`` when the user asked to open a kernel."""
+def _sent() -> set[str]:
+    return st.session_state.setdefault(state.GRAPHS_SENT, set())
+
+
+def _resend() -> None:
+    """The browser lost a graph it was told it had (``need``): send the graphs again."""
+    _sent().clear()
+
+
+def _graph(key: str, payload: str) -> dict:
+    sent = _sent()
+    if key in sent:
+        return {"key": key}
+    sent.add(key)
+    return {"key": key, "json": payload}
+
+
+def graph_view(before: tuple[str, str], after: tuple[str, str], statuses: tuple[list[int], list[int], str],
+               titles: tuple[str, str], *, key: str, focus: str = "", height: int = HEIGHT) -> dict | None:
+    """Draw two graphs side by side, each given as ``(unique key, JSON payload)`` (payloads of
+    :class:`explorer.graph.run_views.RunGraphs`); returns ``{"index", "name"}`` when the user
+    asked to open a kernel."""
     sb, sa, summary = statuses
-    result = _component(key=key, height=height, on_open_kernel_change=lambda: None,
-                        data={"before": before, "after": after, "sb": sb, "sa": sa, "summary": summary,
-                              "titles": list(titles), "style": _STYLE, "focus": focus})
+    data = {"before": _graph(*before), "after": _graph(*after), "sb": sb, "sa": sa, "summary": summary,
+            "titles": list(titles), "style": _STYLE, "focus": focus}
+    result = _component(key=key, height=height, data=data, on_open_kernel_change=lambda: None,
+                        on_need_change=_resend)
     return getattr(result, "open_kernel", None) if result is not None else None
 
 

@@ -64,7 +64,7 @@ function buildShell(root) {
     state.panels[side] = {
       side, el: p, title, svg, world: svg.querySelector(".sx-world"), mini, info,
       view: { s: 1, x: 0, y: 0 }, graph: null, key: null, nodeEls: [], edgeEls: [], status: [],
-      statusKey: null, miniBase: null,
+      statusKey: null, miniBase: null, built: null, miniKey: null,
     };
     zin.onclick = () => zoomBy(state.panels[side], 1.4);
     zout.onclick = () => zoomBy(state.panels[side], 1 / 1.4);
@@ -88,9 +88,11 @@ function fillOf(style, node, code) {
   return ["#94a3b8", style.kind[node.k] || "#ffffff"];
 }
 
-function drawGraph(state, panel, graph) {
-  panel.graph = graph;
-  panel.key = graph.key;
+// Graphs by key, for the page's lifetime (the module is loaded once per page): a graph sent once
+// is not sent again, and its drawing is kept per panel, so going back to a pass is a swap.
+const GRAPHS = new Map();
+
+function buildWorld(panel, graph) {
   const nodes = graph.nodes;
   let clusters = "";
   for (const [label, x, y, w, h] of graph.clusters) {
@@ -113,31 +115,53 @@ function drawGraph(state, panel, graph) {
     }
     out += `<g class="n" data-i="${i}"><rect x="${x0.toFixed(1)}" y="${y0.toFixed(1)}" width="${n.w}" height="${n.h}" rx="4"/>${text}</g>`;
   }
-  panel.world.querySelector(".sx-clusters").innerHTML = clusters;
-  panel.world.querySelector(".sx-edges").innerHTML = edges;
-  panel.world.querySelector(".sx-nodes").innerHTML = out;
-  panel.nodeEls = Array.from(panel.world.querySelectorAll("g.n"));
-  panel.edgeEls = Array.from(panel.world.querySelectorAll("path.e"));
-  panel.el.dataset.key = String(graph.key);
-  panel.el.dataset.nodes = String(nodes.length);
-  panel.statusKey = null;
+  const world = document.createElementNS(NS, "g");
+  world.setAttribute("class", "sx-world");
+  world.innerHTML = `<g class="sx-clusters">${clusters}</g><g class="sx-edges">${edges}</g><g class="sx-nodes">${out}</g>`;
+  return { world, nodeEls: Array.from(world.querySelectorAll("g.n")), edgeEls: Array.from(world.querySelectorAll("path.e")),
+    statusKey: null, view: null };
+}
+
+function showGraph(panel, key, entry) {
+  if (panel.built) panel.built.view = { ...panel.view }; // where the user left the previous graph
+  let built = entry.built[panel.side];
+  if (!built) {
+    built = buildWorld(panel, entry.graph);
+    entry.built[panel.side] = built;
+  }
+  panel.svg.replaceChild(built.world, panel.world);
+  panel.world = built.world;
+  panel.built = built;
+  panel.graph = entry.graph;
+  panel.key = key;
+  panel.nodeEls = built.nodeEls;
+  panel.edgeEls = built.edgeEls;
+  panel.nodeEls.forEach((e) => e.classList.remove("sel", "twin", "hit"));
+  panel.edgeEls.forEach((e) => e.classList.remove("hot"));
+  panel.el.dataset.key = key;
+  panel.el.dataset.nodes = String(entry.graph.nodes.length);
+  panel.statusKey = built.statusKey;
   panel.info.hidden = true;
+  return built.view;
 }
 
 function colour(state, panel, codes, style) {
-  const sk = panel.key + ":" + codes.join("");
-  if (sk === panel.statusKey) return;
   panel.status = codes;
-  const nodes = panel.graph.nodes;
-  for (let i = 0; i < nodes.length; i++) {
-    const [stroke, fill] = fillOf(style, nodes[i], codes[i] || 0);
-    const r = panel.nodeEls[i].firstChild;
-    r.setAttribute("fill", fill);
-    r.setAttribute("stroke", stroke);
-    r.setAttribute("stroke-width", codes[i] ? "2" : "1");
+  const sk = panel.key + ":" + codes.join("");
+  if (sk !== panel.statusKey) {
+    const nodes = panel.graph.nodes;
+    for (let i = 0; i < nodes.length; i++) {
+      const [stroke, fill] = fillOf(style, nodes[i], codes[i] || 0);
+      const r = panel.nodeEls[i].firstChild;
+      r.setAttribute("fill", fill);
+      r.setAttribute("stroke", stroke);
+      r.setAttribute("stroke-width", codes[i] ? "2" : "1");
+    }
+    panel.statusKey = sk;
+    panel.built.statusKey = sk;
   }
-  panel.statusKey = sk;
-  drawMiniBase(panel, style);
+  if (panel.miniKey !== sk) drawMiniBase(panel, style);
+  panel.miniKey = sk;
   panel.el.dataset.statusKey = String(codes.length) + ":" + String(hashCodes(codes));
 }
 
@@ -399,6 +423,17 @@ function showInfo(state, panel, i, twins) {
 }
 
 // -- entry -----------------------------------------------------------------------------------
+function graphFor(state, sent) {
+  // sent: {key, json?}; json comes the first time a key is sent to this page
+  let entry = GRAPHS.get(sent.key);
+  if (!entry && sent.json) {
+    entry = { graph: JSON.parse(sent.json), built: {} };
+    GRAPHS.set(sent.key, entry);
+  }
+  if (!entry) state.trigger("need", sent.key); // a graph this page lost: ask for it again
+  return entry;
+}
+
 export default function (component) {
   const t0 = performance.now();
   const { data, parentElement, setTriggerValue } = component;
@@ -411,22 +446,22 @@ export default function (component) {
   state.trigger = setTriggerValue;
   if (!data) return;
   const style = data.style;
-  const fresh = [];
+  const views = [];
   SIDES.forEach((side, k) => {
     const panel = state.panels[side];
-    const text = data[side];
+    const sent = data[side];
     panel.title.textContent = (data.titles || [])[k] || side;
-    if (panel.text !== text) {
-      panel.text = text;
-      drawGraph(state, panel, JSON.parse(text));
-      fresh.push(panel);
-    }
+    const entry = graphFor(state, sent);
+    if (!entry) return;
+    if (panel.key !== sent.key) views.push([panel, showGraph(panel, sent.key, entry)]);
     colour(state, panel, data[side === "before" ? "sb" : "sa"] || [], style);
   });
   state.summary.textContent = data.summary || "";
   state.wrap.dataset.drawMs = String(Math.round(performance.now() - t0)); // parse and draw, for benchmarks
   requestAnimationFrame(() => {
-    fresh.forEach((p) => fitPanel(p));
+    views.forEach(([panel, view]) => {
+      if (view) { panel.view = view; apply(panel); } else fitPanel(panel);
+    });
     if (state.search.value) runSearch(state);
     if (data.focus && data.focus !== state.focus) {
       state.focus = data.focus;

@@ -48,7 +48,7 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     _pick(page, "Model", "ResNet-18")
     after = page.locator('.sx-panel[data-side="after"]')
     after.locator("g.n").nth(60).wait_for()
-    assert "fused_batch_norm_relu" in after.locator("text.cl").first.text_content()  # a fused group
+    assert after.locator("text.cl").first.text_content().startswith("fused_")  # a fused group
     page.locator(".sx-search").fill("layer2.0.relu2")
     page.locator(".sx-search").press("Enter")
     page.locator('.sx-panel[data-side="before"] .sx-info').wait_for()

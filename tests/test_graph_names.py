@@ -153,3 +153,19 @@ def test_fused_kernels_of_a_transformer_keep_every_model_node():
     query = "encoder.layer.0.attention.self.query"
     assert by_names[frozenset({query, query + ".matmul"})].startswith("fused_matmul")
     assert by_names[frozenset({"encoder.layer.0.attention.self.context"})].startswith("matmul")
+
+
+def test_names_survive_batch_norm_folding(tiny_loaded):
+    """FoldBatchnormToConv2D turns the batch_norm into an add fed by a weight computation: the
+    add stands for the batch_norm, and the fused kernel at the end for conv1, bn1 and relu1."""
+    run = run_pipeline(tiny_loaded.mod, passes=["FoldBatchnormToConv2D", "FoldConstant", "LegalizeOps",
+                                                "AnnotateTIROpPattern", "FuseOps", "FuseTIR"], isolate=False)
+    assert run.error is None
+    graphs = RunGraphs(run, onnx_sources(tiny_loaded))
+    folded = run.find("FoldBatchnormToConv2D").index
+    add = next(n for n in _nodes(graphs.payload(folded)) if n["t"][0] == "bn1")
+    assert add["d"]["op"] == "relax.add"
+    assert "changed" in graphs.statuses(-1, folded)[2]
+    final = _nodes(graphs.payload(graphs.lineage.final))
+    conv = next(n for n in final if n["d"]["op"].startswith("fused_conv2d"))
+    assert [x[0] for x in conv["d"]["onnx"]] == ["conv1", "bn1", "relu1"]

@@ -154,7 +154,9 @@ def graph_tab(key: RunKey, run, before: int, after: int) -> None:
         payload_b, payload_a = graphs.payload(before), graphs.payload(after)
     st.markdown(legend_html(), unsafe_allow_html=True)
     statuses = graphs.statuses(before, after)
-    opened = graph_view(payload_b, payload_a, statuses,
+    token = run_keys(key)["snapshot"]
+    opened = graph_view((f"{token}:{graphs.representative(before)}", payload_b),
+                        (f"{token}:{graphs.representative(after)}", payload_a), statuses,
                         (f"Before · {_label(run, before)}", f"After · {_label(run, after)}"), key=state.GRAPH_VIEW)
     st.caption(f"Diff: {statuses[2]}. Drag to pan, wheel to zoom, double-click to fit; click a node for its "
                "attributes, the model nodes it came from and the kernel it becomes.")

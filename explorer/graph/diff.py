@@ -7,17 +7,21 @@ Nodes are matched in four rounds, each over the nodes the earlier ones left:
    kernel;
 2. inputs and the output, in order;
 3. *dataflow*: walking the after graph in order, a node is paired with the first node before of
-   the same op family whose paired producers feed it, the same output type first; this keeps a
-   diff right when a pass drops, adds or reorders nodes elsewhere (matching by "the k-th conv2d"
-   alone shifts every later pair after the first dropped one);
-4. what is left: the k-th remaining node of a family before with the k-th one after, then a
-   node and one of another family with the same producers and output type (LegalizeOps names
-   the kernel of ``permute_dims`` ``transpose``).
+   the same op family fed by the images of what feeds it (looking through nodes a pass inserted,
+   such as layout transforms), the same output type first; this keeps a diff right when a pass
+   drops, adds or reorders nodes elsewhere (matching by "the k-th conv2d" alone shifts every
+   later pair after the first dropped one);
+4. what is left: the k-th remaining node of a family before with the k-th one after when nothing
+   contradicts it, then a node and one of another family with the same inputs and output type
+   (LegalizeOps names the kernel of ``permute_dims`` ``transpose``; FoldBatchnormToConv2D turns a
+   batch_norm into an add).
+
+Nodes left unpaired are *removed* or *added*: a node is never paired against the dataflow.
 
 Matching on family (the op without namespace or numeric suffix) rather than on the exact op lets
 a diff across LegalizeOps show operators *lowered* to kernels instead of removed and added.
 
-Statuses, before: ``kept``, ``changed`` (shape or dtype differ), ``removed``, ``merged`` (its fused
+Statuses, before: ``kept``, ``changed`` (shape, dtype or operator differ), ``removed``, ``merged`` (its fused
 group became one kernel, FuseTIR). After: ``kept``, ``changed``, ``lowered`` (operator became a
 kernel), ``fused`` (now inside a fused group, FuseOps), ``merged`` (a fused kernel replacing a
 group), ``added``.
@@ -54,7 +58,7 @@ class GraphDiff:
         if c.get("before.merged"):
             parts.append(f"{c['before.merged']} nodes merged into {c.get('after.merged', 0)} kernels")
         for side, status, words in (("after", "lowered", "lowered to kernels"), ("after", "fused", "moved into fused groups"),
-                                    ("after", "changed", "changed shape or dtype"), ("before", "removed", "removed"),
+                                    ("after", "changed", "changed (shape, dtype or operator)"), ("before", "removed", "removed"),
                                     ("after", "added", "added")):
             if c.get(f"{side}.{status}"):
                 parts.append(f"{c[f'{side}.{status}']} {words}")
@@ -93,9 +97,11 @@ class _Matcher:
         self.merged: list[tuple[str, str]] = []
         self.merged_b: dict[str, str] = {}  # a member of a fused group -> the kernel it became
         self.merged_a: set[str] = set()
+        self.preimages: dict[str, list[str]] = {}  # after node -> the before nodes it stands for
 
     def pair(self, nb: str, na: str) -> None:
         self.fwd[nb], self.rev[na] = na, nb
+        self.preimages.setdefault(na, []).append(nb)
 
     def free_b(self) -> list[str]:
         return [n for n in self.ob if n not in self.fwd and n not in self.merged_b]
@@ -103,26 +109,49 @@ class _Matcher:
     def free_a(self) -> list[str]:
         return [n for n in self.oa if n not in self.rev and n not in self.merged_a]
 
+    def _paired_inputs_after(self, na: str, depth: int = 4) -> set[str]:
+        """The nearest paired nodes upstream of ``na``, looking through unpaired ones (a
+        layout_transform or a weight computation a pass inserted) up to ``depth`` edges away.
+        After nodes are matched in order, so an unpaired producer is one no node before matched."""
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = [(p, 1) for p in self.a.predecessors(na)]
+        while stack:
+            p, d = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            if p in self.rev or p in self.merged_a:
+                found.add(p)
+            elif d < depth:
+                stack.extend((q, d + 1) for q in self.a.predecessors(p))
+        return found
+
     def _producers(self, nb: str, na: str) -> tuple[set[str], set[str]]:
-        """The after-graph images of ``nb``'s paired producers, and ``na``'s paired producers."""
+        """The after-graph images of ``nb``'s paired producers, and what feeds ``na``."""
         mapped = {self.fwd[p] for p in self.b.predecessors(nb) if p in self.fwd}
         mapped |= {self.merged_b[p] for p in self.b.predecessors(nb) if p in self.merged_b}
-        mine = {p for p in self.a.predecessors(na) if p in self.rev or p in self.merged_a}
-        return mapped, mine
-
-    def producers_match(self, nb: str, na: str) -> bool:
-        """The producers of ``nb`` that are paired are paired with the producers of ``na``."""
-        mapped, mine = self._producers(nb, na)
-        return mapped == mine
+        return mapped, self._paired_inputs_after(na)
 
     def score(self, nb: str, na: str) -> int:
-        """How well ``nb`` fits ``na``: -1 when its paired producers feed something else; else
-        2 for the same output type plus 1 for exactly the same paired producers."""
+        """How well ``nb`` fits ``na``: -1 when what feeds it feeds something else after; else 2
+        for being fed by the very same (paired) nodes, or for both being fed by nothing, plus 1
+        for the same output type."""
         mapped, mine = self._producers(nb, na)
         if not mapped <= mine:
             return -1
         db, da = self.b.nodes[nb], self.a.nodes[na]
-        return 2 * ((db["shape"], db["dtype"]) == (da["shape"], da["dtype"])) + (mapped == mine)
+        same_type = (db["shape"], db["dtype"]) == (da["shape"], da["dtype"])
+        sources = not self.b.in_degree(nb) and not self.a.in_degree(na)
+        return 2 * (mapped == mine and (bool(mapped) or sources)) + same_type
+
+    def _consumers_of_images(self, mine: set[str]) -> list[str]:
+        """Free nodes before that read what became ``mine``: the only ones that can be fed alike."""
+        found = set()
+        for p in mine:
+            for src in self.preimages.get(p, ()):
+                found.update(s for s in self.b.successors(src) if s not in self.fwd and s not in self.merged_b)
+        return sorted(found, key=lambda n: self.b.nodes[n]["order"])
 
     # -- rounds ------------------------------------------------------------------------------
     def merge_groups(self) -> None:
@@ -137,6 +166,7 @@ class _Matcher:
                 self.merged.append((nb, na))
                 self.merged_b[nb] = na
                 self.merged_a.add(na)
+                self.preimages.setdefault(na, []).append(nb)
 
     def ends(self) -> None:
         for kind in ("input", "output"):
@@ -150,31 +180,32 @@ class _Matcher:
         for nb in self.free_b():
             by_family.setdefault(self.b.nodes[nb]["family"], []).append(nb)
         for na in self.free_a():
-            candidates = by_family.get(self.a.nodes[na]["family"])
-            if not candidates:
-                continue
-            best, best_k = -1, -1
-            for k, nb in enumerate(candidates):
-                score = self.score(nb, na)
-                if score > best:
-                    best, best_k = score, k
-                    if score == 3:
-                        break
-            if best_k >= 0 and best >= 1:
-                self.pair(candidates.pop(best_k), na)
+            family = self.a.nodes[na]["family"]
+            mine = self._paired_inputs_after(na)
+            near = self._consumers_of_images(mine) if mine else [
+                n for n in by_family.get(family, []) if not self.b.in_degree(n)]
+            scored = [(self.score(nb, na), nb) for nb in near]
+            same = [(sc, nb) for sc, nb in scored if self.b.nodes[nb]["family"] == family]
+            pick = (next((nb for sc, nb in same if sc == 3), None)  # same inputs, same type
+                    or next((nb for sc, nb in scored if sc == 3), None))  # another op, same inputs and type
+            if pick is None:  # the first of its family and type that nothing contradicts
+                pick = next((nb for nb in by_family.get(family, []) if self.score(nb, na) == 1), None)
+            if pick is None:  # same inputs, another type (a layout change)
+                pick = next((nb for sc, nb in same if sc == 2), None)
+            if pick is not None:
+                self.pair(pick, na)
+                by_family[self.b.nodes[pick]["family"]].remove(pick)
 
     def leftovers(self) -> None:
         kb = _occurrences(self.b, "family", self.free_b())
         ka = _occurrences(self.a, "family", self.free_a())
         for key, nb in kb.items():
-            if key in ka:
+            if key in ka and self.score(nb, ka[key]) >= 1:
                 self.pair(nb, ka[key])
         free_b = self.free_b()
         for na in self.free_a():
-            da = self.a.nodes[na]
             for nb in free_b:
-                db = self.b.nodes[nb]
-                if (db["shape"], db["dtype"]) == (da["shape"], da["dtype"]) and self.producers_match(nb, na):
+                if self.score(nb, na) == 3:  # another family, same type, fed by the same nodes
                     self.pair(nb, na)
                     free_b.remove(nb)
                     break
@@ -195,6 +226,8 @@ def diff_graphs(before: nx.DiGraph, after: nx.DiGraph) -> GraphDiff:
             st_b[nb] = st_a[na] = "changed"
         elif db["kind"] == "op" and da["kind"] == "kernel":
             st_b[nb], st_a[na] = "kept", "lowered"
+        elif db["family"] != da["family"]:  # another operator in its place (batch_norm -> add)
+            st_b[nb] = st_a[na] = "changed"
         elif da["group"] and not db["group"]:
             st_b[nb], st_a[na] = "kept", "fused"
         else:

@@ -152,7 +152,10 @@ def layout(g: nx.DiGraph, lines: Mapping[str, Sequence[str]]) -> GraphLayout:
     if g.number_of_nodes() == 0:
         return GraphLayout(0, 0, {}, (), (), "none")
     if dot_available():
-        return _from_dot(g, lines)
+        try:
+            return _from_dot(g, lines)
+        except (graphviz.backend.ExecutableNotFound, graphviz.backend.CalledProcessError, ValueError, KeyError):
+            pass  # a graph dot refuses (or output it does not give) is still drawn, in layers
     return _layered(g, lines)
 
 
