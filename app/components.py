@@ -52,6 +52,27 @@ def side_by_side_html(before: str, after: str, context: int = 3) -> str:
     return _TABLE_CSS + f'<div class="sbs-wrap"><table class="sbs">{cols}' + "".join(rows) + "</table></div>"
 
 
+def table_html(rows: list[dict], *, max_height: int = 320) -> str:
+    """A plain HTML table of ``rows`` (dicts with the same keys): numbers right-aligned, no grid
+    widget to start in the browser."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    head = "".join(f'<th style="text-align:left;padding:2px 8px;border-bottom:1px solid #cbd5e1">{html.escape(c)}</th>'
+                   for c in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r[c]
+            num = isinstance(v, (int, float))
+            cells.append(f'<td style="padding:1px 8px;border-bottom:1px solid #f1f5f9;'
+                         f'text-align:{"right" if num else "left"}">{"" if v is None else html.escape(str(v))}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<div class="sx-table" style="max-height:{max_height}px;overflow:auto"><table style="border-collapse:collapse;'
+            f'width:100%;font-size:13px"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+
+
 def time_bars_html(rows: list[tuple[str, float, bool]], title: str) -> str:
     """Horizontal bars, one per (label, milliseconds, changed), in plain HTML: no chart library
     to load, so the Counts tab opens at once."""

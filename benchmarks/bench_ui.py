@@ -119,7 +119,7 @@ def counts_tab(page) -> float:
     t = time.perf_counter()
     tab.click()
     page.locator(".sx-bars").first.wait_for(timeout=120_000)
-    page.locator('[data-testid="stDataFrame"]').nth(2).wait_for(timeout=120_000)
+    page.locator(".sx-table").nth(1).wait_for(timeout=120_000)
     seconds = time.perf_counter() - t
     page.get_by_role("radio", name="Graph", exact=True).click()
     _settle(page)

@@ -18,7 +18,7 @@ from app.cache import (
     script_diff,
     script_text,
 )
-from app.components import legend_html, side_by_side_html, time_bars_html
+from app.components import legend_html, side_by_side_html, table_html, time_bars_html
 from app.graph_view import graph_view
 from explorer.errors import ExplorerError
 from explorer.models import DEFAULT_MODEL, ZOO, example_names
@@ -219,11 +219,10 @@ def counts_tab(run, before: int, after: int) -> None:
     rows = [{"count": label, "before": value(cb, f), "after": value(ca, f)} for f, label in fields.items()]
     for r in rows:
         r["delta"] = round((r["after"] or 0) - (r["before"] or 0), 2)
-    c1, c2 = st.columns(2)
-    c1.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    c1, c2 = st.columns(2)  # plain HTML tables: the Counts view opens without starting a grid widget
+    c1.html(table_html(rows))
     ops = sorted(set(cb.calls) | set(ca.calls))
-    c2.dataframe(pd.DataFrame([{"call": o, "before": cb.calls.get(o, 0), "after": ca.calls.get(o, 0)} for o in ops]),
-                 hide_index=True, width="stretch", height=320)
+    c2.html(table_html([{"call": o, "before": cb.calls.get(o, 0), "after": ca.calls.get(o, 0)} for o in ops]))
     shown = run.main_passes()
     st.html(time_bars_html([(f"#{s.index} {s.name}", s.seconds * 1000, s.changed) for s in shown],
                            "Time per pass (grey: changed nothing)"))
