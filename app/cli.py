@@ -1,11 +1,15 @@
 """The ``schedx`` command line. Each command parses its options, calls the library, prints.
 
-Errors the libraries raise on purpose (``ExplorerError``) become a one-line message and exit
-status 1; ``schedx --debug ...`` shows the traceback instead.
+Every error a user can cause is one line on stderr (``Error: ...``) and exit status 1: errors the
+libraries raise on purpose (``ExplorerError``, ``StoreError``), and click's own usage errors (an
+unknown option, a missing argument), which click alone would print with the usage block and
+status 2. ``schedx --debug ...`` shows the traceback instead. Anything else reaching the top is a
+bug: one line naming it, status 1. A closed stdout (``schedx leaderboard | head``) ends quietly.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -18,7 +22,67 @@ from app.cli_common import echo_json as _echo_json
 from app.cli_common import fail_cleanly as _fail_cleanly
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def one_line(text: str) -> str:
+    """A message on one line (a TVM or path message may hold line breaks)."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+class SchedxGroup(click.Group):
+    """The top-level group: runs the command with click in non-standalone mode and reports every
+    failure itself (see the module docstring)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in argv[:argv.index("--") if "--" in argv else len(argv)] or \
+            os.environ.get("SCHEDX_DEBUG", "").lower() not in ("", "0", "false", "no")
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as err:  # library errors, usage errors, bad values
+            if debug and err.__cause__ is not None:
+                raise
+            hint = ""
+            if isinstance(err, click.UsageError) and err.ctx is not None and (
+                    isinstance(err, click.MissingParameter) or not isinstance(err, click.BadParameter)):
+                hint = f" (see {err.ctx.command_path} --help)"
+            _fail(one_line(err.format_message()) + hint)
+        except click.Abort:
+            _fail("aborted")
+        except OSError as err:
+            if err.errno != errno.EPIPE:
+                if debug:
+                    raise
+                _fail(f"{one_line(err.strerror or err)}" + (f": {err.filename}" if err.filename else ""))
+            _quiet_pipe()
+        except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback with --debug
+            if debug:
+                raise
+            _fail(f"unexpected {type(err).__name__}: {one_line(err)[:300]} (a bug in schedx: "
+                  f"`schedx --debug ...` shows where)")
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+def _fail(message: str) -> None:
+    try:
+        click.echo(f"Error: {message}", err=True)
+    except OSError:
+        pass
+    sys.exit(1)
+
+
+def _quiet_pipe() -> None:
+    """stdout was closed by the reader (``| head``): nothing more to say, and no traceback when
+    Python flushes it at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(1)
+
+
+@click.group(cls=SchedxGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, envvar="SCHEDX_DEBUG", help="Show full tracebacks instead of short errors.")
 @click.version_option(package_name="schedx")
 @click.pass_context

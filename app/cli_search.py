@@ -193,7 +193,7 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
 
 
 @jobs.command("stop")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=Count(1, 2**62))
 @click.pass_context
 @fail_cleanly
 def stop(ctx: click.Context, job_id: int) -> None:

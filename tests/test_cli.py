@@ -84,4 +84,4 @@ def test_debug_shows_the_exception(runner):
 
 def test_pipeline_and_passes_are_exclusive(runner):
     result = runner.invoke(cli, ["passes", "small_cnn", "--pipeline", "tuning", "--passes", "FuseOps"])
-    assert result.exit_code == 2 and "either --pipeline or --passes" in result.output
+    assert result.exit_code == 1 and "either --pipeline or --passes" in result.output

@@ -1,0 +1,218 @@
+"""Every ``schedx`` command under random arguments (hypothesis): whatever is typed, no traceback,
+exit status 0 or 1 (click's usage errors included: they used to exit 2 with the usage block), and
+an error is one line (``Error: ...``) as the last thing printed.
+
+The fuzz runs in a scratch folder (a random path names a file there, never in the project), and
+is bounded: examples that would start real work get small inputs (8x8 kernels, a 6-node ONNX
+model, a tiny bundle), ``tune`` always measures through an RPC tracker nobody listens on (so it
+is refused before any search starts), ``ui`` always gets a port that is not a number, and the
+commands that export and time whole models (profile, sweep) get valid models only in the slow
+variant. The default run takes well under a minute; ``-m slow`` runs many more examples.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.cli import cli
+from tests.conftest import tiny_cnn
+from tests.test_store_page import fill_demo
+
+# what users type, and what a hostile one does: empty, huge, non-ASCII digits, NUL, JSON, paths
+TEXT = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["", " ", "0", "-1", "1", "3", "99999999999999999999", "1e400", "nan", "inf", "-inf", "0.5",
+                     "\uff12\uff10", "\u0661", "*", "[", "?*[", "2020-13-45", "2025-01-01", '{"kind": "llvm"}',
+                     '{"kind": "llvm", "mcpu": 123}', '{"kind": 1}', "[1]", "llvm", "cuda", "cuda:sm_90", "aarch64",
+                     "cpu:nosuchcpu", "x" * 3000, "\x00", "a\nb", "../../etc/passwd", "%s%s%n",
+                     "'; DROP TABLE records; --", "matmul:M=1,M=2", "conv2d_nchw:pad=-5", "matmul:M=\uff15",
+                     "input:1x3x99999999x99999999", "batch=0", "resnet18/nope", "example:nope", "nope.onnx"]),
+)
+SMALL_INT = st.one_of(st.integers(-3, 40).map(str), TEXT)
+KERNELS = st.one_of(TEXT, st.sampled_from(["matmul:M=8,N=8,K=8", "softmax:M=4,N=8", "matmul:M=8,N=8,K=8,dtype=float16",
+                                           "conv2d_nchw:N=1,C=2,H=6,W=6,K=2,R=3,S=3,stride=1,pad=0", "matmul",
+                                           "matmul:K=0", "layer_norm:M=4,N=8"]))
+TARGETS = st.one_of(TEXT, st.sampled_from(["cpu", "cpu:x86-64", "cpu:znver4", "cuda:sm_80", "aarch64", "llvm"]))
+PATHS = st.one_of(st.sampled_from(["out", "sub/out", "out.db", "", ".", "a b", "deep/er/x.json"]),
+                  st.text(alphabet="abcxyz._-", min_size=1, max_size=12))
+
+
+def _files(root: Path) -> dict:
+    """Real inputs to hand the commands: a tiny ONNX model, a steps file, a bad steps file, a
+    database with records, a tiny kernel bundle."""
+    root.mkdir(parents=True, exist_ok=True)
+    model = root / "tiny.onnx"
+    onnx.save(tiny_cnn("N"), model)
+    steps = root / "steps.json"
+    steps.write_text('[{"primitive": "split", "args": {"loop": "C/i", "factors": [null, 4]}}]')
+    deep = root / "deep.json"
+    deep.write_bytes(b"[" * 50_000)
+    binary = root / "binary.json"
+    binary.write_bytes(bytes(range(256)))
+    db = root / "demo.db"
+    fill_demo(db, hardware="fuzz/2c")
+    from export import export_workload
+
+    bundle = root / "bundle"
+    export_workload("matmul:M=8,N=8,K=8", "cpu", bundle, verify=False, layers=False)
+    return {"model": str(model), "steps": str(steps), "deep": str(deep), "binary": str(binary), "db": str(db),
+            "bundle": str(bundle)}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return _files(tmp_path_factory.mktemp("fuzz-files"))
+
+
+def _spec(f: dict, heavy: bool) -> dict:
+    """command -> (positional argument strategies, {option: value strategy}, flags)."""
+    model = st.one_of(TEXT, st.sampled_from([f["model"], "small_cnn"])) if heavy else TEXT
+    db = st.one_of(st.just(f["db"]), PATHS, TEXT)
+    files = st.one_of(st.sampled_from([f["steps"], f["deep"], f["binary"], f["db"], f["model"]]), PATHS, TEXT)
+    return {
+        "models": ([], {}, ["--json"]),
+        "pipelines": ([], {}, ["--json"]),
+        "passes": ([st.one_of(TEXT, st.sampled_from([f["model"], "small_cnn"]))],
+                   {"--pipeline": st.one_of(TEXT, st.sampled_from(["tuning", "cpu-default", "zero"])),
+                    "--passes": st.one_of(TEXT, st.sampled_from(["FuseOps", "LegalizeOps,FuseOps", "Nope"])),
+                    "--shapes": st.one_of(TEXT, st.sampled_from(["input:1x3x16x16", "N=1", "N=2"])),
+                    "--out": PATHS}, ["--json", "--all"]),
+        "ui": ([], {"--port": st.text(alphabet="abc-.", min_size=1, max_size=5), "--host": TEXT}, ["--headless"]),
+        "kernels": ([], {"--model": st.one_of(TEXT, st.just(f["model"])), "--shapes": TEXT}, ["--json"]),
+        "measure": ([KERNELS], {"--steps": files, "--repeat": SMALL_INT, "--timeout": SMALL_INT, "--target": TARGETS,
+                                "--db": db}, ["--json", "--no-isolate"]),
+        "sketches": ([KERNELS], {"--rules": st.one_of(TEXT, st.just("MultiLevelTiling")),
+                                 "--sample": st.one_of(st.integers(0, 2).map(str), TEXT), "--target": TARGETS},
+                     ["--json"]),
+        "tune": ([KERNELS], {"--trials": SMALL_INT, "--minutes": TEXT, "--per-batch": SMALL_INT,
+                             "--population": SMALL_INT, "--generations": SMALL_INT, "--mutate-prob": TEXT,
+                             "--eps-greedy": TEXT, "--seed": TEXT, "--cost-model": TEXT, "--timeout": SMALL_INT,
+                             "--target": TARGETS, "--shapes": TEXT, "--db": db, "--rpc-key": TEXT},
+                 ["--json", "--background"]),
+        "jobs": ([], {"--db": db}, ["--json"]),
+        "jobs stop": ([SMALL_INT], {}, []),
+        "leaderboard": ([], {"--db": db, "--workload": TEXT, "--target": TEXT, "--hardware": TEXT, "--source": TEXT,
+                             "--kind": TEXT, "--since": TEXT, "--top": SMALL_INT}, ["--json", "--csv", "--any-hardware"]),
+        "db info": ([], {"--db": db}, ["--json"]),
+        "db import": ([files], {"--db": db, "--hardware": TEXT, "--source": TEXT}, ["--json"]),
+        "db export": ([PATHS], {"--db": db, "--target": TEXT, "--hardware": TEXT}, ["--json", "--force"]),
+        "db merge": ([db], {"--db": db}, ["--json"]),
+        "export": ([st.one_of(KERNELS, model) if heavy else KERNELS],
+                   {"--target": TARGETS, "-o": PATHS, "--db": db, "--hardware": TEXT, "--shapes": TEXT,
+                    "--threads": SMALL_INT}, ["--no-db", "--no-verify", "--no-layers", "--no-nvcc", "--json"]),
+        "run": ([st.one_of(st.just(f["bundle"]), PATHS, TEXT)],
+                {"--runs": SMALL_INT, "--budget": st.one_of(st.sampled_from(["0", "0.1", "-1", "nan"]), TEXT),
+                 "--threads": SMALL_INT, "--target": TARGETS}, ["--no-baselines", "--json"]),
+        "bench": ([KERNELS], {"--db": db, "--shapes": TEXT, "--runs": SMALL_INT,
+                              "--budget": st.sampled_from(["0.05", "nan", "-1", "x"]), "--threads": SMALL_INT,
+                              "--target": TARGETS}, ["--no-db", "--json"]),
+        "quantize": ([st.one_of(TEXT, st.just(f["model"]))],
+                     {"--calibrate": st.one_of(st.integers(-1, 3).map(str), TEXT), "-o": PATHS, "--shapes": TEXT,
+                      "--data": files, "--eval": st.one_of(st.integers(-1, 3).map(str), TEXT),
+                      "--activations": TEXT, "--threads": SMALL_INT, "--seed": TEXT},
+                     ["--per-tensor", "--no-preprocess", "--json"]),
+        "targets": ([], {}, ["--all", "--json"]),
+        "profile": ([model], {"--target": TARGETS, "--shapes": TEXT, "--db": db, "--runs": SMALL_INT,
+                              "--threads": SMALL_INT, "--top": SMALL_INT}, ["--no-db", "--json"]),
+        "sweep": ([model], {"--batch": st.one_of(TEXT, st.just("1,2")), "--target": TARGETS,
+                            "--trials": st.one_of(st.just("0"), TEXT), "--db": db, "--threads": SMALL_INT,
+                            "--runs": SMALL_INT, "--out": PATHS}, ["--json"]),
+    }
+
+
+@st.composite
+def invocations(draw, f: dict, heavy: bool):
+    spec = _spec(f, heavy)
+    command = draw(st.sampled_from(sorted(spec)))
+    positional, options, flags = spec[command]
+    args = command.split()
+    if draw(st.integers(0, 9)) == 0:  # now and then, a global option or a missing argument
+        args = draw(st.sampled_from([["--debug"], [], ["--nope"]]))[:0] + args
+        positional = []
+    args += [draw(p) for p in positional]
+    for option in draw(st.lists(st.sampled_from(sorted(options)), max_size=4)) if options else []:
+        args += [option, draw(options[option])]
+    args += draw(st.lists(st.sampled_from(flags), max_size=2, unique=True)) if flags else []
+    if draw(st.integers(0, 19)) == 0:
+        args.append(draw(st.sampled_from(["--bogus", "extra", "--help"])))
+    if command == "tune":  # measured through a tracker nobody listens on: refused before any search starts
+        args += ["--rpc-tracker", "127.0.0.1:1", "--rpc-key", "fuzz"]
+    if command == "ui":
+        args += ["--port", "not-a-port"]
+    return args
+
+
+def _check(args: list[str], scratch: Path) -> None:
+    here = os.getcwd()
+    os.chdir(scratch)  # a random path names a file here, never in the project folder
+    try:
+        result = CliRunner().invoke(cli, args, obj={})
+    finally:
+        os.chdir(here)
+    output = result.output
+    assert result.exit_code in (0, 1), (args, result.exit_code, output[-2000:])
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert "Traceback" not in output, (args, output[-3000:])
+    assert "unexpected" not in output or "Error: unexpected" not in output, (args, output[-1000:])
+    errors = [line for line in output.splitlines() if line.startswith("Error: ")]
+    if result.exit_code == 1 and errors and all(a.isprintable() for a in args):
+        assert len(errors) == 1 and output.rstrip().splitlines()[-1] == errors[0], (args, output[-2000:])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_command_gives_a_traceback_or_exit_2(files, tmp_path_factory, data):
+    scratch = tmp_path_factory.getbasetemp() / "cli-fuzz-cwd"
+    scratch.mkdir(exist_ok=True)
+    _check(data.draw(invocations(files, heavy=False)), scratch)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                    HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_command_gives_a_traceback_many_examples(files, tmp_path_factory, data):
+    scratch = tmp_path_factory.getbasetemp() / "cli-fuzz-cwd-slow"
+    scratch.mkdir(exist_ok=True)
+    _check(data.draw(invocations(files, heavy=True)), scratch)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["nosuch"], "No such command"),
+    (["tune"], "Missing argument"),
+    (["tune", "matmul", "--bogus"], "No such option"),
+    (["passes", "small_cnn", "--pipeline", "tuning", "--passes", "FuseOps"], "either --pipeline or --passes"),
+    (["measure", "matmul:M=1,M=2"], "given twice"),
+    (["measure", "conv2d_nchw:pad=-5"], "at least 0"),
+    (["measure", "matmul:M=\uff15\uff11\uff12"], "digits 0-9"),
+    (["jobs", "stop", "99999999999999999999"], "far outside"),
+])
+def test_usage_and_input_errors_are_one_line_and_exit_1(tmp_path, args, words):
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, args, obj={})
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 1, (args, result.output)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], result.output
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+    """``schedx pipelines | true``: the reader is gone before anything is written; no BrokenPipeError."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(f"{sys.executable} -m app.cli pipelines | true", shell=True, cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
