@@ -3,7 +3,8 @@
 Reads jobs (a cloudpickled ``(function, args)``, length-prefixed) and answers each with
 ``("ok", result)``, ``("error", message)``, or ``("infra", message)`` when the job raised
 :class:`search.errors.InfrastructureError` (not the candidate's fault). The parent enforces time limits (it kills the
-process), so this loop stays simple; a worker whose parent is gone exits on its own. Importing the ``search`` package first keeps torch out of
+process), so this loop stays simple; a worker whose parent is gone exits on its own, quietly (a
+reply it can no longer send is not an error to print). Importing the ``search`` package first keeps torch out of
 TVM's start-up here too (see :mod:`explorer.tvm_fast`).
 """
 
@@ -83,7 +84,10 @@ def main(argv: list[str]) -> int:
             data = cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
             data = cloudpickle.dumps(("error", f"the result could not be sent back: {err}"))
-        _write(wfd, data)
+        try:
+            _write(wfd, data)
+        except OSError:  # the parent is gone (BrokenPipeError): nobody to answer, nothing to report
+            return 0
 
 
 if __name__ == "__main__":

@@ -165,3 +165,16 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
     assert any("TransformLayout" in json.dumps(r.trace) for r in records)  # the weight layout was rewritten
     assert summary.measured == 16 and len(records) == 16
     assert all(r.status == "ok" and r.verified is True for r in records), {r.error for r in records}
+
+
+def test_a_worker_whose_parent_died_exits_without_a_traceback():
+    """The parent dies while a job runs: the worker's reply meets a broken pipe, and it leaves
+    quietly (it printed a BrokenPipeError traceback on the user's terminal before)."""
+    code = ("import os, threading, time\nfrom search.pool import WarmPool\npool = WarmPool(1)\n"
+            "pool.call(os.getpid, timeout=120)\n"
+            "threading.Thread(target=lambda: pool.call(time.sleep, 0.5, timeout=60), daemon=True).start()\n"
+            "time.sleep(0.2)\nos._exit(0)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # the worker inherits stderr: communicate() returns once it has exited too
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr

@@ -8,6 +8,7 @@ signal or past its time becomes a failed result, and the parent lives on.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import signal
 import subprocess
@@ -62,8 +63,11 @@ def _measure_job(job: dict) -> MeasureResult:
 def _main() -> int:
     job = pickle.loads(sys.stdin.buffer.read())
     result = _measure_job(job)
-    sys.stdout.write(RESULT_PREFIX + json.dumps(result.to_dict()) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(RESULT_PREFIX + json.dumps(result.to_dict()) + "\n")
+        sys.stdout.flush()
+    except OSError:  # the parent is gone (BrokenPipeError): nobody to answer
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0
 
 
