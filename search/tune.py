@@ -113,6 +113,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         raise SearchError(f"schedx searches CPU targets; {target.label} uses dlight's GPU schedules (schedx export)")
     if rpc is None and runner is None:
         target.require_runnable("measure")
+    if runner is None:  # references run here, and local candidates too: refuse what cannot fit
+        _require_memory(tasks)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     kind, triple = target.intrinsics
     own_pool = None
@@ -300,6 +302,20 @@ def _best_verified_s(store: Store, task: Task, target_key: str, hardware: str) -
     """The task's best verified time in the store: what early rejection compares with."""
     best = store.best(workload=task.key, target=target_key, hardware=hardware, verified_only=True)
     return best[0].median_s if best else None
+
+
+def _require_memory(tasks: list[Task]) -> None:
+    """Refuse a search whose task would not fit in the free memory to be verified and timed (see
+    :mod:`explorer.measure.memory`), before any worker allocates it."""
+    from explorer.measure.memory import MemoryLimitError, buffer_bytes, check_memory, measure_bytes
+
+    from search.errors import SearchError
+
+    for task in tasks:
+        try:
+            check_memory(measure_bytes(*buffer_bytes(_arg_specs(task.mod))), f"searching {task.name}")
+        except MemoryLimitError as err:
+            raise SearchError(str(err)) from None
 
 
 def _arg_specs(mod) -> list:

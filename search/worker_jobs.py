@@ -66,7 +66,9 @@ def reference(mod, target, specs: ArgSpecs, path: str, seed: int = 0) -> str:
     import tvm
 
     from explorer.kernels.kernel import random_array
+    from explorer.measure.memory import buffer_bytes, check_memory, measure_bytes
 
+    check_memory(measure_bytes(*buffer_bytes(specs)), "the task's reference")  # here, before allocating
     rng = np.random.default_rng(seed)
     arrays = [random_array(shape, dtype, rng) for shape, dtype, _ in specs]
     rt_mod = tvm.compile(mod, target=tvm.target.Target(target))
@@ -128,7 +130,14 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
     import tvm
 
     from explorer.kernels.kernel import random_array
+    from explorer.measure.memory import MemoryLimitError, buffer_bytes, check_memory, search_bytes
     from explorer.measure.verify import compare
+    from search.errors import InfrastructureError
+
+    try:  # the machine's limit, not the candidate's fault: an infra_error, measured again on resume
+        check_memory(search_bytes(*buffer_bytes(reference_specs or specs)), "checking and timing a candidate")
+    except MemoryLimitError as err:
+        raise InfrastructureError(str(err)) from None
 
     def load(path):
         return _remote(path, rpc, device) if rpc else (tvm.runtime.load_module(path), tvm.runtime.device(device, 0))

@@ -3,7 +3,8 @@
 :func:`measure` is the one call: a kernel, a scheduled module, and back comes a
 :class:`MeasureResult` with latencies, GFLOPS, verification, % of the measured peak and the
 environment. A schedule that fails to build, crashes, hangs or computes wrong numbers comes back
-as a result with a status and an error, never as an exception.
+as a result with a status and an error, never as an exception; a kernel too large for the free
+memory is refused before anything is allocated (:class:`MemoryLimitError`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tvm
 from explorer.environment import current_environment
 from explorer.kernels import Kernel
 from explorer.measure.calibration import Calibration, calibration
+from explorer.measure.memory import MemoryLimitError
 from explorer.measure.result import MeasureResult
 from explorer.target import Target, parse_target
 
@@ -37,6 +39,7 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     interface = interface_change(kernel, mod)
     if interface:
         return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=target.key)
+    require_memory(kernel, "measuring")  # before a single input is allocated
     inputs = kernel.random_inputs(seed)
     references = [np.asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None
     job = {"mod": mod, "target": target.config, "target_text": target.key, "flops": kernel.info.flops,
@@ -58,6 +61,15 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps), environment=env)
 
 
+def require_memory(kernel: Kernel, doing: str = "measuring") -> None:
+    """Refuse (:class:`MemoryLimitError`) a kernel whose measurement would not fit in the memory
+    that is free (see :mod:`explorer.measure.memory`); nothing is allocated to find out."""
+    from explorer.measure.memory import buffer_bytes, check_memory, measure_bytes
+
+    ins, outs = buffer_bytes((b.shape, b.dtype, b.is_output) for b in kernel.info.buffers)
+    check_memory(measure_bytes(ins, outs), f"{doing} {kernel.info.spec or kernel.name}")
+
+
 def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
     """Why ``mod`` no longer takes the kernel's buffers ("" if it still does).
 
@@ -75,7 +87,7 @@ def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
     return ""
 
 
-__all__ = ["Calibration", "MeasureResult", "calibration", "check", "measure"]
+__all__ = ["Calibration", "MeasureResult", "MemoryLimitError", "calibration", "check", "measure", "require_memory"]
 
 
 def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = None, seed: int = 0) -> tuple[bool, str]:
@@ -91,6 +103,7 @@ def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = No
     interface = interface_change(kernel, mod)
     if interface:
         return False, interface
+    require_memory(kernel, "checking")
     inputs = kernel.random_inputs(seed)
     specs = [(b.shape, b.dtype) for b in kernel.outputs]
     if kernel.reference is not None:
