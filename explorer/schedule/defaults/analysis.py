@@ -177,8 +177,10 @@ def _bindings(sch: s_tir.Schedule, block) -> list | None:
 
 
 def root_blocks(sch: s_tir.Schedule) -> list:
-    """The blocks directly under the root, in program order."""
-    return list(sch.get_child_blocks(sch.get_sblock("root")))
+    """The blocks in the root block's scope (loops are not scopes), in program order."""
+    body = sch.mod["main"].body
+    root = body.block.name_hint if isinstance(body, s_tir.SBlockRealize) else "root"
+    return list(sch.get_child_blocks(sch.get_sblock(root)))
 
 
 __all__ = ["Access", "BlockFacts", "block_facts", "root_blocks", "sub_exprs"]

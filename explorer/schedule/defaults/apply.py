@@ -4,7 +4,7 @@ For one PrimFunc (:func:`default_schedule`), the rules are tried from the best t
 each on a fresh copy; the first that TVM accepts and that :mod:`explorer.schedule.lint` finds
 nothing wrong with is kept:
 
-1. ``tiled``: cheap blocks inlined (:mod:`.inline`), the biggest reduction with a vector axis
+1. ``full``: cheap blocks inlined (:mod:`.inline`), the biggest reduction with a vector axis
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
@@ -35,7 +35,7 @@ RULE_ATTR = "schedx.default_rule"
 
 @dataclass(frozen=True)
 class DefaultChoice:
-    """What a kernel got: ``rule`` (tiled, safe, none), what was done to each block, and why a
+    """What a kernel got: ``rule`` (full, safe, none), what was done to each block, and why a
     better rule was not used (empty when the first rule applied)."""
 
     rule: str
@@ -75,6 +75,16 @@ def _rest(sch: s_tir.Schedule, cpu: CpuSpec, names: list[str]) -> list[str]:
     return steps
 
 
+def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
+    """Whether block ``name`` still exists and is not nested in ``anchor``'s loops."""
+    try:
+        block = sch.get_sblock(name)
+    except Exception:  # noqa: BLE001 - inlined into another block: gone
+        return False
+    loops, anchor_loops = sch.get_loops(block), sch.get_loops(anchor)
+    return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
+
+
 def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
     sch = _fresh(func)
     inline_producers(sch)
@@ -88,10 +98,9 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[
             steps.append(tile_reduction(sch, anchor, cpu))
         except NotApplicable:
             pass
-        else:  # the epilogue it took in is gone; the padding and other blocks remain
+        else:  # the epilogue and padding it took in are under its loops now; the other blocks remain
             names.remove(name)
-            left = {sch.get(b).name_hint for b in root_blocks(sch)}
-            names = [n for n in names if n in left]
+            names = [n for n in names if _at_root(sch, n, anchor)]
     steps += _rest(sch, cpu, names)
     return sch, steps
 
@@ -101,7 +110,14 @@ def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[s
     return sch, [safe_schedule(sch, b, cpu) for b in root_blocks(sch)]
 
 
-RULES = (("tiled", _tiled), ("safe", _safe))
+RULES = (("full", _tiled), ("safe", _safe))
+
+
+def _reason(err: Exception) -> str:
+    """One line of why a rule failed (TVM's ScheduleError puts it after the IR it prints)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = [ln.removeprefix("Error message:").strip() for ln in lines if ln.startswith("Error message:")]
+    return (said[-1] if said else short_tvm_message(err, 200))[:200]
 
 
 def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice]:
@@ -118,7 +134,7 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
             if found:
                 raise NotApplicable("; ".join(found))
         except Exception as err:  # noqa: BLE001 - any refusal sends the kernel to the next, simpler rule
-            reasons.append(f"{rule}: {short_tvm_message(err, 200)}")
+            reasons.append(f"{rule}: {_reason(err)}")
             continue
         return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons))
     return func, DefaultChoice("none", (), "; ".join(reasons))

@@ -36,7 +36,14 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     loops = sch.get_loops(block)
     if not loops:
         return f"scalar ({facts.name})"
-    contiguous = bool(facts.out_dims) and facts.out_dims[-1] == len(loops) - 1
+    inner = len(loops) - 1
+    contiguous = bool(facts.out_dims) and facts.out_dims[-1] == inner
+    if contiguous and any(a.uses(inner) and inner not in a.last for a in facts.reads):
+        # a transpose: vectors would be gathered (NCHW -> NHWC of a 3-channel image: 10x slower
+        # than the loop nest); the outer loops in parallel, the innermost left to LLVM
+        if len(loops) > 1 and facts.volume >= PARALLEL_MIN_VOLUME:
+            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+        return f"parallel transpose ({facts.name})"
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = facts.volume
     factor = _vector_factor(total, cpu.lanes(facts.dtype)) if contiguous else 1

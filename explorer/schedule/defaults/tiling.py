@@ -89,8 +89,10 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
     budget = cpu.accumulators
     rest = facts.volume // max(1, math.prod(facts.extents[k] for k in facts.reduce)) // (ext_v * ext_r)
     options = []
-    # whole vectors, a power of two of them (LLVM splits 3- or 6-vector operations badly: 24-channel
-    # and 96-channel 1x1 convs ran at 5 GFLOPS with 48- and 96-wide tiles, 90+ with 32 and 64)
+    # whole vectors, a power of two of them (LLVM shuffles 3- or 6-vector accumulators between
+    # registers: MobileNetV2's 1x1 convs ran 15-30x slower with 48- and 96-wide tiles than with 16 or
+    # 32; split into whole vectors they ran as fast as 16/32, not faster, and ResNet's 64-wide tiles
+    # got 2x slower split, so tiles stay powers of two)
     vec_tiles = [d for d in _divisors(ext_v) if d % lanes == 0 and _pow2(d // lanes) and d // lanes <= budget]
     if not vec_tiles:  # fewer elements than lanes, or no multiple of them: the widest power of two that divides
         vec_tiles = [max(d for d in _divisors(ext_v) if d <= lanes and _pow2(d))]
