@@ -1,0 +1,177 @@
+"""The task pipeline (``inference``): batch-norm folded into the convolution and verified against
+ONNX Runtime, clips fused, NHWC with weights transposed once at build time, fast, shown in the pass
+explorer, and its task keys equal to MetaSchedule's own task extraction."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from explorer.passes import PIPELINES, run_pipeline
+from explorer.passes.fold_numpy import FoldConstantNumpy
+from explorer.passes.pipelines import INFERENCE_PASSES, TASK_PIPELINE
+from explorer.target import host_target
+from explorer.workload import as_task_module, load_workload, workload_key
+
+
+def _bn_clip_model() -> onnx.ModelProto:
+    """conv -> batch-norm -> Clip(0, 6) -> conv (stride 2) -> batch-norm -> add(skip) -> relu, and a
+    batch-norm on the input that follows no convolution; 1x8x12x12."""
+    rng = np.random.default_rng(1)
+
+    def arr(name, *shape, low=None):
+        value = rng.uniform(0.5, 1.5, shape) if low else rng.normal(0, 0.3, shape)
+        return numpy_helper.from_array(value.astype("float32"), name)
+
+    inits = [arr("w1", 8, 8, 3, 3), arr("w2", 8, 8, 3, 3), arr("ws", 8, 8, 1, 1),
+             numpy_helper.from_array(np.array(0.0, "float32"), "lo"), numpy_helper.from_array(np.array(6.0, "float32"), "hi")]
+    for k in range(3):
+        inits += [arr(f"g{k}", 8, low=True), arr(f"b{k}", 8), arr(f"m{k}", 8), arr(f"v{k}", 8, low=True)]
+    nodes = [
+        helper.make_node("BatchNormalization", ["input", "g0", "b0", "m0", "v0"], ["x"]),
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "g1", "b1", "m1", "v1"], ["n1"]),
+        helper.make_node("Clip", ["n1", "lo", "hi"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c2", "g2", "b2", "m2", "v2"], ["n2"]),
+        helper.make_node("Conv", ["x", "ws"], ["skip"], strides=[2, 2]),
+        helper.make_node("Add", ["n2", "skip"], ["s"]),
+        helper.make_node("Relu", ["s"], ["out"]),
+    ]
+    graph = helper.make_graph(nodes, "bn_clip", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def bn_clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "bn_clip.onnx"
+    onnx.save(_bn_clip_model(), path)
+    return load_workload(str(path))
+
+
+def _callees(mod: tvm.IRModule) -> list[str]:
+    return [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def test_batch_norm_is_folded_into_one_kernel_per_convolution(bn_clip):
+    tasks = [t.name.split("/")[-1] for t in bn_clip.tasks()]
+    assert not any("batch_norm" in t for t in tasks), tasks
+    convs = [t for t in tasks if "conv2d" in t]
+    assert len(convs) == 3, tasks  # conv + bias (+ clip) (+ residual add + relu): one kernel each
+    assert any("maximum" in t and "minimum" in t for t in convs)  # the clip joined its convolution
+    assert any(t.count("add") >= 2 and "relu" in t for t in convs)  # bias + residual + relu
+    # the batch-norm on the input follows no convolution: decomposed into one elementwise kernel
+    assert sum(not ("conv2d" in t or "transpose" in t) for t in tasks) == 1, tasks
+    assert sum("transpose" in t for t in tasks) == 2  # NCHW input and output, converted once each
+
+
+def test_folded_batch_norm_matches_onnx_runtime(bn_clip, tmp_path):
+    from export import export_workload
+
+    report = export_workload(bn_clip, "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
+    assert report.verification.max_rel_error < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v2"])
+def test_zoo_cnns_with_folded_batch_norm_match_onnx_runtime(model, tmp_path):
+    from export import export_workload
+
+    report = export_workload(load_workload(model), "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
+
+
+def test_resnet18_is_twenty_kernels_with_weights_prepared_at_build_time():
+    workload = load_workload("resnet18")
+    mod = workload.fused_module()
+    names = [t.name.split("/")[-1] for t in workload.tasks()]
+    assert len(names) == 20 and not any("batch_norm" in n for n in names)
+    assert sum(n.startswith("fused_conv2d") for n in names) == 15
+    assert sorted(n for n in names if "transpose" in n) == ["fused_transpose1_reshape", "transpose"]
+    # weights are constants already in HWIO: no kernel transposes or scales them per call
+    consts = [c for c in _constants(mod["main"]) if len(c.shape) == 4]
+    assert consts and all(c.shape[0] == c.shape[1] and c.shape[0] in (1, 3, 7) for c in consts)
+
+
+def _constants(func) -> list[np.ndarray]:
+    from explorer.relax_walk import iter_bindings
+
+    out = []
+    for b in iter_bindings(func):
+        args = b.value.args[1].fields if isinstance(b.value, relax.Call) and len(b.value.args) > 1 \
+            and isinstance(b.value.args[1], relax.Tuple) else []
+        out += [a.value.numpy() for a in args if isinstance(a, tvm.ir.expr.Constant) and hasattr(a.value, "numpy")]
+    return out
+
+
+def test_the_pipeline_takes_about_a_second():
+    import time
+
+    workload = load_workload("mobilenet_v2")
+    start = time.perf_counter()
+    workload.fused_module()
+    assert time.perf_counter() - start < 15  # measured 1 s (45 s with FoldConstant for the weights)
+
+
+@pytest.mark.parametrize("model", ["small_cnn", pytest.param("mobilenet_v2", marks=pytest.mark.slow)])
+def test_task_keys_agree_with_metaschedule(model):
+    from tvm.s_tir import meta_schedule as ms
+
+    workload = load_workload(model)
+    tasks = workload.tasks()
+    extracted = ms.relax_integration.extract_tasks(workload.fused_module(), host_target().tvm())
+    assert {workload_key(as_task_module(t.dispatched[0])) for t in extracted} == {t.key for t in tasks}
+    assert {t.task_name: int(t.weight) for t in extracted} == {t.funcs[0]: t.calls for t in tasks}
+
+
+def test_the_pass_explorer_shows_the_inference_pipeline(tiny_module):
+    assert TASK_PIPELINE in PIPELINES and "inference-nchw" in PIPELINES
+    run = run_pipeline(tiny_module, TASK_PIPELINE)
+    assert run.error is None
+    names = [s.name for s in run.main_passes()]
+    assert len(names) == len(INFERENCE_PASSES)  # TVM calls DecomposeOpsForInference "DecomposeOps"
+    assert [n for n in names if n != "DecomposeOps"] == [n for n in INFERENCE_PASSES if n != "DecomposeOpsForInference"]
+    folded = run.find("FoldBatchnormToConv2D")
+    assert folded.changed
+
+
+def test_numpy_folding_equals_tvms_fold_constant():
+    """The arithmetic batch-norm folding leaves, and a weight transpose, folded by numpy and by TVM."""
+    rng = np.random.default_rng(0)
+    w = relax.const(rng.normal(size=(8, 4, 3, 3)).astype("float32"))
+    var = relax.const(rng.uniform(0.5, 2, 8).astype("float32"))
+    gamma = relax.const(rng.normal(size=8).astype("float32"))
+    x = relax.Var("x", relax.TensorType((1, 4, 6, 6), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            std = bb.emit(relax.op.sqrt(relax.op.add(var, relax.prim_value(tvm.tirx.FloatImm("float32", 1e-5)))))
+            scale = bb.emit(relax.op.reshape(relax.op.divide(gamma, std), (8, 1, 1, 1)))
+            wt = bb.emit(relax.op.permute_dims(relax.op.multiply(w, scale), [2, 3, 1, 0]))
+            y = bb.emit(relax.op.nn.conv2d(x, wt, padding=1, kernel_layout="HWIO"))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    ours = FoldConstantNumpy(mod)
+    with tvm.target.Target({"kind": "llvm"}):
+        theirs = relax.transform.FoldConstant()(mod)
+    a, b = _constants_of(ours), _constants_of(theirs)
+    assert len(a) == len(b) == 1 and a[0].shape == (3, 3, 4, 8)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+
+
+def _constants_of(mod: tvm.IRModule) -> list[np.ndarray]:
+    from explorer.relax_walk import iter_bindings
+
+    out = []
+    for b in iter_bindings(mod["main"]):
+        if isinstance(b.value, relax.Call):
+            out += [a.value.numpy() for a in b.value.args if isinstance(a, tvm.ir.expr.Constant)
+                    and hasattr(a.value, "numpy") and a.value.numpy().ndim == 4]
+    return out
