@@ -193,6 +193,24 @@ function fitPanel(panel) {
   apply(panel);
 }
 
+// A graph opens readable: whole if it fits at a scale where labels can be read, else from its
+// top at that scale (as wide as the panel allows); "Fit" shows it whole.
+const READABLE_SCALE = 0.75;
+function openView(panel) {
+  if (!panel.graph) return;
+  const [W, H] = size(panel);
+  const g = panel.graph;
+  const fitW = (W - 20) / Math.max(g.w, 1);
+  const fitAll = Math.min(fitW, (H - 20) / Math.max(g.h, 1));
+  if (fitAll >= READABLE_SCALE) {
+    fitPanel(panel);
+    return;
+  }
+  const s = Math.min(fitW, READABLE_SCALE);
+  panel.view = { s, x: (W - g.w * s) / 2, y: 10 };
+  apply(panel);
+}
+
 function zoomBy(panel, factor, cx, cy) {
   const [W, H] = size(panel);
   const v = panel.view;
@@ -460,7 +478,7 @@ export default function (component) {
   state.wrap.dataset.drawMs = String(Math.round(performance.now() - t0)); // parse and draw, for benchmarks
   requestAnimationFrame(() => {
     views.forEach(([panel, view]) => {
-      if (view) { panel.view = view; apply(panel); } else fitPanel(panel);
+      if (view) { panel.view = view; apply(panel); } else openView(panel);
     });
     if (state.search.value) runSearch(state);
     if (data.focus && data.focus !== state.focus) {

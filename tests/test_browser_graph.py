@@ -186,8 +186,11 @@ def test_a_1000_node_graph_whole_with_zoom_fit_and_minimap(ui_url, page, tmp_pat
     assert mini["width"] > 5 and mini["height"] > 20
     panel = after.bounding_box()
     world = after.locator("g.sx-world")
+    opened = world.get_attribute("transform")  # opens readable, from the top
+    after.locator("button.sx-fit").click()
     fitted = world.get_attribute("transform")
-    assert after.locator("g.sx-world").bounding_box()["height"] <= panel["height"]  # fit: whole graph inside
+    assert fitted != opened
+    assert world.bounding_box()["height"] <= panel["height"]  # fit: the whole graph inside its panel
     after.locator("button.sx-btn", has_text="+").click()
     assert world.get_attribute("transform") != fitted
     after.locator("button.sx-fit").click()
