@@ -1,6 +1,10 @@
 """The seeds' three figures for a deployed model, beside ONNX Runtime (and PyTorch) on the same
 input and thread count: compile time, first-inference latency, steady-state median and p90.
 
+Rows are named ``tvm tuned`` (the store's records, defaults for the rest), ``tvm default`` (no
+records: every kernel on the target's default schedule) and ``onnxruntime``; the details (record
+count, versions, load time) go in the row's note.
+
 TVM is timed as deployed: the bundle is exported, then loaded and run in a fresh process (its
 ``run.py``), so the first inference is a cold one. ``runs`` runs follow the first, fewer when
 ``budget_s`` is spent (an untuned ResNet-18 takes seconds per run).
@@ -22,6 +26,9 @@ from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
 from export.schedules import TaskSchedule
+
+# Row names of `schedx bench --json` (scripts read them)
+TUNED_ROW, DEFAULT_ROW, ORT_ROW = "tvm tuned", "tvm default", "onnxruntime"
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ def ort_row(onnx_model, inputs: dict[str, np.ndarray], *, threads: int, runs: in
     session = ort_session(onnx_model, threads)
     created = time.perf_counter() - start
     first, latencies = time_calls(lambda: session.run(None, inputs), runs, budget_s)
-    return _row(f"ONNX Runtime {ort.__version__}", created, first, latencies, "session creation as compile")
+    return _row(ORT_ROW, created, first, latencies, f"ONNX Runtime {ort.__version__}, session creation as compile")
 
 
 def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float) -> BenchRow:
@@ -139,20 +146,23 @@ def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, 
 
 
 def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
-                budget_s: float) -> BenchRow:
+                budget_s: float, note: str = "") -> BenchRow:
+    from dataclasses import replace
+
     from export.flow import export_workload
 
     with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads)
         compile_s = report.seconds["build"] + report.seconds["write"]
-        return bundle_row(report.folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
+        row = bundle_row(report.folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
+        return replace(row, note=f"{note}; {row.note}" if note else row.note)
 
 
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu") -> BenchReport:
-    """TVM tuned (when ``schedules`` has any), TVM untuned, ONNX Runtime, PyTorch, side by side.
+    """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side.
 
     ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
     matching the target's cores)."""
@@ -168,13 +178,13 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     inputs = workload.sample_inputs()
     if schedules:
         say("TVM with records", 0.1)
-        report.rows.append(_export_row(workload, target, f"TVM tuned ({len(schedules)} records)", schedules,
-                                       threads=threads, runs=runs, budget_s=budget_s))
+        report.rows.append(_export_row(workload, target, TUNED_ROW, schedules, threads=threads, runs=runs,
+                                       budget_s=budget_s, note=f"{len(schedules)} records, defaults for the rest"))
     else:
-        report.notes.append("TVM tuned: no records for this workload, target and machine")
+        report.notes.append(f"{TUNED_ROW}: no records for this workload, target and machine")
     say("TVM without records", 0.4)
-    report.rows.append(_export_row(workload, target, "TVM untuned (default schedules)", None, threads=threads,
-                                   runs=runs, budget_s=budget_s))
+    report.rows.append(_export_row(workload, target, DEFAULT_ROW, None, threads=threads, runs=runs,
+                                   budget_s=budget_s, note=f"no records: {target.default_schedule}"))
     say("baselines", 0.8)
     if workload.onnx_model is not None:
         report.rows.append(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs, budget_s=budget_s))
@@ -251,5 +261,5 @@ def bundle_target(manifest: dict) -> Target:
     return parse_target(json.dumps(config))
 
 
-__all__ = ["BenchReport", "bundle_target", "BenchRow", "bench_workload", "bundle_row", "ort_row", "bench_bundle", "time_calls",
+__all__ = ["DEFAULT_ROW", "ORT_ROW", "TUNED_ROW", "BenchReport", "bundle_target", "BenchRow", "bench_workload", "bundle_row", "ort_row", "bench_bundle", "time_calls",
            "torch_row"]

@@ -28,7 +28,7 @@ def test_export_json_report(exported):
     folder, data = exported
     assert data["ok"] and data["folder"] == str(folder)
     assert data["verification"]["fresh_process"]["ok"] and data["verification"]["layers"]["ok"]
-    assert len(data["tasks"]) == 10 and any("have no record" in w for w in data["warnings"])
+    assert len(data["tasks"]) == 9 and any("have no record" in w for w in data["warnings"])
     assert (folder / "lib.so").is_file() and (folder / "params.bin").is_file()
 
 
@@ -54,9 +54,9 @@ def test_run_reports_the_three_figures_beside_onnx_runtime(exported):
     assert result.exit_code == 0, result.output
     data = _json(result)
     tvm_row, ort_row = data["rows"]
-    assert tvm_row["name"].startswith("TVM bundle (0/10") and tvm_row["compile_s"] > 0
+    assert tvm_row["name"].startswith("TVM bundle (0/9") and tvm_row["compile_s"] > 0
     assert tvm_row["first_s"] > 0 and tvm_row["median_s"] > 0 and tvm_row["p90_s"] >= tvm_row["median_s"]
-    assert ort_row["name"].startswith("ONNX Runtime") and ort_row["runs"] == 5
+    assert ort_row["name"] == "onnxruntime" and ort_row["runs"] == 5
     assert data["check"]["verified"] and data["threads"] >= 1
     table = CliRunner().invoke(cli, ["run", str(folder), "--runs", "3", "--budget", "2", "--threads", "1"])
     assert table.exit_code == 0 and "median ms" in table.output and "1 thread(s)" in table.output
@@ -65,8 +65,8 @@ def test_run_reports_the_three_figures_beside_onnx_runtime(exported):
 def test_bench_side_by_side():
     result = CliRunner().invoke(cli, ["bench", "small_cnn", "--runs", "3", "--budget", "2", "--no-db"])
     assert result.exit_code == 0, result.output
-    assert "TVM untuned" in result.output and "ONNX Runtime" in result.output
-    assert "TVM tuned: no records" in result.output and "PyTorch: skipped" in result.output
+    assert "tvm default" in result.output and "onnxruntime" in result.output
+    assert "tvm tuned: no records" in result.output and "PyTorch: skipped" in result.output
 
 
 @pytest.mark.parametrize("args, words", [

@@ -18,10 +18,11 @@ from search.records import store_workload
 from store import Record, Store
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export_page.py")
-STEPS = [{"primitive": "reorder", "args": {"loops": ["conv2d_nchw/nn", "conv2d_nchw/ff", "conv2d_nchw/yy",
-                                                     "conv2d_nchw/rc", "conv2d_nchw/ry", "conv2d_nchw/rx",
-                                                     "conv2d_nchw/xx"]}},
-         {"primitive": "parallel", "args": {"loop": "conv2d_nchw/ff"}}]
+STEPS = [{"primitive": "reorder", "args": {"loops": ["conv2d_nhwc/nn", "conv2d_nhwc/yy", "conv2d_nhwc/xx",
+                                                     "conv2d_nhwc/ry", "conv2d_nhwc/rx", "conv2d_nhwc/rc",
+                                                     "conv2d_nhwc/ff"]}},
+         {"primitive": "parallel", "args": {"loop": "conv2d_nhwc/yy"}}]
+TASK = "small_cnn/fused_conv2d1_add1_relu1"  # conv + folded batch-norm + relu
 
 
 def _page(db: Path) -> AppTest:
@@ -32,10 +33,10 @@ def _page(db: Path) -> AppTest:
 
 def _db_with_two_records(path: Path) -> tuple[int, int]:
     mod = load_workload("small_cnn").fused_module()
-    func = mod["conv2d1"]
+    func = mod[TASK.split("/")[1]]
     trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in STEPS])
     with Store(path) as store:
-        key = store.add_workload(store_workload(func, name="small_cnn/conv2d1", kind="model_task"))
+        key = store.add_workload(store_workload(func, name=TASK, kind="model_task"))
         common = dict(workload_key=key, target=canonical_target(host_target()), hardware=hardware_fingerprint(),
                       status="ok", gflops=None, environment={}, verified=True)
         fast = store.add_record(Record(source="search", steps=[], trace=trace, latencies=[1e-4], median_s=1e-4,
@@ -49,7 +50,7 @@ def test_builds_small_cnn_and_offers_the_zip(tmp_path):
     at = _page(tmp_path / "none.db")
     assert not at.exception and not at.error
     assert any("No database at" in c.value for c in at.caption)
-    assert at.dataframe and len(at.dataframe[0].value) == 10
+    assert at.dataframe and len(at.dataframe[0].value) == 9
     at.button(key="ex_build").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.success and "small_cnn for llvm" in at.success[0].value and "verified:" in at.success[0].value
@@ -66,16 +67,16 @@ def test_best_record_is_preselected_and_a_pick_can_change_it(tmp_path):
     fast, slow = _db_with_two_records(db)
     at = _page(db)
     assert not at.exception
-    pick = at.selectbox(key="ex_pick_small_cnn/conv2d1")
+    pick = at.selectbox(key=f"ex_pick_{TASK}")
     assert pick.value == fast and pick.options[-1] == "default schedule"
     assert "1 with records" in at.subheader[0].value
     table = at.dataframe[0].value
-    assert table.loc[table["kernel"] == "small_cnn/conv2d1", "schedule"].item() == f"record {fast}"
+    assert table.loc[table["kernel"] == TASK, "schedule"].item() == f"record {fast}"
     pick.set_value(slow).run()
     at.button(key="ex_build").click().run()
     assert not at.exception and at.success
     manifest = at.session_state["ex_result"]["report"].manifest
-    assert manifest["records"] == {"small_cnn/conv2d1": slow}
+    assert manifest["records"] == {TASK: slow}
     data = at.session_state["ex_result"]["zip"]
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert any(n.endswith("/manifest.json") for n in names) and any(n.endswith("/lib.so") for n in names)

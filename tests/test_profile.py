@@ -33,10 +33,11 @@ def test_rows_add_up_to_the_models_time(small_cnn_profile):
 def test_records_are_named_in_the_profile(tmp_path):
     from export.schedules import TaskSchedule
 
-    steps = ({"primitive": "parallel", "args": {"loop": "conv2d_nchw/ff"}},)
+    steps = ({"primitive": "parallel", "args": {"loop": "conv2d_nhwc/yy"}},)
+    task = "small_cnn/fused_conv2d_add_relu"  # conv + folded batch-norm + relu
     p = profile_workload("small_cnn", runs=2, ort=False,
-                         schedules={"small_cnn/conv2d": TaskSchedule(steps=steps, record_id=41, source="manual")})
-    row = next(k for k in p.kernels if k.task == "small_cnn/conv2d")
+                         schedules={task: TaskSchedule(steps=steps, record_id=41, source="manual")})
+    row = next(k for k in p.kernels if k.task == task)
     assert row.schedule == "record" and row.record_id == 41
 
 
