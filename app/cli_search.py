@@ -173,23 +173,60 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
     ctx.obj = {**(ctx.obj or {}), "db_path": db_path}
     if ctx.invoked_subcommand is not None:
         return
+    from explorer.measure.lock import lock_status
     from search.jobs import refresh
 
     found = refresh(_db(db_path))
+    machine = lock_status()
+    now = {j.id: _lock_state(j, machine) for j in found}
     if as_json:
-        echo_json([j.to_dict() for j in found])
+        echo_json([{**j.to_dict(), "measuring": now[j.id]} for j in found])
         return
     if not found:
         click.echo("no jobs yet: schedx tune WORKLOAD [--background]")
-        return
-    from search.job_spec import JobProgress, JobSpec
+    else:
+        from search.job_spec import JobProgress, JobSpec
 
-    click.echo(f"{'id':>4}  {'status':<8} {'trials':>11}  {'best GFLOPS':>11}  {'failed':>6}  workload")
-    for j in found:
-        p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
-        best = "-" if p.best_gflops is None else f"{p.best_gflops:.1f}"
-        click.echo(f"{j.id:>4}  {j.status:<8} {p.trials:>5}/{p.total or spec.params.trials:<5}  {best:>11}  "
-                   f"{p.failed:>6}  {spec.workload} ({spec.target})" + (f"  ({j.error[:80]})" if j.error else ""))
+        click.echo(f"{'id':>4}  {'status':<8} {'trials':>11}  {'best GFLOPS':>11}  {'failed':>6}  workload")
+        for j in found:
+            p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
+            best = "-" if p.best_gflops is None else f"{p.best_gflops:.1f}"
+            state = f"  [{now[j.id]}]" if now[j.id] else ""
+            click.echo(f"{j.id:>4}  {j.status:<8} {p.trials:>5}/{p.total or spec.params.trials:<5}  {best:>11}  "
+                       f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
+                       + (f"  ({j.error[:80]})" if j.error else ""))
+    _print_lock(machine)
+
+
+def _lock_state(job, machine: dict) -> str:
+    """What a running job is doing with the machine's measuring lock: '' (neither), 'measuring',
+    or 'waiting Ns for pid P'."""
+    import time
+
+    if job.status != "running" or not job.pid:
+        return ""
+    holder = machine["holder"]
+    if holder and holder.get("pid") == job.pid:
+        return "measuring"
+    for w in machine["waiting"]:
+        if w.get("pid") == job.pid:
+            by = f" for pid {holder['pid']}" + (f" (job {holder['job']})" if holder.get("job") else "") if holder else ""
+            return f"waiting {time.time() - w.get('since', time.time()):.0f}s to measure{by}"
+    return ""
+
+
+def _print_lock(machine: dict) -> None:
+    """Who times kernels on this machine now, and who waits (one measurement at a time)."""
+    import time
+
+    def who(entry: dict) -> str:
+        job = f"job {entry['job']}, " if entry.get("job") else ""
+        return f"pid {entry['pid']} ({job}{entry.get('what') or 'schedx measure'}) for {time.time() - entry['since']:.0f}s"
+
+    if machine["holder"]:
+        click.echo(f"measuring on this machine: {who(machine['holder'])}")
+    for w in machine["waiting"]:
+        click.echo(f"waiting to measure: {who(w)}")
 
 
 @jobs.command("stop")

@@ -82,7 +82,7 @@ class SearchState:
     last: _Batch | None = None
     stop: StopRequest = field(default_factory=StopRequest)
     failure: BaseException | None = None  # why the search stopped early, raised once MetaSchedule returns
-    skipped: set = field(default_factory=set)  # candidate hashes another search measures (not recorded here)
+    claims: object = None  # search.claims.ClaimBook: candidates another search measures are not recorded here
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -131,7 +131,8 @@ def _write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contex
     records, cached = [], 0
     for i, cand in enumerate(measure_candidates):
         c = ledger.settle(cand.sch.mod)
-        if c.cached is not None or c.hash in state.skipped:  # answered by the store, or another search's
+        # answered by the store, or measured by another search on this database
+        if c.cached is not None or (state.claims is not None and c.hash in state.claims.skipped):
             cached += 1
             continue
         if c.artifact:
@@ -143,6 +144,8 @@ def _write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contex
             target_key=state.target_key, hardware=state.hardware, environment=state.environment,
             job_id=state.job_id, early_note=EARLY_TIMING))
     ids = state.store.add_records(records) if records else []  # one transaction: all or nothing
+    if state.claims is not None:  # the records answer for this batch now
+        state.claims.release()
     for rec, rid in zip(records, ids):
         if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
             ledger.remember(rec.candidate, str(rid), rec.latencies)

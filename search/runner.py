@@ -1,10 +1,12 @@
 """schedx's verifying runner: candidates measured in the search's warm worker pool.
 
-Measurement (:class:`PoolRunner`) happens on this machine one candidate at a time (nothing else
-runs meanwhile), or through TVM's RPC tracker on remote devices, several at once. Either way each
-candidate's outputs are first checked against its task's reference (see
+Measurement (:class:`PoolRunner`) happens on this machine one candidate at a time, holding the
+machine's measuring lock (:mod:`explorer.measure.lock`: no other search or ``schedx measure`` times
+anything meanwhile), or through TVM's RPC tracker on remote devices, several at once. Either way
+each candidate's outputs are first checked against its task's reference (see
 :mod:`search.worker_jobs`). Candidates the store already measured never reach it: the ledger's
-runner answers them (see :mod:`search.ledger`).
+runner answers them (see :mod:`search.ledger`); candidates another search running on the same
+database has claimed are not measured here (see :mod:`search.claims`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from explorer.measure.lock import measuring
 from search import worker_jobs
 from search.ledger import INFRA_ERROR, OK, RUN_ERROR, TIMEOUT, VERIFY_FAILED, Candidate, CandidateRunner, RunOutcome
 from search.pool import WarmPool
@@ -65,8 +68,10 @@ class PoolRunner(CandidateRunner):
     def __init__(self, pool: WarmPool, *, task_mods: list, task_specs: list, work_dir: str,
                  reference_target: dict, timeout_sec: float = 30, verify: bool = True,
                  best_s: list | None = None, reject_factor: float | None = REJECT_FACTOR,
-                 rpc: RpcSpec | None = None) -> None:
+                 rpc: RpcSpec | None = None, claims=None, holder: dict | None = None) -> None:
         self.pool, self.task_mods, self.task_specs = pool, task_mods, task_specs
+        self.claims = claims  # a search.claims.ClaimBook, or None: measure whatever comes
+        self.holder = dict(holder or {})  # who this search is, for the measuring lock's status
         self.reference_target = reference_target
         self.rpc = None if rpc is None else {"host": rpc.tracker_host, "port": rpc.tracker_port, "key": rpc.key,
                                              "session_timeout": rpc.session_timeout_s}
@@ -102,10 +107,27 @@ class PoolRunner(CandidateRunner):
     def run_candidates(self, inputs: list, candidates: list[Candidate | None]) -> list[RunOutcome]:
         """Local candidates one at a time (nothing else may run while one is timed); remote ones
         in parallel, one per pool worker, on whatever devices the tracker hands out."""
+        mine = self._claim(candidates)
         pairs = list(zip(inputs, candidates))
         if self.rpc is None:
-            return [self._measure(inp, c) for inp, c in pairs]
-        return list(self._threads.map(lambda pair: self._measure(*pair), pairs))
+            return [self._measure(inp, c) if i in mine else _ELSEWHERE for i, (inp, c) in enumerate(pairs)]
+        return list(self._threads.map(lambda ipair: self._measure(*ipair[1]) if ipair[0] in mine else _ELSEWHERE,
+                                      enumerate(pairs)))
+
+    def _claim(self, candidates: list[Candidate | None]) -> set[int]:
+        """Indices of the candidates this search measures: all of them, unless another search on
+        the same database has claimed or measured some (one claim transaction per task)."""
+        everyone = set(range(len(candidates)))
+        if self.claims is None:
+            return everyone
+        by_task: dict[int, list[int]] = {}
+        for i, c in enumerate(candidates):
+            if c is not None and c.task is not None:
+                by_task.setdefault(c.task, []).append(i)
+        for task, indices in by_task.items():
+            granted = self.claims.claim(task, [candidates[i].hash for i in indices])
+            everyone -= {i for i in indices if candidates[i].hash not in granted}
+        return everyone
 
     def close(self) -> None:
         """Release the threads remote measurements used (the pool belongs to the caller)."""
@@ -126,8 +148,13 @@ class PoolRunner(CandidateRunner):
         # over a network a run's wall time is mostly round trips: no early verdicts there
         reject = max(best * self.reject_factor, best + 1e-3) if best and self.reject_factor and not self.rpc else None
         timeout = self.timeout_sec + (self.rpc["session_timeout"] if self.rpc else 0)
-        outcome = self.pool.call(worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None, reject,
-                                 self.rpc, str(inp.device_type), None if same else check, own, timeout=timeout)
+        args = (worker_jobs.measure, path, specs, self.evaluator, ref.path if ref else None, reject, self.rpc,
+                str(inp.device_type), None if same else check, own)
+        if self.rpc is None:  # on this machine: one timed run at a time, whoever runs it
+            with measuring(**self.holder):
+                outcome = self.pool.call(*args, timeout=timeout)
+        else:
+            outcome = self.pool.call(*args, timeout=timeout)
         result = _outcome(outcome, timeout, checked=ref is not None and ref.path is not None)
         if task is not None and result.verified and not result.early:  # verified implies timed
             median = sorted(result.secs)[len(result.secs) // 2]
@@ -135,6 +162,10 @@ class PoolRunner(CandidateRunner):
                 current = self.best_s[task]
                 self.best_s[task] = median if current is None else min(current, median)
         return result
+
+
+# What a candidate another search claimed comes back as (no record is written for it).
+_ELSEWHERE = RunOutcome(INFRA_ERROR, error="measured by another search running on this database")
 
 
 def _outcome(outcome, timeout_sec: float, *, checked: bool) -> RunOutcome:

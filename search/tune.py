@@ -11,6 +11,9 @@ What schedx adds to ``ms.tune_tasks``:
 - true resume: candidates the store already measured for this workload, target and hardware
   are neither built nor run again, and the cost model is trained on the stored records before
   the first batch;
+- searches side by side: candidates are claimed in the database before they are measured, so two
+  searches on one workload and database never measure the same one, and every timed run holds
+  the machine's measuring lock (see :mod:`search.claims`, :mod:`explorer.measure.lock`);
 - measurement on this machine or through a TVM RPC tracker;
 - a clean stop (see :mod:`search.stopping`): Ctrl-C, SIGTERM or the time budget (``minutes``) end
   the search at the next batch boundary, with every finished batch in the store, and a batch
@@ -31,6 +34,7 @@ from explorer.workload import Task, tag_task
 from search import pool as warm_pool
 from search.builder import FastBuilder
 from search.callbacks import BatchReport, SearchState, report_progress, write_records
+from search.claims import ClaimBook
 from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner
 from search.ms_database import StoreDatabase
 from search.params import SearchParams
@@ -122,7 +126,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
         stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
     work = tempfile.TemporaryDirectory(prefix="schedx-tune-")
-    inner_runner = runner
+    inner_runner, state = runner, None
     try:
         light_tensor_intrin(kind, triple)
         tgt = target.tvm()
@@ -135,11 +139,17 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         if builder is None:
             builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work.name)
         if inner_runner is None:
+            state.claims = ClaimBook(store, target_key=target.key, hardware=hardware,
+                                     task_keys=[t.key for t in tasks], job_id=job_id)
             inner_runner = PoolRunner(own_pool, task_mods=[t.mod for t in tasks],
                                       task_specs=[_arg_specs(t.mod) for t in tasks],
                                       best_s=[_best_verified_s(store, t, target.key, hardware) for t in tasks],
                                       work_dir=work.name, timeout_sec=params.timeout_s, rpc=rpc,
-                                      reference_target=host_target().config)  # references run here
+                                      reference_target=host_target().config,  # references run here
+                                      claims=state.claims,
+                                      holder={"what": ", ".join(t.name for t in tasks[:3]) +
+                                              (" ..." if len(tasks) > 3 else ""),
+                                              "job": job_id, "db": str(store.path)})
             inner_runner.prefetch(0)  # the first task's reference, while the first batch is searched for
 
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
@@ -156,6 +166,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
     finally:
         if isinstance(inner_runner, PoolRunner):
             inner_runner.close()
+        if state is not None and state.claims is not None:
+            state.claims.release()
         if own_pool is not None:
             stop.on_hard.remove(own_pool.abandon)
             own_pool.close()

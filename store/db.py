@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store import interop, queries, schema
+from store import claims, interop, queries, schema
 from store.compare import compare_records
 from store.errors import ReadOnlyDatabaseError, StoreError
 from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
@@ -312,6 +312,22 @@ class Store:
             if status:
                 sql, params = sql + " WHERE status = ?", [status]
             return [_row_job(row) for row in db.query(sql + " ORDER BY id", params)]
+
+    # candidate claims of searches running at the same time (see store.claims)
+    def claim_candidates(self, workload_key: str, target: str, hardware: str, candidates: list[str], *,
+                         owner: str, ttl_s: float = 900.0) -> list[str]:
+        """The candidates ``owner`` may measure now, in one transaction (see :mod:`store.claims`)."""
+        with self._write() as db:
+            return claims.claim(db, workload_key, target, hardware, list(candidates), owner, ttl_s)
+
+    def release_claims(self, owner: str) -> int:
+        with self._write() as db:
+            return claims.release(db, owner)
+
+    def live_claims(self) -> dict[str, int]:
+        """Live claims per owner."""
+        with self._read() as db:
+            return claims.claimed(db)
 
     # the whole database
     def info(self) -> dict:

@@ -1,8 +1,9 @@
 """Build a scheduled module for the CPU, run it, verify it, time it (in this process).
 
 Timing follows TVM's own ``time_evaluator``: one warm-up run, then ``repeat`` repeats of
-``number`` runs each, ``number`` sized so that a repeat lasts about ``min_repeat_s``. Use
-:func:`explorer.measure.measure` to do all this in a child process that may crash or hang.
+``number`` runs each, ``number`` sized so that a repeat lasts about ``min_repeat_s``. The run,
+its verification and its timing hold the machine's measuring lock (:mod:`explorer.measure.lock`).
+Use :func:`explorer.measure.measure` to do all this in a child process that may crash or hang.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import tvm
 
 from explorer.errors import short_tvm_message
+from explorer.measure.lock import measuring
 from explorer.measure.result import MeasureResult
 from explorer.measure.verify import compare
 
@@ -44,22 +46,24 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
     except Exception as err:
         return MeasureResult(status="build_error", error=short_tvm_message(err), **base)
     build_s = time.perf_counter() - start
-    try:
-        args, outputs = run_once(rt_mod, inputs, output_specs)
-    except Exception as err:
-        return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
-    verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs, references)
-    checks = {"max_abs_error": abs_err, "max_rel_error": rel_err, "verified": verified, "build_seconds": build_s}
-    if not verified:
-        return MeasureResult(status="verify_failed", error=why, **checks, **base)
-    try:
-        evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=1, repeat=1)
-        once = evaluator(*args).mean
-        number = max(1, math.ceil(min_repeat_s / max(once, 1e-9)))
-        evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
-        latencies = tuple(float(x) for x in evaluator(*args).results)
-    except Exception as err:
-        return MeasureResult(status="run_error", error=short_tvm_message(err), **checks, **base)
+    with measuring(what=target_text):  # builds may overlap; timed runs on this machine never do
+        try:
+            args, outputs = run_once(rt_mod, inputs, output_specs)
+        except Exception as err:
+            return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
+        verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
+                                                                                                 references)
+        checks = {"max_abs_error": abs_err, "max_rel_error": rel_err, "verified": verified, "build_seconds": build_s}
+        if not verified:
+            return MeasureResult(status="verify_failed", error=why, **checks, **base)
+        try:
+            evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=1, repeat=1)
+            once = evaluator(*args).mean
+            number = max(1, math.ceil(min_repeat_s / max(once, 1e-9)))
+            evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
+            latencies = tuple(float(x) for x in evaluator(*args).results)
+        except Exception as err:
+            return MeasureResult(status="run_error", error=short_tvm_message(err), **checks, **base)
     median = statistics.median(latencies)
     return MeasureResult(status="ok", latencies=latencies, number=number, median_s=median,
                          mean_s=statistics.fmean(latencies),

@@ -1,0 +1,47 @@
+"""Claims of a search's candidates in the database, so that searches running at the same time on
+one workload and database never measure the same candidate (see :mod:`store.claims`).
+
+:class:`PoolRunner <search.runner.PoolRunner>` claims each batch's candidates before it measures
+them; a candidate another search has claimed or measured meanwhile is not measured here (it is
+``skipped``: no record, it costs no trial); the claims go once the batch's records are written,
+and when the search ends."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from store import Store, StoreError
+
+
+class ClaimBook:
+    """This search's claims: ``owner`` names it (host, process, job); ``task_keys`` are the
+    workload keys of its tasks, by task index."""
+
+    def __init__(self, store: Store, *, target_key: str, hardware: str, task_keys: list[str],
+                 job_id: int | None = None) -> None:
+        self.store, self.target_key, self.hardware, self.task_keys = store, target_key, hardware, task_keys
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{job_id if job_id is not None else '-'}"
+        self.skipped: set[str] = set()  # candidates another search measures: never recorded here
+
+    def claim(self, task: int, hashes: list[str]) -> set[str]:
+        """The candidates of ``task`` among ``hashes`` this search may measure now (all of them
+        when the database cannot take the claim now: writing the batch will fail and stop the
+        search anyway, and an error raised here would cross MetaSchedule's C++)."""
+        try:
+            granted = set(self.store.claim_candidates(self.task_keys[task], self.target_key, self.hardware, hashes,
+                                                      owner=self.owner))
+        except StoreError:
+            return set(hashes)
+        self.skipped.update(h for h in hashes if h not in granted)
+        return granted
+
+    def release(self) -> None:
+        """Drop this search's claims (its records now answer for what it measured)."""
+        try:
+            self.store.release_claims(self.owner)
+        except StoreError:  # a database that cannot be written now: the claims expire on their own
+            pass
+
+
+__all__ = ["ClaimBook"]

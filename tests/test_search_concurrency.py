@@ -1,0 +1,114 @@
+"""Searches side by side: candidates claimed in the database (two searches on one workload never
+measure the same candidate) and one timed run at a time on the machine (a lock every timed run
+holds; ``schedx jobs`` shows who measures and who waits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import cli
+from search.claims import ClaimBook
+from store import Record, Store, Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def lock_env(tmp_path, monkeypatch):
+    """A lock folder and a timing log of this test's own (children inherit both)."""
+    monkeypatch.setenv("SCHEDX_LOCK_DIR", str(tmp_path / "lock"))
+    monkeypatch.setenv("SCHEDX_TIMING_LOG", str(tmp_path / "timing.log"))
+    return tmp_path
+
+
+def _intervals(log: Path) -> list[tuple[float, float, int]]:
+    rows = [line.split() for line in log.read_text().splitlines() if line.strip()]
+    return sorted((float(a), float(b), int(pid)) for pid, a, b in rows)
+
+
+def _overlaps(intervals) -> list:
+    return [(x, y) for x, y in zip(intervals, intervals[1:]) if y[0] < x[1]]
+
+
+def test_claims_grant_each_candidate_to_one_search(tmp_path):
+    store = Store(tmp_path / "claims.db")
+    store.add_workload(Workload(key="w1", name="k", source="test"))
+    one = ClaimBook(store, target_key="llvm", hardware="hw", task_keys=["w1"], job_id=1)
+    two = ClaimBook(Store(tmp_path / "claims.db"), target_key="llvm", hardware="hw", task_keys=["w1"], job_id=2)
+    assert one.claim(0, ["a", "b", "c"]) == {"a", "b", "c"}
+    assert two.claim(0, ["b", "c", "d"]) == {"d"} and two.skipped == {"b", "c"}
+    assert one.claim(0, ["a"]) == {"a"}  # its own claim, renewed
+    assert store.live_claims() == {one.owner: 3, two.owner: 1}
+    # one measured a and b, failed c for a reason outside the candidate; then released
+    store.add_records([Record(workload_key="w1", target="llvm", hardware="hw", source="search", status=s, steps=[],
+                              trace=None, latencies=[1e-3] if s == "ok" else [], median_s=None, gflops=None,
+                              environment={}, candidate=c)
+                       for c, s in (("a", "ok"), ("b", "run_error"), ("c", "infra_error"))])
+    one.release()
+    assert two.claim(0, ["a", "b", "c"]) == {"c"}  # measured ones stay measured; c is tried again
+    # a claim outlives its search only for its time to live (kill -9 never releases it)
+    assert store.claim_candidates("w1", "llvm", "hw", ["e"], owner="dead", ttl_s=-1) == ["e"]
+    assert two.claim(0, ["e"]) == {"e"}
+
+
+def test_one_timed_run_at_a_time_across_processes_and_jobs_shows_who_waits(lock_env):
+    db = lock_env / "jobs.db"
+    store = Store(db)
+    go = lock_env / "go"  # the first holds the lock until the test has looked
+    code = ("import os, sys, time\nfrom explorer.measure.lock import measuring\n"
+            "with measuring(what='test kernel', job=int(sys.argv[1])):\n"
+            "    print('in', flush=True)\n    start = time.time()\n"
+            "    while sys.argv[2] == 'hold' and not os.path.exists(sys.argv[3]) and time.time() < start + 60:\n"
+            "        time.sleep(0.05)\n    time.sleep(0.5)\n")
+    jobs = [store.create_job("tune", {"workload": "matmul"}) for _ in range(2)]
+    first = subprocess.Popen([sys.executable, "-c", code, str(jobs[0].id), "hold", str(go)], cwd=ROOT,
+                             stdout=subprocess.PIPE)
+    assert first.stdout.readline().strip() == b"in"
+    second = subprocess.Popen([sys.executable, "-c", code, str(jobs[1].id), "go", str(go)], cwd=ROOT,
+                              stdout=subprocess.PIPE)
+    store.update_job(jobs[0].id, status="running", pid=first.pid)
+    store.update_job(jobs[1].id, status="running", pid=second.pid)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not list((lock_env / "lock" / "waiting").glob("*.json")):
+            time.sleep(0.1)
+        shown = CliRunner().invoke(cli, ["jobs", "--db", str(db)], obj={}).output
+        assert f"waiting to measure: pid {second.pid} (job {jobs[1].id}" in shown, shown
+        assert f"measuring on this machine: pid {first.pid} (job {jobs[0].id}, test kernel)" in shown, shown
+        rows = {int(line.split()[0]): line for line in shown.splitlines() if line.strip()[:1].isdigit()}
+        assert "[measuring]" in rows[jobs[0].id] and f"to measure for pid {first.pid}" in rows[jobs[1].id], shown
+        listed = json.loads(CliRunner().invoke(cli, ["jobs", "--db", str(db), "--json"], obj={}).output)
+        assert listed[1]["measuring"].startswith("waiting")
+    finally:
+        go.touch()
+        first.wait(timeout=30)
+        second.wait(timeout=30)
+    (a0, a1, _), (b0, b1, _) = _intervals(lock_env / "timing.log")
+    assert b0 >= a1  # the second ran only once the first had finished
+
+
+def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(lock_env):
+    db = lock_env / "two.db"
+    args = [sys.executable, "-m", "app.cli", "tune", "matmul:M=64,N=64,K=64", "--trials", "4", "--per-batch", "4",
+            "--population", "32", "--generations", "1", "--db", str(db), "--json"]
+    procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err.decode()[-2000:]
+    summaries = [json.loads(out[out.index(b"{"):]) for out, _ in outs]
+    records = Store(db).records()
+    measured = Counter(r.candidate for r in records if r.status != "infra_error")
+    assert [h for h, n in measured.items() if n > 1] == []  # 0 candidates measured twice
+    assert sum(s["trials"] for s in summaries) == len(records) == 8
+    timed = _intervals(lock_env / "timing.log")
+    assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= 8
+    assert _overlaps(timed) == []  # no two timed runs at the same moment
