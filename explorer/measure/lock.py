@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,16 +27,31 @@ ENV_DIR = "SCHEDX_LOCK_DIR"
 ENV_TIMING_LOG = "SCHEDX_TIMING_LOG"
 
 
-def lock_dir() -> Path:
-    """A private per-user folder: ``$SCHEDX_LOCK_DIR``, ``$XDG_RUNTIME_DIR/schedx``, or the cache."""
+def _candidates() -> list[Path]:
     if os.environ.get(ENV_DIR):
-        base = Path(os.environ[ENV_DIR])
-    elif os.environ.get("XDG_RUNTIME_DIR") and os.path.isdir(os.environ["XDG_RUNTIME_DIR"]):
-        base = Path(os.environ["XDG_RUNTIME_DIR"]) / "schedx"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "schedx" / "run"
-    (base / "waiting").mkdir(parents=True, exist_ok=True, mode=0o700)
-    return base
+        return [Path(os.environ[ENV_DIR])]
+    found = []
+    if os.environ.get("XDG_RUNTIME_DIR") and os.path.isdir(os.environ["XDG_RUNTIME_DIR"]):
+        found.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "schedx")
+    found.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "schedx" / "run")
+    found.append(Path(tempfile.gettempdir()) / f"schedx-{os.getuid()}" / "run")  # a read-only home
+    return found
+
+
+def lock_dir() -> Path:
+    """A per-user folder: ``$SCHEDX_LOCK_DIR``, ``$XDG_RUNTIME_DIR/schedx``, the user's cache, or a
+    private (0700, owned) folder in the temp dir when the home folder is read-only."""
+    last: OSError | None = None
+    for base in _candidates():
+        try:
+            (base / "waiting").mkdir(parents=True, exist_ok=True, mode=0o700)
+            info = os.stat(base)
+            if info.st_uid != os.getuid():  # someone else's folder (a planted /tmp path): not ours
+                raise PermissionError(f"{base} belongs to another user")
+            return base
+        except OSError as err:
+            last = err
+    raise last or OSError("no folder for the measuring lock")
 
 
 def _alive(pid: int) -> bool:
@@ -58,7 +74,11 @@ def _write_json(path: Path, data: dict) -> None:
 def measuring(what: str = "", **who) -> Iterator[float]:
     """Hold the machine's measuring lock for the block (waiting for it first); yields how long it
     waited. ``what`` and ``who`` (job id, database...) describe the holder to others."""
-    folder = lock_dir()
+    try:
+        folder = lock_dir()
+    except OSError:  # nowhere to put a lock (every folder read-only): measure unlocked, as before
+        yield 0.0
+        return
     me = {"pid": os.getpid(), "what": what, **who}
     waiting = folder / "waiting" / f"{os.getpid()}.json"
     fd = os.open(folder / "measure.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
