@@ -241,10 +241,12 @@ cli.add_command(_leaderboard)
 cli.add_command(_db)
 
 from app.cli_export import bench as _bench, export as _export, run as _run  # noqa: E402
+from app.cli_keys import keygen as _keygen  # noqa: E402
 
 cli.add_command(_export)
 cli.add_command(_run)
 cli.add_command(_bench)
+cli.add_command(_keygen)
 
 from app.cli_models import quantize as _quantize  # noqa: E402
 

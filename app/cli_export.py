@@ -47,11 +47,13 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-verify", is_flag=True, help="Skip running the bundle in a fresh process.")
 @click.option("--no-layers", is_flag=True, help="Skip the layer-by-layer comparison with ONNX Runtime.")
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
+@click.option("--sign", "sign_key", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
-           as_json: bool) -> None:
+           sign_key: Path | None, as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -62,6 +64,10 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
 
     from export.choose import shape_warnings
 
+    if sign_key is not None:  # a key that cannot sign fails now, not after the export
+        from export.signing import private_key_of
+
+        private_key_of(sign_key)
     target = parse_target(target_spec)
     loaded = load_workload(workload, shapes)
     schedules, choices = _schedules(db, no_db, loaded, target, hardware)
@@ -69,6 +75,12 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
                                  layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,
                                  notes=shape_warnings(choices))
+    if sign_key is not None:
+        from export.signing import sign_bundle
+
+        sign_bundle(report.folder, sign_key)
+        click.echo(f"signed: {report.folder}/manifest.sig (check with: schedx run {report.folder} --trust PUBKEY)",
+                   err=True)
     if as_json:
         echo_json(report.to_dict())
     else:
@@ -111,19 +123,24 @@ def _print_export(report) -> None:
 @click.option("--no-baselines", is_flag=True, help="Time the bundle only (no ONNX Runtime).")
 @target_option(None, "Refuse the bundle unless it was built for this target (default: whatever it was built "
                      "for, if this machine can run it).")
+@click.option("--trust", "trust_key", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Refuse the bundle unless its manifest.sig verifies with this ed25519 public key.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, target_spec: str | None,
-        as_json: bool) -> None:
+        trust_key: Path | None, as_json: bool) -> None:
     """Check, load and run a BUNDLE folder in a fresh process: compile time, first inference,
     steady-state median and p90, beside ONNX Runtime on the same input and threads.
 
     A bundle whose files no longer match its manifest is refused before anything is loaded, and
-    so is one built for a CPU or GPU this machine does not have."""
+    so is one built for a CPU or GPU this machine does not have. The manifest's hashes catch
+    accidents; with --trust, only a bundle signed by the matching private key runs."""
     from explorer.target import TargetError, parse_target
     from export.bench import bench_bundle, bundle_target
     from export.bundle import read_manifest
 
+    if trust_key is not None:  # the signature first: nothing is read from a bundle someone rewrote
+        read_manifest(bundle, trust=trust_key)
     if target_spec is not None:
         wanted, built_for = parse_target(target_spec), bundle_target(read_manifest(bundle))
         if not wanted.accepts(built_for.key):

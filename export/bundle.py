@@ -10,9 +10,12 @@ Layout (``schedx export ... -o DIR``)::
     kernels.cu      CUDA bundles: the generated CUDA source (and kernels_sm_XX.cubin from nvcc)
     README.md       how to load and run it
     manifest.json   workload, signature, target, TVM version, records per task, sha256 of each file
+    manifest.sig    optional: an ed25519 signature of manifest.json (``schedx export --sign KEY``,
+                    see :mod:`export.signing`)
 
 Reading a bundle checks every hash first (:func:`read_manifest`); nothing is loaded from a bundle
-whose files changed.
+whose files changed. The hashes catch accidents; only a signature checked against a public key
+the reader trusts (``read_manifest(folder, trust=PUBKEY)``) catches a bundle rewritten on purpose.
 """
 
 from __future__ import annotations
@@ -163,10 +166,11 @@ def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict
     return manifest
 
 
-def read_manifest(folder: str | Path) -> dict:
-    """The manifest, once every file is present and matches its hash (else :class:`BundleError`)."""
+def read_manifest(folder: str | Path, *, trust: str | Path | None = None) -> dict:
+    """The manifest, once every file is present and matches its hash (else :class:`BundleError`);
+    with ``trust`` (a public key file), once the manifest's signature verifies with it too."""
     try:
-        return verify_bundle.check_bundle(folder)
+        return verify_bundle.check_bundle(folder, trust=trust)
     except verify_bundle.BundleCheckError as err:
         raise BundleError(str(err)) from None
 
@@ -191,6 +195,7 @@ def replace_params(folder: str | Path, names: list[str], values: list[np.ndarray
         (folder / REFERENCE).unlink(missing_ok=True)
     manifest["params_replaced"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    (folder / verify_bundle.SIGNATURE).unlink(missing_ok=True)  # it signed the old manifest: sign again
     return manifest
 
 

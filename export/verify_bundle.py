@@ -8,8 +8,14 @@ installed can check and run a bundle::
     python -m export.verify_bundle BUNDLE_DIR --out outputs.npz   # the same, from schedx
 
 Before anything is loaded every file listed in ``manifest.json`` is hashed; a missing or changed
-file stops the run with a message naming it. Keep this module free of schedx imports: it must
-run where schedx is not installed (``foreign_modules`` in the report lists any that got loaded).
+file stops the run with a message naming it. That catches accidents (a truncated copy, a file
+swapped by mistake, a damaged disk), not an attacker, who can rewrite the manifest too. A signed
+bundle (``schedx export --sign KEY``) also carries ``manifest.sig``, an ed25519 signature of the
+manifest's bytes; ``python run.py --trust PUBKEY.pem`` (``schedx run --trust``) refuses the bundle
+unless that signature verifies with the given public key, so no file can change without the
+private key. Checking a signature needs the ``cryptography`` package; nothing else here does.
+Keep this module free of schedx imports: it must run where schedx is not installed
+(``foreign_modules`` in the report lists any that got loaded).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import time
 from pathlib import Path
 
 MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"  # raw 64-byte ed25519 signature of manifest.json's bytes
 FORMAT = "schedx-bundle"
 FORMAT_VERSION = 1
 _FOREIGN = ("explorer", "app", "search", "store", "onnx", "onnxruntime", "torch", "streamlit", "click")
@@ -40,16 +47,50 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_bundle(folder: str | os.PathLike) -> dict:
-    """The manifest of ``folder`` once every file it lists is present with its recorded sha256."""
+def check_signature(folder: str | os.PathLike, manifest_bytes: bytes, public_key: str | os.PathLike) -> None:
+    """Refuse (:class:`BundleCheckError`) unless ``manifest.sig`` in ``folder`` is an ed25519
+    signature of ``manifest_bytes`` by the private key of ``public_key`` (a PEM file)."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    except ImportError:
+        raise BundleCheckError("checking a bundle's signature needs the cryptography package: "
+                               "pip install cryptography") from None
+    try:
+        key = load_pem_public_key(Path(public_key).read_bytes())
+    except (OSError, ValueError, TypeError) as err:
+        raise BundleCheckError(f"cannot read the public key {public_key}: {err}") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise BundleCheckError(f"{public_key} is not an ed25519 public key (schedx keygen makes one)")
+    sig = Path(folder) / SIGNATURE
+    if sig.is_symlink() or not sig.is_file():
+        raise BundleCheckError(f"refused: {folder} is not signed (no {SIGNATURE}) and --trust asks for a signature. "
+                               f"Nothing was loaded")
+    try:
+        key.verify(sig.read_bytes(), manifest_bytes)
+    except InvalidSignature:
+        raise BundleCheckError(f"refused: the signature in {SIGNATURE} does not verify with {public_key}: the "
+                               f"manifest changed after it was signed, or another key signed it. Nothing was "
+                               f"loaded") from None
+
+
+def check_bundle(folder: str | os.PathLike, *, trust: str | os.PathLike | None = None) -> dict:
+    """The manifest of ``folder`` once every file it lists is present with its recorded sha256
+    (and, with ``trust``, once the manifest's signature verifies with that public key)."""
     folder = Path(folder)
     path = folder / MANIFEST
     if not folder.is_dir():
         raise BundleCheckError(f"{folder} is not a folder: give the folder `schedx export -o DIR` wrote")
+    if path.is_symlink():
+        raise BundleCheckError(f"refused: {MANIFEST} in {folder} is a link, not a plain file. Nothing was loaded")
     if not path.is_file():
         raise BundleCheckError(f"{folder} has no {MANIFEST}: not a schedx bundle")
     try:
-        manifest = json.loads(path.read_text())
+        data = path.read_bytes()  # read once: the bytes checked are the bytes used
+        if trust is not None:
+            check_signature(folder, data, trust)
+        manifest = json.loads(data)
     except (OSError, ValueError) as err:
         raise BundleCheckError(f"{path} is not readable JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -171,16 +212,18 @@ def profile_calls(vm, args: list, dev, runs: int) -> dict:
 
 
 def run_bundle(folder: str | os.PathLike, *, inputs_file: str | None = None, device: str | None = None,
-               runs: int = 0, budget_s: float = 30.0, profile: int = 0) -> tuple[dict, list]:
+               runs: int = 0, budget_s: float = 30.0, profile: int = 0,
+               trust: str | os.PathLike | None = None) -> tuple[dict, list]:
     """Check, load and run a bundle: a report (plain data) and the outputs (numpy arrays).
 
     The report holds ``load_s`` (library, VM, parameters), ``first_s`` (the first inference) and,
     with ``runs``, ``latencies_s``/``median_s``/``p90_s`` of up to ``runs`` more runs (fewer when
-    ``budget_s`` is spent), and with ``profile`` the time per called function (:func:`profile_calls`)."""
+    ``budget_s`` is spent), and with ``profile`` the time per called function (:func:`profile_calls`).
+    ``trust``: a public key the manifest's signature must verify with (see the module docstring)."""
     import numpy as np
 
     folder = Path(folder)
-    manifest = check_bundle(folder)
+    manifest = check_bundle(folder, trust=trust)
     import tvm
     from tvm import relax
 
@@ -271,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
                         help="time every kernel call over this many runs (per-kernel profile)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--trust", metavar="PUBKEY.pem",
+                        help="refuse the bundle unless manifest.sig verifies with this ed25519 public key "
+                             "(needs the cryptography package)")
     parser.add_argument("--without-torch", action="store_true",
                         help="keep PyTorch out of this process (tvm_ffi imports it when installed, 2 s; the bundle "
                              "never needs it): proves a plain TVM runtime suffices")
@@ -283,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TVM_NUM_THREADS"] = str(opts.threads)
     try:
         report, outputs = run_bundle(opts.folder, inputs_file=opts.inputs, device=opts.device, runs=opts.runs,
-                                     budget_s=opts.budget, profile=opts.profile)
+                                     budget_s=opts.budget, profile=opts.profile, trust=opts.trust)
     except BundleCheckError as err:
         if opts.json:
             _write(json.dumps({"error": str(err)}))
