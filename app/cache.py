@@ -6,11 +6,8 @@ graphs, so switching snapshots reads from memory and never runs a pass again.
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import streamlit as st
 
@@ -46,15 +43,13 @@ def pipeline_run(key: RunKey) -> PipelineRun:
 
 
 def save_upload(data: bytes, filename: str) -> str:
-    """Keep an uploaded ONNX file on disk under its content hash and return the path, so it
-    becomes a model spec like any file path."""
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "schedx-uploads"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{digest}-{Path(filename).name}"
-    if not path.exists():
-        path.write_bytes(data)
-    return str(path)
+    """Keep an uploaded ONNX file on disk and return the path, so it becomes a model spec like any
+    file path: in a private folder of this user and UI process, created without following links,
+    size-bounded, removed when the UI ends (see :mod:`app.uploads`); :class:`app.uploads.UploadError`
+    (a ModelLoadError) when it cannot be kept."""
+    from app.uploads import save_upload as keep
+
+    return keep(data, filename)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
