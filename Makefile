@@ -28,7 +28,8 @@ bench: setup-dev system
 	$(BIN)/python -m benchmarks.bench_store
 
 screenshots: setup-dev system
-	SCHEDX_SCREENSHOT_DIR=assets/screenshots $(BIN)/python -m pytest -q tests/test_browser.py
+	SCHEDX_SCREENSHOT_DIR=assets/screenshots $(BIN)/python -m pytest -q tests/test_browser.py \
+		tests/test_browser_graph.py tests/test_browser_ide.py
 
 setup: $(VENV)/.schedx-installed
 

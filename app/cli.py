@@ -212,7 +212,7 @@ def _safe(name: str) -> str:
 def ui(host: str, port: int, headless: bool) -> None:
     """Start the browser UI (Streamlit)."""
     entry = Path(__file__).with_name("main.py")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(entry), "--server.address", host,
+    cmd = [sys.executable, "-m", "app.warm_start", "run", str(entry), "--server.address", host,
            "--server.port", str(port), "--server.headless", str(headless).lower(),
            "--browser.gatherUsageStats", "false"]
     click.echo(f"schedx UI on http://{host}:{port}", err=True)

@@ -37,8 +37,13 @@ def warm() -> None:
 
 
 def main() -> None:
-    threading.Thread(target=warm, daemon=True, name="schedx-warm-start").start()
+    # Libraries both threads import are imported here first: two threads importing pandas at once
+    # can see it half-initialised ("partially initialized module 'pandas'") and kill the server.
+    import pandas  # noqa: F401
+    import plotly.graph_objects  # noqa: F401
     from streamlit.web import cli
+
+    threading.Thread(target=warm, daemon=True, name="schedx-warm-start").start()
 
     sys.argv = ["streamlit", *sys.argv[1:]]
     cli.main()

@@ -139,7 +139,7 @@ def _converting(lines: list[str]) -> str:
 
 def _convert(model: onnx.ModelProto, shape_dict: dict, dtypes: dict, log: list[str]):
     """``from_onnx`` with stdout captured into ``log``; raises what TVM raised."""
-    from tvm.relax.frontend.onnx import from_onnx
+    from explorer.graph.onnx_names import traced_from_onnx as from_onnx  # the same import, node names kept
 
     printed = None
     try:
