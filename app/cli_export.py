@@ -109,7 +109,8 @@ def _print_export(report) -> None:
         click.echo(f"  library: {report.elf.summary()}")
         if report.elf.ok:
             click.echo(f"  on the device: copy {report.folder.name}/ there and run `python run.py`, or serve it with "
-                       f"`python -m tvm.exec.rpc_server` and load lib.so through TVM RPC")
+                       f"`python -m tvm.exec.rpc_server --host 127.0.0.1` and load lib.so through TVM RPC over "
+                       f"an SSH tunnel")
     click.echo(f"  verdict: {report.verdict}")
     files = ", ".join(f"{name} {entry['bytes'] / 1024:.0f} KB" for name, entry in m["files"].items())
     click.echo(f"  files: {files}")

@@ -15,9 +15,33 @@ from search.tune import tune
 from store import Store
 
 
+def _listening(pids: list[int]) -> list[str]:
+    """The addresses these processes and their children listen on."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for p in procs:
+            try:
+                found += [c.laddr.ip for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+    return found
+
+
 def test_search_through_a_tracker_and_two_servers(tmp_path):
+    import psutil
+
     store = Store(tmp_path / "rpc.db")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     with local_cluster(servers=2, key="loopback") as rpc:
+        started = [p.pid for p in psutil.Process().children() if p.pid not in before]
+        listening = _listening(started)
+        assert listening and all(ip in ("127.0.0.1", "::1") for ip in listening), listening  # never 0.0.0.0
         summary = tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=host_target(),
                        params=SearchParams(trials=8, per_batch=4, population=32, generations=1,
                                            init_min_unmeasured=8), rpc=rpc)
@@ -34,3 +58,7 @@ def test_unreachable_tracker_is_refused_before_any_work():
         RpcSpec.parse("localhost", "k")
     with pytest.raises(SearchError, match="--rpc-key"):
         RpcSpec.parse("127.0.0.1:9190", "")
+    assert RpcSpec.parse(":9190", "k").tracker_host == "127.0.0.1"  # no host: loopback
+    with pytest.raises(SearchError, match="loopback"):
+        with local_cluster(servers=1, host="0.0.0.0"):
+            pass
