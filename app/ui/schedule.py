@@ -18,7 +18,7 @@ from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
 from explorer.schedule.primitives import PRIMITIVES, Param
 from explorer.schedule.session import ScheduleSession
-from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, steps_from_json
+from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, parse_steps, steps_from_json
 from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text
 
 
@@ -157,7 +157,7 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
     upload = st.file_uploader("Load steps (JSON)", type=["json"], key=f"steps_upload_{kernel.info.spec}")
     if upload is not None and st.button("Replace steps with the file", key="load_steps"):
         try:
-            steps = steps_from_json(json.loads(upload.getvalue()))
+            steps = parse_steps(upload.getvalue(), upload.name)  # bounded: size, steps, UTF-8, nesting
             trial = ScheduleSession(kernel.func)
             trial.apply_all(steps)
             st.session_state[state.SCHEDULE_SESSIONS][kernel.info.spec] = trial
@@ -212,10 +212,14 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     if st.button("Build & measure", type="primary", key="measure", disabled=bool(why)):
         peaks = machine_peaks()
         with st.spinner(f"Building for {target.label}, verifying and timing in a separate process..."):
-            if store.get("naive_target") != target.key:
-                store["naive"], store["naive_target"] = measure(kernel, peaks=peaks, target=target), target.key
-                save_measurement(kernel, None, store["naive"], source="default")
-            result = measure(kernel, session.mod, peaks=peaks, target=target)
+            try:
+                if store.get("naive_target") != target.key:
+                    store["naive"], store["naive_target"] = measure(kernel, peaks=peaks, target=target), target.key
+                    save_measurement(kernel, None, store["naive"], source="default")
+                result = measure(kernel, session.mod, peaks=peaks, target=target)
+            except ExplorerError as err:  # e.g. too large for the free memory: refused before anything ran
+                st.error(str(err))
+                return
         store["history"].append((dump_steps(session.steps), result))
         store["last"] = result
         record_id = save_measurement(kernel, session, result)
