@@ -44,7 +44,11 @@ def choose_model() -> RunKey | None:
     else:
         upload = sb.file_uploader("Upload an .onnx file", type=["onnx"], key=state.ONNX_UPLOAD)
         path = sb.text_input("...or a path on this machine", key=state.ONNX_PATH, placeholder="/path/to/model.onnx")
-        model = save_upload(upload.getvalue(), upload.name) if upload is not None else path.strip()
+        try:
+            model = save_upload(upload.getvalue(), upload.name) if upload is not None else path.strip()
+        except ExplorerError as err:  # too large, or no private folder to keep it in
+            sb.error(str(err))
+            return None
     shapes = sb.text_input("Input shapes (for symbolic dims)", key=state.SHAPES,
                            placeholder="input:1x3x224x224 or batch=1",
                            help="Fix symbolic or unknown input dimensions: NAME:1x3x224x224 for an input, "
