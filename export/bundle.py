@@ -115,8 +115,16 @@ out = vm["main"](*args)
 
 `main` takes the inputs, then the parameters in the order `manifest.json` lists them. New weights of
 the same shapes need only a new `params.bin` (same names), not a new library
-(`export.bundle.replace_params` writes it and updates the hash). Check the hashes in
-`manifest.json` before loading a copy you did not make: `run.py` refuses a bundle whose files changed.
+(`export.bundle.replace_params` writes it and updates the hash).
+
+## What the manifest protects against
+
+`manifest.json` holds every file's sha256, and `run.py` refuses a bundle whose files no longer match
+it: that catches accidents (a truncated copy, a file swapped by mistake, a damaged disk), not
+someone who rewrites the manifest along with the library. When the bundle was exported with
+`--sign KEY`, `manifest.sig` is an ed25519 signature of the manifest: `python run.py --trust KEY.pub`
+(needs `pip install cryptography`) refuses it unless that signature verifies with the public key you
+were given by a channel you trust, so no file can change without the private key.
 """
 
 
