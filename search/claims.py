@@ -24,13 +24,15 @@ class ClaimBook:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{job_id if job_id is not None else '-'}"
         self.skipped: set[str] = set()  # candidates another search measures: never recorded here
 
-    def claim(self, task: int, hashes: list[str]) -> set[str]:
-        """The candidates of ``task`` among ``hashes`` this search may measure now (all of them
-        when the database cannot take the claim now: writing the batch will fail and stop the
-        search anyway, and an error raised here would cross MetaSchedule's C++)."""
+    def claim(self, task: int, hashes: list[str], ttl_s: float = 900.0) -> set[str]:
+        """The candidates of ``task`` among ``hashes`` this search may measure now, claimed for
+        ``ttl_s`` (longer than measuring them can take: a claim that lapses mid-batch would let
+        another search take the candidate). All of them when the database cannot take the claim
+        now: writing the batch will fail and stop the search anyway, and an error raised here
+        would cross MetaSchedule's C++."""
         try:
             granted = set(self.store.claim_candidates(self.task_keys[task], self.target_key, self.hardware, hashes,
-                                                      owner=self.owner))
+                                                      owner=self.owner, ttl_s=ttl_s))
         except StoreError:
             return set(hashes)
         self.skipped.update(h for h in hashes if h not in granted)

@@ -124,8 +124,10 @@ class PoolRunner(CandidateRunner):
         for i, c in enumerate(candidates):
             if c is not None and c.task is not None:
                 by_task.setdefault(c.task, []).append(i)
+        per_candidate = self.timeout_sec + (self.rpc["session_timeout"] if self.rpc else 0)
+        ttl = max(900.0, 2.0 * len(candidates) * (per_candidate + 5.0))  # outlasts the batch, however slow
         for task, indices in by_task.items():
-            granted = self.claims.claim(task, [candidates[i].hash for i in indices])
+            granted = self.claims.claim(task, [candidates[i].hash for i in indices], ttl_s=ttl)
             everyone -= {i for i in indices if candidates[i].hash not in granted}
         return everyone
 
