@@ -129,3 +129,18 @@ def test_records_win_and_defaults_fill_the_rest():
     assert by_name[task.name] == "record" and list(by_name.values()).count("default") == len(by_name) - 1
     warning = next(w for w in built.warnings if "have no record" in w)
     assert "default CPU schedules" in warning and task.name not in warning
+
+
+def test_the_default_is_a_metaschedule_trace_that_replays():
+    """A search can start from the default, and a store can keep it as a record."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    from explorer.workload import owned_task_module
+
+    func = load_workload("small_cnn").tasks()[0].mod["main"]
+    scheduled, choice = default_schedule(func, AVX512)
+    assert choice.trace is not None and json.loads(json.dumps(choice.trace)) == choice.trace
+    sch = s_tir.Schedule(owned_task_module(func))
+    s_tir.Trace.apply_json_to_schedule(choice.trace, sch)
+    assert tvm_ffi.structural_equal(sch.mod["main"], scheduled)

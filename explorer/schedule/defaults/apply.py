@@ -16,7 +16,7 @@ A module (:func:`apply_default_schedules`) gets this for each PrimFunc that has 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import tvm
 from tvm import s_tir
@@ -41,10 +41,12 @@ class DefaultChoice:
     rule: str
     steps: tuple[str, ...] = ()
     fallback_reason: str = ""
+    trace: object = field(default=None, compare=False, repr=False)  # MetaSchedule trace JSON (plain data)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["steps"] = list(self.steps)
+        d["has_trace"] = d.pop("trace") is not None
         return d
 
 
@@ -113,6 +115,17 @@ def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[s
 RULES = (("full", _tiled), ("safe", _safe))
 
 
+def _trace_json(sch: s_tir.Schedule):
+    """The schedule as a MetaSchedule trace in plain JSON (it replays on the unscheduled task: a
+    search can start from it, a store can keep it as a record), or None if TVM cannot say it."""
+    from explorer.plain import to_plain
+
+    try:
+        return to_plain(sch.trace.as_json())
+    except Exception:  # noqa: BLE001 - a schedule without a serialisable trace is still a schedule
+        return None
+
+
 def _reason(err: Exception) -> str:
     """One line of why a rule failed (TVM's ScheduleError puts it after the IR it prints)."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
@@ -136,7 +149,7 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
         except Exception as err:  # noqa: BLE001 - any refusal sends the kernel to the next, simpler rule
             reasons.append(f"{rule}: {_reason(err)}")
             continue
-        return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons))
+        return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons), _trace_json(sch))
     return func, DefaultChoice("none", (), "; ".join(reasons))
 
 

@@ -10,9 +10,12 @@ the reduction loops; the epilogue (bias, activation, residual add) is applied wh
 written back, so the fused kernel reads and writes each element once. The loops above the tiles
 are fused into one parallel loop.
 
-Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``.
+Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
+the outer tiles go along the rows first, or along the vector axis first when the weights are
+larger than a cache (see ``CACHE_BYTES``).
 Measured on ResNet-18's 3x3 conv (56x56x64, one AVX-512 core): 42 GFLOPS with the padding
-inlined, 73-110 GFLOPS with the padding computed once beforehand (see :mod:`.inline`)."""
+inlined, 105-110 GFLOPS with the padding computed per tile (see :mod:`.inline` for when the
+padding is inlined instead: depthwise convs and pools)."""
 
 from __future__ import annotations
 
@@ -22,10 +25,14 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import BlockFacts, block_facts
-from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 
 # Below this many iterations a parallel loop costs more (thread wake-up) than it saves.
 PARALLEL_MIN_VOLUME = 1 << 15
+# Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
+# (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);
+# smaller ones stay in cache while the rows go by, and the input is read once.
+CACHE_BYTES = 512 * 1024
 
 
 class NotApplicable(Exception):
@@ -110,6 +117,14 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
 
 
+def _vector_operand_bytes(facts: BlockFacts, vec: int, rows: int | None) -> int:
+    """Bytes of the operand that varies with the vector axis and not with the rows (a conv's or
+    matmul's weights), from the extents of the iterators that index it."""
+    sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims)) for a in facts.reads
+             if a.uses(vec) and (rows is None or not a.uses(rows))]
+    return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
+
+
 def _pad_at(sch: s_tir.Schedule, pad, loop) -> None:
     """Compute the padding block under ``loop`` (vectorized along channels); left at the root when
     TVM refuses. Measured on MobileNetV2's depthwise convs: 1.3-2x faster than padding the whole
@@ -152,6 +167,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         inner.insert(0, r_in)
         outer_of[rows] = r_out
     outer = [outer_of.get(k, loops[k]) for k in facts.spatial]
+    if _vector_operand_bytes(facts, vec, rows) > CACHE_BYTES:
+        outer.remove(v_out)  # each tile column's weights read once, for all the rows
+        outer.insert(0, v_out)
     reduce = [loops[k] for k in facts.reduce]
     sch.reorder(*outer, *reduce, *inner)
     sch.reverse_compute_at(writeback, outer[-1])

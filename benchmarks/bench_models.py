@@ -1,0 +1,230 @@
+"""Benchmark: whole models against ONNX Runtime, with default schedules only and after a search.
+
+Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one run:
+  - ``tvm default``: exported with no records (every kernel on the default CPU schedule);
+  - ``tvm tuned``: after ``--minutes`` of search on the model's tasks (``search.tune.tune`` with
+    its time budget, into a throw-away database); each task keeps the better of its best record
+    and its default schedule (both measured on this machine in this run);
+  - ONNX Runtime at 1 and 2 threads; the ratios against both;
+  - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
+and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
+OpenBLAS pins lifted. TVM runs as deployed (bundle in a fresh process), at ``--threads`` threads.
+
+Every contender is timed ``--rounds`` times in alternation (the machine is shared); the best
+median of the rounds is kept. The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores)
+heads the output. Run: ``python -m benchmarks.bench_models --minutes M [--models a,b]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = ("resnet18", "mobilenet_v2", "bert_encoder")
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def machine() -> dict:
+    from explorer.environment import cpu_info
+    from explorer.target import host_target
+
+    avx512_lines = subprocess.run(["grep", "-c", "avx512", "/proc/cpuinfo"], capture_output=True, text=True).stdout
+    info = cpu_info()
+    target = host_target()
+    return {"cpu": info["model"], "usable_cores": info["usable_cores"], "avx512_lines": int(avx512_lines or 0),
+            "target": target.label, "vector_width": target.vector_width}
+
+
+def task_defaults(tasks, target) -> dict[str, float]:
+    """Each task's default schedule, timed here (median of a few runs): seconds by task name."""
+    import numpy as np
+    import tvm
+
+    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.workload import owned_task_module
+
+    cpu = CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
+                     cores=target.config.get("num-cores"))
+    dev, rng, seconds = tvm.cpu(), np.random.default_rng(0), {}
+    for task in tasks:
+        func = task.mod["main"]
+        lib = tvm.compile(owned_task_module(default_schedule(func, cpu)[0]), target=target.tvm()).jit()
+        args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
+                                   if "float" in str(p.dtype) else np.zeros([int(d) for d in p.shape], str(p.dtype)),
+                                   dev) for p in func.params]
+        evaluator = lib.time_evaluator("main", dev, number=3, repeat=5)
+        seconds[task.name] = float(statistics.median(evaluator(*args).results))
+    return seconds
+
+
+def search(tasks, minutes: float, db: Path, name: str):
+    """``minutes`` of search on ``tasks`` into the database at ``db``; the summary."""
+    from search.params import SearchParams
+    from search.tune import tune
+    from store import Store
+
+    with Store(db) as store:
+        return tune(tasks, store=store, target="cpu", params=SearchParams(trials=1_000_000, minutes=minutes),
+                    source_name=name)
+
+
+def tuned_schedules(tasks, db: Path, defaults: dict[str, float], target) -> tuple[dict, int]:
+    """The best record per task, where it beats the task's default: (schedules, records dropped)."""
+    from export.choose import best_schedules
+
+    best = best_schedules(db, tasks, target)[0]
+    kept = {n: s for n, s in best.items() if s.median_s is not None and s.median_s < defaults.get(n, float("inf"))}
+    return kept, len(best) - len(kept)
+
+
+def bundle(workload, target, folder: Path, schedules) -> Path:
+    from export.flow import export_workload
+
+    return export_workload(workload, target, folder, schedules=schedules, verify=True, layers=False).folder
+
+
+def timed(contenders: dict, rounds: int) -> dict:
+    """Run every contender ``rounds`` times in alternation; each one's best row (lowest median)."""
+    best: dict = {}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            row = run()
+            if name not in best or (row.median_s or 1e9) < (best[name].median_s or 1e9):
+                best[name] = row
+    return best
+
+
+def bench_model(model: str, opts, target, tmp: Path) -> dict:
+    from export.bench import bundle_row, ort_row
+    from export.profile import profile_workload
+    from explorer.workload import load_workload
+
+    workload = load_workload(model)
+    tasks = workload.tasks()
+    inputs = workload.sample_inputs()
+    result: dict = {"model": model, "tasks": len(tasks)}
+    start = time.perf_counter()
+    default_dir = bundle(workload, target, tmp / f"{model}-default", None)
+    result["default_export_s"] = round(time.perf_counter() - start, 1)
+    schedules, dropped = {}, 0
+    if opts.minutes > 0:
+        defaults = task_defaults(tasks, target)
+        db = tmp / f"{model}.db"
+        summary = search(tasks, opts.minutes, db, model)
+        schedules, dropped = tuned_schedules(tasks, db, defaults, target)
+        result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
+                            "records_used": len(schedules), "records_slower_than_default": dropped}
+    tuned_dir = bundle(workload, target, tmp / f"{model}-tuned", schedules) if schedules else None
+    run = dict(threads=opts.threads, runs=opts.runs, budget_s=opts.budget)
+    contenders = {"tvm default": lambda: bundle_row(default_dir, "tvm default", **run)[0],
+                  "onnxruntime 1 thread": lambda: ort_row(workload.onnx_model, inputs, threads=1, runs=opts.runs,
+                                                           budget_s=opts.budget),
+                  "onnxruntime 2 threads": lambda: ort_row(workload.onnx_model, inputs, threads=2, runs=opts.runs,
+                                                            budget_s=opts.budget)}
+    if tuned_dir is not None:
+        contenders["tvm tuned"] = lambda: bundle_row(tuned_dir, "tvm tuned", **run)[0]
+    rows = timed(contenders, opts.rounds)
+    result["median_ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
+    ort1, ort2 = rows["onnxruntime 1 thread"].median_s, rows["onnxruntime 2 threads"].median_s
+    result["ratios"] = {f"{n} / ort {k}": round(r.median_s / o, 2) for n, r in rows.items() if n.startswith("tvm")
+                        for k, o in (("1t", ort1), ("2t", ort2))}
+    prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False)
+    result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
+                       "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule}
+                      for k in prof.top(5)]
+    return result
+
+
+def bench_matmul(opts, target, tmp: Path) -> dict:
+    from explorer.kernels import load_kernel
+    from explorer.measure import measure
+    from explorer.measure.calibration import numpy_matmul_gflops
+    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.workload import load_workload
+    from export.choose import best_schedules
+
+    spec = "matmul:M=1024,N=1024,K=1024"
+    kernel = load_kernel(spec)
+    cpu = CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
+                     cores=target.config.get("num-cores"))
+    import tvm
+
+    scheduled = default_schedule(kernel.func, cpu)[0].with_attr("global_symbol", "main")
+    default = measure(kernel, tvm.IRModule({"main": scheduled}), repeat=5)
+    result = {"numpy_gflops": round(numpy_matmul_gflops(1024, 10, native=True), 1),
+              "default_gflops": round(default.gflops or 0, 1), "default_verified": default.verified}
+    if opts.minutes > 0:
+        tasks = load_workload(spec).tasks()
+        db = tmp / "matmul.db"
+        summary = search(tasks, opts.minutes, db, spec)
+        best = best_schedules(db, tasks, target)[0]
+        record = next(iter(best.values()), None)
+        result["tuned_gflops"] = round(kernel.info.flops / record.median_s / 1e9, 1) if record and record.median_s else None
+        result["trials"] = summary.trials
+    return result
+
+
+def show_model(r: dict) -> None:
+    out(f"\n{r['model']}: {r['tasks']} kernels; default export + verify {r['default_export_s']} s")
+    if "search" in r:
+        s = r["search"]
+        out(f"  search: {s['minutes']} min, {s['trials']} trials in {s['seconds']} s; {s['records_used']} records "
+            f"used, {s['records_slower_than_default']} slower than the default schedule left out")
+    for name, ms in r["median_ms"].items():
+        out(f"  {name:<24} {ms:9.2f} ms")
+    for name, ratio in r["ratios"].items():
+        out(f"  {name:<24} {ratio:9.2f}x")
+    out("  top 5 kernels (VM profiler):")
+    for k in r["top5"]:
+        gf = f"{k['gflops']:7.1f} GFLOPS" if k["gflops"] else " " * 14
+        out(f"    {k['task'][:48]:<48} {k['ms']:8.3f} ms {k['share']:6.1%} {gf} {k['schedule']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=0.0, help="search minutes per model (0: defaults only)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--threads", type=int, default=2, help="TVM's threads (ONNX Runtime runs at 1 and 2)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per contender and round")
+    parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per contender and round")
+    parser.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best median is kept")
+    parser.add_argument("--no-matmul", action="store_true", help="skip matmul 1024 against numpy")
+    parser.add_argument("--json", dest="json_path", default=None, help="also write the figures to this JSON file")
+    opts = parser.parse_args()
+
+    from explorer.target import host_target
+
+    target = host_target()
+    report = {"command": " ".join(["python -m benchmarks.bench_models", *sys.argv[1:]]), "machine": machine(),
+              "models": [], "matmul": None}
+    m = report["machine"]
+    out(f"machine: {m['cpu']}, {m['usable_cores']} usable cores, avx512 lines in /proc/cpuinfo: {m['avx512_lines']}, "
+        f"target {m['target']}, vector width {m['vector_width']} bits")
+    with tempfile.TemporaryDirectory(prefix="schedx-bench-models-") as tmp:
+        for model in [x for x in opts.models.split(",") if x]:
+            r = bench_model(model, opts, target, Path(tmp))
+            report["models"].append(r)
+            show_model(r)
+        if not opts.no_matmul:
+            r = bench_matmul(opts, target, Path(tmp))
+            report["matmul"] = r
+            tuned = f", after search {r['tuned_gflops']} GFLOPS ({r['tuned_gflops'] / r['numpy_gflops']:.2f}x numpy)" \
+                if r.get("tuned_gflops") else ""
+            out(f"\nmatmul 1024 fp32: numpy (no OpenBLAS pins) {r['numpy_gflops']} GFLOPS, default schedule "
+                f"{r['default_gflops']} GFLOPS ({r['default_gflops'] / r['numpy_gflops']:.2f}x numpy){tuned}")
+    if opts.json_path:
+        Path(opts.json_path).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
