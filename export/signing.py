@@ -36,6 +36,8 @@ def keygen(path: str | os.PathLike) -> tuple[Path, Path]:
     public key at ``path.pub``. Returns both paths."""
     serialization, Ed25519PrivateKey = _crypto()
     private = Path(path)
+    if not private.name or private.is_dir():
+        raise BundleError(f"give a file name for the private key, not {str(path)!r} (e.g. schedx keygen team.key)")
     public = private.with_name(private.name + ".pub")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -56,6 +56,9 @@ def test_keys_are_private_and_never_overwritten(bundles):
     assert os.stat(private).st_mode & 0o777 == 0o600 and public.read_text().startswith("-----BEGIN PUBLIC KEY")
     with pytest.raises(BundleError, match="exists already"):
         keygen(private)
+    for bad in ("", ".", root):
+        with pytest.raises(BundleError, match="give a file name"):
+            keygen(bad)
 
 
 def test_a_swapped_library_with_a_rewritten_manifest_is_refused_only_with_trust(bundles, tmp_path):
