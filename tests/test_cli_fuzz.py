@@ -179,7 +179,7 @@ def test_no_command_gives_a_traceback_or_exit_2(files, tmp_path_factory, data):
 
 
 @pytest.mark.slow
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(data=st.data())
 def test_no_command_gives_a_traceback_many_examples(files, tmp_path_factory, data):
