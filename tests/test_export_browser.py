@@ -21,7 +21,7 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
             page = browser.new_page(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
             page.set_default_timeout(180_000)
             page.goto(f"{url}/export")
-            page.get_by_text("Kernels (10, 0 with records)").wait_for()  # small_cnn is the default model
+            page.get_by_text("Kernels (9, 0 with records)").wait_for()  # small_cnn is the default model
             page.get_by_role("button", name="Build & verify").click()
             button = page.get_by_role("button", name="Download small_cnn")
             button.wait_for()
