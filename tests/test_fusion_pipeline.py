@@ -175,3 +175,66 @@ def _constants_of(mod: tvm.IRModule) -> list[np.ndarray]:
             out += [a.value.numpy() for a in b.value.args if isinstance(a, tvm.ir.expr.Constant)
                     and hasattr(a.value, "numpy") and a.value.numpy().ndim == 4]
     return out
+
+
+def test_fast_math_stays_within_the_export_tolerance(tmp_path):
+    """exp, erf, tanh and sigmoid become polynomials (FastMathTransform): outputs still match ONNX
+    Runtime within the export's tolerance, over a wide input range."""
+    from export import export_workload
+
+    nodes = [helper.make_node("Mul", ["input", "scale"], ["x"]),
+             helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+             helper.make_node("Sum", ["t", "s", "e", "p"], ["out"])]
+    scale = numpy_helper.from_array(np.array(4.0, "float32"), "scale")
+    graph = helper.make_graph(nodes, "fast_math", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 64])], [scale])
+    path = tmp_path / "fast_math.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    workload = load_workload(str(path))
+    assert any("fast" in t.name for t in workload.tasks())
+    report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
+
+
+def _dropout_sum_group_model() -> onnx.ModelProto:
+    """conv -> Dropout -> grouped conv (2 groups of 12 channels) -> Sum(with the first conv) ->
+    relu: the ONNX idioms that kept TVM's ConvertLayout from converting VGG-19 and ResNet-50."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (24, 4, 3, 3)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (24, 12, 1, 1)).astype("float32"), "wg")]
+    nodes = [helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Dropout", ["c1"], ["d"]),
+             helper.make_node("Conv", ["d", "wg"], ["g"], group=2),
+             helper.make_node("Sum", ["g", "c1"], ["s"]),
+             helper.make_node("Relu", ["s"], ["out"])]
+    graph = helper.make_graph(nodes, "idioms", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4, 10, 10])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 24, 10, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_dropout_and_sum_no_longer_keep_a_model_in_nchw(tmp_path):
+    from export import export_workload
+
+    path = tmp_path / "idioms.onnx"
+    onnx.save(_dropout_sum_group_model(), path)
+    workload = load_workload(str(path))
+    script = workload.fused_module().script()
+    assert "dropout" not in script and "stack" not in script
+    assert 'sblock("conv2d_nhwc")' in script and "group_conv2d_nhwc" in script and "conv2d_nchw" not in script
+    assert any("add" in t.name and "relu" in t.name and "conv2d" in t.name for t in workload.tasks())  # Sum fused
+    report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
+
+
+def test_a_model_without_convolutions_keeps_its_layout():
+    from explorer.passes.layout import ConvertLayoutNHWC
+
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.stack([x, x], axis=0))  # TVM's ConvertLayout fails on this
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert ConvertLayoutNHWC(mod).same_as(mod)

@@ -3,8 +3,9 @@
 A pass is named as TVM names it (``FuseOps``, ``ConvertLayout``), so what a user reads here is
 what they find in ``tvm.relax.transform``. Passes that need arguments get sensible ones
 (``ConvertLayout`` to NHWC, ``ToMixedPrecision`` to fp16 with fp32 accumulation); the summary
-says which. Two are schedx's own (:mod:`explorer.passes.fold_numpy`,
-:mod:`explorer.passes.clip_ops`): they prepare an inference graph for fusion.
+says which. Some are schedx's own (:mod:`explorer.passes.fold_numpy`,
+:mod:`explorer.passes.clip_ops`, :mod:`explorer.passes.layout`, :mod:`explorer.passes.onnx_idioms`):
+they prepare an inference graph for fusion.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from tvm import relax
 from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.fold_numpy import FoldConstantNumpy
+from explorer.passes.layout import NHWC, ConvertLayoutNHWC
+from explorer.passes.onnx_idioms import SimplifyInference
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,6 @@ def _t(name: str, summary: str, factory: Callable[[], tvm.transform.Pass] | None
     return PassSpec(name, summary, factory or getattr(relax.transform, name))
 
 
-# NHWC data with HWIO weights: the output channel is innermost in both, so a convolution's
-# vectorized channel loop reads its weights contiguously. Pooling follows its input's layout
-# (ConvertLayout refuses a desired layout for it).
-_NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 PASS_CATALOG: dict[str, PassSpec] = {
     p.name: p
@@ -48,9 +47,13 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("CanonicalizeBindings", "Remove trivial rebindings (x = y) and fold tuple get-items."),
         _t("FoldBatchnormToConv2D", "Fold a batch_norm that follows a conv2d into the conv's weights and a bias add."),
         _t("ConvertLayout", "Convert conv2d to NHWC data / HWIO weights (pooling and elementwise ops follow), "
-           "inserting layout transforms.", lambda: relax.transform.ConvertLayout(_NHWC)),
+           "inserting layout transforms.", lambda: relax.transform.ConvertLayout(NHWC)),
+        _t("ConvertLayoutNHWC", "schedx: ConvertLayout to NHWC/HWIO for models with a conv2d; a model TVM cannot "
+           "convert keeps its own layouts instead of failing.", lambda: ConvertLayoutNHWC),
         _t("FoldConstantNumpy", "schedx: evaluate arithmetic and layout ops on constants (folded batch-norm "
            "scales, weight transposes) with numpy, in milliseconds instead of an LLVM build each.", lambda: FoldConstantNumpy),
+        _t("SimplifyInference", "schedx: drop dropout, turn ONNX Sum (stack + sum) into adds, drop broadcasts to "
+           "the same shape: the graph ConvertLayout and fusion can work on.", lambda: SimplifyInference),
         _t("ClipToRelaxOps", "schedx: turn Clip/ReLU6 emitted as TensorIR max/min back into Relax maximum/minimum, "
            "so layouts convert through them and they fuse into the convolution.", lambda: ClipToRelaxOps),
         _t("ToMixedPrecision", "Compute in float16 where safe, accumulating in float32.",

@@ -36,6 +36,10 @@ def _expand_dims(call, x):
     return np.expand_dims(x, tuple(_int_list(call.attrs.axis)))
 
 
+def _broadcast_to(call, x, shape):
+    return np.ascontiguousarray(np.broadcast_to(x, shape))
+
+
 def _squeeze(call, x):
     axis = call.attrs.axis
     return np.squeeze(x) if axis is None else np.squeeze(x, tuple(_int_list(axis)))
@@ -57,6 +61,7 @@ _OPS: dict[str, Callable] = {
     "relax.reshape": _reshape,
     "relax.expand_dims": _expand_dims,
     "relax.squeeze": _squeeze,
+    "relax.broadcast_to": _broadcast_to,  # ONNX models give weights as broadcast_to(w, w.shape)
 }
 
 

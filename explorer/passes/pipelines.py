@@ -29,14 +29,18 @@ TUNING_PASSES: tuple[str, ...] = (
 # FastMathTransform: exp, erf, tanh and sigmoid as vectorizable polynomials (libm's erff is a scalar
 # call per element: BERT's GELU matmul 14.8 -> 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs still
 # within the export's tolerance of ONNX Runtime, which approximates them too).
+# SimplifyInference drops what ONNX graphs carry and ConvertLayout fails on (dropout, Sum as
+# stack + sum); the first numpy folding turns weights written as expressions into constants,
+# which FoldBatchnormToConv2D needs to see.
 _PREPARE: tuple[str, ...] = (
-    "FoldBatchnormToConv2D", "FoldConstantNumpy", "DecomposeOpsForInference", "ClipToRelaxOps", "FoldConstantNumpy",
+    "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "ClipToRelaxOps",
     "FastMathTransform",
 )
 # ... and with NHWC data / HWIO weights (the weights transposed once, here): the channel axis that
 # a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
-# right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults.
-INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayout", "FoldConstantNumpy") + TUNING_PASSES
+# right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults. Models TVM
+# cannot convert keep their layouts (explorer.passes.layout).
+INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy") + TUNING_PASSES
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).
 TASK_PIPELINE = "inference"

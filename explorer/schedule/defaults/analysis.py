@@ -25,6 +25,9 @@ class Access:
 
     buffer: str
     dims: tuple[frozenset[int], ...]
+    # (iterator, divisor) of every ``iter // c`` or ``iter % c`` in the innermost index: a grouped
+    # conv reads input channel ``ff // 68 * 68 + rc``, contiguous only within a group
+    groups: tuple[tuple[int, int], ...] = ()
 
     def uses(self, k: int) -> bool:
         return any(k in d for d in self.dims)
@@ -102,6 +105,14 @@ def _iter_positions(expr, positions: dict[str, int]) -> frozenset[int]:
     return frozenset(positions[v.name] for v in undefined_vars(expr) if v.name in positions)
 
 
+def _divisions(expr, positions: dict[str, int]) -> tuple[tuple[int, int], ...]:
+    found = []
+    for node in sub_exprs(expr):
+        if isinstance(node, (tirx.FloorDiv, tirx.FloorMod)) and isinstance(node.b, tirx.IntImm):
+            found += [(k, int(node.b.value)) for k in _iter_positions(node.a, positions)]
+    return tuple(sorted(set(found)))
+
+
 def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
     """The facts of ``block`` in ``sch`` (see :class:`BlockFacts`)."""
     blk = sch.get(block)
@@ -125,7 +136,8 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
         costly = bool(_calls(body.value) - _CHEAP_CALLS)
         padding = _is_padding(body.value)
     reads = tuple(Access(str(getattr(r.source, "name", r.source)),
-                         tuple(_iter_positions(rg.min, positions) for rg in r.region)) for r in blk.reads)
+                         tuple(_iter_positions(rg.min, positions) for rg in r.region),
+                         _divisions(r.region[-1].min, positions) if len(r.region) else ()) for r in blk.reads)
     return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
                       dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)
 

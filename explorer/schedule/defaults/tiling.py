@@ -100,9 +100,11 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
     # registers: MobileNetV2's 1x1 convs ran 15-30x slower with 48- and 96-wide tiles than with 16 or
     # 32; split into whole vectors they ran as fast as 16/32, not faster, and ResNet's 64-wide tiles
     # got 2x slower split, so tiles stay powers of two)
-    vec_tiles = [d for d in _divisors(ext_v) if d % lanes == 0 and _pow2(d // lanes) and d // lanes <= budget]
+    # a tile stays within a group of a grouped conv (else its input loads are gathers)
+    limit = math.gcd(ext_v, *[c for a in facts.reads for k, c in a.groups if k == vec])
+    vec_tiles = [d for d in _divisors(limit) if d % lanes == 0 and _pow2(d // lanes) and d // lanes <= budget]
     if not vec_tiles:  # fewer elements than lanes, or no multiple of them: the widest power of two that divides
-        vec_tiles = [max(d for d in _divisors(ext_v) if d <= lanes and _pow2(d))]
+        vec_tiles = [max(d for d in _divisors(limit) if d <= lanes and _pow2(d))]
     for vt in vec_tiles:
         nv = math.ceil(vt / lanes)
         for rt in _divisors(ext_r):
