@@ -50,7 +50,7 @@ def test_the_cpu_spec_comes_from_the_targets_features(spec, bits, registers):
     assert cpu.lanes("float32") == bits // 32 and cpu.lanes("float16") == bits // 16
 
 
-@pytest.mark.parametrize("model", ["small_cnn", *SLOW_MODELS])
+@pytest.mark.parametrize("model", ["small_cnn", "conv2d_nchw", "depthwise_conv2d", *SLOW_MODELS])
 def test_every_task_matches_its_unscheduled_kernel(model):
     rows = _child("verify", model)
     assert rows and all(r["verified"] for r in rows), [r for r in rows if not r["verified"]]
@@ -70,13 +70,13 @@ def test_defaults_for_a_narrower_vector_unit_compute_right():
     assert wide.steps[0] != narrow.steps[0]  # the register tile follows the vector unit
 
 
-@pytest.mark.parametrize("model", ["small_cnn", *SLOW_MODELS])
+@pytest.mark.parametrize("model", ["small_cnn", "conv2d_nchw", *SLOW_MODELS])
 def test_defaults_are_far_faster_than_the_loop_nest_on_the_hottest_tasks(model):
-    """The three hottest tasks together: measured 20-100x (a 1x1 conv with 24 input channels alone
-    only 1.3-2x: LLVM vectorizes its loop nest by itself); 4x together and none slower leave room
-    for a busy machine."""
+    """The three hottest tasks together (a kernel: itself): measured 20-100x (a 1x1 conv with 24
+    input channels alone only 1.3-2x: LLVM vectorizes its loop nest by itself; the NCHW conv
+    kernel 38x); 4x together and none slower leave room for a busy machine."""
     rows = _child("speed", model, "3")
-    assert len(rows) == 3
+    assert len(rows) == min(3, len(load_workload(model).tasks()))
     assert sum(r["naive_s"] for r in rows) >= 4 * sum(r["default_s"] for r in rows), rows
     assert all(r["naive_s"] >= 1.1 * r["default_s"] for r in rows), rows
 

@@ -13,6 +13,7 @@ just leaves the block where it is."""
 from __future__ import annotations
 
 from tvm import s_tir
+from tvm.tirx.analysis import undefined_vars
 
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.tiling import NotApplicable, vector_axis
@@ -26,11 +27,22 @@ def _try(fn, *args) -> bool:
     return True
 
 
+def _padded_innermost(sch: s_tir.Schedule, pad) -> bool:
+    """Whether the padding's border test involves its innermost dimension (NCHW's width)."""
+    blk = sch.get(pad)
+    value = blk.body.value
+    iters = [iv.var.name for iv in blk.iter_vars]
+    tested = {v.name for v in undefined_vars(value.args[0])}
+    return bool(iters) and iters[-1] in tested
+
+
 def _keeps_padding(sch: s_tir.Schedule, pad, consumer) -> bool:
-    """Whether ``consumer`` (a reduction) reads the padded buffer as a scalar broadcast across its
-    vector axis (a conv: the border test would run once per multiply-add; measured 2x slower
-    inlined) rather than along it (a depthwise conv or a pool: one test per vector; measured
-    1.3-1.8x faster inlined than padding per tile)."""
+    """Whether ``consumer`` (a reduction) should read a padded copy rather than test the border in
+    its own loads: yes when it reads the padded buffer as a scalar broadcast across its vector
+    axis (an NHWC conv: one border test per multiply-add, measured 2x slower inlined) or along a
+    padded innermost dimension (an NCHW conv: a border test per vector lane, 4x slower); no when
+    it reads whole vectors along an unpadded dimension (a depthwise conv or pool in NHWC: one test
+    per vector, measured 1.3-1.8x faster inlined)."""
     facts = block_facts(sch, consumer)
     if facts.is_spatial:
         return False
@@ -39,7 +51,8 @@ def _keeps_padding(sch: s_tir.Schedule, pad, consumer) -> bool:
     except NotApplicable:
         return True
     written = str(getattr(sch.get(pad).writes[0].source, "name", ""))
-    return not any(a.buffer == written and a.uses(vec) for a in facts.reads)
+    along = any(a.buffer == written and a.uses(vec) for a in facts.reads)
+    return not along or _padded_innermost(sch, pad)
 
 
 def inline_producers(sch: s_tir.Schedule) -> int:

@@ -78,11 +78,12 @@ def vector_axis(facts: BlockFacts) -> int:
 
 def row_axis(facts: BlockFacts, vec: int) -> int | None:
     """The spatial iterator a register tile spans besides ``vec``: one that an operand independent
-    of ``vec`` varies with (so a tile reuses each loaded vector ``rows`` times), innermost in the
-    output first; else the next output dimension."""
+    of ``vec`` varies with while another operand does not (that one is loaded once for all the
+    rows), innermost in the output first; else the next output dimension (an NCHW depthwise conv:
+    rows over channels would share nothing)."""
     out = [k for k in facts.out_dims if k is not None and k != vec and not facts.reduction[k] and facts.extents[k] > 1]
     for k in reversed(out):
-        if any(a.uses(k) and not a.uses(vec) for a in facts.reads):
+        if any(a.uses(k) and not a.uses(vec) for a in facts.reads) and any(not a.uses(k) for a in facts.reads):
             return k
     return out[-1] if out else None
 
@@ -123,11 +124,13 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
 
 
-def _vector_operand_bytes(facts: BlockFacts, vec: int, rows: int | None) -> int:
-    """Bytes of the operand that varies with the vector axis and not with the rows (a conv's or
-    matmul's weights), from the extents of the iterators that index it."""
+def _weight_bytes(facts: BlockFacts, vec: int) -> int:
+    """Bytes of the weights: an operand indexed by the vector axis and reductions only (NHWC conv
+    and matmul weights; not an NCHW conv's input, which the vector axis also indexes), from the
+    extents of the iterators that index it."""
+    other_spatial = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
     sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims)) for a in facts.reads
-             if a.uses(vec) and (rows is None or not a.uses(rows))]
+             if a.uses(vec) and not any(a.uses(k) for k in other_spatial)]
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
@@ -174,7 +177,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         inner.insert(0, r_in)
         outer_of[rows] = r_out
     outer = [outer_of.get(k, loops[k]) for k in facts.spatial]
-    if _vector_operand_bytes(facts, vec, rows) > CACHE_BYTES:
+    if _weight_bytes(facts, vec) > CACHE_BYTES:
         outer.remove(v_out)  # each tile column's weights read once, for all the rows
         outer.insert(0, v_out)
     reduce = [loops[k] for k in facts.reduce]
