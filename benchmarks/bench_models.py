@@ -8,7 +8,8 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
 and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
-OpenBLAS pins lifted. TVM runs as deployed (bundle in a fresh process), at ``--threads`` threads.
+OpenBLAS pins lifted. TVM runs as deployed (bundle in a fresh process), at ``--threads`` threads
+(``TVM_NUM_THREADS`` is set for every TVM of the run, the search's workers included).
 
 Every contender is timed ``--rounds`` times in alternation (the machine is shared); the best
 median of the rounds is kept. The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores)
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -203,6 +205,9 @@ def main() -> None:
     parser.add_argument("--no-matmul", action="store_true", help="skip matmul 1024 against numpy")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args()
+    # TVM's default is half the hardware threads (it assumes hyper-threading): one thread on a
+    # 2-core VM. Every TVM here and in the children (search workers, bundles) runs at --threads.
+    os.environ["TVM_NUM_THREADS"] = str(opts.threads)
 
     from explorer.target import host_target
 
