@@ -40,7 +40,8 @@ def machine() -> dict:
     from explorer.environment import cpu_info
     from explorer.target import host_target
 
-    avx512_lines = subprocess.run(["grep", "-c", "avx512", "/proc/cpuinfo"], capture_output=True, text=True).stdout
+    avx512_lines = subprocess.run(["grep", "-c", "avx512", "/proc/cpuinfo"], capture_output=True, text=True,
+                                  check=False).stdout
     info = cpu_info()
     target = host_target()
     return {"cpu": info["model"], "usable_cores": info["usable_cores"], "avx512_lines": int(avx512_lines or 0),
@@ -107,9 +108,9 @@ def timed(contenders: dict, rounds: int) -> dict:
 
 
 def bench_model(model: str, opts, target, tmp: Path) -> dict:
+    from explorer.workload import load_workload
     from export.bench import bundle_row, ort_row
     from export.profile import profile_workload
-    from explorer.workload import load_workload
 
     workload = load_workload(model)
     tasks = workload.tasks()
@@ -127,7 +128,7 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
         result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
                             "records_used": len(schedules), "records_slower_than_default": dropped}
     tuned_dir = bundle(workload, target, tmp / f"{model}-tuned", schedules) if schedules else None
-    run = dict(threads=opts.threads, runs=opts.runs, budget_s=opts.budget)
+    run = {"threads": opts.threads, "runs": opts.runs, "budget_s": opts.budget}
     contenders = {"tvm default": lambda: bundle_row(default_dir, "tvm default", **run)[0],
                   "onnxruntime 1 thread": lambda: ort_row(workload.onnx_model, inputs, threads=1, runs=opts.runs,
                                                            budget_s=opts.budget),

@@ -261,5 +261,17 @@ def bundle_target(manifest: dict) -> Target:
     return parse_target(json.dumps(config))
 
 
-__all__ = ["DEFAULT_ROW", "ORT_ROW", "TUNED_ROW", "BenchReport", "bundle_target", "BenchRow", "bench_workload", "bundle_row", "ort_row", "bench_bundle", "time_calls",
-           "torch_row"]
+__all__ = [
+    "DEFAULT_ROW",
+    "ORT_ROW",
+    "TUNED_ROW",
+    "BenchReport",
+    "BenchRow",
+    "bench_bundle",
+    "bench_workload",
+    "bundle_row",
+    "bundle_target",
+    "ort_row",
+    "time_calls",
+    "torch_row",
+]

@@ -52,7 +52,7 @@ class _Rewriter(PyExprMutator):
         self.mod = mod
         self.rewritten = 0
 
-    def visit_call_(self, op):  # noqa: N802 - TVM's visitor name
+    def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
             return call
@@ -68,7 +68,7 @@ class _Rewriter(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="ClipToRelaxOps")
-def ClipToRelaxOps(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - named like TVM's passes
+def ClipToRelaxOps(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Replace scalar max/min ``call_tir``s by Relax operators (see the module docstring)."""
     rewriter = _Rewriter(mod)
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)

@@ -89,7 +89,7 @@ class _Folder(PyExprMutator):
                 return bound
         return arg
 
-    def visit_call_(self, op):  # noqa: N802 - TVM's visitor name
+    def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
             return call
@@ -118,7 +118,7 @@ class _Folder(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")
-def FoldConstantNumpy(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - named like TVM's passes
+def FoldConstantNumpy(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Evaluate arithmetic and layout operators on constants with numpy (see the module docstring)."""
     folder = _Folder(mod)
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)

@@ -30,7 +30,7 @@ def _has_conv2d(mod: tvm.IRModule) -> bool:
 
 
 @tvm.transform.module_pass(opt_level=0, name="ConvertLayoutNHWC")
-def ConvertLayoutNHWC(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - named like TVM's passes
+def ConvertLayoutNHWC(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """ConvertLayout to NHWC/HWIO if the model has a conv2d and TVM can convert it (see the module
     docstring); otherwise ``mod`` unchanged."""
     if not _has_conv2d(mod):
@@ -41,4 +41,4 @@ def ConvertLayoutNHWC(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - n
         return mod
 
 
-__all__ = ["ConvertLayoutNHWC", "NHWC"]
+__all__ = ["NHWC", "ConvertLayoutNHWC"]

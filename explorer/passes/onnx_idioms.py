@@ -44,7 +44,7 @@ class _Simplifier(PyExprMutator):
         value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
         return value if value is not None else expr
 
-    def visit_tuple_getitem_(self, op):  # noqa: N802 - TVM's visitor name
+    def visit_tuple_getitem_(self, op):
         item = self.visit_expr_post_order(op)
         if isinstance(item, relax.TupleGetItem) and item.index == 0:
             source = self._bound(item.tuple_value)
@@ -53,7 +53,7 @@ class _Simplifier(PyExprMutator):
                 return source.args[0]
         return item
 
-    def visit_call_(self, op):  # noqa: N802 - TVM's visitor name
+    def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call):
             return call
@@ -78,7 +78,7 @@ class _Simplifier(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="SimplifyInference")
-def SimplifyInference(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - named like TVM's passes
+def SimplifyInference(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Drop dropout, turn Sum's stack-and-reduce into adds, drop identity broadcasts (see the
     module docstring)."""
     simplifier = _Simplifier(mod)

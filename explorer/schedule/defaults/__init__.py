@@ -6,7 +6,11 @@ reductions register-tiled with their epilogue, everything else parallel and vect
 safe fallback for kernels a rule does not fit. See :mod:`.apply` for the order they are tried in.
 """
 
-from explorer.schedule.defaults.apply import DefaultChoice, apply_default_schedules, default_schedule
+from explorer.schedule.defaults.apply import (
+    DefaultChoice,
+    apply_default_schedules,
+    default_schedule,
+)
 from explorer.schedule.defaults.machine import CpuSpec
 
 __all__ = ["CpuSpec", "DefaultChoice", "apply_default_schedules", "default_schedule"]

@@ -25,7 +25,11 @@ from explorer.errors import short_tvm_message
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.simple import safe_schedule, schedule_rows, schedule_spatial
+from explorer.schedule.defaults.simple import (
+    safe_schedule,
+    schedule_rows,
+    schedule_spatial,
+)
 from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
 from explorer.schedule.lint import problems
 
@@ -185,4 +189,4 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModu
     return out, choices
 
 
-__all__ = ["DefaultChoice", "RULES", "RULE_ATTR", "SCHEDULED_ATTR", "apply_default_schedules", "default_schedule"]
+__all__ = ["RULES", "RULE_ATTR", "SCHEDULED_ATTR", "DefaultChoice", "apply_default_schedules", "default_schedule"]

@@ -58,4 +58,4 @@ def dtype_bits(dtype: str) -> int:
     return int(found[0]) if found else 32
 
 
-__all__ = ["CpuSpec", "SPARE_REGISTERS", "dtype_bits"]
+__all__ = ["SPARE_REGISTERS", "CpuSpec", "dtype_bits"]

@@ -198,5 +198,12 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     return tiling.describe(facts)
 
 
-__all__ = ["NotApplicable", "PARALLEL_MIN_VOLUME", "Tiling", "choose_tiles", "row_axis", "tile_reduction",
-           "vector_axis"]
+__all__ = [
+    "PARALLEL_MIN_VOLUME",
+    "NotApplicable",
+    "Tiling",
+    "choose_tiles",
+    "row_axis",
+    "tile_reduction",
+    "vector_axis",
+]
