@@ -59,6 +59,22 @@ def cpu_info() -> dict:
             "isa": [f for f in _ISA_FLAGS if f in flags], "logical_cores": logical, "usable_cores": usable}
 
 
+THREADS = "TVM_NUM_THREADS"
+
+
+def threads_env(threads: int | None = None) -> dict[str, str]:
+    """The environment for a process that runs kernels: ``TVM_NUM_THREADS`` set to ``threads``,
+    else to what the user set, else to this machine's usable cores. (TVM's own default is half
+    the hardware threads on x86, assuming hyper-threading: one thread on a 2-core VM, while the
+    target and the records say two.)"""
+    env = dict(os.environ)
+    if threads:
+        env[THREADS] = str(int(threads))
+    elif not env.get(THREADS):
+        env[THREADS] = str(cpu_info()["usable_cores"])
+    return env
+
+
 def isa_flags() -> list[str]:
     """The flags that matter for kernels (AVX-512, AVX2, FMA, NEON, SVE, ...) this CPU reports."""
     flags = cpu_flags()
@@ -109,6 +125,6 @@ def current_environment(target: str = "", threads: int | None = None) -> Environ
     c = cpu_info()
     return Environment(
         hardware=hardware_fingerprint(), cpu_model=c["model"], cpu_flags=tuple(isa_flags()), cores=c["usable_cores"],
-        threads=threads or int(os.environ.get("TVM_NUM_THREADS", c["usable_cores"])),
+        threads=threads or int(os.environ.get(THREADS) or c["usable_cores"]),
         os=f"{platform.system()} {platform.release()}", python=platform.python_version(),
         tvm_version=tvm.__version__, target=target, time=datetime.now(timezone.utc).isoformat(timespec="seconds"))

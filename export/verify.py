@@ -55,10 +55,10 @@ class Verification:
 
 
 def child_env(threads: int | None) -> dict:
-    env = dict(os.environ)
-    if threads:
-        env["TVM_NUM_THREADS"] = str(threads)
-    return env
+    """The bundle's process environment: ``threads`` TVM threads (default: the usable cores)."""
+    from explorer.environment import threads_env
+
+    return threads_env(threads)
 
 
 def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 0, budget_s: float = 30.0,

@@ -111,7 +111,7 @@ def write_records(state: SearchState, ledger: CandidateLedger, cost_model, conte
             if state.failure is not None:  # the search is stopping: later batches are not written
                 return
             try:
-                _write_batch(state, ledger, cost_model, contexts, round_ids, task_id, measure_candidates)
+                write_batch(state, ledger, cost_model, contexts, round_ids, task_id, measure_candidates)
             except BaseException as err:  # noqa: BLE001 - never across C++ (see the module docstring)
                 state.last = None
                 state.fail(err)
@@ -119,8 +119,8 @@ def write_records(state: SearchState, ledger: CandidateLedger, cost_model, conte
     return WriteRecords()
 
 
-def _write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int],
-                 task_id: int, measure_candidates) -> None:
+def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int],
+                 task_id: int, measure_candidates, source: str = "search") -> None:
     index = round_ids[task_id]  # task_id counts the tasks of this round
     task = state.tasks[index]
     try:
@@ -142,7 +142,7 @@ def _write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contex
         records.append(candidate_record(
             task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
             target_key=state.target_key, hardware=state.hardware, environment=state.environment,
-            job_id=state.job_id, early_note=EARLY_TIMING))
+            job_id=state.job_id, early_note=EARLY_TIMING, source=source))
     ids = state.store.add_records(records) if records else []  # one transaction: all or nothing
     if state.claims is not None:  # the records answer for this batch now
         state.claims.release()
@@ -210,4 +210,5 @@ def account(state: SearchState, batch: _Batch) -> None:
         state.on_batch(report)
 
 
-__all__ = ["BatchReport", "EARLY_TIMING", "SearchState", "account", "report_progress", "write_records"]
+
+__all__ = ["BatchReport", "write_batch", "EARLY_TIMING", "SearchState", "account", "report_progress", "write_records"]

@@ -26,6 +26,7 @@ class SearchParams:
     builder_workers: int = 0  # 0: one per core
     timeout_s: int = 30  # per build and per run
     minutes: float = 0.0  # time budget: stop after the batch in progress once it is spent (0: none)
+    defaults_first: bool = True  # measure each task's default schedule first: the baseline a record must beat
 
     def __post_init__(self) -> None:
         checks = [

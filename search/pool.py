@@ -74,7 +74,10 @@ class _Worker:
             return
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        from explorer.environment import threads_env  # (imports no TVM)
+
         self.proc = subprocess.Popen([sys.executable, "-m", "search.pool_worker", str(to_child_r), str(from_child_w)],
+                                     env=threads_env(),
                                      pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
         os.close(to_child_r)
         os.close(from_child_w)

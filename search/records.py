@@ -46,9 +46,12 @@ def describe_b64(key: str, mod_b64: str) -> dict:
 
 
 def candidate_record(task, candidate: Candidate, sch, args_info, *, predicted: float | None, target_key: str,
-                     hardware: str, environment: dict, job_id: int | None, early_note: str = "") -> Record:
+                     hardware: str, environment: dict, job_id: int | None, early_note: str = "",
+                     source: str = "search") -> Record:
     """A search candidate as the store keeps it: its outcome, every latency, the steps and trace
-    of its schedule, the cost model's prediction, the verification."""
+    of its schedule, the cost model's prediction, the verification. ``source`` is "search", or
+    "default" for the default schedule a search measures first (what an export uses without a
+    record)."""
     from explorer.schedule.trace import trace_to_steps
 
     trace = to_plain(sch.trace.as_json())
@@ -59,7 +62,7 @@ def candidate_record(task, candidate: Candidate, sch, args_info, *, predicted: f
     except Exception:  # noqa: BLE001 - a trace schedx cannot show as steps keeps its trace
         steps = []
     env = {**environment, **({"timing": early_note} if candidate.early and early_note else {})}
-    return Record(workload_key=task.key, target=target_key, hardware=hardware, source="search",
+    return Record(workload_key=task.key, target=target_key, hardware=hardware, source=source,
                   status=str(candidate.status or "run_error"), steps=steps, trace=trace, latencies=secs,
                   median_s=median, gflops=task.flops / median / 1e9 if median and task.flops else None,
                   environment=env, candidate=candidate.hash, predicted=predicted, max_error=candidate.max_error,

@@ -157,9 +157,14 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         trained = _pretrain(cost_model, _contexts(tasks, tgt, params), tasks, store, target.key, hardware) \
             if params.cost_model == "xgb" else 0
         database = StoreDatabase(store, hardware=hardware, target_filter=target.key, source="search", job_id=job_id)
+        ledger_builder = LedgerBuilder(builder, ledger, work.name)
+        ledger_runner = LedgerRunner(inner_runner, ledger, work.name)
+        if params.defaults_first:  # the baseline a record must beat: what an export would use without one
+            from search.defaults_round import measure_defaults
+
+            measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
         _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
-                    work_dir=work.name, builder=LedgerBuilder(builder, ledger, work.name),
-                    runner=LedgerRunner(inner_runner, ledger, work.name), database=database)
+                    work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
         if isinstance(inner_runner, PoolRunner):
             state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(inner_runner.references)
                                         if r.done and r.path is None}
@@ -252,7 +257,10 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
     from tvm.s_tir import meta_schedule as ms
 
     everyone = list(range(len(tasks)))
-    plan = [(p, n, everyone) for p, n in _rounds(params, len(tasks), fresh=fresh)]
+    left = params.trials - state.summary.trials  # the defaults round may have used some already
+    if left <= 0:
+        return
+    plan = [(p, n, everyone) for p, n in _rounds(replace(params, trials=left), len(tasks), fresh=fresh)]
     # a top-up fills a few slots with random samples: a new strategy would propose the model's
     # favourites again, and those are what was measured already
     top_up = replace(params, init_measured_ratio=0.0, eps_greedy=1.0, generations=0,

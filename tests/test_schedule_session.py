@@ -171,6 +171,13 @@ def test_nested_parallel_is_refused_before_it_breaks_the_build(matmul):
     assert s.cursor == 1
 
 
+def _host_has(*features: str) -> bool:
+    from explorer.target import host_target
+
+    return all(f in host_target().features for f in features)
+
+
+@pytest.mark.skipif(not _host_has("avx512bw"), reason="the dot_16x4_avx512 intrinsic needs AVX-512 (BW)")
 def test_int8_matmul_tensorized_with_the_x86_intrinsic_verifies():
     from explorer.schedule.steps import load_steps
 

@@ -64,11 +64,12 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     summary = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
                    runner=runner, on_batch=reports.append)
     records = store.records()
-    assert summary.trials == 16 and len(reports) == 2 and reports[-1].trials == 16
+    assert summary.trials == 16 and len(reports) >= 3 and reports[-1].trials == 16  # the default, then batches
+    assert reports[0].trials == 1 and [r.source for r in store.records(order="id")][0] == "default"
     assert len(records) == summary.measured + summary.failed == len(runner.ran)
     failed = [r for r in records if r.status != "ok"]
     assert all(r.error and r.steps for r in failed)  # the failure table has the error and the steps
-    assert all(r.gflops and r.source == "search" and r.trace for r in records if r.status == "ok")
+    assert all(r.gflops and r.source in ("search", "default") and r.trace for r in records if r.status == "ok")
     first = {r.candidate for r in records}
     # resume: the same search again measures nothing it already measured
     runner2 = FakeRunner(fail_every=7)
@@ -100,7 +101,8 @@ def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
 
     db = tmp_path / "real.db"
     store = Store(db)
-    spec = JobSpec(workload="matmul:M=128,N=128,K=128", params=SearchParams(trials=16, per_batch=4, **FAST))
+    spec = JobSpec(workload="matmul:M=128,N=128,K=128",  # no defaults round: every record is in a batch of 4
+                   params=SearchParams(trials=16, per_batch=4, defaults_first=False, **FAST))
     job = start_job(store, spec)
     deadline = time.time() + 240
     while time.time() < deadline and store.count(job_id=job.id) < 4:
@@ -116,3 +118,28 @@ def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
     hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))
     assert summary.measured + summary.failed == summary.trials == 16
+
+
+def test_the_default_schedule_is_measured_first_and_export_takes_the_faster(tmp_path):
+    """A search measures each task's default schedule first (source default): an export then
+    applies a search record only when it beat the default in the same conditions."""
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.choose import best_schedules
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    store = Store(tmp_path / "d.db")
+    params = SearchParams(trials=9, per_batch=8, cost_model="random", **FAST)
+    tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
+         runner=FakeRunner())
+    records = store.records(order="id")
+    default = records[0]
+    assert default.source == "default" and default.trace is not None and default.status == "ok"
+    assert [r.source for r in records[1:]] == ["search"] * 8
+    workload = load_workload("matmul:M=64,N=64,K=64")
+    schedules, choices = best_schedules(store, workload.tasks(), parse_target("cpu"))
+    fastest = min((r for r in records if r.status == "ok"), key=lambda r: r.median_s)
+    assert schedules[workload.tasks()[0].name].record_id == fastest.id  # whichever is faster, default included
+    again = tune([kernel_task(k)], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=8,
+                 cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
+    assert again.cached >= 1 and sum(r.source == "default" for r in store.records()) == 1  # measured once

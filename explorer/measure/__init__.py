@@ -19,6 +19,7 @@ from explorer.measure.result import MeasureResult
 from explorer.target import Target, parse_target
 
 DEFAULT_TIMEOUT_S = 300
+_NO_PEAKS = Calibration(hardware="", peak_gflops=0.0, peak_gbps=0.0, measured_at="")  # a check times nothing
 
 
 def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target | str | None = None, repeat: int = 5,
@@ -90,26 +91,12 @@ def interface_change(kernel: Kernel, mod: tvm.IRModule) -> str:
 __all__ = ["Calibration", "MeasureResult", "MemoryLimitError", "calibration", "check", "measure", "require_memory"]
 
 
-def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = None, seed: int = 0) -> tuple[bool, str]:
-    """Build and run ``mod`` once in this process and compare with the reference, no timing:
-    ``(verified, why not)``. For tests and quick checks of schedules known not to crash."""
-    import numpy as np
-
-    from explorer.measure.run import build, run_once
-    from explorer.measure.verify import compare
-
-    target = parse_target(target)
-    target.require_runnable("run")
-    interface = interface_change(kernel, mod)
-    if interface:
-        return False, interface
-    require_memory(kernel, "checking")
-    inputs = kernel.random_inputs(seed)
-    specs = [(b.shape, b.dtype) for b in kernel.outputs]
-    if kernel.reference is not None:
-        refs = [np.asarray(r) for r in kernel.reference(*inputs)]
-    else:
-        _, refs = run_once(build(tvm.IRModule({"main": kernel.func}), target.config), inputs, specs)
-    _, outs = run_once(build(mod, target.config), inputs, specs)
-    ok, _, _, why = compare(outs, refs)
-    return ok, why
+def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = None, seed: int = 0,
+          isolate: bool = True, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str]:
+    """Build and run ``mod`` once and compare with the reference, no timing: ``(verified, why
+    not)``. In a child process by default, like :func:`measure` (a schedule that crashes the
+    build or the run, such as a tensorize for instructions the target lacks, is a failed check);
+    ``isolate=False`` runs it here, for schedules known not to crash."""
+    result = measure(kernel, mod, target=target, repeat=0, isolate=isolate, timeout=timeout, seed=seed,
+                     peaks=_NO_PEAKS)
+    return bool(result.verified), "" if result.verified else (result.error or result.status)

@@ -37,7 +37,8 @@ def run_once(rt_mod, inputs: list[np.ndarray], output_specs: list[tuple[tuple[in
 def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: int, inputs: list[np.ndarray],
                    output_specs: list[tuple[tuple[int, ...], str]], references: list[np.ndarray] | None,
                    repeat: int = 5, min_repeat_s: float = 0.1, min_bytes: int = 0) -> MeasureResult:
-    """Build, run once and verify against ``references``, then time. Failures become results."""
+    """Build, run once and verify against ``references``, then time (``repeat=0``: no timing, a
+    verified result has no latencies). Failures become results."""
     base = {"flops": flops, "target": target_text,
             "arithmetic_intensity": (flops / min_bytes) if min_bytes else None}
     start = time.perf_counter()
@@ -46,6 +47,15 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
     except Exception as err:
         return MeasureResult(status="build_error", error=short_tvm_message(err), **base)
     build_s = time.perf_counter() - start
+    if repeat == 0:  # a check: run once and compare, nothing timed (no need to wait for the machine)
+        try:
+            _, outputs = run_once(rt_mod, inputs, output_specs)
+        except Exception as err:
+            return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
+        verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
+                                                                                                 references)
+        return MeasureResult(status="ok" if verified else "verify_failed", error=why, max_abs_error=abs_err,
+                             max_rel_error=rel_err, verified=verified, build_seconds=build_s, **base)
     with measuring(what=target_text):  # builds may overlap; timed runs on this machine never do
         try:
             args, outputs = run_once(rt_mod, inputs, output_specs)

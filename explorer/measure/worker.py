@@ -23,8 +23,10 @@ def run_in_child(job: dict, timeout: float) -> MeasureResult:
     """Run :func:`_measure_job` on ``job`` in a fresh interpreter; failures come back as data."""
     base = {"flops": job["flops"], "target": job["target_text"]}
     try:
+        from explorer.environment import threads_env
+
         proc = subprocess.run([sys.executable, "-m", "explorer.measure.worker"], input=pickle.dumps(job),
-                              capture_output=True, timeout=timeout, check=False)
+                              capture_output=True, timeout=timeout, check=False, env=threads_env())
     except subprocess.TimeoutExpired:
         return MeasureResult(status="timeout", error=f"no result within {timeout:.0f} s (the kernel may hang)", **base)
     for line in reversed(proc.stdout.decode(errors="replace").splitlines()):
