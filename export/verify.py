@@ -5,7 +5,6 @@ outputs saved at export (ONNX Runtime for models, numpy for kernels)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -5,7 +5,6 @@ holds; ``schedx jobs`` shows who measures and who waits)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
