@@ -68,15 +68,18 @@ def run_graphs(key: RunKey) -> RunGraphs:
 @st.cache_resource(max_entries=32, show_spinner=False)
 def graph_kernel(key: RunKey, index: int, name: str) -> Kernel:
     """PrimFunc ``name`` after snapshot ``index`` as a kernel for the Schedule page. At the end of
-    the tuning pipeline it is the model's task of that name (the Schedule page and the
-    leaderboard know it so); elsewhere it is named after the pipeline and the pass."""
+    the task pipeline (the one search and export use) it is the model's task of that name (the
+    Schedule page and the leaderboard know it so); elsewhere it is named after the pipeline and
+    the pass."""
     from explorer.kernels.kernel import make_kernel
 
     graphs = run_graphs(key)
     run = graphs.run
     model = loaded_model(key.model, key.shapes).name
     calls = sum(1 for _, d in graphs.lineage.graph(index).nodes(data=True) if d["op"] == name)
-    if not key.passes and key.pipeline == "tuning" and graphs.representative(index) == graphs.lineage.final:
+    from explorer.passes.pipelines import TASK_PIPELINE
+
+    if not key.passes and key.pipeline == TASK_PIPELINE and graphs.representative(index) == graphs.lineage.final:
         from explorer.workload.task import module_tasks
 
         for task in module_tasks(run.module(index), model):

@@ -100,7 +100,7 @@ def _save(db_path: str, kernel, session, result) -> int:
     steps = [s.to_dict() for s in session.steps]
     trace = to_plain(session.schedule.trace.as_json()) if steps else None
     workload, record = manual_record(kernel, steps, trace, result, hardware=hardware_fingerprint(),
-                                     source="manual" if steps else "default")
+                                     source="manual")
     with Store(db_path) as store:
         store.add_workload(workload, replace=False)
         return store.add_record(record)

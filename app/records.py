@@ -31,7 +31,7 @@ def db_path() -> str:
 
 def save_measurement(kernel: Kernel, session: ScheduleSession | None, result: MeasureResult, *,
                      source: str = "manual") -> int | None:
-    """Store one measurement (``source="default"`` for the unscheduled baseline); its record id."""
+    """Store one measurement (the unscheduled baseline too: a manual record with no steps); its record id."""
     from search.records import manual_record
 
     steps = [s.to_dict() for s in session.steps] if session is not None else []

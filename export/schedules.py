@@ -34,8 +34,8 @@ class TaskSchedule:
 @dataclass(frozen=True)
 class TaskOutcome:
     """What the export did with one task: ``schedule`` is "record" (a record applied), "default"
-    (no record: dlight on GPU, the unscheduled loop nest on CPU) or "failed" (a record was given
-    but did not apply; the default was used and ``error`` says why)."""
+    (no record: the target's default schedule, dlight on GPU and schedx's rules on CPU) or
+    "failed" (a record was given but did not apply; the default was used and ``error`` says why)."""
 
     task: Task
     schedule: str

@@ -71,7 +71,7 @@ def candidate_record(task, candidate: Candidate, sch, args_info, *, predicted: f
 
 
 def manual_record(kernel, steps: list, trace, result, *, hardware: str, source: str = "manual") -> tuple[Workload, Record]:
-    """A measurement of a hand schedule (``source="default"`` for the unscheduled baseline): the
+    """A measurement of a hand schedule (the unscheduled baseline: no steps, no trace): the
     workload it belongs to and the record (its ``workload_key`` set)."""
     workload = store_workload(kernel.func, name=kernel.info.name,
                               kind="model_task" if "/" in kernel.info.name else "kernel", source=kernel.info.source,

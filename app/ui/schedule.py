@@ -215,7 +215,7 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
             try:
                 if store.get("naive_target") != target.key:
                     store["naive"], store["naive_target"] = measure(kernel, peaks=peaks, target=target), target.key
-                    save_measurement(kernel, None, store["naive"], source="default")
+                    save_measurement(kernel, None, store["naive"])
                 result = measure(kernel, session.mod, peaks=peaks, target=target)
             except ExplorerError as err:  # e.g. too large for the free memory: refused before anything ran
                 st.error(str(err))

@@ -22,7 +22,7 @@ from tvm.ir.instrument import pass_instrument
 from explorer.errors import short_tvm_message
 from explorer.graph.extract import relax_graph
 from explorer.passes.isolate import check_passes_in_child
-from explorer.passes.pipelines import PipelineSpec, get_pipeline, resolve_passes
+from explorer.passes.pipelines import TASK_PIPELINE, PipelineSpec, get_pipeline, resolve_passes
 from explorer.passes.snapshot import ModuleCounts, Snapshot, module_counts
 
 
@@ -151,7 +151,7 @@ def module_script(mod: tvm.IRModule) -> str:
 def _spec(pipeline: str | None, passes: list[str] | str | None) -> PipelineSpec:
     if passes:
         return resolve_passes(passes)
-    return get_pipeline(pipeline or "tuning")
+    return get_pipeline(pipeline or TASK_PIPELINE)
 
 
 def run_pipeline(mod: tvm.IRModule, pipeline: str | None = None, *, passes: list[str] | str | None = None,
