@@ -57,7 +57,7 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
     from explorer.models.quantize import quantize_model
 
     proto, label = model_onnx(model)
-    data = dict(np.load(data_file)) if data_file is not None else None
+    data = _read_data(data_file) if data_file is not None else None
     output = output or _default_output(model)
     with click.progressbar(length=3, label=f"quantizing {label}", file=sys.stderr) as bar:
         _, report = quantize_model(proto, shapes=shapes, calibrate=calibrate, data=data,
@@ -82,3 +82,18 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
 
 
 __all__ = ["quantize"]
+
+
+def _read_data(path: Path) -> dict:
+    """The arrays of an .npz file by input name; a file of anything else is an error (never
+    unpickled)."""
+    import numpy as np
+
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise click.ClickException(f"{path} is not a NumPy .npz file of arrays ({str(err).split('.')[0]})") from None
+    if isinstance(loaded, np.ndarray):
+        raise click.ClickException(f"{path} holds one array: give an .npz with one array per model input name")
+    with loaded:
+        return {name: loaded[name] for name in loaded.files}
