@@ -51,7 +51,6 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
     MODEL is a path to an .onnx file or a zoo name (mobilenet_v2). Reports size, ONNX Runtime
     latency and the accuracy lost on held-out inputs, side by side; the QDQ model imports into
     TVM like any other (schedx passes OUT.onnx)."""
-    import numpy as np
 
     from explorer.models import model_onnx
     from explorer.models.quantize import quantize_model
