@@ -97,5 +97,7 @@ def test_the_export_verdict_agrees_with_its_checks(ui, page):
     _pick(page, "Target", "cuda:sm_90")
     page.get_by_role("button", name="Build & verify").click()
     page.get_by_text("not run here").first.wait_for(timeout=180_000)
+    # the page renders top to bottom: the verdict shows before the download button does
+    page.get_by_role("button", name="(built, not run on this machine)").wait_for(timeout=60_000)
     assert page.get_by_text("NOT VERIFIED").count() == 0
     assert page.get_by_role("button", name="(built, not run on this machine)").count() == 1

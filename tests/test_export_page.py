@@ -104,3 +104,22 @@ def test_bad_input_is_shown_not_raised(tmp_path):
     at.sidebar.selectbox(key="ex_target_kind_pick").set_value("other…").run()
     at.sidebar.text_input(key="ex_target_kind_text").set_value("cpu:nocpu").run()
     assert at.error and "LLVM does not know the CPU" in at.error[0].value
+
+
+def test_any_model_with_symbolic_dims_loads_with_the_shapes_given(tmp_path):
+    import onnx
+
+    from tests.conftest import tiny_cnn
+
+    path = tmp_path / "batchless.onnx"
+    onnx.save(tiny_cnn(batch="N"), path)
+    at = _page(tmp_path / "none.db")
+    at.sidebar.text_input(key="ex_model_spec").set_value(str(path)).run()
+    assert not at.exception
+    assert at.error and "N" in at.error[0].value, "a symbolic dim without shapes is named in the error"
+    at.sidebar.text_input(key="ex_model_shapes").set_value("input:2x3x16x16").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.dataframe and len(at.dataframe[0].value) >= 1
+    at.button(key="ex_build").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success and "verified:" in at.success[0].value

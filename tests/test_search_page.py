@@ -118,3 +118,35 @@ def test_a_model_job_shows_every_task_and_the_job_history(tmp_path):
     picker.set_value(picker.options[1]).run()
     assert not at.exception and len(at.get("plotly_chart")) >= 2
     assert any("All jobs" in e.label for e in at.expander)
+
+
+def test_the_form_checks_a_models_shapes_before_any_job_starts(tmp_path):
+    import onnx
+
+    from tests.conftest import tiny_cnn
+
+    path = tmp_path / "batchless.onnx"
+    onnx.save(tiny_cnn(batch="N"), path)
+    db = tmp_path / "shapes.db"
+    for shapes, words in (("", "N"), ("input:2xabc", "abc")):
+        at = _page(db).run()
+        at.text_input(key="search_workload").input(str(path))
+        at.text_input(key="search_shapes").input(shapes)
+        at.button[0].click().run()
+        assert not at.exception
+        assert at.error and words in at.error[0].value, [e.value for e in at.error]
+        assert Store(db).jobs() == []
+    at = _page(db).run()
+    at.text_input(key="search_workload").input(str(path))
+    at.text_input(key="search_shapes").input("input:2x3x16x16")
+    at.number_input(key="search_trials").set_value(400)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = Store(db).jobs()[-1]
+    assert job.params["shapes"] == "input:2x3x16x16", job.params
+    at.run()
+    next(b for b in at.button if b.label == "Stop this job").click().run()
+    deadline = time.time() + 30
+    while time.time() < deadline and Store(db).job(job.id).status == "running":
+        time.sleep(0.5)
+    assert Store(db).job(job.id).status == "stopped"

@@ -31,10 +31,17 @@ def sidebar():
     sb = st.sidebar
     sb.header("Workload")
     source = sb.radio("Source", ["Model", "Kernel"], key=K.SOURCE, horizontal=True)
+    shapes = None
     if source == "Model":
         names = list(ZOO)
         spec = sb.selectbox("Model", names, index=names.index("small_cnn"), key=K.MODEL,
                             format_func=lambda n: f"{ZOO[n].title} ({n})")
+        other = sb.text_input("or any model", "", key=K.MODEL + "_spec", placeholder="model.onnx, example:densenet121",
+                              help="an .onnx path (an uploaded file's path is shown on the Graph & passes page), "
+                                   "example:NAME, or a zoo name; empty: the zoo model above").strip()
+        spec = other or spec
+        shapes = sb.text_input("Shapes (symbolic dims)", "", key=K.MODEL + "_shapes",
+                               placeholder="input:1x3x224x224").strip() or None
     else:
         spec = sb.text_input("Kernel spec", "matmul:M=256,N=256,K=256", key=K.KERNEL,
                              help="a built-in with shapes, or MODEL/FUSED_KERNEL (see `schedx kernels`)")
@@ -43,20 +50,20 @@ def sidebar():
         target = target_picker(K.TARGET_KIND, choices=TARGET_CHOICES)
     sb.header("Records")
     db = sb.text_input("Database", db_path(), key=K.DB_INPUT)
-    return spec, target, db
+    return spec, shapes, target, db
 
 
-def load(spec: str):
+def load(spec: str, shapes: str | None = None):
     """The workload and its tasks, loaded once per session (fusing ResNet-18 takes seconds)."""
     from explorer.workload import load_workload
     from export import workload_tasks
 
     memo = st.session_state.setdefault(K.WORKLOADS, {})
-    if spec not in memo:
+    if (spec, shapes) not in memo:
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
-            workload = load_workload(spec)
-            memo[spec] = (workload, workload_tasks(workload))
-    return memo[spec]
+            workload = load_workload(spec, shapes)
+            memo[(spec, shapes)] = (workload, workload_tasks(workload))
+    return memo[(spec, shapes)]
 
 
 def choices_for(tasks, target, db: str):
@@ -175,12 +182,12 @@ def main() -> None:
     st.title("Export")
     st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `relax.VirtualMachine`), "
                "its parameters in a separate file, a manifest with hashes, verified before you download it.")
-    spec, target, db = sidebar()
+    spec, shapes, target, db = sidebar()
     if target is None:
         st.info("Choose a valid target in the sidebar.")
         return
     try:
-        workload, tasks = load(spec)
+        workload, tasks = load(spec, shapes)
     except ExplorerError as err:
         st.error(str(err))
         return

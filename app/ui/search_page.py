@@ -30,6 +30,8 @@ def start_form(store: Store) -> None:
                                       "a model's fused kernel (resnet18/fused_conv2d_add_relu) or a whole model ("
                                       + ", ".join(ZOO) + ")")
         trials = c2.number_input("Trials", 1, 100000, 64, key="search_trials")
+        shapes = st.text_input("Shapes (a model's symbolic dims)", "", key="search_shapes",
+                               placeholder="input:1x3x224x224 or batch=1")
         c = st.columns(4)
         per_batch = c[0].number_input("Per batch", 1, 512, 16, key="search_per_batch")
         population = c[1].number_input("Population", 2, 4096, 256, key="search_population")
@@ -49,7 +51,8 @@ def start_form(store: Store) -> None:
                                       generations=int(generations), mutate_prob=float(mutate), eps_greedy=float(eps),
                                       seed=int(seed))
                 spec = JobSpec(workload=workload.strip(), target=target.spec, params=params,
-                               rpc_tracker=tracker.strip() or None, rpc_key=key.strip() or None)
+                               shapes=shapes.strip() or None, rpc_tracker=tracker.strip() or None,
+                               rpc_key=key.strip() or None)
                 with st.spinner("Checking the workload and target…"):
                     prepared = spec.validate()  # the same parser as the CLI: a bad spec never becomes a job
                     if prepared[2] is not None:
