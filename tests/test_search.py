@@ -78,9 +78,12 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     assert not set(runner2.ran) & first
     hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))  # every trial measured once
-    # the budget counts new measurements: candidates answered from the store are extra, not instead
-    assert summary2.measured + summary2.failed == summary2.trials == 16 == len(runner2.ran)
-    assert len(store.records()) == 32
+    # the budget counts new measurements: candidates answered from the store are extra, not instead;
+    # a top-up whose random samples the store all held ends the search (TVM's threaded sampling may
+    # draw such a batch), so the last batch may fall short
+    assert summary2.measured + summary2.failed == summary2.trials == len(runner2.ran)
+    assert 16 - params.per_batch < summary2.trials <= 16
+    assert len(store.records()) == 16 + summary2.trials
 
 
 def test_charts_from_records(tmp_path):
