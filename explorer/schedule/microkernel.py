@@ -29,6 +29,10 @@ _NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)")
 MR, KR = 8, 4
 # fp32 lanes of the vector widths schedx knows: NEON, AVX2, AVX-512
 LANES = (4, 8, 16)
+# Tiling levels around the micro-kernel, outermost first. MultiLevelTiling's CPU default ends in a
+# spatial level (SSRSRS); ending in a reduction level keeps the k loop right around the kernel, so
+# LLVM holds the C tile in registers across it (the BLAS loop order).
+STRUCTURE = "SSRSR"
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def _prim_funcs(mr: int, nr: int, kr: int):
     return desc, impl
 
 
-def schedule_rules(target) -> list:
+def schedule_rules(target, structure: str = STRUCTURE) -> list:
     """MetaSchedule's default CPU rules with ``MultiLevelTilingWithIntrin`` for the target's
     micro-kernel just before ``MultiLevelTiling`` (which keeps the blocks it cannot tensorize).
     Raises ``ValueError`` when the target has no micro-kernel."""
@@ -133,7 +137,7 @@ def schedule_rules(target) -> list:
     kernel = for_target(target)
     if kernel is None:
         raise ValueError(why_not(target))
-    rule = MultiLevelTilingWithIntrin(register(kernel), structure="SSRSRS", tile_binds=None,
+    rule = MultiLevelTilingWithIntrin(register(kernel), structure=structure, tile_binds=None,
                                       max_innermost_factor=64, vector_load_lens=None, reuse_read=None,
                                       reuse_write=ReuseType(req="may", levels=[1, 2], scope="global"))
     rules = list(ms.ScheduleRule.create("llvm"))
@@ -153,11 +157,11 @@ def postprocs() -> list:
     return procs[:at] + [ms.postproc.RewriteTensorize(vectorize_init_loop=False)] + procs[at:]
 
 
-def space_generator(target):
+def space_generator(target, structure: str = STRUCTURE):
     """A post-order-apply space generator with :func:`schedule_rules` and :func:`postprocs`."""
     from tvm.s_tir import meta_schedule as ms
 
-    return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(target), postprocs=postprocs(),
+    return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(target, structure), postprocs=postprocs(),
                                             mutator_probs=ms.Mutator.create("llvm"))
 
 
