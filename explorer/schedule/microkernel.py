@@ -12,7 +12,12 @@ MetaSchedule's ``MultiLevelTilingWithIntrin`` (what TVM uses for int8 ``dot_16x4
 block's innermost loops to the intrinsic's shape, blockizes them, tiles the outer loops as
 MultiLevelTiling does, and annotates the inner block; the ``RewriteTensorize`` postprocessor then
 tensorizes it. A block whose extents the intrinsic does not divide is left to the plain
-MultiLevelTiling rule that follows (no padding).
+MultiLevelTiling rule that follows (no padding), and so is a block whose accesses do not map onto
+``C[i, j] += A[i, k] * B[k, j]`` with j contiguous (NCHW conv2d: its W index is ``w + rx``).
+Where RandomComputeLocation inlines a padding block into the conv (NHWC), the read becomes an
+``if_then_else`` the intrinsic does not match: RewriteTensorize logs a C++ warning ("Tensorize
+failed") and that candidate runs untensorized (correct, only not a micro-kernel candidate; about
+1 sample in 4 on a small NHWC conv).
 
 Intrinsics are registered lazily, one per shape, named ``schedx_fma_f32_{MR}x{NR}x{KR}``; the name
 is enough to register it again, so any process that replays a trace calls
