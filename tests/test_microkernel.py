@@ -18,6 +18,7 @@ from search.params import SearchParams
 HOST = host_target()
 needs_fma = pytest.mark.skipif(microkernel.for_target(HOST) is None,
                                reason=f"no micro-kernel here: {microkernel.why_not(HOST)}")
+x86_only = pytest.mark.skipif(HOST.arch != "x86_64", reason="spells x86 CPUs as this machine's (cpu:MCPU)")
 # the FMA of each fp32 vector width, as LLVM prints it
 FMA_ASM = {("x86_64", 4): r"vfmadd\w+ps\s+%xmm", ("x86_64", 8): r"vfmadd\w+ps\s+%ymm",
            ("x86_64", 16): r"vfmadd\w+ps\s+%zmm", ("aarch64", 4): r"fmla\s+v\d+\.4s"}
@@ -46,6 +47,7 @@ def _asm(mod, target) -> str:
     return tvm.compile(mod, target=target.tvm()).mod.inspect_source("asm")
 
 
+@x86_only
 @pytest.mark.parametrize("spec, lanes", [("cpu:x86-64-v3", 8), ("cpu:x86-64-v4", 16), ("cpu:haswell", 8)])
 def test_the_kernel_follows_the_vector_width(spec, lanes):
     mk = microkernel.for_target(parse_target(spec))
@@ -54,6 +56,7 @@ def test_the_kernel_follows_the_vector_width(spec, lanes):
     assert microkernel.MicroKernel.from_name(mk.name) == mk
 
 
+@x86_only
 def test_targets_without_fma_get_none():
     assert microkernel.for_target(parse_target("cpu:x86-64")) is None  # SSE2 only
     assert "FMA" in microkernel.why_not(parse_target("cpu:x86-64"))
@@ -86,7 +89,7 @@ def test_hand_tensorized_matmul_matches_numpy_and_uses_fma_of_the_hosts_width():
         assert re.search(pattern, _asm(sch.mod, HOST))
 
 
-@needs_fma
+@x86_only
 def test_avx512_kernel_builds_to_zmm_fma_without_running():
     target = parse_target("cpu:x86-64-v4")
     mk = microkernel.for_target(target)
@@ -112,6 +115,7 @@ def test_the_rule_makes_sketches_around_the_kernel_and_samples_verify():
     from tvm import s_tir
 
     from explorer.plain import to_plain
+    from explorer.schedule.session import ScheduleSession
     from explorer.schedule.trace import trace_to_steps
 
     k = builtin_kernel("matmul", M=64, N=64, K=64)
@@ -129,6 +133,9 @@ def test_the_rule_makes_sketches_around_the_kernel_and_samples_verify():
     assert check(k, sch.mod, target=HOST, isolate=False) == (True, "")
     steps = trace_to_steps(k.func, to_plain(sch.trace.as_json()))  # what a record shows
     assert any(s.primitive == "tensorize" and s.args["intrin"] == mk.name for s in steps)
+    session = ScheduleSession(k.func)  # and the steps apply again as a hand schedule
+    session.apply_all(steps)
+    assert check(k, session.mod, target=HOST, isolate=False) == (True, "")
 
 
 @needs_fma
@@ -141,6 +148,7 @@ def test_blocks_the_kernel_does_not_fit_keep_the_default_tiling(spec):
     assert all("meta_schedule.tiling_structure" in str(s.trace) for s in spaces)
 
 
+@x86_only
 def test_search_option_is_off_by_default_and_refused_without_fma():
     from search.tune import _space_generator
 
