@@ -67,6 +67,9 @@ def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_
 @click.option("--cost-model", default="xgb", show_default=True, type=click.Choice(["xgb", "random"]))
 @click.option("--timeout", "timeout_s", default=30, show_default=True, type=Count(1, 24 * 3600),
               help="Seconds one candidate's build, or one candidate's run, may take before it counts as hung.")
+@click.option("--microkernel", is_flag=True,
+              help="Also tile fp32 matmul-like blocks around an FMA micro-kernel for the target's vector width "
+                   "(tensorized; blocks it does not fit keep the default rules).")
 @target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
                          "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
@@ -77,7 +80,8 @@ def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @fail_cleanly
 def tune(workload: str, trials: int | None, minutes: float | None, per_batch: int, population: int, generations: int,
-         mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, target_spec: str,
+         mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, microkernel: bool,
+         target_spec: str,
          shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, background: bool,
          as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
@@ -97,7 +101,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
         trials = UNLIMITED_TRIALS if minutes else 64
     params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
                           mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model,
-                          timeout_s=timeout_s, minutes=minutes or 0.0)
+                          timeout_s=timeout_s, minutes=minutes or 0.0, microkernel=microkernel)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
                    rpc_key=rpc_key)
     stop = StopRequest()

@@ -27,6 +27,9 @@ class SearchParams:
     timeout_s: int = 30  # per build and per run
     minutes: float = 0.0  # time budget: stop after the batch in progress once it is spent (0: none)
     defaults_first: bool = True  # measure each task's default schedule first: the baseline a record must beat
+    # also tile fp32 blocks around an FMA micro-kernel for the target's vector width
+    # (explorer.schedule.microkernel); blocks it cannot tensorize keep the default rules
+    microkernel: bool = False
 
     def __post_init__(self) -> None:
         checks = [

@@ -117,6 +117,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         raise SearchError(f"schedx searches CPU targets; {target.label} uses dlight's GPU schedules (schedx export)")
     if rpc is None and runner is None:
         target.require_runnable("measure")
+    space = _space_generator(target, params)  # refuses --microkernel on a target without one, before any work
     if runner is None:  # references run here, and local candidates too: refuse what cannot fit
         _require_memory(tasks)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
@@ -154,7 +155,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
 
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
             ms.cost_model.RandomModel()
-        trained = _pretrain(cost_model, _contexts(tasks, tgt, params), tasks, store, target.key, hardware) \
+        trained = _pretrain(cost_model, _contexts(tasks, tgt, params, space=space), tasks, store, target.key,
+                            hardware) \
             if params.cost_model == "xgb" else 0
         database = StoreDatabase(store, hardware=hardware, target_filter=target.key, source="search", job_id=job_id)
         ledger_builder = LedgerBuilder(builder, ledger, work.name)
@@ -164,7 +166,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
 
             measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
         _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
-                    work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
+                    space=space, work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
         if isinstance(inner_runner, PoolRunner):
             state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(inner_runner.references)
                                         if r.done and r.path is None}
@@ -249,7 +251,7 @@ MAX_TOP_UPS = 6
 
 
 def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState, ledger: CandidateLedger,
-                cost_model, *, fresh: bool, **tune_args) -> None:
+                cost_model, *, fresh: bool, space, **tune_args) -> None:
     """The search as rounds (see :func:`_rounds`), then top-up rounds while candidates the store
     already held took part of the budget. Tasks whose last batch held nothing new (a search
     space used up, such as a reshape's single schedule) sit the top-ups out. ``trials`` is
@@ -270,7 +272,7 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
             break
         round_params, trials, ids = plan.pop(0)
         contexts = _contexts([tasks[i] for i in ids], tgt, replace(round_params, seed=params.seed + 7919 * number),
-                             state.stop)
+                             state.stop, space=space)
         callbacks = [write_records(state, ledger, cost_model, contexts, ids), report_progress(state),
                      ms.measure_callback.UpdateCostModel()]
         ms.tune_tasks(tasks=contexts, task_weights=[tasks[i].weight for i in ids], max_trials_global=trials,
@@ -282,9 +284,28 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
             plan = [(top_up, left, open_ids)]
 
 
-def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | None = None) -> list:
+def _space_generator(target: Target, params: SearchParams):
+    """What makes each task's design space: a function returning MetaSchedule's post-order-apply
+    generator with the default CPU rules, or with ``params.microkernel`` one whose rules also tile
+    fp32 blocks around the target's FMA micro-kernel (:mod:`explorer.schedule.microkernel`).
+    Raises :class:`search.errors.SearchError` when the target has no micro-kernel."""
+    from explorer.schedule import microkernel
+
+    from search.errors import SearchError
+
+    if not params.microkernel:
+        return lambda: "post-order-apply"
+    why = microkernel.why_not(target)
+    if why:
+        raise SearchError(f"no FMA micro-kernel for this search: {why}")
+    return lambda: microkernel.space_generator(target)
+
+
+def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | None = None, *,
+              space=lambda: "post-order-apply") -> list:
     """One TuneContext per task, each with its own evolutionary search (a strategy holds the
-    state of its task's search), which proposes nothing once ``stop`` is set; the module is
+    state of its task's search) and its own space generator (``space()``, see
+    :func:`_space_generator`), which proposes nothing once ``stop`` is set; the module is
     tagged so that candidates name their task."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -296,7 +317,7 @@ def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | 
             eps_greedy=params.eps_greedy)
         return evolutionary if stop is None else StoppableSearch(evolutionary, stop)
 
-    return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator="post-order-apply",
+    return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator=space(),
                            search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)
             for i, t in enumerate(tasks)]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.index_map import parse_index_map
+from explorer.schedule.microkernel import MICROKERNEL_NAMES, register_for_trace
 from explorer.schedule.refs import resolve_block, resolve_loop, resolve_target
 from explorer.schedule.errors import StepsFileError
 
@@ -23,6 +24,8 @@ SCOPES = ("global", "local", "shared", "shared.dyn", "wmma.accumulator")
 # dot_16x4_vnni tensorizes but its LLVM call fails verification at build time (vpdpbusd operand
 # types), which measurement reports as a build error.
 X86_INTRINSICS = ("dot_16x4_avx512", "dot_16x4_vnni")
+# schedx's fp32 FMA micro-kernels (see explorer.schedule.microkernel), registered when used.
+INTRINSICS = X86_INTRINSICS + MICROKERNEL_NAMES
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def _tensorize(sch, a):
     from explorer.tvm_fast import light_tensor_intrin
 
     light_tensor_intrin("llvm")  # registers the x86 intrinsics only: 0.3 s instead of 20 s
+    register_for_trace(a["intrin"])  # a schedx micro-kernel, if it names one
     sch.tensorize(resolve_target(sch, a["target"]), a["intrin"])
 
 
@@ -135,8 +139,9 @@ _PRIMS = [
               lambda s, a: s.set_scope(resolve_block(s, a["block"]), a["buffer_index"], a["scope"])),
     Primitive("blockize", (Param("target", "loop"),), "Turn the subtree under a loop into one block.",
               lambda s, a: s.blockize(resolve_loop(s, a["target"]))),
-    Primitive("tensorize", (Param("target", "target"), Param("intrin", "choice", choices=X86_INTRINSICS)),
-              "Replace a loop nest by a hardware intrinsic (x86 AVX-512/VNNI int8 dot 16x4).", _tensorize),
+    Primitive("tensorize", (Param("target", "target"), Param("intrin", "choice", choices=INTRINSICS)),
+              "Replace a loop nest by a hardware intrinsic (x86 AVX-512/VNNI int8 dot 16x4, or an fp32 FMA "
+              "micro-kernel C[8, lanes] += A[8, 4] @ B[4, lanes]).", _tensorize),
 ]
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _PRIMS}
 
