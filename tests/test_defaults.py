@@ -150,3 +150,20 @@ def test_the_default_is_a_metaschedule_trace_that_replays():
     sch = s_tir.Schedule(owned_task_module(func))
     s_tir.Trace.apply_json_to_schedule(choice.trace, sch)
     assert tvm_ffi.structural_equal(sch.mod["main"], scheduled)
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_weights_whose_rows_share_cache_sets_are_packed_in_panels_and_compute_right(cpu):
+    """Rows 4 KB apart (N=1024 fp32) map to the same cache sets: packed into panels one register
+    tile wide; rows 4160 B apart (N=1040) are left alone. Both still compute the matmul."""
+    from explorer.measure import measure
+    from explorer.workload import load_kernel
+
+    for n, packs in ((1024, True), (1040, False)):
+        kernel = load_kernel(f"matmul:M=16,N={n},K=256")
+        func, choice = default_schedule(kernel.func, cpu)
+        assert choice.rule == "full", choice.fallback_reason
+        assert ("weights packed in panels" in choice.steps[0]) is packs, choice.steps
+        if cpu.vector_bits <= host_target().vector_width:
+            result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
+            assert result.status == "ok", result.error

@@ -33,6 +33,8 @@ PARALLEL_MIN_VOLUME = 1 << 15
 # (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);
 # smaller ones stay in cache while the rows go by, and the input is read once.
 CACHE_BYTES = 512 * 1024
+# Weights smaller than this stay where they are: their rows fit the cache whatever their stride.
+PACK_MIN_BYTES = 64 * 1024
 
 
 class NotApplicable(Exception):
@@ -90,7 +92,9 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
 
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
     """Tile sizes that divide the axes, fit the register budget, leave one parallel task per core
-    at least, and load the least per multiply-add (``rows * vectors / (rows + vectors)``)."""
+    at least, and load the least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie,
+    more rows (a broadcast of the row operand is cheaper than another vector of weights: matmul 1024
+    on AVX2 4x16 64.6 GFLOPS, 2x32 47.5)."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
     ext_r = facts.extents[rows] if rows is not None else 1
@@ -117,10 +121,10 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
                 continue
             tasks = rest * (ext_v // vt) * (ext_r // rt)
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
-            options.append((enough, rt * nv / (rt + nv), vt, rt))
+            options.append((enough, rt * nv / (rt + nv), rt, vt))
     if not options:
         raise NotApplicable("no tile fits the registers")
-    _, _, vt, rt = max(options)
+    _, _, rt, vt = max(options)
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
 
 
@@ -132,6 +136,30 @@ def _weight_bytes(facts: BlockFacts, vec: int) -> int:
     sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims)) for a in facts.reads
              if a.uses(vec) and not any(a.uses(k) for k in other_spatial)]
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
+
+
+def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
+    """Copy a weights operand whose rows are a multiple of 1 KB apart into panels ``vec_tile`` wide
+    (``W[..., j]`` -> ``P[j // vec_tile, ..., j % vec_tile]``), so that the rows a register tile
+    walks down are contiguous; returns the packing block or None.
+
+    Rows 4 KB apart (a 1024-wide fp32 matrix) all fall into the same few cache sets: the tile's
+    column of weights never stays in cache and every multiply-add waits on memory. Measured on an
+    AVX2 Zen 3 (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without
+    packing; BERT's 768x3072 products 57 -> 89. The copy runs once per call, in parallel."""
+    other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
+    regions = sch.get(block).reads
+    for i, access in enumerate(facts.reads):
+        if access.last != frozenset({vec}) or len(access.dims) < 2 or any(access.uses(k) for k in other):
+            continue
+        shape = [int(x) for x in regions[i].source.shape]
+        item = dtype_bits(facts.dtype) // 8
+        if shape[-1] % vec_tile or shape[-1] * item % 1024 or math.prod(shape) * item < PACK_MIN_BYTES:
+            continue
+        packed = sch.cache_read(block, i, "global")
+        sch.transform_layout(packed, ("write", 0), lambda *idx: (idx[-1] // vec_tile, *idx[:-1], idx[-1] % vec_tile))
+        return packed
+    return None
 
 
 def _pad_at(sch: s_tir.Schedule, pad, loop) -> None:
@@ -161,6 +189,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
 
     consumers = sch.get_consumers(block)
     pads = [p for p in sch.get_producers(block) if block_facts(sch, p).padding]
+    packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "local")
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
         try:
@@ -194,8 +223,13 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         sch.vectorize(wb_loops[-1])
     for pad in pads:  # the tile's window of the padded input, computed where it is used
         _pad_at(sch, pad, fused)
+    if packed is not None:
+        pack_loops = sch.get_loops(packed)
+        sch.parallel(pack_loops[0])
+        _, lane = sch.split(pack_loops[-1], [None, tiling.vec_tile])  # one panel row: contiguous both ways
+        sch.vectorize(lane)
     sch.decompose_reduction(block, reduce[0])
-    return tiling.describe(facts)
+    return tiling.describe(facts) + (", weights packed in panels" if packed is not None else "")
 
 
 __all__ = [
