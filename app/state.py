@@ -61,6 +61,8 @@ class LeaderboardKeys:
     RECORD = "lb_record"
     COMPARE_A, COMPARE_B = "lb_compare_a", "lb_compare_b"
     HISTORY_OF = "lb_history_of"
+    CHART = "lb_chart"
+    DETAIL = "lb_detail"
 
 
 class ExportKeys:

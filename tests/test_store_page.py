@@ -106,7 +106,10 @@ def test_filled_database_shows_table_and_charts(tmp_path):
     assert set(table["workload"]) == {"matmul_512x512x512_float32", "conv2d_1x64x56x56"}
     assert len(table) == 2  # best per workload on this machine
     assert sorted(table["id"]) == sorted([ids[2], ids[5]])
-    assert len(at.get("plotly_chart")) >= 2  # GFLOPS bars, history (and roofline: peaks are known)
+    assert len(at.get("plotly_chart")) == 1  # one figure at a time: the GFLOPS bars first
+    for chart in ("History", "Roofline"):  # peaks are known: the roofline is drawn too
+        at.segmented_control(key="lb_chart").set_value(chart).run()
+        assert not at.exception and len(at.get("plotly_chart")) == 1, chart
     at.radio(key="lb_hardware").set_value("Any machine").run()
     assert len(at.dataframe[0].value) == 3
     fits = dict(zip(at.dataframe[0].value["hardware"], at.dataframe[0].value["target fits hardware"]))
@@ -121,6 +124,7 @@ def test_all_records_view_and_compare(tmp_path):
     at.segmented_control(key="lb_view").set_value("All records").run()
     assert not at.exception
     assert len(at.dataframe[0].value) == 6  # this machine: everything but the other machine's record
+    at.segmented_control(key="lb_detail").set_value("Compare two records").run()
     at.selectbox(key="lb_compare_a").set_value(ids[1]).run()
     at.selectbox(key="lb_compare_b").set_value(ids[2]).run()
     assert not at.exception

@@ -24,6 +24,8 @@ from store.records import KINDS, SOURCES, target_short
 # Widget keys of this page (page-local: prefixed, never shared with another page).
 ALL = "(all)"
 ALL_LIMIT = 2000  # newest records shown in the "All records" view
+CHARTS = ("GFLOPS per workload", "History", "Roofline")
+DETAILS = ("Record", "Compare two records")
 SOURCE_COLOURS = {"manual": "#2563eb", "search": "#f97316", "import": "#64748b", "default": "#a3a3a3"}
 EMPTY_HELP = """This database holds no records yet. Fill it by
 - measuring a kernel on the **Schedule** page, or `schedx measure matmul:M=512,N=512,K=512`;
@@ -126,14 +128,16 @@ def roofline_chart(data: dict) -> go.Figure:
 
 def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
     by_source = store.best(**filters, per_source=True)
-    tab_bars, tab_history, tab_roof = st.tabs(["GFLOPS per workload", "History", "Roofline"])
-    with tab_bars:
+    # one figure at a time: tabs would build and send all three on every rerun (at 100k records the
+    # page took 2.6 s to redraw with them)
+    chart = st.segmented_control("Chart", CHARTS, default=CHARTS[0], key=K.CHART) or CHARTS[0]
+    if chart == "GFLOPS per workload":
         rows = gflops_by_workload(by_source, names)
         if rows:
             st.plotly_chart(gflops_chart(rows), width="stretch")
         else:
             st.info("No ranked record with known FLOPs matches the filters.")
-    with tab_history:
+    elif chart == "History":
         keys = sorted({r.workload_key for r in by_source}, key=lambda k: names.get(k, k))
         if keys:
             key = st.selectbox("Workload", keys, key=K.HISTORY_OF, format_func=lambda k: names.get(k, k))
@@ -142,7 +146,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
             st.caption(f"{len(series['points'])} ranked measurements, {series['failed']} failed (not plotted).")
         else:
             st.info("No workload matches the filters.")
-    with tab_roof:
+    else:
         peaks = measured_peaks(by_source)
         if peaks is None:
             st.info("No measured peaks in these records' environment. The Schedule page's calibration adds "
@@ -276,10 +280,10 @@ def show(store: Store, path: Path) -> None:
                                 "median ms": st.column_config.NumberColumn(format="%.4f")})
     charts(store, filters, names)
     labels = record_labels(records, names)
-    tab_record, tab_compare = st.tabs(["Record", "Compare two records"])
-    with tab_record:
+    detail = st.segmented_control("Detail", DETAILS, default=DETAILS[0], key=K.DETAIL) or DETAILS[0]
+    if detail == DETAILS[0]:
         record_detail(store, labels, names)
-    with tab_compare:
+    else:
         compare_view(store, labels)
 
 main()
