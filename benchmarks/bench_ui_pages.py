@@ -59,6 +59,7 @@ def main() -> None:
 
     from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui
     from tests.test_browser import _apply_step, _settle
+    from tests.test_browser_graph import _wait_drawn
 
     with tempfile.TemporaryDirectory(prefix="schedx-bench-pages-") as tmp:
         db = Path(tmp) / "lb.db"
@@ -70,10 +71,17 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
             table = '[data-testid="stDataFrame"]'
+            # straight from the server start, while the warm-up prepares the default page
+            cold = timed_goto(page, f"{url}/leaderboard", table)
+            # as a user gets there: the app opens on Graph & passes, then the Leaderboard in a new session
+            page.goto(url)
+            _wait_drawn(page)
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
             first = timed_goto(page, f"{url}/leaderboard", table)
             again = timed_goto(page, f"{url}/leaderboard", table)
-            out(f"1. Leaderboard at {opts.records} records: first load {first:.2f} s, again {again:.2f} s "
-                f"(target <= 2 s)")
+            out(f"1. Leaderboard at {opts.records} records: first load in a new session {first:.2f} s, again "
+                f"{again:.2f} s (target <= 2 s); {cold:.2f} s when opened while the server still warms up the "
+                f"default page")
             loads = {"Schedule": ("schedule", "text=Next step"), "Search": ("search", "text=Start a search"),
                      "Profile": ("profile", "text=Time per kernel"), "Export": ("export", "text=Kernels (")}
             figures = {name: timed_goto(page, f"{url}/{path}", ready) for name, (path, ready) in loads.items()}
