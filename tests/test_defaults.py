@@ -168,16 +168,3 @@ def test_weights_whose_rows_share_cache_sets_are_packed_in_panels_and_compute_ri
             result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
             assert result.status == "ok", result.error
 
-
-def test_weights_larger_than_a_cache_are_walked_in_chunks_and_compute_right():
-    """8 MB of weights (K=4096, N=512): each tile column's weights in chunks that stay in cache
-    while every row goes by, the columns in parallel; the result still the matmul's."""
-    from explorer.measure import measure
-    from explorer.workload import load_kernel
-
-    kernel = load_kernel("matmul:M=64,N=512,K=4096")
-    cpu = _cpu(host_target())
-    func, choice = default_schedule(kernel.func, cpu)
-    assert choice.rule == "full" and "reduction in chunks of" in choice.steps[0], (choice.steps, choice.fallback_reason)
-    result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
-    assert result.status == "ok", result.error

@@ -12,9 +12,14 @@ are fused into one parallel loop.
 
 Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
 the outer tiles go along the rows first, or along the vector axis first when the weights are
-larger than a cache (see ``CACHE_BYTES``); then each tile column's weights are also walked in
-chunks of the reduction that stay in cache while every row goes by (``CHUNK_BYTES``), and weights
-whose rows share cache sets are packed into panels first (``_pack_weights``).
+larger than a cache (see ``CACHE_BYTES``); weights whose rows share cache sets are packed into
+panels first (``_pack_weights``).
+
+Tried and left out: walking a large tile column's weights in chunks of the reduction that stay in
+cache while every row goes by (the column's accumulators in a local buffer). ResNet-18's last 3x3
+conv ran 6.2-6.5 -> 4.3-4.7 ms on AVX2, but LLVM no longer kept the accumulators in registers
+(4x the vector moves) and took 4 s to compile that kernel (ResNet-18's export 16 -> 26 s). It needs
+a register tile accumulated into the column buffer once per chunk instead.
 Measured on ResNet-18's 3x3 conv (56x56x64, one AVX-512 core): 42 GFLOPS with the padding
 inlined, 105-110 GFLOPS with the padding computed per tile (see :mod:`.inline` for when the
 padding is inlined instead: depthwise convs and pools)."""
@@ -35,10 +40,6 @@ PARALLEL_MIN_VOLUME = 1 << 15
 # (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);
 # smaller ones stay in cache while the rows go by, and the input is read once.
 CACHE_BYTES = 512 * 1024
-# A tile column's weights are walked in chunks of at most this many bytes (a quarter of a 512 KB
-# L2) when they are larger than CACHE_BYTES. ResNet-18's last 3x3 conv on AVX2, 2 cores, three
-# alternated runs: uncut 6.7/8.1/5.4 ms, 128 KB chunks 5.2/4.8/4.3, 256 KB 7.8/4.4/4.8.
-CHUNK_BYTES = 128 * 1024
 # Weights smaller than this stay where they are: their rows fit the cache whatever their stride.
 PACK_MIN_BYTES = 64 * 1024
 
@@ -144,18 +145,6 @@ def _weight_bytes(facts: BlockFacts, vec: int) -> int:
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
-def _reduction_chunk(facts: BlockFacts, tiling: Tiling) -> tuple[int, int] | None:
-    """``(axis, size)``: the longest reduction axis cut so that one tile column's weights for a
-    chunk (the other reduction axes whole) fit ``CHUNK_BYTES``; None when they fit uncut."""
-    axis = max(facts.reduce, key=lambda k: facts.extents[k])
-    others = math.prod(facts.extents[k] for k in facts.reduce if k != axis)
-    per_step = others * tiling.vec_tile * dtype_bits(facts.dtype) // 8
-    fits = [d for d in _divisors(facts.extents[axis]) if d * per_step <= CHUNK_BYTES]
-    if not fits or max(fits) == facts.extents[axis] or max(fits) < 4:
-        return None
-    return axis, max(fits)
-
-
 def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
     """Copy a weights operand whose rows are a multiple of 1 KB apart into panels ``vec_tile`` wide
     (``W[..., j]`` -> ``P[j // vec_tile, ..., j % vec_tile]``), so that the rows a register tile
@@ -224,30 +213,15 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         inner.insert(0, r_in)
         outer_of[rows] = r_out
     outer = [outer_of.get(k, loops[k]) for k in facts.spatial]
-    weights_first = _weight_bytes(facts, vec) > CACHE_BYTES
-    if weights_first:
+    if _weight_bytes(facts, vec) > CACHE_BYTES:
         outer.remove(v_out)  # each tile column's weights read once, for all the rows
         outer.insert(0, v_out)
     reduce = [loops[k] for k in facts.reduce]
-    chunk = _reduction_chunk(facts, tiling) if weights_first else None
-    if chunk is not None and facts.extents[vec] // tiling.vec_tile >= 2 * cpu.cores and len(outer) > 1:
-        # the tile column's weights in chunks that stay in cache while every row goes by: the
-        # accumulators of the whole column live in a local buffer, the columns run in parallel
-        axis, size = chunk
-        at = facts.reduce.index(axis)
-        k_out, reduce[at] = sch.split(reduce[at], [None, size])
-        sch.reorder(v_out, k_out, *outer[1:], *reduce, *inner)
-        sch.reverse_compute_at(writeback, v_out)
-        fused, first_reduce = v_out, k_out
-        if facts.volume >= PARALLEL_MIN_VOLUME:
-            sch.parallel(fused)
-    else:
-        sch.reorder(*outer, *reduce, *inner)
-        sch.reverse_compute_at(writeback, outer[-1])
-        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-        first_reduce = reduce[0]
-        if facts.volume >= PARALLEL_MIN_VOLUME:
-            sch.parallel(fused)
+    sch.reorder(*outer, *reduce, *inner)
+    sch.reverse_compute_at(writeback, outer[-1])
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if facts.volume >= PARALLEL_MIN_VOLUME:
+        sch.parallel(fused)
     sch.vectorize(inner[-1])
     if len(inner) > 1 and tiling.row_tile > 1:
         sch.unroll(inner[0])
@@ -261,10 +235,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         sch.parallel(pack_loops[0])
         _, lane = sch.split(pack_loops[-1], [None, tiling.vec_tile])  # one panel row: contiguous both ways
         sch.vectorize(lane)
-    sch.decompose_reduction(block, first_reduce)
-    notes = [", weights packed in panels" if packed is not None else "",
-             f", reduction in chunks of {chunk[1]}" if first_reduce is not reduce[0] else ""]
-    return tiling.describe(facts) + "".join(notes)
+    sch.decompose_reduction(block, reduce[0])
+    return tiling.describe(facts) + (", weights packed in panels" if packed is not None else "")
 
 
 __all__ = [
