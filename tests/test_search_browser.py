@@ -31,6 +31,7 @@ def _metric(page, label: str) -> str:
     return page.locator('[data-testid="stMetric"]').filter(has_text=label).first.inner_text()
 
 
+@pytest.mark.slow  # about 3 minutes (a whole ResNet-18 search); the search form, follow and stop run in test_browser_ide
 def test_resnet18_search_outlives_the_tab_stops_and_resumes_from_the_cli(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     db = tmp_path / "flow.db"
