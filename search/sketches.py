@@ -65,22 +65,33 @@ def default_rule_names(target: Target | str | None = None) -> list[str]:
     return [type(r).__name__ for r in ms.ScheduleRule.create(target.tvm().kind.name)]
 
 
-def space_generator(target: Target | str | None, rules: list[str] | None):
-    """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``."""
+def space_generator(target: Target | str | None, rules: list[str] | None, *, microkernel: bool = False):
+    """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``;
+    with ``microkernel`` the rules also tile fp32 blocks around the target's FMA micro-kernel
+    (:mod:`explorer.schedule.microkernel`), and a target without one is a :class:`SearchError`."""
     from tvm.s_tir import meta_schedule as ms
+
+    from explorer.schedule import microkernel as mk
 
     target = _cpu_target(target)
     light_tensor_intrin(*target.intrinsics)
-    if rules is None:
+    if rules is None and not microkernel:
         return "post-order-apply"
     kind = target.tvm().kind.name
-    defaults = ms.ScheduleRule.create(kind)
+    if microkernel:
+        why = mk.why_not(target)
+        if why:
+            raise SearchError(f"no FMA micro-kernel for this search: {why}")
+        defaults, postprocs = mk.schedule_rules(target), mk.postprocs()
+    else:
+        defaults, postprocs = ms.ScheduleRule.create(kind), ms.Postproc.create(kind)
     known = [type(r).__name__ for r in defaults]
-    unknown = sorted(set(rules) - set(known))
+    unknown = sorted(set(rules or ()) - set(known))
     if unknown:
         raise SearchError(f"unknown schedule rule(s) {', '.join(unknown)}; this target has: {', '.join(known)}")
-    return ms.space_generator.PostOrderApply(sch_rules=[r for r in defaults if type(r).__name__ in rules],
-                                            postprocs=ms.Postproc.create(kind), mutator_probs=ms.Mutator.create(kind))
+    return ms.space_generator.PostOrderApply(
+        sch_rules=[r for r in defaults if rules is None or type(r).__name__ in rules], postprocs=postprocs,
+        mutator_probs=ms.Mutator.create(kind))
 
 
 def tune_context(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, seed: int = 0):

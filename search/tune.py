@@ -285,20 +285,14 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
 
 
 def _space_generator(target: Target, params: SearchParams):
-    """What makes each task's design space: a function returning MetaSchedule's post-order-apply
-    generator with the default CPU rules, or with ``params.microkernel`` one whose rules also tile
-    fp32 blocks around the target's FMA micro-kernel (:mod:`explorer.schedule.microkernel`).
-    Raises :class:`search.errors.SearchError` when the target has no micro-kernel."""
-    from explorer.schedule import microkernel
+    """What makes each task's design space (a fresh generator per task):
+    :func:`search.sketches.space_generator` with the default rules, with the FMA micro-kernel's
+    when ``params.microkernel`` (checked here, before any work: a target without one is a
+    :class:`search.errors.SearchError`)."""
+    from search.sketches import space_generator
 
-    from search.errors import SearchError
-
-    if not params.microkernel:
-        return lambda: "post-order-apply"
-    why = microkernel.why_not(target)
-    if why:
-        raise SearchError(f"no FMA micro-kernel for this search: {why}")
-    return lambda: microkernel.space_generator(target)
+    space_generator(target, None, microkernel=params.microkernel)
+    return lambda: space_generator(target, None, microkernel=params.microkernel)
 
 
 def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | None = None, *,

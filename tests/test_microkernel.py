@@ -14,6 +14,7 @@ from explorer.schedule import microkernel
 from explorer.target import host_target, parse_target
 from search.errors import SearchError
 from search.params import SearchParams
+from search.sketches import space_generator
 
 HOST = host_target()
 needs_fma = pytest.mark.skipif(microkernel.for_target(HOST) is None,
@@ -105,7 +106,7 @@ def _spaces(kernel):
 
     light_tensor_intrin(*HOST.intrinsics)
     ctx = ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=HOST.tvm(),
-                         space_generator=microkernel.space_generator(HOST), search_strategy="evolutionary",
+                         space_generator=space_generator(HOST, None, microkernel=True), search_strategy="evolutionary",
                          num_threads=2)
     return ctx, ctx.generate_design_space()
 

@@ -1,5 +1,5 @@
 """Register-blocked fp32 FMA micro-kernels as TensorIR tensor intrinsics, and the MetaSchedule
-rules that tile around them.
+rules that tile around them (the space generator that uses them is search.sketches.space_generator).
 
 A micro-kernel is the innermost block of a BLAS-style matmul: ``C[MR, NR] += A[MR, KR] @ B[KR, NR]``
 computed as KR rank-1 updates, each row of C one vector of NR floats (broadcast ``A[i, k]``,
@@ -162,13 +162,5 @@ def postprocs() -> list:
     return procs[:at] + [ms.postproc.RewriteTensorize(vectorize_init_loop=False)] + procs[at:]
 
 
-def space_generator(target, structure: str = STRUCTURE):
-    """A post-order-apply space generator with :func:`schedule_rules` and :func:`postprocs`."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(target, structure), postprocs=postprocs(),
-                                            mutator_probs=ms.Mutator.create("llvm"))
-
-
 __all__ = ["MICROKERNEL_NAMES", "MicroKernel", "for_target", "postprocs", "register", "register_for_trace", "schedule_rules",
-           "space_generator", "why_not"]
+           "why_not"]

@@ -15,14 +15,15 @@ the outer tiles go along the rows first, or along the vector axis first when the
 larger than a cache (see ``CACHE_BYTES``); weights whose rows share cache sets are packed into
 panels first (``_pack_weights``).
 
+Measured on ResNet-18's 3x3 conv (56x56x64, one AVX-512 core): 42 GFLOPS with the padding
+inlined, 105-110 GFLOPS with the padding computed per tile (see :mod:`.inline` for when the
+padding is inlined instead: depthwise convs and pools).
+
 Tried and left out: walking a large tile column's weights in chunks of the reduction that stay in
 cache while every row goes by (the column's accumulators in a local buffer). ResNet-18's last 3x3
 conv ran 6.2-6.5 -> 4.3-4.7 ms on AVX2, but LLVM no longer kept the accumulators in registers
 (4x the vector moves) and took 4 s to compile that kernel (ResNet-18's export 16 -> 26 s). It needs
-a register tile accumulated into the column buffer once per chunk instead.
-Measured on ResNet-18's 3x3 conv (56x56x64, one AVX-512 core): 42 GFLOPS with the padding
-inlined, 105-110 GFLOPS with the padding computed per tile (see :mod:`.inline` for when the
-padding is inlined instead: depthwise convs and pools)."""
+a register tile accumulated into the column buffer once per chunk instead."""
 
 from __future__ import annotations
 
@@ -159,8 +160,8 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     for i, access in enumerate(facts.reads):
         if access.last != frozenset({vec}) or len(access.dims) < 2 or any(access.uses(k) for k in other):
             continue
-        shape = [int(x) for x in regions[i].source.shape]
-        item = dtype_bits(facts.dtype) // 8
+        buffer = regions[i].source
+        shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
         if shape[-1] % vec_tile or shape[-1] * item % 1024 or math.prod(shape) * item < PACK_MIN_BYTES:
             continue
         packed = sch.cache_read(block, i, "global")
