@@ -1,6 +1,6 @@
 """What the leaderboard charts draw, computed from records: pure functions, plain data out.
 
-The UI draws these with Plotly in a few lines; the numbers are tested here. No figure is ever
+The UI draws these in a few lines (Vega-Lite, app/leaderboard_charts.py); the numbers are tested here. No figure is ever
 made up: a chart whose inputs are missing (no FLOPs, no measured peaks) says so instead.
 """
 

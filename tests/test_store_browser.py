@@ -23,12 +23,13 @@ def test_leaderboard_shows_records(tmp_path):
             page.goto(f"{url}/leaderboard")
             page.get_by_text("best records").first.wait_for()
             page.locator('[data-testid="stDataFrame"]').first.wait_for()
-            chart = page.locator(".js-plotly-plot").first
-            chart.wait_for()
+            chart = page.locator('[data-testid="stVegaLiteChart"]').first
+            chart.locator("canvas, svg").first.wait_for()
             page.wait_for_timeout(500)
             svg = chart.inner_html()
             assert "matmul_512x512x512_float32" in svg and "conv2d_1x64x56x56" in svg  # the bars' labels
-            assert "search" in svg and "manual" in svg  # coloured by source
+            assert ">search<" in svg and ">manual<" in svg  # the legend: coloured by source
+            assert 'fill="#2563eb"' in svg and 'fill="#f97316"' in svg  # manual and search bars drawn
             page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)
             page.get_by_role("button", name="Open in Schedule page").click()  # the record goes to the editor
             page.wait_for_url("**/schedule")

@@ -1,7 +1,7 @@
 """Page "Leaderboard": every measured kernel, by hand or by search, ranked from the SQLite store.
 
 Reads the store through its public API only: filters in the sidebar, a sortable table (best per
-workload or every record), charts computed by ``store.plots`` and drawn with Plotly, one record in
+workload or every record), charts computed by ``store.plots`` and drawn with Vega-Lite, one record in
 detail (open it in the Schedule page), two records compared.
 """
 
@@ -11,10 +11,10 @@ import json
 from datetime import date
 from pathlib import Path
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from app import state
+from app.leaderboard_charts import gflops_chart, history_chart, roofline_chart
 from app.state import LeaderboardKeys as K
 from store import Record, Store, StoreError, default_db_path
 from store.compare import compare_records
@@ -26,7 +26,6 @@ ALL = "(all)"
 ALL_LIMIT = 2000  # newest records shown in the "All records" view
 CHARTS = ("GFLOPS per workload", "History", "Roofline")
 DETAILS = ("Record", "Compare two records")
-SOURCE_COLOURS = {"manual": "#2563eb", "search": "#f97316", "import": "#64748b", "default": "#a3a3a3"}
 EMPTY_HELP = """This database holds no records yet. Fill it by
 - measuring a kernel on the **Schedule** page, or `schedx measure matmul:M=512,N=512,K=512`;
 - running a search: `schedx tune ...` (MetaSchedule writes straight into this database);
@@ -82,50 +81,6 @@ def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
              "created": r.created[:19].replace("T", " "), "error": r.error[:120]} for r in records]
 
 
-def gflops_chart(rows: list[dict]) -> go.Figure:
-    fig = go.Figure()
-    for source in SOURCES:
-        part = [r for r in rows if r["source"] == source]
-        if part:
-            fig.add_bar(x=[r["workload"] for r in part], y=[r["gflops"] for r in part], name=source,
-                        marker_color=SOURCE_COLOURS[source], customdata=[r["id"] for r in part],
-                        hovertemplate="%{x}<br>%{y:.2f} GFLOPS<br>record %{customdata}<extra>" + source + "</extra>")
-    fig.update_layout(barmode="group", yaxis_title="GFLOPS (best)", height=380, margin=dict(t=30, b=10),
-                      legend_title="source")
-    return fig
-
-
-def history_chart(series: dict) -> go.Figure:
-    label = "GFLOPS" if series["metric"] == "gflops" else "median ms"
-    fig = go.Figure()
-    fig.add_scatter(x=[p["created"] for p in series["best_so_far"]], y=[p["value"] for p in series["best_so_far"]],
-                    mode="lines", line_shape="hv", name="best so far", line_color="#16a34a")
-    for source in SOURCES:
-        pts = [p for p in series["points"] if p["source"] == source]
-        if pts:
-            fig.add_scatter(x=[p["created"] for p in pts], y=[p["value"] for p in pts], mode="markers", name=source,
-                            marker_color=SOURCE_COLOURS[source], customdata=[p["id"] for p in pts],
-                            hovertemplate="%{y:.3f}<br>record %{customdata}<extra></extra>")
-    fig.update_layout(yaxis_title=label, height=360, margin=dict(t=30, b=10))
-    return fig
-
-
-def roofline_chart(data: dict) -> go.Figure:
-    """The roofline hook: measured peaks in, the ceiling and one point per record out."""
-    fig = go.Figure()
-    fig.add_scatter(x=[c["intensity"] for c in data["ceiling"]], y=[c["gflops"] for c in data["ceiling"]],
-                    mode="lines", name="roofline (measured peaks)", line_color="#475569")
-    for source in SOURCES:
-        pts = [p for p in data["points"] if p["source"] == source]
-        if pts:
-            fig.add_scatter(x=[p["intensity"] for p in pts], y=[p["gflops"] for p in pts], mode="markers",
-                            name=source, marker_color=SOURCE_COLOURS[source], text=[p["workload"] for p in pts],
-                            hovertemplate="%{text}<br>AI %{x:.1f}<br>%{y:.2f} GFLOPS<extra></extra>")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="arithmetic intensity (FLOP/byte)",
-                      yaxis_title="GFLOPS", height=380, margin=dict(t=30, b=10))
-    return fig
-
-
 def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
     by_source = store.best(**filters, per_source=True)
     # one figure at a time: tabs would build and send all three on every rerun (at 100k records the
@@ -134,7 +89,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
     if chart == "GFLOPS per workload":
         rows = gflops_by_workload(by_source, names)
         if rows:
-            st.plotly_chart(gflops_chart(rows), width="stretch")
+            st.altair_chart(gflops_chart(rows), width="stretch")
         else:
             st.info("No ranked record with known FLOPs matches the filters.")
     elif chart == "History":
@@ -142,7 +97,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
         if keys:
             key = st.selectbox("Workload", keys, key=K.HISTORY_OF, format_func=lambda k: names.get(k, k))
             series = history_series(store.history(key, target=filters["target"], hardware=filters["hardware"]))
-            st.plotly_chart(history_chart(series), width="stretch")
+            st.altair_chart(history_chart(series), width="stretch")
             st.caption(f"{len(series['points'])} ranked measurements, {series['failed']} failed (not plotted).")
         else:
             st.info("No workload matches the filters.")
@@ -154,7 +109,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
                     "import have none, and no figure is made up.")
         else:
             data = roofline(by_source, {w.key: w for w in store.workloads()}, *peaks)
-            st.plotly_chart(roofline_chart(data), width="stretch")
+            st.altair_chart(roofline_chart(data), width="stretch")
             st.caption(f"Peaks measured on this machine: {peaks[0]:.0f} GFLOPS, {peaks[1]:.0f} GB/s; "
                        f"{len(data['points'])} records with known bytes.")
 
