@@ -61,9 +61,9 @@ def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -
     if schedule.trace is not None:
         import json
 
-        from explorer.schedule.microkernel import register_for_trace
+        from explorer.schedule.intrinsics import register_for_trace
 
-        register_for_trace(schedule.trace)  # a micro-kernel the trace tensorizes with
+        register_for_trace(schedule.trace)  # a schedx intrinsic the trace tensorizes with
         sch = s_tir.Schedule(owned_task_module(func))  # never the fused module's own function
         s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(schedule.trace)), sch)
         new = sch.mod["main"]

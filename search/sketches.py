@@ -65,40 +65,49 @@ def default_rule_names(target: Target | str | None = None) -> list[str]:
     return [type(r).__name__ for r in ms.ScheduleRule.create(target.tvm().kind.name)]
 
 
-def space_generator(target: Target | str | None, rules: list[str] | None, *, microkernel: bool = False):
+def space_generator(target: Target | str | None, rules: list[str] | None, *, microkernel: bool = False,
+                    int8: bool = False):
     """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``;
     with ``microkernel`` the rules also tile fp32 blocks around the target's FMA micro-kernel
-    (:mod:`explorer.schedule.microkernel`), and a target without one is a :class:`SearchError`."""
+    (:mod:`explorer.schedule.microkernel`), and a target without one is a :class:`SearchError`;
+    with ``int8`` (a task holding the int8 kernels of a quantized model) they tile those around
+    the target's int8 dot-product instructions (:mod:`explorer.schedule.int8_dot`), where it has them."""
     from tvm.s_tir import meta_schedule as ms
 
+    from explorer.schedule import int8_dot
     from explorer.schedule import microkernel as mk
 
     target = _cpu_target(target)
     light_tensor_intrin(*target.intrinsics)
-    if rules is None and not microkernel:
+    dot_rules = int8_dot.schedule_rules(target) if int8 else []
+    if rules is None and not microkernel and not dot_rules:
         return "post-order-apply"
     kind = target.tvm().kind.name
     if microkernel:
         why = mk.why_not(target)
         if why:
             raise SearchError(f"no FMA micro-kernel for this search: {why}")
-        defaults, postprocs = mk.schedule_rules(target), mk.postprocs()
+        defaults = mk.schedule_rules(target)
     else:
-        defaults, postprocs = ms.ScheduleRule.create(kind), ms.Postproc.create(kind)
+        defaults = list(ms.ScheduleRule.create(kind))
     known = [type(r).__name__ for r in defaults]
     unknown = sorted(set(rules or ()) - set(known))
     if unknown:
         raise SearchError(f"unknown schedule rule(s) {', '.join(unknown)}; this target has: {', '.join(known)}")
-    return ms.space_generator.PostOrderApply(
-        sch_rules=[r for r in defaults if rules is None or type(r).__name__ in rules], postprocs=postprocs,
-        mutator_probs=ms.Mutator.create(kind))
+    chosen = [r for r in defaults if rules is None or type(r).__name__ in rules]
+    at = next((i for i, r in enumerate(chosen) if type(r).__name__ == "MultiLevelTiling"), len(chosen))
+    postprocs = mk.postprocs() if microkernel or dot_rules else ms.Postproc.create(kind)
+    return ms.space_generator.PostOrderApply(sch_rules=chosen[:at] + dot_rules + chosen[at:], postprocs=postprocs,
+                                             mutator_probs=ms.Mutator.create(kind))
 
 
 def tune_context(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, seed: int = 0):
     from tvm.s_tir import meta_schedule as ms
 
+    from explorer.schedule.int8_dot import has_int8_kernel
+
     target = _cpu_target(target)
-    gen = space_generator(target, rules)
+    gen = space_generator(target, rules, int8=has_int8_kernel(kernel.func))
     return ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=target.tvm(),
                           space_generator=gen, search_strategy="evolutionary", num_threads=2, rand_state=seed)
 

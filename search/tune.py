@@ -286,19 +286,28 @@ def _run_rounds(tasks: list[Task], tgt, params: SearchParams, state: SearchState
 
 def _space_generator(target: Target, params: SearchParams):
     """What makes each task's design space (a fresh generator per task):
-    :func:`search.sketches.space_generator` with the default rules, with the FMA micro-kernel's
+    :func:`search.sketches.space_generator` with the default rules, with the int8 dot-product
+    intrinsics' for a task holding a quantized model's int8 kernel, with the FMA micro-kernel's
     when ``params.microkernel`` (checked here, before any work: a target without one is a
     :class:`search.errors.SearchError`)."""
+    from explorer.schedule.int8_dot import has_int8_kernel
     from search.sketches import space_generator
 
     space_generator(target, None, microkernel=params.microkernel)
-    return lambda: space_generator(target, None, microkernel=params.microkernel)
+    return lambda task: space_generator(target, None, microkernel=params.microkernel,
+                                        int8=any(has_int8_kernel(f) for f in _prim_funcs(task.mod)))
+
+
+def _prim_funcs(mod) -> list:
+    from tvm import tirx
+
+    return [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
 
 
 def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | None = None, *,
-              space=lambda: "post-order-apply") -> list:
+              space=lambda task: "post-order-apply") -> list:
     """One TuneContext per task, each with its own evolutionary search (a strategy holds the
-    state of its task's search) and its own space generator (``space()``, see
+    state of its task's search) and its own space generator (``space(task)``, see
     :func:`_space_generator`), which proposes nothing once ``stop`` is set; the module is
     tagged so that candidates name their task."""
     from tvm.s_tir import meta_schedule as ms
@@ -311,7 +320,7 @@ def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | 
             eps_greedy=params.eps_greedy)
         return evolutionary if stop is None else StoppableSearch(evolutionary, stop)
 
-    return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator=space(),
+    return [ms.TuneContext(mod=tag_task(t.mod, t.key), target=tgt, space_generator=space(t),
                            search_strategy=strategy(), task_name=t.name, rand_state=params.seed + i, num_threads=2)
             for i, t in enumerate(tasks)]
 

@@ -29,11 +29,14 @@ TUNING_PASSES: tuple[str, ...] = (
 # FastMathTransform: exp, erf, tanh and sigmoid as vectorizable polynomials (libm's erff is a scalar
 # call per element: BERT's GELU matmul 14.8 -> 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs still
 # within the export's tolerance of ONNX Runtime, which approximates them too).
+# QDQToInt8Kernels comes first, while a quantized model's weights are still int8 constants under a
+# dequantize (any folding would turn them into floats): its convolutions and matmuls become int8
+# kernels with int32 accumulation (explorer.passes.qdq_int8); other models are left as they are.
 # SimplifyInference drops what ONNX graphs carry and ConvertLayout fails on (dropout, Sum as
 # stack + sum); the first numpy folding turns weights written as expressions into constants,
 # which FoldBatchnormToConv2D needs to see.
 _PREPARE: tuple[str, ...] = (
-    "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "ClipToRelaxOps",
     "FastMathTransform",
 )
 # ... and with NHWC data / HWIO weights (the weights transposed once, here): the channel axis that

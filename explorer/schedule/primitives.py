@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.index_map import parse_index_map
-from explorer.schedule.microkernel import MICROKERNEL_NAMES, register_for_trace
+from explorer.schedule.intrinsics import NAMES as SCHEDX_INTRINSICS
+from explorer.schedule.intrinsics import register_for_trace
 from explorer.schedule.refs import resolve_block, resolve_loop, resolve_target
 from explorer.schedule.errors import StepsFileError
 
@@ -24,8 +25,8 @@ SCOPES = ("global", "local", "shared", "shared.dyn", "wmma.accumulator")
 # dot_16x4_vnni tensorizes but its LLVM call fails verification at build time (vpdpbusd operand
 # types), which measurement reports as a build error.
 X86_INTRINSICS = ("dot_16x4_avx512", "dot_16x4_vnni")
-# schedx's fp32 FMA micro-kernels (see explorer.schedule.microkernel), registered when used.
-INTRINSICS = X86_INTRINSICS + MICROKERNEL_NAMES
+# schedx's own: fp32 FMA micro-kernels and int8 dot products (explorer.schedule.intrinsics), registered when used.
+INTRINSICS = X86_INTRINSICS + SCHEDX_INTRINSICS
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _tensorize(sch, a):
     from explorer.tvm_fast import light_tensor_intrin
 
     light_tensor_intrin("llvm")  # registers the x86 intrinsics only: 0.3 s instead of 20 s
-    register_for_trace(a["intrin"])  # a schedx micro-kernel, if it names one
+    register_for_trace(a["intrin"])  # a schedx intrinsic, if it names one
     sch.tensorize(resolve_target(sch, a["target"]), a["intrin"])
 
 

@@ -16,7 +16,7 @@ from tvm import s_tir
 from tvm.s_tir.schedule import ExprRV, LoopRV, SBlockRV
 
 from explorer.plain import to_plain
-from explorer.schedule.microkernel import register_for_trace
+from explorer.schedule.intrinsics import register_for_trace
 from explorer.schedule.refs import loop_ref
 from explorer.schedule.steps import ScheduleError, Step
 
@@ -37,7 +37,7 @@ def steps_to_trace(func: tvm.tirx.PrimFunc, steps: list[Step]) -> list:
 
 def schedule_from_trace(func: tvm.tirx.PrimFunc, trace_json: object) -> s_tir.Schedule:
     """Replay a trace (plain JSON) on ``func``."""
-    register_for_trace(trace_json)  # a micro-kernel it tensorizes with is registered first
+    register_for_trace(trace_json)  # a schedx intrinsic it tensorizes with is registered first
     sch = s_tir.Schedule(func)
     try:
         s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(trace_json)), sch)

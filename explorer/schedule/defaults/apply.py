@@ -4,7 +4,8 @@ For one PrimFunc (:func:`default_schedule`), the rules are tried from the best t
 each on a fresh copy; the first that TVM accepts and that :mod:`explorer.schedule.lint` finds
 nothing wrong with is kept:
 
-1. ``full``: cheap blocks inlined (:mod:`.inline`), the biggest reduction with a vector axis
+1. ``full``: cheap blocks inlined (:mod:`.inline`), a quantized model's int8 kernel tiled around
+   the CPU's dot-product instruction (:mod:`.int8`), else the biggest reduction with a vector axis
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
@@ -24,6 +25,7 @@ from tvm import s_tir
 from explorer.errors import short_tvm_message
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
+from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.simple import (
     safe_schedule,
@@ -98,6 +100,16 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[
     steps: list[str] = []
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
     anchor = _anchor(sch)
+    dot_block = int8_block(sch)
+    if dot_block is not None:  # a quantized model's int8 kernel: around the dot-product instruction
+        name = sch.get(dot_block).name_hint
+        try:
+            steps.append(tile_int8(sch, dot_block, cpu))
+        except NotApplicable as why:
+            steps.append(f"{name}: no int8 intrinsic ({why})")
+        else:
+            names.remove(name)
+            anchor = None
     if anchor is not None:
         name = sch.get(anchor).name_hint
         try:

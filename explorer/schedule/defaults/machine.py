@@ -20,12 +20,14 @@ SPARE_REGISTERS = 4
 @dataclass(frozen=True)
 class CpuSpec:
     """The CPU a default schedule is built for: ``vector_bits`` of its widest vector unit,
-    ``registers`` (vector registers), ``cores`` (threads a parallel loop is split over)."""
+    ``registers`` (vector registers), ``cores`` (threads a parallel loop is split over),
+    ``int8_dot`` (its int8 dot-product instructions)."""
 
     vector_bits: int = 128
     registers: int = 16
     cores: int = 1
     arch: str = ""
+    int8_dot: str = ""  # the int8 dot-product instruction set (explorer.schedule.int8_dot), "" if none
 
     def lanes(self, dtype: str) -> int:
         """Vector lanes of ``dtype`` (float32 on AVX-512: 16); 1 for types wider than a vector."""
@@ -46,7 +48,10 @@ class CpuSpec:
         registers = _DEFAULT_REGISTERS.get(arch, 16)
         if arch == "x86_64":
             registers = next((n for f, n in _X86_REGISTERS if f in feats), registers)
-        return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch)
+        from explorer.schedule.int8_dot import isa_from
+
+        return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch,
+                   int8_dot=isa_from(feats, arch) or "")
 
 
 def dtype_bits(dtype: str) -> int:

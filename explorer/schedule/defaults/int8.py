@@ -1,0 +1,66 @@
+"""Default schedule of a quantized model's int8 kernels: tiled around the CPU's dot-product instruction.
+
+The kernels :mod:`explorer.passes.qdq_int8` writes (``conv2d_nhwc_int8``: loops n, h, w, o, rh,
+rw, c; ``dense_int8``: i, j, k) get the BLAS loop order around one
+:mod:`explorer.schedule.int8_dot` intrinsic call: ``rows`` output pixels (rows) by ``lanes``
+output channels, four input channels at a time, with the whole reduction (rh, rw, c / k) between
+the parallel outer loops and the call, so the ``rows`` accumulators stay in registers:
+
+    parallel(n, h, w / rows, o / lanes) . rh . rw . c / 4 . [rows x lanes x 4 intrinsic]
+
+``rows`` is 4 where the row extent allows, else 1. A kernel whose weights the CPU's instruction
+would saturate on (see :mod:`explorer.schedule.int8_dot`), or a CPU without one, is left to the
+general rules. Measured (AVX2, 2 cores): ``python -m benchmarks.bench_int8``.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from explorer.schedule.defaults.analysis import root_blocks
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.tiling import NotApplicable
+from explorer.schedule.int8_dot import ROWS, Int8Dot, fits, register, weight_max
+
+
+def int8_block(sch: s_tir.Schedule):
+    """The int8 kernel block of the function, or None."""
+    return next((b for b in root_blocks(sch) if weight_max(sch.get(b)) is not None), None)
+
+
+def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """Tile ``block`` around the CPU's int8 intrinsic (see the module docstring); raises
+    :class:`NotApplicable` when it cannot."""
+    if not cpu.int8_dot:
+        raise NotApplicable("this CPU has no int8 dot-product instruction schedx knows")
+    loops = sch.get_loops(block)
+    if len(loops) not in (3, 7):
+        raise NotApplicable("not a conv2d_nhwc_int8 or dense_int8 block")
+    row, col, reduce = (loops[2], loops[3], loops[4:]) if len(loops) == 7 else (loops[0], loops[1], loops[2:])
+    outer = loops[:2] if len(loops) == 7 else []
+    extent = int(sch.get(row).extent)
+    dot = Int8Dot(cpu.int8_dot, next(r for r in ROWS if extent % r == 0))
+    if not fits(dot, sch.get(block)):
+        raise NotApplicable(f"weights up to {weight_max(sch.get(block))} saturate {dot.isa}'s int16 pair sums")
+    if int(sch.get(col).extent) % dot.lanes or int(sch.get(reduce[-1]).extent) % 4:
+        raise NotApplicable("channels not padded to the intrinsic's panel")
+    name = sch.get(block).name_hint
+    col_o, col_i = sch.split(col, [None, dot.lanes])
+    red_o, red_i = sch.split(reduce[-1], [None, 4])
+    if dot.rows > 1:
+        row_o, row_i = sch.split(row, [None, dot.rows])
+        sch.reorder(*outer, row_o, col_o, *reduce[:-1], red_o, row_i, col_i, red_i)
+        inner = row_i
+    else:  # the one-row intrinsic has no row loop: the rows stay outside
+        row_o = row
+        sch.reorder(*outer, row_o, col_o, *reduce[:-1], red_o, col_i, red_i)
+        inner = col_i
+    tile = sch.blockize(inner)  # the rows x lanes x 4 tile as a block of its own: what the intrinsic replaces
+    # parallel before the reduction is split into init and update (parallel wants one reduction block)
+    sch.parallel(sch.fuse(*outer, row_o, col_o))
+    sch.decompose_reduction(tile, reduce[0] if len(reduce) > 1 else red_o)
+    sch.tensorize(tile, register(dot))
+    return f"{name}: {dot.name} ({dot.rows} rows x {dot.lanes} channels), parallel outside"
+
+
+__all__ = ["int8_block", "tile_int8"]

@@ -1,0 +1,21 @@
+"""schedx's own tensor intrinsics, registered on demand: the fp32 FMA micro-kernels
+(:mod:`explorer.schedule.microkernel`) and the int8 dot products (:mod:`explorer.schedule.int8_dot`).
+
+Their names say their shape, so a trace that names one is enough to register it again: every
+process that replays a trace or applies a ``tensorize`` step calls :func:`register_for_trace` first.
+"""
+
+from __future__ import annotations
+
+from explorer.schedule import int8_dot, microkernel
+
+NAMES = microkernel.MICROKERNEL_NAMES + int8_dot.INT8_NAMES
+
+
+def register_for_trace(trace: object) -> None:
+    """Register every schedx intrinsic a trace (JSON or text), or an intrinsic's name, uses."""
+    microkernel.register_for_trace(trace)
+    int8_dot.register_for_trace(trace)
+
+
+__all__ = ["NAMES", "register_for_trace"]

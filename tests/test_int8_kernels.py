@@ -1,0 +1,154 @@
+"""Quantized models computed in integers: the QDQ rewrite, the int8 dot-product intrinsics, their
+default schedules and the search around them, verified against ONNX Runtime and numpy."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tvm
+from click.testing import CliRunner
+from tvm import te
+
+from app.cli import cli
+from explorer.models import import_onnx
+from explorer.models.qdq import output_steps
+from explorer.passes.qdq_int8 import QDQToInt8Kernels
+from explorer.schedule import int8_dot
+from explorer.schedule.defaults import CpuSpec, default_schedule
+from explorer.target import parse_target
+from tests.conftest import tiny_cnn
+from tests.onnx_cases import ort_run, tvm_run
+from tests.test_quantize import _feeds, _mlp, _ort_quantize
+
+
+def _int8_kernels(mod: tvm.IRModule) -> list[str]:
+    return sorted(gv.name_hint for gv, f in mod.functions.items()
+                  if isinstance(f, tvm.tirx.PrimFunc) and int8_dot.has_int8_kernel(f))
+
+
+@pytest.mark.parametrize("make, per_channel", [(tiny_cnn, True), (tiny_cnn, False), (_mlp, True)],
+                         ids=["cnn-per-channel", "cnn-per-tensor", "mlp"])
+def test_qdq_convolutions_and_matmuls_become_int8_kernels_that_match_onnx_runtime(tmp_path, make, per_channel):
+    model = _ort_quantize(make(), tmp_path, per_channel=per_channel)
+    loaded = import_onnx(model)
+    rewritten = QDQToInt8Kernels(loaded.mod)
+    kernels = _int8_kernels(rewritten)
+    assert kernels and all(k.startswith(("conv2d_nhwc_int8", "dense_int8")) for k in kernels)
+    assert "R.nn.conv2d" not in rewritten.script() and "R.matmul" not in rewritten.script()
+    loaded = SimpleNamespace(mod=rewritten, info=loaded.info)
+    step = next(iter(output_steps(model).values()))
+    for seed in (1, 2, 3):  # the integer sum is exact: at most one rounding step from ONNX Runtime
+        feeds = _feeds(model, seed)
+        assert np.abs(tvm_run(loaded, feeds)[0] - ort_run(model, feeds)[0]).max() <= step + 1e-6
+
+
+def test_float_models_are_left_alone():
+    loaded = import_onnx(tiny_cnn())
+    assert QDQToInt8Kernels(loaded.mod).same_as(loaded.mod)
+
+
+def _conv_kernel(size: int, weight_max: int):
+    """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels), numpy inputs and
+    the exact reference."""
+    from explorer.passes.qdq_int8 import conv2d_nhwc_int8
+
+    x = te.placeholder((1, size + 2, size + 2, 64), "uint8", name="X")
+    w = te.placeholder((4, 3, 3, 16, 16, 4), "int8", name="W")
+    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, 1, 1, size, size, weight_max)])
+    rng = np.random.default_rng(0)
+    xs = rng.integers(0, 256, (1, size + 2, size + 2, 64)).astype("uint8")
+    ws = rng.integers(-weight_max, weight_max + 1, (4, 3, 3, 16, 16, 4)).astype("int8")
+    plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(64, 3, 3, 64).astype(np.int64)
+    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + size, b:b + size].astype(np.int64), plain[:, a, b])
+              for a in range(3) for b in range(3))
+    return func, [xs, ws, np.zeros((1, size, size, 64), "int32")], ref
+
+
+def _cpu(spec: str) -> CpuSpec:
+    t = parse_target(spec)
+    return CpuSpec.of(vector_width=t.vector_width, features=t.features, arch=t.arch, cores=2)
+
+
+@pytest.mark.parametrize("size", [8, 7], ids=["4-row tiles", "1-row tiles"])
+def test_default_schedule_tensorizes_and_computes_exactly_on_this_cpu(size):
+    cpu = _cpu("cpu")
+    if not cpu.int8_dot:
+        pytest.skip("this CPU has no int8 dot-product instructions schedx knows")
+    func, args, ref = _conv_kernel(size, 63)
+    scheduled, choice = default_schedule(func, cpu)
+    assert choice.rule == "full" and int8_dot.NAME_PREFIX in choice.steps[0], choice
+    assert f"_{4 if size % 4 == 0 else 1}x" in choice.steps[0]
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target("cpu").tvm())
+    nd = [tvm.runtime.tensor(a) for a in args]
+    lib(*nd)
+    assert np.array_equal(nd[2].numpy(), ref)
+
+
+@pytest.mark.parametrize("spec, isa, instruction", [("cpu:cascadelake", "vnni", "vpdpbusd"),
+                                                    ("cpu:skylake-avx512", "avx512bw", "vpmaddubsw"),
+                                                    ("cpu:haswell", "avx2", "vpmaddubsw")])
+def test_each_vector_width_builds_its_instruction(spec, isa, instruction):
+    """Built for each x86 width (run only where the host has it: the test above)."""
+    cpu = _cpu(spec)
+    assert cpu.int8_dot == isa
+    func, _, _ = _conv_kernel(8, 63)
+    scheduled, choice = default_schedule(func, cpu)
+    assert f"{int8_dot.NAME_PREFIX}{isa}_4x" in choice.steps[0]
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target(spec).tvm())
+    asm = (lib.mod.imports[0] if lib.mod.imports else lib.mod).inspect_source("asm")
+    assert instruction in asm
+
+
+def test_weights_that_would_saturate_get_no_saturating_intrinsic():
+    func, _, _ = _conv_kernel(8, 100)  # int8 weights up to 100: vpmaddubsw's int16 pair sums can overflow
+    block = next(b for b in _blocks(func) if int8_dot.weight_max(b) is not None)
+    assert not int8_dot.fits(int8_dot.Int8Dot("avx2", 4), block)
+    assert int8_dot.fits(int8_dot.Int8Dot("vnni", 4), block)  # vpdpbusd sums in int32: exact
+    _, choice = default_schedule(func, _cpu("cpu:haswell"))
+    assert int8_dot.NAME_PREFIX not in " ".join(choice.steps) and "saturate" in " ".join(choice.steps)
+    _, choice = default_schedule(func, _cpu("cpu:cascadelake"))
+    assert int8_dot.NAME_PREFIX in " ".join(choice.steps)
+
+
+def _blocks(func):
+    from explorer.tir_walk import blocks
+
+    return blocks(func)
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, (args, result.output)
+    return result.output
+
+
+def test_a_quantized_cnn_is_searched_around_the_intrinsic_and_exported_verified(tmp_path):
+    """The journey: QDQ model -> int8 kernels -> search (records tensorized) -> export replays them,
+    verified in a fresh process against ONNX Runtime."""
+    import onnx
+
+    if not _cpu("cpu").int8_dot:
+        pytest.skip("this CPU has no int8 dot-product instructions schedx knows")
+    path, db = tmp_path / "cnn-int8.onnx", tmp_path / "q.db"
+    onnx.save(_ort_quantize(tiny_cnn(), tmp_path), path)
+    from explorer.workload import load_workload
+    from search.params import SearchParams
+    from search.tune import tune
+    from store import Store
+
+    convs = [t for t in load_workload(str(path)).tasks() if "conv2d_nhwc_int8" in t.name]
+    assert convs
+    with Store(db) as store:  # the search on the int8 convolution alone (the CLI tunes every task)
+        summary = tune(convs, store=store, target="cpu", params=SearchParams(trials=8, per_batch=8),
+                       source_name="cnn-int8")
+        assert summary.trials > 0
+        records = store.records(source="search")
+        assert any(r.trace and int8_dot.NAME_PREFIX in json.dumps(r.trace) for r in records)
+    out = _run("export", str(path), "--db", str(db), "-o", str(tmp_path / "bundle"), "--json")
+    report = json.loads(out[out.index("{"):])
+    assert report["ok"] and report["verification"]["fresh_process"]["ok"], report["verification"]
+    convs = [t for t in report["tasks"] if "conv2d_nhwc_int8" in t["name"]]
+    assert convs and all(not t["error"] for t in convs)
