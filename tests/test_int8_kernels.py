@@ -50,19 +50,21 @@ def test_float_models_are_left_alone():
     assert QDQToInt8Kernels(loaded.mod).same_as(loaded.mod)
 
 
-def _conv_kernel(size: int, weight_max: int):
-    """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels), numpy inputs and
-    the exact reference."""
+def _conv_kernel(size: int, weight_max: int, stride: int = 1):
+    """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels, a ``size`` x
+    ``size`` output), numpy inputs and the exact reference."""
     from explorer.passes.qdq_int8 import conv2d_nhwc_int8
 
-    x = te.placeholder((1, size + 2, size + 2, 64), "uint8", name="X")
+    side = (size - 1) * stride + 3
+    x = te.placeholder((1, side, side, 64), "uint8", name="X")
     w = te.placeholder((4, 3, 3, 16, 16, 4), "int8", name="W")
-    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, 1, 1, size, size, weight_max)])
+    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, stride, stride, size, size, weight_max)])
     rng = np.random.default_rng(0)
-    xs = rng.integers(0, 256, (1, size + 2, size + 2, 64)).astype("uint8")
+    xs = rng.integers(0, 256, (1, side, side, 64)).astype("uint8")
     ws = rng.integers(-weight_max, weight_max + 1, (4, 3, 3, 16, 16, 4)).astype("int8")
     plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(64, 3, 3, 64).astype(np.int64)
-    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + size, b:b + size].astype(np.int64), plain[:, a, b])
+    end = (size - 1) * stride + 1
+    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + end:stride, b:b + end:stride].astype(np.int64), plain[:, a, b])
               for a in range(3) for b in range(3))
     return func, [xs, ws, np.zeros((1, size, size, 64), "int32")], ref
 
@@ -72,15 +74,16 @@ def _cpu(spec: str) -> CpuSpec:
     return CpuSpec.of(vector_width=t.vector_width, features=t.features, arch=t.arch, cores=2)
 
 
-@pytest.mark.parametrize("size", [8, 7], ids=["4-row tiles", "1-row tiles"])
-def test_default_schedule_tensorizes_and_computes_exactly_on_this_cpu(size):
+@pytest.mark.parametrize("size, stride, rows", [(8, 1, 4), (7, 1, 7), (6, 1, 2), (5, 1, 1), (8, 2, 1)],
+                         ids=["4 rows", "7 rows", "2 rows", "1 row", "strided: 1 row"])
+def test_default_schedule_tensorizes_and_computes_exactly_on_this_cpu(size, stride, rows):
     cpu = _cpu("cpu")
     if not cpu.int8_dot:
         pytest.skip("this CPU has no int8 dot-product instructions schedx knows")
-    func, args, ref = _conv_kernel(size, 63)
+    func, args, ref = _conv_kernel(size, 63, stride)
     scheduled, choice = default_schedule(func, cpu)
     assert choice.rule == "full" and int8_dot.NAME_PREFIX in choice.steps[0], choice
-    assert f"_{4 if size % 4 == 0 else 1}x" in choice.steps[0]
+    assert f"_{rows}x" in choice.steps[0]
     lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target("cpu").tvm())
     nd = [tvm.runtime.tensor(a) for a in args]
     lib(*nd)
@@ -111,6 +114,13 @@ def test_weights_that_would_saturate_get_no_saturating_intrinsic():
     assert int8_dot.NAME_PREFIX not in " ".join(choice.steps) and "saturate" in " ".join(choice.steps)
     _, choice = default_schedule(func, _cpu("cpu:cascadelake"))
     assert int8_dot.NAME_PREFIX in " ".join(choice.steps)
+
+
+def test_a_strided_convolution_is_offered_only_the_one_row_intrinsic():
+    func, _, _ = _conv_kernel(8, 63, stride=2)
+    block = next(b for b in _blocks(func) if int8_dot.weight_max(b) is not None)
+    assert int8_dot.row_stride(block) == 2
+    assert [d.rows for d in int8_dot.for_target(parse_target("cpu:haswell")) if int8_dot.fits(d, block)] == [1]
 
 
 def _blocks(func):

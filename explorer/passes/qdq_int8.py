@@ -20,7 +20,8 @@ filled with the zero point (it stands for a real 0). The weights are packed once
 of 16 output x 4 input channels (``[O/16, KH, KW, C/4, 16, 4]``, matmul ``[N/16, K/4, 16, 4]``;
 channels padded with zero weights), the layout :mod:`explorer.schedule.int8_dot`'s intrinsics load
 in one instruction. The kernel's block records its largest |weight| (``schedx.int8_weight_max``),
-which decides whether the saturating AVX2/AVX-512BW sequences may compute it.
+which decides whether the saturating AVX2/AVX-512BW sequences may compute it, and its stride
+(``schedx.int8_row_stride``), which decides whether several output rows form one input tile.
 
 The integer sum is exact, so the result differs from the float path only by float rounding
 (verified against ONNX Runtime within one quantization step on tiny nets). Anything else (grouped
@@ -36,7 +37,7 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.relax_walk import is_constant, tensor_info
-from explorer.schedule.int8_dot import PANEL, WEIGHT_MAX_ATTR
+from explorer.schedule.int8_dot import PANEL, ROW_STRIDE_ATTR, WEIGHT_MAX_ATTR
 
 _OP = tvm.ir.Op.get
 _DEQUANTIZE, _CONV2D, _MATMUL, _PERMUTE = (_OP("relax.dequantize"), _OP("relax.nn.conv2d"), _OP("relax.matmul"),
@@ -72,7 +73,7 @@ def conv2d_nhwc_int8(x: te.Tensor, w: te.Tensor, stride_h: int, stride_w: int, o
         lambda b, h, ww, o: te.sum(
             x[b, h * stride_h + rh, ww * stride_w + rw, rc].astype("int32")
             * w[o // PANEL, rh, rw, rc // 4, o % PANEL, rc % 4].astype("int32"), axis=[rh, rw, rc]),
-        name="conv2d_nhwc_int8", attrs={WEIGHT_MAX_ATTR: weight_max})
+        name="conv2d_nhwc_int8", attrs={WEIGHT_MAX_ATTR: weight_max, ROW_STRIDE_ATTR: stride_w})
 
 
 def dense_int8(x: te.Tensor, w: te.Tensor, weight_max: int) -> te.Tensor:

@@ -14,14 +14,16 @@ activations and int8 weights packed in 16x4 panels. One intrinsic call takes fou
   weight magnitude on its block (:data:`WEIGHT_MAX_ATTR`), and these intrinsics are offered only
   to blocks whose weights fit.
 
-Rows: ``rows=4`` keeps four accumulators per weight load in registers; ``rows=1`` is the
-fallback for output widths 4 does not divide (ResNet's 7x7 stages). Tiling structure ``SSRSR``
+Rows: ``rows`` accumulators per weight load stay in registers: 4 where the output width allows,
+7 for ResNet's 7- and 14-wide stages, then 2, and 1 for any shape (also for strided convolutions,
+whose output rows are no dense ``rows x 4`` tile of the input). Tiling structure ``SSRSR``
 (ending in a reduction level, as the fp32 micro-kernel): with MetaSchedule's default ``SSRSRS``
 the vectorizer later wraps a spatial loop around the tensorized call, which either fails
 ("Cannot broadcast lanes=32 to 64") or recursed until TVM crashed when built.
 
-Measured (AVX2, 2 cores, 28x28 conv 64->64 3x3, random samples of the design space): 132-174 GOPS
-with ``rows=4``; 63-109 GOPS with ``rows=1`` on a 7x7 output (``python -m benchmarks.bench_int8``).
+Measured (AVX2, 2 cores, 3x3 conv 64->64, random samples of the design space): 115-176 GOPS on a
+28x28 output (4 rows), 73-105 GOPS on 7x7; ResNet-18's int8 convolutions with the default
+schedules 160-239 GOPS (``python -m benchmarks.bench_int8``).
 Intrinsics are registered lazily under names that say their shape (``schedx_dot_u8i8_avx2_4x8``);
 any process that replays a trace calls :func:`register_for_trace` first.
 """
@@ -33,13 +35,15 @@ from dataclasses import dataclass
 
 NAME_PREFIX = "schedx_dot_u8i8_"
 _NAME = re.compile(NAME_PREFIX + r"(vnni|avx512bw|avx2)_(\d+)x(\d+)")
-# the block annotation the QDQ pass sets on its int8 kernels: the largest |weight| of that kernel
+# the block annotations the QDQ pass sets on its int8 kernels: the largest |weight| of that kernel,
+# and how far apart in the input its consecutive output rows read (a convolution's stride)
 WEIGHT_MAX_ATTR = "schedx.int8_weight_max"
+ROW_STRIDE_ATTR = "schedx.int8_row_stride"
 SATURATING = ("avx512bw", "avx2")
 SAFE_WEIGHT_MAX = 64
 PANEL = 16  # weights are packed in panels of 16 output channels x 4 input channels
 LANES = {"vnni": 16, "avx512bw": 16, "avx2": 8}
-ROWS = (4, 1)
+ROWS = (4, 7, 2, 1)
 STRUCTURE = "SSRSR"
 
 
@@ -188,11 +192,20 @@ def weight_max(block) -> int | None:
     return None if value is None else int(value)
 
 
+def row_stride(block) -> int:
+    """How far apart the input rows of consecutive output rows of ``block`` are (1 if unrecorded)."""
+    value = block.annotations.get(ROW_STRIDE_ATTR) if block.annotations else None
+    return 1 if value is None else int(value)
+
+
 def fits(dot: Int8Dot, block) -> bool:
     """Whether ``dot`` may compute ``block``: one of the QDQ pass's int8 kernels, with weights in
-    range when the intrinsic saturates."""
+    range when the intrinsic saturates, and (for several rows at once) dense input rows: a strided
+    convolution's rows are not one ``rows x 4`` tile of its input, so it gets the one-row kernel."""
     bound = weight_max(block)
-    return bound is not None and (not dot.saturates or bound <= SAFE_WEIGHT_MAX)
+    if bound is None or (dot.saturates and bound > SAFE_WEIGHT_MAX):
+        return False
+    return dot.rows == 1 or row_stride(block) == 1
 
 
 def schedule_rules(target) -> list:
@@ -238,5 +251,6 @@ def has_int8_kernel(func) -> bool:
     return any(weight_max(b) is not None for b in blocks(func))
 
 
-__all__ = ["INT8_NAMES", "Int8Dot", "NAME_PREFIX", "PANEL", "SAFE_WEIGHT_MAX", "WEIGHT_MAX_ATTR", "fits", "for_target",
-           "has_int8_kernel", "isa_for", "isa_from", "register", "register_for_trace", "schedule_rules", "weight_max"]
+__all__ = ["INT8_NAMES", "Int8Dot", "NAME_PREFIX", "PANEL", "ROW_STRIDE_ATTR", "SAFE_WEIGHT_MAX", "WEIGHT_MAX_ATTR", "fits", "for_target",
+           "has_int8_kernel", "isa_for", "isa_from", "register", "register_for_trace", "row_stride", "schedule_rules",
+           "weight_max"]

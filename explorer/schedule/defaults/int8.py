@@ -8,7 +8,7 @@ the parallel outer loops and the call, so the ``rows`` accumulators stay in regi
 
     parallel(n, h, w / rows, o / lanes) . rh . rw . c / 4 . [rows x lanes x 4 intrinsic]
 
-``rows`` is 4 where the row extent allows, else 1. A kernel whose weights the CPU's instruction
+``rows`` is 4 where the row extent allows and the rows are dense in the input (stride 1), else 1. A kernel whose weights the CPU's instruction
 would saturate on (see :mod:`explorer.schedule.int8_dot`), or a CPU without one, is left to the
 general rules. Measured (AVX2, 2 cores): ``python -m benchmarks.bench_int8``.
 """
@@ -39,7 +39,8 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     row, col, reduce = (loops[2], loops[3], loops[4:]) if len(loops) == 7 else (loops[0], loops[1], loops[2:])
     outer = loops[:2] if len(loops) == 7 else []
     extent = int(sch.get(row).extent)
-    dot = Int8Dot(cpu.int8_dot, next(r for r in ROWS if extent % r == 0))
+    dot = next(d for d in (Int8Dot(cpu.int8_dot, r) for r in ROWS)
+               if extent % d.rows == 0 and (d.rows == 1 or fits(d, sch.get(block))))
     if not fits(dot, sch.get(block)):
         raise NotApplicable(f"weights up to {weight_max(sch.get(block))} saturate {dot.isa}'s int16 pair sums")
     if int(sch.get(col).extent) % dot.lanes or int(sch.get(reduce[-1]).extent) % 4:
