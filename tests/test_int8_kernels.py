@@ -50,6 +50,18 @@ def test_float_models_are_left_alone():
     assert QDQToInt8Kernels(loaded.mod).same_as(loaded.mod)
 
 
+@pytest.mark.parametrize("config, rewritten", [
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, False),
+    ({"kind": "llvm", "mcpu": "cascadelake"}, True), ({"kind": "llvm", "mcpu": "haswell"}, True),
+    ({"kind": "llvm", "mcpu": "x86-64"}, False)], ids=["aarch64", "vnni", "avx2", "sse2-only"])
+def test_the_rewrite_follows_the_cpu_it_compiles_for(tmp_path, config, rewritten):
+    """Without int8 dot products the int32 kernels would be slower than the float ones."""
+    loaded = import_onnx(_ort_quantize(tiny_cnn(), tmp_path))
+    with tvm.target.Target(config):
+        out = QDQToInt8Kernels(loaded.mod)
+    assert bool(_int8_kernels(out)) == rewritten
+
+
 def _conv_kernel(size: int, weight_max: int, stride: int = 1):
     """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels, a ``size`` x
     ``size`` output), numpy inputs and the exact reference."""

@@ -26,7 +26,9 @@ which decides whether the saturating AVX2/AVX-512BW sequences may compute it, an
 The integer sum is exact, so the result differs from the float path only by float rounding
 (verified against ONNX Runtime within one quantization step on tiny nets). Anything else (grouped
 or dilated convolutions, per-channel activation scales, non-zero weight zero points, weights that
-are not constants) is left as it was.
+are not constants) is left as it was, and so is every model on a CPU without int8 dot-product
+instructions schedx knows (aarch64 for now: NEON's sdot/udot are not registered yet), where int32
+multiplies would be slower than the float kernels they replace.
 """
 
 from __future__ import annotations
@@ -240,9 +242,33 @@ class _Rewriter(PyExprMutator):
         return relax.op.reshape(y, out_shape) if len(out_shape) != 2 else y
 
 
+def int8_dot_for_current_target() -> str | None:
+    """The int8 dot-product instructions of the CPU the pass compiles for: the current TVM target
+    when it names a CPU (mcpu or mtriple), else this machine (pipelines run under a generic
+    ``llvm`` target). None: none that schedx knows."""
+    import json
+
+    from explorer.schedule.int8_dot import isa_for
+    from explorer.target import TargetError, host_target, parse_target
+
+    current = tvm.target.Target.current(allow_none=True)
+    config = {k: v for k, v in dict(current.export()).items() if isinstance(v, (str, int, float, bool, list))} \
+        if current is not None else {}
+    if current is None or current.kind.name != "llvm" or not (config.get("mcpu") or config.get("mtriple")):
+        return isa_for(host_target())
+    try:
+        return isa_for(parse_target(json.dumps(config)))
+    except (TargetError, TypeError, ValueError):
+        return isa_for(host_target())
+
+
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
 def QDQToInt8Kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """Quantized conv2d/matmul as int8 kernels with int32 accumulation (see the module docstring)."""
+    """Quantized conv2d/matmul as int8 kernels with int32 accumulation (see the module docstring),
+    on a CPU with int8 dot-product instructions; elsewhere the model is left as it is (without
+    them, int32 multiplies are slower than the float kernels)."""
+    if int8_dot_for_current_target() is None:
+        return mod
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
@@ -252,4 +278,4 @@ def QDQToInt8Kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
 
-__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8"]
+__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8", "int8_dot_for_current_target"]
