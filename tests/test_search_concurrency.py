@@ -112,5 +112,5 @@ def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(l
     assert sum(s["trials"] for s in summaries) == len(records) and 8 - 4 < len(records) <= 8
     assert all(s["trials"] > 0 for s in summaries)
     timed = _intervals(lock_env / "timing.log")
-    assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= 8
+    assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= len(records)
     assert _overlaps(timed) == []  # no two timed runs at the same moment
