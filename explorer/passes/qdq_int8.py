@@ -244,22 +244,26 @@ class _Rewriter(PyExprMutator):
 
 def int8_dot_for_current_target() -> str | None:
     """The int8 dot-product instructions of the CPU the pass compiles for: the current TVM target
-    when it names a CPU (mcpu or mtriple), else this machine (pipelines run under a generic
-    ``llvm`` target). None: none that schedx knows."""
+    when it names a CPU (``mcpu``), else this machine when the target is for this architecture
+    (pipelines run under a generic ``llvm`` target, whose triple TVM fills in with the host's).
+    None: none that schedx knows."""
     import json
+    import platform
 
     from explorer.schedule.int8_dot import isa_for
     from explorer.target import TargetError, host_target, parse_target
 
     current = tvm.target.Target.current(allow_none=True)
-    config = {k: v for k, v in dict(current.export()).items() if isinstance(v, (str, int, float, bool, list))} \
-        if current is not None else {}
-    if current is None or current.kind.name != "llvm" or not (config.get("mcpu") or config.get("mtriple")):
+    if current is None or current.kind.name != "llvm":
         return isa_for(host_target())
+    config = {k: v for k, v in dict(current.export()).items() if isinstance(v, (str, int, float, bool, list))}
+    if config.get("mcpu") in (None, "", "generic"):
+        triple = str(config.get("mtriple") or "")
+        return isa_for(host_target()) if triple.split("-")[0] in ("", platform.machine()) else None
     try:
-        return isa_for(parse_target(json.dumps(config)))
+        return isa_for(parse_target(json.dumps({k: v for k, v in config.items() if k != "tag"})))
     except (TargetError, TypeError, ValueError):
-        return isa_for(host_target())
+        return None
 
 
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
