@@ -20,10 +20,12 @@ def _db(path: str | None):
 @click.argument("kernel")
 @click.option("--rules", default=None, help="Comma-separated schedule rules to use (default: all of the target's).")
 @click.option("--sample", "samples", default=0, type=click.IntRange(0, 20), help="Also draw N concrete schedules.")
+@click.option("--microkernel", is_flag=True,
+              help="Also the sketches tiled around the target's fp32 FMA micro-kernel (as schedx tune --microkernel).")
 @target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, aarch64[:MCPU] or JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_cleanly
-def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_json: bool) -> None:
+def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, target_spec: str, as_json: bool) -> None:
     """Show KERNEL's sketches: the design spaces MetaSchedule's schedule rules generate (Ansor's
     sketch generation), with sampled values shown as ?N (the decision this sketch holds)."""
     from explorer.workload import load_kernel
@@ -33,8 +35,9 @@ def sketches(kernel: str, rules: str | None, samples: int, target_spec: str, as_
     target = parse_target(target_spec)
     k = load_kernel(kernel)
     chosen = [r.strip() for r in rules.split(",")] if rules else None
-    found = generate_sketches(k, target, chosen)
-    drawn = {s.index: [[st.to_dict() for st in sample_schedule(k, s, target, seed=100 * s.index + i)]
+    found = generate_sketches(k, target, chosen, microkernel=microkernel)
+    drawn = {s.index: [[st.to_dict() for st in sample_schedule(k, s, target, seed=100 * s.index + i,
+                                                               microkernel=microkernel)]
                        for i in range(samples)]
              for s in found}
     if as_json:

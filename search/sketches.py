@@ -30,6 +30,7 @@ _RULE_MARKS = {
     "AutoInline": ("ComputeInline", "ReverseComputeInline"),
     "RandomComputeLocation": ("meta_schedule.random_compute_producer", "SampleComputeLocation"),
     "CrossThreadReduction": ("meta_schedule.cross_thread_reduction",),
+    "MultiLevelTilingWithIntrin": ("meta_schedule.auto_tensorize",),
 }
 
 
@@ -101,13 +102,14 @@ def space_generator(target: Target | str | None, rules: list[str] | None, *, mic
                                              mutator_probs=ms.Mutator.create(kind))
 
 
-def tune_context(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, seed: int = 0):
+def tune_context(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, seed: int = 0, *,
+                 microkernel: bool = False):
     from tvm.s_tir import meta_schedule as ms
 
     from explorer.schedule.int8_dot import has_int8_kernel
 
     target = _cpu_target(target)
-    gen = space_generator(target, rules, int8=has_int8_kernel(kernel.func))
+    gen = space_generator(target, rules, microkernel=microkernel, int8=has_int8_kernel(kernel.func))
     return ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=target.tvm(),
                           space_generator=gen, search_strategy="evolutionary", num_threads=2, rand_state=seed)
 
@@ -117,9 +119,11 @@ def _rules_of(trace_json: object) -> tuple[str, ...]:
     return tuple(rule for rule, marks in _RULE_MARKS.items() if any(m in text for m in marks))
 
 
-def generate_sketches(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None) -> list[Sketch]:
-    """The kernel's design spaces under the target's rules (or only ``rules``)."""
-    ctx = tune_context(kernel, target, rules)
+def generate_sketches(kernel: Kernel, target: Target | str | None, rules: list[str] | None = None, *,
+                      microkernel: bool = False) -> list[Sketch]:
+    """The kernel's design spaces under the target's rules (or only ``rules``; with ``microkernel``
+    also those tiled around the target's FMA micro-kernel)."""
+    ctx = tune_context(kernel, target, rules, microkernel=microkernel)
     out = []
     for i, space in enumerate(ctx.generate_design_space()):
         trace_json = to_plain(space.trace.as_json())
@@ -129,14 +133,15 @@ def generate_sketches(kernel: Kernel, target: Target | str | None, rules: list[s
     return out
 
 
-def sample_schedule(kernel: Kernel, sketch: Sketch, target: Target | str | None, seed: int = 0, tries: int = 20) -> list[Step]:
+def sample_schedule(kernel: Kernel, sketch: Sketch, target: Target | str | None, seed: int = 0, tries: int = 20, *,
+                    microkernel: bool = False) -> list[Step]:
     """A concrete schedule drawn from ``sketch``: its sampling decisions drawn anew (seeded), the
     target's postprocessors applied (as MetaSchedule does before measuring), as steps."""
     from tvm import s_tir
 
     from explorer.schedule.trace import schedule_from_trace
 
-    ctx = tune_context(kernel, target, None, seed)
+    ctx = tune_context(kernel, target, None, seed, microkernel=microkernel)
     recorded = schedule_from_trace(kernel.func, sketch.trace).trace
     for attempt in range(tries):
         sch = s_tir.Schedule(kernel.func, seed=seed * 1000 + attempt + 1)

@@ -188,3 +188,24 @@ def test_tune_has_the_flag():
 
     out = CliRunner().invoke(tune, ["--help"]).output
     assert "--microkernel" in out and "micro-kernel" in out
+
+
+@needs_fma
+def test_sketches_command_shows_the_micro_kernel_sketches_and_samples_them():
+    import json
+
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    spec = "matmul:M=64,N=64,K=64"
+    plain = json.loads(CliRunner().invoke(cli, ["sketches", spec, "--json"]).output)
+    assert not any("MultiLevelTilingWithIntrin" in s["rules"] for s in plain["sketches"])
+    r = CliRunner().invoke(cli, ["sketches", spec, "--microkernel", "--sample", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    tiled = [s for s in data["sketches"] if "MultiLevelTilingWithIntrin" in s["rules"]]
+    assert tiled and microkernel.NAME_PREFIX in json.dumps(tiled[0]["trace"])
+    assert tiled[0]["samples"] and microkernel.NAME_PREFIX in json.dumps(tiled[0]["samples"][0])
+    refused = CliRunner().invoke(cli, ["sketches", spec, "--microkernel", "--target", "cpu:x86-64"])
+    assert refused.exit_code != 0 and "micro-kernel" in refused.output
