@@ -84,21 +84,22 @@ def space_generator(target: Target | str | None, rules: list[str] | None, *, mic
     if rules is None and not microkernel and not dot_rules:
         return "post-order-apply"
     kind = target.tvm().kind.name
+    defaults = list(ms.ScheduleRule.create(kind))
+    intrinsic = []  # schedx's own tensor intrinsics, tried just before MultiLevelTiling
     if microkernel:
         why = mk.why_not(target)
         if why:
             raise SearchError(f"no FMA micro-kernel for this search: {why}")
-        defaults = mk.schedule_rules(target)
-    else:
-        defaults = list(ms.ScheduleRule.create(kind))
-    known = [type(r).__name__ for r in defaults]
+        intrinsic.append(mk.schedule_rule(target))
+    known = [type(r).__name__ for r in defaults + intrinsic]
     unknown = sorted(set(rules or ()) - set(known))
     if unknown:
         raise SearchError(f"unknown schedule rule(s) {', '.join(unknown)}; this target has: {', '.join(known)}")
     chosen = [r for r in defaults if rules is None or type(r).__name__ in rules]
+    intrinsic = [r for r in intrinsic if rules is None or type(r).__name__ in rules] + dot_rules
     at = next((i for i, r in enumerate(chosen) if type(r).__name__ == "MultiLevelTiling"), len(chosen))
-    postprocs = mk.postprocs() if microkernel or dot_rules else ms.Postproc.create(kind)
-    return ms.space_generator.PostOrderApply(sch_rules=chosen[:at] + dot_rules + chosen[at:], postprocs=postprocs,
+    postprocs = mk.postprocs() if intrinsic else ms.Postproc.create(kind)
+    return ms.space_generator.PostOrderApply(sch_rules=chosen[:at] + intrinsic + chosen[at:], postprocs=postprocs,
                                              mutator_probs=ms.Mutator.create(kind))
 
 

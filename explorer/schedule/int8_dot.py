@@ -211,15 +211,9 @@ def fits(dot: Int8Dot, block) -> bool:
 def schedule_rules(target) -> list:
     """One ``MultiLevelTilingWithIntrin`` per intrinsic of ``target`` (rows 4 first), each offered
     only the blocks it :func:`fits`. Empty for a target without int8 dot products."""
-    from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTilingWithIntrin, ReuseType
+    from explorer.schedule.microkernel import tiling_with_intrin
 
-    rules = []
-    for dot in for_target(target):
-        inner = MultiLevelTilingWithIntrin(register(dot), structure=STRUCTURE, tile_binds=None,
-                                           max_innermost_factor=64, vector_load_lens=None, reuse_read=None,
-                                           reuse_write=ReuseType(req="may", levels=[1, 2], scope="global"))
-        rules.append(_only_fitting(dot, inner))
-    return rules
+    return [_only_fitting(dot, tiling_with_intrin(register(dot), STRUCTURE)) for dot in for_target(target)]
 
 
 def _only_fitting(dot: Int8Dot, inner):

@@ -132,22 +132,24 @@ def _prim_funcs(mr: int, nr: int, kr: int):
     return desc, impl
 
 
-def schedule_rules(target, structure: str = STRUCTURE) -> list:
-    """MetaSchedule's default CPU rules with ``MultiLevelTilingWithIntrin`` for the target's
-    micro-kernel just before ``MultiLevelTiling`` (which keeps the blocks it cannot tensorize).
-    Raises ``ValueError`` when the target has no micro-kernel."""
-    from tvm.s_tir import meta_schedule as ms
+def tiling_with_intrin(intrin: str, structure: str = STRUCTURE):
+    """MetaSchedule's ``MultiLevelTilingWithIntrin`` around the registered intrinsic ``intrin``, as
+    schedx uses it for every intrinsic of its own (this one and :mod:`.int8_dot`'s)."""
     from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTilingWithIntrin, ReuseType
 
+    return MultiLevelTilingWithIntrin(intrin, structure=structure, tile_binds=None, max_innermost_factor=64,
+                                      vector_load_lens=None, reuse_read=None,
+                                      reuse_write=ReuseType(req="may", levels=[1, 2], scope="global"))
+
+
+def schedule_rule(target, structure: str = STRUCTURE):
+    """The rule that tiles fp32 blocks around the target's micro-kernel (the search puts it just
+    before ``MultiLevelTiling``, which keeps the blocks it cannot tensorize). Raises
+    ``ValueError`` when the target has no micro-kernel."""
     kernel = for_target(target)
     if kernel is None:
         raise ValueError(why_not(target))
-    rule = MultiLevelTilingWithIntrin(register(kernel), structure=structure, tile_binds=None,
-                                      max_innermost_factor=64, vector_load_lens=None, reuse_read=None,
-                                      reuse_write=ReuseType(req="may", levels=[1, 2], scope="global"))
-    rules = list(ms.ScheduleRule.create("llvm"))
-    at = next(i for i, r in enumerate(rules) if type(r).__name__ == "MultiLevelTiling")
-    return rules[:at] + [rule] + rules[at:]
+    return tiling_with_intrin(register(kernel), structure)
 
 
 def postprocs() -> list:
@@ -162,5 +164,6 @@ def postprocs() -> list:
     return procs[:at] + [ms.postproc.RewriteTensorize(vectorize_init_loop=False)] + procs[at:]
 
 
-__all__ = ["MICROKERNEL_NAMES", "MicroKernel", "for_target", "postprocs", "register", "register_for_trace", "schedule_rules",
+__all__ = ["MICROKERNEL_NAMES", "MicroKernel", "for_target", "postprocs", "register", "register_for_trace", "schedule_rule",
+           "tiling_with_intrin",
            "why_not"]
