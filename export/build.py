@@ -1,12 +1,13 @@
 """Build a workload for a target with the chosen schedules applied.
 
 Models: the task pipeline (batch-norm folded, NHWC, LegalizeOps .. FuseTIR: exactly what the
-search extracts its tasks from, so workload keys meet), then ``main``'s constants become
-parameters (:mod:`export.params`), then each task gets its schedule: a record's trace replayed as
-MetaSchedule's ``ApplyDatabase`` does, or a record's steps; records first, and the tasks without
-one get the target's default (dlight on GPU; on CPU schedx's rules, tiled, parallel and
-vectorized, :mod:`explorer.schedule.defaults`). Kernels skip fusion: their one PrimFunc is the
-task. Then the target's Relax lowering and finalisation passes, and ``relax.build``.
+search extracts its tasks from, so workload keys meet), then each task gets its schedule: a
+record's trace replayed as MetaSchedule's ``ApplyDatabase`` does, or a record's steps; records
+first, and the tasks without one get the target's default (dlight on GPU; on CPU schedx's rules,
+tiled, parallel and vectorized, :mod:`explorer.schedule.defaults`). Weights a schedule reads in
+another layout are packed now, once (:mod:`export.weight_layouts`), then ``main``'s constants
+become parameters (:mod:`export.params`). Kernels skip fusion: their one PrimFunc is the task.
+Then the target's Relax lowering and finalisation passes, and ``relax.build``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from explorer.target import Target
 from explorer.workload import Task, Workload, owned_task_module
 from export.errors import ExportError
 from export.params import ParamSpec, lift_constants
+from export.weight_layouts import fold_weight_layouts
 from export.schedules import TaskOutcome, TaskSchedule, coverage_warning, pick, shares
 
 Progress = Callable[[str, float], None]
@@ -106,13 +108,58 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
     return mod, outcomes
 
 
-def model_params(workload: Workload) -> tuple[list[ParamSpec], list[np.ndarray]]:
-    """The parameters a bundle of ``workload`` takes, without building anything: for new weights
-    of an exported model (same graph, other values), see :func:`export.bundle.replace_params`."""
+@dataclass
+class Prepared:
+    """A workload's module ready for code generation: scheduled, weights packed where a schedule
+    reads them packed, constants lifted into parameters."""
+
+    mod: tvm.IRModule
+    params: list[ParamSpec]
+    values: list[np.ndarray]
+    outcomes: list[TaskOutcome]
+    packed: int  # weights packed at build time
+
+
+def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None,
+            seconds: dict[str, float] | None = None, say: Progress | None = None) -> Prepared:
+    """Everything :func:`build` does before code generation (``seconds``: filled with the time
+    each stage took)."""
+    say = say or (lambda stage, frac: None)
+    seconds = {} if seconds is None else seconds
+    start = time.perf_counter()
+    say("fusing", 0.05)
+    mod = workload.fused_module()
+    tasks = workload_tasks(workload)
+    seconds["fuse"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    say("applying schedules", 0.2)
+    mod, outcomes = _schedule_tasks(mod, tasks, schedules)
+    mod = target.apply_default_schedules(mod, target.tvm())
+    seconds["schedule"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    say("packing weights", 0.3)
+    params, values, packed = [], [], 0
+    if workload.kind == "model":  # a kernel's weights are its caller's inputs: packed on every call
+        folded = fold_weight_layouts(mod)
+        mod, params, values = lift_constants(folded.mod, workload.onnx_model, folded.packed_from)
+        packed = folded.calls
+    seconds["weights"] = time.perf_counter() - start
+    return Prepared(mod, params, values, outcomes, packed)
+
+
+def model_params(workload: Workload, target: Target | None = None,
+                 schedules: Mapping[str, TaskSchedule] | None = None) -> tuple[list[ParamSpec], list[np.ndarray]]:
+    """The parameters a bundle of ``workload`` takes, without generating code: for new weights of
+    an exported model (same graph, other values), see :func:`export.bundle.replace_params`. Give
+    the target and schedules of the export: weights are stored in the layout its kernels read."""
     if workload.kind != "model":
         return [], []
-    _, params, values = lift_constants(workload.fused_module(), workload.onnx_model)
-    return params, values
+    from explorer.target import host_target
+
+    prepared = prepare(workload, target or host_target(), schedules)
+    return prepared.params, prepared.values
 
 
 def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None, *,
@@ -120,20 +167,9 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     """Build ``workload`` for ``target`` with ``schedules`` (by task name or workload key)."""
     say = progress or (lambda stage, frac: None)
     seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    say("fusing", 0.05)
-    mod = workload.fused_module()
-    tasks = workload_tasks(workload)
-    onnx_model = workload.onnx_model
-    mod, params, values = lift_constants(mod, onnx_model) if workload.kind == "model" else (mod, [], [])
-    seconds["fuse"] = time.perf_counter() - start
-
-    start = time.perf_counter()
-    say("applying schedules", 0.2)
-    mod, outcomes = _schedule_tasks(mod, tasks, schedules)
+    prepared = prepare(workload, target, schedules, seconds, say)
+    mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
     tvm_target = target.tvm()
-    mod = target.apply_default_schedules(mod, tvm_target)
-    seconds["schedule"] = time.perf_counter() - start
 
     start = time.perf_counter()
     say("generating code", 0.35)
@@ -155,4 +191,4 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
                  param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds)
 
 
-__all__ = ["Built", "apply_schedule", "build", "model_params", "workload_tasks"]
+__all__ = ["Built", "Prepared", "apply_schedule", "build", "model_params", "prepare", "workload_tasks"]

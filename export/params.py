@@ -22,7 +22,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 @dataclass(frozen=True)
 class ParamSpec:
     """One parameter of the exported ``main``, after the inputs: name, shape, dtype, and where its
-    value came from (``onnx:<initializer>`` or ``folded``: computed from weights at compile time)."""
+    value came from (``onnx:<initializer>``; ``packed:<initializer>``: that weight in the layout its
+    kernel's schedule reads; ``folded``: computed from weights at compile time)."""
 
     name: str
     shape: tuple[int, ...]
@@ -35,7 +36,8 @@ class ParamSpec:
         return d
 
 
-def _digest(array: np.ndarray) -> str:
+def value_digest(array: np.ndarray) -> str:
+    """A constant's identity: its dtype and bytes (shape left out)."""
     return hashlib.sha1(np.ascontiguousarray(array).tobytes() + str(array.dtype).encode()).hexdigest()
 
 
@@ -48,7 +50,7 @@ def initializer_names(onnx_model) -> dict[str, str]:
     out: dict[str, str] = {}
     for init in onnx_model.graph.initializer:
         try:
-            out.setdefault(_digest(numpy_helper.to_array(init)), init.name)
+            out.setdefault(value_digest(numpy_helper.to_array(init)), init.name)
         except Exception:  # noqa: BLE001 - an initializer numpy cannot read: unnamed
             continue
     return out
@@ -63,9 +65,10 @@ def _safe(name: str) -> str:
 class _Lift(PyExprMutator):
     """Replaces tensor constants by fresh variables, one per distinct constant object."""
 
-    def __init__(self, mod: tvm.IRModule, names: dict[str, str]) -> None:
+    def __init__(self, mod: tvm.IRModule, names: dict[str, str], packed_from: dict[str, str]) -> None:
         super().__init__(mod)
         self.names = names
+        self.packed_from = packed_from
         self.found: list[tuple[relax.Var, np.ndarray, str]] = []
         self.used: set[str] = set()
 
@@ -73,21 +76,29 @@ class _Lift(PyExprMutator):
         value = op.value.numpy()
         if value.ndim == 0:
             return op
-        onnx_name = self.names.get(_digest(value))
-        base = _safe(onnx_name) if onnx_name else f"const_{len(self.found)}"
+        digest = value_digest(value)
+        onnx_name = self.names.get(digest)
+        packed_of = self.names.get(self.packed_from.get(digest, ""))
+        if packed_of:  # a weight packed for its kernel at build time (export.weight_layouts)
+            base, source = f"{_safe(packed_of)}_packed", f"packed:{packed_of}"
+        else:
+            base = _safe(onnx_name) if onnx_name else f"const_{len(self.found)}"
+            source = f"onnx:{onnx_name}" if onnx_name else "folded"
         name, k = base, 1
         while name in self.used:
             name, k = f"{base}_{k}", k + 1
         self.used.add(name)
         var = relax.Var(name, op.ty)
-        self.found.append((var, value, f"onnx:{onnx_name}" if onnx_name else "folded"))
+        self.found.append((var, value, source))
         return var
 
 
-def lift_constants(mod: tvm.IRModule, onnx_model=None) -> tuple[tvm.IRModule, list[ParamSpec], list[np.ndarray]]:
-    """``mod`` with ``main``'s tensor constants turned into trailing parameters, their specs and values."""
+def lift_constants(mod: tvm.IRModule, onnx_model=None, packed_from: dict[str, str] | None = None,
+                   ) -> tuple[tvm.IRModule, list[ParamSpec], list[np.ndarray]]:
+    """``mod`` with ``main``'s tensor constants turned into trailing parameters, their specs and
+    values (``packed_from``: digests of weights packed at build time -> those of their originals)."""
     main = mod["main"]
-    lifter = _Lift(mod, initializer_names(onnx_model))
+    lifter = _Lift(mod, initializer_names(onnx_model), packed_from or {})
     body = lifter.visit_expr(main.body)
     if not lifter.found:
         return mod, [], []
@@ -100,4 +111,4 @@ def lift_constants(mod: tvm.IRModule, onnx_model=None) -> tuple[tvm.IRModule, li
     return out, specs, [value for _, value, _ in lifter.found]
 
 
-__all__ = ["ParamSpec", "initializer_names", "lift_constants"]
+__all__ = ["ParamSpec", "initializer_names", "lift_constants", "value_digest"]

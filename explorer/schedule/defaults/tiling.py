@@ -43,6 +43,13 @@ PARALLEL_MIN_VOLUME = 1 << 15
 CACHE_BYTES = 512 * 1024
 # Weights smaller than this stay where they are: their rows fit the cache whatever their stride.
 PACK_MIN_BYTES = 64 * 1024
+# A core's L1 data cache (32 KB on every x86 core since Haswell and Zen, 64 KB on Apple's): a tile
+# whose column of weights is larger reads them from L2 (see _cycles_per_fma).
+L1_BYTES = 32 * 1024
+# MetaSchedule's mark on a block that only rewrites a weight's layout (its RewriteLayout postproc
+# sets it): a search times the kernel without it, and an export computes it once, at build time,
+# on the constant weight (:mod:`export.weight_layouts`).
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
 
 
 class NotApplicable(Exception):
@@ -98,16 +105,32 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
     return out[-1] if out else None
 
 
+def _cycles_per_fma(rt: int, nv: int, column_bytes: int) -> float:
+    """A register tile's cost in cycles per vector multiply-add, from a simple machine: two FMAs
+    and two loads per cycle (L1), and one vector per cycle from L2. A tile loads ``rt`` broadcasts
+    and ``nv`` weight vectors for ``rt * nv`` multiply-adds; when its column of weights (all the
+    reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows."""
+    l1 = (rt + nv) / (2 * rt * nv)
+    l2 = 1 / rt if column_bytes > L1_BYTES else 0.0
+    return max(0.5, l1, l2)
+
+
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
     """Tile sizes that divide the axes, fit the register budget, leave one parallel task per core
-    at least, and load the least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie,
-    more rows (a broadcast of the row operand is cheaper than another vector of weights: matmul 1024
-    on AVX2 4x16 64.6 GFLOPS, 2x32 47.5)."""
+    at least, and cost the fewest cycles per multiply-add (:func:`_cycles_per_fma`); then load the
+    least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more rows (a broadcast
+    of the row operand is cheaper than another vector of weights: matmul 1024 on AVX2 4x16 64.6
+    GFLOPS, 2x32 47.5).
+
+    The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get 7x8
+    tiles and not 1x64: one row per tile read each weight from L2 for a single multiply-add."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
     ext_r = facts.extents[rows] if rows is not None else 1
     budget = cpu.accumulators
-    rest = facts.volume // max(1, math.prod(facts.extents[k] for k in facts.reduce)) // (ext_v * ext_r)
+    reduction = max(1, math.prod(facts.extents[k] for k in facts.reduce))
+    item = dtype_bits(facts.dtype) // 8
+    rest = facts.volume // reduction // (ext_v * ext_r)
     options = []
     # whole vectors, a power of two of them (LLVM shuffles 3- or 6-vector accumulators between
     # registers: MobileNetV2's 1x1 convs ran 15-30x slower with 48- and 96-wide tiles than with 16 or
@@ -129,10 +152,11 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
                 continue
             tasks = rest * (ext_v // vt) * (ext_r // rt)
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
-            options.append((enough, rt * nv / (rt + nv), rt, vt))
+            speed = 1 / _cycles_per_fma(rt, nv, reduction * vt * item)
+            options.append((enough, speed, rt * nv / (rt + nv), rt, vt))
     if not options:
         raise NotApplicable("no tile fits the registers")
-    _, _, rt, vt = max(options)
+    *_, rt, vt = max(options)
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
 
 
@@ -146,15 +170,26 @@ def _weight_bytes(facts: BlockFacts, vec: int) -> int:
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
-def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
-    """Copy a weights operand whose rows are a multiple of 1 KB apart into panels ``vec_tile`` wide
-    (``W[..., j]`` -> ``P[j // vec_tile, ..., j % vec_tile]``), so that the rows a register tile
-    walks down are contiguous; returns the packing block or None.
+def _layout_free(sch: s_tir.Schedule, buffer) -> bool:
+    """Whether ``buffer`` is a parameter the function lets a schedule store in another layout
+    (``layout_free_buffers``: a weight the graph passes as a constant)."""
+    func = sch.mod["main"]
+    free = (func.attrs or {}).get("layout_free_buffers", [])
+    return any(func.params[int(i)].same_as(buffer) for i in free)
 
-    Rows 4 KB apart (a 1024-wide fp32 matrix) all fall into the same few cache sets: the tile's
-    column of weights never stays in cache and every multiply-add waits on memory. Measured on an
-    AVX2 Zen 3 (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without
-    packing; BERT's 768x3072 products 57 -> 89. The copy runs once per call, in parallel."""
+
+def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
+    """Copy a weights operand into panels ``vec_tile`` wide (``W[..., j]`` -> ``P[j // vec_tile,
+    ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
+    packing block or None.
+
+    A weight the graph passes as a constant (layout-free) is packed whenever its rows are wider
+    than the tile: the copy is marked as a layout rewrite and computed once, at build time. Others
+    (a product of two activations) are copied on every call, so only when their rows are a
+    multiple of 1 KB apart: those all fall into the same few cache sets, the tile's column of
+    weights never stays in cache and every multiply-add waits on memory. Measured on an AVX2 Zen 3
+    (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without packing;
+    BERT's 768x3072 products 57 -> 89."""
     other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
     regions = sch.get(block).reads
     for i, access in enumerate(facts.reads):
@@ -162,10 +197,15 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
             continue
         buffer = regions[i].source
         shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
-        if shape[-1] % vec_tile or shape[-1] * item % 1024 or math.prod(shape) * item < PACK_MIN_BYTES:
+        free = _layout_free(sch, buffer)
+        conflicts = shape[-1] * item % 1024 == 0
+        if shape[-1] % vec_tile or shape[-1] == vec_tile or not (free or conflicts) \
+                or math.prod(shape) * item < PACK_MIN_BYTES:
             continue
         packed = sch.cache_read(block, i, "global")
         sch.transform_layout(packed, ("write", 0), lambda *idx: (idx[-1] // vec_tile, *idx[:-1], idx[-1] % vec_tile))
+        if free:
+            sch.annotate(packed, LAYOUT_REWRITE_PREPROC, True)
         return packed
     return None
 

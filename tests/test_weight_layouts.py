@@ -1,0 +1,130 @@
+"""Weights stored in the layout their kernel reads, computed once at build time: which arguments
+are weights (layout-free), the default tiling's packing marked as a layout rewrite, the export
+folding it into the parameters, and the register tile chosen for weights that leave L1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, topi
+
+from explorer.relax_walk import iter_bindings, prim_funcs
+from explorer.schedule.defaults import CpuSpec, default_schedule
+from explorer.schedule.defaults.tiling import LAYOUT_REWRITE_PREPROC
+from explorer.target import host_target
+from explorer.tir_walk import blocks
+from explorer.workload import load_kernel, load_workload
+from explorer.workload.layout_free import LAYOUT_FREE_ATTR, constant_arguments, mark_layout_free
+
+AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
+AVX512 = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
+
+
+@pytest.fixture(scope="module")
+def small_cnn():
+    return load_workload("small_cnn")
+
+
+@pytest.fixture(scope="module")
+def prepared(small_cnn):
+    from export.build import prepare
+
+    return prepare(small_cnn, host_target())
+
+
+def _adds(second_constant: bool) -> tvm.IRModule:
+    """``main`` calls one ``add`` PrimFunc twice: with a constant, then with a variable or a constant."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4,), "float32"))
+    with bb.function("main", [x]):
+        a = bb.emit_te(topi.add, x, relax.const(np.ones(4, "float32")))
+        b = bb.emit_te(topi.add, a, relax.const(np.full(4, 2, "float32")) if second_constant else x)
+        bb.emit_func_output(b)
+    return bb.get()
+
+
+def test_the_fused_models_kernels_know_their_weights_and_keep_their_names(small_cnn):
+    mod = small_cnn.fused_module()
+    funcs = prim_funcs(mod)
+    convs = {n: f for n, f in funcs.items() if n.startswith("fused_conv2d")}
+    assert convs
+    for name, func in convs.items():
+        free = [int(i) for i in func.attrs[LAYOUT_FREE_ATTR]]
+        assert 0 not in free and 1 in free, (name, free)  # the activation is not a weight; the weights are
+    assert {f for t in small_cnn.tasks() for f in t.funcs} <= set(funcs)  # no renamed task
+
+
+@pytest.mark.parametrize("second_constant, expected", [(True, {"add": (1,)}), (False, {})])
+def test_an_argument_is_a_weight_only_when_every_call_passes_a_constant(second_constant, expected):
+    mod = _adds(second_constant)
+    assert len(prim_funcs(mod)) == 1  # one PrimFunc, called twice
+    assert constant_arguments(mod) == expected
+    marked = mark_layout_free(mod)["add"].attrs
+    assert (LAYOUT_FREE_ATTR in (marked or {})) is bool(expected)
+
+
+def test_a_kernel_whose_weights_are_an_input_is_packed_on_every_call():
+    """A matmul of two activations: its copy into panels is not a layout rewrite (never folded)."""
+    func, choice = default_schedule(load_kernel("matmul:M=16,N=1024,K=256").func, AVX2)
+    assert "weights packed in panels" in choice.steps[0]
+    assert not any(LAYOUT_REWRITE_PREPROC in b.annotations for b in blocks(func))
+
+
+def test_a_weight_is_packed_once_at_build_time_into_a_parameter(small_cnn, prepared):
+    names = {gv.name_hint for gv in prepared.mod.functions}
+    assert prepared.packed >= 1
+    assert not any(n.endswith(("_weight_prepack", "_prepacked")) for n in names), names
+    assert {f for t in small_cnn.tasks() for f in t.funcs} <= names  # kernels keep their task names
+    for func in prim_funcs(prepared.mod).values():
+        assert not any(LAYOUT_REWRITE_PREPROC in b.annotations for b in blocks(func))
+    packed = [(spec, value) for spec, value in zip(prepared.params, prepared.values) if len(spec.shape) == 5]
+    assert packed, [p.shape for p in prepared.params]
+    originals = [c.value.numpy() for b in iter_bindings(small_cnn.fused_module()["main"])
+                 for c in getattr(b.value, "args", [])[1:2] for c in getattr(c, "fields", []) if hasattr(c, "value")]
+    for spec, value in packed:  # panels P[o // w, kh, kw, i, o % w] of an HWIO weight
+        assert spec.source == "folded" or spec.source.startswith("packed:")
+        panels, kh, kw, ci, width = value.shape
+        unpacked = value.transpose(1, 2, 3, 0, 4).reshape(kh, kw, ci, panels * width)
+        assert any(o.shape == unpacked.shape and np.array_equal(o, unpacked) for o in originals)
+
+
+def test_model_params_are_the_parameters_the_export_takes(small_cnn, prepared):
+    from export.build import model_params
+
+    specs, values = model_params(small_cnn)
+    assert specs == prepared.params
+    assert all(np.array_equal(a, b) for a, b in zip(values, prepared.values))
+
+
+def test_the_model_with_packed_weights_computes_what_onnx_runtime_computes(small_cnn):
+    from explorer.models import sample_inputs
+    from explorer.workload.reference import ort_session
+    from export.build import build
+
+    built = build(small_cnn, host_target())
+    assert built.seconds["weights"] >= 0
+    vm = relax.VirtualMachine(built.executable, tvm.cpu())
+    inputs = sample_inputs("small_cnn")
+    out = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()],
+                     *[tvm.runtime.tensor(v) for v in built.param_values])
+    out = out[0] if not hasattr(out, "numpy") else out
+    expected = ort_session(small_cnn.onnx_model).run(None, inputs)[0]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu, tile", [(AVX2, "7x8"), (AVX512, "7x64")], ids=["avx2", "avx512"])
+def test_weights_that_leave_l1_are_used_for_several_rows(cpu, tile):
+    """ResNet-18's last 3x3 conv (7 output columns, 9.4 MB of weights): one row per tile read every
+    weight from L2 for a single multiply-add (1x64 tiles: 45-55 GFLOPS in the model, 7x8: 87-89)."""
+    kernel = load_kernel("conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1")
+    _, choice = default_schedule(kernel.func, cpu)
+    assert f"register tile {tile} " in choice.steps[0], choice.steps
+
+
+def test_tiles_whose_weights_stay_in_l1_are_chosen_as_before():
+    _, choice = default_schedule(load_kernel("conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1").func, AVX2)
+    assert "register tile 4x16 " in choice.steps[0], choice.steps
+    _, choice = default_schedule(load_kernel("matmul:M=1024,N=1024,K=1024").func, AVX2)
+    assert "register tile 4x16 " in choice.steps[0], choice.steps
+
