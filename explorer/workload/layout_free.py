@@ -57,7 +57,7 @@ def mark_layout_free(mod: tvm.IRModule) -> tvm.IRModule:
             continue
         if func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs:
             continue
-        out[gv] = func.with_attr(LAYOUT_FREE_ATTR, [tvm.tirx.IntImm("int32", i) for i in found[gv.name_hint]])
+        out[gv] = func.with_attr(LAYOUT_FREE_ATTR, list(found[gv.name_hint]))  # plain ints: RewriteLayout reads Array<int>
     return out
 
 
