@@ -49,10 +49,12 @@ def machine() -> dict:
 
 
 def task_defaults(tasks, target) -> dict[str, float]:
-    """Each task's default schedule, timed here (median of a few runs): seconds by task name."""
+    """Each task's default schedule, timed here (median of a few runs) as an export runs it and a
+    search times its candidates: weights already in the layout the schedule reads (the export packs
+    them at build time). Seconds by task name."""
     import numpy as np
     import tvm
-
+    from explorer.measure.run import without_layout_rewrites
     from explorer.schedule.defaults import CpuSpec, default_schedule
     from explorer.workload import owned_task_module
 
@@ -60,8 +62,10 @@ def task_defaults(tasks, target) -> dict[str, float]:
                      cores=target.config.get("num-cores"))
     dev, rng, seconds = tvm.cpu(), np.random.default_rng(0), {}
     for task in tasks:
-        func = task.mod["main"]
-        lib = tvm.compile(owned_task_module(default_schedule(func, cpu)[0]), target=target.tvm()).jit()
+        scheduled = owned_task_module(default_schedule(task.mod["main"], cpu)[0])
+        mod = without_layout_rewrites(scheduled) or scheduled
+        func = mod["main"]
+        lib = tvm.compile(mod, target=target.tvm()).jit()
         args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
                                    if "float" in str(p.dtype) else np.zeros([int(d) for d in p.shape], str(p.dtype)),
                                    dev) for p in func.params]

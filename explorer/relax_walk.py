@@ -95,6 +95,19 @@ def callee_name(call: relax.Call) -> str:
     return type(op).__name__
 
 
+CALL_TIR_OPS = ("relax.call_tir", "relax.call_tir_inplace")
+
+
+def kernel_call(expr: object) -> tuple[tvm.ir.GlobalVar, list] | None:
+    """``(callee, arguments)`` of a ``call_tir`` to a PrimFunc of the module, else None."""
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op) or expr.op.name not in CALL_TIR_OPS:
+        return None
+    callee, args = expr.args[0], expr.args[1]
+    if not isinstance(callee, tvm.ir.GlobalVar):
+        return None
+    return callee, (list(args.fields) if isinstance(args, relax.Tuple) else [args])
+
+
 def relax_functions(mod: tvm.IRModule) -> dict[str, relax.Function]:
     return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
 

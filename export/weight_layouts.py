@@ -4,18 +4,20 @@ A schedule may read a weight in another layout than the graph's (panels as wide 
 tile: :func:`explorer.schedule.defaults.tiling._pack_weights`, or MetaSchedule's
 ``RewriteLayout``). It then copies the weight into that layout in a block marked
 ``meta_schedule.layout_rewrite_preproc``. Left in the kernel, that copy runs on every call: 9.4 MB
-of weights for each of ResNet-18's last 3x3 convolutions, more time than the convolution itself on
-a 2-core machine. Here, as TVM's ``static_shape_tuning`` pipeline does:
+of weights for each of ResNet-18's last 3x3 convolutions. Here, as TVM's ``static_shape_tuning``
+pipeline does:
 
-1. Relax's ``SplitLayoutRewritePreproc`` moves each marked block into a function of its own
-   (``X_weight_prepack``) that ``main`` calls before the kernel (``X_prepacked``, renamed back
-   to ``X`` here: task names are what profiles and records show);
-2. every such call on a constant weight is computed now, on this machine's CPU, and ``main``
-   passes the packed constant instead. The parameter file then holds it (named after its
-   weight, ``<name>_packed``).
+1. Relax's ``SplitLayoutRewritePreproc`` moves the marked blocks of each kernel into a function
+   of their own (``X_weight_prepack``) that ``main`` calls before the kernel (``X_prepacked``,
+   renamed back to ``X`` here: task names are what profiles and records show);
+2. every such call on constant weights is computed now, on this machine's CPU (the copy only moves
+   bytes, so a cross-compiled target gets the same layout), and ``main`` passes the packed
+   constants instead; a weight two kernels pack alike is packed and stored once. The parameter
+   file then holds them (named after their weight, ``<name>_packed``).
 
 A search already times kernels without the copy (MetaSchedule's builder removes it), so an
-export now runs what the search measured.
+export runs what the search measured. Only models get this: a kernel's weights are its caller's
+inputs, packed on every call.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
-from explorer.relax_walk import is_constant
+from explorer.relax_walk import is_constant, kernel_call
+from explorer.schedule.defaults.tiling import LAYOUT_REWRITE_PREPROC
+from explorer.tir_walk import blocks
 from export.errors import ExportError
 from export.params import value_digest
 
 PREPACK_SUFFIX = "_weight_prepack"
 PREPACKED_SUFFIX = "_prepacked"
-_CALL_TIR = ("relax.call_tir", "relax.call_tir_inplace")
 
 
 @dataclass
@@ -47,8 +50,17 @@ class Folded:
     calls: int = 0  # prepack calls computed at build time
 
 
-def _host_target() -> tvm.target.Target:
-    return tvm.target.Target({"kind": "llvm"})
+def has_layout_rewrites(mod: tvm.IRModule) -> bool:
+    """Whether a kernel of ``mod`` copies a weight into another layout (a block marked
+    ``meta_schedule.layout_rewrite_preproc``)."""
+    return any(LAYOUT_REWRITE_PREPROC in b.annotations for f in mod.functions.values()
+               if isinstance(f, tvm.tirx.PrimFunc) for b in blocks(f))
+
+
+def _outputs(ty) -> list[tuple[tuple[int, ...], str]]:
+    """``(shape, dtype)`` of each output of a call typed ``ty`` (a tensor or a tuple of them)."""
+    fields = ty.fields if isinstance(ty, relax.TupleType) else [ty]
+    return [(tuple(int(d) for d in f.shape.values), str(f.dtype)) for f in fields]
 
 
 class _Prepacks:
@@ -58,14 +70,17 @@ class _Prepacks:
         self.mod = mod
         self.compiled: dict[str, object] = {}
 
-    def run(self, name: str, weights: list[np.ndarray], out_shape: tuple[int, ...], out_dtype: str) -> np.ndarray:
-        if name not in self.compiled:
-            func = self.mod[name].with_attr("global_symbol", "main")
-            self.compiled[name] = tvm.compile(tvm.IRModule({"main": func}), target=_host_target()).jit()
+    def run(self, name: str, weights: list[np.ndarray], outputs: list[tuple[tuple[int, ...], str]]) -> list[np.ndarray]:
+        if name not in self.compiled:  # only what makes it a standalone function: no target of the kernel's
+            func = self.mod[name].with_attrs({"global_symbol": "main", "tirx.noalias": True})
+            for key in list((func.attrs or {}).keys()):
+                if key not in ("global_symbol", "tirx.noalias"):
+                    func = func.without_attr(key)
+            self.compiled[name] = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"})).jit()
         args = [tvm.runtime.tensor(np.ascontiguousarray(w)) for w in weights]
-        out = tvm.runtime.tensor(np.empty(out_shape, dtype=out_dtype))
-        self.compiled[name]["main"](*args, out)
-        return out.numpy()
+        outs = [tvm.runtime.tensor(np.empty(shape, dtype=dtype)) for shape, dtype in outputs]
+        self.compiled[name]["main"](*args, *outs)
+        return [o.numpy() for o in outs]
 
 
 @mutator
@@ -79,26 +94,35 @@ class _Fold(PyExprMutator):
         self.renamed = renamed
         self.prepacks = _Prepacks(mod)
         self.packed_from: dict[str, str] = {}
+        self.done: dict[tuple, relax.Expr] = {}  # (prepack, weights' digests) -> the packed constant(s)
         self.calls = 0
+
+    def _pack(self, name: str, call: relax.Call, weights: list[relax.Expr]) -> relax.Expr:
+        originals = [w.value.numpy() for w in weights]
+        key = (name, *(value_digest(o) + str(o.shape) for o in originals))
+        if key in self.done:
+            return self.done[key]
+        try:
+            packed = self.prepacks.run(name, originals, _outputs(call.ty))
+        except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
+            raise ExportError(f"could not pack the weights of {name.removesuffix(PREPACK_SUFFIX)} at build "
+                              f"time: {short_tvm_message(err)}") from err
+        self.calls += 1
+        consts = [relax.const(p) for p in packed]
+        for p, original in zip(packed, originals if len(originals) == len(packed) else originals[:1] * len(packed)):
+            self.packed_from[value_digest(p)] = value_digest(original)
+        self.done[key] = consts[0] if not isinstance(call.ty, relax.TupleType) else relax.Tuple(consts)
+        return self.done[key]
 
     def visit_call_(self, op):  # noqa: N802 - TVM's visitor name
         call = super().visit_call_(op)
-        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _CALL_TIR:
+        found = kernel_call(call)
+        if found is None:
             return call
-        callee, args = call.args[0], call.args[1]
+        callee, args = found
         name = callee.name_hint
-        fields = list(args.fields) if isinstance(args, relax.Tuple) else [args]
-        if name.endswith(PREPACK_SUFFIX) and fields and all(is_constant(f) for f in fields):
-            shape = tuple(int(d) for d in call.ty.shape.values)
-            originals = [f.value.numpy() for f in fields]
-            try:
-                packed = self.prepacks.run(name, originals, shape, str(call.ty.dtype))
-            except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
-                raise ExportError(f"could not pack the weights of {name.removesuffix(PREPACK_SUFFIX)} at build "
-                                  f"time: {short_tvm_message(err)}") from err
-            self.calls += 1
-            self.packed_from[value_digest(packed)] = value_digest(originals[0])
-            return relax.const(packed)
+        if name.endswith(PREPACK_SUFFIX) and args and all(is_constant(a) for a in args):
+            return self._pack(name, call, args)
         gv = self.kernels[self.renamed.get(name, name)]  # the new module's function of that (first) name
         return relax.Call(call.op, [gv, *call.args[1:]], call.attrs, call.ty_args, call.span)
 
@@ -108,8 +132,9 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
     used: set[str] = set()
 
     def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in _CALL_TIR:
-            used.add(expr.args[0].name_hint)
+        found = kernel_call(expr)
+        if found is not None:
+            used.add(found[0].name_hint)
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
@@ -120,12 +145,16 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
 def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     """``mod`` (scheduled, constants still in ``main``) with every weight's layout rewrite computed
     once here; kernels whose packed weight is not a constant keep computing it per call."""
-    split = relax.transform.SplitLayoutRewritePreproc()(mod)
+    if not has_layout_rewrites(mod):
+        return Folded(mod)
+    try:
+        split = relax.transform.SplitLayoutRewritePreproc()(mod)
+    except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
+        raise ExportError(f"could not move the weights' layout rewrites out of the kernels: "
+                          f"{short_tvm_message(err)}") from err
     names = {gv.name_hint for gv in split.functions}
     renamed = {n: n.removesuffix(PREPACKED_SUFFIX) for n in names
                if n.endswith(PREPACKED_SUFFIX) and n.removesuffix(PREPACKED_SUFFIX) not in names}
-    if not any(n.endswith(PREPACK_SUFFIX) for n in names):
-        return Folded(mod)
     builder = relax.BlockBuilder(tvm.IRModule({}, attrs=split.attrs, global_infos=split.global_infos))
     kernels = {}
     for gv, func in split.functions.items():
@@ -144,4 +173,4 @@ def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     return Folded(out, folder.packed_from, folder.calls)
 
 
-__all__ = ["Folded", "fold_weight_layouts"]
+__all__ = ["Folded", "fold_weight_layouts", "has_layout_rewrites"]

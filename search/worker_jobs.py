@@ -44,15 +44,15 @@ def build(mod, target, work_dir: str | None = None) -> tuple[str, str | None]:
     timed kernel takes the weight already rewritten (random data will do for timing), so only
     the kernel with the transform still inside can run on the reference's weights."""
     import tvm
-    import tvm_ffi
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
+    from explorer.measure.run import without_layout_rewrites
+
     folder = tempfile.mkdtemp(prefix="schedx-build-", dir=work_dir)
-    timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    timed = without_layout_rewrites(mod)
     path = os.path.join(folder, "tvm_tmp_mod." + tar.output_format)
-    tvm.build(timed, target=target).export_library(path, fcompile=tar)
-    if tvm_ffi.structural_equal(timed, mod):
+    tvm.build(timed if timed is not None else mod, target=target).export_library(path, fcompile=tar)
+    if timed is None:
         return path, None
     check = os.path.join(folder, "check." + tar.output_format)
     tvm.build(mod, target=target).export_library(check, fcompile=tar)

@@ -1,5 +1,5 @@
 """Weights stored in the layout their kernel reads, computed once at build time: which arguments
-are weights (layout-free), the default tiling's packing marked as a layout rewrite, the export
+are weights (``schedx.weight_buffers``), the default tiling's packing marked as a layout rewrite, the export
 folding it into the parameters, and the register tile chosen for weights that leave L1."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from explorer.schedule.defaults.tiling import LAYOUT_REWRITE_PREPROC
 from explorer.target import host_target
 from explorer.tir_walk import blocks
 from explorer.workload import load_kernel, load_workload
-from explorer.workload.layout_free import LAYOUT_FREE_ATTR, constant_arguments, mark_layout_free
+from explorer.passes.weight_buffers import WEIGHTS_ATTR, constant_arguments, mark_weights, weight_positions
 
 AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
 AVX512 = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
@@ -50,8 +50,9 @@ def test_the_fused_models_kernels_know_their_weights_and_keep_their_names(small_
     convs = {n: f for n, f in funcs.items() if n.startswith("fused_conv2d")}
     assert convs
     for name, func in convs.items():
-        free = [int(i) for i in func.attrs[LAYOUT_FREE_ATTR]]
-        assert 0 not in free and 1 in free, (name, free)  # the activation is not a weight; the weights are
+        free = weight_positions(func)
+        assert 0 not in free and 1 in free, (name, free)
+        assert "layout_free_buffers" not in func.attrs  # MetaSchedule's RewriteLayout stays off (see weight_buffers)  # the activation is not a weight; the weights are
     assert {f for t in small_cnn.tasks() for f in t.funcs} <= set(funcs)  # no renamed task
 
 
@@ -60,8 +61,8 @@ def test_an_argument_is_a_weight_only_when_every_call_passes_a_constant(second_c
     mod = _adds(second_constant)
     assert len(prim_funcs(mod)) == 1  # one PrimFunc, called twice
     assert constant_arguments(mod) == expected
-    marked = mark_layout_free(mod)["add"].attrs
-    assert (LAYOUT_FREE_ATTR in (marked or {})) is bool(expected)
+    marked = mark_weights(mod)["add"].attrs
+    assert (WEIGHTS_ATTR in (marked or {})) is bool(expected)
 
 
 def test_a_kernel_whose_weights_are_an_input_is_packed_on_every_call():

@@ -20,6 +20,7 @@ from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
+from explorer.passes.weight_buffers import MarkWeightBuffers
 from explorer.passes.qdq_int8 import QDQToInt8Kernels
 from explorer.passes.onnx_idioms import SimplifyInference
 
@@ -57,6 +58,8 @@ PASS_CATALOG: dict[str, PassSpec] = {
            "the same shape: the graph ConvertLayout and fusion can work on.", lambda: SimplifyInference),
         _t("QDQToInt8Kernels", "schedx: quantized conv2d/matmul (dequantize -> float op) as int8 kernels with int32 "
            "accumulation and weights packed for dot-product instructions (QNN's job in Relay).", lambda: QDQToInt8Kernels),
+        _t("MarkWeightBuffers", "schedx: tell each kernel which arguments are weights (constants at every "
+           "call), so a schedule may read them packed, packed once at build time.", lambda: MarkWeightBuffers),
         _t("ClipToRelaxOps", "schedx: turn Clip/ReLU6 emitted as TensorIR max/min back into Relax maximum/minimum, "
            "so layouts convert through them and they fuse into the convolution.", lambda: ClipToRelaxOps),
         _t("ToMixedPrecision", "Compute in float16 where safe, accumulating in float32.",

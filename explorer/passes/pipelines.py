@@ -19,8 +19,11 @@ from explorer.passes.catalog import make_pass
 CPU_TARGET: dict = {"kind": "llvm"}
 CUDA_TARGET: dict = {"kind": "cuda", "arch": "sm_80"}
 
+# MarkWeightBuffers last: each kernel learns which arguments are weights (a schedule may read
+# them packed, computed once at build time: export.weight_layouts); it changes the kernels' keys.
 TUNING_PASSES: tuple[str, ...] = (
     "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
+    "MarkWeightBuffers",
 )
 # The graph for inference before fusion: batch-norm folded into the convolution's weights and a
 # bias (its tuple output no longer stops conv + bias + activation (+ residual) from being one

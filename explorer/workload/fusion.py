@@ -20,12 +20,10 @@ def fused_module(mod: tvm.IRModule, name: str = "the model") -> tvm.IRModule:
     its tasks from and an export schedules."""
     from explorer.passes.pipelines import TASK_PIPELINE, get_pipeline
 
-    from explorer.workload.layout_free import mark_layout_free
-
     target = tvm.target.Target({"kind": "llvm"})
     try:
         with tvm.transform.PassContext(opt_level=3), target:
-            return mark_layout_free(get_pipeline(TASK_PIPELINE).build(target)(mod))
+            return get_pipeline(TASK_PIPELINE).build(target)(mod)
     except Exception as err:
         raise WorkloadError(f"the task pipeline failed on {name}: {short_tvm_message(err)}") from err
 

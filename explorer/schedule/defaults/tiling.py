@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import BlockFacts, block_facts
+from explorer.passes.weight_buffers import weight_positions
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 
 # Below this many iterations a parallel loop costs more (thread wake-up) than it saves.
@@ -43,8 +44,9 @@ PARALLEL_MIN_VOLUME = 1 << 15
 CACHE_BYTES = 512 * 1024
 # Weights smaller than this stay where they are: their rows fit the cache whatever their stride.
 PACK_MIN_BYTES = 64 * 1024
-# A core's L1 data cache (32 KB on every x86 core since Haswell and Zen, 64 KB on Apple's): a tile
-# whose column of weights is larger reads them from L2 (see _cycles_per_fma).
+# A core's L1 data cache, the smallest common size (32 KB: Haswell to Skylake, Zen 1-4; 48 KB on
+# Ice Lake and later and Zen 5, more on Apple's cores): a tile whose column of weights is larger
+# reads them from L2 (see _cycles_per_fma).
 L1_BYTES = 32 * 1024
 # MetaSchedule's mark on a block that only rewrites a weight's layout (its RewriteLayout postproc
 # sets it): a search times the kernel without it, and an export computes it once, at build time,
@@ -170,12 +172,11 @@ def _weight_bytes(facts: BlockFacts, vec: int) -> int:
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
-def _layout_free(sch: s_tir.Schedule, buffer) -> bool:
-    """Whether ``buffer`` is a parameter the function lets a schedule store in another layout
-    (``layout_free_buffers``: a weight the graph passes as a constant)."""
+def _is_weight(sch: s_tir.Schedule, buffer) -> bool:
+    """Whether ``buffer`` is a weight the graph passes as a constant (``schedx.weight_buffers``):
+    a schedule may store it in another layout, computed once at build time."""
     func = sch.mod["main"]
-    free = (func.attrs or {}).get("layout_free_buffers", [])
-    return any(func.params[int(i)].same_as(buffer) for i in free)
+    return any(func.params[i].same_as(buffer) for i in weight_positions(func))
 
 
 def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
@@ -183,7 +184,7 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
     packing block or None.
 
-    A weight the graph passes as a constant (layout-free) is packed whenever its rows are wider
+    A weight the graph passes as a constant (``schedx.weight_buffers``) is packed whenever its rows are wider
     than the tile: the copy is marked as a layout rewrite and computed once, at build time. Others
     (a product of two activations) are copied on every call, so only when their rows are a
     multiple of 1 KB apart: those all fall into the same few cache sets, the tile's column of
@@ -197,7 +198,7 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
             continue
         buffer = regions[i].source
         shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
-        free = _layout_free(sch, buffer)
+        free = _is_weight(sch, buffer)
         conflicts = shape[-1] * item % 1024 == 0
         if shape[-1] % vec_tile or shape[-1] == vec_tile or not (free or conflicts) \
                 or math.prod(shape) * item < PACK_MIN_BYTES:
