@@ -113,9 +113,12 @@ inputs = [tvm.runtime.tensor(data[i["name"]], dev) for i in json.load(open("mani
 out = vm["main"](*args)
 ```
 
-`main` takes the inputs, then the parameters in the order `manifest.json` lists them. New weights of
-the same shapes need only a new `params.bin` (same names), not a new library
-(`export.bundle.replace_params` writes it and updates the hash).
+`main` takes the inputs, then the parameters in the order `manifest.json` lists them. Some are not the
+model's weights as the ONNX file has them: batch-norm folded in (`folded`), or a weight already in the
+layout its kernel reads (`packed:<initializer>`, computed once at build time). New weights of the same
+shapes need only a new `params.bin`, not a new library: `export.build.model_params(workload, target,
+schedules)` computes the parameters from the new model as this export did (same target and records),
+and `export.bundle.replace_params` writes them and updates the hash.
 
 ## What the manifest protects against
 

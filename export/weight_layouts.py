@@ -94,12 +94,16 @@ class _Fold(PyExprMutator):
         self.renamed = renamed
         self.prepacks = _Prepacks(mod)
         self.packed_from: dict[str, str] = {}
-        self.done: dict[tuple, relax.Expr] = {}  # (prepack, weights' digests) -> the packed constant(s)
+        self.done: dict[tuple, relax.Expr] = {}  # (prepack's hash, weights' digests) -> the packed constant(s)
         self.calls = 0
 
     def _pack(self, name: str, call: relax.Call, weights: list[relax.Expr]) -> relax.Expr:
         originals = [w.value.numpy() for w in weights]
-        key = (name, *(value_digest(o) + str(o.shape) for o in originals))
+        import tvm_ffi
+
+        # two kernels of one shape have two prepack functions that do the same: one packing
+        key = (tvm_ffi.structural_hash(self.prepacks.mod[name].without_attr("global_symbol")),
+               *(value_digest(o) + str(o.shape) for o in originals))
         if key in self.done:
             return self.done[key]
         try:

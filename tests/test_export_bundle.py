@@ -54,9 +54,10 @@ def test_manifest_describes_the_bundle(cnn_bundle):
     # no records: the warning names the kernels and their FLOPs share
     assert any("9 of 9 kernels (100.0% of the FLOPs)" in w for w in m["warnings"])
     # parameters in their own file, named after the ONNX initializers where they are the same bytes
-    # (convolution weights with their batch-norm folded in are computed at build time: "folded")
+    # (convolution weights with their batch-norm folded in are computed at build time: "folded";
+    # weights in their kernel's layout: "packed:<initializer>")
     names = [p["name"] for p in m["params"]]
-    assert "conv3_bias" in names and all(p["source"].startswith(("onnx:", "folded")) for p in m["params"])
+    assert "conv3_bias" in names and all(p["source"].startswith(("onnx:", "folded", "packed:")) for p in m["params"])
     assert m["verification"]["fresh_process"]["ok"] and m["verification"]["layers"]["ok"]
 
 

@@ -129,3 +129,60 @@ def test_tiles_whose_weights_stay_in_l1_are_chosen_as_before():
     _, choice = default_schedule(load_kernel("matmul:M=1024,N=1024,K=1024").func, AVX2)
     assert "register tile 4x16 " in choice.steps[0], choice.steps
 
+
+
+def _matmul_model(path):
+    """One MatMul by a 256x1024 initializer ``W`` (rows 4 KB apart, 1 MB): its kernel packs ``W``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((256, 1024)).astype("float32")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 1024])],
+                              [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return model, weight
+
+
+def test_a_packed_initializer_is_named_after_it_and_the_model_still_computes_right(tmp_path):
+    from explorer.workload.reference import ort_session
+    from export.build import build, model_params
+
+    model, weight = _matmul_model(tmp_path / "mm.onnx")
+    workload = load_workload(str(tmp_path / "mm.onnx"))
+    built = build(workload, host_target())
+    (spec, value), = [(p, v) for p, v in zip(built.params, built.param_values)]
+    assert spec.name == "W_packed" and spec.source == "packed:W", spec
+    panels, k, width = value.shape
+    assert k == 256 and panels * width == 1024
+    np.testing.assert_array_equal(value.transpose(1, 0, 2).reshape(256, 1024), weight)
+    specs, _ = model_params(workload)
+    assert specs == built.params
+    x = np.random.default_rng(1).standard_normal((16, 256)).astype("float32")
+    vm = relax.VirtualMachine(built.executable, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(value))
+    out = out[0] if not hasattr(out, "numpy") else out
+    np.testing.assert_allclose(out.numpy(), ort_session(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-3)
+
+
+def test_a_weight_two_kernels_pack_alike_is_packed_and_stored_once(tmp_path):
+    """Two MatMuls by the same initializer: one packed parameter."""
+    import onnx
+    from onnx import helper
+
+    model, _ = _matmul_model(tmp_path / "mm.onnx")
+    graph = model.graph
+    graph.node.append(helper.make_node("Relu", ["y"], ["r"]))
+    graph.node.append(helper.make_node("MatMul", ["r2", "W"], ["z"]))
+    graph.node.insert(2, helper.make_node("Slice", ["r", "starts", "ends", "axes"], ["r2"]))
+    graph.initializer.extend([onnx.numpy_helper.from_array(np.array(v, "int64"), n)
+                              for n, v in (("starts", [0]), ("ends", [256]), ("axes", [1]))])
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [16, 1024]))
+    onnx.save(model, tmp_path / "mm2.onnx")
+    from export.build import prepare
+
+    prepared = prepare(load_workload(str(tmp_path / "mm2.onnx")), host_target())
+    packed = [p for p in prepared.params if p.source == "packed:W"]
+    assert len(packed) == 1, prepared.params
