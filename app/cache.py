@@ -65,6 +65,19 @@ def run_graphs(key: RunKey) -> RunGraphs:
     return graphs
 
 
+def _is_final(graphs, index: int) -> bool:
+    """Whether snapshot ``index`` holds the task pipeline's kernels: its result, or a snapshot
+    before the last pass, which only marks the kernels' weights (FuseTIR, DeadCodeElimination)."""
+    final = graphs.lineage.final
+    if graphs.representative(index) == final:
+        return True
+    import tvm_ffi
+
+    from explorer.passes.weight_buffers import mark_weights
+
+    return bool(tvm_ffi.structural_equal(mark_weights(graphs.run.module(index)), graphs.run.module(final)))
+
+
 @st.cache_resource(max_entries=32, show_spinner=False)
 def graph_kernel(key: RunKey, index: int, name: str) -> Kernel:
     """PrimFunc ``name`` after snapshot ``index`` as a kernel for the Schedule page. At the end of
@@ -79,10 +92,10 @@ def graph_kernel(key: RunKey, index: int, name: str) -> Kernel:
     calls = sum(1 for _, d in graphs.lineage.graph(index).nodes(data=True) if d["op"] == name)
     from explorer.passes.pipelines import TASK_PIPELINE
 
-    if not key.passes and key.pipeline == TASK_PIPELINE and graphs.representative(index) == graphs.lineage.final:
+    if not key.passes and key.pipeline == TASK_PIPELINE and _is_final(graphs, index):
         from explorer.workload.task import module_tasks
 
-        for task in module_tasks(run.module(index), model):
+        for task in module_tasks(run.module(graphs.lineage.final), model):
             if name in task.funcs:
                 return make_kernel(task.mod["main"], name=task.name, title=task.name.split("/", 1)[1],
                                    source=f"model:{model}", spec=task.name,

@@ -12,6 +12,20 @@ import tvm
 from tvm import s_tir, tirx
 
 
+# Which parameters of a kernel are weights (constants at every call), set by
+# explorer.passes.weight_buffers.MarkWeightBuffers.
+WEIGHTS_ATTR = "schedx.weight_buffers"
+# MetaSchedule's mark on a block that only rewrites a weight's layout (its RewriteLayout postproc
+# sets it; so does schedx's default tiling): a search times the kernel without it, and an export
+# computes it once, at build time, on the constant weight (export.weight_layouts).
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+
+
+def weight_positions(func: tirx.PrimFunc) -> tuple[int, ...]:
+    """The parameters of ``func`` that are weights (:data:`WEIGHTS_ATTR`), by position."""
+    return tuple(int(i) for i in (func.attrs or {}).get(WEIGHTS_ATTR, []))
+
+
 def children(stmt: object) -> list:
     """The statements directly inside ``stmt``."""
     if isinstance(stmt, tirx.SeqStmt):

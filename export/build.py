@@ -1,6 +1,6 @@
 """Build a workload for a target with the chosen schedules applied.
 
-Models: the task pipeline (batch-norm folded, NHWC, LegalizeOps .. FuseTIR: exactly what the
+Models: the task pipeline (batch-norm folded, NHWC, LegalizeOps .. FuseTIR, weights marked: exactly what the
 search extracts its tasks from, so workload keys meet), then each task gets its schedule: a
 record's trace replayed as MetaSchedule's ``ApplyDatabase`` does, or a record's steps; records
 first, and the tasks without one get the target's default (dlight on GPU; on CPU schedx's rules,

@@ -190,7 +190,10 @@ def replace_params(folder: str | Path, names: list[str], values: list[np.ndarray
     """Give a bundle new weights without recompiling: write ``params.bin`` anew and update its hash.
 
     Names, shapes and dtypes must be those the manifest lists (the library was built for them).
-    The saved reference outputs no longer apply and are removed. Returns the updated manifest."""
+    Packed weights (``packed:<initializer>``) must be in the layout this export's kernels read:
+    compute the values with :func:`export.build.model_params` for the export's target and records
+    (the check here cannot tell two layouts of one shape apart). The saved reference outputs no
+    longer apply and are removed. Returns the updated manifest."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     want = [(p["name"], tuple(p["shape"]), p["dtype"]) for p in manifest["params"]]

@@ -63,7 +63,8 @@ def _safe(name: str) -> str:
 
 @mutator
 class _Lift(PyExprMutator):
-    """Replaces tensor constants by fresh variables, one per distinct constant object."""
+    """Replaces tensor constants by fresh variables, one per distinct value (dtype, shape and
+    bytes): a weight two kernels use is one parameter."""
 
     def __init__(self, mod: tvm.IRModule, names: dict[str, str], packed_from: dict[str, str]) -> None:
         super().__init__(mod)
@@ -71,12 +72,15 @@ class _Lift(PyExprMutator):
         self.packed_from = packed_from
         self.found: list[tuple[relax.Var, np.ndarray, str]] = []
         self.used: set[str] = set()
+        self.seen: dict[tuple, relax.Var] = {}
 
     def visit_generic_const_(self, op):  # noqa: N802 - TVM's visitor name
         value = op.value.numpy()
         if value.ndim == 0:
             return op
         digest = value_digest(value)
+        if (digest, value.shape) in self.seen:
+            return self.seen[(digest, value.shape)]
         onnx_name = self.names.get(digest)
         packed_of = self.names.get(self.packed_from.get(digest, ""))
         if packed_of:  # a weight packed for its kernel at build time (export.weight_layouts)
@@ -90,6 +94,7 @@ class _Lift(PyExprMutator):
         self.used.add(name)
         var = relax.Var(name, op.ty)
         self.found.append((var, value, source))
+        self.seen[(digest, value.shape)] = var
         return var
 
 

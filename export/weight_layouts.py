@@ -15,8 +15,8 @@ pipeline does:
    constants instead; a weight two kernels pack alike is packed and stored once. The parameter
    file then holds them (named after their weight, ``<name>_packed``).
 
-A search already times kernels without the copy (MetaSchedule's builder removes it), so an
-export runs what the search measured. Only models get this: a kernel's weights are its caller's
+A search already times kernels without the copy (schedx's builder, as MetaSchedule's, removes
+it), so an export runs what the search measured. Only models get this: a kernel's weights are its caller's
 inputs, packed on every call.
 """
 
@@ -31,8 +31,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
 from explorer.relax_walk import is_constant, kernel_call
-from explorer.schedule.defaults.tiling import LAYOUT_REWRITE_PREPROC
-from explorer.tir_walk import blocks
+from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from export.errors import ExportError
 from export.params import value_digest
 
@@ -88,35 +87,30 @@ class _Fold(PyExprMutator):
     """Computes prepack calls on constants; points every kernel call at the new module's function
     (``X_prepacked``: at ``X``)."""
 
-    def __init__(self, mod: tvm.IRModule, kernels: dict[str, tvm.ir.GlobalVar], renamed: dict[str, str]) -> None:
+    def __init__(self, mod: tvm.IRModule, functions: dict[str, tvm.ir.GlobalVar], renamed: dict[str, str]) -> None:
         super().__init__(mod)
-        self.kernels = kernels
+        self.functions = functions
         self.renamed = renamed
         self.prepacks = _Prepacks(mod)
         self.packed_from: dict[str, str] = {}
-        self.done: dict[tuple, relax.Expr] = {}  # (prepack's hash, weights' digests) -> the packed constant(s)
+        self.done: dict[tuple, relax.Constant] = {}  # (digest, shape) of a packed weight -> its constant
         self.calls = 0
 
     def _pack(self, name: str, call: relax.Call, weights: list[relax.Expr]) -> relax.Expr:
         originals = [w.value.numpy() for w in weights]
-        import tvm_ffi
-
-        # two kernels of one shape have two prepack functions that do the same: one packing
-        key = (tvm_ffi.structural_hash(self.prepacks.mod[name].without_attr("global_symbol")),
-               *(value_digest(o) + str(o.shape) for o in originals))
-        if key in self.done:
-            return self.done[key]
         try:
             packed = self.prepacks.run(name, originals, _outputs(call.ty))
         except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
             raise ExportError(f"could not pack the weights of {name.removesuffix(PREPACK_SUFFIX)} at build "
                               f"time: {short_tvm_message(err)}") from err
         self.calls += 1
-        consts = [relax.const(p) for p in packed]
-        for p, original in zip(packed, originals if len(originals) == len(packed) else originals[:1] * len(packed)):
-            self.packed_from[value_digest(p)] = value_digest(original)
-        self.done[key] = consts[0] if not isinstance(call.ty, relax.TupleType) else relax.Tuple(consts)
-        return self.done[key]
+        consts = []
+        for array in packed:  # the same bytes in the same shape: one constant (one parameter)
+            key = (value_digest(array), array.shape)
+            consts.append(self.done.setdefault(key, relax.const(array)))
+        if len(originals) == 1 and len(packed) == 1:  # named after its weight only when that is certain
+            self.packed_from[value_digest(packed[0])] = value_digest(originals[0])
+        return consts[0] if not isinstance(call.ty, relax.TupleType) else relax.Tuple(consts)
 
     def visit_call_(self, op):  # noqa: N802 - TVM's visitor name
         call = super().visit_call_(op)
@@ -127,8 +121,11 @@ class _Fold(PyExprMutator):
         name = callee.name_hint
         if name.endswith(PREPACK_SUFFIX) and args and all(is_constant(a) for a in args):
             return self._pack(name, call, args)
-        gv = self.kernels[self.renamed.get(name, name)]  # the new module's function of that (first) name
+        gv = self.functions[self.renamed.get(name, name)]  # the new module's function of that (first) name
         return relax.Call(call.op, [gv, *call.args[1:]], call.attrs, call.ty_args, call.span)
+
+    def visit_global_var_(self, op):  # noqa: N802 - a Relax function called directly: the new module's
+        return self.functions.get(op.name_hint, op)
 
 
 def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
@@ -160,15 +157,16 @@ def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     renamed = {n: n.removesuffix(PREPACKED_SUFFIX) for n in names
                if n.endswith(PREPACKED_SUFFIX) and n.removesuffix(PREPACKED_SUFFIX) not in names}
     builder = relax.BlockBuilder(tvm.IRModule({}, attrs=split.attrs, global_infos=split.global_infos))
-    kernels = {}
+    functions = {}  # every function of the new module by name (kernels under their task names)
     for gv, func in split.functions.items():
+        name = renamed.get(gv.name_hint, gv.name_hint)
         if isinstance(func, tvm.tirx.PrimFunc):
-            name = renamed.get(gv.name_hint, gv.name_hint)
-            kernels[name] = builder.add_func(func.with_attr("global_symbol", name), name)
-    folder = _Fold(split, kernels, renamed)
+            func = func.with_attr("global_symbol", name)
+        functions[name] = builder.add_func(func, name)
+    folder = _Fold(split, functions, renamed)
     for gv, func in split.functions.items():
         if isinstance(func, relax.Function):
-            builder.add_func(folder.visit_expr(func), gv.name_hint)
+            builder.update_func(functions[gv.name_hint], folder.visit_expr(func))
     out = builder.get()
     used = _used_prim_funcs(out)
     kept = {gv: f for gv, f in out.functions.items()

@@ -40,9 +40,11 @@ def build(mod, target, work_dir: str | None = None) -> tuple[str, str | None]:
     that both the local and the RPC runners load), in a new folder under ``work_dir``, and a
     second artifact for checking it when the schedule rewrote a weight's layout.
 
-    MetaSchedule's RewriteLayout moves a layout-free weight's transform out of the kernel: the
-    timed kernel takes the weight already rewritten (random data will do for timing), so only
-    the kernel with the transform still inside can run on the reference's weights."""
+    A schedule that copies a weight into another layout (MetaSchedule's RewriteLayout, schedx's
+    default tiling of a model's weights) has it timed without the copy, as an export runs it (the
+    export packs constant weights at build time): the timed kernel takes the weight already
+    rewritten (random data will do for timing), so only the kernel with the copy still inside can
+    run on the reference's weights."""
     import tvm
     from tvm.support.tar import tar
 

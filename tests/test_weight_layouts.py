@@ -11,9 +11,8 @@ from tvm import relax, topi
 
 from explorer.relax_walk import iter_bindings, prim_funcs
 from explorer.schedule.defaults import CpuSpec, default_schedule
-from explorer.schedule.defaults.tiling import LAYOUT_REWRITE_PREPROC
 from explorer.target import host_target
-from explorer.tir_walk import blocks
+from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from explorer.workload import load_kernel, load_workload
 from explorer.passes.weight_buffers import WEIGHTS_ATTR, constant_arguments, mark_weights, weight_positions
 
@@ -51,7 +50,7 @@ def test_the_fused_models_kernels_know_their_weights_and_keep_their_names(small_
     assert convs
     for name, func in convs.items():
         free = weight_positions(func)
-        assert 0 not in free and 1 in free, (name, free)
+        assert 0 not in free and 1 in free, (name, free)  # the weights are, the activation is not
         assert "layout_free_buffers" not in func.attrs  # MetaSchedule's RewriteLayout stays off (see weight_buffers)  # the activation is not a weight; the weights are
     assert {f for t in small_cnn.tasks() for f in t.funcs} <= set(funcs)  # no renamed task
 
@@ -186,3 +185,68 @@ def test_a_weight_two_kernels_pack_alike_is_packed_and_stored_once(tmp_path):
     prepared = prepare(load_workload(str(tmp_path / "mm2.onnx")), host_target())
     packed = [p for p in prepared.params if p.source == "packed:W"]
     assert len(packed) == 1, prepared.params
+    assert prepared.packed == 2  # both kernels' packing computed, one parameter kept
+
+
+def _packing_task(workload):
+    """small_cnn's task whose default schedule packs its weights."""
+    for task in workload.tasks():
+        _, choice = default_schedule(task.mod["main"], AVX2)
+        if "weights packed in panels" in " ".join(choice.steps):
+            return task
+    raise AssertionError("no task of small_cnn packs its weights")
+
+
+def test_a_model_kernel_that_packs_is_verified_whole_and_timed_without_the_packing(small_cnn):
+    """As the search times it and the export runs it: the timed module takes the weight packed."""
+    from explorer.kernels.kernel import make_kernel
+    from explorer.measure import measure
+    from explorer.measure.run import without_layout_rewrites
+
+    task = _packing_task(small_cnn)
+    func, _ = default_schedule(task.mod["main"], _host_cpu())
+    timed = without_layout_rewrites(tvm.IRModule({"main": func}))
+    assert timed is not None
+    assert [tuple(p.shape) for p in timed["main"].params] != [tuple(p.shape) for p in func.params]
+    kernel = make_kernel(task.mod["main"], name=task.name, title=task.name, source="model:small_cnn", spec=task.name,
+                         params={})
+    result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
+    assert result.status == "ok" and result.verified, result.error
+
+
+def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(small_cnn, tmp_path):
+    """The default candidate (its trace packs the weight) is measured, then evolved from: with
+    TVM's layout_free_buffers on the task, MetaSchedule's RewriteLayout raised and ended the search."""
+    from search.params import SearchParams
+    from search.tune import tune
+    from store import Store
+
+    task = _packing_task(small_cnn)
+    with Store(tmp_path / "s.db") as store:
+        summary = tune([task], store=store, target="cpu", params=SearchParams(trials=24, per_batch=8),
+                       source_name="small_cnn")
+        assert summary.trials >= 16
+        assert store.records(source="default") and store.records(source="search")
+
+
+def _host_cpu() -> CpuSpec:
+    target = host_target()
+    return CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
+                      cores=target.config.get("num-cores"))
+
+
+def test_a_kernel_opened_from_fusetir_on_the_passes_page_is_the_models_task():
+    """The pipeline ends with MarkWeightBuffers: a kernel opened after FuseTIR is still the task the
+    search and the export know (same key), not a kernel of its own."""
+    from app.cache import RunKey, graph_kernel, pipeline_run
+    from explorer.passes.pipelines import TASK_PIPELINE
+    from explorer.workload import workload_key
+
+    key = RunKey(model="small_cnn", shapes="", pipeline=TASK_PIPELINE, passes=())
+    run = pipeline_run(key)
+    fuse_tir = max(s.index for s in run.snapshots if s.name == "FuseTIR")
+    task = _packing_task(load_workload("small_cnn"))
+    name = task.name.split("/", 1)[1]
+    kernel = graph_kernel(key, fuse_tir, name)
+    assert kernel.name == task.name
+    assert workload_key(kernel.func) == task.key

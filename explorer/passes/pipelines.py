@@ -84,8 +84,8 @@ PIPELINES: dict[str, PipelineSpec] = {
         PipelineSpec(
             "inference", "Inference (folded batch-norm, NHWC, fusion)",
             "Batch-norm folded into the convolutions, clips as Relax ops, NHWC/HWIO layouts with the weights "
-            "transposed at build time, then LegalizeOps .. FuseTIR: the module schedx tunes and exports "
-            "(its fused kernels are the tasks).",
+            "transposed at build time, then LegalizeOps .. FuseTIR and MarkWeightBuffers: the module schedx "
+            "tunes and exports (its fused kernels are the tasks).",
             CPU_TARGET, lambda t: _sequential(INFERENCE_PASSES, "inference")),
         PipelineSpec(
             "inference-nchw", "Inference, NCHW (folded batch-norm, fusion)",
@@ -94,8 +94,9 @@ PIPELINES: dict[str, PipelineSpec] = {
             CPU_TARGET, lambda t: _sequential(INFERENCE_NCHW_PASSES, "inference-nchw")),
         PipelineSpec(
             "tuning", "Fusion only",
-            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination on the "
-            "graph as imported: batch-norm stays its own kernels, layouts as the model has them.",
+            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination, "
+            "MarkWeightBuffers on the graph as imported: batch-norm stays its own kernels, layouts as the model "
+            "has them.",
             CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),
         PipelineSpec(
             "cpu-default", "tvm.compile on CPU",

@@ -13,7 +13,7 @@ evolutionary search re-applied a default schedule's trace that packs the weight 
 3x3 convolutions). Until the default packing is recorded as a postprocessing step that the search
 strips, searches leave layouts to the schedules they evolve.
 
-``MarkWeightBuffers`` ends every pipeline that fuses (the task pipeline included), so that a
+``MarkWeightBuffers`` ends schedx's fusing pipelines (the task pipeline included), so that a
 kernel's workload key is the same from the Passes page, a search and an export. Unlike Relax's
 ``AttachAttrLayoutFreeBuffers`` it renames nothing (that pass turns ``fused_conv2d_add_relu`` into
 ``fused_conv2d_add_relu1``, and task names are what users read and records show).
@@ -24,8 +24,7 @@ from __future__ import annotations
 import tvm
 
 from explorer.relax_walk import is_constant, iter_bindings, kernel_call, relax_functions
-
-WEIGHTS_ATTR = "schedx.weight_buffers"
+from explorer.tir_walk import WEIGHTS_ATTR, weight_positions
 
 
 def _kernel_calls(mod: tvm.IRModule):
@@ -46,11 +45,6 @@ def constant_arguments(mod: tvm.IRModule) -> dict[str, tuple[int, ...]]:
         name = callee.name_hint
         seen[name] = seen[name] & const if name in seen else const
     return {name: tuple(sorted(found)) for name, found in seen.items() if found}
-
-
-def weight_positions(func: tvm.tirx.PrimFunc) -> tuple[int, ...]:
-    """The parameters of ``func`` that are weights (:data:`WEIGHTS_ATTR`), by position."""
-    return tuple(int(i) for i in (func.attrs or {}).get(WEIGHTS_ATTR, []))
 
 
 def mark_weights(mod: tvm.IRModule) -> tvm.IRModule:

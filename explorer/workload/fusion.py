@@ -1,5 +1,5 @@
 """A model's fused module: the task pipeline (:data:`explorer.passes.pipelines.TASK_PIPELINE`:
-batch-norm folded, NHWC layouts, then LegalizeOps .. FuseTIR) whose PrimFuncs are the tasks a
+batch-norm folded, NHWC layouts, then LegalizeOps .. FuseTIR, weights marked) whose PrimFuncs are the tasks a
 search tunes and an export schedules. Search and export both call :func:`fused_module`, so a
 task's key is the same in both; changing the pipeline changes the keys (old records no longer
 match, they are not wrong)."""

@@ -1,4 +1,4 @@
-"""The fused kernels of a model: its tasks after the tuning pipeline (FuseOps + FuseTIR), equal
+"""The fused kernels of a model: its tasks after the tuning pipeline (FuseOps + FuseTIR, weights marked), equal
 ones merged and weighted by how often the model calls them (see :mod:`explorer.workload.task`)."""
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import BlockFacts, block_facts
-from explorer.passes.weight_buffers import weight_positions
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
+from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
 # Below this many iterations a parallel loop costs more (thread wake-up) than it saves.
 PARALLEL_MIN_VOLUME = 1 << 15
@@ -48,10 +48,6 @@ PACK_MIN_BYTES = 64 * 1024
 # Ice Lake and later and Zen 5, more on Apple's cores): a tile whose column of weights is larger
 # reads them from L2 (see _cycles_per_fma).
 L1_BYTES = 32 * 1024
-# MetaSchedule's mark on a block that only rewrites a weight's layout (its RewriteLayout postproc
-# sets it): a search times the kernel without it, and an export computes it once, at build time,
-# on the constant weight (:mod:`export.weight_layouts`).
-LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
 
 
 class NotApplicable(Exception):
