@@ -223,9 +223,9 @@ def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(smal
 
     task = _packing_task(small_cnn)
     with Store(tmp_path / "s.db") as store:
-        summary = tune([task], store=store, target="cpu", params=SearchParams(trials=24, per_batch=8),
+        summary = tune([task], store=store, target="cpu", params=SearchParams(trials=16, per_batch=8),
                        source_name="small_cnn")
-        assert summary.trials >= 16
+        assert summary.trials >= 8
         assert store.records(source="default") and store.records(source="search")
 
 

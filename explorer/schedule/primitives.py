@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import tvm
 from tvm import s_tir
 
 from explorer.schedule.index_map import parse_index_map
@@ -69,6 +70,34 @@ def _annotate(sch, a):
     sch.annotate(resolve_target(sch, a["target"]), a["key"], a["value"])
 
 
+def _decompose_reduction(sch, a):
+    """TVM's decompose_reduction, refused where TVM would compute a wrong result: the init goes
+    above ``loop``, so every loop from there down to the block must drive one of the block's
+    iterators. A loop it is merely nested in (after compute_at under a consumer's loop) would run
+    the whole reduction again on the same output without a new init; TVM 0.27 accepts that."""
+    from tvm.tirx.analysis import undefined_vars
+
+    from explorer.schedule.errors import ScheduleError
+    from explorer.tir_walk import walk
+
+    block, loop = resolve_block(sch, a["block"]), resolve_loop(sch, a["loop"])
+    loops, target = sch.get_loops(block), sch.get(loop)
+    start = next((i for i, lp in enumerate(loops) if sch.get(lp).same_as(target)), None)
+    realize = next((r for r in walk(target) if isinstance(r, s_tir.SBlockRealize) and r.block.same_as(sch.get(block))),
+                   None)
+    if start is not None and realize is not None:
+        used = {v for value in realize.iter_values for v in undefined_vars(value, [])}
+        for lp in loops[start:]:
+            var, extent = sch.get(lp).loop_var, sch.get(lp).extent
+            if isinstance(extent, tvm.tirx.IntImm) and int(extent) == 1:
+                continue  # runs once: harmless
+            if not any(var.same_as(v) for v in used):
+                raise ScheduleError(f"decompose_reduction(block={a['block']}, loop={a['loop']}): the block runs "
+                                    f"under loop {var.name}, which drives none of its iterators, so its reduction "
+                                    "would run again on the same output without a new init; pick a loop below it")
+    sch.decompose_reduction(block, loop)
+
+
 def _transform_layout(sch, a):
     kind, _, index = a["buffer"].partition(":")
     sch.transform_layout(resolve_block(sch, a["block"]), (kind, int(index)), parse_index_map(a["index_map"]))
@@ -117,7 +146,7 @@ _PRIMS = [
               lambda s, a: s.reverse_compute_inline(resolve_block(s, a["block"]))),
     Primitive("decompose_reduction", (_BLOCK, _LOOP),
               "Split a reduction's initialisation out, above the given loop (do it last).",
-              lambda s, a: s.decompose_reduction(resolve_block(s, a["block"]), resolve_loop(s, a["loop"]))),
+              _decompose_reduction),
     Primitive("rfactor", (_LOOP, Param("factor_axis", "int", False, 0)),
               "Factor a reduction loop into a partial result (returns the rfactor block).",
               lambda s, a: s.rfactor(resolve_loop(s, a["loop"]), a["factor_axis"])),

@@ -1,0 +1,92 @@
+"""Benchmark: this tree's default export against another commit's, and ONNX Runtime, in one run.
+
+What a change to the default schedules or the export bought, measured as deployed: each model is
+exported with no records from this working tree and from ``--base`` (a git revision, checked out
+in a temporary worktree), each bundle runs in a fresh process, and the two bundles and ONNX
+Runtime (2 threads) are timed in alternating rounds. The machine heads the output.
+
+Run: ``python -m benchmarks.bench_vs_commit --base REV [--models resnet18,mobilenet_v2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_EXPORT = """
+import sys
+sys.path.insert(0, {root!r})
+from explorer.target import host_target
+from explorer.workload import load_workload
+from export.flow import export_workload
+export_workload(load_workload({model!r}), host_target(), {folder!r}, schedules=None, verify=False, layers=False)
+"""
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def export_with(root: Path, model: str, folder: Path) -> None:
+    """Export ``model`` with no records using the code under ``root``, in a child process."""
+    code = _EXPORT.format(root=str(root), model=model, folder=str(folder))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"export of {model} with {root} failed:\n{proc.stderr[-2000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="git revision to compare with (e.g. HEAD~3, a commit)")
+    parser.add_argument("--models", default="resnet18,mobilenet_v2")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=30)
+    opts = parser.parse_args()
+    os.environ.setdefault("TVM_NUM_THREADS", str(opts.threads))
+
+    from benchmarks.bench_models import machine
+    from explorer.workload import load_workload
+    from export.bench import bundle_row, ort_row
+
+    m = machine()
+    out(f"machine: {m['cpu']}, {m['usable_cores']} usable cores, avx512 lines in /proc/cpuinfo: "
+        f"{m['avx512_lines']}, target {m['target']}, vector width {m['vector_width']} bits")
+    with tempfile.TemporaryDirectory(prefix="schedx-vs-") as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), opts.base], cwd=ROOT, check=True)
+        try:
+            for model in opts.models.split(","):
+                folders = {"this tree": Path(tmp) / f"{model}-new", opts.base: Path(tmp) / f"{model}-base"}
+                export_with(ROOT, model, folders["this tree"])
+                export_with(base, model, folders[opts.base])
+                workload = load_workload(model)
+                times: dict[str, list[float]] = {}
+                for _ in range(opts.rounds):
+                    for name, folder in folders.items():
+                        row = bundle_row(folder, name, threads=opts.threads, runs=opts.runs, budget_s=8.0)[0]
+                        times.setdefault(name, []).append(row.median_s * 1e3)
+                    row = ort_row(workload.onnx_model, workload.sample_inputs(), threads=opts.threads,
+                                  runs=opts.runs, budget_s=8.0)
+                    times.setdefault("onnxruntime", []).append(row.median_s * 1e3)
+                ort = statistics.median(times["onnxruntime"])
+                out(f"\n{model}: default export (no records), {opts.rounds} alternated rounds, median per round")
+                for name, values in times.items():
+                    med = statistics.median(values)
+                    rounds = ", ".join(f"{v:.2f}" for v in values)
+                    out(f"  {name:<14} {med:8.2f} ms  ({rounds})  {med / ort:5.2f}x ORT {opts.threads}t")
+                new, old = statistics.median(times["this tree"]), statistics.median(times[opts.base])
+                out(f"  this tree / {opts.base}: {new / old:.2f}x")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+
+
+if __name__ == "__main__":
+    main()
