@@ -168,3 +168,23 @@ def test_weights_whose_rows_share_cache_sets_are_packed_in_panels_and_compute_ri
             result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
             assert result.status == "ok", result.error
 
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_a_register_tile_accumulates_on_the_stack_not_in_the_runtime_workspace(cpu):
+    """TVM allocates a "local" buffer inside a parallel loop from the workspace pool, once per tile
+    (an allocate and a free call: MobileNetV2's 112x112 1x1 conv over 16 channels ran 2.7x slower).
+    The tile's accumulator is a "global" buffer small enough for the stack, so LLVM keeps it in
+    registers and the built kernel calls no allocator; a short reduction never gets a tile too big
+    for the stack."""
+    from explorer.workload import load_kernel
+
+    from explorer.schedule.defaults.tiling import STACK_BYTES
+
+    kernel = load_kernel("conv2d_nhwc:N=1,C=16,H=112,W=112,K=96,R=1,S=1,stride=1,pad=0")
+    func, choice = default_schedule(kernel.func, cpu)
+    rows, vec = (int(n) for n in choice.steps[0].split("register tile ")[1].split()[0].split("x"))
+    assert rows * vec * 4 < STACK_BYTES, choice.steps
+    target = parse_target("cpu:skylake-avx512" if cpu is AVX512 else "cpu:x86-64-v3")
+    llvm_ir = tvm.tirx.build(tvm.IRModule({"main": func}), target=target.tvm()).inspect_source("ll")
+    assert "TVMBackendAllocWorkspace" not in llvm_ir

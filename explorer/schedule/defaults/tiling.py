@@ -4,11 +4,13 @@ dense, pooling, mean): a register tile like MultiLevelTiling's innermost level.
 The block's output is cut into tiles of ``rows x vec`` elements: ``vec`` (a multiple of the
 target's vector lanes) on the output's innermost axis, ``rows`` on the axis that the other operand
 varies with (the outer product of a micro-kernel: conv NHWC rows = output width, vec = output
-channels; matmul rows = M, vec = N). A tile accumulates in a local buffer that LLVM keeps in
-vector registers (``rows * vec / lanes`` of them, within the target's register budget), over all
-the reduction loops; the epilogue (bias, activation, residual add) is applied when the tile is
-written back, so the fused kernel reads and writes each element once. The loops above the tiles
-are fused into one parallel loop.
+channels; matmul rows = M, vec = N). A tile accumulates in a small buffer on the stack that LLVM
+keeps in vector registers (``rows * vec / lanes`` of them, within the target's register budget),
+over all the reduction loops. Its scope is "global", as in MetaSchedule's CPU tiling: TVM
+allocates a "local" buffer from the workspace pool, once per tile (see ``STACK_BYTES``). The
+epilogue (bias, activation, residual add) is applied when the tile is written back, so the fused
+kernel reads and writes each element once. The loops above the tiles are fused into one parallel
+loop.
 
 Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
 the outer tiles go along the rows first, or along the vector axis first when the weights are
@@ -48,6 +50,13 @@ PACK_MIN_BYTES = 64 * 1024
 # Ice Lake and later and Zen 5, more on Apple's cores): a tile whose column of weights is larger
 # reads them from L2 (see _cycles_per_fma).
 L1_BYTES = 32 * 1024
+# TVM keeps a "global" buffer below this size on the stack (``kMaxStackAlloca``); a larger one, or
+# one in any other scope, is allocated from the runtime's workspace pool inside the parallel loop,
+# once per tile: an allocate and a free call, about WORKSPACE_CYCLES together (measured on an AVX2
+# Zen 3: MobileNetV2's 112x112 1x1 conv, K = 16, 4x16 tiles in "local" scope 0.93 ms, in "global"
+# 0.35 ms, 62 ns per tile).
+STACK_BYTES = 1024
+WORKSPACE_CYCLES = 200
 
 
 class NotApplicable(Exception):
@@ -103,14 +112,18 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
     return out[-1] if out else None
 
 
-def _cycles_per_fma(rt: int, nv: int, column_bytes: int) -> float:
+def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 20, tile_bytes: int = 0) -> float:
     """A register tile's cost in cycles per vector multiply-add, from a simple machine: two FMAs
     and two loads per cycle (L1), and one vector per cycle from L2. A tile loads ``rt`` broadcasts
     and ``nv`` weight vectors for ``rt * nv`` multiply-adds; when its column of weights (all the
-    reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows."""
+    reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows.
+    An accumulator of ``tile_bytes`` too large for the stack costs a workspace allocation per tile,
+    spread over its ``reduction * rt * nv`` multiply-adds (it matters for short reductions: 1x1
+    convs over few channels, depthwise convs)."""
     l1 = (rt + nv) / (2 * rt * nv)
     l2 = 1 / rt if column_bytes > L1_BYTES else 0.0
-    return max(0.5, l1, l2)
+    alloc = WORKSPACE_CYCLES / (reduction * rt * nv) if tile_bytes >= STACK_BYTES else 0.0
+    return round(max(0.5, l1, l2) + alloc, 2)  # finer than a hundredth of a cycle: this model cannot tell
 
 
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
@@ -150,7 +163,7 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
                 continue
             tasks = rest * (ext_v // vt) * (ext_r // rt)
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
-            speed = 1 / _cycles_per_fma(rt, nv, reduction * vt * item)
+            speed = 1 / _cycles_per_fma(rt, nv, reduction * vt * item, reduction, rt * vt * item)
             options.append((enough, speed, rt * nv / (rt + nv), rt, vt))
     if not options:
         raise NotApplicable("no tile fits the registers")
@@ -235,7 +248,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     consumers = sch.get_consumers(block)
     pads = [p for p in sch.get_producers(block) if block_facts(sch, p).padding]
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
-    writeback = sch.cache_write(block, 0, "local")
+    writeback = sch.cache_write(block, 0, "global")  # on the stack, not the workspace (STACK_BYTES)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
         try:
             sch.reverse_compute_inline(consumer)
