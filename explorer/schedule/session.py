@@ -16,6 +16,7 @@ from tvm import s_tir
 from explorer.errors import short_tvm_message
 from explorer.schedule.lint import problems
 from explorer.schedule.primitives import apply_primitive, validate_args
+from explorer.schedule.step_notes import step_note
 from explorer.schedule.steps import ScheduleError, Step, StepsFileError
 
 
@@ -74,7 +75,7 @@ class ScheduleSession:
         self._schedules: list[s_tir.Schedule] = [s_tir.Schedule(func)]
         self._cursor = 0
         self.last_apply_seconds = 0.0
-        self.last_note = ""  # what the last step did besides the obvious (a split adding a predicate)
+        self.last_note = ""  # what the last step cost besides the obvious (explorer.schedule.step_notes)
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -125,7 +126,7 @@ class ScheduleSession:
         issues = problems(trial.mod["main"])
         if issues:
             raise ScheduleError(f"{step.describe()}: {issues[0]}")
-        self.last_note = _predicate_note(step, self.schedule.mod, trial.mod)
+        self.last_note = step_note(step, self.schedule.mod, trial.mod)
         del self._history[self._cursor:]
         del self._schedules[self._cursor + 1:]
         self._history.append(step)
@@ -168,18 +169,3 @@ class ScheduleSession:
         self._history.clear()
         del self._schedules[1:]
         self._cursor = 0
-
-
-def _predicate_note(step: Step, before: tvm.IRModule, after: tvm.IRModule) -> str:
-    """A note when a split's factors do not divide the loop: TVM then guards the extra iterations
-    with a predicate (``T.where``) in every block under the loop, which costs a compare per
-    iteration and can keep LLVM from vectorizing."""
-    if step.primitive != "split":
-        return ""
-    count = before.script().count("T.where(")
-    added = after.script().count("T.where(") - count
-    if added <= 0:
-        return ""
-    factors = [f for f in step.args.get("factors", []) if f]
-    return (f"the factors {factors} do not divide {step.args.get('loop')}'s extent: TVM added a predicate "
-            f"(T.where) to guard the extra iterations. Factors that divide the extent avoid it.")
