@@ -188,3 +188,14 @@ def test_a_register_tile_accumulates_on_the_stack_not_in_the_runtime_workspace(c
     target = parse_target("cpu:skylake-avx512" if cpu is AVX512 else "cpu:x86-64-v3")
     llvm_ir = tvm.tirx.build(tvm.IRModule({"main": func}), target=target.tvm()).inspect_source("ll")
     assert "TVMBackendAllocWorkspace" not in llvm_ir
+
+
+def test_long_reductions_keep_their_widest_tiles_whatever_the_allocation_costs():
+    """An AVX-512 tile of 16 vectors or more is allocated per tile (over 1 KB) but spreads that over
+    thousands of multiply-adds: ResNet's 3x3 conv and matmul 1024 keep the tiles they had."""
+    from explorer.workload import load_kernel
+
+    for spec, tile in (("conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1", "7x64"),
+                       ("matmul:M=1024,N=1024,K=1024", "4x64"), ("matmul:M=128,N=768,K=768", "4x64")):
+        _, choice = default_schedule(load_kernel(spec).func, AVX512)
+        assert f"register tile {tile} " in choice.steps[0], (spec, choice.steps)

@@ -273,6 +273,18 @@ def test_a_local_buffer_allocated_inside_a_loop_says_it_costs_a_workspace_call_p
         assert verified, why
 
 
+def test_a_note_that_cannot_be_worked_out_never_fails_a_step(monkeypatch):
+    from explorer.schedule import step_notes
+
+    def refuse(func):
+        raise RuntimeError("TVM refused the analysis")
+
+    monkeypatch.setattr(step_notes, "buffers_allocated_in_loops", refuse)
+    s = ScheduleSession(builtin_kernel("matmul", M=64, N=64, K=32).func)
+    s.apply(S("split", loop="C/j", factors=[None, 7]))
+    assert s.cursor == 1 and "do not divide" in s.last_note
+
+
 def test_code_views_show_the_vector_instructions_a_step_makes():
     from explorer.schedule.codegen import asm_stats, code_views
     from explorer.target import host_target, parse_target

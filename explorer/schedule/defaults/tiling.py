@@ -4,13 +4,13 @@ dense, pooling, mean): a register tile like MultiLevelTiling's innermost level.
 The block's output is cut into tiles of ``rows x vec`` elements: ``vec`` (a multiple of the
 target's vector lanes) on the output's innermost axis, ``rows`` on the axis that the other operand
 varies with (the outer product of a micro-kernel: conv NHWC rows = output width, vec = output
-channels; matmul rows = M, vec = N). A tile accumulates in a small buffer on the stack that LLVM
-keeps in vector registers (``rows * vec / lanes`` of them, within the target's register budget),
-over all the reduction loops. Its scope is "global", as in MetaSchedule's CPU tiling: TVM
-allocates a "local" buffer from the workspace pool, once per tile (see ``STACK_BYTES``). The
-epilogue (bias, activation, residual add) is applied when the tile is written back, so the fused
-kernel reads and writes each element once. The loops above the tiles are fused into one parallel
-loop.
+channels; matmul rows = M, vec = N). A tile accumulates in a small buffer that LLVM keeps in
+vector registers (``rows * vec / lanes`` of them, within the target's register budget), over all
+the reduction loops. Its scope is "global", as in MetaSchedule's CPU tiling, so that it sits on
+the stack: TVM allocates a "local" buffer, or a "global" one of ``STACK_BYTES`` or more (AVX-512's
+widest tiles), from the workspace pool, once per tile. The epilogue (bias, activation, residual
+add) is applied when the tile is written back, so the fused kernel reads and writes each element
+once. The loops above the tiles are fused into one parallel loop.
 
 Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
 the outer tiles go along the rows first, or along the vector axis first when the weights are
@@ -57,6 +57,7 @@ L1_BYTES = 32 * 1024
 # 0.35 ms, 62 ns per tile).
 STACK_BYTES = 1024
 WORKSPACE_CYCLES = 200
+ALLOC_SHARE = 0.05
 
 
 class NotApplicable(Exception):
@@ -118,12 +119,14 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
     and ``nv`` weight vectors for ``rt * nv`` multiply-adds; when its column of weights (all the
     reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows.
     An accumulator of ``tile_bytes`` too large for the stack costs a workspace allocation per tile,
-    spread over its ``reduction * rt * nv`` multiply-adds (it matters for short reductions: 1x1
-    convs over few channels, depthwise convs)."""
+    spread over its ``reduction * rt * nv`` multiply-adds; counted only from ``ALLOC_SHARE`` of the
+    tile's time up (short reductions: 1x1 convs over few channels on AVX-512), below which this
+    model cannot tell it from noise and the load counts decide as before."""
     l1 = (rt + nv) / (2 * rt * nv)
     l2 = 1 / rt if column_bytes > L1_BYTES else 0.0
+    cycles = max(0.5, l1, l2)
     alloc = WORKSPACE_CYCLES / (reduction * rt * nv) if tile_bytes >= STACK_BYTES else 0.0
-    return round(max(0.5, l1, l2) + alloc, 2)  # finer than a hundredth of a cycle: this model cannot tell
+    return cycles + alloc if alloc >= ALLOC_SHARE * cycles else cycles
 
 
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
