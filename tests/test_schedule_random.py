@@ -62,7 +62,7 @@ def _random_sequence(name: str, data) -> None:
 
 # The default suite draws the same examples every run (CI must not fail by chance); the slow one
 # explores (it found TVM's decompose_reduction running a reduction twice, now refused).
-FAST = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+FAST = settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 SLOW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
 

@@ -214,6 +214,7 @@ def test_a_model_kernel_that_packs_is_verified_whole_and_timed_without_the_packi
     assert result.status == "ok" and result.verified, result.error
 
 
+@pytest.mark.slow  # a whole search on a CNN task: ~30 s (make test-slow)
 def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(small_cnn, tmp_path):
     """The default candidate (its trace packs the weight) is measured, then evolved from: with
     TVM's layout_free_buffers on the task, MetaSchedule's RewriteLayout raised and ended the search."""
