@@ -73,6 +73,10 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @click.option("--microkernel", is_flag=True,
               help="Also tile fp32 matmul-like blocks around an FMA micro-kernel for the target's vector width "
                    "(tensorized; blocks it does not fit keep the default rules).")
+@click.option("--confirm-rounds", default=3, show_default=True, type=Count(0, 50),
+              help="After the search, each task's fastest schedules and its default are timed again in turns, "
+                   "this many rounds; an export applies the winner (0: no confirmation round; schedules an "
+                   "earlier search confirmed still come first).")
 @target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
                          "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
@@ -84,7 +88,7 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @fail_cleanly
 def tune(workload: str, trials: int | None, minutes: float | None, per_batch: int, population: int, generations: int,
          mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, microkernel: bool,
-         target_spec: str,
+         confirm_rounds: int, target_spec: str,
          shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, background: bool,
          as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
@@ -104,7 +108,8 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
         trials = UNLIMITED_TRIALS if minutes else 64
     params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
                           mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model,
-                          timeout_s=timeout_s, minutes=minutes or 0.0, microkernel=microkernel)
+                          timeout_s=timeout_s, minutes=minutes or 0.0, microkernel=microkernel,
+                          confirm_rounds=confirm_rounds)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
                    rpc_key=rpc_key)
     stop = StopRequest()
@@ -168,6 +173,18 @@ def _print_summary(summary) -> None:
         click.echo(f"  not verified: {task}: {why[:200]}")
     for task, gflops in sorted(summary.best.items()):
         click.echo(f"  {task:<48} best {gflops:8.1f} GFLOPS")
+    if summary.confirmed:
+        overturned = [c for c in summary.confirmed if c["overturned"]]
+        click.echo(f"confirmation round ({summary.confirm_s:.0f} s): the fastest schedules of {len(summary.confirmed)} "
+                   f"task(s) timed again in turns, with the default; the search's first lost for {len(overturned)}"
+                   + (" (an export applies the confirmed first):" if overturned else ""))
+        for c in overturned:
+            click.echo(f"  {c['task']:<48} {c['before_source']} {c['before_s'] * 1e3:.3f} ms in the search -> "
+                       f"{c['after_source']} {c['after_s'] * 1e3:.3f} ms")
+    if summary.unconfirmed:
+        why = next(iter(summary.unconfirmed.values()))
+        click.echo(f"  {len(summary.unconfirmed)} task(s) not confirmed (e.g. {why}); the same command again "
+                   f"confirms them")
 
 
 @click.group(invoke_without_command=True)

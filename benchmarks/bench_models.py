@@ -3,8 +3,8 @@
 Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one run:
   - ``tvm default``: exported with no records (every kernel on the default CPU schedule);
   - ``tvm tuned``: after ``--minutes`` of search on the model's tasks (``search.tune.tune`` with
-    its time budget, into a throw-away database); each task keeps the better of its best record
-    and its default schedule (both measured on this machine in this run);
+    its time budget, into a throw-away database), as an export applies it: per task the first of
+    the search's confirmation round (its best schedules and its default timed again in turns);
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
 and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,32 +47,6 @@ def machine() -> dict:
             "target": target.label, "vector_width": target.vector_width}
 
 
-def task_defaults(tasks, target) -> dict[str, float]:
-    """Each task's default schedule, timed here (median of a few runs) as an export runs it and a
-    search times its candidates: weights already in the layout the schedule reads (the export packs
-    them at build time). Seconds by task name."""
-    import numpy as np
-    import tvm
-    from explorer.measure.run import without_layout_rewrites
-    from explorer.schedule.defaults import CpuSpec, default_schedule
-    from explorer.workload import owned_task_module
-
-    cpu = CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
-                     cores=target.config.get("num-cores"))
-    dev, rng, seconds = tvm.cpu(), np.random.default_rng(0), {}
-    for task in tasks:
-        scheduled = owned_task_module(default_schedule(task.mod["main"], cpu)[0])
-        mod = without_layout_rewrites(scheduled) or scheduled
-        func = mod["main"]
-        lib = tvm.compile(mod, target=target.tvm()).jit()
-        args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
-                                   if "float" in str(p.dtype) else np.zeros([int(d) for d in p.shape], str(p.dtype)),
-                                   dev) for p in func.params]
-        evaluator = lib.time_evaluator("main", dev, number=3, repeat=5)
-        seconds[task.name] = float(statistics.median(evaluator(*args).results))
-    return seconds
-
-
 def search(tasks, minutes: float, db: Path, name: str):
     """``minutes`` of search on ``tasks`` into the database at ``db``; the summary."""
     from search.params import SearchParams
@@ -85,13 +58,15 @@ def search(tasks, minutes: float, db: Path, name: str):
                     source_name=name)
 
 
-def tuned_schedules(tasks, db: Path, defaults: dict[str, float], target) -> tuple[dict, int]:
-    """The best record per task, where it beats the task's default: (schedules, records dropped)."""
+def tuned_schedules(tasks, db: Path, target) -> tuple[dict, int]:
+    """Per task, what an export applies after the search: the first of its confirmation round (the
+    best schedules and the default timed again in turns); tasks where the default won keep the
+    default schedule. (schedules, tasks left on the default)."""
     from export.choose import best_schedules
 
     best = best_schedules(db, tasks, target)[0]
-    kept = {n: s for n, s in best.items() if s.median_s is not None and s.median_s < defaults.get(n, float("inf"))}
-    return kept, len(best) - len(kept)
+    kept = {n: s for n, s in best.items() if s.source != "default"}
+    return kept, len(tasks) - len(kept)
 
 
 def bundle(workload, target, folder: Path, schedules) -> Path:
@@ -125,12 +100,14 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     result["default_export_s"] = round(time.perf_counter() - start, 1)
     schedules, dropped = {}, 0
     if opts.minutes > 0:
-        defaults = task_defaults(tasks, target)
         db = tmp / f"{model}.db"
         summary = search(tasks, opts.minutes, db, model)
-        schedules, dropped = tuned_schedules(tasks, db, defaults, target)
+        schedules, on_default = tuned_schedules(tasks, db, target)
         result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
-                            "records_used": len(schedules), "records_slower_than_default": dropped}
+                            "records_used": len(schedules), "tasks_on_default": on_default,
+                            "confirmed": len(summary.confirmed),
+                            "overturned": sum(c["overturned"] for c in summary.confirmed),
+                            "confirm_s": round(summary.confirm_s, 1)}
     tuned_dir = bundle(workload, target, tmp / f"{model}-tuned", schedules) if schedules else None
     run = {"threads": opts.threads, "runs": opts.runs, "budget_s": opts.budget}
     contenders = {"tvm default": lambda: bundle_row(default_dir, "tvm default", **run)[0],
@@ -187,8 +164,10 @@ def show_model(r: dict) -> None:
     out(f"\n{r['model']}: {r['tasks']} kernels; default export + verify {r['default_export_s']} s")
     if "search" in r:
         s = r["search"]
-        out(f"  search: {s['minutes']} min, {s['trials']} trials in {s['seconds']} s; {s['records_used']} records "
-            f"used, {s['records_slower_than_default']} slower than the default schedule left out")
+        out(f"  search: {s['minutes']} min, {s['trials']} trials in {s['seconds']} s; confirmation round "
+            f"({s['confirm_s']} s): {s['confirmed']} tasks' best timed again in turns with the default, the "
+            f"search's first lost for {s['overturned']}; {s['records_used']} records used, {s['tasks_on_default']} "
+            f"tasks on the default schedule")
     for name, ms in r["median_ms"].items():
         out(f"  {name:<24} {ms:9.2f} ms")
     for name, ratio in r["ratios"].items():

@@ -1,6 +1,12 @@
 """Records for an export: per task of the workload, the store's records for the export's target
-(and machine), fastest first, turned into the plain :class:`export.TaskSchedule` the
-export takes (the export room reads the store; explorer never does).
+(and machine), turned into the plain :class:`export.TaskSchedule` the export takes (the export
+room reads the store; explorer never does).
+
+How they rank: one record per schedule, its newest (a schedule timed again stands at its new
+time); the schedules a search's confirmation round timed in turns with the default come first
+(see :mod:`search.confirm_round`), then the others; fastest first within each. The best is the
+first: after a search, the winner of its confirmation (the default schedule's record when the
+default won, which applies the same schedule as no record).
 
 Which machine's records count: exporting for the host CPU takes records measured on this machine
 (its hardware fingerprint); a named CPU or a GPU takes records from any machine, since none of
@@ -25,7 +31,8 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class TaskChoice:
-    """A task and the records that could schedule it, fastest first (empty: default schedule)."""
+    """A task and the records that could schedule it, best first (see the module docstring; empty:
+    default schedule)."""
 
     task: Task
     candidates: tuple[Record, ...] = ()
@@ -73,7 +80,8 @@ def _usable(r: Record) -> bool:
 
 def task_choices(store: Store | None, tasks: list[Task], target: Target, *, hardware: str | None = AUTO,
                  limit: int = 10) -> list[TaskChoice]:
-    """Per task, up to ``limit`` rankable records with a trace or steps for ``target``, fastest first."""
+    """Per task, up to ``limit`` rankable records with a trace or steps for ``target``, one per
+    schedule (its newest), fastest first; schedules a search's confirmation round timed come first."""
     if store is None:
         return [TaskChoice(t) for t in tasks]
     machine = hardware_for(target, hardware)
@@ -82,13 +90,16 @@ def task_choices(store: Store | None, tasks: list[Task], target: Target, *, hard
     seen: dict[str, tuple[Record, ...]] = {}
     for task in tasks:
         if task.key not in seen:
-            found = store.records(workload=task.key, target=exact, hardware=machine, rankable=True, order="median",
-                                  limit=limit * 4)
+            # each schedule at its newest time; those a search's confirmation round timed in turns
+            # with the default first (see search.confirm_round)
+            found = store.schedules(workload=task.key, target=exact, hardware=machine, limit=limit * 4,
+                                    confirmed_first=True)
             if target.kind == "cuda":  # GPU records may carry extra target keys: match kind and arch
-                found += store.records(workload=task.key, target="cuda", hardware=machine, rankable=True,
-                                       order="median", limit=limit * 4)
+                found += store.schedules(workload=task.key, target="cuda", hardware=machine, limit=limit * 4,
+                                         confirmed_first=True)
             unique = {r.id: r for r in found if _usable(r) and target.accepts(r.target)}
-            seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (r.median_s or float("inf"), r.id))[:limit])
+            seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (
+                "confirmation" not in (r.environment or {}), r.median_s or float("inf"), r.id))[:limit])
         others = () if seen[task.key] else _other_shapes(store, task)
         out.append(TaskChoice(task, seen[task.key], others))
     return out

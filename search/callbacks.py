@@ -94,7 +94,7 @@ class SearchState:
         self.stop.request(FAILED)
 
 
-def _remove_artifact(path) -> None:
+def remove_artifact(path) -> None:
     """What MetaSchedule's RemoveBuildArtifact does (its folder under the search's work folder)."""
     if path and os.path.dirname(str(path)) and os.path.isdir(os.path.dirname(str(path))):
         shutil.rmtree(os.path.dirname(str(path)), ignore_errors=True)
@@ -136,7 +136,7 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
             cached += 1
             continue
         if c.artifact:
-            _remove_artifact(c.artifact)
+            remove_artifact(c.artifact)
         if state.stop.hard and c.status == INFRA_ERROR:  # abandoned by an urgent stop: never measured
             continue
         records.append(candidate_record(

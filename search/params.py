@@ -30,6 +30,9 @@ class SearchParams:
     # also tile fp32 blocks around an FMA micro-kernel for the target's vector width
     # (explorer.schedule.microkernel); blocks it cannot tensorize keep the default rules
     microkernel: bool = False
+    # after the search, each task's best schedules and its default timed again in turns, this many
+    # rounds (search.confirm_round): what an export applies is decided there (0: not confirmed)
+    confirm_rounds: int = 3
 
     def __post_init__(self) -> None:
         checks = [
@@ -43,6 +46,7 @@ class SearchParams:
             (self.cost_model in ("xgb", "random"), f"cost_model must be xgb or random, got {self.cost_model!r}"),
             (self.task_scheduler in ("gradient", "round-robin"),
              f"task_scheduler must be gradient or round-robin, got {self.task_scheduler!r}"),
+            (0 <= self.confirm_rounds <= 50, f"confirm_rounds must be in [0, 50], got {self.confirm_rounds}"),
             (self.timeout_s > 0, f"timeout_s must be positive, got {self.timeout_s}"),
             (self.timeout_s <= 24 * 3600, f"timeout_s must be at most a day (86400), got {self.timeout_s}"),
             (0 <= self.minutes <= 7 * 24 * 60, f"minutes must be in [0, 10080] (a week), got {self.minutes}"),

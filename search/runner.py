@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from explorer.measure.lock import measuring
@@ -45,6 +46,15 @@ class RpcSpec:
 
 # How each candidate is timed: MetaSchedule's local-runner defaults (no cache flush).
 EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 40}
+
+# How the confirmation round (search.confirm_round) times a schedule on a CPU: as a model runs it,
+# its weights and output out of the cache (TVM's cache_flush_cpu_non_first_arg before each run:
+# every argument but the first, the input the previous kernel just wrote), one run per repeat.
+# Timed warm, a schedule that reads a large weight in its original layout wins while the weight
+# stays in the cache and loses in the model: ResNet-18's 7x7x512 conv, a search record 3.75 ms
+# warm and 6.00 ms cold, its default (weights packed in panels) 4.63 and 4.57 ms (AVX2, 2 cores).
+CACHE_FLUSH = "cache_flush_cpu_non_first_arg"
+COLD_EVALUATOR = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "f_preproc": CACHE_FLUSH}
 
 
 # A candidate whose first (verification) run is this many times slower than its task's best
@@ -130,6 +140,19 @@ class PoolRunner(CandidateRunner):
             granted = self.claims.claim(task, [candidates[i].hash for i in indices], ttl_s=ttl)
             everyone -= {i for i in indices if candidates[i].hash not in granted}
         return everyone
+
+    @contextmanager
+    def confirming(self):
+        """Within the block, candidates are timed as the confirmation round times them: cold
+        (:data:`COLD_EVALUATOR`), never cut short by an early verdict, and without claims (it
+        times candidates this database has measured already: claims would refuse them). Runs
+        still take the measuring lock."""
+        saved = self.claims, self.evaluator, self.reject_factor
+        self.claims, self.evaluator, self.reject_factor = None, dict(COLD_EVALUATOR), None
+        try:
+            yield self
+        finally:
+            self.claims, self.evaluator, self.reject_factor = saved
 
     def close(self) -> None:
         """Release the threads remote measurements used (the pool belongs to the caller)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, replace
 
 from explorer.environment import current_environment, hardware_fingerprint
@@ -61,6 +62,9 @@ class TuneSummary:
     failures: dict = field(default_factory=dict)  # outcome -> failed candidates
     reasons: dict = field(default_factory=dict)  # outcome -> one message of that kind
     stopped: str = ""  # why the search ended before its budget: interrupted, terminated, time budget
+    confirmed: list = field(default_factory=list)  # per task re-timed: search.confirm_round.Confirmation dicts
+    unconfirmed: dict = field(default_factory=dict)  # task -> why its confirmation was not made
+    confirm_s: float = 0.0  # seconds the confirmation round took (part of the budget)
 
     @property
     def problem(self) -> str:
@@ -95,19 +99,20 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
     own_signals = stop is None
     stop = stop or StopRequest()
     budget = params.minutes if minutes is None else minutes
-    if budget:
-        stop.set_minutes(budget)
+    deadline = time.monotonic() + budget * 60 if budget else None  # the confirmation round's, the budget's end
+    if budget:  # the search stops early enough to leave the confirmation round its share
+        stop.set_minutes(budget - _confirm_reserve_s(budget, len(tasks), params) / 60)
+    kwargs = dict(store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
+                  source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop, deadline=deadline)
     if not own_signals:
-        return _tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
-                     source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop)
+        return _tune(tasks, **kwargs)
     with signals_stop(stop):
-        return _tune(tasks, store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
-                     source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop)
+        return _tune(tasks, **kwargs)
 
 
 def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None,
           job_id: int | None, on_batch, source_name: str, shapes: str | None, builder, runner,
-          stop: StopRequest) -> TuneSummary:
+          stop: StopRequest, deadline: float | None) -> TuneSummary:
     from tvm.s_tir import meta_schedule as ms
 
     from search.errors import SearchError
@@ -167,6 +172,14 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
             measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
         _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
                     space=space, work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
+        if params.confirm_rounds and state.failure is None and not (stop.interrupted or stop.signals or stop.hard):
+            from search.confirm_round import confirm_bests
+
+            started = state.elapsed()
+            confirmed, state.summary.unconfirmed = confirm_bests(state, tgt, builder, inner_runner,
+                                                                 rounds=params.confirm_rounds, deadline=deadline)
+            state.summary.confirmed = [c.to_dict() for c in confirmed]
+            state.summary.confirm_s = state.elapsed() - started
         if isinstance(inner_runner, PoolRunner):
             state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(inner_runner.references)
                                         if r.done and r.path is None}
@@ -184,6 +197,18 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         raise _failure(state) from state.failure
     state.summary.stopped = stop.reason if stop.should_stop() and state.summary.trials < params.trials else ""
     return state.summary
+
+
+# Seconds of a time budget kept for the confirmation round, per task (a pass of 4 schedules, 3
+# rounds, builds included: 3-5 s on 2 cores), and at most this share of the budget.
+CONFIRM_S_PER_TASK = 5.0
+CONFIRM_SHARE = 0.1
+
+
+def _confirm_reserve_s(minutes: float, tasks: int, params: SearchParams) -> float:
+    if not params.confirm_rounds:
+        return 0.0
+    return min(CONFIRM_SHARE * minutes * 60, CONFIRM_S_PER_TASK * tasks)
 
 
 def _failure(state: SearchState) -> Exception:

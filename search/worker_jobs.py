@@ -122,7 +122,8 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
             check_path: str | None = None, reference_specs: ArgSpecs | None = None) -> dict:
     """Load a built candidate (here, or on a device of the RPC tracker ``rpc``: host, port,
     key), check its outputs against the reference (when there is one), then time it as
-    MetaSchedule's runners do. ``specs`` are the timed kernel's arguments; when a schedule
+    MetaSchedule's runners do (``evaluator``: ``number``, ``repeat``, ``min_repeat_ms``, and on a
+    CPU an optional ``f_preproc`` run before each repeat: the confirmation round's cache flush). ``specs`` are the timed kernel's arguments; when a schedule
     rewrote a weight's layout, ``check_path`` is the kernel that still takes the task's
     arguments (``reference_specs``) and is what runs on the reference. A candidate whose first
     run already took longer than ``reject_above_s`` keeps that one run as its time (``"early":
@@ -166,7 +167,8 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
             once = _run_once(rt_mod, dev, args)
         if once > reject_above_s:
             return {"secs": [once], "max_error": max_error, "early": True}
+    flush = evaluator.get("f_preproc", "") if device == "cpu" else ""  # a cache flush is a CPU's
     timer = rt_mod.time_evaluator(rt_mod.entry_name, dev, number=evaluator["number"], repeat=evaluator["repeat"],
-                                  min_repeat_ms=evaluator["min_repeat_ms"])
+                                  min_repeat_ms=evaluator["min_repeat_ms"], f_preproc=flush)
     dev.sync()
     return {"secs": [float(x) for x in timer(*args).results], "max_error": max_error, "early": False}

@@ -234,6 +234,13 @@ class Store:
             clause, params = queries.where(db, **filters)
             return queries.select_records(db, clause, params, order=order, limit=limit, offset=offset)
 
+    def schedules(self, *, limit: int | None = None, confirmed_first: bool = False, **filters) -> list[Record]:
+        """One record per schedule among the rankable records matching the filters (as
+        :meth:`records`): each schedule's newest, fastest first; with ``confirmed_first``, the
+        schedules a search's confirmation round timed last come first (what an export ranks)."""
+        with self._read() as db:
+            return queries.newest_per_schedule(db, limit=limit, confirmed_first=confirmed_first, **filters)
+
     def count(self, **filters) -> int:
         with self._read() as db:
             clause, params = queries.where(db, **filters)

@@ -174,6 +174,25 @@ def best(db: sqlite_utils.Database, *, top: int | None = None, per_source: bool 
     return [row_record(row) for row in db.query(sql, params)]
 
 
+def newest_per_schedule(db: sqlite_utils.Database, *, limit: int | None = None, confirmed_first: bool = False,
+                        **filters) -> list[Record]:
+    """Records matching ``filters``, one per schedule (per workload, target and machine): its newest
+    record, when that one ranks; fastest first. A schedule is its search candidate's structural
+    hash, else its trace and steps. A schedule timed again (a search's confirmation round) ranks by
+    that newer time, not by the luckiest of its timings. ``confirmed_first``: schedules whose newest
+    record is a confirmation's (``environment.confirmation``) come before all others."""
+    clause, params = where(db, **filters)
+    # the newest attempt of each schedule decides (an infrastructure failure is not the schedule's):
+    # one that failed its confirmation (wrong result, crash) no longer ranks at its older time
+    inner = (f"SELECT MAX(id) FROM records WHERE {clause} AND status != '{Outcome.INFRA_ERROR.value}' "
+             "GROUP BY workload_key, target, hardware, COALESCE(candidate, COALESCE(trace, '') || steps)")
+    order = ("json_extract(environment, '$.confirmation') IS NULL, " if confirmed_first else "") + ORDERS["median"]
+    sql = f"SELECT * FROM records WHERE id IN ({inner}) AND {RANKABLE} ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {row_count('limit', limit)}"
+    return [row_record(row) for row in db.query(sql, params)]
+
+
 def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hardware: str | None, k: int, *,
           with_trace: bool = False, rank: str = "median") -> list[Record]:
     """The ``k`` fastest rankable records of one workload (exact key) for a target and machine
@@ -200,5 +219,5 @@ def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hard
     return [row_record(row) for row in db.query(sql, params)]
 
 
-__all__ = ["MAX_ROWS", "ORDERS", "RANKS", "best", "record_row", "record_status", "resolve_workloads", "row_count",
+__all__ = ["MAX_ROWS", "ORDERS", "RANKS", "best", "newest_per_schedule", "record_row", "record_status", "resolve_workloads", "row_count",
            "row_record", "row_workload", "select_records", "top_k", "where", "workload_row"]

@@ -58,3 +58,25 @@ class FakeRunner(ms.runner.PyRunner):
             else:
                 out.append(_Done(ms.runner.RunnerResult([1e-4 * (1 + int(h) % 997 / 100.0)], None)))
         return out
+
+
+@derived_object
+class LuckyRunner(ms.runner.PyRunner):
+    """The winner's curse on demand: the first candidate it runs (a search's default schedule)
+    always takes ``default_s``; every other one is timed ``lucky_s`` the first time it runs and
+    ``true_s`` afterwards (a lucky single timing, then what it really takes)."""
+
+    def __init__(self, default_s: float = 1e-4, lucky_s: float = 5e-5, true_s: float = 2e-4) -> None:
+        super().__init__()
+        self.default_s, self.lucky_s, self.true_s = default_s, lucky_s, true_s
+        self.ran: list[str] = []
+
+    def run(self, runner_inputs):
+        out = []
+        for inp in runner_inputs:
+            h = str(inp.artifact_path).split(":", 1)[1]
+            first = self.ran[0] if self.ran else h
+            secs = self.default_s if h == first else self.true_s if h in self.ran else self.lucky_s
+            self.ran.append(h)
+            out.append(_Done(ms.runner.RunnerResult([secs], None)))
+        return out

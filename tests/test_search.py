@@ -22,7 +22,8 @@ from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
-FAST = dict(population=32, generations=1, init_min_unmeasured=8)
+# the confirmation round is tested on its own (it adds records of schedules measured before)
+FAST = dict(population=32, generations=1, init_min_unmeasured=8, confirm_rounds=0)
 
 
 def test_sketches_show_open_decisions_and_sample_valid_schedules():
@@ -146,3 +147,105 @@ def test_the_default_schedule_is_measured_first_and_export_takes_the_faster(tmp_
     again = tune([kernel_task(k)], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=8,
                  cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
     assert again.cached >= 1 and sum(r.source == "default" for r in store.records()) == 1  # measured once
+
+
+def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to_the_default(tmp_path):
+    """Every search candidate is timed once; the confirmation round times each task's fastest
+    schedules and its default again, in turns, and the export applies the first of that: a record
+    that was fast only the first time (LuckyRunner) no longer beats the default."""
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.choose import best_schedules
+    from tests.fake_measure import LuckyRunner
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    task = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
+    params = dict(trials=8, per_batch=8, cost_model="random", **FAST)
+    unconfirmed = Store(tmp_path / "u.db")
+    tune([kernel_task(k)], store=unconfirmed, target=host_target(), builder=FakeBuilder(), runner=LuckyRunner(),
+         params=SearchParams(**params))
+    best = best_schedules(unconfirmed, [task], parse_target("cpu"))[0][task.name]
+    assert best.source == "search" and best.median_s == pytest.approx(5e-5)  # the lucky one ships
+
+    store, runner = Store(tmp_path / "c.db"), LuckyRunner()
+    summary = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=runner,
+                   params=SearchParams(**{**params, "confirm_rounds": 3}))
+    (confirmation,) = summary.confirmed
+    assert confirmation["overturned"] and confirmation["before_source"] == "search"
+    assert confirmation["after_source"] == "default" and confirmation["after_s"] == pytest.approx(1e-4)
+    best = best_schedules(store, [task], parse_target("cpu"))[0][task.name]
+    assert best.source == "default" and best.median_s == pytest.approx(1e-4)
+    confirmed = [r for r in store.records(order="id") if "confirmation" in r.environment]
+    assert all(len(r.latencies) == 3 and r.environment["confirmation"]["rounds"] == 3 for r in confirmed)
+    # a pass times the three fastest schedules and the default, three rounds in turns; while the
+    # fastest time left is a single timing (here: every lucky one), the next ones get a pass
+    searched = [r for r in store.records() if "confirmation" not in r.environment]
+    timed = runner.ran[len(searched):len(searched) + 12]  # the first pass, after the search's runs
+    assert timed[:4] == timed[4:8] == timed[8:] and len(set(timed[:4])) == 4
+    assert {r.candidate for r in confirmed} == {r.candidate for r in searched}  # every lucky one, in 3 passes
+    assert sum(r.source == "default" for r in confirmed) == 3  # the default in every pass
+    assert summary.trials == 8 and confirmation["timed"] == len(confirmed)  # the confirmation is not a trial
+    # a second search: its new single timings (lucky again) are confirmed against the choice so far
+    again = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=runner,
+                 params=SearchParams(**{**params, "confirm_rounds": 3, "trials": 4}))
+    assert [c["after_source"] for c in again.confirmed] == ["default"] and not again.unconfirmed
+    assert best_schedules(store, [task], parse_target("cpu"))[0][task.name].source == "default"
+
+
+def test_a_schedule_that_fails_its_confirmation_no_longer_ranks(tmp_path):
+    """A re-run that computes something else (or crashes) is recorded as that failure: the
+    schedule's older, faster record no longer ranks, and the export takes the default."""
+    from explorer.target import parse_target
+    from explorer.workload import load_workload
+    from export.choose import best_schedules
+    from tests.fake_measure import LuckyRunner
+
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from tests.fake_measure import _Done
+
+    class FailsAgain(LuckyRunner):
+        def run(self, runner_inputs):
+            results = super().run(runner_inputs)
+            h = str(runner_inputs[0].artifact_path).split(":", 1)[1]
+            if self.ran.count(h) > 1 and h != self.ran[0]:  # a search schedule's second run
+                return [_Done(RunnerResult(None, "run failed: the output differs"))]
+            return results
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    task = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
+    store = Store(tmp_path / "f.db")
+    summary = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=FailsAgain(),
+                   params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}))
+    failed = [r for r in store.records() if "confirmation" in r.environment and r.status != "ok"]
+    assert failed and all(r.source == "search" and r.error for r in failed)
+    assert summary.confirmed[0]["after_source"] == "default"
+    assert best_schedules(store, [task], parse_target("cpu"))[0][task.name].source == "default"
+    ranked = store.schedules(workload=task.key)
+    assert {r.candidate for r in ranked} & {r.candidate for r in failed} == set()  # gone from the ranking
+
+
+def test_the_confirmation_round_ends_at_the_deadline_and_says_which_tasks_it_left(tmp_path):
+    import time
+
+    from search.callbacks import SearchState
+    from search.confirm_round import confirm_bests
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    task = kernel_task(k)
+    store = Store(tmp_path / "t.db")
+    tune([task], store=store, target=host_target(), builder=FakeBuilder(), runner=FakeRunner(),
+         params=SearchParams(trials=4, per_batch=4, cost_model="random", **FAST))
+    state = SearchState(store=store, tasks=[task], target_key=store.records()[0].target,
+                        hardware=store.records()[0].hardware, job_id=None, total_trials=0, environment={})
+    done, left = confirm_bests(state, None, FakeBuilder(), FakeRunner(), rounds=3, deadline=time.monotonic() - 1)
+    assert done == [] and "time budget" in left[task.name]
+    assert not any("confirmation" in r.environment for r in store.records())
+
+
+def test_a_time_budget_keeps_a_share_for_the_confirmation_round():
+    from search.tune import CONFIRM_S_PER_TASK, _confirm_reserve_s
+
+    assert _confirm_reserve_s(60, 20, SearchParams()) == 20 * CONFIRM_S_PER_TASK  # an hour, ResNet-18
+    assert _confirm_reserve_s(0.1, 1, SearchParams()) == pytest.approx(0.6)  # at most a tenth of the budget
+    assert _confirm_reserve_s(60, 20, SearchParams(confirm_rounds=0)) == 0

@@ -104,7 +104,8 @@ def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(l
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err.decode()[-2000:]
     summaries = [json.loads(out[out.index(b"{"):]) for out, _ in outs]
-    records = Store(db).records()
+    every = Store(db).records()
+    records = [r for r in every if "confirmation" not in r.environment]  # what the searches measured
     measured = Counter(r.candidate for r in records if r.status != "infra_error")
     assert [h for h, n in measured.items() if n > 1] == []  # 0 candidates measured twice
     # both draw the same seeded candidates: what one has claimed the other skips, so under load a
@@ -112,5 +113,5 @@ def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(l
     assert sum(s["trials"] for s in summaries) == len(records) and 8 - 4 < len(records) <= 8
     assert all(s["trials"] > 0 for s in summaries)
     timed = _intervals(lock_env / "timing.log")
-    assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= len(records)
-    assert _overlaps(timed) == []  # no two timed runs at the same moment
+    assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= len(every)
+    assert _overlaps(timed) == []  # no two timed runs at the same moment, confirmation rounds included

@@ -102,6 +102,26 @@ def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
     assert "(3, 5)" in bad["verify_failed"] and "secs" not in bad
 
 
+def test_the_confirmation_round_times_cold_with_tvms_own_cache_flush(tmp_path):
+    """The confirmation's evaluator flushes every argument but the input before each single run
+    (TVM's function, looked up by name: a rename would make every confirmation fail), one time per
+    repeat; the runner uses it only inside ``confirming()``, without claims or early verdicts."""
+    import tvm
+
+    from search.runner import CACHE_FLUSH, COLD_EVALUATOR, EVALUATOR, PoolRunner
+
+    assert COLD_EVALUATOR["f_preproc"] == CACHE_FLUSH and COLD_EVALUATOR["number"] == 1
+    assert tvm.get_global_func(CACHE_FLUSH, allow_missing=True) is not None
+    mod, artifact, ref = _built_matmul(tmp_path)
+    timed = worker_jobs.measure(artifact, _arg_specs(mod), COLD_EVALUATOR, ref)
+    assert len(timed["secs"]) == COLD_EVALUATOR["repeat"] and all(t > 0 for t in timed["secs"]), timed
+    runner = PoolRunner.__new__(PoolRunner)  # (the attributes confirming() swaps, no pool needed)
+    runner.claims, runner.evaluator, runner.reject_factor = "claims", dict(EVALUATOR), 10.0
+    with runner.confirming():
+        assert (runner.claims, runner.evaluator, runner.reject_factor) == (None, COLD_EVALUATOR, None)
+    assert (runner.claims, runner.evaluator, runner.reject_factor) == ("claims", EVALUATOR, 10.0)
+
+
 def test_a_schedule_that_drops_the_reduction_init_fails_verification(tmp_path):
     """Outputs start from random values, in the reference and in the candidate alike: a kernel
     that accumulates onto whatever its output held is caught (with zeros it would pass)."""
@@ -136,9 +156,14 @@ def test_real_search_verifies_every_candidate_and_records_wrong_ones_as_failed(t
     params = SearchParams(trials=8, per_batch=8, cost_model="random", **FAST)
     good = Store(tmp_path / "good.db")
     summary = tune([kernel_task(k)], store=good, target=host_target(), params=params)
-    records = good.records()
+    records = [r for r in good.records() if "confirmation" not in r.environment]
     assert summary.measured == 8 and len(records) == 8
     assert all(r.status == "ok" and r.verified is True and r.max_error is not None for r in records)
+    # the confirmation round timed the best ones again, through the same verifying runner
+    confirmed = [r for r in good.records() if "confirmation" in r.environment]
+    assert summary.confirmed and len(confirmed) == summary.confirmed[0]["timed"] >= 2
+    assert all(r.status == "ok" and r.verified is True and len(r.latencies) == params.confirm_rounds
+               and r.environment["confirmation"]["timing"].startswith("cold") for r in confirmed)
 
     monkeypatch.setattr(worker_jobs, "reference", wrong_reference)  # the runner looks it up at call time
     bad = Store(tmp_path / "bad.db")
@@ -163,7 +188,7 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
                    params=SearchParams(trials=16, per_batch=8, cost_model="random", **FAST))
     records = store.records()
     assert any("TransformLayout" in json.dumps(r.trace) for r in records)  # the weight layout was rewritten
-    assert summary.measured == 16 and len(records) == 16
+    assert summary.measured == 16 and len(records) == 16 + summary.confirmed[0]["timed"]  # (timed again after)
     assert all(r.status == "ok" and r.verified is True for r in records), {r.error for r in records}
 
 
