@@ -34,7 +34,9 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     target = parse_target(target_spec)
     target.require_runnable("profile")
     workload = load_workload(model, shapes)
-    schedules, _ = _schedules(db, no_db, workload, target, None)
+    schedules, choices = _schedules(db, no_db, workload, target, None)
+    # tasks whose default schedule won a search (its record is the best): tuning them again is no advice
+    searched = {c.task.name for c in choices if c.best is not None}
     with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
         peak = calibration().peak_gflops
         bar.update(1)
@@ -58,7 +60,7 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:
             click.echo(f"{n.seconds * 1e3:9.3f} ms  {n.op_type:<14} {n.node}")
-    hot = [k for k in result.top(3) if k.schedule != "record"]
+    hot = [k for k in result.top(3) if k.schedule != "record" and k.task not in searched]
     if hot:
         click.echo("tune the hottest kernels that have no record:")
         for k in hot:

@@ -179,12 +179,12 @@ def _print_summary(summary) -> None:
                    f"task(s) timed again in turns, with the default; the search's first lost for {len(overturned)}"
                    + (" (an export applies the confirmed first):" if overturned else ""))
         for c in overturned:
-            click.echo(f"  {c['task']:<48} {c['before_source']} {c['before_s'] * 1e3:.3f} ms in the search -> "
-                       f"{c['after_source']} {c['after_s'] * 1e3:.3f} ms")
+            click.echo(f"  {c['task']:<48} {c['before_source']} {c['before_s'] * 1e3:.3f} ms in the search (warm) -> "
+                       f"{c['after_source']} {c['after_s'] * 1e3:.3f} ms (cold, in turns)")
     if summary.unconfirmed:
         why = next(iter(summary.unconfirmed.values()))
-        click.echo(f"  {len(summary.unconfirmed)} task(s) not confirmed (e.g. {why}); the same command again "
-                   f"confirms them")
+        click.echo(f"{len(summary.unconfirmed)} task(s) not confirmed ({why}): the same command again confirms "
+                   f"them, and an export uses their search timings meanwhile")
 
 
 @click.group(invoke_without_command=True)

@@ -65,7 +65,7 @@ def coverage_warning(outcomes: list[TaskOutcome], default_schedule: str) -> str:
     named = ", ".join(f"{o.task.name} ({o.share:.1%})" for o in default[:8])
     more = f" and {len(default) - 8} more" if len(default) > 8 else ""
     return (f"{len(default)} of {len(outcomes)} kernels ({share:.1%} of the FLOPs) have no record for this target "
-            f"and use {what}: {named}{more}")
+            f"(or a search found none faster than the default) and use {what}: {named}{more}")
 
 
 def pick(schedules: Mapping[str, TaskSchedule] | None, task: Task) -> TaskSchedule | None:

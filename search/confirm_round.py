@@ -203,14 +203,14 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
     for n, i in enumerate(order):
         task = state.tasks[i]
         if _ended(state, deadline):
-            problems.update({state.tasks[j].name: "not confirmed: the time budget was spent or the search was "
-                             "stopped" for j in order[n:]})
+            problems.update({state.tasks[j].name: "the time budget was spent or the search was stopped"
+                             for j in order[n:]})
             break
         try:
             done = confirm_task(i, state, tvm_target, builder, runner, rounds=rounds, contenders=contenders,
                                 deadline=deadline)
         except Exception as err:  # noqa: BLE001 - a finished search is not failed by its confirmation
-            problems[task.name] = f"not confirmed: {type(err).__name__}: {str(err)[:300]}"
+            problems[task.name] = f"{type(err).__name__}: {str(err)[:300]}"
             continue
         if done is not None:
             out.append(done)

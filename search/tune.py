@@ -99,11 +99,13 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
     own_signals = stop is None
     stop = stop or StopRequest()
     budget = params.minutes if minutes is None else minutes
-    deadline = time.monotonic() + budget * 60 if budget else None  # the confirmation round's, the budget's end
+    reserve = _confirm_reserve_s(budget, len(tasks), params) if budget else 0.0
+    deadline = time.monotonic() + budget * 60 if budget else None  # the budget's end
     if budget:  # the search stops early enough to leave the confirmation round its share
-        stop.set_minutes(budget - _confirm_reserve_s(budget, len(tasks), params) / 60)
+        stop.set_minutes(budget - reserve / 60)
     kwargs = dict(store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
-                  source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop, deadline=deadline)
+                  source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop,
+                  deadline=deadline, reserve=reserve)
     if not own_signals:
         return _tune(tasks, **kwargs)
     with signals_stop(stop):
@@ -112,7 +114,7 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
 
 def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None,
           job_id: int | None, on_batch, source_name: str, shapes: str | None, builder, runner,
-          stop: StopRequest, deadline: float | None) -> TuneSummary:
+          stop: StopRequest, deadline: float | None, reserve: float) -> TuneSummary:
     from tvm.s_tir import meta_schedule as ms
 
     from search.errors import SearchError
@@ -176,6 +178,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
             from search.confirm_round import confirm_bests
 
             started = state.elapsed()
+            if deadline is not None:  # the search's last batch may end past its stop: the round keeps its share
+                deadline = max(deadline, time.monotonic() + reserve)
             confirmed, state.summary.unconfirmed = confirm_bests(state, tgt, builder, inner_runner,
                                                                  rounds=params.confirm_rounds, deadline=deadline)
             state.summary.confirmed = [c.to_dict() for c in confirmed]
