@@ -35,7 +35,8 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     target.require_runnable("profile")
     workload = load_workload(model, shapes)
     schedules, choices = _schedules(db, no_db, workload, target, None)
-    # tasks whose default schedule won a search (its record is the best): tuning them again is no advice
+    # tasks with records (a search ran on them; where the default won, its record is the best):
+    # "tune the hottest kernels that have no record" leaves them out
     searched = {c.task.name for c in choices if c.best is not None}
     with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
         peak = calibration().peak_gflops

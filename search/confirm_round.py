@@ -22,9 +22,9 @@ a confirmation chose before (if any) and the default schedule are rebuilt, then 
 times in turns (A B C D, A B C D, ...), each run checked against the task's reference as in the
 search. Each gets a new record holding one time per round (their median ranks it) and
 ``environment["confirmation"]``; a schedule that failed a round (a wrong result, a crash) gets a
-record of that failure instead, and no longer ranks. While the fastest time is still one this
-round did not take (the ones it timed all got slower), the next fastest get a pass, up to
-``passes``. A later search's single timings never beat a confirmed schedule; a later search that
+record of that failure instead, and no longer ranks (a round lost to the infrastructure or a
+time-out is only left out). When the search timed other schedules faster than it timed the
+winner (the winner was the default, say), the next three of them get a pass, up to ``passes``. A later search's single timings never beat a confirmed schedule; a later search that
 ends normally confirms again, its new bests against the one chosen before.
 
 The heaviest tasks (time in the model by their best record) are confirmed first; the round ends
@@ -40,13 +40,13 @@ from dataclasses import asdict, dataclass
 
 from explorer.workload import Task, tag_task
 from search.callbacks import SearchState, remove_artifact
-from search.ledger import OK, CandidateLedger, LedgerBuilder, LedgerRunner
+from search.ledger import INFRA_ERROR, OK, TIMEOUT, CandidateLedger, LedgerBuilder, LedgerRunner
 from search.records import candidate_record
 from store import Record
 
 COLD_TIMING = "cold: weights and output flushed from the cache before each run, as in a model"
 CONTENDERS = 3  # the fastest schedules re-timed per pass (the default and the previous choice besides)
-PASSES = 3  # passes of one task, while its fastest time is one this round did not take
+PASSES = 3  # passes of one task, while the search timed untried schedules faster than the winner
 
 
 @dataclass(frozen=True)
@@ -99,18 +99,27 @@ def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *,
     if len(ranked) < 2 or _confirmed(ranked[0]):
         return None
     before, timed, tried = ranked[0], 0, set()
+    warm: dict[str, float] = {}  # schedule -> its time in the search (single, warm), to compare like with like
     for _ in range(passes):
-        picked = [r for r in ranked if _schedule(r) not in tried][:contenders]
+        picked = [r for r in ranked if _schedule(r) not in tried and not _confirmed(r)][:contenders]
+        if not picked:
+            break
         chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)  # the choice so far
         default = next(iter(_schedules(state, task, 1, source="default")), None)
         for extra in (chosen, default):
             if extra is not None and _schedule(extra) not in {_schedule(r) for r in picked}:
                 picked.append(extra)
+        for r in picked:
+            warm.setdefault(_schedule(r), r.median_s)
         tried |= {_schedule(r) for r in picked}
         timed += _retime(index, picked, state, tvm_target, builder, runner, rounds)
-        ranked = _schedules(state, task, contenders * 4)
-        if not ranked or _confirmed(ranked[0]) or _ended(state, deadline):
+        if _ended(state, deadline):
             break
+        # another pass only for schedules the search timed faster than it timed the winner: the
+        # confirmation's cold times are no measure for the search's warm ones
+        winner = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)
+        bar = warm.get(_schedule(winner)) if winner is not None else None
+        ranked = [r for r in _schedules(state, task, contenders * 4) if bar is not None and r.median_s < bar]
     after = next(iter(_schedules(state, task, 1, confirmed_first=True)), before)  # what an export applies
     return Confirmation(task.name, before.id, before.source, before.median_s, after.id, after.source, after.median_s,
                         overturned=_schedule(before) != _schedule(after), timed=timed)
@@ -146,10 +155,10 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
     records = []
     for (r, sch, args), _ in ready:
         c, times, failure = outcomes.get(r.id, (None, [], None))
-        if c is None:
+        if c is None or (failure is None and not times):  # every round lost: nothing to say
             continue
         if failure is not None:  # the failure stands: the schedule no longer ranks at its older time
-            (c.status, c.error, c.verified), c.secs = failure, ()
+            (c.status, c.error, c.verified, c.max_error), c.secs = failure, ()
         else:
             c.status, c.secs, c.early = OK, tuple(times), False
         environment = {**state.environment, "confirmation": {"rounds": len(times), "contenders": len(ready),
@@ -164,7 +173,8 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
 
 def _time_in_turns(ready: list, ledger: CandidateLedger, runner, work: str, rounds: int, state: SearchState) -> dict:
     """Run every built contender once per round, in turns: record id -> (candidate, the median of
-    each round's runs, the first failure as (status, error, verified) or None)."""
+    each round's runs, its first failure (status, error, verified, max_error) or None). A round
+    lost to the infrastructure or a time-out is left out, not held against the schedule."""
     from tvm.s_tir import meta_schedule as ms
 
     out: dict = {}
@@ -181,8 +191,8 @@ def _time_in_turns(ready: list, ledger: CandidateLedger, runner, work: str, roun
                 _, times, failure = out.get(r.id, (c, [], None))
                 if c.status == OK and c.secs:
                     times.append(statistics.median(c.secs))
-                elif failure is None:
-                    failure = (c.status, c.error, c.verified)
+                elif c.status not in (INFRA_ERROR, TIMEOUT) and failure is None:  # the schedule's own fault
+                    failure = (c.status, c.error, c.verified, c.max_error)
                 out[r.id] = (c, times, failure)
     return out
 

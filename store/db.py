@@ -235,9 +235,10 @@ class Store:
             return queries.select_records(db, clause, params, order=order, limit=limit, offset=offset)
 
     def schedules(self, *, limit: int | None = None, confirmed_first: bool = False, **filters) -> list[Record]:
-        """One record per schedule among the rankable records matching the filters (as
-        :meth:`records`): each schedule's newest, fastest first; with ``confirmed_first``, the
-        schedules a search's confirmation round timed last come first (what an export ranks)."""
+        """One record per schedule among the records matching the filters (as :meth:`records`):
+        each schedule's newest (infrastructure failures aside), kept when it ranks; fastest first.
+        With ``confirmed_first``, schedules whose newest record is a search's confirmation come
+        first (what an export ranks). The leaderboard (:meth:`best`) ranks records instead."""
         with self._read() as db:
             return queries.newest_per_schedule(db, limit=limit, confirmed_first=confirmed_first, **filters)
 

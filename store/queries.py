@@ -181,10 +181,14 @@ def newest_per_schedule(db: sqlite_utils.Database, *, limit: int | None = None, 
     hash, else its trace and steps. A schedule timed again (a search's confirmation round) ranks by
     that newer time, not by the luckiest of its timings. ``confirmed_first``: schedules whose newest
     record is a confirmation's (``environment.confirmation``) come before all others."""
+    if filters.get("workload") is not None and not resolve_workloads(db, filters["workload"]):
+        return []  # (an always-false term leaves INDEXED BY without a plan)
     clause, params = where(db, **filters)
+    # one workload's rows through its index: without it SQLite may scan a whole machine's records
+    index = "INDEXED BY idx_records_history " if filters.get("workload") is not None else ""
     # the newest attempt of each schedule decides (an infrastructure failure is not the schedule's):
     # one that failed its confirmation (wrong result, crash) no longer ranks at its older time
-    inner = (f"SELECT MAX(id) FROM records WHERE {clause} AND status != '{Outcome.INFRA_ERROR.value}' "
+    inner = (f"SELECT MAX(id) FROM records {index}WHERE {clause} AND status != '{Outcome.INFRA_ERROR.value}' "
              "GROUP BY workload_key, target, hardware, COALESCE(candidate, COALESCE(trace, '') || steps)")
     order = ("json_extract(environment, '$.confirmation') IS NULL, " if confirmed_first else "") + ORDERS["median"]
     sql = f"SELECT * FROM records WHERE id IN ({inner}) AND {RANKABLE} ORDER BY {order}"
