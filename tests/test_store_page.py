@@ -170,3 +170,16 @@ def test_plot_data(tmp_path):
         mm = next(p for p in data["points"] if p["workload"].startswith("matmul"))
         assert mm["intensity"] == pytest.approx(2 * 512 ** 3 / (3 * 512 * 512 * 4))
         assert measured_peaks([r for r in store.records() if r.source == "import"]) is None
+
+
+def test_the_table_says_which_times_a_confirmation_round_took():
+    """A search's single warm timing and its confirmation's cold time in turns look alike in a
+    table of milliseconds: the timing column tells them apart."""
+    from app.ui.leaderboard import table_rows
+    from store import Record
+
+    base = dict(workload_key="w", target='{"kind": "llvm"}', hardware="h", source="search", status="ok", steps=[],
+                trace=None, latencies=[1e-3], median_s=1e-3, gflops=1.0, created="2026-12-01T00:00:00")
+    rows = table_rows([Record(**base, environment={}, id=1),
+                       Record(**base, environment={"confirmation": {"rounds": 3}}, id=2)], {"w": "matmul"})
+    assert [r["timing"] for r in rows] == ["", "confirmed: cold, in turns"]

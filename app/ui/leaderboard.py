@@ -74,7 +74,9 @@ def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
     memo: dict = {}
     return [{"id": r.id, "workload": names.get(r.workload_key, r.workload_key),
              "GFLOPS": None if r.gflops is None else round(r.gflops, 3),
-             "median ms": None if r.median_s is None else r.median_s * 1e3, "source": r.source, "status": r.status,
+             "median ms": None if r.median_s is None else r.median_s * 1e3, "source": r.source,
+             "timing": "confirmed: cold, in turns" if "confirmation" in (r.environment or {}) else "",
+             "status": r.status,
              "verified": r.verified, "max error": r.max_error, "steps": len(r.steps or []),
              "target": target_short(r.target), "hardware": r.hardware,
              "target fits hardware": _fits(r.target, r.hardware, memo) or "yes",
