@@ -18,8 +18,10 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json as _echo_json
 from app.cli_common import fail_cleanly as _fail_cleanly
+from app.cli_types import FilePath
 
 
 def one_line(text: str) -> str:
@@ -144,7 +146,7 @@ def _human_bytes(n: int | None) -> str:
 @click.option("--pipeline", "pipeline_name", default=None, help="Named pipeline (see `schedx pipelines`); default: tuning.")
 @click.option("--passes", default=None, help="Comma-separated pass names for a custom pipeline.")
 @click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224' or 'batch=1'.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
               help="Write one .py (TVMScript) and one .dot file per snapshot, and summary.json, here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--all", "show_all", is_flag=True, help="Also list wrapper passes and the passes run inside others.")

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_types import FilePath
 
 
 @contextmanager
@@ -36,7 +38,7 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.command()
 @click.argument("workload")
 @target_option()
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("-o", "--out", "out_dir", required=True, type=FilePath(file_okay=False, path_type=Path),
               help="Folder for the bundle (created; an earlier bundle there is replaced).")
 @click.option("--db", default=None, help="schedx database to take records from (default: the default database, if any).")
 @click.option("--no-db", is_flag=True, help="Use no records: default schedules everywhere.")
@@ -47,7 +49,7 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-verify", is_flag=True, help="Skip running the bundle in a fresh process.")
 @click.option("--no-layers", is_flag=True, help="Skip the layer-by-layer comparison with ONNX Runtime.")
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
-@click.option("--sign", "sign_key", default=None, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
@@ -117,14 +119,14 @@ def _print_export(report) -> None:
 
 
 @click.command(name="run")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("bundle", type=FilePath(path_type=Path))
 @click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
 @click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--no-baselines", is_flag=True, help="Time the bundle only (no ONNX Runtime).")
 @target_option(None, "Refuse the bundle unless it was built for this target (default: whatever it was built "
                      "for, if this machine can run it).")
-@click.option("--trust", "trust_key", default=None, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--trust", "trust_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Refuse the bundle unless its manifest.sig verifies with this ed25519 public key.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json, fail_cleanly
+from app.cli_types import FilePath
 
 
 @click.command()
-@click.argument("key", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("key", type=FilePath(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the two paths as JSON.")
 @fail_cleanly
 def keygen(key: Path, as_json: bool) -> None:

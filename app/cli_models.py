@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json, fail_cleanly
+from app.cli_types import FilePath
 
 
 def _human(n: float) -> str:
@@ -27,10 +29,10 @@ def _default_output(model: str) -> Path:
 @click.argument("model")
 @click.option("--calibrate", default=16, show_default=True, type=click.IntRange(1, 100000),
               help="Calibration samples (random ones unless --data gives real ones).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("-o", "--output", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Where to write the QDQ model (default: MODEL.int8.onnx in this folder).")
 @click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224' or 'batch=1'.")
-@click.option("--data", "data_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--data", "data_file", type=FilePath(exists=True, dir_okay=False, path_type=Path), default=None,
               help=".npz with one array per input name, [N, *shape]: the first --calibrate samples calibrate, "
                    "the rest measure accuracy.")
 @click.option("--eval", "eval_samples", default=8, show_default=True, type=click.IntRange(1, 10000),

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_types import FilePath
 
 
 @click.command()
@@ -39,7 +41,7 @@ def kernels(model: str | None, shapes: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.argument("kernel")
-@click.option("--steps", "steps_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--steps", "steps_file", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="JSON list of schedule steps to apply first (see assets/steps/).")
 @click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 100), help="Timed repeats.")
 @click.option("--timeout", default=300, show_default=True, type=click.IntRange(1, 24 * 3600),

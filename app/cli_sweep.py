@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+
 from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_types import FilePath
 
 
 def _batches(text: str) -> list[int]:
@@ -28,7 +30,7 @@ def _batches(text: str) -> list[int]:
 @click.option("--db", default=None, help="schedx database whose records apply (and where tuning goes).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--runs", default=20, show_default=True, type=click.IntRange(1, 10000), help="Timed runs per point.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_file", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Also write the chart: .html (interactive) or .png.")
 @click.option("--json", "as_json", is_flag=True, help="Print the points as JSON.")
 @fail_cleanly

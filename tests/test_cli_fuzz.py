@@ -219,3 +219,12 @@ def test_a_closed_stdout_ends_quietly(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m app.cli pipelines | true", shell=True, cwd=root,
                           capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "\x00"], ["export", "matmul", "-o", "\x00"], ["keygen", "\x00"],
+                                  ["sweep", "small_cnn", "--out", "\x00"]])
+def test_a_nul_character_in_a_path_is_one_line_of_error(args):
+    """click.Path looks a path up with os.stat, which raises ValueError on a NUL (found by the
+    fuzz test above: `schedx run $'\\x00'` was an "unexpected" error)."""
+    result = CliRunner().invoke(cli, args, obj={})
+    assert result.exit_code == 1 and "NUL character" in result.output, result.output
