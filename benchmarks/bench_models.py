@@ -64,9 +64,8 @@ def tuned_schedules(tasks, db: Path, target) -> tuple[dict, int]:
     default schedule. (schedules, tasks left on the default)."""
     from export.choose import best_schedules
 
-    best = best_schedules(db, tasks, target)[0]
-    kept = {n: s for n, s in best.items() if s.source != "default"}
-    return kept, len(tasks) - len(kept)
+    best = best_schedules(db, tasks, target)[0]  # (a default's record already means the default schedule)
+    return best, len(tasks) - len(best)
 
 
 def bundle(workload, target, folder: Path, schedules) -> Path:
