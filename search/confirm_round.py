@@ -100,11 +100,11 @@ def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *,
         return None
     before, timed, tried = ranked[0], 0, set()
     warm: dict[str, float] = {}  # schedule -> its time in the search (single, warm), to compare like with like
+    chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)  # the choice so far
     for _ in range(passes):
         picked = [r for r in ranked if _schedule(r) not in tried and not _confirmed(r)][:contenders]
         if not picked:
             break
-        chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)  # the choice so far
         default = next(iter(_schedules(state, task, 1, source="default")), None)
         for extra in (chosen, default):
             if extra is not None and _schedule(extra) not in {_schedule(r) for r in picked}:
@@ -113,14 +113,14 @@ def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *,
             warm.setdefault(_schedule(r), r.median_s)
         tried |= {_schedule(r) for r in picked}
         timed += _retime(index, picked, state, tvm_target, builder, runner, rounds)
+        chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)
         if _ended(state, deadline):
             break
         # another pass only for schedules the search timed faster than it timed the winner: the
         # confirmation's cold times are no measure for the search's warm ones
-        winner = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)
-        bar = warm.get(_schedule(winner)) if winner is not None else None
+        bar = warm.get(_schedule(chosen)) if chosen is not None else None
         ranked = [r for r in _schedules(state, task, contenders * 4) if bar is not None and r.median_s < bar]
-    after = next(iter(_schedules(state, task, 1, confirmed_first=True)), before)  # what an export applies
+    after = chosen or before  # what an export applies
     return Confirmation(task.name, before.id, before.source, before.median_s, after.id, after.source, after.median_s,
                         overturned=_schedule(before) != _schedule(after), timed=timed)
 
