@@ -9,6 +9,7 @@ one test. Timings are medians of alternated runs with a generous factor (the mac
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -168,6 +169,30 @@ def test_weights_whose_rows_share_cache_sets_are_packed_in_panels_and_compute_ri
             result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
             assert result.status == "ok", result.error
 
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_a_convolutions_padding_is_computed_once_per_call_not_once_per_tile(cpu):
+    """The padded input is its own parallel, vectorized loop nest before the register tiles (each
+    tile padding the window it read redid it for every tile column: ResNet-18 46.6 -> 37.5 ms on
+    an AVX2 Zen 3 when it moved out); the kernel still computes the convolution."""
+    from tvm import s_tir
+
+    from explorer.measure import measure
+    from explorer.workload import load_kernel
+
+    kernel = load_kernel("conv2d_nhwc:N=1,C=64,H=28,W=28,K=64,R=3,S=3,stride=1,pad=1")
+    func, choice = default_schedule(kernel.func, cpu)
+    assert choice.rule == "full" and "register tile" in choice.steps[0], choice
+    sch = s_tir.Schedule(func)
+    pad, conv = sch.get_sblock("pad_temp"), sch.get_sblock("conv2d_nhwc_update")
+    pad_loops, conv_loops = sch.get_loops(pad), sch.get_loops(conv)
+    assert not sch.get(pad_loops[0]).same_as(sch.get(conv_loops[0]))
+    assert math.prod(int(sch.get(loop).extent) for loop in pad_loops) == 30 * 30 * 64
+    assert sch.get(pad_loops[0]).kind == tvm.tirx.ForKind.PARALLEL
+    if cpu.vector_bits <= host_target().vector_width:
+        result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
+        assert result.status == "ok", result.error
 
 
 @pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])

@@ -17,9 +17,14 @@ the outer tiles go along the rows first, or along the vector axis first when the
 larger than a cache (see ``CACHE_BYTES``); weights whose rows share cache sets are packed into
 panels first (``_pack_weights``).
 
-Measured on ResNet-18's 3x3 conv (56x56x64, one AVX-512 core): 42 GFLOPS with the padding
-inlined, 105-110 GFLOPS with the padding computed per tile (see :mod:`.inline` for when the
-padding is inlined instead: depthwise convs and pools).
+A convolution's padding stays a block of its own, computed once per call before the tiles (fused,
+vectorized and parallel by :mod:`.simple`): inlined into the reduction it cost 2.5x on ResNet-18's
+56x56x64 3x3 conv (one AVX-512 core: 42 against 105-110 GFLOPS), and computed per tile (each tile
+padding the window it reads) it was done again for every tile column. Measured on an AVX2 Zen 3,
+2 cores, default ResNet-18 conv kernels, per call: 7x7 stem 2.92 -> 1.69 ms, 56x56x64 2.66 -> 2.45,
+14x14x256 3.55 -> 3.16, 7x7x512 3.13 -> 2.45, stride-2 into 7x7x512 1.73 -> 1.19; the model
+46.6 -> 37.5 ms in one run, and its build 16 -> 7 s (see :mod:`.inline` for when the padding is
+inlined instead: depthwise convs and pools).
 
 Tried and left out: walking a large tile column's weights in chunks of the reduction that stay in
 cache while every row goes by (the column's accumulators in a local buffer). ResNet-18's last 3x3
@@ -223,20 +228,6 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     return None
 
 
-def _pad_at(sch: s_tir.Schedule, pad, loop) -> None:
-    """Compute the padding block under ``loop`` (vectorized along channels): each tile pads the
-    window it reads, which stays in cache; left at the root when TVM refuses. Measured: as fast as
-    padding the whole input first on ResNet-18's convs, 1.3-2x faster on MobileNetV2's depthwise
-    convs (which now inline their padding instead, faster still)."""
-    try:
-        sch.compute_at(pad, loop)
-        loops = sch.get_loops(pad)
-        if len(loops) > 1 and block_facts(sch, pad).out_dims[-1:] == (len(block_facts(sch, pad).extents) - 1,):
-            sch.vectorize(loops[-1])
-    except s_tir.ScheduleError:
-        pass
-
-
 def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     """Schedule ``block`` (a reduction) with a register tile and its epilogue; returns a description.
 
@@ -249,7 +240,6 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     tiling = choose_tiles(facts, vec, rows, cpu)
 
     consumers = sch.get_consumers(block)
-    pads = [p for p in sch.get_producers(block) if block_facts(sch, p).padding]
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # on the stack, not the workspace (STACK_BYTES)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
@@ -282,8 +272,6 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     wb_loops = sch.get_loops(writeback)
     if len(wb_loops) > 1:
         sch.vectorize(wb_loops[-1])
-    for pad in pads:  # the tile's window of the padded input, computed where it is used
-        _pad_at(sch, pad, fused)
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
