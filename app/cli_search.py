@@ -146,6 +146,8 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
         def on_batch(report):
             best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
             eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None and not by_time else ""
+            if report.phase == "confirm":  # the round after the search: the bests timed again, in turns
+                eta = f"confirming {report.confirm_done}/{report.confirm_total} tasks"
             done = int(report.elapsed_s) if by_time else report.trials
             bar.update(max(0, min(done, length) - bar.pos), f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
 
@@ -216,6 +218,8 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
             p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
             best = "-" if p.best_gflops is None else f"{p.best_gflops:.1f}"
             state = f"  [{now[j.id]}]" if now[j.id] else ""
+            if j.status == "running" and p.phase == "confirm":
+                state += f"  [confirming {p.confirm_done}/{p.confirm_total} tasks]"
             click.echo(f"{j.id:>4}  {j.status:<8} {p.trials:>5}/{p.total or spec.params.trials:<5}  {best:>11}  "
                        f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
                        + (f"  ({j.error[:80]})" if j.error else ""))

@@ -47,6 +47,9 @@ class BatchReport:
     task_best_gflops: float | None
     elapsed_s: float
     eta_s: float | None
+    phase: str = "search"  # or "confirm": the round after the search (search.confirm_round)
+    confirm_done: int = 0  # tasks the confirmation round has finished, of confirm_total
+    confirm_total: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -198,11 +201,29 @@ def account(state: SearchState, batch: _Batch) -> None:
                          cached=batch.cached, failed=len(failed), task_trials=state.task_trials[task.name],
                          trials=s.trials, best_gflops=max(s.best.values()) if s.best else None,
                          task_best_gflops=s.best.get(task.name), elapsed_s=now, eta_s=eta)
+    _publish(state, report)
+
+
+def account_confirmation(state: SearchState, task: Task, done: int, total: int) -> None:
+    """Progress of the confirmation round: ``done`` of ``total`` tasks timed again (``task`` the
+    one it starts or finished), into the job row and ``on_batch``, like a search batch."""
+    s = state.summary
+    report = BatchReport(task=task.name, batch=state.batches, measured=0, cached=0, failed=0,
+                         task_trials=state.task_trials.get(task.name, 0), trials=s.trials,
+                         best_gflops=max(s.best.values()) if s.best else None, task_best_gflops=s.best.get(task.name),
+                         elapsed_s=state.elapsed(), eta_s=None, phase="confirm", confirm_done=done,
+                         confirm_total=total)
+    _publish(state, report)
+
+
+def _publish(state: SearchState, report: BatchReport) -> None:
+    s = state.summary
     if state.job_id is not None:
         progress = JobProgress(
             trials=s.trials, total=state.total_trials, measured=s.measured, cached=s.cached, failed=s.failed,
-            best_gflops=report.best_gflops, elapsed_s=now, eta_s=eta, failures=dict(s.failures),
-            reasons=dict(s.reasons),
+            best_gflops=report.best_gflops, elapsed_s=report.elapsed_s, eta_s=report.eta_s,
+            failures=dict(s.failures), reasons=dict(s.reasons), phase=report.phase,
+            confirm_done=report.confirm_done, confirm_total=report.confirm_total,
             tasks={t.name: {"trials": state.task_trials.get(t.name, 0), "best_gflops": s.best.get(t.name),
                             "weight": t.weight, "flops": t.flops} for t in state.tasks})
         state.store.update_job(state.job_id, progress=progress.to_dict())
@@ -210,5 +231,5 @@ def account(state: SearchState, batch: _Batch) -> None:
         state.on_batch(report)
 
 
-
-__all__ = ["BatchReport", "write_batch", "EARLY_TIMING", "SearchState", "account", "report_progress", "write_records"]
+__all__ = ["BatchReport", "EARLY_TIMING", "SearchState", "account", "account_confirmation", "report_progress",
+           "write_batch", "write_records"]

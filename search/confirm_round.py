@@ -39,7 +39,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 from explorer.workload import Task, tag_task
-from search.callbacks import SearchState, remove_artifact
+from search.callbacks import SearchState, account_confirmation, remove_artifact
 from search.ledger import INFRA_ERROR, OK, TIMEOUT, CandidateLedger, LedgerBuilder, LedgerRunner
 from search.records import candidate_record
 from store import Record
@@ -85,8 +85,10 @@ def _schedule(r: Record) -> str:
 
 
 def _ended(state: SearchState, deadline: float | None) -> bool:
-    """A signal (even after the time budget stopped the search), an urgent stop, or the deadline."""
-    return state.stop.hard or state.stop.signals > 0 or (deadline is not None and time.monotonic() >= deadline)
+    """A signal (even after the time budget stopped the search), an urgent stop, a failure (a
+    progress report that could not be made), or the deadline."""
+    return state.stop.hard or state.stop.signals > 0 or state.failure is not None \
+        or (deadline is not None and time.monotonic() >= deadline)
 
 
 def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *, rounds: int,
@@ -212,6 +214,8 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
     order = sorted(range(len(state.tasks)), key=lambda i: -_share(state, state.tasks[i]))  # the heaviest first
     for n, i in enumerate(order):
         task = state.tasks[i]
+        if not _ended(state, deadline):
+            _progress(state, task, n, len(order))
         if _ended(state, deadline):
             problems.update({state.tasks[j].name: "the time budget was spent or the search was stopped"
                              for j in order[n:]})
@@ -224,7 +228,20 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
             continue
         if done is not None:
             out.append(done)
+        if n + 1 == len(order):
+            _progress(state, task, n + 1, len(order))
     return out, problems
+
+
+def _progress(state: SearchState, task: Task, done: int, total: int) -> None:
+    """Report the round's progress; a report that fails (the store, the caller's ``on_batch``)
+    stops the search as a failed batch report would (:meth:`SearchState.fail`)."""
+    if state.summary is None:  # no search to report on (a round run on its own)
+        return
+    try:
+        account_confirmation(state, task, done, total)
+    except Exception as err:  # noqa: BLE001 - raised by tune() once the round has ended
+        state.fail(err)
 
 
 __all__ = ["CONTENDERS", "Confirmation", "confirm_bests", "confirm_task"]

@@ -76,6 +76,9 @@ class JobProgress:
     failures: dict = field(default_factory=dict)
     reasons: dict = field(default_factory=dict)
     summary: dict | None = None
+    phase: str = "search"  # "confirm" while the confirmation round times the bests again
+    confirm_done: int = 0  # tasks it has finished, of confirm_total
+    confirm_total: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

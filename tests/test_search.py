@@ -195,6 +195,37 @@ def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to
     assert best_schedules(store, [task], parse_target("cpu"))[1][0].best.source == "default"
 
 
+def test_the_confirmation_round_reports_its_progress_to_the_caller_and_the_job_row(tmp_path):
+    """The round after the search takes a minute or two on a model: each task it starts and its
+    end reach ``on_batch`` (phase "confirm", tasks done of total) and the job row, so a progress
+    bar or the Search page does not stand still; a report that fails stops the search with that
+    error, as a failed batch report does."""
+    from search.job_spec import JobProgress
+    from tests.fake_measure import LuckyRunner
+
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    store, reports = Store(tmp_path / "p.db"), []
+    job = store.create_job("search", {})
+    tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=LuckyRunner(),
+         params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}),
+         job_id=job.id, on_batch=reports.append)
+    phases = [r.phase for r in reports]
+    assert phases[0] == "search" and phases[-2:] == ["confirm", "confirm"]
+    assert [(r.confirm_done, r.confirm_total) for r in reports if r.phase == "confirm"] == [(0, 1), (1, 1)]
+    progress = JobProgress.from_dict(store.job(job.id).progress)
+    assert (progress.phase, progress.confirm_done, progress.confirm_total) == ("confirm", 1, 1)
+    assert progress.trials == 4
+
+    def refuses(report):
+        if report.phase == "confirm":
+            raise OSError("the progress bar is gone")
+
+    with pytest.raises(Exception, match="the progress bar is gone"):
+        tune([kernel_task(k)], store=Store(tmp_path / "q.db"), target=host_target(), builder=FakeBuilder(),
+             runner=LuckyRunner(), on_batch=refuses,
+             params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}))
+
+
 def test_a_schedule_that_fails_its_confirmation_no_longer_ranks(tmp_path):
     """A re-run that computes something else (or crashes) is recorded as that failure: the
     schedule's older, faster record no longer ranks, and the export takes the default."""

@@ -134,6 +134,10 @@ def _header(path: str, job, spec, progress) -> None:
     c[2].metric("best GFLOPS", f"{progress.best_gflops:.1f}" if progress.best_gflops else "-")
     c[3].metric("elapsed", f"{progress.elapsed_s:.0f} s")
     c[4].metric("ETA", f"{progress.eta_s:.0f} s" if running and progress.eta_s is not None else "-")
+    if running and progress.phase == "confirm":
+        st.progress(progress.confirm_done / max(1, progress.confirm_total),
+                    text=f"Confirmation round: {progress.confirm_done} of {progress.confirm_total} tasks' fastest "
+                         "schedules timed again, in turns with the default (cold)")
     if running and st.button("Stop this job", key=f"stop_{job.id}"):
         with Store(path) as store:
             stopped = stop_job(store, job.id)
