@@ -147,7 +147,7 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
             best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
             eta = f"ETA {report.eta_s:.0f}s" if report.eta_s is not None and not by_time else ""
             if report.phase == "confirm":  # the round after the search: the bests timed again, in turns
-                eta = f"confirming {report.confirm_done}/{report.confirm_total} tasks"
+                bar.label, eta = "confirming", f"{report.confirm_done}/{report.confirm_total} tasks"
             done = int(report.elapsed_s) if by_time else report.trials
             bar.update(max(0, min(done, length) - bar.pos), f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
 

@@ -223,13 +223,15 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
         try:
             done = confirm_task(i, state, tvm_target, builder, runner, rounds=rounds, contenders=contenders,
                                 deadline=deadline)
-        except Exception as err:  # noqa: BLE001 - a finished search is not failed by its confirmation
+        except Exception as err:  # noqa: BLE001 - a finished search is not failed by a task's confirmation
+            # (its records stand); a progress report that fails does fail it, as in the search (_progress)
             problems[task.name] = f"{type(err).__name__}: {str(err)[:300]}"
             continue
         if done is not None:
             out.append(done)
-        if n + 1 == len(order):
-            _progress(state, task, n + 1, len(order))
+    else:  # every task had its turn
+        if order:
+            _progress(state, state.tasks[order[-1]], len(order), len(order))
     return out, problems
 
 

@@ -190,6 +190,7 @@ def test_a_convolutions_padding_is_computed_once_per_call_not_once_per_tile(cpu)
     assert not sch.get(pad_loops[0]).same_as(sch.get(conv_loops[0]))
     assert math.prod(int(sch.get(loop).extent) for loop in pad_loops) == 30 * 30 * 64
     assert sch.get(pad_loops[0]).kind == tvm.tirx.ForKind.PARALLEL
+    assert sch.get(pad_loops[-1]).kind == tvm.tirx.ForKind.VECTORIZED
     if cpu.vector_bits <= host_target().vector_width:
         result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
         assert result.status == "ok", result.error

@@ -116,7 +116,7 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[
             steps.append(tile_reduction(sch, anchor, cpu))
         except NotApplicable:
             pass
-        else:  # the epilogue and padding it took in are under its loops now; the other blocks remain
+        else:  # the epilogue it took in is under its loops now (a padding stays at the root); the rest remain
             names.remove(name)
             names = [n for n in names if _at_root(sch, n, anchor)]
     steps += _rest(sch, cpu, names)
