@@ -300,6 +300,15 @@ def _write(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on. TVM's own default thread count is half the hardware
+    threads on x86 (it assumes hyper-threading): one thread on a 2-core VM, half the speed."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def main(argv: list[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description="Check, load and run a schedx bundle (needs only apache-tvm).")
@@ -310,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], help="default: the bundle's target")
     parser.add_argument("--runs", type=int, default=0, help="time this many runs after the first one")
     parser.add_argument("--budget", type=float, default=30.0, help="stop timing after this many seconds")
-    parser.add_argument("--threads", type=int, help="CPU threads for TVM (sets TVM_NUM_THREADS)")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads for TVM (sets TVM_NUM_THREADS; default: TVM_NUM_THREADS if set, else the "
+                             "cores this process may use: TVM's own default is half the hardware threads on x86)")
     parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
                         help="time every kernel call over this many runs (per-kernel profile)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -327,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the bundle folder")
     if opts.threads:
         os.environ["TVM_NUM_THREADS"] = str(opts.threads)
+    elif not os.environ.get("TVM_NUM_THREADS"):  # before TVM's thread pool starts (at the first run)
+        os.environ["TVM_NUM_THREADS"] = str(usable_cores())
     try:
         report, outputs = run_bundle(opts.folder, inputs_file=opts.inputs, device=opts.device, runs=opts.runs,
                                      budget_s=opts.budget, profile=opts.profile, trust=opts.trust)

@@ -88,6 +88,42 @@ def test_bundle_runner_works_from_any_folder(cnn_bundle, tmp_path):
     assert report["foreign_modules"] == []
 
 
+def test_bundle_runner_uses_every_usable_core_unless_told(cnn_bundle):
+    """TVM's default is half the hardware threads on x86 (one thread on a 2-core VM): run.py sets
+    TVM_NUM_THREADS to the cores it may use, keeps a value the user set, and --threads wins."""
+    import os
+
+    from export.verify_bundle import usable_cores
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    runner = [sys.executable, "-I", str(cnn_bundle.folder / "run.py"), "--json", "--without-torch"]
+    for extra, user, want in (([], None, usable_cores()), ([], "1", 1), (["--threads", "3"], "1", 3)):
+        proc = subprocess.run(runner + extra, env={**env, **({"TVM_NUM_THREADS": user} if user else {})},
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["threads"] == str(want)
+    assert "TVM_NUM_THREADS" in (cnn_bundle.folder / "README.md").read_text()
+
+
+def test_the_bundle_readmes_own_code_loads_and_runs_it(cnn_bundle):
+    """The "Load it yourself" code of the bundle's README, run as written in the bundle folder
+    (isolated: no schedx on the path), gives the reference outputs."""
+    import os
+    import re
+
+    code = re.search(r"## Load it yourself\n\n```python\n(.*?)```", (cnn_bundle.folder / "README.md").read_text(),
+                     re.S).group(1)
+    check = ("\nref = np.load('reference.npz')\n"
+             "got = out[0] if not hasattr(out, 'numpy') else out\n"
+             "np.testing.assert_allclose(got.numpy(), ref[sorted(ref.files)[0]], rtol=1e-3, atol=1e-3)\n"
+             "print('threads', os.environ['TVM_NUM_THREADS'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-I", "-c", code + check], cwd=cnn_bundle.folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"threads {len(os.sched_getaffinity(0))}" in proc.stdout
+
+
 def test_kernel_bundle_matches_numpy(matmul_bundle):
     v = matmul_bundle.verification
     assert v.ok and v.reference == "numpy"
