@@ -49,13 +49,16 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-verify", is_flag=True, help="Skip running the bundle in a fresh process.")
 @click.option("--no-layers", is_flag=True, help="Skip the layer-by-layer comparison with ONNX Runtime.")
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
+@click.option("--check-in-model", is_flag=True,
+              help="Time every record's kernel inside the model against the default schedule's (both builds, "
+                   "alternated, about a minute on ResNet-18) and keep only the records that win there.")
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
-           sign_key: Path | None, as_json: bool) -> None:
+           check_in_model: bool, sign_key: Path | None, as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -73,10 +76,21 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
     target = parse_target(target_spec)
     loaded = load_workload(workload, shapes)
     schedules, choices = _schedules(db, no_db, loaded, target, hardware)
+    notes = shape_warnings(choices)
+    if check_in_model and schedules:
+        from export.in_model import check_in_model as in_model
+
+        target.require_runnable("time")
+        click.echo(f"timing {len(schedules)} record(s) inside the model against the default schedules...", err=True)
+        schedules, check = in_model(loaded, target, schedules, threads=threads)
+        for name in check.dropped:
+            t = check.tasks[name]
+            notes.append(f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms in the model against the default's "
+                         f"{t['default_s'] * 1e3:.3f} ms: the default is used")
     with _progress(f"exporting {loaded.name} for {target.label}") as progress:
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
                                  layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,
-                                 notes=shape_warnings(choices))
+                                 notes=notes)
     if sign_key is not None:
         from export.signing import sign_bundle
 

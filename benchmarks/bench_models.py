@@ -4,7 +4,9 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
   - ``tvm default``: exported with no records (every kernel on the default CPU schedule);
   - ``tvm tuned``: after ``--minutes`` of search on the model's tasks (``search.tune.tune`` with
     its time budget, into a throw-away database), as an export applies it: per task the first of
-    the search's confirmation round (its best schedules and its default timed again in turns);
+    the search's confirmation round (its best schedules and its default timed again in turns),
+    then only the records whose kernel beats the default inside the model (``export.in_model``,
+    as ``schedx export --check-in-model``; ``--no-check-in-model``: every confirmed record);
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
 and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
@@ -102,9 +104,18 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     if opts.minutes > 0:
         db = tmp / f"{model}.db"
         summary = search(tasks, opts.minutes, db, model)
-        schedules, on_default = tuned_schedules(tasks, db, target)
+        schedules, _ = tuned_schedules(tasks, db, target)
+        in_model = None
+        if opts.check_in_model:  # as `schedx export --check-in-model`: a record ships only where it wins in place
+            from export.in_model import check_in_model
+
+            start = time.perf_counter()
+            schedules, check = check_in_model(workload, target, schedules, threads=opts.threads)
+            in_model = {"kept": len(check.kept), "dropped": len(check.dropped),
+                        "seconds": round(time.perf_counter() - start, 1), "tasks": check.tasks}
         result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
-                            "records_used": len(schedules), "tasks_on_default": on_default,
+                            "records_used": len(schedules), "tasks_on_default": len(tasks) - len(schedules),
+                            "in_model": in_model,
                             "confirmed": len(summary.confirmed),
                             "overturned": sum(c["overturned"] for c in summary.confirmed),
                             "confirm_s": round(summary.confirm_s, 1)}
@@ -176,6 +187,10 @@ def show_model(r: dict) -> None:
             f"({s['confirm_s']} s): {s['confirmed']} tasks' best timed again in turns with the default, the "
             f"search's first lost for {s['overturned']}; {s['records_used']} records used, {s['tasks_on_default']} "
             f"tasks on the default schedule")
+        if s.get("in_model"):
+            m = s["in_model"]
+            out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} slower than "
+                f"the default there and dropped")
     for name, ms in r["median_ms"].items():
         out(f"  {name:<24} {ms:9.2f} ms")
     for name, ratio in r["ratios"].items():
@@ -195,6 +210,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per contender and round")
     parser.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best median is kept")
     parser.add_argument("--no-matmul", action="store_true", help="skip matmul 1024 against numpy")
+    parser.add_argument("--no-check-in-model", dest="check_in_model", action="store_false",
+                        help="ship every confirmed record (default: only those faster than the default inside the "
+                             "model, as `schedx export --check-in-model`)")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args()
     # TVM's default is half the hardware threads (it assumes hyper-threading): one thread on a

@@ -1,0 +1,57 @@
+"""Records checked inside the model: both builds (records, defaults only) timed kernel by kernel
+in place, alternated; a record whose kernel is slower there than the default schedule's is
+dropped, the others kept; ``schedx export --check-in-model`` says which and why."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from app.cli import cli
+from explorer.environment import hardware_fingerprint
+from explorer.schedule.steps import Step
+from explorer.schedule.trace import steps_to_trace
+from explorer.target import canonical_target, host_target
+from explorer.workload import load_workload
+from export import workload_tasks
+from export.in_model import check_in_model
+from export.schedules import TaskSchedule
+from search.records import store_workload
+from store import Record, Store
+
+TASK = "small_cnn/fused_conv2d_add_relu"  # conv + folded batch-norm + relu
+# a plain parallel loop nest: far slower than the default's register tile, whatever the machine
+SLOW = ({"primitive": "parallel", "args": {"loop": "conv2d_nhwc/yy"}},)
+
+
+def test_a_record_slower_than_the_default_inside_the_model_is_dropped():
+    workload = load_workload("small_cnn")
+    kept, check = check_in_model(workload, host_target(), {TASK: TaskSchedule(steps=SLOW, record_id=7, source="x")},
+                                 rounds=2, runs=3)
+    assert kept == {} and check.dropped == [TASK] and check.rounds == 2
+    t = check.tasks[TASK]
+    assert t["record_s"] > t["default_s"] > 0 and not t["kept"]
+    assert json.loads(json.dumps(check.to_dict()))["dropped"] == [TASK]
+    assert check_in_model(workload, host_target(), {})[0] == {}  # nothing to check: nothing built
+
+
+def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path):
+    workload = load_workload("small_cnn")
+    task = next(t for t in workload_tasks(workload) if t.name == TASK)
+    func = workload.fused_module()[task.funcs[0]]
+    db = Store(tmp_path / "r.db")
+    db.add_workload(store_workload(func, name=TASK, kind="model_task"))
+    trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in SLOW])
+    db.add_record(Record(workload_key=task.key, target=canonical_target(host_target()),
+                         hardware=hardware_fingerprint(), source="manual", status="ok", steps=list(SLOW), trace=trace,
+                         latencies=[1e-6] * 3, median_s=1e-6, gflops=None, environment={}, verified=True))
+    db.close()
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(cli, ["export", "small_cnn", "--db", str(tmp_path / "r.db"), "-o", str(out),
+                                      "--check-in-model", "--no-layers", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    row = next(t for t in report["tasks"] if t["name"] == TASK)
+    assert row["schedule"] == "default"  # the record lost in the model: the default was built
+    assert any(TASK in w and "in the model" in w for w in report["warnings"]), report["warnings"]
