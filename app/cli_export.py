@@ -85,7 +85,9 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
         schedules, check = in_model(loaded, target, schedules, threads=threads)
         for name in check.dropped:
             t = check.tasks[name]
-            notes.append(f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms in the model against the default's "
+            notes.append(f"{name}: its record does not apply ({t['error'][:200]}): the default is used"
+                         if t["verdict"] == "failed" else
+                         f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms in the model against the default's "
                          f"{t['default_s'] * 1e3:.3f} ms: the default is used")
     with _progress(f"exporting {loaded.name} for {target.label}") as progress:
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,

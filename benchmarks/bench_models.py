@@ -112,6 +112,7 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
             start = time.perf_counter()
             schedules, check = check_in_model(workload, target, schedules, threads=opts.threads)
             in_model = {"kept": len(check.kept), "dropped": len(check.dropped),
+                        "unchecked": sum(t["verdict"] == "unchecked" for t in check.tasks.values()),
                         "seconds": round(time.perf_counter() - start, 1), "tasks": check.tasks}
         result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
                             "records_used": len(schedules), "tasks_on_default": len(tasks) - len(schedules),

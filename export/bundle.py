@@ -101,7 +101,9 @@ python run.py --runs 50       # and times 50 runs after the first
 ```python
 import json
 import os
-os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))  # see below
+if not os.environ.get("TVM_NUM_THREADS") and not os.environ.get("OMP_NUM_THREADS"):  # see below
+    os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                        else os.cpu_count())
 import numpy as np
 import tvm
 from tvm import relax
@@ -117,8 +119,8 @@ out = vm["main"](*args)
 
 Set `TVM_NUM_THREADS` before the first run: TVM's own default is half the hardware threads on x86 (it
 assumes hyper-threading), so on a VM whose cores are not hyper-threads it runs at half speed (one thread
-on 2 cores). `run.py` sets it to the cores this process may use unless you set it (`--threads N`).
-`os.sched_getaffinity` is Linux's; elsewhere use `os.cpu_count()`.
+on 2 cores). `run.py` sets it to the cores this process may use unless you set it or `OMP_NUM_THREADS`
+(which TVM reads next), or pass `--threads N`.
 
 `main` takes the inputs, then the parameters in the order `manifest.json` lists them. Some are not the
 model's weights as the ONNX file has them: batch-norm folded in (`folded`), or a weight already in the

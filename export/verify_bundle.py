@@ -320,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=0, help="time this many runs after the first one")
     parser.add_argument("--budget", type=float, default=30.0, help="stop timing after this many seconds")
     parser.add_argument("--threads", type=int,
-                        help="CPU threads for TVM (sets TVM_NUM_THREADS; default: TVM_NUM_THREADS if set, else the "
-                             "cores this process may use: TVM's own default is half the hardware threads on x86)")
+                        help="CPU threads for TVM (sets TVM_NUM_THREADS; default: TVM_NUM_THREADS or OMP_NUM_THREADS if "
+                             "set, else the cores this process may use: TVM's own default is half the hardware "
+                             "threads on x86)")
     parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
                         help="time every kernel call over this many runs (per-kernel profile)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -338,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the bundle folder")
     if opts.threads:
         os.environ["TVM_NUM_THREADS"] = str(opts.threads)
-    elif not os.environ.get("TVM_NUM_THREADS"):  # before TVM's thread pool starts (at the first run)
-        os.environ["TVM_NUM_THREADS"] = str(usable_cores())
+    elif not os.environ.get("TVM_NUM_THREADS") and not os.environ.get("OMP_NUM_THREADS"):  # TVM reads both
+        os.environ["TVM_NUM_THREADS"] = str(usable_cores())  # before its thread pool starts (at the first run)
     try:
         report, outputs = run_bundle(opts.folder, inputs_file=opts.inputs, device=opts.device, runs=opts.runs,
                                      budget_s=opts.budget, profile=opts.profile, trust=opts.trust)

@@ -95,7 +95,7 @@ def test_bundle_runner_uses_every_usable_core_unless_told(cnn_bundle):
 
     from export.verify_bundle import usable_cores
 
-    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     runner = [sys.executable, "-I", str(cnn_bundle.folder / "run.py"), "--json", "--without-torch"]
     for extra, user, want in (([], None, usable_cores()), ([], "1", 1), (["--threads", "3"], "1", 3)):
         proc = subprocess.run(runner + extra, env={**env, **({"TVM_NUM_THREADS": user} if user else {})},
@@ -117,7 +117,7 @@ def test_the_bundle_readmes_own_code_loads_and_runs_it(cnn_bundle):
              "got = out[0] if not hasattr(out, 'numpy') else out\n"
              "np.testing.assert_allclose(got.numpy(), ref[sorted(ref.files)[0]], rtol=1e-3, atol=1e-3)\n"
              "print('threads', os.environ['TVM_NUM_THREADS'])\n")
-    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     proc = subprocess.run([sys.executable, "-I", "-c", code + check], cwd=cnn_bundle.folder, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
