@@ -76,6 +76,7 @@ class ExportKeys:
     ARCH = "ex_arch"
     DB_INPUT = "ex_db"
     PICK = "ex_pick_"  # + task name
+    IN_MODEL = "ex_in_model"
     BUILD = "ex_build"
     DOWNLOAD = "ex_download"
     RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}

@@ -123,3 +123,17 @@ def test_any_model_with_symbolic_dims_loads_with_the_shapes_given(tmp_path):
     at.button(key="ex_build").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.success and "verified:" in at.success[0].value
+
+
+def test_the_in_model_check_drops_a_record_slower_than_the_default_there(tmp_path):
+    """The checkbox runs `schedx export --check-in-model`'s check before the build: the plain
+    parallel loop nest the picked record is loses to the default schedule inside the model."""
+    db = tmp_path / "records.db"
+    _, slow = _db_with_two_records(db)
+    at = _page(db)
+    at.selectbox(key=f"ex_pick_{TASK}").set_value(slow).run()
+    at.checkbox(key="ex_in_model").check().run()
+    at.button(key="ex_build").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state["ex_result"]["report"].manifest["records"] == {}
+    assert any(TASK in i.value and "inside the model" in i.value for i in at.info), [i.value for i in at.info]

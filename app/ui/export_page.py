@@ -117,7 +117,7 @@ def task_table(choices, target) -> dict:
     return picks
 
 
-def build(workload, target, choices, picks: dict) -> None:
+def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> None:
     from export import export_workload
     from export.choose import schedules_for
 
@@ -125,6 +125,15 @@ def build(workload, target, choices, picks: dict) -> None:
     folder = tempfile.mkdtemp(prefix="schedx-export-")
     try:
         schedules = schedules_for(choices, picks)
+        if in_model and schedules:
+            from export.in_model import check_in_model
+
+            target.require_runnable("time")
+            bar.progress(0.0, text=f"timing {len(schedules)} record(s) inside the model against the defaults")
+            schedules, check = check_in_model(workload, target, schedules)
+            if check.dropped:
+                st.info("Slower inside the model than the default schedule, or not applicable: "
+                        + ", ".join(check.dropped) + " (the default is used).")
         report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
                                  schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage))
         st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
@@ -193,8 +202,12 @@ def main() -> None:
         return
     choices = choices_for(tasks, target, db)
     picks = task_table(choices, target)
+    in_model = st.checkbox("Keep a record only where it beats the default inside the model (about a minute)",
+                           key=K.IN_MODEL, disabled=not any(c.candidates for c in choices),
+                           help="Both builds timed kernel by kernel in place, alternated: a kernel timed alone can "
+                                "win and lose inside the model (schedx export --check-in-model).")
     if st.button("Build & verify", type="primary", key=K.BUILD):
-        build(workload, target, choices, picks)
+        build(workload, target, choices, picks, in_model=in_model)
     result = st.session_state.get(K.RESULT)
     if result is not None and result["key"] == (workload.spec, target.spec):
         results(result)
