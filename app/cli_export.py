@@ -83,12 +83,7 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
         target.require_runnable("time")
         click.echo(f"timing {len(schedules)} record(s) inside the model against the default schedules...", err=True)
         schedules, check = in_model(loaded, target, schedules, threads=threads)
-        for name in check.dropped:
-            t = check.tasks[name]
-            notes.append(f"{name}: its record does not apply ({t['error'][:200]}): the default is used"
-                         if t["verdict"] == "failed" else
-                         f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms in the model against the default's "
-                         f"{t['default_s'] * 1e3:.3f} ms: the default is used")
+        notes += check.notes()
     with _progress(f"exporting {loaded.name} for {target.label}") as progress:
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
                                  layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,

@@ -41,6 +41,17 @@ class InModelCheck:
     def dropped(self) -> list[str]:
         return [name for name, t in self.tasks.items() if not t["kept"]]
 
+    def notes(self) -> list[str]:
+        """One warning per record dropped, saying why (for an export's manifest)."""
+        out = []
+        for name in self.dropped:
+            t = self.tasks[name]
+            out.append(f"{name}: its record does not apply ({t['error'][:200]}): the default is used"
+                       if t["verdict"] == "failed" else
+                       f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms inside the model against the default's "
+                       f"{t['default_s'] * 1e3:.3f} ms: the default is used")
+        return out
+
     def to_dict(self) -> dict:
         return {**asdict(self), "kept": self.kept, "dropped": self.dropped}
 

@@ -136,4 +136,4 @@ def test_the_in_model_check_drops_a_record_slower_than_the_default_there(tmp_pat
     at.button(key="ex_build").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.session_state["ex_result"]["report"].manifest["records"] == {}
-    assert any(TASK in i.value and "inside the model" in i.value for i in at.info), [i.value for i in at.info]
+    assert any(TASK in w.value and "inside the model" in w.value for w in at.warning), [w.value for w in at.warning]

@@ -35,6 +35,7 @@ def test_a_record_slower_than_the_default_inside_the_model_is_dropped():
     t = check.tasks[TASK]
     assert t["record_s"] > t["default_s"] > 0 and not t["kept"]
     assert json.loads(json.dumps(check.to_dict()))["dropped"] == [TASK]
+    assert TASK in check.notes()[0] and "inside the model" in check.notes()[0]
     assert check_in_model(workload, host_target(), {})[0] == {}  # nothing to check: nothing built
 
 
@@ -72,4 +73,4 @@ def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path)
     report = json.loads(result.output[result.output.index("{"):])
     row = next(t for t in report["tasks"] if t["name"] == TASK)
     assert row["schedule"] == "default"  # the record lost in the model: the default was built
-    assert any(TASK in w and "in the model" in w for w in report["warnings"]), report["warnings"]
+    assert any(TASK in w and "inside the model" in w for w in report["warnings"]), report["warnings"]

@@ -124,18 +124,17 @@ def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> 
     bar = st.progress(0.0, text="starting")
     folder = tempfile.mkdtemp(prefix="schedx-export-")
     try:
-        schedules = schedules_for(choices, picks)
+        schedules, notes = schedules_for(choices, picks), []
         if in_model and schedules:
             from export.in_model import check_in_model
 
             target.require_runnable("time")
             bar.progress(0.0, text=f"timing {len(schedules)} record(s) inside the model against the defaults")
             schedules, check = check_in_model(workload, target, schedules)
-            if check.dropped:
-                st.info("Slower inside the model than the default schedule, or not applicable: "
-                        + ", ".join(check.dropped) + " (the default is used).")
+            notes = check.notes()  # among the export's warnings
         report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
-                                 schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage))
+                                 schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage),
+                                 notes=notes)
         st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
                                     "zip": zip_bundle(report.folder), "error": ""}
     except ExplorerError as err:
