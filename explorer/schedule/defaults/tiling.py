@@ -137,9 +137,13 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
     """Tile sizes that divide the axes, fit the register budget, leave one parallel task per core
     at least, and cost the fewest cycles per multiply-add (:func:`_cycles_per_fma`); then load the
-    least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more rows (a broadcast
-    of the row operand is cheaper than another vector of weights: matmul 1024 on AVX2 4x16 64.6
-    GFLOPS, 2x32 47.5).
+    least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more rows where the
+    FMA takes the row operand as a broadcast for free (AVX-512's embedded broadcast, NEON's lane
+    operand), fewer rows where each row costs a broadcast instruction of its own (x86 before
+    AVX-512, :attr:`CpuSpec.broadcast_costs`): matmul 1024 on an AVX2 Zen 3, 2 cores, best of 3
+    alternated rounds, 2x32 148.3 GFLOPS against 4x16 131.1 (numpy 148); ResNet-18 0.99x and
+    MobileNetV2 0.92x in one A/B run. (An older measurement, before weights were packed, had 4x16
+    ahead: 64.6 against 47.5.)
 
     The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get 7x8
     tiles and not 1x64: one row per tile read each weight from L2 for a single multiply-add."""
@@ -175,7 +179,8 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
             options.append((enough, speed, rt * nv / (rt + nv), rt, vt))
     if not options:
         raise NotApplicable("no tile fits the registers")
-    *_, rt, vt = max(options)
+    wide_first = cpu.broadcast_costs  # on a tie: fewer rows (one broadcast for more vectors), else more rows
+    *_, rt, vt = max(options, key=lambda o: (*o[:3], o[4], o[3]) if wide_first else o)
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
 
 
