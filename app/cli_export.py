@@ -78,12 +78,11 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
     schedules, choices = _schedules(db, no_db, loaded, target, hardware)
     notes = shape_warnings(choices)
     if check_in_model and schedules:
-        from export.in_model import check_in_model as in_model
+        from export.in_model import checked_schedules
 
-        target.require_runnable("time")
         click.echo(f"timing {len(schedules)} record(s) inside the model against the default schedules...", err=True)
-        schedules, check = in_model(loaded, target, schedules, threads=threads)
-        notes += check.notes()
+        schedules, dropped = checked_schedules(loaded, target, schedules, threads=threads)
+        notes += dropped
     with _progress(f"exporting {loaded.name} for {target.label}") as progress:
         report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
                                  layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,

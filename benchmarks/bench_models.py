@@ -61,14 +61,13 @@ def search(tasks, minutes: float, db: Path, name: str):
                     source_name=name)
 
 
-def tuned_schedules(tasks, db: Path, target) -> tuple[dict, int]:
+def tuned_schedules(tasks, db: Path, target) -> dict:
     """Per task, what an export applies after the search: the first of its confirmation round (the
-    best schedules and the default timed again in turns); tasks where the default won keep the
-    default schedule. (schedules, tasks left on the default)."""
+    best schedules and the default timed again in turns); tasks where the default won are left out
+    (they keep the default schedule)."""
     from export.choose import best_schedules
 
-    best = best_schedules(db, tasks, target)[0]  # (a default's record already means the default schedule)
-    return best, len(tasks) - len(best)
+    return best_schedules(db, tasks, target)[0]  # (a default's record already means the default schedule)
 
 
 def bundle(workload, target, folder: Path, schedules) -> Path:
@@ -104,7 +103,7 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     if opts.minutes > 0:
         db = tmp / f"{model}.db"
         summary = search(tasks, opts.minutes, db, model)
-        schedules, _ = tuned_schedules(tasks, db, target)
+        schedules = tuned_schedules(tasks, db, target)
         in_model = None
         if opts.check_in_model:  # as `schedx export --check-in-model`: a record ships only where it wins in place
             from export.in_model import check_in_model
@@ -164,8 +163,7 @@ def bench_matmul(opts, target, tmp: Path) -> dict:
         numpy_best = max(numpy_best, numpy_matmul_gflops(1024, 10, native=True))
         run = measure(kernel, tvm.IRModule({"main": scheduled}), repeat=10)
         verified = run.verified if verified is None else verified and run.verified
-        if run.latencies:
-            best_s = min([*run.latencies, *([best_s] if best_s else [])])
+        best_s = min(filter(None, (best_s, *run.latencies)), default=None)
     default_gflops = kernel.info.flops / best_s / 1e9 if best_s else 0.0
     result = {"numpy_gflops": round(numpy_best, 1), "default_gflops": round(default_gflops, 1),
               "default_verified": verified, "rounds": opts.rounds, "timing": "best run of each, rounds alternated"}
@@ -190,8 +188,8 @@ def show_model(r: dict) -> None:
             f"tasks on the default schedule")
         if s.get("in_model"):
             m = s["in_model"]
-            out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} slower than "
-                f"the default there and dropped")
+            out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (slower "
+                f"than the default there, or not applicable)")
     for name, ms in r["median_ms"].items():
         out(f"  {name:<24} {ms:9.2f} ms")
     for name, ratio in r["ratios"].items():

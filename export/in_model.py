@@ -113,4 +113,15 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
     return kept, InModelCheck(rounds=max(1, rounds), tasks=tasks)
 
 
-__all__ = ["MARGIN", "InModelCheck", "check_in_model"]
+def checked_schedules(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule], *,
+                      threads: int | None = None) -> tuple[dict[str, TaskSchedule], list[str]]:
+    """What an export with the in-model check applies: the records that win inside the model, and
+    one warning per record dropped (for the manifest). The target must run here."""
+    if not schedules:
+        return dict(schedules), []
+    target.require_runnable("time")
+    kept, check = check_in_model(workload, target, schedules, threads=threads)
+    return kept, check.notes()
+
+
+__all__ = ["MARGIN", "InModelCheck", "check_in_model", "checked_schedules"]

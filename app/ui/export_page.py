@@ -126,12 +126,10 @@ def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> 
     try:
         schedules, notes = schedules_for(choices, picks), []
         if in_model and schedules:
-            from export.in_model import check_in_model
+            from export.in_model import checked_schedules
 
-            target.require_runnable("time")
             bar.progress(0.0, text=f"timing {len(schedules)} record(s) inside the model against the defaults")
-            schedules, check = check_in_model(workload, target, schedules)
-            notes = check.notes()  # among the export's warnings
+            schedules, notes = checked_schedules(workload, target, schedules)  # notes: among the export's warnings
         report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
                                  schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage),
                                  notes=notes)
