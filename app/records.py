@@ -13,6 +13,7 @@ from explorer.environment import hardware_fingerprint
 from explorer.kernels import Kernel
 from explorer.measure import MeasureResult
 from explorer.schedule.session import ScheduleSession
+from explorer.schedule.steps import ScheduleError
 from explorer.plain import to_plain
 from store import Record, Store, StoreError, default_db_path
 
@@ -84,7 +85,12 @@ def open_requested_record() -> tuple[str, list] | None:
     steps = record.steps
     if not steps and record.trace is not None:
         func = module_from_b64(workload.key, workload.mod_b64)["main"]
-        steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
+        try:
+            steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
+        except ScheduleError as err:  # e.g. a default schedule's loop_partition or weight packing
+            st.error(f"Record {record_id} cannot be opened as steps: {err}. Its trace still applies: "
+                     "`schedx export` and `schedx profile` use it.")
+            return None
         if spec is None:
             spec = f"record:{record_id}"
             st.session_state.setdefault(state.RECORD_KERNELS, {})[spec] = func

@@ -89,7 +89,11 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
         block = sch.get_sblock(name)
     except Exception:  # noqa: BLE001 - inlined into another block: gone
         return False
-    loops, anchor_loops = sch.get_loops(block), sch.get_loops(anchor)
+    try:
+        anchor_loops = sch.get_loops(anchor)
+    except Exception:  # noqa: BLE001 - partitioned into blocks of other names (a tail of rows)
+        anchor_loops = []
+    loops = sch.get_loops(block)
     return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
 
 

@@ -17,6 +17,15 @@ the outer tiles go along the rows first, or along the vector axis first when the
 larger than a cache (see ``CACHE_BYTES``); weights whose rows share cache sets are packed into
 panels first (``_pack_weights``).
 
+A tile's row count need not divide the row axis: the rows whole tiles leave over get a tile of
+their own (:func:`_tile_with_tail`). That is how AVX2 gets 12 accumulators (6x16, 5x16) on
+ResNet's widths (56, 28, 14, 7: no factor of 3) instead of 8 (2x32, 4x16), which leave the FMA
+units waiting on their latency (``FMA_CHAINS``). Measured on an AVX2 Zen 3, 2 cores, each model
+built both ways in one process, alternated rounds, per-kernel VM instrument: ResNet-18 kernels
+33.8 -> 29.8 ms (every 3x3 conv 3-18% faster), BERT's encoder layer 19.6 -> 15.9 ms, MobileNetV2
+8.15 -> 7.80 ms; matmul 1024 118 -> 137 GFLOPS. Short reductions keep whole tiles
+(``TAIL_PASS_CYCLES``).
+
 A convolution's padding stays a block of its own, computed once per call before the tiles (fused,
 vectorized and parallel by :mod:`.simple`): inlined into the reduction it cost 2.5x on ResNet-18's
 56x56x64 3x3 conv (one AVX-512 core: 42 against 105-110 GFLOPS), and computed per tile (each tile
@@ -30,7 +39,9 @@ Tried and left out: walking a large tile column's weights in chunks of the reduc
 cache while every row goes by (the column's accumulators in a local buffer). ResNet-18's last 3x3
 conv ran 6.2-6.5 -> 4.3-4.7 ms on AVX2, but LLVM no longer kept the accumulators in registers
 (4x the vector moves) and took 4 s to compile that kernel (ResNet-18's export 16 -> 26 s). It needs
-a register tile accumulated into the column buffer once per chunk instead."""
+a register tile accumulated into the column buffer once per chunk instead. Done so (an rfactor
+per chunk of 32-128 channels, its partial sum computed at the tile where the column buffer adds
+it), ResNet-18 ran 1.03-1.05x slower than without chunks (AVX2 Zen 3, one process, 8 rounds)."""
 
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ import math
 from dataclasses import dataclass
 
 from tvm import s_tir
+from tvm.tirx import IndexMap
 
 from explorer.schedule.defaults.analysis import BlockFacts, block_facts
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
@@ -63,6 +75,18 @@ L1_BYTES = 32 * 1024
 STACK_BYTES = 1024
 WORKSPACE_CYCLES = 200
 ALLOC_SHARE = 0.05
+# Independent accumulators that keep two FMA units busy. Their latency (4 cycles on Zen 3 and
+# Skylake) asks for 8, but 8 leave no slack for a late load: measured on an AVX2 Zen 3 (2 cores),
+# 3x3 convs, weights packed, in turns: 6x16 tiles (12 accumulators) against 2x32 (8) 163 against 126
+# GFLOPS at 48x48x64; with a tail of rows (ResNet-18's widths have no factor 3), 56x56x64 1.22x,
+# 28x28x128 1.06x, 14x14x256 1.06x, and against 7x8 at 7x7x512 1.14x.
+FMA_CHAINS = 12
+# What a tail of rows costs per output vector besides its tiles: the output is stored, loaded and
+# written back again in a pass of its own (see _tile_with_tail), often from memory. Against a short
+# reduction that is more than the wider tile saves (AVX2 Zen 3: ResNet-18's 3x3 max pool 0.15 ->
+# 0.23 ms; MobileNetV2's 1x1 convs over 16-32 channels at 112x112 and 56x56 1.5-2x slower; its stem,
+# 3x3x3, 1.46x), against ResNet's 3x3 convs (reductions of 576 and more) it is lost in the noise.
+TAIL_PASS_CYCLES = 32.0
 
 
 class NotApplicable(Exception):
@@ -77,10 +101,14 @@ class Tiling:
     rows: int | None
     vec_tile: int
     row_tile: int
+    # rows left over when row_tile does not divide the row axis: a tile of their own, tail_rows x
+    # vec_tile (0: none)
+    tail_rows: int = 0
 
     def describe(self, facts: BlockFacts) -> str:
         lanes = f"{self.row_tile}x{self.vec_tile}"
-        return f"register tile {lanes} ({facts.name})"
+        tail = f", the last {self.tail_rows} in {self.tail_rows}x{self.vec_tile}" if self.tail_rows else ""
+        return f"register tile {lanes} ({facts.name}){tail}"
 
 
 def _pow2(n: int) -> bool:
@@ -118,35 +146,43 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
     return out[-1] if out else None
 
 
-def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 20, tile_bytes: int = 0) -> float:
+def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 20, tile_bytes: int = 0,
+                    broadcast: int = 1) -> float:
     """A register tile's cost in cycles per vector multiply-add, from a simple machine: two FMAs
     and two loads per cycle (L1), and one vector per cycle from L2. A tile loads ``rt`` broadcasts
     and ``nv`` weight vectors for ``rt * nv`` multiply-adds; when its column of weights (all the
     reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows.
+    Each accumulator is a chain of dependent multiply-adds: fewer than ``FMA_CHAINS`` leave the
+    FMA units waiting. A broadcast costs ``broadcast`` loads: 2 where it is an instruction of its
+    own (x86 before AVX-512: 12x8 tiles ran at 75 GFLOPS where 6x16 ran at 163, although both load
+    about once per multiply-add).
     An accumulator of ``tile_bytes`` too large for the stack costs a workspace allocation per tile,
     spread over its ``reduction * rt * nv`` multiply-adds; counted only from ``ALLOC_SHARE`` of the
     tile's time up (short reductions: 1x1 convs over few channels on AVX-512), below which this
     model cannot tell it from noise and the load counts decide as before."""
-    l1 = (rt + nv) / (2 * rt * nv)
+    l1 = (broadcast * rt + nv) / (2 * rt * nv)
     l2 = 1 / rt if column_bytes > L1_BYTES else 0.0
-    cycles = max(0.5, l1, l2)
+    latency = FMA_CHAINS / (2 * rt * nv)
+    cycles = max(0.5, l1, l2, latency)
     alloc = WORKSPACE_CYCLES / (reduction * rt * nv) if tile_bytes >= STACK_BYTES else 0.0
     return cycles + alloc if alloc >= ALLOC_SHARE * cycles else cycles
 
 
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
-    """Tile sizes that divide the axes, fit the register budget, leave one parallel task per core
-    at least, and cost the fewest cycles per multiply-add (:func:`_cycles_per_fma`); then load the
-    least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more rows where the
-    FMA takes the row operand as a broadcast for free (AVX-512's embedded broadcast, NEON's lane
+    """Tile sizes that fit the registers, leave one parallel task per core at least, and cost the
+    fewest cycles per multiply-add (:func:`_cycles_per_fma`; a row count that does not divide the
+    row axis is costed with the tile of its last rows and ``TAIL_PASS_CYCLES``, and loses a tie);
+    then load the least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more
+    rows where the FMA takes the row operand as a broadcast for free (AVX-512's embedded broadcast, NEON's lane
     operand), fewer rows where each row costs a broadcast instruction of its own (x86 before
     AVX-512, :attr:`CpuSpec.broadcast_costs`): matmul 1024 on an AVX2 Zen 3, 2 cores, best of 3
     alternated rounds, 2x32 148.3 GFLOPS against 4x16 131.1 (numpy 148); ResNet-18 0.99x and
     MobileNetV2 0.92x in one A/B run. (An older measurement, before weights were packed, had 4x16
     ahead: 64.6 against 47.5.)
 
-    The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get 7x8
-    tiles and not 1x64: one row per tile read each weight from L2 for a single multiply-add."""
+    The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get tiles
+    of several rows (5x16 and a 2x16 tail on AVX2, 7x64 on AVX-512) and not 1x64: one row per tile
+    read each weight from L2 for a single multiply-add."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
     ext_r = facts.extents[rows] if rows is not None else 1
@@ -168,20 +204,42 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
         vec_tiles = [d for d in _divisors(limit) if d % max(1, lanes // 2) == 0 and d <= 4 * lanes]
     if not vec_tiles:  # fewer elements than lanes, or no multiple of them: the widest power of two that divides
         vec_tiles = [max(d for d in _divisors(limit) if d <= lanes and _pow2(d))]
+    broadcast = 2 if cpu.broadcast_costs else 1
+
+    def cycles(rt: int, vt: int) -> float:
+        return _cycles_per_fma(rt, math.ceil(vt / lanes), reduction * vt * item, reduction, rt * vt * item,
+                               broadcast)
+
+    def fits(rt: int, vt: int) -> bool:
+        """Accumulators within the budget, and with the weight vectors that all rows share (one row
+        takes them from memory) and a broadcast register, within the register file."""
+        nv = math.ceil(vt / lanes)
+        held = rt * nv + (nv if rt > 1 else 0) + (1 if cpu.broadcast_costs else 0)
+        return rt * nv <= budget and held <= cpu.registers
+
+    # a tail needs the output indexed by plain iterators (its parts write one element each)
+    tails_fit = rows is not None and all(k is not None for k in facts.out_dims)
     for vt in vec_tiles:
         nv = math.ceil(vt / lanes)
-        for rt in _divisors(ext_r):
-            if rt * nv > budget:
+        for rt in range(1, min(ext_r, budget // nv) + 1):
+            if not fits(rt, vt):
                 continue
+            tail = ext_r % rt
+            main_cycles = cycles(rt, vt)
             tasks = rest * (ext_v // vt) * (ext_r // rt)
+            if tail:  # the rows left over: a tile of their own, as wide (a wider one would gather across panels)
+                if not tails_fit:
+                    continue
+                main_cycles = ((ext_r - tail) * main_cycles + tail * cycles(tail, vt)) / ext_r
+                main_cycles += TAIL_PASS_CYCLES / reduction
+                tasks = rest * (ext_v // vt)  # the row axis runs inside each task
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
-            speed = 1 / _cycles_per_fma(rt, nv, reduction * vt * item, reduction, rt * vt * item)
-            options.append((enough, speed, rt * nv / (rt + nv), rt, vt))
+            options.append((enough, 1 / main_cycles, not tail, rt * nv / (rt + nv), rt, vt, tail))
     if not options:
         raise NotApplicable("no tile fits the registers")
     wide_first = cpu.broadcast_costs  # on a tie: fewer rows (one broadcast for more vectors), else more rows
-    *_, rt, vt = max(options, key=lambda o: (*o[:3], o[4], o[3]) if wide_first else o)
-    return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt)
+    *_, rt, vt, tail = max(options, key=lambda o: (*o[:4], o[5], o[4]) if wide_first else o[:6])
+    return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail)
 
 
 def _weight_bytes(facts: BlockFacts, vec: int) -> int:
@@ -246,44 +304,122 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
 
     consumers = sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
-    writeback = sch.cache_write(block, 0, "global")  # on the stack, not the workspace (STACK_BYTES)
+    writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
         try:
             sch.reverse_compute_inline(consumer)
         except s_tir.ScheduleError:
             pass
 
-    loops = sch.get_loops(block)
-    v_out, v_in = sch.split(loops[vec], [None, tiling.vec_tile])
-    inner = [v_in]
-    outer_of = {vec: v_out}
-    if rows is not None:
-        r_out, r_in = sch.split(loops[rows], [None, tiling.row_tile])
-        inner.insert(0, r_in)
-        outer_of[rows] = r_out
-    outer = [outer_of.get(k, loops[k]) for k in facts.spatial]
-    if _weight_bytes(facts, vec) > CACHE_BYTES:
-        outer.remove(v_out)  # each tile column's weights read once, for all the rows
-        outer.insert(0, v_out)
-    reduce = [loops[k] for k in facts.reduce]
-    sch.reorder(*outer, *reduce, *inner)
-    sch.reverse_compute_at(writeback, outer[-1])
-    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    if facts.volume >= PARALLEL_MIN_VOLUME:
-        sch.parallel(fused)
-    sch.vectorize(inner[-1])
-    if len(inner) > 1 and tiling.row_tile > 1:
-        sch.unroll(inner[0])
-    wb_loops = sch.get_loops(writeback)
-    if len(wb_loops) > 1:
-        sch.vectorize(wb_loops[-1])
+    column_first = _weight_bytes(facts, vec) > CACHE_BYTES  # each tile column's weights read once, for all the rows
+    parallel = facts.volume >= PARALLEL_MIN_VOLUME
+    if tiling.tail_rows:
+        _tile_with_tail(sch, block, writeback, facts, tiling, column_first, parallel, cpu)
+    else:
+        loops = dict(enumerate(sch.get_loops(block)))
+        _register_tile(sch, block, writeback, loops, facts, vec, rows, tiling.row_tile, tiling.vec_tile,
+                       column_first, parallel)
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
         _, lane = sch.split(pack_loops[-1], [None, tiling.vec_tile])  # one panel row: contiguous both ways
         sch.vectorize(lane)
-    sch.decompose_reduction(block, reduce[0])
     return tiling.describe(facts) + (", weights packed in panels" if packed is not None else "")
+
+
+def _register_tile(sch: s_tir.Schedule, block, stage, loops: dict, facts: BlockFacts, vec: int, rows: int | None,
+                   row_tile: int, vec_tile: int, column_first: bool, parallel: bool) -> None:
+    """Loops ``[outer tiles: fused, parallel] [reduction] [rows: unrolled] [vec: vectorized]`` for
+    ``block`` (``loops``: its loop per iterator), with ``stage`` (the tile's write-back, epilogue
+    included) computed per tile."""
+    v_out, v_in = sch.split(loops[vec], [None, vec_tile])
+    inner = [v_in]
+    outer_of = {vec: v_out}
+    if rows is not None:
+        r_out, r_in = sch.split(loops[rows], [None, row_tile])
+        inner.insert(0, r_in)
+        outer_of[rows] = r_out
+    outer = [outer_of.get(k, loops[k]) for k in facts.spatial]
+    if column_first:
+        outer.remove(v_out)
+        outer.insert(0, v_out)
+    reduce = [loops[k] for k in facts.reduce]
+    sch.reorder(*outer, *reduce, *inner)
+    sch.reverse_compute_at(stage, outer[-1])
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if parallel:
+        sch.parallel(fused)
+    sch.vectorize(inner[-1])
+    if len(inner) > 1 and row_tile > 1:
+        sch.unroll(inner[0])
+    stage_loops = sch.get_loops(stage)
+    if len(stage_loops) > 1:
+        sch.vectorize(stage_loops[-1])
+    sch.decompose_reduction(block, reduce[0])
+
+
+def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, tiling: Tiling,
+                    column_first: bool, parallel: bool, cpu: CpuSpec) -> None:
+    """A row axis that the row tile does not divide (ResNet's 56, 28, 14 and 7 output columns
+    against 6-row tiles). The loops above one row of tiles are fused (and run in parallel: tile
+    columns first when the weights are large, so that a column's weights stay in cache for all
+    its rows); under them the row loop is cut in two (``loop_partition``): the rows that whole
+    tiles cover, and the rest in a tile of their own. Each part accumulates in its own register
+    tile, into the block's output buffer, which is then written back once with the epilogue as a
+    parallel vectorized pass (the parts sit in block scopes of their own, where the write-back
+    cannot follow them)."""
+    from explorer.schedule.defaults.simple import schedule_spatial  # simple imports this module
+
+    rows, vec = tiling.rows, tiling.vec
+    loops = sch.get_loops(block)
+    v_out, v_in = sch.split(loops[vec], [None, tiling.vec_tile])
+    outer = [v_out if k == vec else loops[k] for k in facts.spatial if k != rows]
+    if column_first:
+        outer.remove(v_out)
+        outer.insert(0, v_out)
+    reduce = [loops[k] for k in facts.reduce]
+    sch.reorder(*outer, loops[rows], v_in, *reduce)
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if parallel:
+        sch.parallel(fused)
+    before = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    sch.loop_partition(loops[rows], [facts.extents[rows] - tiling.tail_rows, None])
+    (common,) = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint not in before]
+    parts = [sch.get_child_blocks(wrapper)[0] for wrapper in sch.get_child_blocks(common)]
+    for part, rt in zip(parts, (tiling.row_tile, tiling.tail_rows)):
+        _writes_one_element(sch, part, facts)
+        # indexed by the block's own iterators (cache_write would offset them by the loops above
+        # the part's scope, which a block may not use); compacted to the tile when lowered
+        index = IndexMap.from_func(lambda *v: tuple(v[k] for k in facts.out_dims), ndim=len(facts.extents))
+        tile = sch.reindex_cache_write(part, 0, "global", index)
+        row_loop, lanes, *part_reduce = sch.get_loops(part)[-2 - len(reduce):]
+        if rt < sch.get(row_loop).extent.value:
+            r_out, r_in = sch.split(row_loop, [None, rt])
+            sch.reorder(*part_reduce, r_in, lanes)
+            sch.reverse_compute_at(tile, r_out)
+        else:  # the tail: one tile, whose write-back is already where the part is
+            r_in = row_loop
+            sch.reorder(*part_reduce, r_in, lanes)
+        sch.vectorize(lanes)
+        if rt > 1:
+            sch.unroll(r_in)
+        tile_loops = sch.get_loops(tile)
+        sch.vectorize(tile_loops[-1])
+        sch.decompose_reduction(part, part_reduce[0])
+    schedule_spatial(sch, writeback, cpu)
+
+
+def _writes_one_element(sch: s_tir.Schedule, block, facts: BlockFacts) -> None:
+    """Declare that ``block`` writes one element of its output per iteration: ``loop_partition``
+    leaves a block declaring the whole buffer, which would make its register tile as large.
+    (``Schedule.annotate_buffer_access`` wants as many ranges as iterators, not as dimensions:
+    its primitive is called directly.)"""
+    from tvm.s_tir.schedule import _ffi_api
+
+    iters = [iv.var for iv in sch.get(block).iter_vars]
+    bounds = [b for k in facts.out_dims for b in (iters[k], iters[k] + 1)]
+    index_map = IndexMap(initial_indices=iters, final_indices=bounds, inverse_index_map=None)
+    _ffi_api.ScheduleAnnotateBufferAccess(sch, block, 0, 1, index_map)  # 1: a write region
 
 
 __all__ = [
