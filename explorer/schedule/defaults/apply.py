@@ -8,6 +8,7 @@ nothing wrong with is kept:
    the CPU's dot-product instruction (:mod:`.int8`), else the biggest reduction with a vector axis
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
+   (tried again with tiles that divide the rows, should a tail of rows fail on a kernel);
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
 3. ``none``: the kernel as it was (only if TVM refuses even that).
 
@@ -91,13 +92,13 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
         return False
     try:
         anchor_loops = sch.get_loops(anchor)
-    except Exception:  # noqa: BLE001 - partitioned into blocks of other names (a tail of rows)
-        anchor_loops = []
+    except Exception:  # noqa: BLE001 - the anchor is gone: loop_partition copied it into parts (a tail of
+        anchor_loops = []  # rows), whose loops are under blocks of their own, never at the root
     loops = sch.get_loops(block)
     return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
 
 
-def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
+def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True) -> tuple[s_tir.Schedule, list[str]]:
     sch = _fresh(func)
     inline_producers(sch)
     inline_epilogues(sch)
@@ -117,7 +118,7 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[
     if anchor is not None:
         name = sch.get(anchor).name_hint
         try:
-            steps.append(tile_reduction(sch, anchor, cpu))
+            steps.append(tile_reduction(sch, anchor, cpu, tails=tails))
         except NotApplicable:
             pass
         else:  # the epilogue it took in is under its loops now (a padding stays at the root); the rest remain
@@ -132,7 +133,12 @@ def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[s
     return sch, [safe_schedule(sch, b, cpu) for b in root_blocks(sch)]
 
 
-RULES = (("full", _tiled), ("safe", _safe))
+def _tiled_whole(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
+    """``full`` with tiles that divide the rows, should a tail of rows fail on some kernel."""
+    return _tiled(func, cpu, tails=False)
+
+
+RULES = (("full", _tiled), ("full", _tiled_whole), ("safe", _safe))
 
 
 def _trace_json(sch: s_tir.Schedule):

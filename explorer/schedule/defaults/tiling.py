@@ -10,7 +10,8 @@ the reduction loops. Its scope is "global", as in MetaSchedule's CPU tiling, so 
 the stack: TVM allocates a "local" buffer, or a "global" one of ``STACK_BYTES`` or more (AVX-512's
 widest tiles), from the workspace pool, once per tile. The epilogue (bias, activation, residual
 add) is applied when the tile is written back, so the fused kernel reads and writes each element
-once. The loops above the tiles are fused into one parallel loop.
+once (with a tail of rows, below, the output goes through a buffer and a pass of its own). The
+loops above the tiles are fused into one parallel loop.
 
 Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
 the outer tiles go along the rows first, or along the vector axis first when the weights are
@@ -168,10 +169,10 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
     return cycles + alloc if alloc >= ALLOC_SHARE * cycles else cycles
 
 
-def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) -> Tiling:
+def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, tails: bool = True) -> Tiling:
     """Tile sizes that fit the registers, leave one parallel task per core at least, and cost the
     fewest cycles per multiply-add (:func:`_cycles_per_fma`; a row count that does not divide the
-    row axis is costed with the tile of its last rows and ``TAIL_PASS_CYCLES``, and loses a tie);
+    row axis is costed with the tile of its last rows and the pass ``TAIL_PASS_CYCLES`` stands for);
     then load the least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more
     rows where the FMA takes the row operand as a broadcast for free (AVX-512's embedded broadcast, NEON's lane
     operand), fewer rows where each row costs a broadcast instruction of its own (x86 before
@@ -218,7 +219,7 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec) ->
         return rt * nv <= budget and held <= cpu.registers
 
     # a tail needs the output indexed by plain iterators (its parts write one element each)
-    tails_fit = rows is not None and all(k is not None for k in facts.out_dims)
+    tails_fit = tails and rows is not None and all(k is not None for k in facts.out_dims)
     for vt in vec_tiles:
         nv = math.ceil(vt / lanes)
         for rt in range(1, min(ext_r, budget // nv) + 1):
@@ -291,8 +292,9 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     return None
 
 
-def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True) -> str:
     """Schedule ``block`` (a reduction) with a register tile and its epilogue; returns a description.
+    ``tails``: whether a row tile may leave rows over for a tile of their own.
 
     Raises :class:`NotApplicable` before changing anything when the block does not fit."""
     facts = block_facts(sch, block)
@@ -300,7 +302,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         raise NotApplicable("not a reduction under its own loops")
     vec = vector_axis(facts)
     rows = row_axis(facts, vec)
-    tiling = choose_tiles(facts, vec, rows, cpu)
+    tiling = choose_tiles(facts, vec, rows, cpu, tails)
 
     consumers = sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
@@ -368,7 +370,7 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
     tile, into the block's output buffer, which is then written back once with the epilogue as a
     parallel vectorized pass (the parts sit in block scopes of their own, where the write-back
     cannot follow them)."""
-    from explorer.schedule.defaults.simple import schedule_spatial  # simple imports this module
+    from explorer.schedule.defaults.simple import safe_schedule, schedule_spatial  # simple imports this module
 
     rows, vec = tiling.rows, tiling.vec
     loops = sch.get_loops(block)
@@ -382,22 +384,20 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if parallel:
         sch.parallel(fused)
-    before = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
-    sch.loop_partition(loops[rows], [facts.extents[rows] - tiling.tail_rows, None])
-    (common,) = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint not in before]
-    parts = [sch.get_child_blocks(wrapper)[0] for wrapper in sch.get_child_blocks(common)]
+    part_loops = sch.loop_partition(loops[rows], [facts.extents[rows] - tiling.tail_rows, None])
+    parts = [sch.get_child_blocks(loop)[0] for loop in part_loops]
+    # the tile's buffer is indexed by the block's own iterators (cache_write would offset them by
+    # the loops above the part's scope, which a block may not use); compacted to the tile when lowered
+    tile_index = IndexMap.from_func(lambda *v: tuple(v[k] for k in facts.out_dims), ndim=len(facts.extents))
     for part, rt in zip(parts, (tiling.row_tile, tiling.tail_rows)):
         _writes_one_element(sch, part, facts)
-        # indexed by the block's own iterators (cache_write would offset them by the loops above
-        # the part's scope, which a block may not use); compacted to the tile when lowered
-        index = IndexMap.from_func(lambda *v: tuple(v[k] for k in facts.out_dims), ndim=len(facts.extents))
-        tile = sch.reindex_cache_write(part, 0, "global", index)
-        row_loop, lanes, *part_reduce = sch.get_loops(part)[-2 - len(reduce):]
+        tile = sch.reindex_cache_write(part, 0, "global", tile_index)
+        row_loop, lanes, *part_reduce = sch.get_loops(part)  # the part's scope holds these loops only
         if rt < sch.get(row_loop).extent.value:
             r_out, r_in = sch.split(row_loop, [None, rt])
             sch.reorder(*part_reduce, r_in, lanes)
             sch.reverse_compute_at(tile, r_out)
-        else:  # the tail: one tile, whose write-back is already where the part is
+        else:  # one tile (the tail; or whole tiles that are one): its write-back is already in place
             r_in = row_loop
             sch.reorder(*part_reduce, r_in, lanes)
         sch.vectorize(lanes)
@@ -406,14 +406,17 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
         tile_loops = sch.get_loops(tile)
         sch.vectorize(tile_loops[-1])
         sch.decompose_reduction(part, part_reduce[0])
-    schedule_spatial(sch, writeback, cpu)
+    try:
+        schedule_spatial(sch, writeback, cpu)
+    except NotApplicable:
+        safe_schedule(sch, writeback, cpu)
 
 
 def _writes_one_element(sch: s_tir.Schedule, block, facts: BlockFacts) -> None:
     """Declare that ``block`` writes one element of its output per iteration: ``loop_partition``
     leaves a block declaring the whole buffer, which would make its register tile as large.
-    (``Schedule.annotate_buffer_access`` wants as many ranges as iterators, not as dimensions:
-    its primitive is called directly.)"""
+    (``Schedule.annotate_buffer_access`` in TVM 0.27 wants as many ranges as iterators, not as
+    dimensions: its primitive is called directly; use the method once TVM fixes that check.)"""
     from tvm.s_tir.schedule import _ffi_api
 
     iters = [iv.var for iv in sch.get(block).iter_vars]
