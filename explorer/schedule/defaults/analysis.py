@@ -14,6 +14,14 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import Call as _Call
 from tvm.tirx.analysis import undefined_vars
 
+# Below this many iterations a parallel loop costs more (thread wake-up) than it saves (every rule).
+PARALLEL_MIN_VOLUME = 1 << 15
+
+
+class NotApplicable(Exception):
+    """The block has no shape this rule knows (the caller tries a simpler rule)."""
+
+
 # Calls that cost no more than an add (conditionals the padding and masking blocks use).
 _CHEAP_CALLS = {"prim.if_then_else", "prim.likely", "tirx.if_then_else", "tirx.likely"}
 
@@ -195,4 +203,4 @@ def root_blocks(sch: s_tir.Schedule) -> list:
     return list(sch.get_child_blocks(sch.get_sblock(root)))
 
 
-__all__ = ["Access", "BlockFacts", "block_facts", "root_blocks", "sub_exprs"]
+__all__ = ["PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "root_blocks", "sub_exprs"]

@@ -16,9 +16,8 @@ import math
 
 from tvm import s_tir
 
-from explorer.schedule.defaults.analysis import block_facts
+from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, NotApplicable, block_facts
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.tiling import PARALLEL_MIN_VOLUME, NotApplicable
 
 
 def _vector_factor(extent: int, lanes: int) -> int:

@@ -52,12 +52,11 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.tirx import IndexMap
 
-from explorer.schedule.defaults.analysis import BlockFacts, block_facts
+from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
+from explorer.schedule.defaults.simple import safe_schedule, schedule_spatial
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
-# Below this many iterations a parallel loop costs more (thread wake-up) than it saves.
-PARALLEL_MIN_VOLUME = 1 << 15
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
 # (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);
 # smaller ones stay in cache while the rows go by, and the input is read once.
@@ -88,10 +87,6 @@ FMA_CHAINS = 12
 # 0.23 ms; MobileNetV2's 1x1 convs over 16-32 channels at 112x112 and 56x56 1.5-2x slower; its stem,
 # 3x3x3, 1.46x), against ResNet's 3x3 convs (reductions of 576 and more) it is lost in the noise.
 TAIL_PASS_CYCLES = 32.0
-
-
-class NotApplicable(Exception):
-    """The block has no shape this rule knows (the caller tries a simpler rule)."""
 
 
 @dataclass(frozen=True)
@@ -370,8 +365,6 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
     tile, into the block's output buffer, which is then written back once with the epilogue as a
     parallel vectorized pass (the parts sit in block scopes of their own, where the write-back
     cannot follow them)."""
-    from explorer.schedule.defaults.simple import safe_schedule, schedule_spatial  # simple imports this module
-
     rows, vec = tiling.rows, tiling.vec
     loops = sch.get_loops(block)
     v_out, v_in = sch.split(loops[vec], [None, tiling.vec_tile])
