@@ -28,11 +28,7 @@ from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.simple import (
-    safe_schedule,
-    schedule_rows,
-    schedule_spatial,
-)
+from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
 from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
 from explorer.schedule.lint import problems
 
@@ -72,16 +68,7 @@ def _anchor(sch: s_tir.Schedule):
 
 def _rest(sch: s_tir.Schedule, cpu: CpuSpec, names: list[str]) -> list[str]:
     """The root blocks called ``names``: spatial ones fused and vectorized, reductions by rows."""
-    steps = []
-    for name in names:
-        block = sch.get_sblock(name)
-        facts = block_facts(sch, block)
-        rule = schedule_spatial if facts.is_spatial else schedule_rows
-        try:
-            steps.append(rule(sch, block, cpu))
-        except NotApplicable:
-            steps.append(safe_schedule(sch, block, cpu))
-    return steps
+    return [schedule_plain(sch, sch.get_sblock(name), cpu) for name in names]
 
 
 def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:

@@ -102,4 +102,14 @@ def safe_schedule(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     return f"{'+'.join(done) or 'unchanged'} ({facts.name})"
 
 
-__all__ = ["safe_schedule", "schedule_rows", "schedule_spatial"]
+def schedule_plain(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """A block that gets no register tile: fused and vectorized if spatial, by rows if a
+    reduction, else the safe schedule."""
+    rule = schedule_spatial if block_facts(sch, block).is_spatial else schedule_rows
+    try:
+        return rule(sch, block, cpu)
+    except NotApplicable:
+        return safe_schedule(sch, block, cpu)
+
+
+__all__ = ["safe_schedule", "schedule_plain", "schedule_rows", "schedule_spatial"]

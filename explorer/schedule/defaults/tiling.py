@@ -54,7 +54,7 @@ from tvm.tirx import IndexMap
 
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
-from explorer.schedule.defaults.simple import safe_schedule, schedule_spatial
+from explorer.schedule.defaults.simple import schedule_plain
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
@@ -399,10 +399,7 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
         tile_loops = sch.get_loops(tile)
         sch.vectorize(tile_loops[-1])
         sch.decompose_reduction(part, part_reduce[0])
-    try:
-        schedule_spatial(sch, writeback, cpu)
-    except NotApplicable:
-        safe_schedule(sch, writeback, cpu)
+    schedule_plain(sch, writeback, cpu)
 
 
 def _writes_one_element(sch: s_tir.Schedule, block, facts: BlockFacts) -> None:
