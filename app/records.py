@@ -86,7 +86,7 @@ def open_requested_record() -> tuple[str, list] | None:
         func = module_from_b64(workload.key, workload.mod_b64)["main"]
         try:
             steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
-        except Exception as err:  # noqa: BLE001 - e.g. a default's loop_partition or weight packing (TVM's
+        except Exception as err:  # noqa: BLE001 - a primitive with no step yet, e.g. a padded transform_layout (TVM's
             # trace replay turns the ScheduleError raised in its callback into a RuntimeError)
             st.error(f"Record {record_id} cannot be opened as steps: {err}. Its trace still applies: "
                      "`schedx export` and `schedx profile` use it.")

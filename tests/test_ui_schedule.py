@@ -96,3 +96,36 @@ def test_measurements_go_to_the_leaderboard_and_records_open_as_steps(tmp_path):
     assert not fresh.exception and not fresh.error
     assert any("Opened the record's 2 steps" in s.value for s in fresh.success)
     assert "Steps (2 of 2)" in [s.value for s in fresh.subheader]
+
+
+def test_a_default_record_opens_as_the_steps_of_its_trace(tmp_path):
+    """A default schedule the search measured is stored with its trace only (a tail of rows:
+    loop_partition, caches that share a name); the Leaderboard's "open" shows it as steps that
+    rebuild it, with the partitioned nest in the loop tree."""
+    from explorer.environment import hardware_fingerprint
+    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.workload import load_kernel
+    from search.records import store_workload
+    from store import Record, Store
+
+    spec = "conv2d_nhwc:N=1,C=16,H=14,W=14,K=16,R=3,S=3,stride=1,pad=1"
+    kernel = load_kernel(spec)
+    _, choice = default_schedule(kernel.func, CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64"))
+    assert "the last 4 in 4x16" in choice.steps[0], choice
+    db = tmp_path / "defaults.db"
+    workload = store_workload(kernel.func, shapes={"spec": spec})
+    with Store(db) as store:
+        store.add_workload(workload)
+        record_id = store.add_record(Record(
+            workload_key=workload.key, target='{"kind": "llvm"}', hardware=hardware_fingerprint(), source="default",
+            status="ok", steps=[], trace=choice.trace, latencies=[1e-4], median_s=1e-4, gflops=None, environment={}))
+
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["db_path"] = str(db)
+    at.session_state["open_record"] = record_id
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    opened = next(s.value for s in at.success if "Opened the record's" in s.value)
+    assert spec in opened
+    nest = next(c.value for c in at.code if "_partition" in c.value)
+    assert "#0 [SSSS]" in nest and "#1 [SSSS]" in nest

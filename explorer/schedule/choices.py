@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from explorer.schedule.views import NestNode, loop_nest
-from explorer.tir_walk import blocks
+from explorer.schedule.refs import block_refs
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,15 @@ def block_choices(sch: s_tir.Schedule) -> list[BlockChoice]:
         else:
             around[node.name] = [LoopChoice(_ref_for(node.name, stack, k), lp.extent, lp.loop_kind)
                                  for k, lp in enumerate(stack)]
+            for c in node.children:  # a nest inside the block: get_loops counts from the block's scope
+                visit(c, [])
 
     for n in loop_nest(func):
         visit(n, [])
     out = []
-    for b in blocks(func):
+    for b, ref in block_refs(func):
         iters = "".join("S" if int(iv.iter_type) == 0 else "R" if int(iv.iter_type) == 2 else "O" for iv in b.iter_vars)
-        out.append(BlockChoice(b.name_hint, iters, tuple(around.get(b.name_hint, [])),
+        out.append(BlockChoice(ref, iters, tuple(around.get(ref, [])),
                                tuple(r.source.name for r in b.reads), tuple(w.source.name for w in b.writes)))
     return out
 

@@ -39,6 +39,8 @@ def parse_index_map(text: str):
         ev(expr, {n: 1 for n in names})
 
     def index_map(*axes):
+        if len(axes) != len(names):
+            raise TypeError(f"the index map takes {len(names)} axes ({', '.join(names)}), not {len(axes)}")
         env = dict(zip(names, axes))
         return tuple(ev(e, env) for e in body)
 
@@ -46,3 +48,33 @@ def parse_index_map(text: str):
     index_map.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
     return index_map
+
+
+_PRINTED = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}  # TIR node class -> operator
+
+
+def index_map_text(initial: list, final: list) -> str:
+    """The ``lambda`` text :func:`parse_index_map` reads, for an index map from the variables
+    ``initial`` to the expressions ``final`` (a TVM ``IndexMap``'s two sides, as a MetaSchedule
+    trace holds them). Raises :class:`ScheduleError` for an expression outside + - * // % of
+    variables and integers."""
+    names: dict[object, str] = {}
+    for k, var in enumerate(initial):
+        name = var.name
+        names[var] = name if name.isidentifier() and name not in names.values() else f"i{k}"
+
+    def text(expr, top: bool = False) -> str:
+        kind = type(expr).__name__
+        for var, name in names.items():
+            if expr.same_as(var):
+                return name
+        if kind == "IntImm":
+            return str(int(expr.value))
+        op = _PRINTED.get(kind)
+        if op is None:
+            raise ScheduleError(f"index map expression {expr} cannot be written as a schedx index map "
+                                "(+ - * // % of its variables and integers only)")
+        inner = f"{text(expr.a)} {op} {text(expr.b)}"
+        return inner if top else f"({inner})"
+
+    return f"lambda {', '.join(names.values())}: ({', '.join(text(e, True) for e in final)}{',' if len(final) == 1 else ''})"

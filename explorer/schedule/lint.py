@@ -20,7 +20,9 @@ def problems(func: tirx.PrimFunc) -> list[str]:
     found: list[str] = []
 
     def visit(node: NestNode, outer: dict[str, str]) -> None:
-        if node.kind != "loop":
+        if node.kind != "loop":  # a block's own nest (loop_partition's parts) still runs inside the outer loops
+            for c in node.children:
+                visit(c, outer)
             return
         kind = node.loop_kind
         if kind in _NESTING and kind in outer:
@@ -34,6 +36,8 @@ def problems(func: tirx.PrimFunc) -> list[str]:
 
     def check_vector_bodies(node: NestNode) -> None:
         if node.kind != "loop":
+            for c in node.children:
+                check_vector_bodies(c)
             return
         if node.loop_kind == "vectorized" and blocks_under(node) > 1:
             found.append(f"loop {node.name} is vectorized around {blocks_under(node)} blocks: TVM builds such a "

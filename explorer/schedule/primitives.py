@@ -103,6 +103,40 @@ def _transform_layout(sch, a):
     sch.transform_layout(resolve_block(sch, a["block"]), (kind, int(index)), parse_index_map(a["index_map"]))
 
 
+def _loop_partition(sch, a):
+    return sch.loop_partition(resolve_loop(sch, a["loop"]), factors=list(a["factors"]))
+
+
+def _reindex_cache_write(sch, a):
+    return sch.reindex_cache_write(resolve_block(sch, a["block"]), a["buffer_index"], a["scope"],
+                                   parse_index_map(a["index_map"]))
+
+
+def annotate_buffer_access(sch: s_tir.Schedule, block, buffer: tuple[str, int], region) -> None:
+    """Declare the region of ``buffer`` (``("write", 0)``) that ``block`` touches per iteration:
+    ``region`` maps the block's iterators to ``(start, end, start, end, ...)``, one pair per
+    dimension. (``Schedule.annotate_buffer_access`` in TVM 0.27 wants as many ranges as
+    iterators, not as dimensions: its primitive is called directly.)"""
+    from tvm.s_tir.schedule import _ffi_api
+    from tvm.tirx import IndexMap
+
+    from explorer.schedule.errors import ScheduleError
+
+    iters = [iv.var for iv in sch.get(block).iter_vars]
+    try:
+        bounds = list(region(*iters))
+    except TypeError as err:
+        raise ScheduleError(f"annotate_buffer_access: the region takes the block's {len(iters)} iterators "
+                            f"({', '.join(v.name for v in iters)}): {err}") from None
+    index_map = IndexMap(initial_indices=iters, final_indices=bounds, inverse_index_map=None)
+    _ffi_api.ScheduleAnnotateBufferAccess(sch, block, buffer[1], 0 if buffer[0] == "read" else 1, index_map)
+
+
+def _annotate_buffer_access(sch, a):
+    kind, _, index = a["buffer"].partition(":")
+    annotate_buffer_access(sch, resolve_block(sch, a["block"]), (kind, int(index)), parse_index_map(a["region"]))
+
+
 def _tensorize(sch, a):
     from explorer.tvm_fast import light_tensor_intrin
 
@@ -164,6 +198,21 @@ _PRIMS = [
     Primitive("transform_layout", (_BLOCK, Param("buffer", "buffer", help="read:N or write:N"),
                                    Param("index_map", "index_map", help="lambda i, j: (i // 16, j, i % 16)")),
               "Change a buffer's layout with an index map (packing, transposing).", _transform_layout),
+    Primitive("loop_partition", (_LOOP, Param("factors", "factors", help="one factor may be null: it is inferred")),
+              "Cut a loop into consecutive loops of the given extents, each with its own copy of the body "
+              "(a tail that no tile divides gets a schedule of its own; returns the loops).", _loop_partition),
+    Primitive("reindex_cache_write", (_BLOCK, Param("buffer_index", "int", False, 0), _SCOPE,
+                                      Param("index_map", "index_map",
+                                            help="the block's iterators -> the cache's indices, "
+                                                 "e.g. lambda i, j, k: (i, j)")),
+              "Like cache_write, with the cache indexed by the block's own iterators through an index map "
+              "(returns the new block).", _reindex_cache_write),
+    Primitive("annotate_buffer_access", (_BLOCK, Param("buffer", "buffer", help="read:N or write:N"),
+                                         Param("region", "index_map",
+                                               help="the block's iterators -> start, end per dimension, "
+                                                    "e.g. lambda i, j, k: (i, i + 1, j, j + 1)")),
+              "Declare the region of a buffer that each iteration of the block reads or writes.",
+              _annotate_buffer_access),
     Primitive("set_scope", (_BLOCK, Param("buffer_index", "int", False, 0), Param("scope", "choice", choices=SCOPES)),
               "Set the storage scope of a buffer the block writes.",
               lambda s, a: s.set_scope(resolve_block(s, a["block"]), a["buffer_index"], a["scope"])),

@@ -8,17 +8,56 @@ from tvm import s_tir
 from explorer.schedule.errors import ScheduleError
 
 
-def block_names(sch: s_tir.Schedule) -> list[str]:
-    """Every block, and ``root`` (MetaSchedule annotates the root block with its hints)."""
+def block_refs(func) -> list[tuple[s_tir.SBlock, str]]:
+    """Every block of ``func`` but the root, in program order, with the name steps give it: its
+    own, or ``NAME#k`` (the k-th of that name) where several blocks share a name (TVM allows it:
+    ``loop_partition`` copies a block's body into each part, and a cache of the same buffer in
+    each part gets the same name)."""
+    from collections import Counter
+
     from explorer.tir_walk import blocks
 
-    return [b.name_hint for b in blocks(sch.mod["main"])] + ["root"]
+    found = blocks(func)
+    counts, seen, out = Counter(b.name_hint for b in found), Counter(), []
+    for b in found:
+        name = b.name_hint
+        out.append((b, name if counts[name] == 1 else f"{name}#{seen[name]}"))
+        seen[name] += 1
+    return out
+
+
+def ref_of_block(func, block: s_tir.SBlock) -> str:
+    """The name steps give ``block`` of ``func`` (see :func:`block_refs`)."""
+    return next((ref for b, ref in block_refs(func) if b.same_as(block)), block.name_hint)
+
+
+def block_names(sch: s_tir.Schedule) -> list[str]:
+    """Every block, and ``root`` (MetaSchedule annotates the root block with its hints)."""
+    return [ref for _, ref in block_refs(sch.mod["main"])] + ["root"]
 
 
 def resolve_block(sch: s_tir.Schedule, name: str) -> s_tir.schedule.SBlockRV:
-    if name not in block_names(sch):
-        raise ScheduleError(f"no block named {name!r}; the blocks are: {', '.join(block_names(sch)[:-1])}")
-    return sch.get_sblock(name)
+    refs = block_refs(sch.mod["main"])
+    if name == "root" or any(ref == name and "#" not in ref for _, ref in refs):
+        return sch.get_sblock(name)
+    target = next((b for b, ref in refs if ref == name), None)
+    if target is None:
+        shared = [ref for _, ref in refs if ref.startswith(f"{name}#")]
+        if shared:
+            raise ScheduleError(f"several blocks are named {name!r}: write {' or '.join(shared)} (in program order)")
+        raise ScheduleError(f"no block named {name!r}; the blocks are: {', '.join(ref for _, ref in refs)}")
+    pending = [sch.get_sblock("root")]  # a repeated name: find the block's handle among the children
+    while pending:
+        for child in sch.get_child_blocks(pending.pop()):
+            if sch.get(child).same_as(target):
+                return child
+            pending.append(child)
+    raise ScheduleError(f"internal: block {name!r} not found under the root")
+
+
+def block_ref(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> str:
+    """The name steps give a block handle (see :func:`block_refs`)."""
+    return ref_of_block(sch.mod["main"], sch.get(block))
 
 
 def resolve_loop(sch: s_tir.Schedule, ref: str) -> s_tir.schedule.LoopRV:
@@ -52,7 +91,7 @@ def loop_ref(sch: s_tir.Schedule, loop: s_tir.schedule.LoopRV) -> str:
     block = under[0] if under else None
     if block is None:
         raise ScheduleError("a loop with no block under it cannot be named")
-    bname = sch.get(block).name_hint
+    bname = block_ref(sch, block)
     loops = sch.get_loops(block)
     target = sch.get(loop)
     names = [sch.get(lp).loop_var.name for lp in loops]

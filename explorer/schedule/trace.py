@@ -16,8 +16,9 @@ from tvm import s_tir
 from tvm.s_tir.schedule import ExprRV, LoopRV, SBlockRV
 
 from explorer.plain import to_plain
+from explorer.schedule.index_map import index_map_text
 from explorer.schedule.intrinsics import register_for_trace
-from explorer.schedule.refs import loop_ref
+from explorer.schedule.refs import block_ref, loop_ref
 from explorer.schedule.steps import ScheduleError, Step
 
 # Instructions that only look things up or sample: they produce no step.
@@ -81,7 +82,7 @@ def _convert(recorded: s_tir.Trace, func: tvm.tirx.PrimFunc, open_samples: bool)
 
 def _name(sch: s_tir.Schedule, value: object, open_samples: bool = False) -> object:
     if isinstance(value, SBlockRV):
-        return sch.get(value).name_hint
+        return block_ref(sch, value)
     if isinstance(value, LoopRV):
         return loop_ref(sch, value)
     if isinstance(value, ExprRV):
@@ -89,6 +90,13 @@ def _name(sch: s_tir.Schedule, value: object, open_samples: bool = False) -> obj
     if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return value.value
     return to_plain(value)
+
+
+_BUFFER_KINDS = ("read", "write")  # TVM's BufferIndexType
+
+
+def _map_text(index_map) -> str:
+    return index_map_text(list(index_map.initial_indices), list(index_map.final_indices))
 
 
 def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list, open_samples: bool = False) -> Step:
@@ -126,6 +134,20 @@ def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list, open_sam
         return Step("set_scope", {"block": n[0], "buffer_index": int(a[0]), "scope": a[1]})
     if kind == "Blockize":
         return Step("blockize", {"target": n[0]})
+    if kind == "LoopPartition":
+        return Step("loop_partition", {"loop": n[0], "factors": [f if f is None or isinstance(f, str) else int(f)
+                                                                 for f in n[1:]]})
+    if kind == "TransformLayout":
+        if a[2] is not None or a[3]:  # a pad value, or assume_injective_transform
+            raise ScheduleError("the trace pads a buffer in transform_layout, which schedx cannot show as a step yet")
+        return Step("transform_layout", {"block": n[0], "buffer": f"{_BUFFER_KINDS[int(a[1])]}:{int(a[0])}",
+                                         "index_map": _map_text(inputs[1])})
+    if kind == "ReindexCacheWrite":
+        return Step("reindex_cache_write", {"block": n[0], "buffer_index": int(a[0]), "scope": a[1],
+                                            "index_map": _map_text(inputs[1])})
+    if kind == "AnnotateBufferAccess":
+        return Step("annotate_buffer_access", {"block": n[0], "buffer": f"{_BUFFER_KINDS[int(n[2])]}:{int(n[1])}",
+                                               "region": _map_text(inputs[3])})
     if kind == "Tensorize":
         return Step("tensorize", {"target": n[0], "intrin": a[0]})
     raise ScheduleError(f"the trace uses {kind}, which schedx cannot show as a step yet")

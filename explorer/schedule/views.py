@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
+from explorer.schedule.refs import ref_of_block
+
 _KIND = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel", tirx.ForKind.VECTORIZED: "vectorized",
          tirx.ForKind.UNROLLED: "unrolled", tirx.ForKind.THREAD_BINDING: "thread"}
 _ITER = {0: "S", 2: "R"}  # IterVar types: data parallel, communicative reduce
@@ -58,17 +60,19 @@ def loop_nest(func: tirx.PrimFunc) -> list[NestNode]:
             return [node]
         if isinstance(stmt, s_tir.SBlockRealize):
             block = stmt.block
+            name = ref_of_block(func, block) if block.name_hint != "root" else "root"
             names = [lp.loop_var.name for lp in stack]
             for k, lp in enumerate(stack):
                 if id(lp) not in refs:
-                    refs[id(lp)] = (f"{block.name_hint}/{names[k]}" if names.count(names[k]) == 1
-                                    else f"{block.name_hint}/#{k}")
-            inner = visit(block.body, stack) if block.name_hint == "root" else []
+                    refs[id(lp)] = f"{name}/{names[k]}" if names.count(names[k]) == 1 else f"{name}/#{k}"
             if block.name_hint == "root":
-                return inner
+                return visit(block.body, stack)
             iters = "".join(_ITER.get(int(iv.iter_type), "O") for iv in block.iter_vars)
-            return [{"kind": "block", "name": block.name_hint, "iters": iters,
-                     "annotations": {k: str(v) for k, v in block.annotations.items()}, "children": []}]
+            # a block may hold a nest of its own (loop_partition's parts): its loops are named
+            # from the blocks under them, counted from this block's scope as get_loops counts them
+            return [{"kind": "block", "name": name, "iters": iters,
+                     "annotations": {k: str(v) for k, v in block.annotations.items()},
+                     "children": visit(block.body, [])}]
         if isinstance(stmt, tirx.IfThenElse):
             return visit(stmt.then_case, stack) + (visit(stmt.else_case, stack) if stmt.else_case else [])
         body = getattr(stmt, "body", None)
@@ -81,7 +85,8 @@ def loop_nest(func: tirx.PrimFunc) -> list[NestNode]:
         if n["kind"] == "loop":
             return NestNode("loop", n["name"], n["extent"], n["loop_kind"], refs.get(id(n["for"]), ""),
                             annotations=n["annotations"], children=kids)
-        return NestNode("block", n["name"], iters=n["iters"], ref=n["name"], annotations=n["annotations"])
+        return NestNode("block", n["name"], iters=n["iters"], ref=n["name"], annotations=n["annotations"],
+                        children=kids)
 
     return [freeze(n) for n in raw]
 
@@ -100,6 +105,8 @@ def nest_text(nodes: list[NestNode]) -> str:
                 emit(c, depth + 1)
         else:
             lines.append(f"{pad}block {node.name} [{node.iters}]")
+            for c in node.children:
+                emit(c, depth + 1)
 
     for n in nodes:
         emit(n, 0)
@@ -124,7 +131,7 @@ def tiling(func: tirx.PrimFunc, block_name: str) -> list[AxisTiling]:
         if isinstance(stmt, tirx.For):
             find(stmt.body, stack + [stmt])
         elif isinstance(stmt, s_tir.SBlockRealize):
-            if stmt.block.name_hint == block_name:
+            if ref_of_block(func, stmt.block) == block_name:
                 stack_at["realize"] = stmt
                 stack_at["loops"] = stack
             find(stmt.block.body, stack)
@@ -165,7 +172,7 @@ def main_block(func: tirx.PrimFunc) -> str | None:
         size = math.prod(_int(iv.dom.extent) or 1 for iv in b.iter_vars)
         key = (size, any(int(iv.iter_type) == 2 for iv in b.iter_vars))
         if best_key is None or key > best_key:
-            best, best_key = b.name_hint, key
+            best, best_key = ref_of_block(func, b), key
     return best
 
 

@@ -55,6 +55,7 @@ from tvm.tirx import IndexMap
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import schedule_plain
+from explorer.schedule.primitives import annotate_buffer_access
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
@@ -404,15 +405,9 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
 
 def _writes_one_element(sch: s_tir.Schedule, block, facts: BlockFacts) -> None:
     """Declare that ``block`` writes one element of its output per iteration: ``loop_partition``
-    leaves a block declaring the whole buffer, which would make its register tile as large.
-    (``Schedule.annotate_buffer_access`` in TVM 0.27 wants as many ranges as iterators, not as
-    dimensions: its primitive is called directly; use the method once TVM fixes that check.)"""
-    from tvm.s_tir.schedule import _ffi_api
-
-    iters = [iv.var for iv in sch.get(block).iter_vars]
-    bounds = [b for k in facts.out_dims for b in (iters[k], iters[k] + 1)]
-    index_map = IndexMap(initial_indices=iters, final_indices=bounds, inverse_index_map=None)
-    _ffi_api.ScheduleAnnotateBufferAccess(sch, block, 0, 1, index_map)  # 1: a write region
+    leaves a block declaring the whole buffer, which would make its register tile as large."""
+    annotate_buffer_access(sch, block, ("write", 0),
+                           lambda *iters: [b for k in facts.out_dims for b in (iters[k], iters[k] + 1)])
 
 
 __all__ = [
