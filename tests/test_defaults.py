@@ -239,17 +239,20 @@ def test_long_reductions_keep_their_widest_tiles_whatever_the_allocation_costs()
     ("matmul:M=98,N=64,K=512", "6x16", 2),  # 98 rows: 96 + 2
     ("matmul:M=1024,N=1024,K=1024", "6x16", 4),
 ])
-def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, tile, tail):
+def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, tile, tail, monkeypatch):
     """On AVX2, 8 accumulators (2x32, 4x16) leave the FMA units waiting on their latency; 12 (6x16)
     ran 1.29x faster on a 48-wide conv. ResNet's widths (56, 28, 14, 7) and most row counts have no
     factor of 3: whole tiles cover what they can and the last rows get a tile of their own
     (loop_partition). The schedule is well formed (a Schedule opens it again), its trace replays
-    to the same kernel, and the built kernel computes the reference."""
+    to the same kernel, and the built kernel computes the reference. (Rows of a row, here: short
+    rows of outputs run as one axis in the next test.)"""
     from tvm import s_tir
 
+    from explorer.schedule.defaults import tiling
     from explorer.schedule.trace import schedule_from_trace
     from explorer.workload import load_kernel
 
+    monkeypatch.setattr(tiling, "_pixel_rows", lambda *args: None)
     kernel = load_kernel(spec)
     func, choice = default_schedule(kernel.func, AVX2)
     assert choice.rule == "full", choice
@@ -293,3 +296,49 @@ def test_a_kernel_whose_tail_of_rows_fails_keeps_whole_register_tiles(monkeypatc
     _, choice = default_schedule(kernel.func, AVX2)
     assert choice.rule == "full" and "register tile" in choice.steps[0], choice
     assert "the last" not in choice.steps[0] and "a TVM refusal" in choice.fallback_reason, choice
+
+
+@pytest.mark.parametrize("spec, tile, tail", [
+    ("conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1", "5x16", 4),  # 49 = 45 + 4, not 7 x (5 + 2)
+    ("conv2d_nhwc:N=1,C=256,H=14,W=14,K=256,R=3,S=3,stride=1,pad=1", "6x16", 4),  # 196 = 192 + 4
+    ("conv2d_nhwc:N=2,C=64,H=7,W=7,K=64,R=3,S=3,stride=1,pad=1", "5x16", 4),  # a batch of 2: per image
+])
+def test_short_rows_run_over_the_outputs_of_several_rows_as_one_axis(spec, tile, tail):
+    """ResNet's last convs have 7 output columns: 5x16 tiles and a 2x16 tail whose 4 accumulators
+    wait on the FMA latency. Over the 7x7 outputs as one axis of 49 (transform_block_layout), the
+    tiles are 5x16 and one 4x16 tail. The schedule is well formed, replays from its trace, and
+    computes the reference."""
+    from tvm import s_tir
+
+    from explorer.schedule.trace import schedule_from_trace
+    from explorer.workload import load_kernel
+
+    kernel = load_kernel(spec)
+    func, choice = default_schedule(kernel.func, AVX2)
+    assert choice.rule == "full", choice
+    height, width = spec.split("H=")[1].split(",")[0], spec.split("W=")[1].split(",")[0]
+    assert f"register tile {tile} " in choice.steps[0] and f"the last {tail} in {tail}x16" in choice.steps[0], choice
+    assert f"rows over {height}x{width} outputs as one axis" in choice.steps[0], choice
+    s_tir.Schedule(func)
+    assert schedule_from_trace(kernel.func, choice.trace).mod["main"].script() == \
+        tvm.IRModule({"main": func})["main"].script()
+    if host_target().vector_width >= 256:
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu:x86-64-v3").tvm())
+        inputs = kernel.random_inputs()
+        expected = kernel.reference(*inputs)
+        expected = expected[0] if isinstance(expected, (list, tuple)) else expected
+        args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.tensor(np.zeros_like(expected))]
+        lib["main"](*args)
+        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("spec", [
+    "batch_matmul:Bt=4,M=14,N=64,K=512",  # the weights change with the batch: a tile may not cross it
+    "conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",  # 56 = 54 + 2 is already near the best
+    "conv2d_nhwc:N=1,C=64,H=7,W=7,K=32,R=3,S=3,stride=1,pad=1",  # 2 tile columns: a task per core needs the rows
+])
+def test_rows_stay_one_axis_where_fusing_them_would_not_pay(spec):
+    from explorer.workload import load_kernel
+
+    _, choice = default_schedule(load_kernel(spec).func, AVX2)
+    assert choice.rule == "full" and "outputs as one axis" not in choice.steps[0], choice

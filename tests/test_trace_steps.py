@@ -46,7 +46,7 @@ def test_blocks_that_share_a_name_are_named_by_their_place():
     steps, the block choices and the loop tree name them NAME#0, NAME#1 in program order, and
     the bare name says which to write."""
     from explorer.schedule.choices import block_choices
-    from explorer.schedule.refs import block_names, resolve_block, resolve_loop
+    from explorer.schedule.refs import block_names, loop_ref, resolve_block, resolve_loop
     from explorer.schedule.views import loop_nest
 
     kernel = load_kernel("conv2d_nhwc:N=1,C=64,H=14,W=14,K=64,R=3,S=3,stride=1,pad=1")
@@ -72,14 +72,31 @@ def test_blocks_that_share_a_name_are_named_by_their_place():
             yield from ([n.name] if n.kind == "block" else [])
             yield from names(n.children)
 
-    assert set(shared) <= set(names(loop_nest(sch.mod["main"])))
+    nest = loop_nest(sch.mod["main"])
+    assert set(shared) <= set(names(nest))
+
+    def loops(nodes):
+        for n in nodes:
+            yield from ([n] if n.kind == "loop" else [])
+            yield from loops(n.children)
+
+    for node in loops(nest):  # every loop of the tree, inside the parts' scopes too, by the name it shows
+        assert loop_ref(sch, resolve_loop(sch, node.ref)) == node.ref
+        assert sch.get(resolve_loop(sch, node.ref)).loop_var.name == node.name
 
 
 @pytest.mark.parametrize("text", ["lambda i, j, k: (k // 16, i, j, k % 16)",
-                                  "lambda i, j: ((i * 2) + 1, j - 3)", "lambda i: (i,)"])
+                                  "lambda i, j: ((i * 2) + 1, j - 3)", "lambda i: (i,)", "lambda i: (i + -1,)"])
 def test_index_maps_print_back_to_the_text_they_parse_from(text):
     index_map = tvm.tirx.IndexMap.from_func(parse_index_map(text), index_dtype="int64")
     assert index_map_text(list(index_map.initial_indices), list(index_map.final_indices)) == text
+
+
+def test_index_map_names_python_cannot_take_are_renamed():
+    a, b, c = tvm.tirx.Var("lambda", "int32"), tvm.tirx.Var("x", "int32"), tvm.tirx.Var("x", "int32")
+    text = index_map_text([a, b, c], [a, b + c])
+    assert text == "lambda i0, x, i2: (i0, x + i2)"
+    assert parse_index_map(text)(1, 2, 3) == (1, 5)
 
 
 def test_an_index_map_outside_the_steps_language_is_refused_by_name():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import keyword
 import operator
 
 from explorer.schedule.errors import ScheduleError
@@ -31,9 +32,12 @@ def parse_index_map(text: str):
             return env[node.id]
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand, env)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left, env), ev(node.right, env))
-        raise ScheduleError(f"index map: {ast.unparse(node)!r} is not allowed (names, integers, + - * // % only)")
+        raise ScheduleError(f"index map: {ast.unparse(node)!r} is not allowed (names, integers, + - * // % and "
+                            "a leading minus only)")
 
     for expr in body:  # validate once without TIR variables
         ev(expr, {n: 1 for n in names})
@@ -60,8 +64,10 @@ def index_map_text(initial: list, final: list) -> str:
     variables and integers."""
     names: dict[object, str] = {}
     for k, var in enumerate(initial):
-        name = var.name
-        names[var] = name if name.isidentifier() and name not in names.values() else f"i{k}"
+        name, n = var.name, k
+        while not name.isidentifier() or keyword.iskeyword(name) or name in names.values():
+            name, n = f"i{n}", n + len(initial)  # a name Python cannot take, or taken twice
+        names[var] = name
 
     def text(expr, top: bool = False) -> str:
         kind = type(expr).__name__

@@ -32,7 +32,7 @@ def problems(func: tirx.PrimFunc) -> list[str]:
             visit(c, inner)
 
     def blocks_under(node: NestNode) -> int:
-        return 1 if node.kind == "block" else sum(blocks_under(c) for c in node.children)
+        return (1 if node.kind == "block" else 0) + sum(blocks_under(c) for c in node.children)
 
     def check_vector_bodies(node: NestNode) -> None:
         if node.kind != "loop":

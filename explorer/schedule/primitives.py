@@ -103,6 +103,10 @@ def _transform_layout(sch, a):
     sch.transform_layout(resolve_block(sch, a["block"]), (kind, int(index)), parse_index_map(a["index_map"]))
 
 
+def _transform_block_layout(sch, a):
+    sch.transform_block_layout(resolve_block(sch, a["block"]), parse_index_map(a["index_map"]))
+
+
 def _loop_partition(sch, a):
     return sch.loop_partition(resolve_loop(sch, a["loop"]), factors=list(a["factors"]))
 
@@ -198,6 +202,11 @@ _PRIMS = [
     Primitive("transform_layout", (_BLOCK, Param("buffer", "buffer", help="read:N or write:N"),
                                    Param("index_map", "index_map", help="lambda i, j: (i // 16, j, i % 16)")),
               "Change a buffer's layout with an index map (packing, transposing).", _transform_layout),
+    Primitive("transform_block_layout", (_BLOCK, Param("index_map", "index_map",
+                                                       help="the block's iterators -> new ones, "
+                                                            "e.g. lambda n, h, w, c: (n, h * 7 + w, c)")),
+              "Give a block new iterators through an index map (two output axes run as one; its loops follow).",
+              _transform_block_layout),
     Primitive("loop_partition", (_LOOP, Param("factors", "factors", help="one factor may be null: it is inferred")),
               "Cut a loop into consecutive loops of the given extents, each with its own copy of the body "
               "(a tail that no tile divides gets a schedule of its own; returns the loops).", _loop_partition),

@@ -21,18 +21,26 @@ def block_refs(func) -> list[tuple[s_tir.SBlock, str]]:
     counts, seen, out = Counter(b.name_hint for b in found), Counter(), []
     for b in found:
         name = b.name_hint
-        out.append((b, name if counts[name] == 1 else f"{name}#{seen[name]}"))
-        seen[name] += 1
+        if counts[name] > 1:
+            while f"{name}#{seen[name]}" in counts:  # a block really named so (TVMScript allows it)
+                seen[name] += 1
+            out.append((b, f"{name}#{seen[name]}"))
+            seen[name] += 1
+        else:
+            out.append((b, name))
     return out
 
 
-def ref_of_block(func, block: s_tir.SBlock) -> str:
-    """The name steps give ``block`` of ``func`` (see :func:`block_refs`)."""
-    return next((ref for b, ref in block_refs(func) if b.same_as(block)), block.name_hint)
+def ref_of_block(func, block: s_tir.SBlock, refs: list | None = None) -> str:
+    """The name steps give ``block`` of ``func`` (see :func:`block_refs`; ``refs``: theirs, when
+    the caller has them already)."""
+    return next((ref for b, ref in (refs if refs is not None else block_refs(func)) if b.same_as(block)),
+                block.name_hint)
 
 
 def block_names(sch: s_tir.Schedule) -> list[str]:
-    """Every block, and ``root`` (MetaSchedule annotates the root block with its hints)."""
+    """Every block's ref (its name, or ``NAME#k``: :func:`block_refs`), and ``root`` (MetaSchedule
+    annotates the root block with its hints)."""
     return [ref for _, ref in block_refs(sch.mod["main"])] + ["root"]
 
 
@@ -42,7 +50,7 @@ def resolve_block(sch: s_tir.Schedule, name: str) -> s_tir.schedule.SBlockRV:
         return sch.get_sblock(name)
     target = next((b for b, ref in refs if ref == name), None)
     if target is None:
-        shared = [ref for _, ref in refs if ref.startswith(f"{name}#")]
+        shared = [ref for b, ref in refs if b.name_hint == name]
         if shared:
             raise ScheduleError(f"several blocks are named {name!r}: write {' or '.join(shared)} (in program order)")
         raise ScheduleError(f"no block named {name!r}; the blocks are: {', '.join(ref for _, ref in refs)}")

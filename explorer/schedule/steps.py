@@ -1,7 +1,9 @@
 """Schedule steps as plain data: a primitive name and its arguments by name.
 
-Blocks are named as in TVMScript (``C``, ``C_global``); a loop is ``BLOCK/LOOP`` with the loop
-variable's TVMScript name (``C/i_0``), which is what a person reads in the code. Steps are JSON,
+Blocks are named as in TVMScript (``C``, ``C_global``), ``NAME#k`` for the k-th of several blocks
+that share a name (in the order of the code); a loop is ``BLOCK/LOOP`` with the loop variable's
+TVMScript name (``C/i_0``), which is what a person reads in the code, or ``BLOCK/#k`` for the k-th
+loop around the block (0: outermost, counted within the block's scope) when names repeat. Steps are JSON,
 never Python: a steps file is validated field by field and nothing in it is evaluated.
 """
 

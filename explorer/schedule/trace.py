@@ -135,13 +135,21 @@ def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list, open_sam
     if kind == "Blockize":
         return Step("blockize", {"target": n[0]})
     if kind == "LoopPartition":
+        if not a[0]:
+            raise ScheduleError("the trace partitions a loop without preserving unit iterators, which schedx "
+                                "cannot show as a step yet")
         return Step("loop_partition", {"loop": n[0], "factors": [f if f is None or isinstance(f, str) else int(f)
                                                                  for f in n[1:]]})
     if kind == "TransformLayout":
-        if a[2] is not None or a[3]:  # a pad value, or assume_injective_transform
+        if a[2] is not None:
             raise ScheduleError("the trace pads a buffer in transform_layout, which schedx cannot show as a step yet")
+        if a[3]:
+            raise ScheduleError("the trace's transform_layout assumes an injective map, which schedx cannot show "
+                                "as a step yet")
         return Step("transform_layout", {"block": n[0], "buffer": f"{_BUFFER_KINDS[int(a[1])]}:{int(a[0])}",
                                          "index_map": _map_text(inputs[1])})
+    if kind == "TransformBlockLayout":
+        return Step("transform_block_layout", {"block": n[0], "index_map": _map_text(attrs[0])})
     if kind == "ReindexCacheWrite":
         return Step("reindex_cache_write", {"block": n[0], "buffer_index": int(a[0]), "scope": a[1],
                                             "index_map": _map_text(inputs[1])})

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
-from explorer.schedule.refs import ref_of_block
+from explorer.schedule.refs import block_refs, ref_of_block
 
 _KIND = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel", tirx.ForKind.VECTORIZED: "vectorized",
          tirx.ForKind.UNROLLED: "unrolled", tirx.ForKind.THREAD_BINDING: "thread"}
@@ -48,6 +48,7 @@ def _loop_kind(loop: tirx.For) -> str:
 def loop_nest(func: tirx.PrimFunc) -> list[NestNode]:
     """The loop nest of ``func`` under its root block, as trees of :class:`NestNode`."""
     refs: dict[int, str] = {}  # id(For) -> ref, assigned by the first block found below a loop
+    block_ref_list = block_refs(func)
 
     def visit(stmt, stack: list[tirx.For]) -> list[dict]:
         if isinstance(stmt, tirx.SeqStmt):
@@ -60,7 +61,7 @@ def loop_nest(func: tirx.PrimFunc) -> list[NestNode]:
             return [node]
         if isinstance(stmt, s_tir.SBlockRealize):
             block = stmt.block
-            name = ref_of_block(func, block) if block.name_hint != "root" else "root"
+            name = ref_of_block(func, block, block_ref_list) if block.name_hint != "root" else "root"
             names = [lp.loop_var.name for lp in stack]
             for k, lp in enumerate(stack):
                 if id(lp) not in refs:
@@ -126,15 +127,16 @@ class AxisTiling:
 def tiling(func: tirx.PrimFunc, block_name: str) -> list[AxisTiling]:
     """For each iterator of ``block_name``, the loops its binding uses, in nest order."""
     stack_at: dict[str, list[tirx.For]] = {}
+    refs = block_refs(func)
 
     def find(stmt, stack):
         if isinstance(stmt, tirx.For):
             find(stmt.body, stack + [stmt])
         elif isinstance(stmt, s_tir.SBlockRealize):
-            if ref_of_block(func, stmt.block) == block_name:
+            if ref_of_block(func, stmt.block, refs) == block_name:
                 stack_at["realize"] = stmt
                 stack_at["loops"] = stack
-            find(stmt.block.body, stack)
+            find(stmt.block.body, stack if stmt.block.name_hint == "root" else [])  # a block's nest: its own loops
         elif isinstance(stmt, tirx.SeqStmt):
             for s in stmt.seq:
                 find(s, stack)
@@ -167,12 +169,12 @@ def main_block(func: tirx.PrimFunc) -> str | None:
     breaks ties), e.g. ``C`` of a matmul or ``conv2d_nchw`` of a conv."""
     from explorer.tir_walk import blocks
 
-    best, best_key = None, None
+    best, best_key, refs = None, None, block_refs(func)
     for b in blocks(func):
         size = math.prod(_int(iv.dom.extent) or 1 for iv in b.iter_vars)
         key = (size, any(int(iv.iter_type) == 2 for iv in b.iter_vars))
         if best_key is None or key > best_key:
-            best, best_key = ref_of_block(func, b), key
+            best, best_key = ref_of_block(func, b, refs), key
     return best
 
 
