@@ -232,6 +232,19 @@ def test_long_reductions_keep_their_widest_tiles_whatever_the_allocation_costs()
         assert f"register tile {tile} " in choice.steps[0], (spec, choice.steps)
 
 
+def _computes_the_reference_on_avx2(kernel, func) -> None:
+    """Build ``func`` for AVX2 and compare it with the kernel's reference (on hosts that run AVX2)."""
+    if host_target().vector_width < 256:
+        return
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu:x86-64-v3").tvm())
+    inputs = kernel.random_inputs()
+    expected = kernel.reference(*inputs)
+    expected = expected[0] if isinstance(expected, (list, tuple)) else expected
+    args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.tensor(np.zeros_like(expected))]
+    lib["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("spec, tile, tail", [
     ("conv2d_nhwc:N=1,C=64,H=14,W=14,K=64,R=3,S=3,stride=1,pad=1", "5x16", 4),  # 14 columns: 10 + 4
     ("conv2d_nhwc:N=2,C=64,H=7,W=7,K=64,R=3,S=3,stride=1,pad=1", "5x16", 2),  # a batch of 2
@@ -260,14 +273,7 @@ def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, t
     s_tir.Schedule(func)  # raises on a block that uses a loop variable of an outer scope
     replayed = schedule_from_trace(kernel.func, choice.trace)
     assert replayed.mod["main"].script() == tvm.IRModule({"main": func})["main"].script()
-    if host_target().vector_width >= 256:
-        lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu:x86-64-v3").tvm())
-        inputs = kernel.random_inputs()
-        expected = kernel.reference(*inputs)
-        expected = expected[0] if isinstance(expected, (list, tuple)) else expected
-        args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.tensor(np.zeros_like(expected))]
-        lib["main"](*args)
-        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-3)
+    _computes_the_reference_on_avx2(kernel, func)
 
 
 def test_short_reductions_keep_whole_tiles():
@@ -322,14 +328,7 @@ def test_short_rows_run_over_the_outputs_of_several_rows_as_one_axis(spec, tile,
     s_tir.Schedule(func)
     assert schedule_from_trace(kernel.func, choice.trace).mod["main"].script() == \
         tvm.IRModule({"main": func})["main"].script()
-    if host_target().vector_width >= 256:
-        lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu:x86-64-v3").tvm())
-        inputs = kernel.random_inputs()
-        expected = kernel.reference(*inputs)
-        expected = expected[0] if isinstance(expected, (list, tuple)) else expected
-        args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.tensor(np.zeros_like(expected))]
-        lib["main"](*args)
-        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-3)
+    _computes_the_reference_on_avx2(kernel, func)
 
 
 @pytest.mark.parametrize("spec", [
