@@ -333,11 +333,32 @@ def test_short_rows_run_over_the_outputs_of_several_rows_as_one_axis(spec, tile,
 
 @pytest.mark.parametrize("spec", [
     "batch_matmul:Bt=4,M=14,N=64,K=512",  # the weights change with the batch: a tile may not cross it
-    "conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",  # 56 = 54 + 2 is already near the best
-    "conv2d_nhwc:N=1,C=64,H=7,W=7,K=32,R=3,S=3,stride=1,pad=1",  # 2 tile columns: a task per core needs the rows
+    # 56 = 54 + 2 is near the best already: the model's gain (4.8%) is just under PIXEL_GAIN (5%), and
+    # measured fused, ResNet's 56x56 and 28x28 convs ran 1-4% slower (each tile column streams the input)
+    "conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
+    # 2 columns of 16: fused, 7x8 tiles for enough tasks, which the model costs more than 5x16 by rows
+    "conv2d_nhwc:N=1,C=64,H=7,W=7,K=32,R=3,S=3,stride=1,pad=1",
+    # 42 = 7 x 6 outputs in whole tiles: each tile's write-back would cross output rows, which TVM
+    # 0.27 computes wrongly (fused, this kernel gave wrong values); only a tail's own pass is safe
+    "conv2d_nhwc:N=1,C=512,H=6,W=7,K=512,R=3,S=3,stride=1,pad=1",
 ])
 def test_rows_stay_one_axis_where_fusing_them_would_not_pay(spec):
     from explorer.workload import load_kernel
 
     _, choice = default_schedule(load_kernel(spec).func, AVX2)
     assert choice.rule == "full" and "outputs as one axis" not in choice.steps[0], choice
+
+
+def test_a_kernel_whose_fused_rows_fail_keeps_its_tail_of_rows(monkeypatch):
+    """Should running two output axes as one fail on some kernel, the kernel gets the tiles of
+    one output row with their tail (the next rule), not whole tiles."""
+    from explorer.schedule.defaults import tiling
+    from explorer.workload import load_kernel
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a TVM refusal")
+
+    monkeypatch.setattr(tiling, "_fuse_rows", broken)
+    _, choice = default_schedule(load_kernel("conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1").func, AVX2)
+    assert choice.rule == "full" and "register tile 5x16 " in choice.steps[0], choice
+    assert "the last 2 in 2x16" in choice.steps[0] and "a TVM refusal" in choice.fallback_reason, choice

@@ -8,7 +8,8 @@ nothing wrong with is kept:
    the CPU's dot-product instruction (:mod:`.int8`), else the biggest reduction with a vector axis
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
-   (tried again with tiles that divide the rows, should a tail of rows fail on a kernel);
+   (tried again with the rows of one output row, should running two output axes as one fail on
+   a kernel, then with tiles that divide the rows, should a tail of rows fail);
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
 3. ``none``: the kernel as it was (only if TVM refuses even that).
 
@@ -85,7 +86,8 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
     return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
 
 
-def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True) -> tuple[s_tir.Schedule, list[str]]:
+def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
+           pixels: bool = True) -> tuple[s_tir.Schedule, list[str]]:
     sch = _fresh(func)
     inline_producers(sch)
     inline_epilogues(sch)
@@ -105,7 +107,7 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True) -> tuple[s
     if anchor is not None:
         name = sch.get(anchor).name_hint
         try:
-            steps.append(tile_reduction(sch, anchor, cpu, tails=tails))
+            steps.append(tile_reduction(sch, anchor, cpu, tails=tails, pixels=pixels))
         except NotApplicable:
             pass
         else:  # the epilogue it took in is under its loops now (a padding stays at the root); the rest remain
@@ -125,7 +127,12 @@ def _tiled_whole(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule,
     return _tiled(func, cpu, tails=False)
 
 
-RULES = (("full", _tiled), ("full", _tiled_whole), ("safe", _safe))
+def _tiled_by_row(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
+    """``full`` with the rows of one output row, should running two output axes as one fail."""
+    return _tiled(func, cpu, pixels=False)
+
+
+RULES = (("full", _tiled), ("full", _tiled_by_row), ("full", _tiled_whole), ("safe", _safe))
 
 
 def _trace_json(sch: s_tir.Schedule):

@@ -191,7 +191,8 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     ahead: 64.6 against 47.5.)
 
     The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get tiles
-    of several rows (5x16 and a 2x16 tail on AVX2, 7x64 on AVX-512) and not 1x64: one row per tile
+    of several rows (5x16 on AVX2, over the 49 outputs as one axis: :func:`_pixel_rows`; 7x64 on
+    AVX-512) and not 1x64: one row per tile
     read each weight from L2 for a single multiply-add."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
@@ -301,7 +302,7 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     return None
 
 
-def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True) -> str:
+def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True, pixels: bool = True) -> str:
     """Schedule ``block`` (a reduction) with a register tile and its epilogue; returns a description.
     ``tails``: whether a row tile may leave rows over for a tile of their own.
 
@@ -312,7 +313,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True)
     vec = vector_axis(facts)
     rows = row_axis(facts, vec)
     tiling = choose_tiles(facts, vec, rows, cpu, tails)
-    outer_rows = _pixel_rows(facts, vec, rows, tiling, cpu, tails)
+    outer_rows = _pixel_rows(facts, vec, rows, tiling, cpu, tails) if pixels else None
     if outer_rows is not None:  # the tile's width as the fused rows will want it (the panels follow it)
         tiling = choose_tiles(_fused_facts(facts, outer_rows, rows), vec, rows, cpu, tails)
 
@@ -328,8 +329,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True)
     if outer_rows is not None:
         fused_note = f", rows over {facts.extents[outer_rows]}x{facts.extents[rows]} outputs as one axis"
         facts = _fuse_rows(sch, block, facts, outer_rows, rows)
-        vec = vector_axis(facts)
-        tiling = choose_tiles(facts, vec, row_axis(facts, vec), cpu, tails)
+        # the sizes planned (the panels are packed for them); the axes' positions after the fusion
+        vec, rows = vector_axis(facts), row_axis(facts, vector_axis(facts))
+        tiling = replace(tiling, vec=vec, rows=rows)
 
     column_first = _weight_bytes(facts, vec) > CACHE_BYTES  # each tile column's weights read once, for all the rows
     parallel = facts.volume >= PARALLEL_MIN_VOLUME
@@ -354,11 +356,14 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
 
     A row axis as short as ResNet's last convs' 7 columns leaves AVX2 a 5x16 tile and a 2x16
     tail, whose 4 accumulators wait on the FMA latency and read each weight vector from L2 for two
-    multiply-adds; over 7x7 = 49 pixels the tiles are 6x16 with one row over (ResNet-18's 7x7x512
-    3x3 conv: 0.86 -> 0.63 modelled cycles per multiply-add). Both axes must index the output side
+    multiply-adds; over 7x7 = 49 pixels the tiles are 5x16 and one 4x16 tail (ResNet-18's 7x7x512
+    3x3 conv: 0.86 -> 0.62 modelled cycles per multiply-add). Both axes must index the output side
     by side and every operand alike (an operand that one of them indexes and not the other would
     change under a tile: a batched matmul's weights); taken when it costs at least
-    ``PIXEL_GAIN`` less by :func:`choose_tiles`'s model and leaves a task per core at least."""
+    ``PIXEL_GAIN`` less by :func:`choose_tiles`'s model (which does not see that each tile column
+    then streams the whole input: at 56x56 and 28x28 the fusion ran 1-4% slower, within the
+    margin) and leaves two tasks per core at least; only with a tail, whose parts write back in
+    a pass of their own (whole tiles computing the write-back at each tile gave wrong values)."""
     if rows is None or not tails or not tiling.tail_rows or any(k is None for k in facts.out_dims):
         return None
     at = facts.out_dims.index(rows)
@@ -372,6 +377,8 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
         // (facts.extents[outer] * facts.extents[rows] * fused.vec_tile)
     if tasks < 2 * cpu.cores or fused.cycles > tiling.cycles * (1 - PIXEL_GAIN):
         return None
+    if not fused.tail_rows:  # whole tiles write back under their own loop, where TVM 0.27 covers a tile
+        return None          # that crosses output rows wrongly (42 = 6x7 outputs: wrong values)
     return outer
 
 
