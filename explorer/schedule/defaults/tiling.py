@@ -97,9 +97,15 @@ FMA_CHAINS = 12
 # reduction that is more than the wider tile saves (AVX2 Zen 3: ResNet-18's 3x3 max pool 0.15 ->
 # 0.23 ms; MobileNetV2's 1x1 convs over 16-32 channels at 112x112 and 56x56 1.5-2x slower; its stem,
 # 3x3x3, 1.46x), against ResNet's 3x3 convs (reductions of 576 and more) it is lost in the noise.
-TAIL_PASS_CYCLES = 32.0
-# How much cheaper (by choose_tiles' model) a tile over fused pixels must be to be taken.
-PIXEL_GAIN = 0.05
+# 32 kept whole tiles on reductions of 147-160 as well, where the tail pays: at 16, ResNet-18's
+# 7x7x3 stem 1.50 -> 1.46 ms (6x16 and a 4x16 tail against 2x32), MobileNetV2's 7x7 1x1 conv over
+# 160 channels 0.53 -> 0.31 ms (rows over 7x7 outputs); the models 21.31 -> 21.08 and 4.78 -> 4.60
+# ms (AVX2 Zen 3, 2 cores, one process, 8 alternated rounds; 8 made ResNet's 1x1 convs slower).
+TAIL_PASS_CYCLES = 16.0
+# How much cheaper (by choose_tiles' model) a tile over fused outputs must be to be taken: the model
+# says 5% at 56x56 and 4% at 28x28 (ResNet-18), where fusing ran 1-4% slower; 9% at 14x14x256,
+# where it ran 2-7% faster, and 28% at 7x7x512 (17-20% faster).
+PIXEL_GAIN = 0.07
 
 
 @dataclass(frozen=True)
