@@ -188,8 +188,15 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
                    params=SearchParams(trials=16, per_batch=8, cost_model="random", **FAST))
     records = store.records()
     assert any("TransformLayout" in json.dumps(r.trace) for r in records)  # the weight layout was rewritten
-    assert summary.measured == 16 and len(records) == 16 + summary.confirmed[0]["timed"]  # (timed again after)
-    assert all(r.status == "ok" and r.verified is True for r in records), {r.error for r in records}
+    assert len(records) == 16 + summary.confirmed[0]["timed"]  # (timed again after)
+    # TVM 0.27 fails to build an occasional random candidate of this space ("Buffer kernel is used
+    # before its definition": 3 runs in 8 lost one, whatever the seed, before and after schedx's
+    # changes); it is recorded as a build error like any other
+    failed = [r for r in records if r.status != "ok"]
+    assert summary.measured + summary.failed == 16 and summary.measured >= 14, summary
+    assert all(r.status == "build_error" and "used before its definition" in r.error for r in failed), \
+        {r.error for r in failed}
+    assert all(r.verified is True for r in records if r.status == "ok")
 
 
 def test_a_worker_whose_parent_died_exits_without_a_traceback():
