@@ -319,9 +319,10 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     vec = vector_axis(facts)
     rows = row_axis(facts, vec)
     tiling = choose_tiles(facts, vec, rows, cpu, tails)
-    outer_rows = _pixel_rows(facts, vec, rows, tiling, cpu, tails) if pixels else None
-    if outer_rows is not None:  # the tile's width as the fused rows will want it (the panels follow it)
-        tiling = choose_tiles(_fused_facts(facts, outer_rows, rows), vec, rows, cpu, tails)
+    fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails) if pixels else None
+    outer_rows = None
+    if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
+        outer_rows, tiling = fused
 
     consumers = sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
@@ -336,7 +337,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         fused_note = f", rows over {facts.extents[outer_rows]}x{facts.extents[rows]} outputs as one axis"
         facts = _fuse_rows(sch, block, facts, outer_rows, rows)
         # the sizes planned (the panels are packed for them); the axes' positions after the fusion
-        vec, rows = vector_axis(facts), row_axis(facts, vector_axis(facts))
+        vec = vector_axis(facts)
+        rows = row_axis(facts, vec)
         tiling = replace(tiling, vec=vec, rows=rows)
 
     column_first = _weight_bytes(facts, vec) > CACHE_BYTES  # each tile column's weights read once, for all the rows
@@ -356,9 +358,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
 
 
 def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, cpu: CpuSpec,
-                tails: bool) -> int | None:
+                tails: bool) -> tuple[int, Tiling] | None:
     """The output axis just outside the rows (a conv's output height, when rows are its width)
-    when a tile should run over both as one axis of pixels, else None.
+    and the tiles over both as one axis of pixels, when a tile should run so; else None.
 
     A row axis as short as ResNet's last convs' 7 columns leaves AVX2 a 5x16 tile and a 2x16
     tail, whose 4 accumulators wait on the FMA latency and read each weight vector from L2 for two
@@ -385,7 +387,7 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
         return None
     if not fused.tail_rows:  # whole tiles write back under their own loop, where TVM 0.27 covers a tile
         return None          # that crosses output rows wrongly (42 = 6x7 outputs: wrong values)
-    return outer
+    return outer, fused
 
 
 def _fused_facts(facts: BlockFacts, outer: int, rows: int) -> BlockFacts:
