@@ -51,7 +51,8 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
 @click.option("--check-in-model", is_flag=True,
               help="Time every record's kernel inside the model against the default schedule's (both builds, "
-                   "alternated, about a minute on ResNet-18) and keep only the records that win there.")
+                   "alternated, three rounds, about a minute and a half on ResNet-18) and keep only the records "
+                   "faster there in every round.")
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -15,7 +15,7 @@ from explorer.schedule.trace import steps_to_trace
 from explorer.target import canonical_target, host_target
 from explorer.workload import load_workload
 from export import workload_tasks
-from export.in_model import check_in_model
+from export.in_model import MARGIN, _verdict, check_in_model
 from export.schedules import TaskSchedule
 from search.records import store_workload
 from store import Record, Store
@@ -33,7 +33,7 @@ def test_a_record_slower_than_the_default_inside_the_model_is_dropped():
     assert kept == {} and check.dropped == [TASK] and check.rounds == 3
     assert check.tasks[TASK]["verdict"] == "dropped"
     t = check.tasks[TASK]
-    assert t["record_s"] > t["default_s"] > 0 and not t["kept"]
+    assert t["record_s"] > t["default_s"] > 0 and not t["kept"] and t["rounds_won"] == 0
     assert json.loads(json.dumps(check.to_dict()))["dropped"] == [TASK]
     assert TASK in check.notes()[0] and "inside the model" in check.notes()[0]
     assert check_in_model(workload, host_target(), {})[0] == {}  # nothing to check: nothing built
@@ -74,3 +74,14 @@ def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path)
     row = next(t for t in report["tasks"] if t["name"] == TASK)
     assert row["schedule"] == "default"  # the record lost in the model: the default was built
     assert any(TASK in w and "inside the model" in w for w in report["warnings"]), report["warnings"]
+
+
+def test_a_record_is_kept_only_when_it_wins_every_round_by_the_margin():
+    """Best-of alone let noise through (a 2% lead in one lucky round): a record must be the faster
+    kernel in every round, and its best time beat the default's by the margin."""
+    assert _verdict([1.0, 1.0, 1.0], [1.1, 1.2, 1.1], 3) == "kept"
+    assert _verdict([0.8, 1.3, 1.0], [1.1, 1.2, 1.1], 3) == "dropped"  # best by far, but lost a round
+    assert _verdict([1.0, 1.0, 1.0], [1.01, 1.01, 1.01], 3) == "dropped"  # every round, inside the margin
+    assert 1.0 > MARGIN * 1.01
+    assert _verdict([1.0, 1.0], [1.1, 1.1], 3) == "dropped"  # the kernel was missing in a round
+    assert _verdict([], [1.0], 3) == _verdict([1.0], [], 1) == "unchecked"
