@@ -188,8 +188,8 @@ def show_model(r: dict) -> None:
             f"tasks on the default schedule")
         if s.get("in_model"):
             m = s["in_model"]
-            out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (slower "
-                f"than the default there, or not applicable)")
+            out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
+                f"faster than the default there in every round and by 2%, or not applicable)")
     for name, ms in r["median_ms"].items():
         out(f"  {name:<24} {ms:9.2f} ms")
     for name, ratio in r["ratios"].items():

@@ -54,9 +54,13 @@ class InModelCheck:
             out.append(f"{name}: its record does not apply ({t['error'][:200]}): the default is used"
                        if t["verdict"] == "failed" else
                        f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms inside the model against the default's "
-                       f"{t['default_s'] * 1e3:.3f} ms (faster in {t['rounds_won']} of {self.rounds} rounds): "
-                       "the default is used")
+                       f"{t['default_s'] * 1e3:.3f} ms ({self._lead(t)}): the default is used")
         return out
+
+    def _lead(self, t: dict) -> str:
+        if t["rounds_won"] < self.rounds:
+            return f"faster in {t['rounds_won']} of {self.rounds} rounds"
+        return f"faster in every round, by less than {1 - MARGIN:.0%}"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "kept": self.kept, "dropped": self.dropped}
@@ -73,9 +77,10 @@ def _kernel_seconds(child: dict, funcs) -> float | None:
 MARGIN = 0.98
 
 
-def _verdict(record: list[float], default: list[float], rounds: int) -> str:
+def _verdict(record: list[float | None], default: list[float | None], rounds: int) -> str:
     """kept, dropped or unchecked, from a kernel's seconds in each round with the record and with
-    the default."""
+    the default (None: a round where the instrument missed it, which drops the record)."""
+    record, default = [s for s in record if s is not None], [s for s in default if s is not None]
     if not record or not default:
         return "unchecked"  # the instrument did not see the kernel
     every_round = len(record) == len(default) == rounds and all(a < b for a, b in zip(record, default))
@@ -111,15 +116,14 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
         for r in range(rounds):
             for name in order if r % 2 == 0 else order[::-1]:  # neither build always goes first
                 child = run_in_child(built[name].folder, threads=threads, runs=3, budget_s=60.0, profile=runs)
-                for task, fs in funcs.items():
-                    s = _kernel_seconds(child, fs)
-                    if s is not None:
-                        seconds[name].setdefault(task, []).append(s)
+                for task, fs in funcs.items():  # None where the instrument missed the kernel this round
+                    seconds[name].setdefault(task, []).append(_kernel_seconds(child, fs))
     tasks, kept = {}, {}
     for task, schedule in chosen.items():
         record, default = seconds["record"].get(task, []), seconds["default"].get(task, [])
-        record_s, default_s = min(record, default=None), min(default, default=None)
-        won = sum(a < b for a, b in zip(record, default))
+        record_s = min((s for s in record if s is not None), default=None)
+        default_s = min((s for s in default if s is not None), default=None)
+        won = sum(a is not None and b is not None and a < b for a, b in zip(record, default))
         # a record that does not apply is "failed": the export builds the default
         verdict = "failed" if outcomes[task].schedule != "record" else _verdict(record, default, rounds)
         tasks[task] = {"record_s": record_s, "default_s": default_s, "rounds_won": won, "verdict": verdict,

@@ -83,5 +83,5 @@ def test_a_record_is_kept_only_when_it_wins_every_round_by_the_margin():
     assert _verdict([0.8, 1.3, 1.0], [1.1, 1.2, 1.1], 3) == "dropped"  # best by far, but lost a round
     assert _verdict([1.0, 1.0, 1.0], [1.01, 1.01, 1.01], 3) == "dropped"  # every round, inside the margin
     assert 1.0 > MARGIN * 1.01
-    assert _verdict([1.0, 1.0], [1.1, 1.1], 3) == "dropped"  # the kernel was missing in a round
+    assert _verdict([1.0, None, 1.0], [1.1, 1.1, 1.1], 3) == "dropped"  # the kernel was missing in a round
     assert _verdict([], [1.0], 3) == _verdict([1.0], [], 1) == "unchecked"
