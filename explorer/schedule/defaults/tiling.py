@@ -52,7 +52,18 @@ conv ran 6.2-6.5 -> 4.3-4.7 ms on AVX2, but LLVM no longer kept the accumulators
 (4x the vector moves) and took 4 s to compile that kernel (ResNet-18's export 16 -> 26 s). It needs
 a register tile accumulated into the column buffer once per chunk instead. Done so (an rfactor
 per chunk of 32-128 channels, its partial sum computed at the tile where the column buffer adds
-it), ResNet-18 ran 1.03-1.05x slower than without chunks (AVX2 Zen 3, one process, 8 rounds)."""
+it), ResNet-18 ran 1.03-1.05x slower than without chunks (AVX2 Zen 3, one process, 8 rounds).
+
+Also tried and left out (AVX2 Zen 3, 2 threads, ResNet-18's conv kernels alone, 7-15 alternated
+rounds in one process): the write-back of a tail of rows computed in each parallel task, over the
+rows it just computed (``reverse_compute_at`` to the task loop), instead of a pass of its own:
+no faster (7 kernels 9.72 against 9.48 ms with the pass; its buffer, one task's rows, comes from
+the workspace pool per task). And output rows run as one axis in groups of 2, 4 or 7 rows (the
+block over ``h // g`` and ``h % g * W + w``: each task reads only its group's input rows) at
+56x56 and 28x28, where the model sees 3-4% to gain: within the noise (6.45 ms for four kernels by
+rows of one row, 6.35-6.60 grouped), and the stem 1.2-1.4x slower grouped. (TVM 0.27 detail for
+a grouped map: the block's iterators must change before its buffer's layout, else the output
+stays indexed ``(v1 * 2 + v2 // 56) // 2``.)"""
 
 from __future__ import annotations
 
