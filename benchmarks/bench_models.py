@@ -189,7 +189,7 @@ def show_model(r: dict) -> None:
         if s.get("in_model"):
             m = s["in_model"]
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
-                f"faster than the default there in every round and by 2%, or not applicable)")
+                f"faster than the default there by 2% in the median round, or not applicable)")
     for name, ms in r["median_ms"].items():
         out(f"  {name:<24} {ms:9.2f} ms")
     for name, ratio in r["ratios"].items():

@@ -203,8 +203,7 @@ def main() -> None:
                            "and a half)", key=K.IN_MODEL, disabled=not any(c.candidates for c in choices),
                            help="Both builds timed kernel by kernel in place, alternated, three rounds: a kernel "
                                 "timed alone can win and lose inside the model. A record is kept when it is faster "
-                                "in every round and its best time beats the default's by 2% "
-                                "(schedx export --check-in-model).")
+                                "by 2% in the median round (schedx export --check-in-model).")
     if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks, in_model=in_model)
     result = st.session_state.get(K.RESULT)
