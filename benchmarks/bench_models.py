@@ -77,10 +77,12 @@ def bundle(workload, target, folder: Path, schedules) -> Path:
 
 
 def timed(contenders: dict, rounds: int) -> dict:
-    """Run every contender ``rounds`` times in alternation; each one's best row (lowest median)."""
+    """Run every contender ``rounds`` times in alternation, the order reversed every other round
+    (no contender always runs first, or always after the same one); each one's best row (lowest
+    median)."""
     best: dict = {}
-    for _ in range(rounds):
-        for name, run in contenders.items():
+    for r in range(rounds):
+        for name, run in list(contenders.items())[::1 if r % 2 == 0 else -1]:
             row = run()
             if name not in best or (row.median_s or 1e9) < (best[name].median_s or 1e9):
                 best[name] = row
