@@ -51,7 +51,7 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
 @click.option("--check-in-model", is_flag=True,
               help="Time every record's kernel inside the model against the default schedule's (both builds, "
-                   "alternated, three rounds, about a minute and a half on ResNet-18) and keep only the records "
+                   "alternated, three rounds, about a minute on ResNet-18) and keep only the records "
                    "faster there by 2% in the median round.")
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")

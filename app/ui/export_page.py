@@ -199,8 +199,8 @@ def main() -> None:
         return
     choices = choices_for(tasks, target, db)
     picks = task_table(choices, target)
-    in_model = st.checkbox("Keep a record only where it beats the default inside the model (about a minute "
-                           "and a half)", key=K.IN_MODEL, disabled=not any(c.candidates for c in choices),
+    in_model = st.checkbox("Keep a record only where it beats the default inside the model (about a minute)",
+                           key=K.IN_MODEL, disabled=not any(c.candidates for c in choices),
                            help="Both builds timed kernel by kernel in place, alternated, three rounds: a kernel "
                                 "timed alone can win and lose inside the model. A record is kept when it is faster "
                                 "by 2% in the median round (schedx export --check-in-model).")
