@@ -118,7 +118,7 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
         return {}, InModelCheck(rounds=0)
     rounds = max(1, rounds)
     # build -> task -> the kernel's seconds in each round
-    seconds: dict[str, dict[str, list[float]]] = {"record": {}, "default": {}}
+    seconds: dict[str, dict[str, list[float | None]]] = {"record": {}, "default": {}}
     with tempfile.TemporaryDirectory(prefix="schedx-in-model-") as tmp:
         built = {name: export_workload(workload, target, Path(tmp) / name, schedules=plan, verify=False, layers=False,
                                        threads=threads, nvcc=False)
