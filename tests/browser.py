@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
+_SERVER_LOGS: dict[str, Path] = {}  # the URL of each running test server -> its stderr file
 
 
 def chromium_path() -> str:
@@ -43,15 +45,18 @@ def schedx_ui(env: dict | None = None):
 
     port = _free_port()
     marker = uuid.uuid4().hex  # the server and every job it starts carry it: all stopped at the end
+    # its stderr goes to a file, never an unread pipe (a full pipe would block the server)
+    log = tempfile.NamedTemporaryFile(prefix="schedx-ui-", suffix=".log", delete=False)
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
                             env={**os.environ, **(env or {}), "SCHEDX_TEST_UI": marker}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    _SERVER_LOGS[url] = Path(log.name)
     try:
         deadline = time.time() + 90
         while time.time() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"schedx ui exited: {proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"schedx ui exited: {server_log(url)}")
             try:
                 with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
                     if r.status == 200:
@@ -73,6 +78,41 @@ def schedx_ui(env: dict | None = None):
             except ProcessLookupError:
                 pass
         kill_marked("SCHEDX_TEST_UI", marker)  # background searches it started run in sessions of their own
+        log.close()
+        _SERVER_LOGS.pop(url, None)
+        Path(log.name).unlink(missing_ok=True)
+
+
+def server_log(url: str, chars: int = 3000) -> str:
+    """The end of what the ``schedx ui`` serving ``url`` (or a page under it) wrote to stderr."""
+    path = next((p for base, p in _SERVER_LOGS.items() if url.startswith(base)), None)
+    if path is None or not path.exists():
+        return "(no server log)"
+    return path.read_text(errors="replace")[-chars:] or "(empty)"
+
+
+def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 120_000) -> None:
+    """Go to ``url`` and wait until ``ready_text`` shows; reload once if it does not (a first load
+    that never rendered within 180 s was seen once in CI, a page fine in every other run); then
+    fail with the page's text and the server's log, not a bare timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(url)
+    ready = page.get_by_text(ready_text).first
+    try:
+        ready.wait_for(timeout=timeout_ms)
+        return
+    except PlaywrightTimeout:
+        page.reload()
+    try:
+        ready.wait_for(timeout=timeout_ms)
+    except PlaywrightTimeout:
+        try:
+            shown = page.locator("body").inner_text(timeout=5_000)[-2000:]
+        except PlaywrightTimeout:
+            shown = "(the page's text could not be read)"
+        pytest.fail(f"{url}: {ready_text!r} did not show within {timeout_ms / 1000:.0f} s, nor after a reload.\n"
+                    f"The page showed:\n{shown}\nThe server's log:\n{server_log(url)}")
 
 
 def screenshot_dir(tmp_path: Path) -> Path:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -45,8 +45,7 @@ def _settle(page) -> None:
 def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     """The Graph & passes page's three views on ResNet-18, for the README's screenshots (the
     graph viewer's own tests are in tests/test_browser_graph.py)."""
-    page.goto(ui_url)
-    page.get_by_text("Graph & passes").first.wait_for()
+    open_page(page, ui_url, "Graph & passes")
     _pick(page, "Model", "ResNet-18")
     after = page.locator('.sx-panel[data-side="after"]')
     after.locator("g.n").nth(60).wait_for()

@@ -11,7 +11,7 @@ import pytest
 
 from explorer.target import host_cpu
 from store import Store
-from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
 from tests.test_browser import _apply_step, _pick, _settle
 
 pytestmark = pytest.mark.browser
@@ -37,8 +37,7 @@ def page():
 
 def test_the_assembly_tab_counts_the_vector_instructions_a_step_makes(ui, page, tmp_path):
     url, _ = ui
-    page.goto(f"{url}/schedule")
-    page.get_by_text("Next step").first.wait_for()
+    open_page(page, f"{url}/schedule", "Next step")
     page.get_by_role("tab", name="Assembly").click()
     page.get_by_text("instructions", exact=False).first.wait_for()
     _apply_step(page, "split", "C/j  (", "None, 16")

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -20,8 +20,7 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
             page.set_default_timeout(180_000)
-            page.goto(f"{url}/export")
-            page.get_by_text("Kernels (9, 0 with records)").wait_for()  # small_cnn is the default model
+            open_page(page, f"{url}/export", "Kernels (9, 0 with records)")  # small_cnn is the default model
             page.get_by_role("button", name="Build & verify").click()
             button = page.get_by_role("button", name="Download small_cnn")
             button.wait_for()

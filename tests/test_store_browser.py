@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
 from tests.test_store_page import fill_demo
 
 pytestmark = pytest.mark.browser
@@ -20,8 +20,7 @@ def test_leaderboard_shows_records(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
             page.set_default_timeout(120_000)
-            page.goto(f"{url}/leaderboard")
-            page.get_by_text("best records").first.wait_for()
+            open_page(page, f"{url}/leaderboard", "best records")
             page.locator('[data-testid="stDataFrame"]').first.wait_for()
             chart = page.locator('[data-testid="stVegaLiteChart"]').first
             chart.locator("canvas, svg").first.wait_for()
