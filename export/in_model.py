@@ -82,22 +82,19 @@ def _kernel_seconds(child: dict, funcs) -> float | None:
 MARGIN = 0.98
 
 
-def _median_ratio(record: list[float | None], default: list[float | None], rounds: int) -> float | None:
-    """The record's seconds over the default's, round by round, in the median round; None unless
-    every one of the ``rounds`` saw the kernel in both builds."""
+def _compare(record: list[float | None], default: list[float | None], rounds: int
+             ) -> tuple[float | None, int, str]:
+    """A kernel's seconds in each round with the record and with the default (None: a round where
+    the instrument missed it) as: the record's time over the default's in the median round (None
+    unless every one of the ``rounds`` saw it in both builds), the rounds the record won, and the
+    verdict: kept (the median round below :data:`MARGIN`), dropped (a missed round drops it too),
+    or unchecked (the instrument never saw the kernel)."""
     pairs = [(a, b) for a, b in zip(record, default) if a is not None and b is not None and b > 0]
-    if len(pairs) != rounds or rounds < 1:
-        return None
-    return statistics.median(a / b for a, b in pairs)
-
-
-def _verdict(record: list[float | None], default: list[float | None], rounds: int) -> str:
-    """kept, dropped or unchecked, from a kernel's seconds in each round with the record and with
-    the default (None: a round where the instrument missed it, which drops the record)."""
+    won = sum(a < b for a, b in pairs)
     if all(s is None for s in record) or all(s is None for s in default):
-        return "unchecked"  # the instrument did not see the kernel
-    ratio = _median_ratio(record, default, rounds)
-    return "kept" if ratio is not None and ratio < MARGIN else "dropped"
+        return None, won, "unchecked"
+    ratio = statistics.median(a / b for a, b in pairs) if len(pairs) == rounds >= 1 else None
+    return ratio, won, "kept" if ratio is not None and ratio < MARGIN else "dropped"
 
 
 def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule], *,
@@ -136,11 +133,11 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
         record, default = seconds["record"].get(task, []), seconds["default"].get(task, [])
         record_s = min((s for s in record if s is not None), default=None)
         default_s = min((s for s in default if s is not None), default=None)
-        won = sum(a is not None and b is not None and a < b for a, b in zip(record, default))
-        # a record that does not apply is "failed": the export builds the default
-        verdict = "failed" if outcomes[task].schedule != "record" else _verdict(record, default, rounds)
-        tasks[task] = {"record_s": record_s, "default_s": default_s, "ratio": _median_ratio(record, default, rounds),
-                       "rounds_won": won, "verdict": verdict,
+        ratio, won, verdict = _compare(record, default, rounds)
+        if outcomes[task].schedule != "record":
+            verdict = "failed"  # the record does not apply: the export builds the default
+        tasks[task] = {"record_s": record_s, "default_s": default_s, "ratio": ratio, "rounds_won": won,
+                       "verdict": verdict,
                        "kept": verdict in ("kept", "unchecked"), "error": outcomes[task].error}
         if tasks[task]["kept"]:
             kept[task] = schedule

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from app.cli import cli
@@ -15,7 +16,7 @@ from explorer.schedule.trace import steps_to_trace
 from explorer.target import canonical_target, host_target
 from explorer.workload import load_workload
 from export import workload_tasks
-from export.in_model import MARGIN, _verdict, check_in_model
+from export.in_model import MARGIN, _compare, check_in_model
 from export.schedules import TaskSchedule
 from search.records import store_workload
 from store import Record, Store
@@ -81,11 +82,14 @@ def test_a_record_is_kept_when_it_wins_by_the_margin_in_the_median_round():
     taken round by round, and the median round decides (by the margin). One lucky round does not
     keep a record (the best of the rounds alone did), nor does one bad round drop a clear winner
     (a win in every round, required before, did)."""
-    assert _verdict([1.0, 1.0, 1.0], [1.1, 1.2, 1.1], 3) == "kept"
-    assert _verdict([0.8, 1.3, 1.0], [1.1, 1.2, 1.1], 3) == "kept"  # lost one round, clearly faster in two
-    assert _verdict([0.176, 0.30, 0.18], [0.273, 0.28, 0.27], 3) == "kept"
-    assert _verdict([0.9, 1.0, 1.0], [1.0, 1.0, 1.0], 3) == "dropped"  # one lucky round
-    assert _verdict([1.0, 1.0, 1.0], [1.01, 1.01, 1.01], 3) == "dropped"  # every round, inside the margin
+    def verdict(record, default, rounds=3):
+        return _compare(record, default, rounds)[2]
+
+    assert verdict([1.0, 1.0, 1.0], [1.1, 1.2, 1.1]) == "kept"
+    assert _compare([0.8, 1.3, 1.0], [1.1, 1.2, 1.1], 3) == (pytest.approx(1.0 / 1.1), 2, "kept")  # lost one round
+    assert verdict([0.176, 0.30, 0.18], [0.273, 0.28, 0.27]) == "kept"
+    assert _compare([0.9, 1.0, 1.0], [1.0, 1.0, 1.0], 3) == (1.0, 1, "dropped")  # one lucky round
+    assert verdict([1.0, 1.0, 1.0], [1.01, 1.01, 1.01]) == "dropped"  # every round, inside the margin
     assert 1.0 > MARGIN * 1.01
-    assert _verdict([1.0, None, 1.0], [1.1, 1.1, 1.1], 3) == "dropped"  # the kernel was missing in a round
-    assert _verdict([], [1.0], 3) == _verdict([1.0], [None], 1) == "unchecked"
+    assert _compare([1.0, None, 1.0], [1.1, 1.1, 1.1], 3) == (None, 2, "dropped")  # the kernel was missed in a round
+    assert verdict([], [1.0]) == verdict([1.0], [None], 1) == "unchecked"
