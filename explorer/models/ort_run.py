@@ -1,7 +1,7 @@
 """Run and time an ONNX model with ONNX Runtime on the CPU (the reference and the baseline).
 
 Kept next to the model sources so that ``explorer.models`` needs nothing from the export room;
-the export room has an equivalent ``ort_session`` that may call this one.
+``explorer.workload.reference`` and the export room take their sessions from here.
 """
 
 from __future__ import annotations

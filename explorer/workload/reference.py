@@ -6,18 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
-
-def ort_session(onnx_model, threads: int | None = None):
-    """An ONNX Runtime CPU session with ``threads`` intra-op threads (default: the usable cores)."""
-    import onnxruntime as ort
-
-    from explorer.environment import cpu_info
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(threads or cpu_info()["usable_cores"])
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+from explorer.models.ort_run import ort_session  # the one CPU session every reference and baseline uses
 
 
 def flatten_outputs(value) -> list:
