@@ -77,9 +77,11 @@ def space_generator(target: Target | str | None, rules: list[str] | None, *, mic
 
     from explorer.schedule import int8_dot
     from explorer.schedule import microkernel as mk
+    from search.pool_rules import register_pool_rules
 
     target = _cpu_target(target)
     light_tensor_intrin(*target.intrinsics)
+    register_pool_rules()  # TOPI's pools name custom rules TVM does not register: the default rules, quietly
     dot_rules = int8_dot.schedule_rules(target) if int8 else []
     if rules is None and not microkernel and not dot_rules:
         return "post-order-apply"

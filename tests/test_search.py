@@ -51,6 +51,19 @@ def test_rule_subset_and_unknown_rule():
         generate_sketches(k, host_target(), ["Teleport"])
 
 
+def test_a_pool_gets_the_default_rules_without_tvms_unknown_rule_warning(capfd):
+    """TOPI's max pool names a custom rule (``meta_schedule.pool_max``) TVM registers for no target:
+    MetaSchedule warned on every search and fell back to the default rules; schedx registers that
+    fallback, so the sketches are the same and nothing is logged."""
+    from explorer.workload.model_kernels import load_kernel
+
+    k = load_kernel("small_cnn/max_pool2d")
+    assert '"schedule_rule": "meta_schedule.pool_max"' in k.func.script()
+    sketches = generate_sketches(k, host_target())
+    assert sketches and all("ParallelizeVectorizeUnroll" in s.rules for s in sketches)
+    assert "Unknown schedule rule" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("bad", [dict(trials=0), dict(per_batch=-1), dict(eps_greedy=2.0), dict(cost_model="nn")])
 def test_bad_parameters_are_refused(bad):
     with pytest.raises(SearchError):
