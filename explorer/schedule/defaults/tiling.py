@@ -139,6 +139,7 @@ class Tiling:
     # vec_tile (0: none)
     tail_rows: int = 0
     cycles: float = field(default=0.0, compare=False)  # modelled cycles per multiply-add
+    tasks: int = field(default=0, compare=False)  # parallel tasks the tiles leave (a tail's rows run in each)
 
     def describe(self, facts: BlockFacts) -> str:
         lanes = f"{self.row_tile}x{self.vec_tile}"
@@ -270,12 +271,12 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
                 main_cycles += TAIL_PASS_CYCLES / reduction
                 tasks = rest * (ext_v // vt)  # the row axis runs inside each task
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
-            options.append((enough, 1 / main_cycles, not tail, rt * nv / (rt + nv), rt, vt, tail))
+            options.append((enough, 1 / main_cycles, not tail, rt * nv / (rt + nv), rt, vt, tail, tasks))
     if not options:
         raise NotApplicable("no tile fits the registers")
     wide_first = cpu.broadcast_costs  # on a tie: fewer rows (one broadcast for more vectors), else more rows
-    _, speed, *_, rt, vt, tail = max(options, key=lambda o: (*o[:4], o[5], o[4]) if wide_first else o[:6])
-    return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail, cycles=1 / speed)
+    _, speed, *_, rt, vt, tail, tasks = max(options, key=lambda o: (*o[:4], o[5], o[4]) if wide_first else o[:6])
+    return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail, cycles=1 / speed, tasks=tasks)
 
 
 def _weight_bytes(facts: BlockFacts, vec: int) -> int:
@@ -400,9 +401,7 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
     if any(a.uses(outer) != a.uses(rows) for a in facts.reads):
         return None
     fused = choose_tiles(_fused_facts(facts, outer, rows), vec, rows, cpu, tails)
-    tasks = facts.volume // max(1, math.prod(facts.extents[k] for k in facts.reduce)) \
-        // (facts.extents[outer] * facts.extents[rows] * fused.vec_tile)
-    if tasks < 2 * cpu.cores or fused.cycles > tiling.cycles * (1 - PIXEL_GAIN):
+    if fused.tasks < 2 * cpu.cores or fused.cycles > tiling.cycles * (1 - PIXEL_GAIN):
         return None
     if not fused.tail_rows:  # whole tiles write back under their own loop, where TVM 0.27 covers a tile
         return None          # that crosses output rows wrongly (42 = 6x7 outputs: wrong values)
