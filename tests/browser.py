@@ -45,13 +45,17 @@ def schedx_ui(env: dict | None = None):
 
     port = _free_port()
     marker = uuid.uuid4().hex  # the server and every job it starts carry it: all stopped at the end
+    url = f"http://127.0.0.1:{port}"
     # its stderr goes to a file, never an unread pipe (a full pipe would block the server)
     log = tempfile.NamedTemporaryFile(prefix="schedx-ui-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, **(env or {}), "SCHEDX_TEST_UI": marker}, stdout=subprocess.DEVNULL,
-                            stderr=log, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     _SERVER_LOGS[url] = Path(log.name)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], cwd=ROOT,
+                                env={**os.environ, **(env or {}), "SCHEDX_TEST_UI": marker},
+                                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    except BaseException:
+        _forget_log(url, log)
+        raise
     try:
         deadline = time.time() + 90
         while time.time() < deadline:
@@ -64,7 +68,7 @@ def schedx_ui(env: dict | None = None):
             except OSError:
                 time.sleep(0.5)
         else:
-            raise RuntimeError("schedx ui did not answer within 90 s")
+            raise RuntimeError(f"schedx ui did not answer within 90 s: {server_log(url)}")
         yield url
     finally:  # the wrapper and the streamlit server it started share a process group
         import signal
@@ -78,33 +82,38 @@ def schedx_ui(env: dict | None = None):
             except ProcessLookupError:
                 pass
         kill_marked("SCHEDX_TEST_UI", marker)  # background searches it started run in sessions of their own
-        log.close()
-        _SERVER_LOGS.pop(url, None)
-        Path(log.name).unlink(missing_ok=True)
+        _forget_log(url, log)
+
+
+def _forget_log(url: str, log) -> None:
+    log.close()
+    _SERVER_LOGS.pop(url, None)
+    Path(log.name).unlink(missing_ok=True)
 
 
 def server_log(url: str, chars: int = 3000) -> str:
     """The end of what the ``schedx ui`` serving ``url`` (or a page under it) wrote to stderr."""
-    path = next((p for base, p in _SERVER_LOGS.items() if url.startswith(base)), None)
+    path = next((p for base, p in _SERVER_LOGS.items() if url == base or url.startswith(base + "/")), None)
     if path is None or not path.exists():
         return "(no server log)"
     return path.read_text(errors="replace")[-chars:] or "(empty)"
 
 
-def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 120_000) -> None:
+def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 150_000) -> None:
     """Go to ``url`` and wait until ``ready_text`` shows; reload once if it does not (a first load
-    that never rendered within 180 s was seen once in CI, a page fine in every other run); then
-    fail with the page's text and the server's log, not a bare timeout."""
+    that never rendered within 180 s was seen once in CI, a page that loads in seconds in every
+    other run); then fail with the page's text and the server's log, not a bare timeout."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page.goto(url)
     ready = page.get_by_text(ready_text).first
     try:
+        page.goto(url, timeout=timeout_ms)
         ready.wait_for(timeout=timeout_ms)
         return
     except PlaywrightTimeout:
-        page.reload()
+        pass
     try:
+        page.reload(timeout=timeout_ms)
         ready.wait_for(timeout=timeout_ms)
     except PlaywrightTimeout:
         try:

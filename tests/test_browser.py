@@ -80,8 +80,7 @@ def _apply_step(page, primitive: str, loop: str, factors: str | None = None) -> 
 
 
 def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
-    page.goto(f"{ui_url}/schedule")
-    page.get_by_text("Next step").first.wait_for()
+    open_page(page, f"{ui_url}/schedule", "Next step")
     _apply_step(page, "split", "C/j  (", "None, 64")
     page.get_by_text("Steps (1 of 1)").wait_for()
     _apply_step(page, "vectorize", "C/j_1  (")
@@ -100,8 +99,7 @@ def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
 
 
 def test_start_a_search_from_the_ui_and_see_progress_and_leaderboard_rows(ui_url, page, tmp_path):
-    page.goto(f"{ui_url}/search")
-    page.get_by_text("Start a search").first.wait_for()
+    open_page(page, f"{ui_url}/search", "Start a search")
     box = page.get_by_label("Workload", exact=True)
     box.fill("matmul:M=64,N=64,K=64")
     trials = page.get_by_label("Trials", exact=True)
