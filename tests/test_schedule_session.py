@@ -239,6 +239,15 @@ def test_errors_name_the_loops_and_blocks_the_user_picked():
     assert "tirx.For#" not in str(info.value) and "SBlock#" not in str(info.value) and "'C'" in str(info.value)
 
 
+def test_a_block_tvm_names_by_its_handle_is_named_as_steps_name_it_when_its_name_is_shared():
+    from explorer.schedule.session import _named
+
+    dump = "\n".join(['with T.sblock("B"):', "    B[i] = A[i]", "# s_tir.SBlock#0", 'with T.sblock("B"):',
+                      "^^^^^^^^^^^^^^^^^^", "    B[i] = B[i] * 2", "# s_tir.SBlock#1", 'with T.sblock("C"):'])
+    said = _named("The block s_tir.SBlock#0 is not a complete block; see s_tir.SBlock#1", dump, None)
+    assert said == "The block 'B#1' is not a complete block; see 'C'"
+
+
 def test_a_split_that_adds_a_predicate_says_so():
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     s = ScheduleSession(k.func)

@@ -61,6 +61,9 @@ def test_blocks_that_share_a_name_are_named_by_their_place():
         resolve_block(sch, bare)
     first, second = (sch.get(resolve_block(sch, n)) for n in shared)
     assert not first.same_as(second)
+    with pytest.raises(ScheduleError) as info:  # TVM's message quotes the bare name: the step's is put back
+        session.apply(Step("compute_inline", {"block": shared[1]}))
+    assert f"'{shared[1]}'" in str(info.value) and f"'{bare}'" not in str(info.value)
     choices = {c.name: c for c in block_choices(sch)}
     assert set(shared) <= set(choices) and all(choices[n].loops for n in shared)
     for name in shared:  # the form's loop names resolve to loops around that very block

@@ -34,36 +34,62 @@ def tvm_error_summary(err: BaseException, step: Step | None = None) -> str:
 
 def _named(message: str, dump: str, step: Step | None) -> str:
     """``message`` with each ``tirx.For#N``/``s_tir.SBlock#N`` named from the IR dump TVM prints
-    (a comment ``# tirx.For#N`` above the loop it means)."""
+    (a comment ``# tirx.For#N`` above the loop it means), and blocks that share a name named as
+    steps name them (``NAME#k``)."""
     import re
+    from collections import Counter
 
     names: dict[str, str] = {}
     lines = dump.splitlines()
+    # blocks that share a name are NAME#k, the k-th in program order (explorer.schedule.refs)
+    ordinal, seen = {}, Counter()
+    for j, line in enumerate(lines):
+        if found := re.search(r'T\.sblock\("([^"]+)"', line):
+            ordinal[j] = seen[found.group(1)]
+            seen[found.group(1)] += 1
     for i, line in enumerate(lines):
         m = re.match(r"\s*# ((?:tirx\.For|s_tir\.SBlock)#\d+)\s*$", line)
         if not m:
             continue
-        code = next((x for x in lines[i + 1:] if x.strip() and not set(x.strip()) <= {"^"}), "")
+        at = next((j for j in range(i + 1, len(lines)) if lines[j].strip() and not set(lines[j].strip()) <= {"^"}),
+                  None)
+        code = lines[at] if at is not None else ""
         loop = re.match(r"\s*for (\w+)", code)
         block = re.search(r'T\.sblock\("([^"]+)"', code)
         if m.group(1).startswith("tirx.For") and loop:
             names[m.group(1)] = _loop_ref(loop.group(1), step)
         elif block:
-            names[m.group(1)] = f"'{block.group(1)}'"
+            name = block.group(1)
+            names[m.group(1)] = f"'{name}#{ordinal[at]}'" if seen[name] > 1 else f"'{name}'"
     for obj, name in names.items():
         message = re.sub(rf"(?:the )?(?:outer |inner )?(?:loop )?{re.escape(obj)}\b",
                          lambda mm, name=name: mm.group(0).replace(obj, name), message)
+    # TVM quotes a block by its bare name: where the step picked one of several (NAME#k), say which
+    picked = {}
+    for ref in _step_refs(step):
+        block = ref.split("/")[0]
+        bare, sep, k = block.rpartition("#")
+        if sep and k.isdigit():
+            picked.setdefault(bare, set()).add(block)
+    for bare, blocks in picked.items():
+        if len(blocks) == 1:
+            message = message.replace(f"'{bare}'", f"'{next(iter(blocks))}'")
     return re.sub(r"(tirx\.For|s_tir\.SBlock)#\d+", lambda mm: "a loop" if "For" in mm.group(1) else "a block",
                   message)
 
 
-def _loop_ref(var: str, step: Step | None) -> str:
-    """The user's name for the loop whose variable is ``var`` (``C/i`` when the step named it)."""
+def _step_refs(step: Step | None) -> list[str]:
+    """The block and loop references a step names (``C``, ``C/i``, ``C#1/i``)."""
     refs = []
     if step is not None:
         for value in step.args.values():
             refs += value if isinstance(value, list) else [value]
-    return next((r for r in refs if isinstance(r, str) and r.split("/")[-1] == var), var)
+    return [r for r in refs if isinstance(r, str)]
+
+
+def _loop_ref(var: str, step: Step | None) -> str:
+    """The user's name for the loop whose variable is ``var`` (``C/i`` when the step named it)."""
+    return next((r for r in _step_refs(step) if r.split("/")[-1] == var), var)
 
 
 class ScheduleSession:
