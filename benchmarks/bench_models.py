@@ -106,6 +106,10 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
         db = tmp / f"{model}.db"
         summary = search(tasks, opts.minutes, db, model)
         schedules = tuned_schedules(tasks, db, target)
+        confirmed_tasks = {c["task"] for c in summary.confirmed}
+        after_confirmation = {"records": len(schedules),
+                              "confirmed_records": sum(c["after_source"] == "search" for c in summary.confirmed),
+                              "unconfirmed_records": sorted(set(schedules) - confirmed_tasks)}
         in_model = None
         if opts.check_in_model:  # as `schedx export --check-in-model`: a record ships only where it wins in place
             from export.in_model import check_in_model
@@ -120,7 +124,9 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
                             "in_model": in_model,
                             "confirmed": len(summary.confirmed),
                             "overturned": sum(c["overturned"] for c in summary.confirmed),
-                            "confirm_s": round(summary.confirm_s, 1)}
+                            "confirm_s": round(summary.confirm_s, 1),
+                            "confirmations": summary.confirmed, "unconfirmed": summary.unconfirmed,
+                            "after_confirmation": after_confirmation}
     tuned_dir = bundle(workload, target, tmp / f"{model}-tuned", schedules) if schedules else None
     run = {"threads": opts.threads, "runs": opts.runs, "budget_s": opts.budget}
     contenders = {"tvm default": lambda: bundle_row(default_dir, "tvm default", **run)[0],
@@ -188,6 +194,10 @@ def show_model(r: dict) -> None:
             f"({s['confirm_s']} s): {s['confirmed']} tasks' best timed again in turns with the default, the "
             f"search's first lost for {s['overturned']}; {s['records_used']} records used, {s['tasks_on_default']} "
             f"tasks on the default schedule")
+        if s.get("after_confirmation"):
+            a = s["after_confirmation"]
+            out(f"  after the confirmation round: {a['records']} tasks on a record ({a['confirmed_records']} confirmed "
+                f"against the default; not reached by the round: {', '.join(a['unconfirmed_records']) or 'none'})")
         if s.get("in_model"):
             m = s["in_model"]
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
