@@ -341,10 +341,6 @@ def _contexts(tasks: list[Task], tgt, params: SearchParams, stop: StopRequest | 
     tagged so that candidates name their task."""
     from tvm.s_tir import meta_schedule as ms
 
-    from search.pool_rules import register_pool_rules
-
-    register_pool_rules()  # whatever ``space`` is: TOPI's pools name rules TVM does not register
-
     def strategy():
         evolutionary = ms.search_strategy.EvolutionarySearch(
             population_size=params.population, init_measured_ratio=params.init_measured_ratio,
