@@ -20,11 +20,9 @@ def default_candidate(task: Task, target: Target):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.schedule.defaults import default_schedule
 
-    cpu = CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
-                     cores=target.config.get("num-cores"))
-    _, choice = default_schedule(task.mod["main"], cpu)
+    _, choice = default_schedule(task.mod["main"], target.cpu_spec())
     if choice.rule == "none" or choice.trace is None:
         return None
     sch = s_tir.Schedule(tag_task(task.mod, task.key))

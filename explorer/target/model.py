@@ -187,16 +187,22 @@ class Target:
         dlight's rules, which bind threads; CPUs: schedx's rules, tiled, parallel and vectorized
         for this target's vector width, registers and cores, see :mod:`explorer.schedule.defaults`)."""
         if self.kind != "cuda":
-            from explorer.schedule.defaults import CpuSpec, apply_default_schedules
+            from explorer.schedule.defaults import apply_default_schedules
 
-            cpu = CpuSpec.of(vector_width=self.vector_width, features=self.features, arch=self.arch,
-                             cores=self.config.get("num-cores"))
-            return apply_default_schedules(mod, cpu)[0]
+            return apply_default_schedules(mod, self.cpu_spec())[0]
         from tvm.s_tir import dlight as dl
 
         with tvm_target:
             return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                            dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+
+    def cpu_spec(self):
+        """What the default CPU rules size their tiles from (:class:`explorer.schedule.defaults.CpuSpec`):
+        this target's vector width, registers, cores and int8 instructions, from its real features."""
+        from explorer.schedule.defaults import CpuSpec
+
+        return CpuSpec.of(vector_width=self.vector_width, features=self.features, arch=self.arch,
+                          cores=self.config.get("num-cores"))
 
     @property
     def default_schedule(self) -> str:
@@ -506,7 +512,9 @@ def parse_target(spec: str | Target | None, *, cores: int | None = None) -> Targ
     is wrong. ``cores`` sets ``num-cores`` of CPU targets (default: this machine's usable cores)."""
     if isinstance(spec, Target):
         return spec
-    text = (spec or "cpu").strip()
+    text = "cpu" if spec is None else str(spec).strip()
+    if not text:  # `--target ''`: a slip, not a choice of this machine
+        raise TargetError(f"an empty target: use {SPEC_HELP}")
     if text.startswith("{"):
         return _json_target(text, cores)
     head, _, arg = text.partition(":")

@@ -217,7 +217,7 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     ahead: 64.6 against 47.5.)
 
     The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get tiles
-    of several rows (5x16 on AVX2, over the 49 outputs as one axis: :func:`_pixel_rows`; 7x64 on
+    of several rows (5x16 on AVX2, over the 49 outputs as one axis: :func:`_pixel_rows`; 7x32 on
     AVX-512) and not 1x64: one row per tile
     read each weight from L2 for a single multiply-add."""
     lanes = cpu.lanes(facts.dtype)
@@ -249,9 +249,14 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
 
     def fits(rt: int, vt: int) -> bool:
         """Accumulators within the budget, and with the weight vectors that all rows share (one row
-        takes them from memory) and a broadcast register, within the register file."""
+        takes them from memory) and the row's operand, within the register file. The row operand
+        takes a register on every ISA: x86's broadcast (AVX-512's too: LLVM broadcasts a scalar
+        that feeds several vectors into a register rather than from memory in each FMA) and
+        NEON's input vector whose lanes the FMAs index. AVX-512's 7x64 tiles (28 accumulators,
+        4 weight vectors and the broadcast: 33 of 32 registers) spilled and shuffled accumulators
+        (104 register moves and 15 stack accesses in the FMA loop of ResNet's 3x3 conv); NEON's 7x16 as well."""
         nv = math.ceil(vt / lanes)
-        held = rt * nv + (nv if rt > 1 else 0) + (1 if cpu.broadcast_costs else 0)
+        held = rt * nv + (nv if rt > 1 else 0) + 1
         return rt * nv <= budget and held <= cpu.registers
 
     # a tail needs the output indexed by plain iterators (its parts write one element each)
