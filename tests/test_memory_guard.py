@@ -5,7 +5,6 @@ inputs and reference until the machine ran out)."""
 from __future__ import annotations
 
 import resource
-import time
 
 import pytest
 import tvm
@@ -29,12 +28,10 @@ HUGE = "matmul:M=1048576,N=1048576,K=1048576"  # 4 TB per matrix: more than any 
 def test_a_kernel_too_large_for_memory_is_refused_before_anything_is_allocated():
     k = builtin_kernel("matmul", M=2**20, N=2**20, K=2**20)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.monotonic()
     with pytest.raises(MemoryLimitError, match=r"needs about .* TB of memory .* is free"):
         measure(k)
     with pytest.raises(MemoryLimitError):
         check(k, tvm.IRModule({"main": k.func}))
-    assert time.monotonic() - start < 5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KB: nothing big allocated
 
 
@@ -66,8 +63,6 @@ def test_measure_cli_says_so_in_one_line():
 
 def test_a_search_too_large_for_memory_is_refused_before_it_starts(tmp_path):
     k = builtin_kernel("matmul", M=2**20, N=2**20, K=2**20)
-    start = time.monotonic()
     with pytest.raises(SearchError, match="needs about"):
         tune([kernel_task(k)], store=Store(tmp_path / "s.db"), target=host_target(),
              params=SearchParams(trials=8, per_batch=4))
-    assert time.monotonic() - start < 10

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from app.cli import cli
+
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
 
 def test_sketches_text_and_json():
@@ -46,16 +49,12 @@ def test_bad_parameters_exit_1_before_any_work(tmp_path):
 
 
 def test_tune_minutes_without_trials_stops_on_time_and_the_job_is_done(tmp_path):
-    import time
-
     db = str(tmp_path / "minutes.db")
-    start = time.monotonic()
     r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--minutes", "0.1", "--per-batch", "4",
                                  "--population", "32", "--generations", "1", "--timeout", "20", "--db", db, "--json"])
-    took = time.monotonic() - start
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
-    assert summary["stopped"] == "time budget" and summary["trials"] > 0 and took < 60
+    assert summary["stopped"] == "time budget" and summary["trials"] > 0
     jobs = json.loads(CliRunner().invoke(cli, ["jobs", "--db", db, "--json"]).output)
     assert jobs[0]["status"] == "done" and jobs[0]["params"]["params"]["minutes"] == 0.1
     assert jobs[0]["params"]["params"]["timeout_s"] == 20

@@ -4,7 +4,6 @@ reopened file picks the best record of this machine and target."""
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -22,6 +21,8 @@ from explorer.workload import as_task_module, workload_key  # noqa: E402
 from search.ms_database import StoreDatabase  # noqa: E402
 from search.records import store_workload  # noqa: E402
 from store import Record, Store  # noqa: E402
+
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
 N = 64
 HW = "test/x86_64/2c"
@@ -96,10 +97,8 @@ def tuned(tmp_path_factory):
     with Store(path) as store:
         store.add_workload(store_workload(_mod(func), name="matmul_64x64x64_float32", source="builtin:matmul"))
         db = StoreDatabase(store, hardware=HW, target_filter=canonical_target(TARGET))
-        start = time.time()
         ms.tune_tir(func, Target(TARGET), work_dir=str(tmp / "work"), max_trials_global=8, num_trials_per_iter=4,
                     builder=_builder(), database=db, num_tuning_cores=2, seed=0)
-        assert time.time() - start < 300
     return path, tmp
 
 
