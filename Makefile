@@ -8,13 +8,17 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8501
 
-.PHONY: ui test test-slow test-all bench screenshots setup setup-dev system clean
+.PHONY: ui test test-fast test-slow test-all bench screenshots setup setup-dev system clean
 
 ui: setup
 	$(BIN)/schedx ui --port $(PORT)
 
 test: setup-dev system
 	$(BIN)/python -m pytest -q
+
+# the edit loop: no browser, no whole-model builds or real searches (marked heavy), no apt-get
+test-fast: setup-dev
+	$(BIN)/python -m pytest -q -m "not slow and not browser and not heavy"
 
 test-slow: setup-dev system
 	$(BIN)/python -m pytest -q -m slow

@@ -18,6 +18,8 @@ from explorer.workload import load_workload
 from export import BundleError, export_workload, read_manifest, zip_bundle
 from export.verify import run_in_child, verify_folder
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 
 @pytest.fixture(scope="module")
 def cnn_bundle(tmp_path_factory):

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from app.cli import cli
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 
 def _json(result) -> dict:
     out = getattr(result, "stdout", result.output)

@@ -7,6 +7,7 @@ import io
 import zipfile
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer.environment import hardware_fingerprint
@@ -16,6 +17,8 @@ from explorer.target import canonical_target, host_target
 from explorer.workload import load_workload
 from search.records import store_workload
 from store import Record, Store
+
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "export_page.py")
 STEPS = [{"primitive": "reorder", "args": {"loops": ["conv2d_nhwc/nn", "conv2d_nhwc/yy", "conv2d_nhwc/xx",

@@ -17,6 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 from app.cli import cli
 from tests.conftest import tiny_cnn
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 
 def _sequence_model() -> onnx.ModelProto:
     """x[T=4, B=1, 3] -> If(flag: constant) picks Relu or Tanh -> LSTM(hidden 5) -> Y_h."""

@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from app.cli import cli
 from export.profile import profile_workload
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 
 @pytest.fixture(scope="module")
 def small_cnn_profile():

@@ -15,6 +15,8 @@ from explorer.schedule.choices import all_loops, block_choices
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import ScheduleError, Step
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 KERNELS = {"matmul": dict(M=32, N=32, K=16), "conv2d_nchw": dict(C=4, H=6, W=6, K=8)}
 PRIMS = ["split", "fuse", "reorder", "parallel", "vectorize", "unroll", "cache_read", "cache_write",
          "compute_at", "reverse_compute_at", "compute_inline", "decompose_reduction", "annotate"]

@@ -22,6 +22,8 @@ from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 # the confirmation round is tested on its own (it adds records of schedules measured before)
 FAST = dict(population=32, generations=1, init_min_unmeasured=8, confirm_rounds=0)
 

@@ -18,6 +18,8 @@ from app.cli import cli
 from search.claims import ClaimBook
 from store import Record, Store, Workload
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer.kernels import builtin_kernel
@@ -14,6 +15,8 @@ from explorer.workload import kernel_task
 from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
+
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "search_page.py")
 

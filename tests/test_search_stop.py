@@ -27,6 +27,8 @@ from search.tune import tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 FAST = dict(population=32, generations=1, init_min_unmeasured=8, cost_model="random", defaults_first=False,
             confirm_rounds=0)  # stopping is about batches: no defaults round, no confirmation round
 ROOT = Path(__file__).resolve().parent.parent

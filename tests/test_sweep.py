@@ -19,6 +19,8 @@ from export.sweep import batch_shapes, sweep
 from search.records import task_workload
 from store import Record, Store
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 
 def test_a_two_point_batch_sweep_times_tvm_and_onnx_runtime():
     result = sweep("small_cnn", [1, 2], runs=3, budget_s=2.0)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
+
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app" / "ui" / "schedule.py")
 

@@ -10,6 +10,8 @@ from tvm import relax
 
 from explorer.models import build_onnx, load_model, sample_inputs
 
+pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
+
 # small_cnn must match to 1e-4 absolute (the bar); the big models are compared relative
 # to their output scale, since float32 sums over 512-4096 terms reorder differently.
 TOLERANCE = {"small_cnn": (1e-4, 0.0), "resnet18": (1e-3, 1e-3), "mobilenet_v2": (1e-3, 1e-3),
