@@ -39,8 +39,15 @@ def _path(db_path: Path | None) -> Path:
 
 
 def _exists(path: Path) -> bool:
+    """Whether the database file is there; a folder that is not there is a mistyped path, not an
+    empty database."""
     try:
-        return path.exists()
+        if path.exists():
+            return True
+        folder = path.parent
+        if not folder.is_dir():
+            raise StoreError(f"no database at {path}: the folder {folder} does not exist")
+        return False
     except (OSError, ValueError) as err:  # a name too long for the file system, a NUL byte
         raise StoreError(f"cannot open {path}: {err}") from err
 

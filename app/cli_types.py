@@ -8,6 +8,8 @@ deep inside (an ``OverflowError`` from SQLite for ``--top 99999999999999999999``
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import date, datetime
 
 import click
@@ -62,10 +64,23 @@ class FilePath(click.Path):
         if "\x00" in str(value):
             raise InputError("a path cannot contain a NUL character", ctx=ctx, param=param)
         try:
-            return super().convert(value, param, ctx)
+            path = super().convert(value, param, ctx)
+            kind = _special_kind(os.stat(path).st_mode) if os.path.lexists(path) else None
         except (OSError, ValueError) as err:
             raise InputError(f"{str(value)[:60]!r}: {getattr(err, 'strerror', None) or err}", ctx=ctx,
                              param=param) from err
+        if kind:  # reading or writing one would block (a FIFO) or never end (a device)
+            raise InputError(f"{str(value)[:60]!r} is {kind}, not a regular file or folder", ctx=ctx, param=param)
+        return path
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a special file is, in words (None for a regular file or a folder)."""
+    for test, words in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return None
 
 
 class Date(click.ParamType):

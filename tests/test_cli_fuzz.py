@@ -228,3 +228,40 @@ def test_a_nul_character_in_a_path_is_one_line_of_error(args):
     fuzz test above: `schedx run $'\\x00'` was an "unexpected" error)."""
     result = CliRunner().invoke(cli, args, obj={})
     assert result.exit_code == 1 and "NUL character" in result.output, result.output
+
+
+@pytest.mark.parametrize("make", ["fifo", "device"])
+@pytest.mark.parametrize("args", [["measure", "matmul:M=64,N=64,K=64", "--steps", "{path}"],
+                                  ["leaderboard", "--db", "{path}"], ["sweep", "small_cnn", "--out", "{path}"]],
+                         ids=["measure --steps", "leaderboard --db", "sweep --out"])
+def test_a_fifo_or_a_device_given_as_a_file_is_refused_at_once(args, make, tmp_path):
+    """Issue 30, probe 5: `schedx measure ... --steps fifo.json` waited forever for a writer. Every
+    file argument refuses a FIFO or a device by what it is, before anything opens it."""
+    import os
+
+    if make == "fifo":
+        path = tmp_path / "fifo.json"
+        os.mkfifo(path)
+    else:
+        path = tmp_path / "urandom"
+        path.symlink_to("/dev/urandom")
+    result = CliRunner().invoke(cli, [a.format(path=path) for a in args], obj={})
+    words = "a FIFO" if make == "fifo" else "a character device"
+    assert result.exit_code == 1 and words in result.output, result.output
+    assert result.output.strip().startswith("Error: "), result.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["leaderboard", "--db", "/nonexistent/dir/db.sqlite"], "the folder /nonexistent/dir does not exist"),
+    (["measure", "matmul:M=+5,N=8,K=8", "--repeat", "1"], "digits 0-9"),
+    (["measure", "matmul:M=8,N=8,K=8", "--target", "", "--repeat", "1"], "an empty target"),
+    (["measure", "matmul:M=8,N=8,K=8", "--target", "  ", "--repeat", "1"], "an empty target"),
+], ids=["leaderboard in a missing folder", "a plus sign", "an empty target", "a blank target"])
+def test_a_slip_is_refused_not_taken_for_a_default(args, words, tmp_path):
+    """Issue 30, probe 7: a database in a folder that does not exist read as "No records yet." and
+    exit 0; `M=+5` and `--target ''` were accepted (the empty target as this machine)."""
+    if args[0] == "measure":
+        args = [*args, "--db", str(tmp_path / "s.db")]
+    result = CliRunner().invoke(cli, args, obj={})
+    assert result.exit_code == 1 and words in result.output, result.output
+    assert not (tmp_path / "s.db").exists()  # refused before anything was measured or saved

@@ -24,7 +24,7 @@ class KernelError(ExplorerError):
 MAY_BE_ZERO = frozenset({"pad"})
 # The largest value a parameter may take: TVM indexes buffers with 32-bit integers.
 MAX_PARAM = 2**31 - 1
-_NUMBER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"-?[0-9]+")
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
