@@ -50,14 +50,14 @@ def machine() -> dict:
             "target": target.label, "vector_width": target.vector_width}
 
 
-def search(tasks, minutes: float, db: Path, name: str):
-    """``minutes`` of search on ``tasks`` into the database at ``db``; the summary."""
+def search(tasks, minutes: float, db: Path, name: str, target="cpu"):
+    """``minutes`` of search on ``tasks`` for ``target`` into the database at ``db``; the summary."""
     from search.params import SearchParams
     from search.tune import tune
     from store import Store
 
     with Store(db) as store:
-        return tune(tasks, store=store, target="cpu", params=SearchParams(trials=1_000_000, minutes=minutes),
+        return tune(tasks, store=store, target=target, params=SearchParams(trials=1_000_000, minutes=minutes),
                     source_name=name)
 
 
@@ -89,7 +89,7 @@ def timed(contenders: dict, rounds: int) -> dict:
     return best
 
 
-def bench_model(model: str, opts, target, tmp: Path) -> dict:
+def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     from explorer.workload import load_workload
     from export.bench import bundle_row, ort_row
     from export.profile import profile_workload
@@ -101,10 +101,11 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     start = time.perf_counter()
     default_dir = bundle(workload, target, tmp / f"{model}-default", None)
     result["default_export_s"] = round(time.perf_counter() - start, 1)
+    versus_dir = bundle(workload, versus, tmp / f"{model}-versus", None) if versus is not None else None
     schedules, dropped = {}, 0
     if opts.minutes > 0:
         db = tmp / f"{model}.db"
-        summary = search(tasks, opts.minutes, db, model)
+        summary = search(tasks, opts.minutes, db, model, target)
         schedules = tuned_schedules(tasks, db, target)
         confirmed_tasks = {c["task"] for c in summary.confirmed}
         after_confirmation = {"records": len(schedules),
@@ -134,6 +135,8 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
                                                            budget_s=opts.budget),
                   "onnxruntime 2 threads": lambda: ort_row(workload.onnx_model, inputs, threads=2, runs=opts.runs,
                                                             budget_s=opts.budget)}
+    if versus_dir is not None:  # the same tree's defaults for another target of this machine (--versus)
+        contenders[versus_row(versus)] = lambda: bundle_row(versus_dir, versus_row(versus), **run)[0]
     if tuned_dir is not None:
         contenders["tvm tuned"] = lambda: bundle_row(tuned_dir, "tvm tuned", **run)[0]
     rows = timed(contenders, opts.rounds)
@@ -143,6 +146,9 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     ort1, ort2 = rows["onnxruntime 1 thread"].median_s, rows["onnxruntime 2 threads"].median_s
     result["ratios"] = {f"{n} / ort {k}": round(r.median_s / o, 2) for n, r in rows.items() if n.startswith("tvm")
                         for k, o in (("1t", ort1), ("2t", ort2))}
+    if versus_dir is not None:
+        result["ratios"][f"tvm default / {versus_row(versus)}"] = round(
+            rows["tvm default"].median_s / rows[versus_row(versus)].median_s, 2)
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False)
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
                        "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule}
@@ -150,18 +156,22 @@ def bench_model(model: str, opts, target, tmp: Path) -> dict:
     return result
 
 
+def versus_row(versus) -> str:
+    """The row name of the defaults built for the ``--versus`` target."""
+    return f"tvm default {versus.spec}"
+
+
 def bench_matmul(opts, target, tmp: Path) -> dict:
     from explorer.kernels import load_kernel
     from explorer.measure import measure
     from explorer.measure.calibration import numpy_matmul_gflops
-    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.schedule.defaults import default_schedule
     from explorer.workload import load_workload
     from export.choose import best_schedules
 
     spec = "matmul:M=1024,N=1024,K=1024"
     kernel = load_kernel(spec)
-    cpu = CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
-                     cores=target.config.get("num-cores"))
+    cpu = target.cpu_spec()
     import tvm
 
     scheduled = default_schedule(kernel.func, cpu)[0].with_attr("global_symbol", "main")
@@ -224,23 +234,33 @@ def main() -> None:
     parser.add_argument("--no-check-in-model", dest="check_in_model", action="store_false",
                         help="ship every confirmed record (default: only those faster than the default inside the "
                              "model, as `schedx export --check-in-model`)")
+    parser.add_argument("--target", default="cpu", help="the target TVM builds for (default: this machine)")
+    parser.add_argument("--versus", default=None,
+                        help="also time the defaults built for this target of the same machine, in the same rounds "
+                             "(cpu:-avx512f: AVX2 code on an AVX-512 host)")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args()
     # TVM's default is half the hardware threads (it assumes hyper-threading): one thread on a
     # 2-core VM. Every TVM here and in the children (search workers, bundles) runs at --threads.
     os.environ["TVM_NUM_THREADS"] = str(opts.threads)
 
-    from explorer.target import host_target
+    from explorer.target import parse_target
 
-    target = host_target()
+    target = parse_target(opts.target)
+    target.require_runnable("benchmark")
+    versus = parse_target(opts.versus) if opts.versus else None
+    if versus is not None:
+        versus.require_runnable("benchmark")
     report = {"command": " ".join(["python -m benchmarks.bench_models", *sys.argv[1:]]), "machine": machine(),
               "models": [], "matmul": None}
     m = report["machine"]
     out(f"machine: {m['cpu']}, {m['usable_cores']} usable cores, avx512 lines in /proc/cpuinfo: {m['avx512_lines']}, "
         f"target {m['target']}, vector width {m['vector_width']} bits")
+    out(f"TVM builds for {target.label} ({target.vector_width}-bit vectors)"
+        + (f"; versus {versus.label} ({versus.vector_width}-bit vectors)" if versus is not None else ""))
     with tempfile.TemporaryDirectory(prefix="schedx-bench-models-") as tmp:
         for model in [x for x in opts.models.split(",") if x]:
-            r = bench_model(model, opts, target, Path(tmp))
+            r = bench_model(model, opts, target, Path(tmp), versus)
             report["models"].append(r)
             show_model(r)
         if not opts.no_matmul:
