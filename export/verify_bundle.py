@@ -254,7 +254,8 @@ def run_bundle(folder: str | os.PathLike, *, inputs_file: str | None = None, dev
         for spec in manifest["inputs"]:
             if spec["name"] not in data:
                 raise BundleCheckError(f"{source} has no input {spec['name']!r}")
-            arrays.append(np.ascontiguousarray(data[spec["name"]]).astype(spec["dtype"], copy=False))
+            # np.array keeps a 0-d input 0-d (np.ascontiguousarray makes it shape (1,))
+            arrays.append(np.array(data[spec["name"]], dtype=spec["dtype"], order="C"))
     args = [tvm.runtime.tensor(a, dev) for a in arrays] + params
 
     start = time.perf_counter()

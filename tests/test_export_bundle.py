@@ -239,3 +239,21 @@ def test_bundle_runs_with_only_tvm_and_numpy_importable(cnn_bundle, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["check"]["verified"] and report["foreign_modules"] == []
+
+
+def test_a_model_with_a_scalar_input_runs_from_its_bundle(tmp_path):
+    """Issue 27: a 0-d input became shape (1,) in run.py (np.ascontiguousarray) and TVM refused
+    it ("expect Tensor with ndim 0 but get 1"), so the bundle ran nowhere."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "scaled",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "scaled.onnx")
+    report = export_workload(str(tmp_path / "scaled.onnx"), "cpu", tmp_path / "bundle")
+    assert report.ok and report.verification.ok, report.verification
+    assert read_manifest(tmp_path / "bundle")["inputs"][1] == {"name": "s", "shape": [], "dtype": "float32"}
+    child = run_in_child(tmp_path / "bundle", runs=1)
+    assert child["outputs"] == [{"shape": [2, 3], "dtype": "float32"}]
