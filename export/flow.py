@@ -195,7 +195,11 @@ def _int8_atols(workload: Workload) -> list[float | None]:
     if workload.onnx_model is None or not is_quantized(workload.onnx_model):
         return []
     by_name = int8_tolerance(workload.onnx_model)
-    return [by_name.get(name) for name, _, _ in workload.outputs]
+    # the bundle's outputs are the ONNX graph's, in order (the Relax module names them output, output0, ...)
+    names = [o.name for o in workload.onnx_model.graph.output]
+    if len(names) != len(workload.outputs):
+        return []
+    return [by_name.get(name) for name in names]
 
 
 def _verify(folder: Path, target: Target, threads: int | None) -> Verification:

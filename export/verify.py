@@ -32,6 +32,8 @@ class Verification:
     load_s: float | None = None
     first_s: float | None = None
     foreign_modules: tuple[str, ...] = field(default=())
+    # an int8 model's outputs are compared in quantization steps: the absolute tolerance per output
+    output_atol: tuple[float | None, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -43,8 +45,13 @@ class Verification:
         if self.status == "skipped":
             return f"not run here: {self.why}"
         verdict = "matches" if self.ok else "DIFFERS FROM"
+        from explorer.models.qdq import INT8_STEPS
+
+        steps = [a for a in self.output_atol if a]
+        tolerance = (f"int8 tolerance {max(steps):.2e} absolute ({INT8_STEPS} quantization steps of the output)"
+                     if steps else f"tolerance {self.tolerance:.0e}")
         text = (f"fresh process on {self.device}: output {verdict} {self.reference} (max abs error "
-                f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}, tolerance {self.tolerance:.0e})")
+                f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}, {tolerance})")
         return text + (f"; {self.why}" if self.why else "")
 
     def to_dict(self) -> dict:
@@ -133,7 +140,7 @@ def verify_folder(folder: str | Path, *, threads: int | None = None, device: str
     return Verification("verified" if ok else "failed", reference=manifest.get("reference", ""),
                         max_abs_error=abs_err, max_rel_error=rel_err, tolerance=float(manifest.get("tolerance", 1e-4)),
                         why=why, device=device, load_s=report.get("load_s"), first_s=report.get("first_s"),
-                        foreign_modules=tuple(report.get("foreign_modules", ())))
+                        foreign_modules=tuple(report.get("foreign_modules", ())), output_atol=tuple(atols))
 
 
 __all__ = ["Verification", "child_env", "run_in_child", "verify_folder"]

@@ -164,3 +164,21 @@ def test_quantize_command_json(tmp_path):
     assert report["output"] == str(out) and out.is_file() and report["calibration_samples"] == 3
     text = CliRunner().invoke(cli, ["quantize", str(src), "--calibrate", "2", "--eval", "1", "-o", str(out)])
     assert text.exit_code == 0 and "size" in text.stdout and "accuracy lost" in text.stdout
+
+
+def test_an_int8_output_is_judged_in_quantization_steps_whatever_the_graph_names_it(tmp_path):
+    """Issue 27: the output's step was looked up by the Relax module's name for it ("output"), not
+    the ONNX graph's ("logits"), so an int8 MobileNetV2 (output "classifier") was judged at float
+    tolerance and marked NOT VERIFIED one quantization step off."""
+    from explorer.models.qdq import INT8_STEPS
+    from explorer.workload import load_workload
+    from export.flow import _int8_atols
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["logits"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(np.array(0.25, "float32"), "scale"),
+                               numpy_helper.from_array(np.array(0, "uint8"), "zero")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "qdq.onnx")
+    assert _int8_atols(load_workload(str(tmp_path / "qdq.onnx"))) == [INT8_STEPS * 0.25]
