@@ -50,3 +50,18 @@ def test_mapping_form_refuses_booleans_and_huge_shapes():
         parse_shape_spec({"batch": True})
     with pytest.raises(ShapeSpecError, match="elements"):
         parse_shape_spec({"input": [1, 3, 99999999, 99999999]})
+
+
+def test_a_dimension_name_no_input_has_is_refused_not_ignored():
+    """Issues 27 and 30: `schedx export resnet18 --shapes batch=100000` exported batch 1 without a
+    word (the zoo's inputs are fixed); a name that no symbolic dimension carries is refused, with
+    the inputs and what to write instead."""
+    from explorer.models.onnx_import import fix_input_shapes
+    from tests.conftest import tiny_cnn
+
+    with pytest.raises(ShapeSpecError, match=r"no input dimension is named 'batch'.*input shapes are fixed"):
+        fix_input_shapes(tiny_cnn(), parse_shape_spec("batch=100000"))
+    with pytest.raises(ShapeSpecError, match=r"no input dimension is named 'bacth'.*symbolic dimensions are N"):
+        fix_input_shapes(tiny_cnn(batch="N"), parse_shape_spec("bacth=2"))
+    _, shapes = fix_input_shapes(tiny_cnn(batch="N"), parse_shape_spec("N=2"))
+    assert next(iter(shapes.values()))[0] == 2

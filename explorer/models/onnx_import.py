@@ -80,6 +80,16 @@ def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.Mode
     unknown = sorted(set(spec.inputs) - set(names))
     if unknown:
         raise ShapeSpecError(f"no input named {', '.join(map(repr, unknown))}; the model's inputs are: {', '.join(names)}")
+    params = {d.dim_param for i in model_inputs(model) for d in i.type.tensor_type.shape.dim
+              if d.dim_param and not d.HasField("dim_value")}
+    unused = sorted(set(spec.dims) - params)
+    if unused:  # `--shapes batch=100000` on a model whose batch is fixed: refused, not silently ignored
+        listed = ", ".join(f"{i.name} [{'x'.join(d.dim_param or str(d.dim_value) for d in i.type.tensor_type.shape.dim)}]"
+                           for i in model_inputs(model))
+        fix = (f"its symbolic dimensions are {', '.join(sorted(params))}" if params else
+               "its input shapes are fixed; give a whole shape instead (NAME:1x3x224x224) to change one")
+        raise ShapeSpecError(f"no input dimension is named {', '.join(map(repr, unused))}: the model's inputs are "
+                             f"{listed}; {fix}")
     model = copy.deepcopy(model)
     shapes: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
