@@ -121,6 +121,7 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
         target = parse_target(target)  # threads are a run-time setting: the target (and its records) stay the same
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
+    _check_memory(workload)
     seconds["load"] = time.perf_counter() - start
 
     mark = time.perf_counter()
@@ -184,6 +185,18 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
     (folder / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     say("done", 1.0)
     return report
+
+
+def _check_memory(workload: Workload) -> None:
+    """Refuse, before anything is built or allocated, an export whose sample inputs, reference
+    outputs and their copies (the bundle's files, the verifying process) would not fit in memory
+    (``schedx export matmul:M=30000,...`` grew to 14 GB; a batch of 2e9 died of MemoryError)."""
+    from explorer.measure.memory import buffer_bytes, check_memory, measure_bytes
+
+    specs = [(shape, dtype, False) for _, shape, dtype in workload.inputs]
+    specs += [(shape, dtype, True) for _, shape, dtype in workload.outputs]
+    if all(isinstance(d, int) for shape, _, _ in specs for d in shape):
+        check_memory(measure_bytes(*buffer_bytes(specs)), f"exporting {workload.name}")
 
 
 def _int8_atols(workload: Workload) -> list[float | None]:

@@ -66,3 +66,21 @@ def test_a_search_too_large_for_memory_is_refused_before_it_starts(tmp_path):
     with pytest.raises(SearchError, match="needs about"):
         tune([kernel_task(k)], store=Store(tmp_path / "s.db"), target=host_target(),
              params=SearchParams(trials=8, per_batch=4))
+
+
+def test_an_export_too_large_for_memory_is_refused_before_it_builds(tmp_path):
+    """Issue 30, probes 1 and 2: `schedx export matmul:M=30000,...` was never refused (RSS grew to
+    14 GB), and a model given a batch of 2e9 died of MemoryError ("a bug in schedx")."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    r = CliRunner().invoke(cli, ["export", HUGE, "-o", str(tmp_path / "k"), "--no-db"], obj={})
+    assert r.exit_code == 1 and "exporting" in r.output and "needs about" in r.output, r.output
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "sym",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "sym.onnx")
+    r = CliRunner().invoke(cli, ["export", str(tmp_path / "sym.onnx"), "--shapes", "batch=2000000000", "-o",
+                                 str(tmp_path / "m"), "--no-db"], obj={})
+    assert r.exit_code == 1 and "needs about" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "k").exists() and not (tmp_path / "m").exists()
