@@ -143,7 +143,7 @@ def _human_bytes(n: int | None) -> str:
 
 @cli.command()
 @click.argument("model")
-@click.option("--pipeline", "pipeline_name", default=None, help="Named pipeline (see `schedx pipelines`); default: tuning.")
+@click.option("--pipeline", "pipeline_name", default=None, help="Named pipeline (see `schedx pipelines`); default: inference (what search and export run).")
 @click.option("--passes", default=None, help="Comma-separated pass names for a custom pipeline.")
 @click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224' or 'batch=1'.")
 @click.option("--out", "out_dir", type=FilePath(file_okay=False, path_type=Path), default=None,
@@ -216,7 +216,8 @@ def ui(host: str, port: int, headless: bool) -> None:
     entry = Path(__file__).with_name("main.py")
     cmd = [sys.executable, "-m", "app.warm_start", "run", str(entry), "--server.address", host,
            "--server.port", str(port), "--server.headless", str(headless).lower(),
-           "--browser.gatherUsageStats", "false"]
+           "--browser.gatherUsageStats", "false",
+           "--client.toolbarMode", "minimal"]  # no "Deploy" button: schedx is not deployed from its own UI
     click.echo(f"schedx UI on http://{host}:{port}", err=True)
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)

@@ -46,6 +46,8 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     """The Graph & passes page's three views on ResNet-18, for the README's screenshots (the
     graph viewer's own tests are in tests/test_browser_graph.py)."""
     open_page(page, ui_url, "Graph & passes")
+    assert page.get_by_role("button", name="Deploy").count() == 0  # Streamlit's own, not schedx's (issue 29)
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
     _pick(page, "Model", "ResNet-18")
     after = page.locator('.sx-panel[data-side="after"]')
     after.locator("g.n").nth(60).wait_for()

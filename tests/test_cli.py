@@ -85,3 +85,20 @@ def test_debug_shows_the_exception(runner):
 def test_pipeline_and_passes_are_exclusive(runner):
     result = runner.invoke(cli, ["passes", "small_cnn", "--pipeline", "tuning", "--passes", "FuseOps"])
     assert result.exit_code == 1 and "either --pipeline or --passes" in result.output
+
+
+def test_passes_help_names_the_pipeline_it_runs_by_default(runner):
+    """Issue 29: `passes --help` said "default: tuning" while it ran the task pipeline."""
+    from explorer.passes.pipelines import TASK_PIPELINE
+
+    assert f"default: {TASK_PIPELINE}" in " ".join(runner.invoke(cli, ["passes", "--help"]).output.split())
+
+
+def test_targets_and_the_unknown_cpu_error_count_the_same_cpus(runner):
+    """Issue 29: `targets` said 104 of 130 CPUs where the unknown-CPU error said 131 ("generic")."""
+    import re
+
+    shown = runner.invoke(cli, ["targets"]).output
+    total = int(re.search(r"named CPUs \(\d+ of (\d+) run here", shown).group(1))
+    refused = runner.invoke(cli, ["measure", "matmul:M=8,N=8,K=8", "--target", "cpu:notacpu"], obj={}).output
+    assert f"lists all {total} " in refused, refused

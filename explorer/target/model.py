@@ -346,8 +346,9 @@ def _cpu_list_hint(triple: str, bad: str) -> str:
     shown = ", ".join(close or [c for c in _EXAMPLE_CPUS.get(arch, ()) if c in cpus] or cpus[:8])
     here = host_cpu()
     mine = f"; this machine is {here.llvm_cpu}" if here.llvm_cpu and here.arch == arch else ""
+    named = sum(c != "generic" for c in cpus)  # as `schedx targets` counts them
     return (f"{'did you mean' if close else 'valid names include'} {shown}{mine} "
-            f"(`schedx targets` lists all {len(cpus)} {arch} CPUs LLVM knows)")
+            f"(`schedx targets` lists all {named} {arch} CPUs LLVM knows by name)")
 
 
 def _split_cpu_arg(arg: str) -> tuple[str, list[str]]:

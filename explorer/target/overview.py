@@ -35,7 +35,7 @@ def targets_overview() -> dict:
         compiler = CROSS_COMPILERS[arch]
         cross.append({"spec": arch, "triple": triple, "compiler": compiler,
                       "compiler_installed": shutil.which(compiler) is not None,
-                      "cpus": list(known_cpus(triple)), "runs_here": False,
+                      "cpus": [c for c in known_cpus(triple) if c != "generic"], "runs_here": False,
                       "why_not_here": f"it is {arch} code and this machine is {host.arch}"})
     return {"host": {**target.to_dict(), "cpu": host.to_dict()},
             "cpus": cpus,
