@@ -220,10 +220,18 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
             state = f"  [{now[j.id]}]" if now[j.id] else ""
             if j.status == "running" and p.phase == "confirm":
                 state += f"  [confirming {p.confirm_done}/{p.confirm_total} tasks]"
-            click.echo(f"{j.id:>4}  {j.status:<8} {p.trials:>5}/{p.total or spec.params.trials:<5}  {best:>11}  "
+            click.echo(f"{j.id:>4}  {j.status:<8} {_budget(p.trials, p.total or spec.params.trials, spec.params.minutes)}"
+                       f"  {best:>11}  "
                        f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
                        + (f"  ({j.error[:80]})" if j.error else ""))
     _print_lock(machine)
+
+
+def _budget(done: int, total: int, minutes: float) -> str:
+    """A job's trials against its budget, 11 wide: ``12/64``, or ``12/5 min`` for a time budget
+    (``--minutes`` alone sets the trial limit to UNLIMITED_TRIALS, which means none)."""
+    limit = f"{minutes:g} min" if minutes and total >= UNLIMITED_TRIALS else str(total)
+    return f"{done:>5}/{limit:<5}"
 
 
 def _lock_state(job, machine: dict) -> str:

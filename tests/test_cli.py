@@ -102,3 +102,21 @@ def test_targets_and_the_unknown_cpu_error_count_the_same_cpus(runner):
     total = int(re.search(r"named CPUs \(\d+ of (\d+) run here", shown).group(1))
     refused = runner.invoke(cli, ["measure", "matmul:M=8,N=8,K=8", "--target", "cpu:notacpu"], obj={}).output
     assert f"lists all {total} " in refused, refused
+
+
+def test_jobs_shows_a_time_budget_as_minutes_not_ten_million_trials(runner, tmp_path):
+    """Issue 29: a `tune --minutes 1` job read `0/10000000` in `schedx jobs`."""
+    from app.cli_search import UNLIMITED_TRIALS
+    from search.job_spec import JobSpec
+    from search.params import SearchParams
+    from store import Store
+
+    db = tmp_path / "jobs.db"
+    with Store(db) as store:
+        by_time = JobSpec(workload="matmul:M=64,N=64,K=64", params=SearchParams(trials=UNLIMITED_TRIALS, minutes=1.5))
+        by_count = JobSpec(workload="matmul:M=64,N=64,K=64", params=SearchParams(trials=48))
+        for spec in (by_time, by_count):
+            store.create_job("search", spec.to_dict())
+    rows = runner.invoke(cli, ["jobs", "--db", str(db)]).output.splitlines()
+    assert "0/1.5 min" in rows[1] and "10000000" not in rows[1], rows
+    assert "0/48" in rows[2], rows
