@@ -161,8 +161,10 @@ def _export_row(workload: Workload, target: Target, name: str, schedules, *, thr
 
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
-                   torch_module=None, progress: Progress | None = None, target: str | Target = "cpu") -> BenchReport:
-    """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side.
+                   torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
+                   no_schedules_why: str = "no records for this workload, target and machine") -> BenchReport:
+    """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side
+    (``no_schedules_why``: what to say when there are no schedules, see :func:`export.choose.why_no_schedules`).
 
     ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
     matching the target's cores)."""
@@ -181,7 +183,7 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         report.rows.append(_export_row(workload, target, TUNED_ROW, schedules, threads=threads, runs=runs,
                                        budget_s=budget_s, note=f"{len(schedules)} records, defaults for the rest"))
     else:
-        report.notes.append(f"{TUNED_ROW}: no records for this workload, target and machine")
+        report.notes.append(f"{TUNED_ROW}: {no_schedules_why}")
     say("TVM without records", 0.4)
     report.rows.append(_export_row(workload, target, DEFAULT_ROW, None, threads=threads, runs=runs,
                                    budget_s=budget_s, note=f"no records: {target.default_schedule}"))

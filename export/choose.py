@@ -156,6 +156,17 @@ def schedules_for(choices: list[TaskChoice], picks: Mapping[str, int | None] | N
     return out
 
 
+def why_no_schedules(choices: list[TaskChoice]) -> str:
+    """Why no record schedules any task, in words: no records at all, or records that all lost to
+    the default schedule (its own record, measured first by a search, is the best of each task)."""
+    found = [c for c in choices if c.candidates]
+    if not found:
+        return "no records for this workload, target and machine"
+    count = sum(len(c.candidates) for c in found)
+    return (f"{count} records for {len(found)} of {len(choices)} tasks, and none beat the default schedule "
+            "measured beside them: the default build is the tuned one")
+
+
 def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], target: Target, *,
                    hardware: str | None = AUTO) -> tuple[dict[str, TaskSchedule], list[TaskChoice]]:
     """The best record per task from the database at ``db`` (None: the default database, if any)."""
@@ -171,4 +182,4 @@ def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], targ
 
 
 __all__ = ["AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
-           "shape_warnings", "task_choices"]
+           "shape_warnings", "task_choices", "why_no_schedules"]

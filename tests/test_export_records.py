@@ -176,3 +176,23 @@ def test_missing_database_is_an_error_only_when_named(tmp_path, cnn):
     _, tasks, _ = cnn
     with pytest.raises(ExportError, match="no database at"):
         best_schedules(tmp_path / "nope.db", tasks, parse_target("cpu"))
+
+
+def test_when_every_record_lost_to_the_default_the_reason_says_so(cnn, tmp_path):
+    """Issue 29: `schedx bench` said "no records for this workload" where 62 records existed that
+    all lost to the default schedule (its own record, measured first, was the best of each task)."""
+    from export.choose import why_no_schedules
+
+    _, tasks, mod = cnn
+    target = host_target()
+    with Store(tmp_path / "lost.db") as db:
+        assert why_no_schedules(task_choices(db, tasks, target)).startswith("no records")
+        task = next(t for t in tasks if t.name == CONV_TASKS[0])
+        func = mod[task.funcs[0]]
+        db.add_workload(store_workload(func, name=task.name, kind="model_task"))
+        trace = steps_to_trace(func, [Step(s["primitive"], s["args"]) for s in CONV_STEPS[:1]])
+        db.add_record(_record(task.key, median=1e-4, trace=trace, source="default"))
+        db.add_record(_record(task.key, median=2e-4, steps=CONV_STEPS, source="search"))
+        choices = task_choices(db, tasks, target)
+        assert schedules_for(choices) == {}
+        assert why_no_schedules(choices).startswith(f"2 records for 1 of {len(tasks)} tasks, and none beat the default")
