@@ -119,6 +119,13 @@ def check_bundle(folder: str | os.PathLike, *, trust: str | os.PathLike | None =
             raise BundleCheckError(f"refused: {name} does not match the sha256 in {MANIFEST} "
                                    f"({actual[:12]}... vs {str(entry.get('sha256'))[:12]}...): it changed after export. "
                                    f"Nothing was loaded")
+    if trust is not None:  # a signed bundle is exactly what its manifest lists: nothing more, nothing special
+        listed = set(files) | {MANIFEST, SIGNATURE}
+        extra = sorted(entry.name for entry in os.scandir(folder) if entry.name not in listed)
+        if extra:
+            raise BundleCheckError(f"refused: {', '.join(extra[:5])} in {folder} {'is' if len(extra) == 1 else 'are'} "
+                                   f"not in the signed manifest; a signed bundle holds only the files it lists "
+                                   f"(remove {'it' if len(extra) == 1 else 'them'}, or export again). Nothing was loaded")
     return manifest
 
 

@@ -144,3 +144,21 @@ def test_cli_keygen_export_sign_and_run_trust(tmp_path, bundles):
         assert nokey.exit_code == 1 and "cannot read the private key" in nokey.output and not Path("x").exists()
     finally:
         os.chdir(here)
+
+
+@pytest.mark.parametrize("extra", ["extra.py", "fifo", "folder"])
+def test_a_signed_bundle_with_anything_more_is_refused_with_trust(bundles, tmp_path, extra):
+    """Issue 30, probe 6: a signed bundle with an extra file (extra.py) or a FIFO ran with --trust."""
+    _, _, public = bundles
+    folder = _fresh(bundles, tmp_path)
+    if extra == "fifo":
+        os.mkfifo(folder / extra)
+    elif extra == "folder":
+        (folder / extra).mkdir()
+    else:
+        (folder / extra).write_text("import os\n")
+    read_manifest(folder)  # without --trust the hashes of the listed files are what is checked
+    with pytest.raises(BundleError, match=f"refused: {extra} in .* not in the signed manifest"):
+        read_manifest(folder, trust=public)
+    result = CliRunner().invoke(cli, ["run", str(folder), "--trust", str(public), "--runs", "1"], obj={})
+    assert result.exit_code == 1 and "not in the signed manifest" in result.output, result.output
