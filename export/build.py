@@ -118,6 +118,7 @@ class Prepared:
     values: list[np.ndarray]
     outcomes: list[TaskOutcome]
     packed: int  # weights packed at build time
+    notes: list[str] = field(default_factory=list)  # default schedules that needed a fallback
 
 
 def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None,
@@ -135,7 +136,7 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
     start = time.perf_counter()
     say("applying schedules", 0.2)
     mod, outcomes = _schedule_tasks(mod, tasks, schedules)
-    mod = target.apply_default_schedules(mod, target.tvm())
+    mod, notes = target.apply_default_schedules(mod, target.tvm())
     seconds["schedule"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -146,7 +147,7 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
         mod, params, values = lift_constants(folded.mod, workload.onnx_model, folded.packed_from)
         packed = folded.calls
     seconds["weights"] = time.perf_counter() - start
-    return Prepared(mod, params, values, outcomes, packed)
+    return Prepared(mod, params, values, outcomes, packed, notes)
 
 
 def model_params(workload: Workload, target: Target | None = None,
@@ -186,6 +187,7 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     cover = coverage_warning(outcomes, target.default_schedule)
     if cover:
         warnings.append(cover)
+    warnings.extend(prepared.notes)
     warnings.extend(target.notes)
     return Built(workload=workload, target=target, executable=executable, lowered=lowered, params=params,
                  param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds)

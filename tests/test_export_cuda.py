@@ -81,3 +81,21 @@ def test_cuda_bundle_cannot_run_here_and_says_so(cuda_bundle):
         pytest.skip("a GPU is visible: tests/test_export_gpu.py runs the bundle")
     with pytest.raises(BundleError, match="no CUDA device"):
         run_in_child(cuda_bundle.folder)
+
+
+def test_a_dlight_rule_that_raises_on_a_kernel_falls_back_to_the_next_and_is_named(monkeypatch):
+    """Issue 27: dlight's GEMV rule raised `AttributeError: 'Add' object has no attribute 'value'` on
+    a fused detector kernel for cuda:sm_90 and the whole export was lost with no kernel named. A
+    rule that raises is passed over for that kernel (the next one schedules it), and a warning names
+    the kernel, the rule and the error."""
+    from tvm.s_tir import dlight as dl
+
+    def broken(self, func, target, tunable):
+        raise AttributeError("'Add' object has no attribute 'value'")
+
+    monkeypatch.setattr(dl.gpu.Matmul, "apply", broken)
+    built = build(load_workload("matmul:M=32,N=32,K=32"), parse_target("cuda:sm_90"))
+    assert unbound_prim_funcs(built.lowered) == []  # still thread-bound: a later rule scheduled it
+    note = next(w for w in built.warnings if "failed" in w)
+    assert "kernel matmul_M32_N32_K32_float32" in note and "Matmul (AttributeError: 'Add' object" in note, note
+    assert "scheduled it instead" in note

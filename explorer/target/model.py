@@ -182,19 +182,19 @@ class Target:
             from tvm.relax.backend.cpu_generic import pipeline
         return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
 
-    def apply_default_schedules(self, mod, tvm_target):
-        """``mod`` with the target's default schedule on every PrimFunc not scheduled yet (GPUs:
-        dlight's rules, which bind threads; CPUs: schedx's rules, tiled, parallel and vectorized
-        for this target's vector width, registers and cores, see :mod:`explorer.schedule.defaults`)."""
+    def apply_default_schedules(self, mod, tvm_target) -> tuple:
+        """``(mod, notes)``: ``mod`` with the target's default schedule on every PrimFunc not
+        scheduled yet (GPUs: dlight's rules, which bind threads, kernel by kernel, see
+        :mod:`explorer.schedule.gpu_defaults`; CPUs: schedx's rules, tiled, parallel and vectorized
+        for this target's vector width, registers and cores, see :mod:`explorer.schedule.defaults`),
+        and notes on kernels where a rule failed."""
         if self.kind != "cuda":
             from explorer.schedule.defaults import apply_default_schedules
 
-            return apply_default_schedules(mod, self.cpu_spec())[0]
-        from tvm.s_tir import dlight as dl
+            return apply_default_schedules(mod, self.cpu_spec())[0], []
+        from explorer.schedule.gpu_defaults import apply_gpu_defaults
 
-        with tvm_target:
-            return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        return apply_gpu_defaults(mod, tvm_target)
 
     def cpu_spec(self):
         """What the default CPU rules size their tiles from (:class:`explorer.schedule.defaults.CpuSpec`):

@@ -1,0 +1,61 @@
+"""Default GPU schedules: dlight's rules (Matmul, GEMV, Reduction, GeneralReduction, Fallback),
+applied kernel by kernel, each rule tried in turn.
+
+dlight's own pass (``dl.ApplyDefaultSchedule``) stops the whole module at the first rule that
+raises: its GEMV rule raises ``AttributeError: 'Add' object has no attribute 'value'`` on some
+fused detector kernels for ``cuda:sm_90``, and the export was lost with no kernel named. Here a
+rule that raises is passed over for that kernel (the next rule, Fallback last, schedules it) and
+the note names the kernel, the rule and the error.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+
+from explorer.errors import short_tvm_message
+
+RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")  # dlight's order
+
+
+def _scheduled(func: tirx.PrimFunc) -> bool:
+    attrs = func.attrs or {}
+    return "tirx.is_scheduled" in attrs and int(attrs["tirx.is_scheduled"]) == 1
+
+
+def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = RULES) -> tuple[tvm.IRModule, list[str]]:
+    """``mod`` with dlight's first rule that applies on every PrimFunc not scheduled yet, and a
+    note per kernel where a rule raised (which rule, why, and which one scheduled it instead)."""
+    from tvm.s_tir import dlight as dl
+
+    made = [(name, getattr(dl.gpu, name)()) for name in rules]
+    updated: dict = {}
+    notes: list[str] = []
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or _scheduled(func):
+            continue
+        target = (func.attrs or {}).get("target") or tvm_target
+        failed: list[str] = []
+        used = None
+        for name, rule in made:
+            try:
+                with target:
+                    space = rule.apply(func, target, False)
+            except Exception as err:  # noqa: BLE001 - one rule's bug must not lose the export
+                failed.append(f"{name} ({type(err).__name__}: {short_tvm_message(err)[:160]})")
+                continue
+            if space is None:
+                continue
+            sch = space if isinstance(space, s_tir.Schedule) else space[0]
+            updated[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+            used = name
+            break
+        if failed:
+            instead = f"dlight's {used} rule scheduled it instead" if used else "no other rule applied: it stays unscheduled"
+            notes.append(f"kernel {gv.name_hint}: dlight's {', '.join(failed)} failed; {instead}")
+    for gv, func in updated.items():
+        mod[gv] = func
+    return mod, notes
+
+
+__all__ = ["RULES", "apply_gpu_defaults"]
