@@ -264,3 +264,25 @@ def test_a_1d_convolution_runs_channels_last_with_a_vector_register_tile(tmp_pat
     assert "(conv1d_nwc)" in choice.steps[0] and int(tile.split("x")[1]) >= cpu.lanes("float32"), choice.steps
     report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
     assert report.verification.ok, report.verification
+
+
+@pytest.mark.parametrize("dims", [2, 1], ids=["conv2d_transpose", "conv1d_transpose"])
+def test_a_transposed_convolution_after_a_converted_one_builds_and_computes_right(tmp_path, dims):
+    """Issue 27: a text detector's upsampling head (ConvTranspose after convs) was converted to
+    NHWC along with its input, which TVM 0.27 cannot legalize ("CodeGenVM cannot emit this Relax
+    operator directly ... R.nn.conv2d_transpose(..., data_layout="NHWC")"): every build failed. It
+    stays in NCHW (NCW), with transposes around it."""
+    from export import export_workload
+
+    rng = np.random.default_rng(0)
+    k = [3] * dims
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c"], kernel_shape=k, pads=[1] * (2 * dims)),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "W2"], ["y"], kernel_shape=[2] * dims, strides=[2] * dims)]
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 3, *k)) * 0.1).astype("float32"), "W1"),
+             numpy_helper.from_array((rng.standard_normal((16, 8, *[2] * dims)) * 0.1).astype("float32"), "W2")]
+    graph = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *[16] * dims])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "up.onnx")
+    report = export_workload(str(tmp_path / "up.onnx"), "cpu", tmp_path / "bundle", layers=False)
+    assert report.verification.ok, report.verification
