@@ -117,3 +117,30 @@ def test_sequence_lens_must_be_the_full_length():
     model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([3, 3], "int32"), "lens"))
     feeds = random_feeds(model)
     _close(ort_run(_rewritten(model), feeds), ort_run(model, feeds))
+
+
+def test_weights_sliced_and_stacked_from_initializers_are_constants():
+    """Issue 27: PyTorch exports an LSTM's R as Unsqueeze(Concat(Slice(initializer))) (its gates
+    reordered); it was refused as "computed at run time". Made of constants by data-movement ops,
+    it is folded with ONNX's reference runtime, and the layer imports and matches ONNX Runtime."""
+    from onnx import helper, numpy_helper
+
+    model = recurrent("LSTM", hidden=4)
+    graph = model.graph
+    r = next(i for i in graph.initializer if i.name == "R")
+    value = numpy_helper.to_array(r)[0]  # [4 gates * hidden, hidden]
+    graph.initializer.remove(r)
+    graph.initializer.append(numpy_helper.from_array(value.copy(), "R_flat"))
+    for k, (lo, hi) in enumerate(((0, 8), (8, 16))):
+        graph.initializer.extend([numpy_helper.from_array(np.array([lo], "int64"), f"lo{k}"),
+                                  numpy_helper.from_array(np.array([hi], "int64"), f"hi{k}")])
+    graph.initializer.append(numpy_helper.from_array(np.array([0], "int64"), "axis0"))
+    chain = [helper.make_node("Slice", ["R_flat", "lo0", "hi0", "axis0"], ["r_a"]),
+             helper.make_node("Slice", ["R_flat", "lo1", "hi1", "axis0"], ["r_b"]),
+             helper.make_node("Concat", ["r_a", "r_b"], ["r_cat"], axis=0),
+             helper.make_node("Unsqueeze", ["r_cat", "axis0"], ["R"])]
+    for n, node in enumerate(chain):
+        graph.node.insert(n, node)
+    loaded = import_onnx(model)
+    feeds = random_feeds(model)
+    _close(tvm_run(loaded, feeds), ort_run(model, feeds))

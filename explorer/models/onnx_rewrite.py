@@ -21,6 +21,11 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+# Ops a constant may pass through and still be a constant (weights sliced, stacked, reshaped)
+FOLDABLE = frozenset({"Identity", "Cast", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
+                      "Transpose", "Gather", "Split", "Expand", "Tile", "Add", "Sub", "Mul", "Div", "Neg"})
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's ``ai.onnx`` opset version (1 when none is declared)."""
     for entry in model.opset_import:
@@ -43,13 +48,18 @@ class GraphView:
         for init in graph.initializer:
             self._shapes[init.name] = tuple(int(d) for d in init.dims)
         self.names: set[str] = set(self._inits) | {vi.name for vi in graph.input}
+        self._producers: dict[str, onnx.NodeProto] = {}
+        self._folded: dict[str, np.ndarray | None] = {}
         for node in graph.node:
             self.names.update(node.output)
+            self._producers.update((o, node) for o in node.output if o)
             if node.name:
                 self.names.add(node.name)
 
     def constant(self, name: str) -> np.ndarray | None:
-        """The value of ``name`` when it is an initializer or a ``Constant`` node's output."""
+        """The value of ``name`` when it is an initializer, a ``Constant`` node's output, or made from
+        constants by data-movement ops (``FOLDABLE``: PyTorch exports an LSTM's R as
+        ``Unsqueeze(Concat(Slice(initializer)))``), evaluated here with ONNX's reference runtime."""
         if not name:
             return None
         if name in self._inits:
@@ -59,7 +69,36 @@ class GraphView:
             for attr in node.attribute:
                 if attr.name == "value":
                     return numpy_helper.to_array(attr.t)
-        return None
+            return None
+        return self._fold(name, depth=0)
+
+    def _fold(self, name: str, depth: int) -> np.ndarray | None:
+        if name in self._folded:
+            return self._folded[name]
+        node = self._producers.get(name)
+        value = None
+        if node is not None and node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and depth < 64:
+            inputs = [self.constant(i) if i in self._inits or i in self._const_nodes else self._fold(i, depth + 1)
+                      for i in node.input if i]
+            if all(v is not None for v in inputs):
+                value = self._evaluate(node, inputs).get(name)
+        self._folded[name] = value
+        return value
+
+    def _evaluate(self, node: onnx.NodeProto, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one node on constant inputs with ONNX's reference runtime, in the model's opset."""
+        from onnx.reference import ReferenceEvaluator
+
+        names = [i for i in node.input if i]
+        graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(
+            v.dtype), v.shape) for n, v in zip(names, inputs)], [helper.make_tensor_value_info(o, 0, None)
+                                                                  for o in node.output if o])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        try:
+            outputs = ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
+        except Exception:  # noqa: BLE001 - not foldable here: the value stays unknown (computed at run time)
+            return {}
+        return {o: np.asarray(v) for o, v in zip([o for o in node.output if o], outputs)}
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         """The static shape of ``name``; ``None`` when unknown or symbolic."""
