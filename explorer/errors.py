@@ -19,12 +19,26 @@ class ModelLoadError(ExplorerError):
 class UnsupportedOperatorError(ModelLoadError):
     """The importer has no conversion for an operator of the model."""
 
-    def __init__(self, op_type: str, node_name: str, detail: str = "") -> None:
+    def __init__(self, op_type: str, node_name: str, detail: str = "", *,
+                 others: dict[str, tuple[list[str], str]] | None = None) -> None:
+        """``op_type`` at ``node_name`` (the first found); ``others``: every unsupported operator
+        of the model, op -> (its nodes, why), so that one message names them all."""
         self.op_type = op_type
         self.node_name = node_name
-        where = f" (node {node_name!r})" if node_name else ""
-        extra = f": {detail}" if detail else ""
-        super().__init__(f"operator {op_type!r}{where} is not supported by TVM's importer{extra}")
+        self.unsupported = others or {op_type: ([node_name] if node_name else [], detail)}
+        if len(self.unsupported) == 1 and len(self.unsupported[op_type][0]) <= 1:
+            where = f" (node {node_name!r})" if node_name else ""
+            extra = f": {detail}" if detail else ""
+            super().__init__(f"operator {op_type!r}{where} is not supported by TVM's importer{extra}")
+            return
+        parts = []
+        for op, (nodes, why) in self.unsupported.items():
+            shown = ", ".join(repr(n) for n in nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+            parts.append(f"{op!r} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown})"
+                         + (f": {why}" if why else ""))
+        total = sum(len(nodes) for nodes, _ in self.unsupported.values())
+        super().__init__(f"{total} nodes use {len(parts)} operator{'s' if len(parts) != 1 else ''} TVM's importer "
+                         f"does not support: " + "; ".join(parts))
 
 
 class ShapeSpecError(ModelLoadError):

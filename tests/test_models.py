@@ -226,3 +226,32 @@ def test_kernels_of_a_model_with_symbolic_dims_take_shapes(tmp_path):
     assert result.exit_code == 0, result.output
     kernels = json.loads(result.stdout)
     assert kernels and any(2 in b["shape"][:1] for k in kernels for b in k["buffers"])
+
+
+def test_every_unsupported_operator_is_named_with_its_nodes_in_one_message():
+    """Issue 27: a dynamically quantized model was refused naming only the first of its 21
+    unsupported nodes; the message names every unsupported operator and its nodes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from explorer.errors import UnsupportedOperatorError
+    from explorer.models.onnx_ops import check_operators
+
+    nodes = []
+    x = "x"
+    for k in range(3):  # ConvInteger and Celu: no converter in TVM 0.27; Relu: fine
+        nodes.append(helper.make_node("ConvInteger", [x, "w"], [f"c{k}"], name=f"conv{k}"))
+        nodes.append(helper.make_node("Cast", [f"c{k}"], [f"f{k}"], to=TensorProto.UINT8, name=f"cast{k}"))
+        x = f"f{k}"
+    nodes += [helper.make_node("Cast", [x], ["g"], to=TensorProto.FLOAT, name="tofloat"),
+              helper.make_node("Celu", ["g"], ["h"], name="celu"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones((4, 4, 1, 1), "uint8"), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOperatorError) as info:
+        check_operators(model)
+    text = str(info.value)
+    assert info.value.op_type == "ConvInteger" and info.value.node_name == "conv0"  # the first, as before
+    assert set(info.value.unsupported) == {"ConvInteger", "Celu"}, text
+    assert text.startswith("4 nodes use 2 operators") and "'ConvInteger' (3 nodes: 'conv0', 'conv1', 'conv2')" in text
+    assert "'Celu' (1 node: 'celu')" in text and "Relu" not in text and "Cast" not in text, text

@@ -80,9 +80,11 @@ def walk_nodes(graph: onnx.GraphProto, path: str = "") -> Iterator[tuple[onnx.No
 
 
 def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> None:
-    """Raise :class:`UnsupportedOperatorError` for the first node TVM cannot import; main-graph
-    nodes whose type is in ``skip`` are left to a rewrite that runs before import."""
+    """Raise :class:`UnsupportedOperatorError` naming every node TVM cannot import, by operator
+    (a dynamically quantized model has 21, of four kinds); main-graph nodes whose type is in
+    ``skip`` are left to a rewrite that runs before import."""
     known = importable_ops()
+    found: dict[str, tuple[list[str], str]] = {}
     for node, where in walk_nodes(model.graph):
         if node.domain in _STANDARD and not where and node.op_type in skip:
             continue
@@ -95,7 +97,10 @@ def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> No
                       "TVM imports standard ONNX operators only")
         else:
             detail = _REASONS.get(node.op_type, "")
-        raise UnsupportedOperatorError(op, name, detail)
+        found.setdefault(op, ([], detail))[0].append(name)
+    if found:
+        op, (nodes, detail) = next(iter(found.items()))
+        raise UnsupportedOperatorError(op, nodes[0], detail, others=found)
 
 
 __all__ = ["check_operators", "directly_handled_ops", "importable_ops", "walk_nodes"]
