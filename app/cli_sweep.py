@@ -30,12 +30,14 @@ def _batches(text: str) -> list[int]:
 @click.option("--db", default=None, help="schedx database whose records apply (and where tuning goes).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--runs", default=20, show_default=True, type=click.IntRange(1, 10000), help="Timed runs per point.")
+@click.option("--shapes", default=None, help="The model's symbolic dimensions other than the batch, e.g. "
+                                            "'height=224,width=224' (a dynamic batch needs nothing).")
 @click.option("--out", "out_file", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Also write the chart: .html (interactive) or .png.")
 @click.option("--json", "as_json", is_flag=True, help="Print the points as JSON.")
 @fail_cleanly
 def sweep(model: str, batch_text: str, target_spec: str, trials: int, db: str | None, threads: int | None,
-          runs: int, out_file: Path | None, as_json: bool) -> None:
+          runs: int, shapes: str | None, out_file: Path | None, as_json: bool) -> None:
     """Time MODEL at several batch sizes (every input's first dimension), each with the records
     tuned at that shape (records only apply to the shapes they were tuned at), beside ONNX
     Runtime: latency and throughput, and the batch where each peaks."""
@@ -45,7 +47,7 @@ def sweep(model: str, batch_text: str, target_spec: str, trials: int, db: str | 
     with click.progressbar(length=100, label=f"sweeping {model}", file=click.get_text_stream("stderr"),
                            item_show_func=lambda s: s) as bar:
         result = run_sweep(model, batches, target=target_spec, db=db, trials=trials, threads=threads, runs=runs,
-                           progress=lambda stage, frac: bar.update(max(0, int(frac * 100) - bar.pos), stage))
+                           shapes=shapes, progress=lambda stage, frac: bar.update(max(0, int(frac * 100) - bar.pos), stage))
     if out_file is not None:
         _write_chart(result, out_file)
     if as_json:

@@ -58,13 +58,30 @@ def batch_shapes(workload: Workload, batch: int) -> str:
     return ",".join(f"{name}:{'x'.join(str(d) for d in (batch, *shape[1:]))}" for name, shape, _ in workload.inputs)
 
 
+def _base_workload(spec: str, shapes: str | None) -> Workload:
+    """``spec`` at batch 1 with ``shapes`` for its other dimensions: a symbolic first dimension of
+    an ONNX file's inputs (a dynamic batch) is the sweep's to set, so it needs no ``--shapes``."""
+    from explorer.models.onnx_import import model_inputs, read_onnx
+
+    batch_dims: set[str] = set()
+    if Path(spec).expanduser().is_file():
+        for inp in model_inputs(read_onnx(Path(spec).expanduser())):
+            dims = inp.type.tensor_type.shape.dim
+            if dims and dims[0].dim_param and not dims[0].HasField("dim_value"):
+                batch_dims.add(dims[0].dim_param)
+    given = shapes or ""
+    extra = [f"{d}=1" for d in sorted(batch_dims) if f"{d}=" not in given]
+    return load_workload(spec, ",".join(filter(None, (given, *extra))) or None)
+
+
 def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=None, trials: int = 0,
-          threads: int | None = None, runs: int = 20, budget_s: float = 10.0,
+          threads: int | None = None, runs: int = 20, budget_s: float = 10.0, shapes: str | None = None,
           progress: Callable[[str, float], None] | None = None) -> Sweep:
     """Time ``spec`` (a model) at each batch size in ``batches`` (see the module docstring).
 
     ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first);
-    None: the default database, if there is one."""
+    None: the default database, if there is one. ``shapes``: the model's symbolic dimensions other
+    than the batch (a dynamic batch itself needs nothing)."""
     from explorer.environment import cpu_info
     from explorer.errors import ExplorerError
     from export.bench import _export_row, ort_row
@@ -74,7 +91,7 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
     target = parse_target(target)
     target.require_runnable("time")
     threads = int(threads or cpu_info()["usable_cores"])
-    base = load_workload(spec)
+    base = _base_workload(spec, shapes)
     if base.kind != "model":
         raise ExplorerError(f"{spec} is a kernel: a batch sweep needs a model")
     points, notes = [], []

@@ -82,3 +82,19 @@ def test_a_search_files_its_tasks_under_the_shapes_it_tuned_at(tmp_path):
         run_job(store, spec)
         shapes = {w.shapes.get("model_shapes") for w in store.workloads() if w.name.startswith("small_cnn/")}
     assert shapes == {"input:2x3x32x32"}
+
+
+def test_a_model_with_a_dynamic_batch_sweeps_without_shapes(tmp_path):
+    """Issue 27: `schedx sweep` on a model with a symbolic batch asked for --shapes, which it did
+    not take; the batch is the sweep's to set, and --shapes covers the other symbolic dimensions."""
+    import onnx
+
+    from export.sweep import sweep
+    from tests.conftest import tiny_cnn
+
+    onnx.save(tiny_cnn(batch="N"), tmp_path / "dyn.onnx")
+    result = sweep(str(tmp_path / "dyn.onnx"), [1, 2], runs=2, budget_s=1.0, db=str(tmp_path / "none.db"))
+    assert [p.batch for p in result.points] == [1, 2] and all(p.tvm_s for p in result.points)
+    r = CliRunner().invoke(cli, ["sweep", str(tmp_path / "dyn.onnx"), "--batch", "1", "--runs", "1", "--shapes",
+                                 "height=8", "--db", str(tmp_path / "none.db")], obj={})
+    assert r.exit_code == 1 and "no input dimension is named 'height'" in r.output, r.output
