@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from explorer.errors import ModelLoadError
+from explorer.processes import process_alive
 
 MAX_UPLOAD_BYTES = 1 << 30  # 1 GiB: a model file bigger than that carries its weights apart
 MAX_FOLDER_BYTES = 4 << 30
@@ -79,12 +80,8 @@ def _sweep_dead(uploads: Path) -> None:
         pid = child.name.split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if not process_alive(int(pid)):
             shutil.rmtree(child, ignore_errors=True)
-        except PermissionError:
-            pass
 
 
 def upload_folder() -> Path:

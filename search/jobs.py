@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from explorer.processes import process_alive
 from search.errors import SearchError
 from search.job_spec import JobProgress, JobSpec
 from store import Job, Store
@@ -46,19 +47,8 @@ def start_job(store: Store, spec: JobSpec) -> Job:
 
 
 def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a finished child not yet reaped is a zombie: not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    """Whether a job's process runs (see :func:`explorer.processes.process_alive`)."""
+    return process_alive(pid)
 
 
 def refresh(store: Store) -> list[Job]:

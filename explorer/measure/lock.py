@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from explorer.processes import process_alive
+
 ENV_DIR = "SCHEDX_LOCK_DIR"
 ENV_TIMING_LOG = "SCHEDX_TIMING_LOG"
 
@@ -52,16 +54,6 @@ def lock_dir() -> Path:
         except OSError as err:
             last = err
     raise last or OSError("no folder for the measuring lock")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -118,7 +110,7 @@ def lock_status() -> dict:
     holder = None
     try:
         data = json.loads((folder / "holder.json").read_text())
-        holder = data if _alive(int(data.get("pid", 0))) else None
+        holder = data if process_alive(int(data.get("pid", 0))) else None
     except (OSError, ValueError, TypeError):
         pass
     waiting = []
@@ -127,7 +119,7 @@ def lock_status() -> dict:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if _alive(int(data.get("pid", 0))):
+        if process_alive(int(data.get("pid", 0))):
             waiting.append(data)
         else:
             with contextlib.suppress(OSError):
