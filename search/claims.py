@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 
+from explorer.processes import process_alive
 from store import Store, StoreError
 
 
@@ -31,12 +32,22 @@ class ClaimBook:
         now: writing the batch will fail and stop the search anyway, and an error raised here
         would cross MetaSchedule's C++."""
         try:
+            self._release_the_dead()
             granted = set(self.store.claim_candidates(self.task_keys[task], self.target_key, self.hardware, hashes,
                                                       owner=self.owner, ttl_s=ttl_s))
         except StoreError:
             return set(hashes)
         self.skipped.update(h for h in hashes if h not in granted)
         return granted
+
+    def _release_the_dead(self) -> None:
+        """Drop the claims of searches on this machine whose process is gone (killed with -9: they
+        never released theirs, which held their candidates for the claims' 15 minutes)."""
+        host = socket.gethostname()
+        for owner in self.store.live_claims():
+            name, _, rest = owner.rpartition(":")[0].rpartition(":")  # host:pid:job (a host may hold ':')
+            if name == host and rest.isdigit() and owner != self.owner and not process_alive(int(rest)):
+                self.store.release_claims(owner)
 
     def release(self) -> None:
         """Drop this search's claims (its records now answer for what it measured)."""

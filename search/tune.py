@@ -24,7 +24,6 @@ What schedx adds to ``ms.tune_tasks``:
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -43,6 +42,7 @@ from search.records import task_workload
 from search.runner import PoolRunner, RpcSpec
 from search.stopping import StopRequest, signals_stop
 from search.strategy import StoppableSearch
+from search.work_dirs import work_dir
 from store import Store
 
 
@@ -133,7 +133,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
     if builder is None or runner is None:  # first: its workers start while this process sets up
         own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
         stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
-    work = tempfile.TemporaryDirectory(prefix="schedx-tune-")
+    work = work_dir()
     inner_runner, state = runner, None
     try:
         light_tensor_intrin(kind, triple)

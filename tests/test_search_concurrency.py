@@ -61,6 +61,23 @@ def test_claims_grant_each_candidate_to_one_search(tmp_path):
     assert two.claim(0, ["e"]) == {"e"}
 
 
+def test_the_claims_of_a_search_killed_on_this_machine_go_at_once(tmp_path):
+    """Issue 30, probe 8: after kill -9 the dead process's claims stayed for their 15 minutes; the
+    next search on this machine releases them (a search elsewhere keeps its own)."""
+    import socket
+
+    store = Store(tmp_path / "claims.db")
+    store.add_workload(Workload(key="w1", name="k", source="test"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    store.claim_candidates("w1", "llvm", "hw", ["a", "b"], owner=f"{host}:{dead.pid}:3", ttl_s=900)
+    store.claim_candidates("w1", "llvm", "hw", ["c"], owner="another-host:1:4", ttl_s=900)
+    book = ClaimBook(store, target_key="llvm", hardware="hw", task_keys=["w1"], job_id=5)
+    assert book.claim(0, ["a", "b", "c"]) == {"a", "b"}
+    assert set(store.live_claims()) == {book.owner, "another-host:1:4"}
+
+
 def test_one_timed_run_at_a_time_across_processes_and_jobs_shows_who_waits(lock_env):
     db = lock_env / "jobs.db"
     store = Store(db)
@@ -117,3 +134,20 @@ def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(l
     timed = _intervals(lock_env / "timing.log")
     assert len({pid for _, _, pid in timed}) == 2 and len(timed) >= len(every)
     assert _overlaps(timed) == []  # no two timed runs at the same moment, confirmation rounds included
+
+
+def test_the_scratch_folders_of_dead_searches_go_when_the_next_starts(tmp_path, monkeypatch):
+    """Issue 30, probe 8: `schedx-tune-*` folders of searches killed with -9 stayed in TMPDIR."""
+    from search import work_dirs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f"schedx-tune-{dead.pid}-abc").mkdir()
+    (tmp_path / f"schedx-tune-{dead.pid}-abc" / "logs").mkdir()
+    (tmp_path / "schedx-tune-1-keep").mkdir()  # pid 1 lives
+    (tmp_path / "schedx-tune-old").mkdir()  # a name without a pid: not ours to judge
+    monkeypatch.setattr(work_dirs.tempfile, "tempdir", str(tmp_path))
+    with work_dirs.work_dir() as mine:
+        assert Path(mine).name.startswith(f"schedx-tune-{__import__('os').getpid()}-")
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name != Path(mine).name) == \
+            ["schedx-tune-1-keep", "schedx-tune-old"]
