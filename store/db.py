@@ -29,7 +29,7 @@ from pathlib import Path
 
 from store import claims, interop, queries, schema
 from store.compare import compare_records
-from store.errors import ReadOnlyDatabaseError, StoreError
+from store.errors import ReadOnlyDatabaseError, StoreError, io_reason
 from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
 from store.schema import SCHEMA_VERSION, open_database, write_transaction
 
@@ -93,7 +93,7 @@ class Store:
         if isinstance(err, sqlite3.OperationalError):
             if "readonly" in str(err):
                 return self._read_only_error()
-            return StoreError(f"{self.path}: {err}")
+            return StoreError(f"{self.path}: {io_reason(self.path, err)}")
         if isinstance(err, sqlite3.DatabaseError):  # corrupt pages, "file is not a database"
             return schema.damaged(self.path, err)
         return StoreError(f"{self.path}: {err}")

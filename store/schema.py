@@ -29,7 +29,8 @@ from typing import NamedTuple
 
 import sqlite_utils
 
-from store.errors import CorruptDatabaseError, ForeignDatabaseError, ReadOnlyDatabaseError, SchemaTooNewError, StoreError
+from store.errors import (CorruptDatabaseError, ForeignDatabaseError, ReadOnlyDatabaseError, SchemaTooNewError, StoreError,
+                          io_reason)
 from store.records import Outcome, now_iso
 
 APP = "schedx"
@@ -196,7 +197,7 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
             raise StoreError(f"{path} is a directory, not a database file; give a file path (e.g. {path}/schedx.db)")
         exists = path.exists() and path.stat().st_size > 0
     except (OSError, ValueError) as err:  # a name too long, a NUL byte, a folder we may not enter
-        raise StoreError(f"cannot open {path}: {err}") from err
+        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     if read_only is None:
         read_only = not writable(path)
     if exists:
@@ -213,7 +214,7 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
         path.parent.mkdir(parents=True, exist_ok=True)
         db = connect(path)
     except (OSError, sqlite3.Error) as err:
-        raise StoreError(f"cannot open {path}: {err}") from err
+        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     checked = False
     try:
         version = _read_version(db, path)
@@ -231,7 +232,7 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
         db.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as err:
         db.close()
-        raise StoreError(f"cannot open {path}: {err}") from err
+        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     except sqlite3.Error as err:
         db.close()
         raise damaged(path, err) from err
@@ -251,7 +252,7 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
         if not path.is_file():
             raise StoreError(f"no schedx database at {path}")
     except (OSError, ValueError) as err:
-        raise StoreError(f"cannot open {path}: {err}") from err
+        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     _check_header(path)
     wal = Path(f"{path}-wal")
     # a folder that cannot hold SQLite's -shm file: nothing can write the file either (a writer
@@ -261,7 +262,7 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
     try:
         db = connect(path, read_only=True, immutable=immutable)
     except sqlite3.Error as err:
-        raise StoreError(f"cannot open {path}: {err}") from err
+        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     try:
         version = _read_version(db, path)
         if version is None:

@@ -121,3 +121,24 @@ def test_cli_refuses_a_damaged_database_in_one_line(tmp_path, damaged, args):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "damaged.db is damaged" in lines[0], result.output
     assert "Traceback" not in result.output and not isinstance(result.exception, sqlite3.Error)
+
+
+def test_a_full_disk_is_named_as_such_not_as_a_disk_io_error(tmp_path, monkeypatch):
+    """Issue 30, probe 7: with the disk full, a write read "cannot open ...: disk I/O error" (what
+    SQLite says when its WAL cannot grow). The message says the disk is full, how much is free, and
+    what to do."""
+    import errno
+    from collections import namedtuple
+
+    from store.errors import io_reason
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 30, (10 << 30) - (1 << 20), 1 << 20))
+    db = tmp_path / "s.db"
+    text = io_reason(db, sqlite3.OperationalError("disk I/O error"))
+    assert text.startswith("the disk holding it is full (1.0 MB free)") and "--db" in text
+    assert io_reason(db, OSError(errno.ENOSPC, "No space left on device")).startswith("the disk holding it is full")
+    store = Store(db)
+    assert "the disk holding it is full" in str(store._error(sqlite3.OperationalError("disk I/O error")))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 30, 0, 10 << 30))
+    assert io_reason(db, sqlite3.OperationalError("disk I/O error")) == "disk I/O error"  # not a full disk: as it was
