@@ -255,3 +255,23 @@ def test_every_unsupported_operator_is_named_with_its_nodes_in_one_message():
     assert set(info.value.unsupported) == {"ConvInteger", "Celu"}, text
     assert text.startswith("4 nodes use 2 operators") and "'ConvInteger' (3 nodes: 'conv0', 'conv1', 'conv2')" in text
     assert "'Celu' (1 node: 'celu')" in text and "Relu" not in text and "Cast" not in text, text
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_a_model_path_that_is_no_regular_file_is_named_for_what_it_is(tmp_path, kind):
+    """Issue 30, probe 7: a symlink to /dev/urandom given as a model read "no such ONNX file"."""
+    import os
+
+    from explorer.errors import ModelLoadError
+    from explorer.models.onnx_import import read_onnx
+
+    path = tmp_path / "model.onnx"
+    if kind == "device":
+        path.symlink_to("/dev/urandom")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    words = "is a folder" if kind == "folder" else "is not a regular file"
+    with pytest.raises(ModelLoadError, match=words):
+        read_onnx(path)

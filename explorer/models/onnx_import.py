@@ -42,6 +42,10 @@ def read_onnx(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     else:
         path = Path(source)
         if not path.is_file():
+            if path.is_dir():
+                raise ModelLoadError(f"{path} is a folder, not an ONNX file")
+            if path.exists():  # a FIFO would block the read, a device never end: named, never opened
+                raise ModelLoadError(f"{path} is not a regular file (a device, FIFO or socket), not an ONNX file")
             raise ModelLoadError(f"no such ONNX file: {path}")
         data, where = path.read_bytes(), str(path)
     try:
