@@ -70,3 +70,11 @@ def test_measure_cli_says_one_line(tmp_path):
     path.write_bytes(b"[" * 100_000)
     r = CliRunner().invoke(cli, ["measure", "matmul:M=8,N=8,K=8", "--steps", str(path)])
     assert r.exit_code == 1 and r.output.startswith("Error: ") and len(r.output.strip().splitlines()) == 1, r.output
+
+
+@pytest.mark.parametrize("args", [{"loop": "C/i", "factors": [None, 10**30]}, {"loop": "C/i", "factors": [2**31, None]}])
+def test_a_factor_no_loop_can_have_is_refused_in_the_users_words(args):
+    """Issue 30, probe 7: a split factor of 10**30 reached TVM and came back as its raw
+    "Mismatched type on argument #2 ... ffi.BigInt"."""
+    with pytest.raises(StepsFileError, match=r"step 0.*'factors' must be a list of 2\+ positive integers up to 2147483647"):
+        parse_steps(json.dumps([{"primitive": "split", "args": args}]))

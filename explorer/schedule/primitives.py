@@ -247,9 +247,10 @@ def _check(param: Param, value: object) -> object:
         ok = isinstance(value, list) and len(value) >= 1 and all(isinstance(v, str) and "/" in v for v in value)
     elif k == "factors":
         ok = (isinstance(value, list) and len(value) >= 2 and sum(v is None for v in value) <= 1
-              and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0) for v in value))
+              and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_INT)
+                      for v in value))
     elif k == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT
     elif k == "bool":
         ok = isinstance(value, bool)
     elif k == "choice":
@@ -267,11 +268,15 @@ def _check(param: Param, value: object) -> object:
     return value
 
 
+# TVM takes loop extents and factors as 32- or 64-bit integers: a larger one (10**30 in a steps
+# file) reached TVM as a BigInt ("Mismatched type on argument #2"); no loop has 2**31 iterations
+MAX_INT = 2**31 - 1
+
 _KIND_TEXT = {
     "block": "a block name", "str": "a non-empty string", "index_map": "an index map such as 'lambda i, j: (j, i)'",
     "loop": "a loop reference BLOCK/LOOP such as 'C/i_0'", "target": "a block name or a loop BLOCK/LOOP",
-    "loops": "a list of loop references", "factors": "a list of 2+ positive integers with at most one null",
-    "int": "an integer", "bool": "true or false", "choice": "one of the allowed values",
+    "loops": "a list of loop references", "factors": f"a list of 2+ positive integers up to {MAX_INT} with at most one null",
+    "int": f"an integer between -{MAX_INT} and {MAX_INT}", "bool": "true or false", "choice": "one of the allowed values",
     "value": "a number, string or boolean", "buffer": "'read:N' or 'write:N'",
 }
 
