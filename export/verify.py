@@ -67,6 +67,10 @@ def child_env(threads: int | None) -> dict:
     return threads_env(threads)
 
 
+# What every report of the run.py an export writes holds (see export.verify_bundle.run_bundle)
+REPORT_KEYS = ("load_s", "first_s", "outputs")
+
+
 def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 0, budget_s: float = 30.0,
                  device: str | None = None, out: str | Path | None = None, timeout: float = 600,
                  profile: int = 0) -> dict:
@@ -102,8 +106,13 @@ def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 
             raise ExportError(f"the bundle's process died of {name}: {why}") from None
         raise ExportError(f"the bundle's process failed with status {proc.returncode}: "
                           f"{tail or 'it printed nothing'}") from None
-    if "error" in report:
+    if isinstance(report, dict) and "error" in report:
         raise BundleError(report["error"])
+    missing = [k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report]
+    if missing:  # a run.py that prints JSON but not schedx's report: not the one the export wrote
+        raise BundleError(f"{folder / bundle_io.RUNNER} did not report {', '.join(missing)} as schedx's run.py "
+                          "does: it is not the run.py the export wrote. Export the bundle again, or check a bundle "
+                          "you were sent with --trust KEY.pub")
     return report
 
 

@@ -162,3 +162,16 @@ def test_a_signed_bundle_with_anything_more_is_refused_with_trust(bundles, tmp_p
         read_manifest(folder, trust=public)
     result = CliRunner().invoke(cli, ["run", str(folder), "--trust", str(public), "--runs", "1"], obj={})
     assert result.exit_code == 1 and "not in the signed manifest" in result.output, result.output
+
+
+def test_a_swapped_run_py_with_a_rewritten_manifest_is_named_not_a_key_error(bundles, tmp_path):
+    """Issue 30, probe 7: a run.py swapped for one that prints other JSON (the manifest rewritten to
+    agree) ended in "unexpected KeyError: 'load_s'"; without --trust it is refused in words."""
+    folder = _fresh(bundles, tmp_path)
+    (folder / "run.py").write_text("import json\nprint(json.dumps({'hello': 1}))\n")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["run.py"]["sha256"] = hashlib.sha256((folder / "run.py").read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    result = CliRunner().invoke(cli, ["run", str(folder), "--runs", "1"], obj={})
+    assert result.exit_code == 1 and "it is not the run.py the export wrote" in result.output, result.output
+    assert "KeyError" not in result.output and "unexpected" not in result.output
