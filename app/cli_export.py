@@ -196,7 +196,7 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
     from export.choose import why_no_schedules
 
     schedules, choices = _schedules(db, no_db, loaded, target, None)
-    why = "--no-db: no records used" if no_db else why_no_schedules(choices)
+    why = "no records used (--no-db)" if no_db else why_no_schedules(choices)
     with _progress(f"benchmarking {loaded.name}") as progress:
         report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
                                 progress=progress, target=target, no_schedules_why=why)
