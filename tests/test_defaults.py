@@ -3,7 +3,8 @@ faster than the loop nest on the hottest ones, sized from the target's vector un
 error (a rule that does not fit falls back), fast to apply, and records still win in an export.
 
 Kernels are built and run in a child process (tests/defaults_check.py): a native crash fails
-one test. Timings are medians of alternated runs with a generous factor (the machine is shared).
+one test. The speed check (defaults against the loop nest, medians of alternated runs) is marked
+slow: no test in the default suite asserts a time.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +77,7 @@ def test_defaults_for_a_narrower_vector_unit_compute_right():
     assert wide.steps[0] != narrow.steps[0]  # the register tile follows the vector unit
 
 
+@pytest.mark.slow  # a speed bound (timed runs on a shared machine): make test-slow; bench_models measures it
 @pytest.mark.parametrize("model", ["small_cnn", "conv2d_nchw", *SLOW_MODELS])
 def test_defaults_are_far_faster_than_the_loop_nest_on_the_hottest_tasks(model):
     """The three hottest tasks together (a kernel: itself): measured 20-100x (a 1x1 conv with 24
@@ -113,12 +114,10 @@ def test_a_rule_that_fails_falls_back_to_a_simpler_one(monkeypatch):
     assert choice.rule == "none" and scheduled.same_as(func)
 
 
-def test_a_whole_model_is_scheduled_in_seconds_and_equal_kernels_once():
+def test_a_whole_model_is_scheduled_and_equal_kernels_once():
+    """(Scheduling ResNet-18 takes about 0.5 s on two cores; bench_models prints each export's time.)"""
     mod = load_workload("resnet18").fused_module()
-    start = time.perf_counter()
     out, choices = apply_default_schedules(mod, _cpu(host_target()))
-    seconds = time.perf_counter() - start
-    assert seconds < 20, seconds  # measured 0.5 s on two cores
     funcs = [gv.name_hint for gv, f in out.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert set(choices) == set(funcs)
     assert all(SCHEDULED_ATTR in out[f].attrs and RULE_ATTR in out[f].attrs for f in funcs)
