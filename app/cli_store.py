@@ -38,14 +38,15 @@ def _path(db_path: Path | None) -> Path:
     return user_path(db_path) if db_path else default_db_path()
 
 
-def _exists(path: Path) -> bool:
-    """Whether the database file is there; a folder that is not there is a mistyped path, not an
-    empty database."""
+def _exists(path: Path, given: bool = True) -> bool:
+    """Whether the database file is there; a folder that is not there, for a path the user gave
+    (``given``), is a mistyped path, not an empty database (the default database's folder is made
+    by the first write)."""
     try:
         if path.exists():
             return True
         folder = path.parent
-        if not folder.is_dir():
+        if given and not folder.is_dir():
             raise StoreError(f"no database at {path}: the folder {folder} does not exist")
         return False
     except (OSError, ValueError) as err:  # a name too long for the file system, a NUL byte
@@ -119,7 +120,7 @@ def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind,
     hw = None if any_hardware else (hardware or _this_machine())
     filters = dict(target=target, hardware=hw, source=source, kind=kind, since=since, verified_only=verified_only)
     rows, elsewhere, path = [], 0, _path(db_path)
-    if _exists(path):  # a missing database is an empty leaderboard, not an error
+    if _exists(path, given=db_path is not None):  # a missing database is an empty leaderboard, not an error
         with Store(path, create=False) as store:
             if workload:
                 records = store.records(workload=workload, rankable=True, order="median", limit=top, **filters)

@@ -65,7 +65,8 @@ class FilePath(click.Path):
             raise InputError("a path cannot contain a NUL character", ctx=ctx, param=param)
         try:
             path = super().convert(value, param, ctx)
-            kind = _special_kind(os.stat(path).st_mode) if os.path.lexists(path) else None
+            kind = (_special_kind(os.stat(path).st_mode)
+                    if os.path.lexists(path) and os.path.realpath(path) != os.devnull else None)
         except (OSError, ValueError) as err:
             raise InputError(f"{str(value)[:60]!r}: {getattr(err, 'strerror', None) or err}", ctx=ctx,
                              param=param) from err

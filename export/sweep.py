@@ -62,15 +62,18 @@ def _base_workload(spec: str, shapes: str | None) -> Workload:
     """``spec`` at batch 1 with ``shapes`` for its other dimensions: a symbolic first dimension of
     an ONNX file's inputs (a dynamic batch) is the sweep's to set, so it needs no ``--shapes``."""
     from explorer.models.onnx_import import model_inputs, read_onnx
+    from explorer.models.shapes import parse_shape_spec
 
+    spec = spec.strip()
     batch_dims: set[str] = set()
-    if Path(spec).expanduser().is_file():
-        for inp in model_inputs(read_onnx(Path(spec).expanduser())):
+    if Path(spec).is_file():  # as load_model reads a path
+        for inp in model_inputs(read_onnx(spec)):
             dims = inp.type.tensor_type.shape.dim
             if dims and dims[0].dim_param and not dims[0].HasField("dim_value"):
                 batch_dims.add(dims[0].dim_param)
     given = shapes or ""
-    extra = [f"{d}=1" for d in sorted(batch_dims) if f"{d}=" not in given]
+    named = parse_shape_spec(given).dims if given else {}
+    extra = [f"{d}=1" for d in sorted(batch_dims) if d not in named]
     return load_workload(spec, ",".join(filter(None, (given, *extra))) or None)
 
 

@@ -33,6 +33,9 @@ class ClaimBook:
         would cross MetaSchedule's C++."""
         try:
             self._release_the_dead()
+        except StoreError:  # cannot write now: the dead's claims expire on their own
+            pass
+        try:
             granted = set(self.store.claim_candidates(self.task_keys[task], self.target_key, self.hardware, hashes,
                                                       owner=self.owner, ttl_s=ttl_s))
         except StoreError:

@@ -265,3 +265,19 @@ def test_a_slip_is_refused_not_taken_for_a_default(args, words, tmp_path):
     result = CliRunner().invoke(cli, args, obj={})
     assert result.exit_code == 1 and words in result.output, result.output
     assert not (tmp_path / "s.db").exists()  # refused before anything was measured or saved
+
+
+def test_the_default_database_whose_folder_is_not_made_yet_is_an_empty_leaderboard(tmp_path, monkeypatch):
+    """The folder check is for a --db the user typed: on a fresh machine the default database's
+    folder does not exist until the first write, and the leaderboard is simply empty."""
+    monkeypatch.delenv("SCHEDX_DB", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home" / "data"))
+    result = CliRunner().invoke(cli, ["leaderboard"], obj={})
+    assert result.exit_code == 0 and "No records yet" in result.output, result.output
+
+
+def test_dev_null_stays_a_place_to_throw_output_away(tmp_path):
+    from app.cli_types import FilePath
+
+    assert str(FilePath(dir_okay=False).convert("/dev/null", None, None)) == "/dev/null"

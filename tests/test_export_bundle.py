@@ -257,3 +257,11 @@ def test_a_model_with_a_scalar_input_runs_from_its_bundle(tmp_path):
     assert read_manifest(tmp_path / "bundle")["inputs"][1] == {"name": "s", "shape": [], "dtype": "float32"}
     child = run_in_child(tmp_path / "bundle", runs=1)
     assert child["outputs"] == [{"shape": [2, 3], "dtype": "float32"}]
+
+
+def test_a_verification_without_figures_still_says_why():
+    """A bundle whose outputs do not line up with its reference has no error figures to print."""
+    from export.verify import Verification
+
+    v = Verification("failed", reference="ONNX Runtime", why="2 outputs, the reference has 1")
+    assert v.summary().endswith("2 outputs, the reference has 1") and v.to_dict()["ok"] is False

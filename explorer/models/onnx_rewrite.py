@@ -90,11 +90,11 @@ class GraphView:
         from onnx.reference import ReferenceEvaluator
 
         names = [i for i in node.input if i]
-        graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(
-            v.dtype), v.shape) for n, v in zip(names, inputs)], [helper.make_tensor_value_info(o, 0, None)
-                                                                  for o in node.output if o])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         try:
+            graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in zip(names, inputs)],
+                [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
             outputs = ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
         except Exception:  # noqa: BLE001 - not foldable here: the value stays unknown (computed at run time)
             return {}
