@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
@@ -12,13 +11,11 @@ from export import export_workload
 pytestmark = pytest.mark.slow
 
 
-def test_resnet18_cpu_export_and_verify_within_60_s(tmp_path):
-    start = time.perf_counter()
+def test_resnet18_cpu_export_and_verify(tmp_path):
+    """(How long it takes: benchmarks.bench_models prints each export's seconds.)"""
     report = export_workload("resnet18", "cpu", tmp_path / "r18")
-    seconds = time.perf_counter() - start
     assert report.ok and report.verification.ok and report.verification.reference == "ONNX Runtime"
     assert report.layers.ok and len(report.layers.layers) > 60
-    assert seconds < 60, report.seconds
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
