@@ -25,6 +25,7 @@ from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
+from export.choose import NO_RECORDS
 from export.schedules import TaskSchedule
 
 # Row names of `schedx bench --json` (scripts read them)
@@ -162,7 +163,7 @@ def _export_row(workload: Workload, target: Target, name: str, schedules, *, thr
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
-                   no_schedules_why: str = "no records for this workload, target and machine") -> BenchReport:
+                   no_schedules_why: str = NO_RECORDS) -> BenchReport:
     """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side
     (``no_schedules_why``: what to say when there are no schedules, see :func:`export.choose.why_no_schedules`).
 

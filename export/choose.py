@@ -156,12 +156,15 @@ def schedules_for(choices: list[TaskChoice], picks: Mapping[str, int | None] | N
     return out
 
 
+NO_RECORDS = "no records for this workload, target and machine"
+
+
 def why_no_schedules(choices: list[TaskChoice]) -> str:
     """Why no record schedules any task, in words: no records at all, or records that all lost to
     the default schedule (its own record, measured first by a search, is the best of each task)."""
     found = [c for c in choices if c.candidates]
     if not found:
-        return "no records for this workload, target and machine"
+        return NO_RECORDS
     count = sum(len(c.candidates) for c in found)
     return (f"{count} records for {len(found)} of {len(choices)} tasks, and none beat the default schedule "
             "measured beside them: the default build is the tuned one")
@@ -182,4 +185,4 @@ def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], targ
 
 
 __all__ = ["AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
-           "shape_warnings", "task_choices", "why_no_schedules"]
+           "shape_warnings", "task_choices", "why_no_schedules", "NO_RECORDS"]

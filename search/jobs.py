@@ -46,16 +46,11 @@ def start_job(store: Store, spec: JobSpec) -> Job:
     return store.update_job(job.id, status="running", pid=proc.pid)
 
 
-def alive(pid: int | None) -> bool:
-    """Whether a job's process runs (see :func:`explorer.processes.process_alive`)."""
-    return process_alive(pid)
-
-
 def refresh(store: Store) -> list[Job]:
     """All jobs, with running ones whose process is gone marked failed."""
     jobs = []
     for job in store.jobs():
-        if job.status in ("running", "queued") and job.pid and not alive(job.pid):
+        if job.status in ("running", "queued") and job.pid and not process_alive(job.pid):
             job = store.update_job(job.id, status="failed",
                                    error=job.error or "the process ended without finishing (killed?); "
                                                       "run the same search again to resume it")
@@ -72,16 +67,16 @@ def stop_job(store: Store, job_id: int, timeout: float = 15.0) -> Job:
         raise SearchError(f"no job {job_id} in {store.path}")
     if job.status not in ("running", "queued"):
         return job
-    if job.pid and alive(job.pid):
+    if job.pid and process_alive(job.pid):
         start = time.time()
         for signum, until in ((signal.SIGTERM, timeout / 3), (signal.SIGTERM, timeout), (signal.SIGKILL, None)):
             try:
                 os.killpg(job.pid, signum)
             except ProcessLookupError:
                 break
-            while until is not None and alive(job.pid) and time.time() < start + until:
+            while until is not None and process_alive(job.pid) and time.time() < start + until:
                 time.sleep(0.2)
-            if not alive(job.pid):
+            if not process_alive(job.pid):
                 break
     return store.update_job(job_id, status="stopped")
 

@@ -44,8 +44,7 @@ def _child(*args: str, timeout: float = 600) -> list[dict]:
 
 
 def _cpu(target) -> CpuSpec:
-    return CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
-                      cores=target.config.get("num-cores"))
+    return target.cpu_spec()
 
 
 @pytest.mark.parametrize("spec, bits, registers", [("cpu:skylake-avx512", 512, 32), ("cpu:x86-64-v3", 256, 16),

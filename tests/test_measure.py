@@ -102,3 +102,17 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(cal_mod, "measure_peaks", lambda: pytest.fail("measured twice"))
     assert calibration() == first
     assert list((tmp_path / "schedx" / "calibration").glob("*.json"))
+
+
+def test_compare_accepts_an_outputs_quantization_steps_and_the_float_rule_elsewhere():
+    """One comparison for schedx and the bundle's run.py: an int8 output one step off passes within
+    its steps; an output without a step keeps the float rule."""
+    import numpy as np
+
+    from explorer.measure.verify import compare
+
+    ref = [np.array([0.2627451, 1.0], "float32"), np.array([1.0, 2.0], "float32")]
+    out = [np.array([0.26666668, 1.0], "float32"), np.array([1.0, 2.0 + 1e-5], "float32")]
+    assert not compare(out, ref)[0]
+    assert compare(out, ref, [8 / 255, None])[0]
+    assert not compare([out[0], np.array([1.0, 2.1], "float32")], ref, [8 / 255, None])[0]

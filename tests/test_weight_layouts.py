@@ -246,9 +246,7 @@ def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(smal
 
 
 def _host_cpu() -> CpuSpec:
-    target = host_target()
-    return CpuSpec.of(vector_width=target.vector_width, features=target.features, arch=target.arch,
-                      cores=target.config.get("num-cores"))
+    return host_target().cpu_spec()
 
 
 def test_a_kernel_opened_from_fusetir_on_the_passes_page_is_the_models_task():
