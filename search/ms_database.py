@@ -43,8 +43,10 @@ class StoreDatabase(PyDatabase):
     - a committed record comes back equal: trace, target, args_info and ``run_secs`` exactly as
       committed, failure markers (1e10) included; only ``run_secs=None`` comes back as ``[1e10]``;
     - ``get_top_k`` and ``query_tuning_record`` rank by MetaSchedule's rule: the MEAN of
-      ``run_secs``, a failure marker counted as 1e10, records without one valid run (or whose
-      trace has no instruction) left out.
+      ``run_secs``, a failure marker counted as 1e10, records without one valid run left out;
+    - a record whose trace is empty (the unscheduled function, timed) ranks like any other, as
+      TVM's tests of a Python database (``PyDatabase``) expect: ``query`` returns it and compiling
+      with it leaves the function as it is. (The C++ ``MemoryDatabase``/``JSONDatabase`` skip it.)
     schedx's own leaderboard (``Store.best``, ``Store.top_k``) ranks by the MEDIAN of the valid
     runs instead, so that one slow or failed repeat does not bury a good schedule: runs
     ``[1.1, 1.2, 600]`` lead the leaderboard over ``[1, 2, 3]`` but come second here. Records that

@@ -200,7 +200,8 @@ def newest_per_schedule(db: sqlite_utils.Database, *, limit: int | None = None, 
 def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hardware: str | None, k: int, *,
           with_trace: bool = False, rank: str = "median") -> list[Record]:
     """The ``k`` fastest rankable records of one workload (exact key) for a target and machine
-    (None: any); ``with_trace``: only records with a trace of at least one instruction. ``rank``: ``median`` (schedx's rule: the median of the valid runs) or ``mean``
+    (None: any); ``with_trace``: only records with a MetaSchedule trace (an empty one included: it
+    stands for the unscheduled function, as MetaSchedule's Python databases keep it). ``rank``: ``median`` (schedx's rule: the median of the valid runs) or ``mean``
     (MetaSchedule's: the mean of every run time, its failure marker 1e10 included)."""
     if rank not in RANKS:
         raise StoreError(f"unknown ranking {rank!r}; one of {', '.join(RANKS)}")
@@ -217,8 +218,8 @@ def top_k(db: sqlite_utils.Database, workload_key: str, target: str | None, hard
     if hardware is not None:
         terms.append("hardware = ?")
         params.append(hardware)
-    if with_trace:  # a trace MetaSchedule can replay: at least one instruction (its own rule)
-        terms.append("trace IS NOT NULL AND json_valid(trace) AND json_array_length(trace, '$[0]') > 0")
+    if with_trace:  # a trace MetaSchedule can replay (an empty one leaves the function as it is)
+        terms.append("trace IS NOT NULL AND json_valid(trace)")
     sql = f"SELECT * FROM records WHERE {' AND '.join(terms)} ORDER BY {key}, id LIMIT {k}"
     return [row_record(row) for row in db.query(sql, params)]
 
