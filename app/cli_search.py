@@ -127,8 +127,15 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
     from search.jobs import run_job, start_job
     from search.rpc import check_tracker
 
+    from explorer.fault_points import hold
+
     trials = spec.params.trials
+    if not background:  # (the fault-injection suite's signals during start-up land here)
+        hold("tune.start")
     prepared = spec.validate()  # a bad workload, target or address fails here, before any job exists
+    if stop.interrupted:  # Ctrl-C while the model loaded: nothing to stop yet
+        click.echo("stopped before the search started; nothing was measured", err=True)
+        raise SystemExit(130 if stop.reason == "interrupted" else 143)
     if prepared[2] is not None:
         check_tracker(prepared[2])
     store = _db(db_path)

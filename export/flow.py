@@ -10,6 +10,7 @@ manifest's own text is not hashed, so the file hashes stay valid).
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -111,18 +112,35 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
     ``schedules`` maps task names or workload keys to the schedule to apply (tasks left out use
     the default); ``layers`` runs the layer-by-layer comparison for ONNX models; ``notes`` are
     warnings the caller found while choosing records (they join the manifest's)."""
-    from explorer.measure.verify import tolerance
-
     say = progress or (lambda stage, frac: None)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     say("loading", 0.0)
     if isinstance(target, str):
         target = parse_target(target)  # threads are a run-time setting: the target (and its records) stay the same
+    folder = Path(out_dir).expanduser().resolve()  # relative to the caller's working directory, now
+    bundle_io.check_destination(folder)  # before anything is built
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
     _check_memory(workload)
     seconds["load"] = time.perf_counter() - start
+    staging = bundle_io.staging_folder(folder)  # written and verified there, then moved to folder whole
+    try:
+        report = _export(workload, target, folder, staging, schedules=schedules, verify=verify, layers=layers,
+                         threads=threads, nvcc=nvcc, seed=seed, say=say, notes=notes, seconds=seconds)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    seconds["total"] = time.perf_counter() - start
+    say("done", 1.0)
+    return report
+
+
+def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, schedules, verify: bool,
+            layers: bool, threads: int | None, nvcc: bool, seed: int, say: Progress, notes: list[str] | None,
+            seconds: dict[str, float]) -> ExportReport:
+    from explorer.fault_points import hold
+    from explorer.measure.verify import tolerance
 
     mark = time.perf_counter()
     built = build(workload, target, schedules, progress=say)
@@ -153,19 +171,19 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
     atols = _int8_atols(workload)
     if atols:
         manifest["output_atol"] = atols
-    folder = Path(out_dir).expanduser().resolve()  # relative to the caller's working directory, now
-    manifest = bundle_io.write_bundle(folder, executable=built.executable, manifest=manifest, inputs=inputs,
+    manifest = bundle_io.write_bundle(staging, executable=built.executable, manifest=manifest, inputs=inputs,
                                       references=references, param_names=[p.name for p in built.params],
                                       param_values=built.param_values, extra_files=extra, compiler=target.compiler)
     seconds["write"] = time.perf_counter() - mark
+    hold("export.written")  # (the fault-injection suite's kill -9 between writing and publishing)
 
     report = ExportReport(folder=folder, manifest=manifest, built=built, cuda=cuda, seconds=seconds)
     if target.cross:
-        report.elf = check_elf(folder / bundle_io.LIB, target.arch)
+        report.elf = check_elf(staging / bundle_io.LIB, target.arch)
     if verify:
         mark = time.perf_counter()
         say("verifying in a fresh process", 0.7)
-        report.verification = _verify(folder, target, threads)
+        report.verification = _verify(staging, target, threads)
         seconds["verify"] = time.perf_counter() - mark
     if layers and workload.onnx_model is not None and atols:
         built.warnings.append("layer-by-layer comparison skipped: the int8 (QDQ) model's layers are compared by its "
@@ -176,14 +194,13 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
         say("comparing layer by layer with ONNX Runtime", 0.85)
         report.layers = compare_layers(workload.onnx_model, inputs, threads=threads)
         seconds["layers"] = time.perf_counter() - mark
-    seconds["total"] = time.perf_counter() - start
     manifest["verification"] = {
         "fresh_process": report.verification.to_dict() if report.verification else None,
         "layers": _layers_summary(report.layers), "cuda": cuda.to_dict() if cuda else None,
         "library": report.elf.to_dict() if report.elf else None, "verdict": report.verdict,
     }
-    (folder / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-    say("done", 1.0)
+    (staging / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    bundle_io.publish(staging, folder)
     return report
 
 

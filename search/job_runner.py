@@ -7,7 +7,6 @@ it committed stays, the job row says 'stopped', and running the same search agai
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 
@@ -25,12 +24,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"no job {args.job} in {args.db}\n")
         return 2
 
-    from search.stopping import StopRequest
+    from search.stopping import StopRequest, signals_stop
 
-    stop = StopRequest()  # from here on a signal asks the search to stop; it never raises
-    signal.signal(signal.SIGTERM, stop.on_signal)
-    signal.signal(signal.SIGINT, stop.on_signal)
+    stop = StopRequest()
+    with signals_stop(stop):  # from here on a signal asks the search to stop; it never raises
+        return _run(store, job, stop)
+
+
+def _run(store, job, stop) -> int:
+    from explorer.fault_points import hold
     from search.job_spec import JobSpec
+    from search.jobs import record_end
+
+    stop.on_exit.append(lambda: record_end(store, job.id, status="stopped"))  # a forced exit's last words
+    hold("tune.start")
 
     spec = JobSpec.from_dict(job.params)
     if not spec.rpc_tracker:  # the measuring workers start now, while TVM loads here

@@ -94,16 +94,22 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     if job_id is None:
         job_id = store.create_job("tune", spec.to_dict()).id
     store.update_job(job_id, status="running", pid=os.getpid())
+    last_words = lambda: record_end(store, job_id, status="stopped")  # noqa: E731 - a forced exit's
+    if stop is not None:
+        stop.on_exit.append(last_words)
     try:
         target, workload, rpc = prepared or spec.validate()
         summary = tune(workload.tasks(), store=store, target=target, params=spec.params, rpc=rpc, job_id=job_id,
                        on_batch=on_batch, source_name=workload.source, shapes=workload.input_shapes, stop=stop)
     except (KeyboardInterrupt, SystemExit):
-        _set_status(store, job_id, status="stopped")
+        record_end(store, job_id, status="stopped")
         raise
     except BaseException as err:  # any failure is the job's: record it for the UI and the CLI
-        _set_status(store, job_id, status="failed", error=(str(err) or type(err).__name__)[:2000])
+        record_end(store, job_id, status="failed", error=(str(err) or type(err).__name__)[:2000])
         raise
+    finally:
+        if stop is not None:
+            stop.on_exit.remove(last_words)
     progress = JobProgress.from_dict(store.job(job_id).progress)
     done = JobProgress(**{**progress.to_dict(), "summary": summary.to_dict()})
     status = "stopped" if summary.stopped in ("interrupted", "terminated") else "done"
@@ -112,7 +118,7 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     return summary
 
 
-def _set_status(store: Store, job_id: int, **fields) -> None:
+def record_end(store: Store, job_id: int, **fields) -> None:
     """Record how a job ended, if the database still takes writes (a full disk may refuse this
     too: the error being raised matters more)."""
     from store import StoreError

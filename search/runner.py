@@ -68,6 +68,7 @@ class _Reference:
     path: str | None = None
     why_not: str = ""
     done: bool = False
+    infra: bool = False  # it failed for want of a worker (a closed pool), not by the kernel
 
 
 class PoolRunner(CandidateRunner):
@@ -111,6 +112,7 @@ class PoolRunner(CandidateRunner):
                                          self.task_specs[task], path, timeout=max(120.0, 4 * self.timeout_sec))
                 ref.path = path if outcome.ok else None
                 ref.why_not = "" if outcome.ok else f"the unscheduled kernel could not run: {outcome.message}"
+                ref.infra = outcome.status == "infra"
                 ref.done = True
             return ref
 

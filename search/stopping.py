@@ -11,12 +11,17 @@ search honours it at the next batch boundary: every task's search strategy
 ends a task whose search space is used up; ``tune_tasks`` returns normally, with every finished
 batch in the store. A second signal makes it urgent (``hard``): the caller's ``on_hard``
 callbacks run (the search closes its worker pool, so the batch in flight ends within a second
-and its unmeasured candidates are not recorded). Nothing here imports TVM: a job process sets
-its handlers up first thing.
+and its unmeasured candidates are not recorded). Whatever the process is doing then (loading a
+model, extracting tasks, training the cost model: work with no batch boundary), it ends within
+``HARD_EXIT_S``: a watchdog runs the ``on_exit`` callbacks and exits with 130 (143 for SIGTERM).
+That loses nothing: every batch is one SQLite transaction, and a dead search's claims and scratch
+folder are cleared by the next one. Nothing here imports TVM: a job process sets its handlers up
+first thing.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -27,6 +32,9 @@ INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT)
 TERMINATED = "terminated"  # SIGTERM: `schedx jobs stop`, a service manager
 TIME_UP = "time budget"  # --minutes
 FAILED = "failed"  # a batch could not be written (disk full, database gone read-only)
+HARD_EXIT_S = 10.0  # after a second signal the process ends within this, whatever it is doing
+LAST_WORDS_S = 2.0  # what the on_exit callbacks get before that exit
+_EXIT_STATUS = {INTERRUPTED: 130, TERMINATED: 143}
 
 _REASON_OF_SIGNAL = {signal.SIGINT: INTERRUPTED, signal.SIGTERM: TERMINATED}
 
@@ -43,6 +51,9 @@ class StopRequest:
         self.signals = 0
         self.deadline = time.monotonic() + minutes * 60 if minutes else None
         self.on_hard: list[Callable[[], None]] = []
+        self.on_exit: list[Callable[[], None]] = []  # last words before a watchdog's exit
+        self.exit_after_s: float | None = None  # set by signals_stop: the watchdog's delay
+        self._watchdog: threading.Timer | None = None
 
     def request(self, reason: str) -> None:
         with self._lock:
@@ -51,13 +62,25 @@ class StopRequest:
                 self._event.set()
 
     def urgent(self) -> None:
-        """Stop now: what the batch in flight has not measured yet is abandoned."""
+        """Stop now: what the batch in flight has not measured yet is abandoned; with a watchdog
+        (``exit_after_s``), the process ends within that many seconds if the stop has not."""
         self.hard = True
-        for callback in list(self.on_hard):
-            try:
-                callback()
-            except Exception:  # noqa: BLE001 - stopping must not fail half-way
-                pass
+        _call_all(self.on_hard)
+        if self.exit_after_s is not None and self._watchdog is None:
+            self._watchdog = threading.Timer(self.exit_after_s, self._exit_now)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+
+    def cancel_watchdog(self) -> None:
+        """The stop completed in time: no forced exit."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    def _exit_now(self) -> None:
+        last_words = threading.Thread(target=_call_all, args=(self.on_exit,), daemon=True)
+        last_words.start()  # bounded: the main thread may hold a lock they wait for
+        last_words.join(LAST_WORDS_S)
+        os._exit(_EXIT_STATUS.get(self.reason, 143))
 
     def set_minutes(self, minutes: float | None) -> None:
         """A time budget from now (None or 0: none)."""
@@ -85,22 +108,34 @@ class StopRequest:
             self.urgent()
 
 
+def _call_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in list(callbacks):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - stopping must not fail half-way
+            pass
+
+
 @contextmanager
-def signals_stop(stop: StopRequest, signums=(signal.SIGINT, signal.SIGTERM)) -> Iterator[StopRequest]:
-    """Within the block, SIGINT and SIGTERM set ``stop`` instead of raising (see the module
-    docstring); the previous handlers come back afterwards. Outside the main thread (Streamlit's
-    script threads) signals cannot be handled and nothing changes."""
+def signals_stop(stop: StopRequest, signums=(signal.SIGINT, signal.SIGTERM),
+                 hard_exit_s: float | None = HARD_EXIT_S) -> Iterator[StopRequest]:
+    """Within the block, SIGINT and SIGTERM set ``stop`` instead of raising, and a second one
+    ends the process within ``hard_exit_s`` (None: never forced; see the module docstring); the
+    previous handlers come back afterwards. Outside the main thread (Streamlit's script threads)
+    signals cannot be handled and nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
     previous = {}
+    stop.exit_after_s = hard_exit_s
     try:
         for signum in signums:
             previous[signum] = signal.signal(signum, stop.on_signal)
         yield stop
     finally:
+        stop.cancel_watchdog()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-__all__ = ["FAILED", "INTERRUPTED", "StopRequest", "TERMINATED", "TIME_UP", "signals_stop"]
+__all__ = ["FAILED", "HARD_EXIT_S", "INTERRUPTED", "StopRequest", "TERMINATED", "TIME_UP", "signals_stop"]

@@ -163,7 +163,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
             ms.cost_model.RandomModel()
         trained = _pretrain(cost_model, _contexts(tasks, tgt, params, space=space), tasks, store, target.key,
-                            hardware) \
+                            hardware, stop) \
             if params.cost_model == "xgb" else 0
         database = StoreDatabase(store, hardware=hardware, target_filter=target.key, source="search", job_id=job_id)
         ledger_builder = LedgerBuilder(builder, ledger, work.name)
@@ -186,7 +186,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
             state.summary.confirm_s = state.elapsed() - started
         if isinstance(inner_runner, PoolRunner):
             state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(inner_runner.references)
-                                        if r.done and r.path is None}
+                                        if r.done and r.path is None and not (r.infra and stop.interrupted)}
     finally:
         if isinstance(inner_runner, PoolRunner):
             inner_runner.close()
@@ -250,8 +250,10 @@ def _known(store: Store, tasks: list[Task], target_key: str, hardware: str) -> d
     return known
 
 
-def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, target_key: str, hardware: str) -> int:
-    """Train the cost model on what the store already measured, before the first batch."""
+def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, target_key: str, hardware: str,
+              stop: StopRequest) -> int:
+    """Train the cost model on what the store already measured, before the first batch (no
+    more once a stop is requested)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -259,6 +261,8 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
 
     n = 0
     for ctx, task in zip(contexts, tasks):
+        if stop.should_stop():
+            break
         cands, results = [], []
         for r in store.records(workload=task.key, target=target_key, hardware=hardware, has_trace=True):
             if r.status != "ok" or not r.latencies:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zipfile
 from io import BytesIO
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -265,3 +266,38 @@ def test_a_verification_without_figures_still_says_why():
 
     v = Verification("failed", reference="ONNX Runtime", why="2 outputs, the reference has 1")
     assert v.summary().endswith("2 outputs, the reference has 1") and v.to_dict()["ok"] is False
+
+
+def test_an_export_killed_at_any_moment_leaves_the_earlier_bundle_whole(tmp_path):
+    """The bundle is written and verified in a hidden sibling folder, then moved into place: a
+    kill -9 after writing (held there by the fault hook) leaves the earlier bundle untouched, and
+    the next export clears the dead one's leftovers."""
+    import os
+    import signal
+    import time
+
+    from explorer.fault_points import HOLD_VAR, MARK_VAR
+
+    out, mark = tmp_path / "out", tmp_path / "held"
+    spec = "matmul:M=8,N=8,K=8"
+    first = export_workload(spec, "llvm", out, layers=False)
+    before = (out / "manifest.json").read_bytes()
+    env = {**os.environ, HOLD_VAR: "export.written:600", MARK_VAR: str(mark)}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "export", spec, "-o", str(out), "--no-db"], env=env,
+                            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 180
+        while not mark.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert mark.exists(), proc.communicate()[1].decode()[-2000:]
+        assert list(tmp_path.glob(".out.partial-*")), "the new bundle is written beside, not over, the old one"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (out / "manifest.json").read_bytes() == before
+    assert read_manifest(out)["workload"] == first.manifest["workload"]  # every file's hash still holds
+    again = export_workload(spec, "llvm", out, layers=False)
+    assert again.ok and read_manifest(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["held", "out"]  # no leftovers

@@ -222,3 +222,46 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     store = Store(db)
     assert store.jobs()[-1].status == "stopped"
     assert {r.status for r in store.records()} <= {"ok", "run_error", "verify_failed", "timeout", "build_error"}
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["schedx-tune", "background-job"])
+def test_signals_while_a_search_starts_end_it_within_seconds(tmp_path, background):
+    """Two Ctrl-C a second apart while the search is still starting (no batch yet, so no batch
+    boundary to stop at; held there by the fault hook), then nothing more: the process ends on
+    its own within the hard-stop delay, and the job row says 'stopped'."""
+    from explorer.fault_points import HOLD_VAR, MARK_VAR
+    from search.stopping import HARD_EXIT_S
+
+    db, mark = tmp_path / "start.db", tmp_path / "held"
+    env = {**os.environ, HOLD_VAR: "tune.start:600", MARK_VAR: str(mark)}
+    args = ["tune", "matmul:M=64,N=64,K=64", "--trials", "8", "--db", str(db)] + (["--background"] if background else [])
+    proc = subprocess.Popen(SCHEDX + args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        if background:  # the job's own process is the one to signal
+            proc.communicate(timeout=120)
+            job = Store(db).jobs()[-1]
+            pid = job.pid
+        else:
+            pid = proc.pid
+        deadline = time.time() + 120
+        while not mark.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert mark.exists(), "the search never reached its start"
+        os.kill(pid, signal.SIGINT)
+        time.sleep(1.0)
+        start = time.monotonic()
+        os.kill(pid, signal.SIGINT)
+        while time.monotonic() - start < HARD_EXIT_S + 30 and Path(f"/proc/{pid}").exists() and \
+                "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]:
+            time.sleep(0.2)
+        took = time.monotonic() - start
+        if not background:
+            proc.communicate(timeout=10)
+            assert proc.returncode == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert took < HARD_EXIT_S + 30  # a hang guard: before, it ran until the start-up ended (minutes)
+    if background:
+        assert Store(db).job(job.id).status == "stopped"
