@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8501
 
-.PHONY: ui test test-fast test-slow test-all bench screenshots setup setup-dev system clean
+.PHONY: ui test test-fast test-slow test-all test-faults bench screenshots setup setup-dev system clean
 
 ui: setup
 	$(BIN)/schedx ui --port $(PORT)
@@ -19,6 +19,10 @@ test: setup-dev system
 # the edit loop: no browser, no whole-model builds or real searches (marked heavy), no apt-get
 test-fast: setup-dev
 	$(BIN)/python -m pytest -q -m "not slow and not browser and not heavy"
+
+# kill -9, full disk, concurrent writers, signals at start-up, CLI fuzz: real processes (about 3 min)
+test-faults: setup-dev system
+	$(BIN)/python -m tests.fault_suite
 
 test-slow: setup-dev system
 	$(BIN)/python -m pytest -q -m slow
