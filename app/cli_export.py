@@ -64,36 +64,16 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
     (matmul:M=256,N=256,K=256). Exits 1 when a verification fails."""
-    from explorer.target import parse_target
-    from explorer.workload import load_workload
-    from export import export_workload
+    from export.entry import ExportSpec, run_export
 
-    from export.choose import shape_warnings
-
-    if sign_key is not None:  # a key that cannot sign fails now, not after the export
-        from export.signing import private_key_of
-
-        private_key_of(sign_key)
-    target = parse_target(target_spec)
-    loaded = load_workload(workload, shapes)
-    schedules, choices = _schedules(db, no_db, loaded, target, hardware)
-    notes = shape_warnings(choices)
-    if check_in_model and schedules:
-        from export.in_model import checked_schedules
-
-        click.echo(f"timing {len(schedules)} record(s) inside the model against the default schedules...", err=True)
-        schedules, dropped = checked_schedules(loaded, target, schedules, threads=threads)
-        notes += dropped
-    with _progress(f"exporting {loaded.name} for {target.label}") as progress:
-        report = export_workload(loaded, target, out_dir, schedules=schedules, verify=not no_verify,
-                                 layers=not no_layers, threads=threads, nvcc=not no_nvcc, progress=progress,
-                                 notes=notes)
-    if sign_key is not None:
-        from export.signing import sign_bundle
-
-        sign_bundle(report.folder, sign_key)
-        click.echo(f"signed: {report.folder}/manifest.sig (check with: schedx run {report.folder} --trust PUBKEY)",
-                   err=True)
+    spec = ExportSpec(workload=workload, out_dir=out_dir, target=target_spec, shapes=shapes, use_records=not no_db,
+                      db=db, hardware=hardware, check_in_model=check_in_model, threads=threads, verify=not no_verify,
+                      layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key)
+    with _progress(f"exporting {workload}") as progress:
+        result = run_export(spec, progress=progress)
+    report = result.report
+    if result.signature is not None:
+        click.echo(f"signed: {result.signature} (check with: schedx run {report.folder} --trust PUBKEY)", err=True)
     if as_json:
         echo_json(report.to_dict())
     else:

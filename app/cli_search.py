@@ -97,10 +97,9 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
     Ctrl-C (or SIGTERM) stops it after the batch in progress, keeping every finished batch (a
     second Ctrl-C stops at once); exit status 130 (143 for SIGTERM). Exits 1 when no candidate
     could be measured, with the failures grouped by reason."""
-    from search.job_runner import _intrinsics
+    from search.entry import cool_down
     from search.job_spec import JobSpec
     from search.params import SearchParams
-    from search.pool import prestart, release_prestarted
     from search.stopping import StopRequest, signals_stop
 
     by_time = trials is None and bool(minutes)  # the progress bar follows the clock
@@ -115,38 +114,29 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
     stop = StopRequest()
     with signals_stop(stop):  # from here on Ctrl-C asks for a stop; nothing raises through TVM
         try:
-            if not background and not rpc_tracker:  # the measuring workers start now, while TVM loads here
-                prestart(None, *_intrinsics(target_spec))
             _tune(spec, by_time, minutes, db_path, background, as_json, stop)
         finally:
-            release_prestarted()  # a command that failed before its search took them
+            cool_down()  # measuring workers no search took (the command failed or stopped first)
 
 
 def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, background: bool, as_json: bool,
           stop) -> None:
-    from search.jobs import run_job, start_job
-    from search.rpc import check_tracker
-
-    from explorer.fault_points import hold
+    from search.entry import prepare, run, start
 
     trials = spec.params.trials
-    if not background:  # (the fault-injection suite's signals during start-up land here)
-        hold("tune.start")
-    prepared = spec.validate()  # a bad workload, target or address fails here, before any job exists
+    job = prepare(spec, here=not background)  # a bad workload, target or address fails here, before any job exists
     if stop.interrupted:  # Ctrl-C while the model loaded: nothing to stop yet
         click.echo("stopped before the search started; nothing was measured", err=True)
         raise SystemExit(130 if stop.reason == "interrupted" else 143)
-    if prepared[2] is not None:
-        check_tracker(prepared[2])
     store = _db(db_path)
     if background:
-        job = start_job(store, spec)
-        echo_json(job.to_dict()) if as_json else click.echo(f"started job {job.id} (pid {job.pid}); "
-                                                            f"follow it with: schedx jobs --db {store.path}")
+        started = start(store, job)
+        echo_json(started.to_dict()) if as_json else click.echo(f"started job {started.id} (pid {started.pid}); "
+                                                                f"follow it with: schedx jobs --db {store.path}")
         return
-    tasks = prepared[1].tasks()
+    tasks = job.tasks()
     budget = ("no trial limit" if by_time else f"{trials} trials") + (f", {minutes:g} min" if minutes else "")
-    click.echo(f"{len(tasks)} task(s) for {prepared[0].label}, {budget}, database {store.path}", err=True)
+    click.echo(f"{len(tasks)} task(s) for {job.target.label}, {budget}, database {store.path}", err=True)
     length = max(1, int(minutes * 60)) if by_time else trials
     with click.progressbar(length=length, label="searching", file=click.get_text_stream("stderr"),
                            item_show_func=lambda r: r) as bar:
@@ -158,7 +148,7 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
             done = int(report.elapsed_s) if by_time else report.trials
             bar.update(max(0, min(done, length) - bar.pos), f"{best} {eta}  [{report.task.split('/')[-1][:28]}]")
 
-        summary = run_job(store, spec, on_batch=on_batch, prepared=prepared, stop=stop)
+        summary = run(store, job, on_batch=on_batch, stop=stop)
     if as_json:
         echo_json(summary.to_dict())
     else:

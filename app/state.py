@@ -38,6 +38,7 @@ JUMP = "jump_to_step"
 RECORD_KERNELS = "record_kernels"  # {"record:ID": PrimFunc} for records whose kernel has no spec
 OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
 SEARCH_JOB = "search_job"  # the job the Search page shows
+JOB_PICK = "job_pick"  # the Search page's job picker (the Profile page sets it to the job it starts)
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
 
 

@@ -39,7 +39,7 @@ def target_picker(key: str, *, choices: tuple[str, ...] = (), cpu_only: bool = F
     except TargetError as err:
         st.error(str(err))
         return None
-    if cpu_only and target.kind != "cpu":
+    if cpu_only and not target.searchable:
         st.error(f"{target.label}: this page works on CPU targets")
         return None
     why = target.why_not_here()

@@ -36,7 +36,7 @@ def main(spec: str, dbs: list[str], rounds: int = 5, calls: int = 5) -> None:
     from explorer.target import host_target
 
     kernel, target = load_kernel(spec), host_target()
-    light_tensor_intrin(*target.intrinsics)
+    light_tensor_intrin(target.intrinsics)
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in kernel.random_inputs(0)] + \
         [tvm.runtime.tensor(np.zeros(b.shape, b.dtype), dev) for b in kernel.outputs]

@@ -82,12 +82,14 @@ def isa_flags() -> list[str]:
 
 
 def isa_level() -> str:
-    """The widest vector ISA the CPU has, as a word: avx512, avx2, neon, or the architecture."""
-    isa = isa_flags()
-    for flag, word in (("avx512f", "avx512"), ("avx2", "avx2"), ("sve", "sve"), ("asimd", "neon"), ("neon", "neon")):
-        if flag in isa:
-            return word
-    return cpu_info()["arch"]
+    """The widest vector ISA the CPU reports, as a word (avx512, avx2, avx, sse, sve, neon; else
+    the architecture): :func:`explorer.target.features.isa_word` of the features its flags show."""
+    from explorer.target import features as isa
+
+    arch = isa.arch_of(cpu_info()["arch"])
+    flags = cpu_flags()
+    shown = {f for f, names in isa.BY_ARCH.get(arch, {}).items() if any(n in flags for n in names)}
+    return isa.isa_word(shown, arch)
 
 
 def hardware_fingerprint() -> str:
@@ -95,6 +97,24 @@ def hardware_fingerprint() -> str:
     c = cpu_info()
     model = re.sub(r"\s+", " ", c["model"]).strip() or "unknown cpu"
     return f"{c['arch']}/{model}/{isa_level()}/{c['usable_cores']}c"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A :func:`hardware_fingerprint` read back: ``x86_64/AMD EPYC/avx512/2c``."""
+
+    arch: str
+    model: str
+    isa: str
+    cores: str
+
+
+def read_fingerprint(hardware: str) -> Fingerprint | None:
+    """The parts of a machine fingerprint (None for an RPC device's ``rpc:KEY`` or another form)."""
+    parts = hardware.split("/")
+    if hardware.startswith("rpc:") or len(parts) < 4:
+        return None
+    return Fingerprint(parts[0], "/".join(parts[1:-2]), parts[-2], parts[-1])
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,9 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
-import platform
 import sys
 
 _PACKAGE = "tvm.s_tir.tensor_intrin"
-_BY_KIND = {"cuda": ("cuda",), "rocm": ("rocm",), "metal": ("metal",)}
 
 
 # Modules of TVM that import torch at start-up for features schedx does not use (torch DLPack
@@ -55,21 +53,14 @@ def hold_back_torch() -> None:
         sys.meta_path.insert(0, _TorchForTvmFfi())
 
 
-def _intrinsic_modules(target_kind: str, triple: str | None) -> tuple[str, ...]:
-    if target_kind != "llvm":
-        return _BY_KIND.get(target_kind, ())
-    arch = (triple or platform.machine()).lower()
-    if arch.startswith(("aarch64", "arm")):
-        return ("arm_cpu",)
-    if arch.startswith(("x86", "amd64", "i686", "i386")):
-        return ("x86",)
-    return ("x86", "arm_cpu")
+def light_tensor_intrin(modules: tuple[str, ...] | None = None) -> None:
+    """Make ``import tvm.s_tir.tensor_intrin`` cheap and register the intrinsics of ``modules``
+    (its submodules a target uses: :attr:`explorer.target.Target.intrinsics`; None: this machine's
+    CPU). Safe to call many times; does nothing if the full package is already imported."""
+    if modules is None:
+        from explorer.target.arches import cpu_intrinsics, host_arch
 
-
-def light_tensor_intrin(target_kind: str = "llvm", triple: str | None = None) -> None:
-    """Make ``import tvm.s_tir.tensor_intrin`` cheap and register the intrinsics ``target_kind``
-    can use (for ``llvm``: those of ``triple``'s architecture, else this machine's). Safe to call
-    many times; does nothing if the full package is already imported."""
+        modules = cpu_intrinsics(host_arch())
     if _PACKAGE not in sys.modules:
         import tvm  # noqa: F401  the parent packages must exist first
 
@@ -78,7 +69,7 @@ def light_tensor_intrin(target_kind: str = "llvm", triple: str | None = None) ->
             return
         stub = importlib.util.module_from_spec(spec)  # the package, without running its __init__
         sys.modules[_PACKAGE] = stub
-    for sub in _intrinsic_modules(target_kind, triple):
+    for sub in modules:
         name = f"{_PACKAGE}.{sub}"
         if name not in sys.modules:
             try:

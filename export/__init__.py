@@ -1,6 +1,8 @@
 """Export: deployable CPU and CUDA libraries from the chosen schedules, verified.
 
-``export_workload(spec, "cpu", "out/")`` builds a model or kernel with the schedules given per
+``run_export(ExportSpec(...))`` is the whole flow the command line and the Export page run
+(records chosen, the in-model check, the export, the signature). ``export_workload(spec, "cpu",
+"out/")`` builds a model or kernel with the schedules given per
 task (default schedules elsewhere, with a warning), writes a bundle (library, parameters,
 manifest with hashes, README, a runner that needs only apache-tvm), and verifies it: in a fresh
 process against ONNX Runtime or numpy, layer by layer for ONNX models, and for CUDA by checking
@@ -26,6 +28,7 @@ _NAMES = {
     "ExportReport": "flow", "export_workload": "flow", "ElfCheck": "elf_check", "check_elf": "elf_check",
     "TaskChoice": "choose", "best_schedules": "choose", "task_choices": "choose", "schedules_for": "choose",
     "BenchReport": "bench", "bench_workload": "bench", "bench_bundle": "bench",
+    "ExportSpec": "entry", "ExportResult": "entry", "run_export": "entry",
 }
 
 

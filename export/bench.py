@@ -222,9 +222,8 @@ def bench_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 
     target = bundle_target(manifest)
     why = target.why_not_here()
     if why:
-        where = ("`python -m export.gpu_check DIR` on the machine with the GPU" if target.kind == "cuda"
-                 else "`python run.py` on a machine with that CPU")
-        raise ExportError(f"this bundle was built for {target.label} and cannot run here: {why}; use {where}")
+        raise ExportError(f"this bundle was built for {target.label} and cannot run here: {why}; run it "
+                          f"{target.run_elsewhere}")
     tuned = sum(1 for t in manifest["tasks"] if t["schedule"] == "record")
     row, child = bundle_row(folder, f"TVM bundle ({tuned}/{len(manifest['tasks'])} tasks from records)",
                             threads=threads, runs=runs, budget_s=budget_s)

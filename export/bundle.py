@@ -113,19 +113,13 @@ def save_params(path: Path, names: list[str], values: list[np.ndarray]) -> None:
 
 def readme_text(manifest: dict) -> str:
     w, t = manifest["workload"], manifest["target"]
-    device = "tvm.cuda(0)" if t["device"] == "cuda" else "tvm.cpu()"
+    device = f"tvm.{t['device']}(0)"
     ins = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in manifest["inputs"])
     params_lines = ("params = tvm.runtime.load_param_dict_from_file(\"params.bin\")\n"
                     "order = [p[\"name\"] for p in json.load(open(\"manifest.json\"))[\"params\"]]\n"
                     "args = inputs + [tvm.runtime.tensor(params[n].numpy(), dev) for n in order]"
                     if manifest["params"] else "args = inputs")
-    cuda = ""
-    if t["device"] == "cuda":
-        cuda = ("\nThe CUDA kernels are carried as source (`kernels.cu`) and compiled for the GPU when the library is "
-                "loaded: TVM's CUDA runtime needs NVRTC (`pip install cuda-python`) or nvcc with "
-                "`TVM_CUDA_COMPILE_MODE=nvcc`. `kernels_*.cubin` is nvcc's build of the same source at export "
-                "time (proof that it compiles for this architecture). On a machine with the GPU: "
-                "`python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.\n")
+    cuda = f"\n{t['bundle_note']}\n" if t.get("bundle_note") else ""
     return f"""# {w['name']} for {t['label']}
 
 Exported by schedx {manifest['schedx_version']} with TVM {manifest['tvm_version']} on {manifest['created']}.

@@ -85,18 +85,15 @@ def task_choices(store: Store | None, tasks: list[Task], target: Target, *, hard
     if store is None:
         return [TaskChoice(t) for t in tasks]
     machine = hardware_for(target, hardware)
-    exact = target.key
     out = []
     seen: dict[str, tuple[Record, ...]] = {}
     for task in tasks:
         if task.key not in seen:
             # each schedule at its newest time; those a search's confirmation round timed in turns
             # with the default first (see search.confirm_round)
-            found = store.schedules(workload=task.key, target=exact, hardware=machine, limit=limit * 4,
-                                    confirmed_first=True)
-            if target.kind == "cuda":  # GPU records may carry extra target keys: match kind and arch
-                found += store.schedules(workload=task.key, target="cuda", hardware=machine, limit=limit * 4,
-                                         confirmed_first=True)
+            found = [r for text in target.record_targets
+                     for r in store.schedules(workload=task.key, target=text, hardware=machine, limit=limit * 4,
+                                              confirmed_first=True)]
             unique = {r.id: r for r in found if _usable(r) and target.accepts(r.target)}
             seen[task.key] = tuple(sorted(unique.values(), key=lambda r: (
                 "confirmation" not in (r.environment or {}), r.median_s or float("inf"), r.id))[:limit])

@@ -25,7 +25,8 @@ _KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\(\s*\d+\s*\)\s+)
 
 @dataclass(frozen=True)
 class CudaCheck:
-    """What the checks found; ``ok`` when nothing is unbound, no kernel is missing and nvcc built it."""
+    """What the checks found; ``ok`` when nothing is unbound, no kernel is missing and nvcc did not
+    fail (not run, with ``--no-nvcc`` or no nvcc on the machine, is no failure: the summary says so)."""
 
     arch: str
     prim_funcs: int = 0
@@ -41,7 +42,7 @@ class CudaCheck:
 
     @property
     def ok(self) -> bool:
-        return not self.unbound and not self.missing_kernels and self.source_bytes > 0 and self.nvcc == "ok"
+        return not self.unbound and not self.missing_kernels and self.source_bytes > 0 and self.nvcc != "failed"
 
     def summary(self) -> str:
         parts = [f"{len(self.kernels)} CUDA kernels for {self.prim_funcs} PrimFuncs"]
@@ -77,15 +78,16 @@ def unbound_prim_funcs(mod: tvm.IRModule) -> list[str]:
                   if isinstance(f, tirx.PrimFunc) and not is_thread_bound(f))
 
 
-def cuda_source(executable) -> str:
-    """The CUDA source inside a built executable (the import tree is walked)."""
+def cuda_source(executable, module_kind: str = "cuda") -> str:
+    """The device source inside a built executable: that of every module of ``module_kind`` (the
+    target's kind, as TVM's runtime names its modules) in the import tree."""
     stack = [executable.mod if hasattr(executable, "mod") else executable]
     sources = []
     while stack:
         m = stack.pop()
-        if m.kind == "cuda":
+        if m.kind == module_kind:
             try:
-                sources.append(m.inspect_source("cuda"))
+                sources.append(m.inspect_source(module_kind))
             except Exception:  # noqa: BLE001 - a module without source (already compiled)
                 pass
         stack.extend(m.imports)

@@ -155,7 +155,7 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
 
     extra: dict[str, tuple[str, bytes]] = {}
     cuda = None
-    if target.kind == "cuda":
+    if target.has_device_code:
         mark = time.perf_counter()
         say("checking the CUDA kernels (nvcc)", 0.6)
         cuda, source, cubin = check_cuda(built.lowered, built.executable, target.tvm(), compile_with_nvcc=nvcc)
@@ -242,10 +242,7 @@ def _verify(folder: Path, target: Target, threads: int | None) -> Verification:
     (running code for a CPU this machine is not would die with SIGILL)."""
     why = target.why_not_here()
     if why:
-        stand_in = {"cuda": "the CUDA checks stand in; `python -m export.gpu_check DIR` runs it on the GPU machine",
-                    "cpu": "the library check stands in; run `python run.py` on such a device" if target.cross else
-                    "run `python run.py` on a machine with that CPU"}[target.kind]
-        return Verification("skipped", reference="", why=f"{why}: {stand_in}", device=target.device)
+        return Verification("skipped", reference="", why=f"{why}: {target.stand_in}", device=target.device)
     return verify_folder(folder, threads=threads, device=target.device)
 
 

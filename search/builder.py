@@ -12,7 +12,7 @@ outcomes, with the second artifact that verifies a schedule that rewrote a weigh
 
 from __future__ import annotations
 
-from search.ledger import BUILD_ERROR, INFRA_ERROR, OK, TIMEOUT, BuildOutcome, Candidate, CandidateBuilder
+from search.ledger import BUILD_ERROR, OK, BuildOutcome, Candidate, CandidateBuilder
 from search.pool import WarmPool
 from search.worker_jobs import build as build_job
 
@@ -28,14 +28,6 @@ class FastBuilder(CandidateBuilder):
     def build_candidates(self, inputs: list, candidates: list[Candidate]) -> list[BuildOutcome]:
         jobs = [(inp.mod, inp.target, self.work_dir) for inp in inputs]
         out = []
-        for outcome in self.pool.map(build_job, jobs, timeout=self.timeout_sec):
-            if outcome.ok:
-                path, check = outcome.value
-                out.append(BuildOutcome(OK, path, check))
-            elif outcome.status == "timeout":
-                out.append(BuildOutcome(TIMEOUT, error=f"build timed out after {self.timeout_sec:.0f} s"))
-            elif outcome.status == "infra":
-                out.append(BuildOutcome(INFRA_ERROR, error=outcome.message))
-            else:
-                out.append(BuildOutcome(BUILD_ERROR, error=f"build failed: {outcome.message}"))
+        for result in self.pool.map(build_job, jobs, timeout=self.timeout_sec, failed=BUILD_ERROR):
+            out.append(BuildOutcome(OK, *result.value) if result.ok else BuildOutcome(result.status, error=result.message))
         return out

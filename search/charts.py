@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from store import Record
+from store.outcome import Outcome
 
 
 def spearman(a: list[float], b: list[float]) -> float | None:
@@ -63,7 +64,7 @@ def job_series(records: list[Record], task_names: dict[str, str], per_batch: int
         times, cum = out.trials_over_time.setdefault(task, ([], []))
         times.append(r.created)
         cum.append(counts[task])
-        ok = r.status == "ok" and r.gflops
+        ok = r.status == Outcome.OK and r.gflops
         out.points.append((n, task, r.gflops if ok else None, r.status))
         out.task_points.setdefault(task, []).append((counts[task], r.gflops if ok else None, r.status))
         if ok:

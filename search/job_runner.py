@@ -33,19 +33,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(store, job, stop) -> int:
     from explorer.fault_points import hold
+    from search.entry import warm_up
     from search.job_spec import JobSpec
-    from search.jobs import record_end
+    from search.jobs import record_end, run_job
 
     stop.on_exit.append(lambda: record_end(store, job.id, status="stopped"))  # a forced exit's last words
     hold("tune.start")
-
     spec = JobSpec.from_dict(job.params)
-    if not spec.rpc_tracker:  # the measuring workers start now, while TVM loads here
-        from search.pool import prestart
-
-        prestart(None, *_intrinsics(spec.target))
-    from search.jobs import run_job
-
+    warm_up(spec)  # the measuring workers start now, while TVM loads here
     try:
         run_job(store, spec, job_id=job.id, stop=stop)
     except KeyboardInterrupt:
@@ -56,22 +51,6 @@ def _run(store, job, stop) -> int:
         traceback.print_exc()
         return 1
     return 0
-
-
-def _intrinsics(target_text: str) -> tuple[str, str | None]:
-    """The target kind and LLVM triple of a target spelling, read without importing TVM."""
-    import json
-
-    if target_text.lstrip().startswith("{"):
-        try:
-            config = json.loads(target_text)
-            return str(config.get("kind", "llvm")), config.get("mtriple")
-        except (ValueError, AttributeError):
-            pass
-    head = target_text.partition(":")[0].strip().lower()
-    if head in ("aarch64", "arm64"):
-        return "llvm", "aarch64-linux-gnu"
-    return ("cuda", None) if head == "cuda" else ("llvm", None)
 
 
 if __name__ == "__main__":

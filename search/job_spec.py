@@ -39,9 +39,9 @@ class JobSpec:
                    params=SearchParams.from_dict(data.get("params") or {}), shapes=data.get("shapes"),
                    rpc_tracker=data.get("rpc_tracker", rpc.get("tracker")), rpc_key=data.get("rpc_key", rpc.get("key")))
 
-    def validate(self):
-        """Parse what the spec names before any work starts: ``(target, workload, rpc)``; raises
-        the rooms' own errors (unknown workload, target, bad RPC address) with their messages."""
+    def validate(self) -> ValidJob:
+        """Parse what the spec names before any work starts (:class:`ValidJob`); raises the
+        rooms' own errors (unknown workload, target, bad RPC address) with their messages."""
         from explorer.target import parse_target
         from explorer.workload import load_workload
         from search.errors import SearchError
@@ -55,7 +55,22 @@ class JobSpec:
         if rpc is None:
             target.require_runnable("measure")
         workload = load_workload(self.workload, self.shapes)
-        return target, workload, rpc
+        return ValidJob(self, target, workload, rpc)
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    """A :class:`JobSpec` with everything it names parsed: the target
+    (:class:`explorer.target.Target`), the loaded workload (:class:`explorer.workload.Workload`)
+    and the RPC device to measure on (:class:`search.runner.RpcSpec`, None: this machine)."""
+
+    spec: JobSpec
+    target: object
+    workload: object
+    rpc: object = None
+
+    def tasks(self) -> list:
+        return self.workload.tasks()
 
 
 @dataclass(frozen=True)
@@ -89,4 +104,4 @@ class JobProgress:
         return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 
-__all__ = ["JobProgress", "JobSpec"]
+__all__ = ["JobProgress", "JobSpec", "ValidJob"]

@@ -86,7 +86,7 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     """Run a search job in this process, with its row in ``store`` (created unless ``job_id``
     names one): running, then done, failed or stopped (a stop request from a signal, see
     :mod:`search.stopping`; or KeyboardInterrupt, SystemExit). Returns the
-    :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s result when the
+    :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s :class:`ValidJob` when the
     caller has it already; ``stop`` a :class:`search.stopping.StopRequest` the caller's signal
     handlers set (None: the search handles SIGINT and SIGTERM itself)."""
     from search.tune import tune
@@ -98,9 +98,10 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     if stop is not None:
         stop.on_exit.append(last_words)
     try:
-        target, workload, rpc = prepared or spec.validate()
-        summary = tune(workload.tasks(), store=store, target=target, params=spec.params, rpc=rpc, job_id=job_id,
-                       on_batch=on_batch, source_name=workload.source, shapes=workload.input_shapes, stop=stop)
+        job = prepared or spec.validate()
+        summary = tune(job.tasks(), store=store, target=job.target, params=spec.params, rpc=job.rpc, job_id=job_id,
+                       on_batch=on_batch, source_name=job.workload.source, shapes=job.workload.input_shapes,
+                       stop=stop)
     except (KeyboardInterrupt, SystemExit):
         record_end(store, job_id, status="stopped")
         raise

@@ -7,9 +7,10 @@ pool starts its workers at once (before the parent has imported TVM itself, when
 line asks for it early with :func:`prestart`), keeps torch out of them and registers only the
 target's intrinsics (see :mod:`explorer.tvm_fast`), and keeps them for the whole search.
 
-A job that raises comes back as an ``error`` outcome; one that runs past its time, or kills its
-process (a segfaulting candidate), comes back as ``timeout`` or ``crashed``, and the worker is
-replaced at once; failures that are not the job's (see :class:`Outcome`) come back as ``infra``. Nothing here imports TVM: the parent may create a pool first thing.
+Each job ends as a :class:`CallResult` whose status is the store's :class:`store.Outcome`: a job
+that raises or kills its process (a segfaulting candidate) is the caller's failure (a build or a
+run error), one that runs past its time a ``TIMEOUT``, and the worker is replaced at once;
+failures that are not the job's come back as ``INFRA_ERROR``. Nothing here imports TVM: the parent may create a pool first thing.
 """
 
 from __future__ import annotations
@@ -28,23 +29,32 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from store.records import Outcome
+
 START_TIMEOUT_S = 120.0  # a worker's start-up (imports, intrinsics) on a loaded machine
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a job gave: ``status`` is ``ok`` (``value`` holds the result), ``error`` (the job
-    raised), ``timeout`` or ``crashed`` (the job killed its process), or ``infra`` (not the job's
-    fault: a worker that cannot start, a closed pool, a process killed from outside, an RPC device
-    out of reach, an instruction this CPU lacks); ``message`` says why."""
+# the word for what a job does, in messages, by the failure its caller names
+_VERB = {Outcome.BUILD_ERROR: "build", Outcome.RUN_ERROR: "run"}
 
-    status: str
+
+@dataclass(frozen=True)
+class CallResult:
+    """How one job ended, as the store records it (:class:`store.Outcome`): ``OK`` (``value``
+    holds the result); the caller's failure (``failed``: ``BUILD_ERROR``, ``RUN_ERROR``) when the
+    job raised or killed its process (``crashed``: a segfaulting candidate); ``TIMEOUT``; or
+    ``INFRA_ERROR``: not the job's fault (a worker that cannot start, a closed pool, a process
+    killed from outside, an RPC device out of reach, an instruction this CPU lacks). ``message``
+    says why, in words ("run crashed: ...")."""
+
+    status: Outcome
     value: object = None
     message: str = ""
+    crashed: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == Outcome.OK
 
 
 # A crash by one of these is the candidate's; SIGILL is the machine's: the code uses an
@@ -85,7 +95,7 @@ class _Worker:
         self.started_ok: bool | None = None if self.init else True
         self.start_error = ""
         if self.init:  # sent now, answered before the first job's answer
-            self._send(cloudpickle.dumps(self.init, protocol=pickle.HIGHEST_PROTOCOL))
+            self._send(cloudpickle.dumps((*self.init, Outcome.INFRA_ERROR), protocol=pickle.HIGHEST_PROTOCOL))
 
     def kill(self) -> None:
         """Kill the process (a call waiting on it returns at once); its pipes stay open."""
@@ -118,7 +128,7 @@ class _Worker:
                 return "the worker pool is closed"
             if self.started_ok is None:
                 status, value = self._receive(START_TIMEOUT_S)
-                self.started_ok = status == "ok"
+                self.started_ok = status == Outcome.OK
                 self.start_error = "" if self.started_ok else str(value)
             if self.started_ok:
                 return ""
@@ -126,27 +136,32 @@ class _Worker:
                 self.restart()
         return f"the worker process could not start: {self.start_error}"
 
-    def call(self, fn: Callable, args: tuple, timeout: float) -> Outcome:
+    def call(self, fn: Callable, args: tuple, timeout: float, failed: Outcome) -> CallResult:
         import cloudpickle
 
+        verb = _VERB.get(failed, "job")
         try:
             why_not = self._ready()
             if why_not:
-                return Outcome("infra", message=why_not)
-            self._send(cloudpickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
+                return CallResult(Outcome.INFRA_ERROR, message=why_not)
+            self._send(cloudpickle.dumps((fn, args, failed), protocol=pickle.HIGHEST_PROTOCOL))
             status, value = self._receive(timeout)
         except TimeoutError:
             self.restart()
-            return Outcome("timeout", message=f"no answer within {timeout:.0f} s")
+            return CallResult(Outcome.TIMEOUT, message=f"{verb} timed out after {timeout:.0f} s")
         except _WorkerDied as died:
             self.restart()
-            return Outcome("infra" if died.infra else "crashed", message=str(died))
+            if died.infra:
+                return CallResult(Outcome.INFRA_ERROR, message=str(died))
+            return CallResult(failed, message=f"{verb} crashed: {died}", crashed=True)
         except BaseException:  # interrupted between a job and its answer: that answer must not leak
             self.restart()
             raise
-        if status == "ok":
-            return Outcome("ok", value=value)
-        return Outcome("infra" if status == "infra" else "error", message=str(value))
+        if status == Outcome.OK:
+            return CallResult(Outcome.OK, value=value)
+        if status == Outcome.INFRA_ERROR:
+            return CallResult(Outcome.INFRA_ERROR, message=str(value))
+        return CallResult(failed, message=f"{verb} failed: {value}")
 
     def _send(self, data: bytes) -> None:
         try:
@@ -181,7 +196,7 @@ class _Worker:
         return b"".join(chunks)
 
     def _death(self, fallback: str) -> _WorkerDied:
-        """Why the process went: the candidate's fault (it crashed it) or not (see :class:`Outcome`)."""
+        """Why the process went: the candidate's fault (it crashed it) or not (see :class:`CallResult`)."""
         try:
             code = self.proc.wait(timeout=2) if self.proc is not None else None
         except subprocess.TimeoutExpired:
@@ -215,23 +230,25 @@ class WarmPool:
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="schedx-pool")
         self._closed = self._released = False
 
-    def call(self, fn: Callable, *args, timeout: float) -> Outcome:
-        """Run ``fn(*args)`` in the next free worker; waits for one to be free."""
+    def call(self, fn: Callable, *args, timeout: float, failed: Outcome = Outcome.RUN_ERROR) -> CallResult:
+        """Run ``fn(*args)`` in the next free worker; waits for one to be free. ``failed``: what
+        the job raising or crashing its process means to the caller (a build or a run error)."""
         if self._closed:
-            return Outcome("infra", message="the worker pool is closed")
+            return CallResult(Outcome.INFRA_ERROR, message="the worker pool is closed")
         worker = self._idle.get()
         try:
-            return worker.call(fn, args, timeout)
+            return worker.call(fn, args, timeout, failed)
         finally:
             self._idle.put(worker)
 
-    def map(self, fn: Callable, items: Iterable[tuple], *, timeout: float) -> list[Outcome]:
-        """``fn(*item)`` for every item, spread over the workers; outcomes in order."""
-        return list(self._threads.map(lambda item: self.call(fn, *item, timeout=timeout), list(items)))
+    def map(self, fn: Callable, items: Iterable[tuple], *, timeout: float,
+            failed: Outcome = Outcome.RUN_ERROR) -> list[CallResult]:
+        """``fn(*item)`` for every item, spread over the workers; results in order."""
+        return list(self._threads.map(lambda item: self.call(fn, *item, timeout=timeout, failed=failed), list(items)))
 
     def abandon(self) -> None:
         """Kill the workers now and take no more calls, without waiting for anything: safe in a
-        signal handler (calls in flight return at once as ``infra``; :meth:`close` still releases
+        signal handler (calls in flight return at once as ``INFRA_ERROR``; :meth:`close` still releases
         the workers afterwards)."""
         self._closed = True
         for w in self._workers:
@@ -273,15 +290,16 @@ def default_size() -> int:
     return max(1, os.cpu_count() or 2)
 
 
-def prestart(size: int | None = None, target_kind: str = "llvm", triple: str | None = None) -> None:
+def prestart(size: int | None = None, intrinsics: tuple[str, ...] | None = None) -> None:
     """Start a search's workers now, so that they import TVM while this process does too;
-    :func:`take` hands them to the search (``search.tune.tune`` asks for them)."""
+    :func:`take` hands them to the search (``search.tune.tune`` asks for them). ``intrinsics``:
+    the target's (:attr:`explorer.target.Target.intrinsics`; None: this machine's CPU)."""
     from search.worker_jobs import prepare  # imports no TVM
 
-    key = (size or default_size(), target_kind, triple)
+    key = (size or default_size(), intrinsics)
     with _lock:
         if key not in _prestarted:
-            _prestarted[key] = WarmPool(key[0], init=(prepare, (target_kind, triple)))
+            _prestarted[key] = WarmPool(key[0], init=(prepare, (intrinsics,)))
 
 
 def release_prestarted() -> None:
@@ -293,16 +311,16 @@ def release_prestarted() -> None:
         pool.close()
 
 
-def take(size: int | None = None, target_kind: str = "llvm", triple: str | None = None) -> WarmPool:
+def take(size: int | None = None, intrinsics: tuple[str, ...] | None = None) -> WarmPool:
     """The pool :func:`prestart` started for these arguments, or a new one (a prestarted pool
     for other arguments is closed)."""
     from search.worker_jobs import prepare
 
-    key = (size or default_size(), target_kind, triple)
+    key = (size or default_size(), intrinsics)
     with _lock:
         pool = _prestarted.pop(key, None)
         others = list(_prestarted.values())
         _prestarted.clear()
     for other in others:
         other.close()
-    return pool if pool is not None else WarmPool(key[0], init=(prepare, (target_kind, triple)))
+    return pool if pool is not None else WarmPool(key[0], init=(prepare, (intrinsics,)))

@@ -1,7 +1,8 @@
 """A worker process of :class:`search.pool.WarmPool`: ``python -m search.pool_worker READ_FD WRITE_FD``.
 
-Reads jobs (a cloudpickled ``(function, args)``, length-prefixed) and answers each with
-``("ok", result)``, ``("error", message)``, or ``("infra", message)`` when the job raised
+Reads jobs (a cloudpickled ``(function, args, failed)``, length-prefixed) and answers each with
+``(Outcome.OK, result)``; ``(failed, message)`` when the job raised (``failed`` is what that means
+to the caller, a build or a run error); or ``(Outcome.INFRA_ERROR, message)`` when it raised
 :class:`search.errors.InfrastructureError` (not the candidate's fault). The parent enforces time limits (it kills the
 process), so this loop stays simple; a worker whose parent is gone exits on its own, quietly (a
 reply it can no longer send is not an error to print). Importing the ``search`` package first keeps torch out of
@@ -62,6 +63,8 @@ def main(argv: list[str]) -> int:
 
     import cloudpickle
 
+    from store.records import Outcome
+
     # Ctrl-C and `schedx jobs stop` signal the whole process group: the parent decides, and
     # closes the pool (which kills its workers); a worker never dies half-way through a reply.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,15 +78,17 @@ def main(argv: list[str]) -> int:
         body = _read(rfd, struct.unpack("<Q", header)[0])
         if body is None:
             return 0
+        failed = Outcome.RUN_ERROR
         try:
-            fn, args = cloudpickle.loads(body)
-            reply = ("ok", fn(*args))
+            fn, args, failed = cloudpickle.loads(body)
+            reply = (Outcome.OK, fn(*args))
         except BaseException as err:  # every failure goes back to the parent as data
-            reply = ("infra" if type(err).__name__ == "InfrastructureError" else "error", _describe(err))
+            infra = type(err).__name__ == "InfrastructureError"
+            reply = (Outcome.INFRA_ERROR if infra else failed, _describe(err))
         try:
             data = cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:
-            data = cloudpickle.dumps(("error", f"the result could not be sent back: {err}"))
+            data = cloudpickle.dumps((failed, f"the result could not be sent back: {err}"))
         try:
             _write(wfd, data)
         except OSError:  # the parent is gone (BrokenPipeError): nobody to answer, nothing to report

@@ -13,6 +13,7 @@ from explorer.plain import to_plain
 from explorer.workload import as_task_module, describe_module, module_from_b64, module_to_b64
 from search.ledger import Candidate
 from store import Record, Workload
+from store.outcome import Outcome
 
 
 def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: str = "kernel",
@@ -30,7 +31,7 @@ def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: s
 def task_workload(task, *, source: str, shapes: str | None = None) -> Workload:
     """The store's Workload for a search task (:class:`explorer.workload.Task`); ``shapes`` (the
     model's ``--shapes``) is kept: records are valid for the shapes they were tuned at."""
-    w = store_workload(task.mod, name=task.name, kind="model_task" if "/" in task.name else "kernel", source=source,
+    w = store_workload(task.mod, name=task.name, kind=task.kind, source=source,
                        flops=task.flops)
     if shapes:
         return Workload(**{**w.to_dict(), "shapes": {**w.shapes, "model_shapes": shapes}})
@@ -55,7 +56,7 @@ def candidate_record(task, candidate: Candidate, sch, args_info, *, predicted: f
     from explorer.schedule.trace import trace_to_steps
 
     trace = to_plain(sch.trace.as_json())
-    secs = list(candidate.secs) if candidate.status == "ok" else []
+    secs = list(candidate.secs) if candidate.status == Outcome.OK else []
     median = sorted(secs)[len(secs) // 2] if secs else None
     try:
         steps = [s.to_dict() for s in trace_to_steps(task.mod["main"], trace)]
@@ -63,7 +64,7 @@ def candidate_record(task, candidate: Candidate, sch, args_info, *, predicted: f
         steps = []
     env = {**environment, **({"timing": early_note} if candidate.early and early_note else {})}
     return Record(workload_key=task.key, target=target_key, hardware=hardware, source=source,
-                  status=str(candidate.status or "run_error"), steps=steps, trace=trace, latencies=secs,
+                  status=Outcome(candidate.status or Outcome.RUN_ERROR), steps=steps, trace=trace, latencies=secs,
                   median_s=median, gflops=task.flops / median / 1e9 if median and task.flops else None,
                   environment=env, candidate=candidate.hash, predicted=predicted, max_error=candidate.max_error,
                   verified=candidate.verified, job_id=job_id, error=candidate.error[:2000],
@@ -74,7 +75,7 @@ def manual_record(kernel, steps: list, trace, result, *, hardware: str, source: 
     """A measurement of a hand schedule (the unscheduled baseline: no steps, no trace): the
     workload it belongs to and the record (its ``workload_key`` set)."""
     workload = store_workload(kernel.func, name=kernel.info.name,
-                              kind="model_task" if "/" in kernel.info.name else "kernel", source=kernel.info.source,
+                              kind=kernel.info.workload_kind, source=kernel.info.source,
                               flops=kernel.info.flops,
                               shapes={**kernel.info.params, "spec": kernel.info.spec, "bytes": kernel.info.min_bytes})
     record = Record(workload_key=workload.key, target=result.target, hardware=hardware, source=source,
@@ -88,7 +89,6 @@ def metaschedule_record(key: str, trace, run_secs, target_text: str, args_info, 
                         environment: dict, job_id: int | None) -> Record:
     """A record MetaSchedule commits (its trace and run_secs as it gave them: the failure marker
     1e10 kept in ``run_secs``, only valid times in ``latencies``)."""
-    from store import Outcome
     from store.records import median_of, split_run_secs
 
     valid, exact = split_run_secs(run_secs)  # exact: run_secs as given, when they say more than valid

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from explorer.measure.lock import measuring
 from search import worker_jobs
-from search.ledger import INFRA_ERROR, OK, RUN_ERROR, TIMEOUT, VERIFY_FAILED, Candidate, CandidateRunner, RunOutcome
-from search.pool import WarmPool
+from search.ledger import INFRA_ERROR, OK, VERIFY_FAILED, Candidate, CandidateRunner, RunOutcome
+from search.pool import CallResult, WarmPool
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class PoolRunner(CandidateRunner):
                                          self.task_specs[task], path, timeout=max(120.0, 4 * self.timeout_sec))
                 ref.path = path if outcome.ok else None
                 ref.why_not = "" if outcome.ok else f"the unscheduled kernel could not run: {outcome.message}"
-                ref.infra = outcome.status == "infra"
+                ref.infra = outcome.status == INFRA_ERROR
                 ref.done = True
             return ref
 
@@ -182,7 +182,7 @@ class PoolRunner(CandidateRunner):
                 outcome = self.pool.call(*args, timeout=timeout)
         else:
             outcome = self.pool.call(*args, timeout=timeout)
-        result = _outcome(outcome, timeout, checked=ref is not None and ref.path is not None)
+        result = _outcome(outcome, checked=ref is not None and ref.path is not None)
         if task is not None and result.verified and not result.early:  # verified implies timed
             median = sorted(result.secs)[len(result.secs) // 2]
             with self._best_lock:
@@ -195,17 +195,11 @@ class PoolRunner(CandidateRunner):
 _ELSEWHERE = RunOutcome(INFRA_ERROR, error="measured by another search running on this database")
 
 
-def _outcome(outcome, timeout_sec: float, *, checked: bool) -> RunOutcome:
-    """A pool outcome of :func:`search.worker_jobs.measure` as a typed run outcome; ``verified``
+def _outcome(outcome: CallResult, *, checked: bool) -> RunOutcome:
+    """A pool result of :func:`search.worker_jobs.measure` as a typed run outcome; ``verified``
     is None when there was no reference to compare with."""
-    if outcome.status == "timeout":
-        return RunOutcome(TIMEOUT, error=f"run timed out after {timeout_sec:.0f} s")
-    if outcome.status == "infra":
-        return RunOutcome(INFRA_ERROR, error=outcome.message)
-    if outcome.status == "crashed":
-        return RunOutcome(RUN_ERROR, error=f"run crashed: {outcome.message}")
     if not outcome.ok:
-        return RunOutcome(RUN_ERROR, error=f"run failed: {outcome.message}")
+        return RunOutcome(outcome.status, error=outcome.message)
     value = outcome.value
     if "verify_failed" in value:
         return RunOutcome(VERIFY_FAILED, error=f"verify failed: {value['verify_failed']}",

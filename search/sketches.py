@@ -62,7 +62,7 @@ def default_rule_names(target: Target | str | None = None) -> list[str]:
     from tvm.s_tir import meta_schedule as ms
 
     target = _cpu_target(target)
-    light_tensor_intrin(*target.intrinsics)
+    light_tensor_intrin(target.intrinsics)
     return [type(r).__name__ for r in ms.ScheduleRule.create(target.tvm().kind.name)]
 
 
@@ -80,7 +80,7 @@ def space_generator(target: Target | str | None, rules: list[str] | None, *, mic
     from search.pool_rules import register_pool_rules
 
     target = _cpu_target(target)
-    light_tensor_intrin(*target.intrinsics)
+    light_tensor_intrin(target.intrinsics)
     register_pool_rules()  # TOPI's pools name custom rules TVM does not register: the default rules, quietly
     dot_rules = int8_dot.schedule_rules(target) if int8 else []
     if rules is None and not microkernel and not dot_rules:

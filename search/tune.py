@@ -44,6 +44,7 @@ from search.stopping import StopRequest, signals_stop
 from search.strategy import StoppableSearch
 from search.work_dirs import work_dir
 from store import Store
+from store.outcome import Outcome
 
 
 @dataclass
@@ -71,7 +72,7 @@ class TuneSummary:
         """Why the search measured nothing ("" when some candidate was measured or answered)."""
         if self.measured or self.cached or not self.failed:
             return ""
-        worst = max(self.failures, key=self.failures.get) if self.failures else "run_error"
+        worst = max(self.failures, key=self.failures.get) if self.failures else Outcome.RUN_ERROR
         return (f"no candidate could be measured: {self.failed} failed, {self.failures.get(worst, 0)} of them "
                 f"with {worst} ({self.reasons.get(worst, 'no message')})")
 
@@ -128,15 +129,14 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
     if runner is None:  # references run here, and local candidates too: refuse what cannot fit
         _require_memory(tasks)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    kind, triple = target.intrinsics
     own_pool = None
     if builder is None or runner is None:  # first: its workers start while this process sets up
-        own_pool = warm_pool.take(params.builder_workers or None, kind, triple)
+        own_pool = warm_pool.take(params.builder_workers or None, target.intrinsics)
         stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
     work = work_dir()
     inner_runner, state = runner, None
     try:
-        light_tensor_intrin(kind, triple)
+        light_tensor_intrin(target.intrinsics)
         tgt = target.tvm()
         hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
         for t in tasks:
@@ -265,7 +265,7 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
             break
         cands, results = [], []
         for r in store.records(workload=task.key, target=target_key, hardware=hardware, has_trace=True):
-            if r.status != "ok" or not r.latencies:
+            if r.status != Outcome.OK or not r.latencies:
                 continue
             try:
                 sch = schedule_from_trace(task.mod["main"], r.trace)

@@ -25,11 +25,11 @@ ArgSpecs = list[tuple[tuple[int, ...], str, bool]]
 _references: dict[str, dict] = {}  # reference path -> arrays, kept while the worker lives
 
 
-def prepare(target_kind: str, triple: str | None) -> bool:
+def prepare(intrinsics: tuple[str, ...] | None) -> bool:
     """Worker start-up: TVM, the target's tensor intrinsics, the build passes."""
     from explorer.tvm_fast import light_tensor_intrin
 
-    light_tensor_intrin(target_kind, triple)
+    light_tensor_intrin(intrinsics)
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: F401
 
     return True
@@ -167,7 +167,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
             once = _run_once(rt_mod, dev, args)
         if once > reject_above_s:
             return {"secs": [once], "max_error": max_error, "early": True}
-    flush = evaluator.get("f_preproc", "") if device == "cpu" else ""  # a cache flush is a CPU's
+    flush = evaluator.get("f_preproc", "")  # (a search measures CPUs only: the flush is a CPU's)
     timer = rt_mod.time_evaluator(rt_mod.entry_name, dev, number=evaluator["number"], repeat=evaluator["repeat"],
                                   min_repeat_ms=evaluator["min_repeat_ms"], f_preproc=flush)
     dev.sync()

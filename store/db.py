@@ -198,7 +198,7 @@ class Store:
                 except (TypeError, ValueError) as err:
                     raise StoreError(f"record fields must be plain JSON data (steps, trace, environment, "
                                      f"args_info): {err}") from err
-                if row["median_s"] is None and r.status == "ok":
+                if row["median_s"] is None and r.status == Outcome.OK:
                     row["median_s"] = median_of(r.latencies)
                 if row["gflops"] is None:
                     row["gflops"] = gflops_of(flops[r.workload_key], row["median_s"])

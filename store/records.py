@@ -12,24 +12,8 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import date, datetime, timezone
-from enum import StrEnum
-
 from store.errors import StoreError
-
-
-class Outcome(StrEnum):
-    """How a measurement ended: the record's ``status``. A value, never a prefix of the error text.
-
-    Only ``ok`` records rank. ``infra_error`` means the failure was not the candidate's (a worker
-    that could not start, an RPC device that could not be reached): a resumed search measures such
-    a candidate again. Members are ``str``: ``Outcome.OK == "ok"``."""
-
-    OK = "ok"
-    BUILD_ERROR = "build_error"
-    RUN_ERROR = "run_error"
-    VERIFY_FAILED = "verify_failed"
-    TIMEOUT = "timeout"
-    INFRA_ERROR = "infra_error"
+from store.outcome import Outcome
 
 
 KINDS = ("kernel", "model_task")
@@ -110,7 +94,7 @@ class Record:
     @property
     def ok(self) -> bool:
         """Whether the record may rank: it ran, and did not fail verification."""
-        return self.status == "ok" and self.median_s is not None and self.verified is not False
+        return self.status == Outcome.OK and self.median_s is not None and self.verified is not False
 
     @property
     def outcome(self) -> Outcome:

@@ -99,3 +99,13 @@ def test_a_dlight_rule_that_raises_on_a_kernel_falls_back_to_the_next_and_is_nam
     note = next(w for w in built.warnings if "failed" in w)
     assert "kernel matmul_M32_N32_K32_float32" in note and "Matmul (AttributeError: 'Add' object" in note, note
     assert "scheduled it instead" in note
+
+
+def test_an_export_that_skips_nvcc_is_not_called_failed(tmp_path):
+    """`--no-nvcc` (or no nvcc on the machine) leaves the cubin out; nothing failed, so the verdict
+    says what ran instead of NOT VERIFIED."""
+    from export import export_workload
+
+    report = export_workload("matmul:M=16,N=16,K=16", "cuda:sm_80", tmp_path / "b", nvcc=False, layers=False)
+    assert report.cuda.nvcc == "not run" and report.ok
+    assert "NOT VERIFIED" not in report.verdict and "nvcc not run" in report.cuda.summary()

@@ -105,7 +105,7 @@ def _spaces(kernel):
 
     from explorer.tvm_fast import light_tensor_intrin
 
-    light_tensor_intrin(*HOST.intrinsics)
+    light_tensor_intrin(HOST.intrinsics)
     ctx = ms.TuneContext(mod=tvm.IRModule({"main": kernel.func}), target=HOST.tvm(),
                          space_generator=space_generator(HOST, None, microkernel=True), search_strategy="evolutionary",
                          num_threads=2)

@@ -121,7 +121,7 @@ def test_a_metaschedule_sketch_opens_as_steps():
 
     from explorer.tvm_fast import light_tensor_intrin
 
-    light_tensor_intrin("llvm")  # else TuneContext imports every intrinsic TVM ships (20-130 s)
+    light_tensor_intrin()  # else TuneContext imports every intrinsic TVM ships (20-130 s)
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     ctx = ms.TuneContext(mod=tvm.IRModule({"main": k.func}), target=target, space_generator="post-order-apply",
@@ -206,7 +206,7 @@ def test_sketches_with_sampled_compute_locations_convert_to_equal_steps():
     from explorer.tvm_fast import light_tensor_intrin
     from explorer.workload import load_workload, tag_task
 
-    light_tensor_intrin("llvm")
+    light_tensor_intrin()
     target = parse_target('{"kind": "llvm", "num-cores": 2}')
     task = next(t for t in load_workload("small_cnn").tasks() if t.name.endswith("/mean"))
     ctx = ms.TuneContext(mod=tag_task(task.mod, task.key), target=target.tvm(), space_generator="post-order-apply",

@@ -16,6 +16,7 @@ from explorer.target import host_target
 from search import worker_jobs
 from search.params import SearchParams
 from search.pool import WarmPool
+from store import Outcome
 from explorer.workload import as_task_module
 from explorer.workload import kernel_task
 from search.tune import _arg_specs, tune
@@ -36,11 +37,14 @@ def test_pool_returns_results_errors_timeouts_and_crashes_as_outcomes(pool):
     first = pool.call(os.getpid, timeout=60)
     assert first.ok and first.value != os.getpid()
     bad = pool.call(int, "seven", timeout=30)
-    assert bad.status == "error" and "ValueError" in bad.message and "seven" in bad.message
+    assert bad.status is Outcome.RUN_ERROR and "ValueError" in bad.message and "seven" in bad.message
+    assert bad.message.startswith("run failed:") and not bad.crashed
+    built = pool.call(int, "seven", timeout=30, failed=Outcome.BUILD_ERROR)  # the caller says what a failure is
+    assert built.status is Outcome.BUILD_ERROR and built.message.startswith("build failed:")
     slow = pool.call(time.sleep, 30, timeout=0.5)
-    assert slow.status == "timeout"
+    assert slow.status is Outcome.TIMEOUT and "timed out" in slow.message
     crash = pool.call(os.abort, timeout=30)
-    assert crash.status == "crashed" and "SIGABRT" in crash.message
+    assert crash.status is Outcome.RUN_ERROR and crash.crashed and "SIGABRT" in crash.message
     after = pool.call(os.getpid, timeout=60)  # a fresh worker took the dead one's place
     assert after.ok and after.value not in (first.value, os.getpid())
 
@@ -48,7 +52,7 @@ def test_pool_returns_results_errors_timeouts_and_crashes_as_outcomes(pool):
 def test_pool_map_keeps_order():
     with WarmPool(2) as p:
         outcomes = p.map(divmod, [(7, 2), (9, 0), (10, 3)], timeout=30)
-    assert [o.status for o in outcomes] == ["ok", "error", "ok"]
+    assert [o.status for o in outcomes] == [Outcome.OK, Outcome.RUN_ERROR, Outcome.OK]
     assert outcomes[0].value == (3, 1) and outcomes[2].value == (3, 1)
     assert "ZeroDivisionError" in outcomes[1].message
 
@@ -64,8 +68,8 @@ def test_closing_the_pool_ends_a_call_in_flight_and_leaves_no_process():
     time.sleep(0.5)
     pool.close()
     caller.join(50)  # the call sleeps 60 s: a result before then means close() ended it
-    assert results and results[0].status == "infra"
-    assert pool.call(os.getpid, timeout=5).status == "infra"  # closed for good: nothing restarts
+    assert results and results[0].status is Outcome.INFRA_ERROR
+    assert pool.call(os.getpid, timeout=5).status is Outcome.INFRA_ERROR  # closed for good: nothing restarts
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 

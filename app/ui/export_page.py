@@ -118,21 +118,15 @@ def task_table(choices, target) -> dict:
 
 
 def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> None:
-    from export import export_workload
     from export.choose import schedules_for
+    from export.entry import ExportSpec, run_export
 
     bar = st.progress(0.0, text="starting")
     folder = tempfile.mkdtemp(prefix="schedx-export-")
     try:
-        schedules, notes = schedules_for(choices, picks), []
-        if in_model and schedules:
-            from export.in_model import checked_schedules
-
-            bar.progress(0.0, text=f"timing {len(schedules)} record(s) inside the model against the defaults")
-            schedules, notes = checked_schedules(workload, target, schedules)  # notes: among the export's warnings
-        report = export_workload(workload, target, f"{folder}/{workload.name.replace('/', '_')}-{target.arch}",
-                                 schedules=schedules, progress=lambda stage, frac: bar.progress(frac, text=stage),
-                                 notes=notes)
+        spec = ExportSpec(workload=workload, target=target, schedules=schedules_for(choices, picks),
+                          out_dir=f"{folder}/{workload.name.replace('/', '_')}-{target.arch}", check_in_model=in_model)
+        report = run_export(spec, progress=lambda stage, frac: bar.progress(frac, text=stage)).report
         st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
                                     "zip": zip_bundle(report.folder), "error": ""}
     except ExplorerError as err:

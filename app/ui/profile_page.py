@@ -45,17 +45,16 @@ def _open_in_schedule(spec: str, shapes: str | None, task_name: str) -> None:
 
 
 def _start_search(task_name: str, target, shapes: str | None, trials: int) -> None:
+    from search.entry import prepare, start
     from search.job_spec import JobSpec
-    from search.jobs import start_job
     from search.params import SearchParams
     from store import Store
 
-    spec = JobSpec(workload=task_name, target=target.spec, params=SearchParams(trials=trials), shapes=shapes)
-    spec.validate()
+    valid = prepare(JobSpec(workload=task_name, target=target.spec, params=SearchParams(trials=trials), shapes=shapes))
     with Store(db_path()) as store:
-        job = start_job(store, spec)
+        job = start(store, valid)
     st.session_state[state.SEARCH_JOB] = job.id
-    st.session_state["job_pick"] = job.id
+    st.session_state[state.JOB_PICK] = job.id
     st.toast(f"Started search job {job.id} on {task_name.split('/')[-1]} ({trials} trials): see the Search page")
 
 

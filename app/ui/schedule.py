@@ -12,7 +12,7 @@ from app.components import code_with_marks, roofline_figure, tiling_figure
 from app.records import best_known, open_requested_record, save_measurement
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
-from explorer.kernels import BUILTINS, Kernel, builtin_kernel, parse_spec
+from explorer.kernels import BUILTINS, Kernel, builtin_kernel, kernel_model, parse_spec
 from explorer.workload import load_kernel
 from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
@@ -169,13 +169,9 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
 
 def _other_targets() -> tuple[str, ...]:
     """Targets worth comparing the code for: an older vector width here, another architecture."""
-    from explorer.target import host_cpu
+    from explorer.target import host_target
 
-    host = host_cpu()
-    if host.arch == "x86_64":
-        narrower = ("cpu:-avx512f",) if "avx512f" in host.features else ()
-        return (*narrower, "cpu:x86-64-v2", "aarch64:cortex-a76")
-    return ("cpu:generic", "x86_64:x86-64-v3")
+    return host_target().neighbours
 
 
 def views(session: ScheduleSession, target) -> None:
@@ -266,8 +262,8 @@ def open_record_into_session() -> None:
         return
     spec, steps = opened
     try:
-        if "/" in spec and ":" not in spec:
-            model = spec.split("/", 1)[0]
+        model = kernel_model(spec)
+        if model is not None:
             st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_MODEL] = "From a model", model
             st.session_state[state.KERNEL_FUSED] = spec
             kernel = fused_kernels(model)[spec]

@@ -18,7 +18,7 @@ EXAMPLES = ["matmul:M=256,N=256,K=256", "conv2d_nchw", "dense_bias_relu:M=32", "
 
 def start_form(store: Store) -> None:
     from search.job_spec import JobSpec
-    from search.jobs import start_job
+    from search.entry import prepare, start
     from search.params import SearchParams
 
     target = target_picker("search_target", cpu_only=True)
@@ -54,14 +54,10 @@ def start_form(store: Store) -> None:
                                shapes=shapes.strip() or None, rpc_tracker=tracker.strip() or None,
                                rpc_key=key.strip() or None)
                 with st.spinner("Checking the workload and target…"):
-                    prepared = spec.validate()  # the same parser as the CLI: a bad spec never becomes a job
-                    if prepared[2] is not None:
-                        from search.rpc import check_tracker
-
-                        check_tracker(prepared[2])
-                job = start_job(store, spec)
+                    valid = prepare(spec)  # the same checks as the CLI: a bad spec never becomes a job
+                job = start(store, valid)
                 st.session_state[state.SEARCH_JOB] = job.id
-                st.session_state["job_pick"] = job.id  # the picker follows the job just started
+                st.session_state[state.JOB_PICK] = job.id  # the picker follows the job just started
                 st.toast(f"Started job {job.id}")
             except (ExplorerError, StoreError) as err:
                 st.error(str(err))
@@ -113,10 +109,10 @@ def _read(path: str):
             return jobs, None, [], {}
         ids = [j.id for j in reversed(jobs)]
         chosen = st.session_state.get(state.SEARCH_JOB)
-        if st.session_state.get("job_pick") not in ids:
-            st.session_state.pop("job_pick", None)
+        if st.session_state.get(state.JOB_PICK) not in ids:
+            st.session_state.pop(state.JOB_PICK, None)
         job_id = st.selectbox("Job", ids, index=ids.index(chosen) if chosen in ids else 0,
-                              format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key="job_pick")
+                              format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key=state.JOB_PICK)
         st.session_state[state.SEARCH_JOB] = job_id
         job = next(j for j in jobs if j.id == job_id)  # the same read as the picker's label
         return jobs, job, store.records(job_id=job_id, order="id"), {w.key: w.name for w in store.workloads()}

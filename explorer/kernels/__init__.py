@@ -13,7 +13,7 @@ from tvm import te
 
 from explorer.errors import ExplorerError
 from explorer.kernels.builtin import BUILTINS, BuiltinKernel
-from explorer.kernels.kernel import BufferSpec, Kernel, KernelInfo, make_kernel
+from explorer.kernels.kernel import MODEL_SOURCE, BufferSpec, Kernel, KernelInfo, kernel_model, make_kernel
 
 
 class KernelError(ExplorerError):
@@ -90,11 +90,12 @@ def builtin_kernel(name: str, **overrides) -> Kernel:
 def load_kernel(spec: str) -> Kernel:
     """The built-in kernel a spec names (``matmul:M=512``). A model's fused kernel
     (``resnet18/fused_...``) is loaded by :func:`explorer.workload.load_kernel`."""
-    if "/" in spec and ":" not in spec:
+    if kernel_model(spec) is not None:
         raise KernelError(f"{spec!r} names a model's fused kernel: load it with explorer.workload.load_kernel")
     name, params = parse_spec(spec)
     return builtin_kernel(name, **params)
 
 
-__all__ = ["BUILTINS", "BufferSpec", "Kernel", "KernelError", "KernelInfo", "builtin_kernel", "load_kernel",
+__all__ = ["BUILTINS", "MODEL_SOURCE", "BufferSpec", "Kernel", "KernelError", "KernelInfo", "builtin_kernel",
+           "kernel_model", "load_kernel",
            "make_kernel", "parse_spec"]

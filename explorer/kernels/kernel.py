@@ -14,6 +14,18 @@ from explorer.relax_walk import dtype_bytes
 from explorer.tir_walk import blocks
 
 
+MODEL_SOURCE = "model:"  # a model's fused kernel: source "model:NAME"
+
+
+def kernel_model(spec: str) -> str | None:
+    """The model a fused-kernel spec names (``resnet18/fused_conv2d_add_relu`` -> ``resnet18``;
+    ``path/to/m.onnx/fused_add`` -> ``path/to/m.onnx``); None for any other spec (a built-in
+    kernel has a ``:`` or no ``/``)."""
+    if "/" not in spec or ":" in spec:
+        return None
+    return spec.rpartition("/")[0]
+
+
 @dataclass(frozen=True)
 class BufferSpec:
     """One parameter buffer of a kernel."""
@@ -40,6 +52,12 @@ class KernelInfo:
     buffers: tuple[BufferSpec, ...]
     flops: int
     min_bytes: int
+
+    @property
+    def workload_kind(self) -> str:
+        """``model_task`` for a model's fused kernel (``source`` ``model:NAME``), else ``kernel``:
+        the kind of workload the store files its measurements under."""
+        return "model_task" if self.source.startswith(MODEL_SOURCE) else "kernel"
 
     @property
     def arithmetic_intensity(self) -> float:

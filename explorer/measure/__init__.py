@@ -17,6 +17,7 @@ from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.memory import MemoryLimitError
 from explorer.measure.result import MeasureResult
 from explorer.target import Target, parse_target
+from store.outcome import Outcome
 
 DEFAULT_TIMEOUT_S = 300
 _NO_PEAKS = Calibration(hardware="", peak_gflops=0.0, peak_gbps=0.0, measured_at="")  # a check times nothing
@@ -39,7 +40,7 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     mod = mod if mod is not None else tvm.IRModule({"main": kernel.func})
     interface = interface_change(kernel, mod)
     if interface:
-        return MeasureResult(status="build_error", error=interface, flops=kernel.info.flops, target=target.key)
+        return MeasureResult(status=Outcome.BUILD_ERROR, error=interface, flops=kernel.info.flops, target=target.key)
     require_memory(kernel, "measuring")  # before a single input is allocated
     inputs = kernel.random_inputs(seed)
     references = [np.asarray(r) for r in kernel.reference(*inputs)] if kernel.reference else None

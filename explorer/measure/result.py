@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from store.outcome import Outcome
+
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """One measurement. ``status`` is ok, build_error, run_error, verify_failed or timeout; a
-    failure keeps its ``error`` and never a latency that could be ranked."""
+    """One measurement. ``status`` is how it ended (the store's :class:`store.outcome.Outcome`:
+    ok, build_error, run_error, verify_failed or timeout); a failure keeps its ``error`` and never
+    a latency that could be ranked."""
 
-    status: str
+    status: Outcome
     flops: int
     target: str
     error: str = ""
@@ -31,7 +34,7 @@ class MeasureResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == Outcome.OK
 
     @property
     def percent_of_peak(self) -> float | None:
@@ -61,4 +64,6 @@ class MeasureResult:
         known = {f for f in cls.__dataclass_fields__}
         d = {k: v for k, v in d.items() if k in known}
         d["latencies"] = tuple(d.get("latencies", ()))
+        if "status" in d:
+            d["status"] = Outcome(d["status"])
         return cls(**d)

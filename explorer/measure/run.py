@@ -19,6 +19,7 @@ from explorer.errors import short_tvm_message
 from explorer.measure.lock import measuring
 from explorer.measure.result import MeasureResult
 from explorer.measure.verify import compare
+from store.outcome import Outcome
 
 
 def build(mod: tvm.IRModule, target: dict):
@@ -68,27 +69,27 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
     try:
         rt_mod = build(mod, target)
     except Exception as err:
-        return MeasureResult(status="build_error", error=short_tvm_message(err), **base)
+        return MeasureResult(status=Outcome.BUILD_ERROR, error=short_tvm_message(err), **base)
     build_s = time.perf_counter() - start
     if repeat == 0:  # a check: run once and compare, nothing timed (no need to wait for the machine)
         try:
             _, outputs = run_once(rt_mod, inputs, output_specs)
         except Exception as err:
-            return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
+            return MeasureResult(status=Outcome.RUN_ERROR, error=short_tvm_message(err), build_seconds=build_s, **base)
         verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
                                                                                                  references)
-        return MeasureResult(status="ok" if verified else "verify_failed", error=why, max_abs_error=abs_err,
+        return MeasureResult(status=Outcome.OK if verified else Outcome.VERIFY_FAILED, error=why, max_abs_error=abs_err,
                              max_rel_error=rel_err, verified=verified, build_seconds=build_s, **base)
     with measuring(what=target_text):  # builds may overlap; timed runs on this machine never do
         try:
             args, outputs = run_once(rt_mod, inputs, output_specs)
         except Exception as err:
-            return MeasureResult(status="run_error", error=short_tvm_message(err), build_seconds=build_s, **base)
+            return MeasureResult(status=Outcome.RUN_ERROR, error=short_tvm_message(err), build_seconds=build_s, **base)
         verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
                                                                                                  references)
         checks = {"max_abs_error": abs_err, "max_rel_error": rel_err, "verified": verified, "build_seconds": build_s}
         if not verified:
-            return MeasureResult(status="verify_failed", error=why, **checks, **base)
+            return MeasureResult(status=Outcome.VERIFY_FAILED, error=why, **checks, **base)
         try:
             timed = without_layout_rewrites(mod)
             if timed is not None:
@@ -99,9 +100,9 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
             evaluator = rt_mod.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
             latencies = tuple(float(x) for x in evaluator(*args).results)
         except Exception as err:
-            return MeasureResult(status="run_error", error=short_tvm_message(err), **checks, **base)
+            return MeasureResult(status=Outcome.RUN_ERROR, error=short_tvm_message(err), **checks, **base)
     median = statistics.median(latencies)
-    return MeasureResult(status="ok", latencies=latencies, number=number, median_s=median,
+    return MeasureResult(status=Outcome.OK, latencies=latencies, number=number, median_s=median,
                          mean_s=statistics.fmean(latencies),
                          std_s=statistics.pstdev(latencies) if len(latencies) > 1 else 0.0,
                          gflops=flops / median / 1e9 if median > 0 else None, **checks, **base)

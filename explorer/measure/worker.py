@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from explorer.measure.result import MeasureResult
+from store.outcome import Outcome
 
 RESULT_PREFIX = "SCHEDX_RESULT "
 
@@ -28,20 +29,20 @@ def run_in_child(job: dict, timeout: float) -> MeasureResult:
         proc = subprocess.run([sys.executable, "-m", "explorer.measure.worker"], input=pickle.dumps(job),
                               capture_output=True, timeout=timeout, check=False, env=threads_env())
     except subprocess.TimeoutExpired:
-        return MeasureResult(status="timeout", error=f"no result within {timeout:.0f} s (the kernel may hang)", **base)
+        return MeasureResult(status=Outcome.TIMEOUT, error=f"no result within {timeout:.0f} s (the kernel may hang)", **base)
     for line in reversed(proc.stdout.decode(errors="replace").splitlines()):
         if line.startswith(RESULT_PREFIX):
             return MeasureResult.from_dict(json.loads(line[len(RESULT_PREFIX):]))
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
         if sig == "SIGILL":  # the machine's fault, not the schedule's: the code uses an instruction this CPU lacks
-            return MeasureResult(status="run_error", error=(
+            return MeasureResult(status=Outcome.RUN_ERROR, error=(
                 f"illegal instruction (SIGILL): the target {job['target_text']} uses an instruction this CPU does "
                 f"not have; measure with --target cpu (this machine's features)"), **base)
-        return MeasureResult(status="run_error", error=f"the kernel crashed its process ({sig})", **base)
+        return MeasureResult(status=Outcome.RUN_ERROR, error=f"the kernel crashed its process ({sig})", **base)
     tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
     why = " | ".join(tail) or f"it exited with status {proc.returncode} and printed nothing"
-    return MeasureResult(status="run_error", error="measurement process failed: " + why, **base)
+    return MeasureResult(status=Outcome.RUN_ERROR, error="measurement process failed: " + why, **base)
 
 
 def _measure_job(job: dict) -> MeasureResult:

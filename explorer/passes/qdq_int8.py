@@ -255,22 +255,24 @@ def int8_dot_for_current_target() -> str | None:
     (pipelines run under a generic ``llvm`` target, whose triple TVM fills in with the host's).
     None: none that schedx knows."""
     import json
-    import platform
 
     from explorer.schedule.int8_dot import isa_for
     from explorer.target import TargetError, host_target, parse_target
 
     current = tvm.target.Target.current(allow_none=True)
-    if current is None or current.kind.name != "llvm":
+    if current is None:
         return isa_for(host_target())
-    config = {k: v for k, v in dict(current.export()).items() if isinstance(v, (str, int, float, bool, list))}
-    if config.get("mcpu") in (None, "", "generic"):
-        triple = str(config.get("mtriple") or "")
-        return isa_for(host_target()) if triple.split("-")[0] in ("", platform.machine()) else None
+    config = {k: v for k, v in dict(current.export()).items()
+              if isinstance(v, (str, int, float, bool, list)) and k != "tag"}
     try:
-        return isa_for(parse_target(json.dumps({k: v for k, v in config.items() if k != "tag"})))
+        target = parse_target(json.dumps(config))
     except (TargetError, TypeError, ValueError):
         return None
+    if not target.searchable:  # a GPU target: its host half is this machine
+        return isa_for(host_target())
+    if target.cpu_name == "generic":  # a generic llvm target: this machine, unless it names another architecture
+        return None if target.cross else isa_for(host_target())
+    return isa_for(target)
 
 
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")

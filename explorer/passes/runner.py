@@ -24,6 +24,7 @@ from explorer.graph.extract import relax_graph
 from explorer.passes.isolate import check_passes_in_child
 from explorer.passes.pipelines import TASK_PIPELINE, PipelineSpec, get_pipeline, resolve_passes
 from explorer.passes.snapshot import ModuleCounts, Snapshot, module_counts
+from explorer.target import parse_target
 
 
 @dataclass
@@ -155,7 +156,7 @@ def _spec(pipeline: str | None, passes: list[str] | str | None) -> PipelineSpec:
 
 
 def run_pipeline(mod: tvm.IRModule, pipeline: str | None = None, *, passes: list[str] | str | None = None,
-                 target: dict | tvm.target.Target | None = None, capture: bool = True,
+                 target: str | tvm.target.Target | None = None, capture: bool = True,
                  isolate: bool = True) -> PipelineRun:
     """Run a named pipeline (or a custom list of ``passes``) on ``mod`` and snapshot every pass.
 
@@ -165,7 +166,7 @@ def run_pipeline(mod: tvm.IRModule, pipeline: str | None = None, *, passes: list
     (for measuring its cost). A custom list is first dry-run in a child process unless
     ``isolate=False``, since some pass orders crash TVM itself (see :mod:`explorer.passes.isolate`)."""
     spec = _spec(pipeline, passes)
-    tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target or spec.target)
+    tgt = target if isinstance(target, tvm.target.Target) else parse_target(target or spec.target).tvm()
     if spec.passes and isolate:
         check_passes_in_child(mod, list(spec.passes), dict(tgt.export()))
     the_pass = spec.build(tgt)

@@ -72,19 +72,16 @@ INT8_NAMES = tuple(Int8Dot(isa, rows).name for isa in LANES for rows in ROWS)
 
 def isa_for(target) -> str | None:
     """The int8 dot-product instruction set of an :class:`explorer.target.Target` (None: none)."""
-    return isa_from(target.features, target.arch) if target.kind == "cpu" else None
+    return isa_from(target.features, target.arch)
 
 
 def isa_from(features, arch: str) -> str | None:
     """The int8 dot-product instruction set of a CPU with these LLVM ``features`` (None: none)."""
-    if arch != "x86_64":
-        return None
+    from explorer.target.arches import CPU_ARCHES
+
     features = set(features)
-    if {"avx512vnni", "avx512bw"} <= features:
-        return "vnni"
-    if "avx512bw" in features:
-        return "avx512bw"
-    return "avx2" if "avx2" in features else None
+    known = CPU_ARCHES.get(arch)
+    return next((isa for needs, isa in known.int8_dot if needs <= features), None) if known else None
 
 
 def for_target(target) -> list[Int8Dot]:

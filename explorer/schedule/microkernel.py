@@ -63,12 +63,15 @@ MICROKERNEL_NAMES = tuple(MicroKernel(MR, lanes, KR).name for lanes in LANES)
 
 def why_not(target) -> str:
     """Why ``target`` (an :class:`explorer.target.Target`) gets no micro-kernel ("" when it does)."""
-    if target.kind != "cpu":
-        return f"{target.label} is not a CPU target"
-    if target.arch == "x86_64" and "fma" not in target.features:
-        return f"{target.label} has no FMA instructions"
-    if target.arch not in ("x86_64", "aarch64"):
+    if not target.searchable:
+        return f"{target.label} is not a CPU target: {target.default_schedule} apply"
+    from explorer.target.arches import CPU_ARCHES
+
+    known = CPU_ARCHES.get(target.arch)
+    if known is None:
         return f"no micro-kernel for {target.arch}"
+    if known.fma_feature and known.fma_feature not in target.features:
+        return f"{target.label} has no FMA instructions"
     if not target.vector_width:
         return f"the vector width of {target.label} is unknown"
     return ""

@@ -9,6 +9,8 @@ still calls ``znver4`` (code using it dies with SIGILL).
 
 from __future__ import annotations
 
+from explorer.target.arches import arch_of  # noqa: F401  (the one reading of a triple)
+
 # LLVM feature -> the /proc/cpuinfo flags that show it (any of them).
 X86 = {
     "sse": ("sse",), "sse2": ("sse2",), "sse3": ("pni", "sse3"), "ssse3": ("ssse3",),
@@ -37,16 +39,6 @@ BY_ARCH = {"x86_64": X86, "aarch64": AARCH64}
 
 # The widest vector unit a feature set gives, in bits (what "vector-width" tells TVM).
 _WIDTHS = {"x86_64": (("avx512f", 512), ("avx", 256), ("sse", 128)), "aarch64": (("neon", 128),)}
-
-
-def arch_of(triple: str) -> str:
-    """``x86_64`` or ``aarch64`` (or the triple's first part) for an LLVM triple."""
-    head = (triple or "").split("-")[0].lower()
-    if head in ("x86_64", "amd64"):
-        return "x86_64"
-    if head in ("aarch64", "arm64"):
-        return "aarch64"
-    return head
 
 
 def missing(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str]:

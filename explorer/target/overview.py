@@ -4,8 +4,9 @@ cross targets, each with whether this machine can run its code."""
 from __future__ import annotations
 
 from explorer.target.host import host_cpu
-from explorer.target.model import (CROSS_COMPILERS, CROSS_TRIPLES, CUDA_ARCHES, TargetError, host_target, known_cpus,
-                                   parse_target)
+from explorer.target.arches import CPU_ARCHES
+from explorer.target.model import CUDA_ARCHES, TargetError
+from explorer.target.parse import host_target, known_cpus, parse_target
 
 
 def _cpu_row(spec: str) -> dict:
@@ -29,10 +30,10 @@ def targets_overview() -> dict:
     cpus = [_cpu_row(f"cpu:{name}") for name in known_cpus(host.triple) if name != "generic"]
     gpu = bool(tvm.cuda(0).exist)
     cross = []
-    for arch, triple in sorted(CROSS_TRIPLES.items()):
+    for arch, spec in sorted(CPU_ARCHES.items()):
         if arch == host.arch:
             continue
-        compiler = CROSS_COMPILERS[arch]
+        triple, compiler = spec.triple, spec.cross_compiler
         cross.append({"spec": arch, "triple": triple, "compiler": compiler,
                       "compiler_installed": shutil.which(compiler) is not None,
                       "cpus": [c for c in known_cpus(triple) if c != "generic"], "runs_here": False,

@@ -4,7 +4,7 @@ ones merged and weighted by how often the model calls them (see :mod:`explorer.w
 from __future__ import annotations
 
 from explorer.errors import ExplorerError
-from explorer.kernels import Kernel, load_kernel as load_builtin, make_kernel
+from explorer.kernels import MODEL_SOURCE, Kernel, kernel_model, load_kernel as load_builtin, make_kernel
 from explorer.models.source import LoadedModel
 from explorer.workload.fusion import fused_module
 from explorer.workload.task import module_tasks
@@ -19,7 +19,7 @@ def model_kernels(loaded: LoadedModel) -> list[Kernel]:
     kernels = []
     for task in module_tasks(mod, loaded.name):
         func_name = task.name.split("/", 1)[1]
-        kernels.append(make_kernel(task.mod["main"], name=task.name, title=func_name, source=f"model:{loaded.name}",
+        kernels.append(make_kernel(task.mod["main"], name=task.name, title=func_name, source=f"{MODEL_SOURCE}{loaded.name}",
                                    spec=task.name, params={"calls": task.calls, "funcs": list(task.funcs)}))
     return kernels
 
@@ -28,15 +28,16 @@ def load_kernel(spec: str, *, shapes: str | None = None, model_kernels_by_name: 
                 ) -> Kernel:
     """The kernel a spec names: a built-in (``matmul:M=512``) or a model's fused kernel
     (``resnet18/fused_conv2d_add_relu``, the model loaded with ``shapes``)."""
-    if "/" in spec and ":" not in spec:
-        model, _, func = spec.rpartition("/")
+    model = kernel_model(spec)
+    if model is not None:
         if model_kernels_by_name is None:
             from explorer.models import load_model
 
             model_kernels_by_name = {k.name: k for k in model_kernels(load_model(model, shapes))}
         if spec not in model_kernels_by_name:
+            func = spec.rpartition("/")[2]
             raise ExplorerError(f"model {model} has no fused kernel {func!r}; it has: "
-                                f"{', '.join(k.split('/', 1)[1] for k in list(model_kernels_by_name)[:20])}")
+                                f"{', '.join(k.rpartition('/')[2] for k in list(model_kernels_by_name)[:20])}")
         return model_kernels_by_name[spec]
     return load_builtin(spec)
 

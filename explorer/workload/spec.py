@@ -9,7 +9,7 @@ from pathlib import Path
 
 def is_kernel_spec(spec: str) -> bool:
     """Whether ``spec`` names a kernel rather than a model (a file that exists is a model)."""
-    from explorer.kernels import BUILTINS
+    from explorer.kernels import BUILTINS, kernel_model
 
     text = spec.strip()
     if text.lower().endswith(".onnx") or Path(text).expanduser().is_file():
@@ -19,7 +19,7 @@ def is_kernel_spec(spec: str) -> bool:
         return True
     if sep and "=" in params:  # a kernel with parameters, misspelled: load_kernel names the built-ins
         return name != "example"
-    return "/" in text and not sep and not Path(text).expanduser().exists()
+    return kernel_model(text) is not None and not Path(text).expanduser().exists()
 
 
 __all__ = ["is_kernel_spec"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import tvm
 
+from explorer.kernels.kernel import MODEL_SOURCE
 from explorer.workload.keys import module_hash, owned_task_module
 
 
@@ -18,7 +19,8 @@ from explorer.workload.keys import module_hash, owned_task_module
 class Task:
     """One kernel to tune: ``name`` (``model/func`` or the kernel's name), workload ``key``,
     ``mod`` (the normalised one-function module MetaSchedule tunes), ``calls`` per run of the
-    workload, FLOPs of one call, and ``funcs``: the PrimFuncs of the fused module it stands for."""
+    workload, FLOPs of one call, ``funcs``: the PrimFuncs of the fused module it stands for, and
+    ``model``: the model it was fused from ("" for a kernel on its own)."""
 
     name: str
     key: str
@@ -26,6 +28,12 @@ class Task:
     calls: int = 1
     flops: int = 0
     funcs: tuple[str, ...] = ()
+    model: str = ""
+
+    @property
+    def kind(self) -> str:
+        """The kind of workload the store files it under: ``model_task`` or ``kernel``."""
+        return "model_task" if self.model else "kernel"
 
     @property
     def weight(self) -> float:
@@ -38,7 +46,8 @@ class Task:
         return self.flops * max(1, self.calls)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "key": self.key, "calls": self.calls, "flops": self.flops, "funcs": list(self.funcs)}
+        return {"name": self.name, "key": self.key, "calls": self.calls, "flops": self.flops, "funcs": list(self.funcs),
+                "model": self.model}
 
 
 def _flops(mod: tvm.IRModule) -> int:
@@ -79,7 +88,7 @@ def module_tasks(mod: tvm.IRModule, prefix: str = "") -> list[Task]:
         group["calls"] += int(calls.get(name, 0)) if calls else 1
         group["funcs"].append(name)
     tasks = [Task(name=f"{prefix}/{g['name']}" if prefix else g["name"], key=key, mod=g["mod"],
-                  calls=max(1, g["calls"]), flops=_flops(g["mod"]), funcs=tuple(g["funcs"]))
+                  calls=max(1, g["calls"]), flops=_flops(g["mod"]), funcs=tuple(g["funcs"]), model=prefix)
              for key, g in groups.items()]
     tasks.sort(key=lambda t: (-t.work, t.name))
     return tasks
@@ -95,8 +104,9 @@ def kernel_task(kernel) -> Task:
     """The one task of a kernel (an :class:`explorer.kernels.Kernel`), named as the kernel; its
     function is the one :func:`explorer.workload.kernel_module` wraps."""
     mod = owned_task_module(kernel.func)
+    model = kernel.info.source.removeprefix(MODEL_SOURCE) if kernel.info.workload_kind == "model_task" else ""
     return Task(name=kernel.info.name, key=module_hash(mod), mod=mod, calls=1, flops=int(kernel.info.flops),
-                funcs=(relax_name(kernel.info.name),))
+                funcs=(relax_name(kernel.info.name),), model=model)
 
 
 __all__ = ["Task", "call_counts", "kernel_task", "module_tasks", "relax_name"]

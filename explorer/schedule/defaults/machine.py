@@ -9,10 +9,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-# Architectural vector registers per ISA level (x86: 32 zmm with AVX-512, 16 ymm/xmm before;
-# aarch64: 32 NEON/SVE registers).
-_X86_REGISTERS = (("avx512f", 32),)
-_DEFAULT_REGISTERS = {"x86_64": 16, "aarch64": 32}
+from explorer.target.arches import CPU_ARCHES
+
 # Registers a micro-kernel leaves to loads and broadcasts besides its accumulators.
 SPARE_REGISTERS = 4
 
@@ -38,8 +36,10 @@ class CpuSpec:
         """Whether broadcasting a scalar to a vector is an instruction of its own before the FMA:
         x86 without AVX-512 (``vbroadcastss``); AVX-512 FMAs take a broadcast memory operand and
         NEON's a lane of a register. Measured on an AVX2 Zen 3: 12 FMAs with 2 vector loads ran
-        123-137 GFLOPS on one core, with 6 broadcasts as well 45-82."""
-        return self.arch == "x86_64" and self.vector_bits < 512
+        123-137 GFLOPS on one core, with 6 broadcasts as well 45-82. (The architecture's
+        :attr:`explorer.target.arches.CpuArch.broadcast_below_bits`.)"""
+        known = CPU_ARCHES.get(self.arch)
+        return known is not None and self.vector_bits < known.broadcast_below_bits
 
     @property
     def accumulators(self) -> int:
@@ -53,9 +53,8 @@ class CpuSpec:
     def of(cls, *, vector_width: int | None, features: Iterable[str], arch: str, cores: int | None) -> CpuSpec:
         """The spec of a CPU target from what :class:`explorer.target.Target` knows about it."""
         feats = set(features)
-        registers = _DEFAULT_REGISTERS.get(arch, 16)
-        if arch == "x86_64":
-            registers = next((n for f, n in _X86_REGISTERS if f in feats), registers)
+        known = CPU_ARCHES.get(arch)
+        registers = 16 if known is None else next((n for f, n in known.more_registers if f in feats), known.registers)
         from explorer.schedule.int8_dot import isa_from
 
         return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch,

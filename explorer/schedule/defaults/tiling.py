@@ -1,77 +1,13 @@
 """The default for a reduction with a vector axis (conv2d in any layout, depthwise conv, matmul,
 dense, pooling, mean): a register tile like MultiLevelTiling's innermost level.
 
-The block's output is cut into tiles of ``rows x vec`` elements: ``vec`` (a multiple of the
-target's vector lanes) on the output's innermost axis, ``rows`` on the axis that the other operand
-varies with (the outer product of a micro-kernel: conv NHWC rows = output width, vec = output
-channels; matmul rows = M, vec = N). A tile accumulates in a small buffer that LLVM keeps in
-vector registers (``rows * vec / lanes`` of them, within the target's register budget), over all
-the reduction loops. Its scope is "global", as in MetaSchedule's CPU tiling, so that it sits on
-the stack: TVM allocates a "local" buffer, or a "global" one of ``STACK_BYTES`` or more (AVX-512's
-widest tiles), from the workspace pool, once per tile. The epilogue (bias, activation, residual
-add) is applied when the tile is written back, so the fused kernel reads and writes each element
-once (with a tail of rows, below, the output goes through a buffer and a pass of its own). The
-loops above the tiles are fused into one parallel loop.
-
-Loop order per tile: ``[outer tiles: parallel] [reduction loops] [rows: unrolled] [vec: vectorized]``;
-the outer tiles go along the rows first, or along the vector axis first when the weights are
-larger than a cache (see ``CACHE_BYTES``); weights whose rows share cache sets are packed into
-panels first (``_pack_weights``).
-
-A tile's row count need not divide the row axis: the rows whole tiles leave over get a tile of
-their own (:func:`_tile_with_tail`). That is how AVX2 gets 12 accumulators (6x16, 5x16) on
-ResNet's widths (56, 28, 14, 7: no factor of 3) instead of 8 (2x32, 4x16), which leave the FMA
-units waiting on their latency (``FMA_CHAINS``). Measured on an AVX2 Zen 3, 2 cores, each model
-built both ways in one process, alternated rounds, per-kernel VM instrument: ResNet-18 kernels
-33.8 -> 29.8 ms (every 3x3 conv 3-18% faster), BERT's encoder layer 19.6 -> 15.9 ms, MobileNetV2
-8.15 -> 7.80 ms; matmul 1024 118 -> 137 GFLOPS. Short reductions keep whole tiles
-(``TAIL_PASS_CYCLES``).
-
-Rows too short for whole tiles (ResNet's last convs: 7 output columns, 5x16 tiles and a 2x16 tail)
-run over two output axes as one (:func:`_pixel_rows`: 7x7 = 49 outputs, 5x16 tiles and one 4x16
-tail): the block gets the fused iterator through ``transform_block_layout`` and its cached output
-the fused dimension through ``transform_layout``, so the tiles see one plain row axis. Measured on
-an AVX2 Zen 3, 2 cores, both builds in one process, 10 alternated rounds: ResNet-18's 7x7x512 3x3
-convs 17-20% faster per call, its 14x14x256 ones 2-7%, all kernels 25.6 -> 23.5 ms, end to end
-24.2 -> 22.6; MobileNetV2's 7x7 and 14x14 1x1 convs 10-20% faster, kernels 5.86 -> 5.50 ms. Fused
-everywhere (no ``PIXEL_GAIN`` margin), the 56x56 and 28x28 convs ran 1-4% slower: each tile column
-then streams the whole input.
-
-A convolution's padding stays a block of its own, computed once per call before the tiles (fused,
-vectorized and parallel by :mod:`.simple`): inlined into the reduction it cost 2.5x on ResNet-18's
-56x56x64 3x3 conv (one AVX-512 core: 42 against 105-110 GFLOPS), and computed per tile (each tile
-padding the window it reads) it was done again for every tile column. Measured on an AVX2 Zen 3,
-2 cores, default ResNet-18 conv kernels, per call: 7x7 stem 2.92 -> 1.69 ms, 56x56x64 2.66 -> 2.45,
-14x14x256 3.55 -> 3.16, 7x7x512 3.13 -> 2.45, stride-2 into 7x7x512 1.73 -> 1.19; the model
-46.6 -> 37.5 ms in one run, and its build 16 -> 7 s (see :mod:`.inline` for when the padding is
-inlined instead: depthwise convs and pools).
-
-Tried and left out: walking a large tile column's weights in chunks of the reduction that stay in
-cache while every row goes by (the column's accumulators in a local buffer). ResNet-18's last 3x3
-conv ran 6.2-6.5 -> 4.3-4.7 ms on AVX2, but LLVM no longer kept the accumulators in registers
-(4x the vector moves) and took 4 s to compile that kernel (ResNet-18's export 16 -> 26 s). It needs
-a register tile accumulated into the column buffer once per chunk instead. Done so (an rfactor
-per chunk of 32-128 channels, its partial sum computed at the tile where the column buffer adds
-it), ResNet-18 ran 1.03-1.05x slower than without chunks (AVX2 Zen 3, one process, 8 rounds).
-
-Also tried and left out (AVX2 Zen 3, 2 threads, ResNet-18's conv kernels alone, 7-15 alternated
-rounds in one process): the write-back of a tail of rows computed in each parallel task, over the
-rows it just computed (``reverse_compute_at`` to the task loop), instead of a pass of its own:
-no faster (7 kernels 9.72 against 9.48 ms with the pass; its buffer, one task's rows, comes from
-the workspace pool per task). And output rows run as one axis in groups of 2, 4 or 7 rows (the
-block over ``h // g`` and ``h % g * W + w``: each task reads only its group's input rows) at
-56x56 and 28x28, where the model sees 3-4% to gain: within the noise (6.45 ms for four kernels by
-rows of one row, 6.35-6.60 grouped), and the stem 1.2-1.4x slower grouped. (TVM 0.27 detail for
-a grouped map: the block's iterators must change before its buffer's layout, else the output
-stays indexed ``(v1 * 2 + v2 // 56) // 2``.)
-
-And a software prefetch of the next task's weight panel (``llvm.prefetch`` of a slice of it at
-each step of the reduction's outer loops, added to the scheduled function with
-``tvm_ffi.structural_map``), for tile columns whose weights exceed ``CACHE_BYTES`` and stream
-from memory inside a model: no gain (AVX2 Zen 3, 2 threads, 7 alternated rounds, weights flushed
-before each call: ResNet-18's 7x7x512 3x3 conv 1.74 against 1.72 ms without; its kernels alone
-11.25 against 11.40 ms flushed, 11.34 against 11.16 warm; the model end to end 1.01x without,
-5 alternated rounds). The hardware prefetchers already follow a panel's one linear stream."""
+The output is cut into ``rows x vec`` tiles (``vec`` a multiple of the vector lanes on the
+output's innermost axis, ``rows`` on the axis the other operand varies with) that accumulate in
+vector registers over all the reduction loops, within the target's register budget; the epilogue
+is applied as a tile is written back, and the loops above the tiles are one parallel loop. Rows
+whole tiles leave over get a tail tile of their own; rows too short for whole tiles run over two
+output axes as one; large weights are packed into panels. Why each choice, with the measurements
+behind it and what was tried and left out: ``docs/notes/default-tiling.md``."""
 
 from __future__ import annotations
 
