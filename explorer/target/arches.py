@@ -16,9 +16,10 @@ class CpuArch:
 
     ``triple``: LLVM's; ``cross_compiler``: the C++ compiler that links a library for it on
     another machine; ``spellings``: what users type; ``example_cpus``: CPU names to suggest;
-    ``isa_ranks``: its vector ISAs, narrowest first (the words of
-    :func:`explorer.target.features.isa_word`); ``tensor_intrin``: the submodule of
-    ``tvm.s_tir.tensor_intrin`` with its intrinsics; ``registers``: vector registers, and
+    ``flags``: each ISA feature LLVM may use in a kernel and the ``/proc/cpuinfo`` flags that show
+    it; ``widths``: (feature, bits) of its vector units, widest first; ``isa_words``: (feature,
+    word) naming its vector ISAs, widest first (``avx512``, ``neon``); ``tensor_intrin``: the submodule of
+    ``tvm.s_tir.tensor_intrin`` with its intrinsics ("": none); ``registers``: vector registers, and
     ``more_registers``: (feature, count) where a feature gives more; ``broadcast_below_bits``:
     vector widths under which a scalar broadcast costs an instruction of its own before an FMA
     (x86 before AVX-512: ``vbroadcastss``; 0: never); ``fma_feature``: the feature FMAs need ("":
@@ -31,7 +32,9 @@ class CpuArch:
     cross_compiler: str
     spellings: tuple[str, ...]
     example_cpus: tuple[str, ...]
-    isa_ranks: tuple[str, ...]
+    flags: dict[str, tuple[str, ...]]
+    widths: tuple[tuple[str, int], ...]
+    isa_words: tuple[tuple[str, str], ...]
     tensor_intrin: str
     registers: int
     more_registers: tuple[tuple[str, int], ...] = ()
@@ -41,18 +44,48 @@ class CpuArch:
     narrower: tuple[tuple[str, str], ...] = ()
     compare_with: tuple[str, ...] = ()
 
+    @property
+    def isa_ranks(self) -> tuple[str, ...]:
+        """Its vector ISA words, narrowest first."""
+        return tuple(word for _, word in reversed(self.isa_words))
+
+
+# LLVM feature -> the /proc/cpuinfo flags that show it (any of them).
+_X86 = {
+    "sse": ("sse",), "sse2": ("sse2",), "sse3": ("pni", "sse3"), "ssse3": ("ssse3",),
+    "sse4.1": ("sse4_1",), "sse4.2": ("sse4_2",), "sse4a": ("sse4a",),
+    "avx": ("avx",), "avx2": ("avx2",), "fma": ("fma",), "fma4": ("fma4",), "f16c": ("f16c",),
+    "bmi": ("bmi1",), "bmi2": ("bmi2",), "lzcnt": ("abm", "lzcnt"), "popcnt": ("popcnt",), "movbe": ("movbe",),
+    "aes": ("aes",), "pclmul": ("pclmulqdq",), "sha": ("sha_ni",), "adx": ("adx",),
+    "gfni": ("gfni",), "vaes": ("vaes",), "vpclmulqdq": ("vpclmulqdq",),
+    "avx512f": ("avx512f",), "avx512dq": ("avx512dq",), "avx512cd": ("avx512cd",), "avx512bw": ("avx512bw",),
+    "avx512vl": ("avx512vl",), "avx512ifma": ("avx512ifma",), "avx512vbmi": ("avx512vbmi",),
+    "avx512vbmi2": ("avx512_vbmi2",), "avx512vnni": ("avx512_vnni",), "avx512bitalg": ("avx512_bitalg",),
+    "avx512vpopcntdq": ("avx512_vpopcntdq",), "avx512bf16": ("avx512_bf16",), "avx512fp16": ("avx512_fp16",),
+    "avx512vp2intersect": ("avx512_vp2intersect",), "avxvnni": ("avx_vnni",), "avxvnniint8": ("avx_vnni_int8",),
+    "avxifma": ("avx_ifma",), "avxneconvert": ("avx_ne_convert",),
+    "amx-tile": ("amx_tile",), "amx-int8": ("amx_int8",), "amx-bf16": ("amx_bf16",), "amx-fp16": ("amx_fp16",),
+}
+
+_AARCH64 = {
+    "neon": ("asimd",), "fp-armv8": ("fp",), "crc": ("crc32",), "aes": ("aes",), "sha2": ("sha2",),
+    "sha3": ("sha3",), "dotprod": ("asimddp",), "fullfp16": ("asimdhp", "fphp"), "fp16fml": ("asimdfhm",),
+    "rdm": ("asimdrdm",), "lse": ("atomics",), "rcpc": ("lrcpc",), "i8mm": ("i8mm",), "bf16": ("bf16",),
+    "sve": ("sve",), "sve2": ("sve2",), "sme": ("sme",),
+}
 
 CPU_ARCHES: dict[str, CpuArch] = {a.name: a for a in (
     CpuArch("x86_64", "x86_64-linux-gnu", "x86_64-linux-gnu-g++", ("x86_64", "x86-64"),
             ("x86-64-v3", "x86-64-v4", "haswell", "skylake-avx512", "icelake-server", "sapphirerapids", "znver3",
-             "znver4"), ("sse", "avx", "avx2", "avx512"), "x86",
+             "znver4"), _X86, (("avx512f", 512), ("avx", 256), ("sse", 128)),
+            (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse", "sse")), "x86",
             registers=16, more_registers=(("avx512f", 32),), broadcast_below_bits=512, fma_feature="fma",
             int8_dot=((frozenset({"avx512vnni", "avx512bw"}), "vnni"), (frozenset({"avx512bw"}), "avx512bw"),
                       (frozenset({"avx2"}), "avx2")),
             narrower=(("avx512f", "cpu:-avx512f"),), compare_with=("cpu:x86-64-v2", "aarch64:cortex-a76")),
     CpuArch("aarch64", "aarch64-linux-gnu", "aarch64-linux-gnu-g++", ("aarch64", "arm64"),
-            ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), ("neon", "sve"),
-            "arm_cpu", registers=32, compare_with=("cpu:generic", "x86_64:x86-64-v3")),
+            ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), _AARCH64,
+            (("neon", 128),), (("sve", "sve"), ("neon", "neon")), "arm_cpu", registers=32, compare_with=("cpu:generic", "x86_64:x86-64-v3")),
 )}
 
 
@@ -72,8 +105,8 @@ def host_arch() -> str:
 
 def cpu_intrinsics(arch: str) -> tuple[str, ...]:
     """The tensor-intrinsic submodules of a CPU architecture (every CPU's when it is unknown)."""
-    known = CPU_ARCHES.get(arch)
-    return (known.tensor_intrin,) if known else tuple(a.tensor_intrin for a in CPU_ARCHES.values())
+    known = [CPU_ARCHES[arch]] if arch in CPU_ARCHES else CPU_ARCHES.values()
+    return tuple(a.tensor_intrin for a in known if a.tensor_intrin)
 
 
 __all__ = ["CPU_ARCHES", "CpuArch", "arch_of", "cpu_intrinsics", "host_arch"]

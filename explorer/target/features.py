@@ -1,5 +1,6 @@
 """Instruction-set features: LLVM's names for them and the names Linux gives the same features in
-``/proc/cpuinfo``, per architecture. Plain data, no TVM.
+``/proc/cpuinfo``, per architecture (the tables are each :class:`explorer.target.arches.CpuArch`'s
+``flags``). No TVM.
 
 Only features LLVM may use when it generates code for a kernel are listed (vector units, FMA,
 dot products, bit manipulation, crypto). A feature LLVM enables for a CPU name but the machine
@@ -9,36 +10,10 @@ still calls ``znver4`` (code using it dies with SIGILL).
 
 from __future__ import annotations
 
-from explorer.target.arches import arch_of  # noqa: F401  (the one reading of a triple)
+from explorer.target.arches import CPU_ARCHES, arch_of
 
-# LLVM feature -> the /proc/cpuinfo flags that show it (any of them).
-X86 = {
-    "sse": ("sse",), "sse2": ("sse2",), "sse3": ("pni", "sse3"), "ssse3": ("ssse3",),
-    "sse4.1": ("sse4_1",), "sse4.2": ("sse4_2",), "sse4a": ("sse4a",),
-    "avx": ("avx",), "avx2": ("avx2",), "fma": ("fma",), "fma4": ("fma4",), "f16c": ("f16c",),
-    "bmi": ("bmi1",), "bmi2": ("bmi2",), "lzcnt": ("abm", "lzcnt"), "popcnt": ("popcnt",), "movbe": ("movbe",),
-    "aes": ("aes",), "pclmul": ("pclmulqdq",), "sha": ("sha_ni",), "adx": ("adx",),
-    "gfni": ("gfni",), "vaes": ("vaes",), "vpclmulqdq": ("vpclmulqdq",),
-    "avx512f": ("avx512f",), "avx512dq": ("avx512dq",), "avx512cd": ("avx512cd",), "avx512bw": ("avx512bw",),
-    "avx512vl": ("avx512vl",), "avx512ifma": ("avx512ifma",), "avx512vbmi": ("avx512vbmi",),
-    "avx512vbmi2": ("avx512_vbmi2",), "avx512vnni": ("avx512_vnni",), "avx512bitalg": ("avx512_bitalg",),
-    "avx512vpopcntdq": ("avx512_vpopcntdq",), "avx512bf16": ("avx512_bf16",), "avx512fp16": ("avx512_fp16",),
-    "avx512vp2intersect": ("avx512_vp2intersect",), "avxvnni": ("avx_vnni",), "avxvnniint8": ("avx_vnni_int8",),
-    "avxifma": ("avx_ifma",), "avxneconvert": ("avx_ne_convert",),
-    "amx-tile": ("amx_tile",), "amx-int8": ("amx_int8",), "amx-bf16": ("amx_bf16",), "amx-fp16": ("amx_fp16",),
-}
 
-AARCH64 = {
-    "neon": ("asimd",), "fp-armv8": ("fp",), "crc": ("crc32",), "aes": ("aes",), "sha2": ("sha2",),
-    "sha3": ("sha3",), "dotprod": ("asimddp",), "fullfp16": ("asimdhp", "fphp"), "fp16fml": ("asimdfhm",),
-    "rdm": ("asimdrdm",), "lse": ("atomics",), "rcpc": ("lrcpc",), "i8mm": ("i8mm",), "bf16": ("bf16",),
-    "sve": ("sve",), "sve2": ("sve2",), "sme": ("sme",),
-}
-
-BY_ARCH = {"x86_64": X86, "aarch64": AARCH64}
-
-# The widest vector unit a feature set gives, in bits (what "vector-width" tells TVM).
-_WIDTHS = {"x86_64": (("avx512f", 512), ("avx", 256), ("sse", 128)), "aarch64": (("neon", 128),)}
+BY_ARCH = {name: arch.flags for name, arch in CPU_ARCHES.items()}
 
 
 def missing(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str]:
@@ -49,20 +24,15 @@ def missing(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str
 
 def vector_width(features: set[str], arch: str) -> int | None:
     """Bits of the widest vector register ``features`` allow (None: not known for ``arch``)."""
-    for feature, bits in _WIDTHS.get(arch, ()):
-        if feature in features:
-            return bits
-    return None
+    known = CPU_ARCHES.get(arch)
+    return next((bits for feature, bits in known.widths if feature in features), None) if known else None
 
 
 def isa_word(features: set[str], arch: str) -> str:
-    """A short word for the widest vector ISA: avx512, avx2, avx, sse, sve, neon."""
-    if arch == "x86_64":
-        for feature, word in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse", "sse")):
-            if feature in features:
-                return word
-    if arch == "aarch64":
-        for feature, word in (("sve", "sve"), ("neon", "neon")):
-            if feature in features:
-                return word
-    return arch or "generic"
+    """A short word for the widest vector ISA: avx512, avx2, avx, sse, sve, neon (else the architecture)."""
+    known = CPU_ARCHES.get(arch)
+    word = next((w for feature, w in known.isa_words if feature in features), None) if known else None
+    return word or arch or "generic"
+
+
+__all__ = ["BY_ARCH", "arch_of", "isa_word", "missing", "vector_width"]

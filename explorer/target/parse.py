@@ -33,8 +33,8 @@ from explorer.target.model import (CUDA_ARCHES, CUDA_INTRINSICS, DEFAULT_CUDA_AR
 
 # Cores of a device schedx cannot see (MetaSchedule needs a number; JSON targets may give theirs).
 CROSS_CORES = 4
-SPEC_HELP = ("cpu, cpu:MCPU (an LLVM CPU name such as znver3), cpu:MCPU+feat,-feat, aarch64[:MCPU], "
-             "cuda, cuda:sm_XX, or a JSON target")
+SPEC_HELP = ("cpu, cpu:MCPU (an LLVM CPU name such as znver3), cpu:MCPU+feat,-feat, "
+             + ", ".join(f"{name}[:MCPU]" for name in CPU_ARCHES) + ", cuda, cuda:sm_XX, or a JSON target")
 _HOST_WORDS = ("cpu", "host", "llvm")
 _ARCH_OF_WORD = {word: arch.name for arch in CPU_ARCHES.values() for word in arch.spellings}
 
@@ -260,7 +260,8 @@ def _json_target(text: str, cores: int | None) -> Target:
     triple = config.get("mtriple") or host.triple
     arch = isa.arch_of(triple)
     if arch not in CPU_ARCHES and arch != host.arch:
-        raise TargetError(f"schedx cannot build for the triple {triple!r}; use an x86_64 or aarch64 triple")
+        raise TargetError(f"schedx cannot build for the triple {triple!r}; use a triple of "
+                          f"{' or '.join(CPU_ARCHES)}")
     mcpu = config.get("mcpu", "")
     if mcpu and mcpu not in known_cpus(triple):
         raise TargetError(f"LLVM does not know the CPU {mcpu!r}; {_cpu_list_hint(triple, mcpu)}")
