@@ -11,7 +11,9 @@ import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-MACHINES = {62: "x86_64", 183: "aarch64", 40: "arm", 243: "riscv"}
+from explorer.target.arches import CPU_ARCHES
+
+MACHINES = {arch.elf_machine: arch.name for arch in CPU_ARCHES.values()}  # the ELF header's e_machine
 # What `tvm.runtime.load_module` needs from a Relax executable's shared library.
 REQUIRED_SYMBOLS = ("__tvm_ffi__library_bin",)
 

@@ -16,6 +16,7 @@ class CpuArch:
 
     ``triple``: LLVM's; ``cross_compiler``: the C++ compiler that links a library for it on
     another machine; ``spellings``: what users type; ``example_cpus``: CPU names to suggest;
+    ``elf_machine``: the ELF header's ``e_machine`` of its libraries;
     ``flags``: each ISA feature LLVM may use in a kernel and the ``/proc/cpuinfo`` flags that show
     it; ``widths``: (feature, bits) of its vector units, widest first; ``isa_words``: (feature,
     word) naming its vector ISAs, widest first (``avx512``, ``neon``); ``tensor_intrin``: the submodule of
@@ -32,6 +33,7 @@ class CpuArch:
     cross_compiler: str
     spellings: tuple[str, ...]
     example_cpus: tuple[str, ...]
+    elf_machine: int
     flags: dict[str, tuple[str, ...]]
     widths: tuple[tuple[str, int], ...]
     isa_words: tuple[tuple[str, str], ...]
@@ -77,15 +79,16 @@ _AARCH64 = {
 CPU_ARCHES: dict[str, CpuArch] = {a.name: a for a in (
     CpuArch("x86_64", "x86_64-linux-gnu", "x86_64-linux-gnu-g++", ("x86_64", "x86-64"),
             ("x86-64-v3", "x86-64-v4", "haswell", "skylake-avx512", "icelake-server", "sapphirerapids", "znver3",
-             "znver4"), _X86, (("avx512f", 512), ("avx", 256), ("sse", 128)),
+             "znver4"), 62, _X86, (("avx512f", 512), ("avx", 256), ("sse", 128)),
             (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse", "sse")), "x86",
             registers=16, more_registers=(("avx512f", 32),), broadcast_below_bits=512, fma_feature="fma",
             int8_dot=((frozenset({"avx512vnni", "avx512bw"}), "vnni"), (frozenset({"avx512bw"}), "avx512bw"),
                       (frozenset({"avx2"}), "avx2")),
             narrower=(("avx512f", "cpu:-avx512f"),), compare_with=("cpu:x86-64-v2", "aarch64:cortex-a76")),
     CpuArch("aarch64", "aarch64-linux-gnu", "aarch64-linux-gnu-g++", ("aarch64", "arm64"),
-            ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), _AARCH64,
-            (("neon", 128),), (("sve", "sve"), ("neon", "neon")), "arm_cpu", registers=32, compare_with=("cpu:generic", "x86_64:x86-64-v3")),
+            ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), 183, _AARCH64,
+            (("neon", 128),), (("sve", "sve"), ("neon", "neon")), "arm_cpu", registers=32,
+            compare_with=("cpu:generic", "x86_64:x86-64-v3")),
 )}
 
 
