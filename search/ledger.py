@@ -43,14 +43,14 @@ class Candidate:
     cached: str | None = None  # the store's record id when it was measured before
     artifact: str | None = None
     check_artifact: str | None = None  # the kernel with its weight transform inside, to verify it
-    status: str = ""
+    status: Outcome | None = None  # None until it is built and run (or found measured)
     error: str = ""
     secs: tuple[float, ...] = ()
     max_error: float | None = None
     verified: bool | None = None
     early: bool = False  # timed by one run only: far slower than the task's best
 
-    def fail(self, status: str, error: str) -> None:
+    def fail(self, status: Outcome, error: str) -> None:
         self.status, self.error = status, error or f"{status} (no message)"
 
 
@@ -58,7 +58,7 @@ class Candidate:
 class BuildOutcome:
     """What a :class:`CandidateBuilder` reports for one candidate."""
 
-    status: str  # ok, build_error, timeout, infra_error
+    status: Outcome  # OK, BUILD_ERROR, TIMEOUT, INFRA_ERROR
     artifact: str | None = None
     check_artifact: str | None = None
     error: str = ""
@@ -68,7 +68,7 @@ class BuildOutcome:
 class RunOutcome:
     """What a :class:`CandidateRunner` reports for one candidate."""
 
-    status: str  # ok, run_error, verify_failed, timeout, infra_error
+    status: Outcome  # OK, RUN_ERROR, VERIFY_FAILED, TIMEOUT, INFRA_ERROR
     secs: tuple[float, ...] = ()
     error: str = ""
     max_error: float | None = None

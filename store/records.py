@@ -64,7 +64,7 @@ class Record:
     target: str
     hardware: str
     source: str
-    status: str
+    status: Outcome  # (a value read back from a database is its text; Store.add_record refuses others)
     steps: list
     trace: object
     latencies: list
