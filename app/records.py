@@ -82,8 +82,14 @@ def open_requested_record() -> tuple[str, list] | None:
         return None
     spec = (workload.shapes or {}).get("spec")
     steps = record.steps
+    func = module_from_b64(workload.key, workload.mod_b64)["main"] if workload.mod_b64 else None
+    if spec is None:  # a search task's or an imported record's kernel: opened from its own module
+        if func is None:
+            st.error(f"Record {record_id}'s workload keeps no module to open.")
+            return None
+        spec = f"record:{record_id}"
+        st.session_state.setdefault(state.RECORD_KERNELS, {})[spec] = (workload.name, func)
     if not steps and record.trace is not None:
-        func = module_from_b64(workload.key, workload.mod_b64)["main"]
         try:
             steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]
         except Exception as err:  # noqa: BLE001 - a primitive with no step yet, e.g. a padded transform_layout (TVM's
@@ -91,7 +97,4 @@ def open_requested_record() -> tuple[str, list] | None:
             st.error(f"Record {record_id} cannot be opened as steps: {err}. Its trace still applies: "
                      "`schedx export` and `schedx profile` use it.")
             return None
-        if spec is None:
-            spec = f"record:{record_id}"
-            st.session_state.setdefault(state.RECORD_KERNELS, {})[spec] = func
-    return (spec or f"record:{record_id}"), steps
+    return spec, steps

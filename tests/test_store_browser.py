@@ -34,3 +34,46 @@ def test_leaderboard_shows_records(tmp_path):
             page.wait_for_url("**/schedule")
         finally:
             browser.close()
+
+
+def _search_record_db(path) -> int:
+    """A database as `schedx tune matmul:...` leaves it: the task's workload (its module, no kernel
+    spec) and a search record that holds only a MetaSchedule trace."""
+    from explorer.environment import hardware_fingerprint
+    from explorer.schedule.defaults import CpuSpec, default_schedule
+    from explorer.workload import kernel_task, load_kernel
+    from search.records import task_workload
+    from store import Outcome, Record, Store
+
+    kernel = load_kernel("matmul:M=64,N=64,K=64")
+    _, choice = default_schedule(kernel.func, CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64"))
+    workload = task_workload(kernel_task(kernel), source="search")
+    assert "spec" not in workload.shapes  # what made the Schedule page refuse it
+    with Store(path) as store:
+        store.add_workload(workload)
+        return store.add_record(Record(
+            workload_key=workload.key, target='{"kind": "llvm"}', hardware=hardware_fingerprint(), source="search",
+            status=Outcome.OK, steps=[], trace=choice.trace, latencies=[1e-4], median_s=1e-4, gflops=5.0,
+            environment={}))
+
+
+def test_a_search_record_opens_in_the_schedule_page(tmp_path):
+    """"Open in Schedule page" on a record schedx's own search made: its kernel (from the record's
+    own module) and its trace as steps, not "came from an imported MetaSchedule database"."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    db = tmp_path / "search.db"
+    _search_record_db(db)
+    with schedx_ui(env={"SCHEDX_DB": str(db)}) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page.set_default_timeout(120_000)
+            open_page(page, f"{url}/leaderboard", "best records")
+            page.get_by_role("button", name="Open in Schedule page").click()
+            page.wait_for_url("**/schedule")
+            page.get_by_text("Opened the record's").first.wait_for()
+            assert page.get_by_text("imported MetaSchedule database").count() == 0
+            page.get_by_text("From the leaderboard: matmul").first.wait_for()  # the sidebar holds its kernel
+            page.get_by_text("Steps (").first.wait_for()
+        finally:
+            browser.close()

@@ -12,7 +12,7 @@ from app.components import code_with_marks, roofline_figure, tiling_figure
 from app.records import best_known, open_requested_record, save_measurement
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
-from explorer.kernels import BUILTINS, Kernel, builtin_kernel, kernel_model, parse_spec
+from explorer.kernels import BUILTINS, Kernel, builtin_kernel, kernel_model, make_kernel, parse_spec
 from explorer.workload import load_kernel
 from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
@@ -26,7 +26,9 @@ def choose_kernel() -> Kernel | None:
     sb = st.sidebar
     sb.header("Kernel")
     handed = st.session_state.get(state.GRAPH_KERNEL)  # a kernel opened from the Graph & passes page
-    if handed is not None and sb.toggle(f"From the graph: {handed.info.spec}", key=state.USE_GRAPH_KERNEL):
+    came = "From the leaderboard" if handed is not None and handed.info.source.startswith("record:") else "From the graph"
+    if handed is not None and sb.toggle(f"{came}: {handed.info.title if came != 'From the graph' else handed.info.spec}",
+                                        key=state.USE_GRAPH_KERNEL):
         return handed
     source = sb.radio("Source", ["Built-in", "From a model"], key=state.KERNEL_SOURCE, horizontal=True)
     try:
@@ -274,10 +276,11 @@ def open_record_into_session() -> None:
                 if p != "dtype":
                     st.session_state[state.param_key(name, p)] = v
             kernel = load_kernel(spec)
-        else:
-            st.warning("This record's kernel came from an imported MetaSchedule database and has no schedx kernel "
-                       "spec; open its trace in Python with explorer.schedule.trace.trace_to_steps.")
-            return
+        else:  # a search task's or an imported record's kernel: its own module, handed to the sidebar
+            name, func = st.session_state[state.RECORD_KERNELS][spec]
+            kernel = make_kernel(func, name=name, title=f"{name} ({spec})", source=spec, spec=spec, params={})
+            st.session_state[state.GRAPH_KERNEL] = kernel
+            st.session_state[state.USE_GRAPH_KERNEL] = True
         session = ScheduleSession(kernel.func)
         session.apply_all(steps_from_json(steps))
         st.session_state.setdefault(state.SCHEDULE_SESSIONS, {})[kernel.info.spec] = session
