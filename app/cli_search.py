@@ -200,8 +200,9 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
     from search.jobs import refresh
 
     found = refresh(_db(db_path))
+    store_path = _db(db_path).path
     machine = lock_status()
-    now = {j.id: _lock_state(j, machine) for j in found}
+    now = {j.id: _lock_state(j, machine, store_path) for j in found}
     if as_json:
         echo_json([{**j.to_dict(), "measuring": now[j.id]} for j in found])
         return
@@ -221,7 +222,7 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
                        f"  {best:>11}  "
                        f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
                        + (f"  ({j.error[:80]})" if j.error else ""))
-    _print_lock(machine)
+    _print_lock(machine, store_path)
 
 
 def _budget(done: int, total: int, minutes: float) -> str:
@@ -231,7 +232,26 @@ def _budget(done: int, total: int, minutes: float) -> str:
     return f"{done:>5}/{limit:<5}"
 
 
-def _lock_state(job, machine: dict) -> str:
+def _job_of(entry: dict, store_path) -> str:
+    """``job 2`` for a lock entry of a job of this database; ``job 2 of /other.db`` for another's
+    (job ids restart at 1 in every database); "" for a process that is no job."""
+    if not entry.get("job"):
+        return ""
+    db = entry.get("db")
+    same = not db or _same_file(db, store_path)
+    return f"job {entry['job']}" + ("" if same else f" of {db}")
+
+
+def _same_file(a, b) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, ValueError):
+        return str(a) == str(b)
+
+
+def _lock_state(job, machine: dict, store_path) -> str:
     """What a running job is doing with the machine's measuring lock: '' (neither), 'measuring',
     or 'waiting Ns for pid P'."""
     import time
@@ -243,18 +263,20 @@ def _lock_state(job, machine: dict) -> str:
         return "measuring"
     for w in machine["waiting"]:
         if w.get("pid") == job.pid:
-            by = f" for pid {holder['pid']}" + (f" (job {holder['job']})" if holder.get("job") else "") if holder else ""
+            held = _job_of(holder, store_path) if holder else ""
+            by = (f" for pid {holder['pid']}" + (f" ({held})" if held else "")) if holder else ""
             return f"waiting {time.time() - w.get('since', time.time()):.0f}s to measure{by}"
     return ""
 
 
-def _print_lock(machine: dict) -> None:
+def _print_lock(machine: dict, store_path) -> None:
     """Who times kernels on this machine now, and who waits (one measurement at a time)."""
     import time
 
     def who(entry: dict) -> str:
-        job = f"job {entry['job']}, " if entry.get("job") else ""
-        return f"pid {entry['pid']} ({job}{entry.get('what') or 'schedx measure'}) for {time.time() - entry['since']:.0f}s"
+        job = _job_of(entry, store_path)
+        return (f"pid {entry['pid']} ({job + ', ' if job else ''}{entry.get('what') or 'schedx measure'}) for "
+                f"{time.time() - entry['since']:.0f}s")
 
     if machine["holder"]:
         click.echo(f"measuring on this machine: {who(machine['holder'])}")

@@ -59,3 +59,22 @@ def test_tune_minutes_without_trials_stops_on_time_and_the_job_is_done(tmp_path)
     assert jobs[0]["status"] == "done" and jobs[0]["params"]["params"]["minutes"] == 0.1
     assert jobs[0]["params"]["params"]["timeout_s"] == 20
 
+
+
+def test_jobs_names_a_measuring_job_of_another_database_as_such(tmp_path, monkeypatch):
+    """Job ids restart at 1 in every database: the measuring lock's holder from another database
+    is 'job 2 of OTHER', not this database's job 2."""
+    import json
+    import os
+    import time
+
+    monkeypatch.setenv("SCHEDX_LOCK_DIR", str(tmp_path / "lock"))
+    (tmp_path / "lock").mkdir()
+    mine, other = tmp_path / "mine.db", tmp_path / "other.db"
+    for db, says in ((other, f"job 2 of {other}"), (mine, "(job 2, matmul")):
+        (tmp_path / "lock" / "holder.json").write_text(json.dumps(
+            {"pid": os.getpid(), "what": "matmul_M64", "job": 2, "db": str(db), "since": time.time()}))
+        r = CliRunner().invoke(cli, ["jobs", "--db", str(mine)])
+        assert r.exit_code == 0, r.output
+        line = next(x for x in r.output.splitlines() if x.startswith("measuring on this machine"))
+        assert says in line, line
