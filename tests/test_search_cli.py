@@ -78,3 +78,14 @@ def test_jobs_names_a_measuring_job_of_another_database_as_such(tmp_path, monkey
         assert r.exit_code == 0, r.output
         line = next(x for x in r.output.splitlines() if x.startswith("measuring on this machine"))
         assert says in line, line
+
+
+def test_a_foreground_tune_prints_a_line_per_batch(tmp_path):
+    """Not a bar that stays at "searching" for minutes: a line when it starts, one per batch."""
+    db = str(tmp_path / "lines.db")
+    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--trials", "8", "--per-batch", "4",
+                                 "--population", "32", "--generations", "1", "--db", db])
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if "] batch " in x]
+    assert len(lines) >= 2 and "/8 trials" in lines[-1] and "GFLOPS" in lines[-1], r.output
+    assert "timing each task's default schedule first" in r.output
