@@ -7,7 +7,6 @@ import click
 from app.cli_common import echo_json, fail_cleanly, target_option
 from app.cli_types import Count
 
-UNLIMITED_TRIALS = 10_000_000  # --minutes without --trials: the time budget decides
 
 
 def _db(path: str | None):
@@ -99,7 +98,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
     could be measured, with the failures grouped by reason."""
     from search.entry import cool_down
     from search.job_spec import JobSpec
-    from search.params import SearchParams
+    from search.params import UNLIMITED_TRIALS, SearchParams
     from search.stopping import StopRequest, signals_stop
 
     by_time = trials is None and bool(minutes)  # the progress bar follows the clock
@@ -227,18 +226,17 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
             state = f"  [{now[j.id]}]" if now[j.id] else ""
             if j.status == "running" and p.phase == "confirm":
                 state += f"  [confirming {p.confirm_done}/{p.confirm_total} tasks]"
-            click.echo(f"{j.id:>4}  {j.status:<8} {_budget(p.trials, p.total or spec.params.trials, spec.params.minutes)}"
+            click.echo(f"{j.id:>4}  {j.status:<8} {_budget(spec.params, p.trials, p.total)}"
                        f"  {best:>11}  "
                        f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
                        + (f"  ({j.error[:80]})" if j.error else ""))
     _print_lock(machine, store_path)
 
 
-def _budget(done: int, total: int, minutes: float) -> str:
-    """A job's trials against its budget, 11 wide: ``12/64``, or ``12/5 min`` for a time budget
-    (``--minutes`` alone sets the trial limit to UNLIMITED_TRIALS, which means none)."""
-    limit = f"{minutes:g} min" if minutes and total >= UNLIMITED_TRIALS else str(total)
-    return f"{done:>5}/{limit:<5}"
+def _budget(params, done: int, total: int) -> str:
+    """A job's trials against its budget, 11 wide: ``   12/64   ``, or ``   12/5 min``."""
+    done_text, _, limit = params.budget(done, total).partition("/")
+    return f"{done_text:>5}/{limit:<5}"
 
 
 def _job_of(entry: dict, store_path) -> str:

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, fields
 
 from search.errors import SearchError
 
+UNLIMITED_TRIALS = 10_000_000  # a time budget (minutes) without a trial limit: the clock decides
+
 
 @dataclass(frozen=True)
 class SearchParams:
@@ -33,6 +35,15 @@ class SearchParams:
     # after the search, each task's best schedules and its default timed again in turns, this many
     # rounds (search.confirm_round): what an export applies is decided there (0: not confirmed)
     confirm_rounds: int = 3
+
+    @property
+    def by_time(self) -> bool:
+        """The budget is the clock (``minutes`` with no trial limit)."""
+        return bool(self.minutes) and self.trials >= UNLIMITED_TRIALS
+
+    def budget(self, done: int, total: int | None = None) -> str:
+        """``done`` trials against the budget: ``12/64``, or ``12/5 min`` for a time budget."""
+        return f"{done}/{self.minutes:g} min" if self.by_time else f"{done}/{total or self.trials}"
 
     def __post_init__(self) -> None:
         checks = [

@@ -106,7 +106,7 @@ def test_targets_and_the_unknown_cpu_error_count_the_same_cpus(runner):
 
 def test_jobs_shows_a_time_budget_as_minutes_not_ten_million_trials(runner, tmp_path):
     """Issue 29: a `tune --minutes 1` job read `0/10000000` in `schedx jobs`."""
-    from app.cli_search import UNLIMITED_TRIALS
+    from search.params import UNLIMITED_TRIALS
     from search.job_spec import JobSpec
     from search.params import SearchParams
     from store import Store

@@ -153,3 +153,42 @@ def test_the_form_checks_a_models_shapes_before_any_job_starts(tmp_path):
     while time.time() < deadline and Store(db).job(job.id).status == "running":
         time.sleep(0.5)
     assert Store(db).job(job.id).status == "stopped"
+
+
+def test_elapsed_ticks_between_batches_and_a_minutes_budget_starts_from_the_form(tmp_path):
+    """A running job's elapsed time counts from its start (the job row changes only per batch);
+    the form takes a time budget as the CLI's --minutes does; the picker's label holds nothing
+    that goes stale (status and trials are live in the header)."""
+    import os
+    import sqlite3
+    from datetime import datetime, timedelta, timezone
+
+    from search.job_spec import JobSpec
+    from search.params import UNLIMITED_TRIALS
+
+    db = tmp_path / "tick.db"
+    store = Store(db)
+    job = store.create_job("tune", {"workload": "matmul:M=32,N=32,K=32", "params": {"trials": 48}})
+    store.update_job(job.id, status="running", pid=os.getpid())
+    started = (datetime.now(timezone.utc) - timedelta(seconds=45)).isoformat()
+    with sqlite3.connect(db) as conn:  # a job that started 45 s ago and has written no batch yet
+        conn.execute("UPDATE jobs SET created = ? WHERE id = ?", [started, job.id])
+    at = _page(db).run()
+    metrics = {m.label: m.value for m in at.metric}
+    label = at.selectbox(key="job_pick").options[0]
+    assert "running" not in label and "/48" not in label, label
+    assert metrics["trials"] == "0/48" and int(metrics["elapsed"].split()[0]) >= 44, metrics
+    store.update_job(job.id, status="stopped")
+
+    at.text_input(key="search_workload").input("matmul:M=64,N=64,K=64")
+    at.number_input(key="search_trials").set_value(0)
+    at.number_input(key="search_minutes").set_value(2.0)
+    at.button[0].click().run()
+    new = Store(db).jobs()[-1]
+    spec = JobSpec.from_dict(new.params)
+    assert spec.params.minutes == 2.0 and spec.params.trials == UNLIMITED_TRIALS
+    at.run()
+    assert {m.label: m.value for m in at.metric}["trials"].endswith("/2 min")
+    from search.jobs import stop_job
+
+    stop_job(Store(db), new.id, timeout=60)

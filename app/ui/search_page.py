@@ -19,17 +19,21 @@ EXAMPLES = ["matmul:M=256,N=256,K=256", "conv2d_nchw", "dense_bias_relu:M=32", "
 def start_form(store: Store) -> None:
     from search.job_spec import JobSpec
     from search.entry import prepare, start
-    from search.params import SearchParams
+    from search.params import UNLIMITED_TRIALS, SearchParams
 
     target = target_picker("search_target", cpu_only=True)
     with st.form("start_search"):
         st.markdown("**Start a search** (it runs as its own process: close the tab, it goes on)")
-        c1, c2 = st.columns([2, 1])
+        c1, c2, c3 = st.columns([4, 1, 1])
         workload = c1.text_input("Workload", "matmul:M=256,N=256,K=256", key="search_workload",
                                  help="A kernel spec (" + ", ".join(list(BUILTINS)[:4]) + ", ... with :P=V), "
                                       "a model's fused kernel (resnet18/fused_conv2d_add_relu) or a whole model ("
                                       + ", ".join(ZOO) + ")")
-        trials = c2.number_input("Trials", 1, 100000, 64, key="search_trials")
+        trials = c2.number_input("Trials", 0, 100000, 64, key="search_trials",
+                                 help="0: no trial limit (the minutes decide)")
+        minutes = c3.number_input("Minutes", 0.0, 24 * 60.0, 0.0, step=1.0, key="search_minutes",
+                                  help="A time budget: the search stops after the batch in progress once it is "
+                                       "spent (schedx tune --minutes); 0: none")
         shapes = st.text_input("Shapes (a model's symbolic dims)", "", key="search_shapes",
                                placeholder="input:1x3x224x224 or batch=1")
         c = st.columns(4)
@@ -46,8 +50,11 @@ def start_form(store: Store) -> None:
             if target is None:
                 st.error("Choose a valid target above first.")
                 return
+            if not trials and not minutes:
+                st.error("Give the search a budget: trials, minutes or both.")
+                return
             try:
-                params = SearchParams(trials=int(trials), per_batch=int(per_batch), population=int(population),
+                params = SearchParams(trials=int(trials) or UNLIMITED_TRIALS, minutes=float(minutes), per_batch=int(per_batch), population=int(population),
                                       generations=int(generations), mutate_prob=float(mutate), eps_greedy=float(eps),
                                       seed=int(seed))
                 spec = JobSpec(workload=workload.strip(), target=target.spec, params=params,
@@ -92,11 +99,12 @@ def sketches_panel() -> None:
 
 
 def _job_label(j) -> str:
-    from search.job_spec import JobProgress, JobSpec
+    """What never changes about a job (its status and trials are live in the header below: a
+    picker's label is not redrawn while it is closed, so it would show them stale)."""
+    from search.job_spec import JobSpec
 
-    p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
-    return (f"#{j.id} {j.status} · {spec.workload} · {p.trials}/{p.total or spec.params.trials} trials"
-            + (f" · best {p.best_gflops:.1f} GFLOPS" if p.best_gflops else ""))
+    spec = JobSpec.from_dict(j.params)
+    return f"#{j.id} · {spec.workload} · started {j.created[:16].replace('T', ' ')} UTC"
 
 
 def _read(path: str):
@@ -126,9 +134,9 @@ def _header(path: str, job, spec, progress) -> None:
                + (f", measured through {spec.rpc_tracker} ({spec.rpc_key})" if spec.rpc_tracker else ""))
     c = st.columns(5)
     c[0].metric("status", job.status)
-    c[1].metric("trials", f"{progress.trials}/{progress.total or spec.params.trials}")
+    c[1].metric("trials", spec.params.budget(progress.trials, progress.total))
     c[2].metric("best GFLOPS", f"{progress.best_gflops:.1f}" if progress.best_gflops else "-")
-    c[3].metric("elapsed", f"{progress.elapsed_s:.0f} s")
+    c[3].metric("elapsed", f"{_elapsed_s(job, progress):.0f} s")
     c[4].metric("ETA", f"{progress.eta_s:.0f} s" if running and progress.eta_s is not None else "-")
     if running and progress.phase == "confirm":
         st.progress(progress.confirm_done / max(1, progress.confirm_total),
@@ -145,6 +153,22 @@ def _header(path: str, job, spec, progress) -> None:
         st.warning("Failed candidates by reason: " + "; ".join(
             f"{n} {outcome} (e.g. {progress.reasons.get(outcome, '')[:120]})" for outcome, n in
             sorted(progress.failures.items(), key=lambda kv: -kv[1])))
+
+
+def _elapsed_s(job, progress) -> float:
+    """Seconds since a running job started, ticking between batches (the job row's own figure
+    changes only when a batch is written); a finished job's, as it recorded."""
+    if job.status != "running":
+        return progress.elapsed_s
+    from datetime import datetime, timezone
+
+    try:
+        started = datetime.fromisoformat(job.created)
+    except ValueError:
+        return progress.elapsed_s
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return max(progress.elapsed_s, (datetime.now(timezone.utc) - started).total_seconds())
 
 
 def _charts(series) -> None:
