@@ -171,6 +171,8 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     matching the target's cores)."""
     from explorer.environment import cpu_info
 
+    from explorer.machine_load import machine_load
+
     say = progress or (lambda stage, frac: None)
     threads = int(threads or cpu_info()["usable_cores"])
     target = parse_target(target)
@@ -178,6 +180,7 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
     report = BenchReport(workload=workload.spec, threads=threads)
+    load = machine_load()
     inputs = workload.sample_inputs()
     if schedules:
         say("TVM with records", 0.1)
@@ -201,6 +204,9 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
             report.notes.append("PyTorch: not installed")
     elif workload.kind == "model":
         report.notes.append("PyTorch: skipped, the model did not come from PyTorch (no torch module to run)")
+    load = load.worst(machine_load())
+    if load.busy:
+        report.notes.append(load.note())
     say("done", 1.0)
     return report
 

@@ -68,6 +68,8 @@ class Profile:
     ort_s: float | None = None
     peak_gflops: float | None = None
     notes: tuple[str, ...] = field(default=())
+    busy: bool = False  # other work ran on the machine meanwhile (a note says how much)
+    instrument_s: float = 0.0  # the instrument's own cost per timed call, taken out of every row
 
     def top(self, k: int = 5) -> list[KernelTime]:
         return list(self.kernels[:k])
@@ -86,6 +88,7 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``."""
     import statistics
 
+    from explorer.machine_load import machine_load
     from export.flow import export_workload
     from export.verify import run_in_child
 
@@ -96,20 +99,24 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     with tempfile.TemporaryDirectory(prefix="schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads)
+        load = machine_load()
         child = run_in_child(report.folder, threads=threads, runs=max(3, runs), budget_s=60.0, profile=runs)
-    outcomes = {o.task.name: o for o in report.built.outcomes}
+        load = load.worst(machine_load())
+    end_to_end_s = float(statistics.median(child["latencies_s"]))
     calls = child["profile"]["calls"]
+    per_call = _instrument_cost(calls, end_to_end_s)
+    outcomes = {o.task.name: o for o in report.built.outcomes}
     rows, kernels_s = [], 0.0
     owned = set()
     for name, outcome in outcomes.items():
         task = outcome.task
-        seconds = sum(calls.get(f, {}).get("seconds", 0.0) for f in task.funcs)
         count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
+        seconds = max(0.0, sum(calls.get(f, {}).get("seconds", 0.0) for f in task.funcs) - per_call * count)
         owned.update(task.funcs)
         kernels_s += seconds
         gflops = task.flops * count / seconds / 1e9 if seconds > 0 and task.flops else None
         rows.append((task, outcome, seconds, count, gflops))
-    other_s = sum(c["seconds"] for f, c in calls.items() if f not in owned)
+    other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=n, seconds=s, share=s / kernels_s if kernels_s else 0.0,
                     flops=t.flops, gflops=g,
@@ -117,14 +124,25 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                     schedule=o.schedule, record_id=o.record_id)
          for t, o, s, n, g in rows), key=lambda k: -k.seconds))
     notes = [f"instrumented runs took {child['profile']['instrumented_run_s'] * 1e3:.2f} ms against "
-             f"{statistics.median(child['latencies_s']) * 1e3:.2f} ms plain: the instrument's own cost"]
+             f"{end_to_end_s * 1e3:.2f} ms plain; the instrument's own cost, {per_call * 1e6:.2f} us per timed "
+             f"call, is taken out of every row (rows add up to {(kernels_s + other_s) * 1e3:.3f} ms)"]
+    if load.busy:
+        notes.append(load.note())
     ort_nodes, ort_s = (), None
     if ort and workload.onnx_model is not None:
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
     return Profile(workload=workload.spec, target=target.label, runs=runs,
-                   end_to_end_s=float(statistics.median(child["latencies_s"])), kernels_s=kernels_s,
-                   other_s=other_s, kernels=kernels, ort=ort_nodes, ort_s=ort_s, peak_gflops=peak_gflops,
-                   notes=tuple(notes))
+                   end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
+                   ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy=load.busy, instrument_s=per_call)
+
+
+def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:
+    """The VM instrument's own cost per timed call: what the timed calls add up to beyond a plain
+    run's time, shared out by call (each timing brackets a call with the same clock reads and
+    synchronisation, whatever the call does). 0 when the rows do not exceed the plain run."""
+    total = sum(c.get("seconds", 0.0) for c in calls.values())
+    count = sum(c.get("calls", 0) for c in calls.values())
+    return max(0.0, (total - plain_s) / count) if count else 0.0
 
 
 def ort_profile(onnx_model, inputs: dict, *, runs: int = 10, threads: int | None = None

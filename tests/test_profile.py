@@ -24,9 +24,10 @@ def test_rows_add_up_to_the_models_time(small_cnn_profile):
     assert p.kernels and all(k.seconds >= 0 for k in p.kernels)
     assert [k.seconds for k in p.kernels] == sorted((k.seconds for k in p.kernels), reverse=True)
     assert sum(k.share for k in p.kernels) == pytest.approx(1.0)
-    instrumented = float(p.notes[0].split(" ms against")[0].split()[-1]) / 1e3
-    # the kernels and the VM's builtins are the instrumented run, up to the Python between calls
-    assert 0.5 * instrumented <= p.kernels_s + p.other_s <= 1.05 * instrumented
+    # the instrument's own cost per timed call is taken out: the rows are the plain run's time
+    # (within 25%), unless other work on the machine inflated the parallel kernels (then it says so)
+    assert p.instrument_s >= 0 and "taken out of every row" in p.notes[0]
+    assert p.busy or 0.75 * p.end_to_end_s <= p.kernels_s + p.other_s <= 1.25 * p.end_to_end_s, p.notes
     conv = [k for k in p.kernels if "conv2d" in k.task]
     assert conv and conv[0].gflops and conv[0].calls == 1 and conv[0].schedule == "default"
     assert p.ort and p.ort_s and {n.op_type for n in p.ort} & {"Conv"}
@@ -52,3 +53,45 @@ def test_cli_profile_json_and_table(tmp_path):
     assert table.exit_code == 0 and "schedx tune small_cnn/" in table.output
     bad = CliRunner().invoke(cli, ["profile", "small_cnn", "--target", "cpu:nosuchcpu"])
     assert bad.exit_code == 1 and "LLVM does not know" in bad.output
+
+
+def test_the_instruments_cost_is_shared_out_by_call():
+    from export.profile import _instrument_cost
+
+    calls = {"conv": {"seconds": 3e-5, "calls": 1}, "relu": {"seconds": 2e-5, "calls": 2}, "vm.alloc": {"seconds": 1e-5, "calls": 3}}
+    assert _instrument_cost(calls, 3e-5) == pytest.approx(5e-6)  # 6e-5 timed, 3e-5 plain, 6 calls
+    assert _instrument_cost(calls, 1e-3) == 0.0  # rows under the plain run: nothing to take out
+    assert _instrument_cost({}, 1e-3) == 0.0
+
+
+def test_a_profile_on_a_busy_machine_says_so():
+    """Two busy processes beside the profile (as a user's build or browser would be): the
+    profile says the machine was busy and how, instead of rows that silently disagree."""
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        p = profile_workload("small_cnn", runs=3, ort=False)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert p.busy and any("the machine was busy" in n and "cores busy" in n for n in p.notes), p.notes
+
+
+def test_a_bench_on_a_busy_machine_says_so():
+    import subprocess
+    import sys
+
+    from export.bench import bench_workload
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        report = bench_workload("matmul:M=64,N=64,K=64", runs=5, budget_s=2.0)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert any("the machine was busy" in n for n in report.notes), report.notes
+    assert "the machine was busy" in report.table()

@@ -84,8 +84,12 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                    "every kernel call in a fresh process.")
         return
     result = found[3]
+    if result.busy:
+        st.warning(next(n for n in result.notes if "busy" in n))
     cols = st.columns(4)
-    cols[0].metric("TVM per run", f"{result.end_to_end_s * 1e3:.2f} ms")
+    cols[0].metric("TVM per run", f"{result.end_to_end_s * 1e3:.2f} ms",
+                   help=f"a plain run's median; the rows below add up to {(result.kernels_s + result.other_s) * 1e3:.3f}"
+                        f" ms with the instrument's own cost ({result.instrument_s * 1e6:.2f} us per call) taken out")
     cols[1].metric("ONNX Runtime", f"{result.ort_s * 1e3:.2f} ms" if result.ort_s else "-")
     cols[2].metric("TVM / ORT", f"{result.end_to_end_s / result.ort_s:.2f}x" if result.ort_s else "-")
     cols[3].metric("kernels with records", f"{sum(k.schedule == 'record' for k in result.kernels)}/"
