@@ -21,6 +21,7 @@ GRAPH_KERNEL = "graph_kernel"  # a Kernel the Graph & passes page sends to the S
 USE_GRAPH_KERNEL = "use_graph_kernel"  # Schedule page: show that kernel (a toggle in its sidebar)
 GRAPHS_SENT = "graphs_sent"  # keys of the graph payloads this session's browser already holds
 DIFF_STYLE = "diff_style"
+DIFF_STYLE_KEPT = "diff_style_kept"  # the diff style chosen last, kept while another view is shown
 PASS_TABLE = "pass_table"
 VIEW_TAB = "view_tab"
 OPEN_RECORD = "open_record"  # a record id the Leaderboard asks the Schedule page to open

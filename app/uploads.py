@@ -161,4 +161,14 @@ def save_upload(data: bytes, filename: str) -> str:
     return str(folder / name)
 
 
-__all__ = ["MAX_AGE_S", "MAX_FOLDER_BYTES", "MAX_UPLOAD_BYTES", "UploadError", "save_upload", "upload_folder"]
+def display_name(spec: str) -> str:
+    """What to call a model spec on a page: an upload by the file name the user chose (not its
+    private path and content hash), another path by its file name, anything else as it is."""
+    path = Path(spec)
+    if _folder is not None and path.parent == _folder:
+        return path.name.split("-", 1)[-1]
+    return path.name if ("/" in spec and path.suffix) else spec
+
+
+__all__ = ["MAX_AGE_S", "MAX_FOLDER_BYTES", "MAX_UPLOAD_BYTES", "UploadError", "display_name", "save_upload",
+           "upload_folder"]

@@ -65,3 +65,20 @@ def test_a_dimension_name_no_input_has_is_refused_not_ignored():
         fix_input_shapes(tiny_cnn(batch="N"), parse_shape_spec("bacth=2"))
     _, shapes = fix_input_shapes(tiny_cnn(batch="N"), parse_shape_spec("N=2"))
     assert next(iter(shapes.values()))[0] == 2
+
+
+def test_the_suggested_shape_keeps_known_sizes_and_guesses_plausible_ones():
+    """An image input with symbolic height and width was told to try 1x1x1x1."""
+    from onnx import TensorProto, helper
+
+    from explorer.models.onnx_import import fix_input_shapes
+
+    def model(dims):
+        x = helper.make_tensor_value_info("images", TensorProto.FLOAT, dims)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
+        return helper.make_model(helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g", [x], [y]))
+
+    with pytest.raises(ShapeSpecError, match=r"'images:1x3x224x224' or 'batch=1'"):
+        fix_input_shapes(model(["batch", 3, "height", "width"]), parse_shape_spec(""))
+    with pytest.raises(ShapeSpecError, match=r"'images:1x128x768'"):
+        fix_input_shapes(model(["batch", "seq", 768]), parse_shape_spec(""))

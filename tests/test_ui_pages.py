@@ -83,6 +83,10 @@ def test_switching_snapshots_and_diff_styles():
     assert not at.exception
     at.radio(key="diff_style").set_value("Full text after").run()
     assert at.code and "T.prim_func" in at.code[0].value
+    at.radio(key="diff_style").set_value("Side by side").run()
+    _view(at, "Graph")  # another view and back: the diff style stays as chosen (it reset to Unified)
+    _view(at, "TVMScript")
+    assert at.radio(key="diff_style").value == "Side by side"
 
 
 def test_switching_model_relabels_the_pass_pickers():

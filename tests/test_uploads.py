@@ -92,3 +92,13 @@ def test_the_folder_goes_when_the_ui_process_ends_and_leftovers_of_killed_ones_t
     assert left.exists()
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert not left.exists()
+
+
+def test_pages_call_an_upload_by_its_file_name():
+    """The Graph & passes caption showed the private upload path and its content hash."""
+    from app.uploads import display_name, save_upload
+
+    path = save_upload(b"onnx bytes", "my model.onnx")
+    assert display_name(path) == "my_model.onnx"
+    assert display_name("/data/models/resnet.onnx") == "resnet.onnx"
+    assert display_name("resnet18") == "resnet18" and display_name("example:densenet121") == "example:densenet121"

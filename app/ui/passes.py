@@ -20,6 +20,7 @@ from app.cache import (
 )
 from app.components import legend_html, side_by_side_html, table_html, time_bars_html
 from app.graph_view import graph_view
+from app.uploads import display_name
 from explorer.errors import ExplorerError
 from explorer.models import DEFAULT_MODEL, ZOO, example_names
 from explorer.passes import PASS_CATALOG, PIPELINES
@@ -81,13 +82,13 @@ def load_run(key: RunKey | None):
             st.session_state[state.LOADED] = key
             return key, run
         except ExplorerError as err:
-            st.error(f"**{key.model}**: {err}")
+            st.error(f"**{display_name(key.model)}**: {err}")
     previous = st.session_state.get(state.LOADED)
     if previous is None:
         st.info("Choose a model in the sidebar.")
         st.stop()
     if key is not None:
-        st.caption(f"Still showing {previous.model} through {previous.pipeline}.")
+        st.caption(f"Still showing {display_name(previous.model)} through {previous.pipeline}.")
     return previous, pipeline_run(previous)
 
 
@@ -189,7 +190,13 @@ def script_tab(key: RunKey, run, before: int, after: int) -> None:
     st.caption(f"{len(changed)} of {len(diffs)} functions differ: "
                + ", ".join(f"{d.name} ({d.status}, +{d.added}/-{d.removed})" for d in changed[:12])
                + (" ..." if len(changed) > 12 else ""))
-    style = st.radio("Diff style", ["Unified", "Side by side", "Full text after"], horizontal=True, key=state.DIFF_STYLE)
+    styles = ["Unified", "Side by side", "Full text after"]
+    # the choice outlives the radio: Streamlit drops a widget's state in a run that does not draw it
+    # (another view), which reset it to Unified
+    kept = st.session_state.get(state.DIFF_STYLE_KEPT, styles[0])
+    style = st.radio("Diff style", styles, index=styles.index(kept) if kept in styles else 0, horizontal=True,
+                     key=state.DIFF_STYLE)
+    st.session_state[state.DIFF_STYLE_KEPT] = style
     if style == "Full text after":
         st.code(script_text(key, after), language="python", line_numbers=True)
         return
@@ -235,7 +242,7 @@ def counts_tab(run, before: int, after: int) -> None:
 def main() -> None:
     st.title("Graph & passes")
     key, run = load_run(choose_model())
-    st.caption(f"**{key.model}** through **{run.title}**: {len(run.snapshots)} passes in "
+    st.caption(f"**{display_name(key.model)}** through **{run.title}**: {len(run.snapshots)} passes in "
                f"{run.seconds * 1000:.0f} ms (snapshots {run.capture_seconds * 1000:.0f} ms)")
     if run.error:
         st.warning(f"The pipeline stopped at **{run.failed_pass}**: {run.error}. Snapshots up to it are shown.")

@@ -122,13 +122,23 @@ def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.Mode
         shapes[inp.name] = tuple(dims)
     if missing:
         first = model_inputs(model)[0]
-        example = f"{first.name}:" + "x".join("1" for _ in first.type.tensor_type.shape.dim or [0])
+        example = f"{first.name}:" + _example_shape(first.type.tensor_type.shape.dim)
         named = [d.dim_param for i in model_inputs(model) for d in i.type.tensor_type.shape.dim
                  if d.dim_param and not d.HasField("dim_value")]
         raise ShapeSpecError(
             "these input dimensions are symbolic or unknown: " + ", ".join(missing)
             + f". Fix them with a shape spec such as '{example}' or '{named[0] if named else 'batch'}=1' (--shapes).")
     return model, shapes
+
+
+def _example_shape(dims) -> str:
+    """A plausible shape to suggest for an input: its known sizes kept, an unknown batch (the first
+    dimension) 1, unknown image sides 224 (4-D inputs) and sequence lengths 128 (others)."""
+    dims = list(dims) or [None]
+    guess = 224 if len(dims) == 4 else 128
+    sizes = [d.dim_value if d is not None and d.HasField("dim_value") else (1 if k == 0 else guess)
+             for k, d in enumerate(dims)]
+    return "x".join(map(str, sizes))
 
 
 def _outputs(mod) -> tuple[InputSpec, ...]:
