@@ -132,3 +132,18 @@ def test_a_default_record_opens_as_the_steps_of_its_trace(tmp_path):
     assert spec in opened
     nest = next(c.value for c in at.code if "_partition" in c.value)
     assert "#0 [SSSS]" in nest and "#1 [SSSS]" in nest
+
+
+def test_split_offers_only_loops_with_something_to_split_and_their_factors():
+    """A loop of one iteration was offered to split (with factors it cannot take); the factors
+    field now names the chosen loop's extent and its exact factors."""
+    at = AppTest.from_file(PAGE, default_timeout=300).run()
+    for p, v in (("M", 1), ("N", 56), ("K", 16)):
+        at.sidebar.number_input(key=f"param_matmul_{p}").set_value(v)
+    at.run()
+    at.selectbox(key="next_primitive").set_value("split").run()
+    options = at.selectbox(key="arg_split_loop").options
+    assert options and not any(o.split()[0].endswith("/i") for o in options), options  # i: M = 1
+    at.selectbox(key="arg_split_loop").set_value("C/j").run()
+    assert "56 iterations" in at.text_input(key="arg_split_factors").help
+    assert "2, 4, 7, 8, 14, 28" in at.text_input(key="arg_split_factors").help

@@ -72,7 +72,12 @@ def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
         return container.selectbox(param.name, names, key=key, help=param.help or None,
                                    format_func=lambda n: f"{n} [{next(b.iters for b in choices if b.name == n)}]")
     if param.kind == "loop":
-        return container.selectbox(param.name, list(labels), key=key, format_func=labels.get, help=param.help or None)
+        refs = list(labels)
+        if any(p.kind == "factors" for p in PRIMITIVES[prim].params):  # a loop of one iteration has nothing to split
+            refs = [lp.ref for lp in loops if lp.extent is None or lp.extent > 1]
+            if not refs:
+                container.caption("Every loop has one iteration: nothing to split.")
+        return container.selectbox(param.name, refs, key=key, format_func=labels.get, help=param.help or None)
     if param.kind == "loops":
         return container.multiselect(param.name + " (in order)", list(labels), key=key, format_func=labels.get,
                                      help=param.help or None)
@@ -80,7 +85,11 @@ def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
         options = [b.name for b in choices] + list(labels)
         return container.selectbox(param.name, options, key=key, format_func=lambda r: labels.get(r, f"block {r}"))
     if param.kind == "factors":
-        text = container.text_input(param.name, "None, 32", key=key, help="comma-separated; one may be None (inferred)")
+        loop = next((lp for lp in loops if lp.ref == st.session_state.get(f"arg_{prim}_loop")), None)
+        text = container.text_input(param.name, "None, 32", key=key, help="comma-separated; one may be None (inferred)"
+                                    + (f". {loop.ref} has {loop.extent} iterations; exact factors: "
+                                       f"{', '.join(map(str, _divisors(loop.extent))) or 'none (a prime)'}"
+                                       if loop is not None and loop.extent else ""))
         try:
             return parse_factors(text)
         except ValueError:
@@ -104,6 +113,11 @@ def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
         return parse_value(container.text_input(param.name, "16", key=key))
     return container.text_input(param.name, key=key, help=param.help or None,
                                  placeholder="lambda i, j: (j, i)" if param.kind == "index_map" else "")
+
+
+def _divisors(n: int) -> list[int]:
+    """The factors that split ``n`` iterations evenly (neither 1 nor ``n``)."""
+    return [d for d in range(2, n) if n % d == 0][:24]
 
 
 def step_form(session: ScheduleSession) -> None:
