@@ -9,7 +9,7 @@ import re
 import streamlit as st
 
 from explorer.errors import ExplorerError
-from explorer.schedule.codegen import CodeViews, code_views
+from explorer.schedule.codegen import CodeViews, code_views, hot_loop
 from explorer.schedule.views import changed_lines
 from explorer.workload import module_hash
 
@@ -38,19 +38,24 @@ def views_for(mod, target) -> CodeViews | None:
     return cache[key]
 
 
-def listing_html(text: str, changed: list[int], *, mark_vectors: bool = False) -> str:
+def listing_html(text: str, changed: list[int], *, mark_vectors: bool = False, lines: tuple[int, int] | None = None
+                 ) -> str:
     """A listing with line numbers, lines changed by the last step marked, and (assembly) vector
-    and FMA instructions highlighted."""
+    and FMA instructions highlighted; ``lines``: only lines first to last (1-based), numbered as
+    in the whole listing. Long lines scroll sideways; hovering one shows it whole."""
     marked = set(changed)
     rows = []
     for no, line in enumerate(text.splitlines(), 1):
+        if lines is not None and not lines[0] <= no <= lines[1]:
+            continue
         classes = []
         if mark_vectors and _VECTOR.search(line):
             classes.append("fma" if re.search(r"\b(v?fn?m(add|sub)|fml[as])", line) else "vec")
         if no in marked:
             classes.append("chg")
         body = f'<span class="ln">{no}</span>{html.escape(line) or " "}'
-        rows.append(f'<span class="{" ".join(classes)}">{body}</span>' if classes else body)
+        tip = f' title="{html.escape(line.strip(), quote=True)}"' if len(line) > 100 else ""
+        rows.append(f'<span class="{" ".join(classes)}"{tip}>{body}</span>' if classes or tip else body)
     return _CSS + '<div class="sx-asm"><pre>' + "\n".join(rows) + "</pre></div>"
 
 
@@ -82,6 +87,14 @@ def code_tabs(session, target, tabs) -> None:
             changed = changed_lines(getattr(before, attr), text) if before is not None else []
             if vectors:
                 st.caption(f"{target.label}: {stats_delta(now, before)}")
+                hot = hot_loop(text)
+                if hot is not None:  # Compiler Explorer opens where the work is, not at the preamble
+                    st.caption(f"Hot loop: lines {hot.first}-{hot.last}, {hot.fma} FMA and {hot.vector} vector "
+                               f"instructions per iteration")
+                    st.html(listing_html(text, changed, mark_vectors=True, lines=(hot.first, hot.last)))
+                    with st.expander(f"The whole listing ({len(text.splitlines())} lines)"):
+                        st.html(listing_html(text, changed, mark_vectors=True))
+                    continue
             else:
                 st.caption(f"{target.label}: {len(changed)} lines changed by the last step" if before is not None
                            else f"{target.label}: the unscheduled kernel")

@@ -194,3 +194,21 @@ def test_a_host_that_hides_avx512_gets_avx2_decisions_and_code(monkeypatch):
     func, choice = default_schedule(load_kernel(CONV_56).func, target.cpu_spec())
     assert f"register tile {DECISIONS[CONV_56]['avx2'][0]} " in choice.steps[0], choice.steps
     _assert_vector_width(_asm(func, target), 256)
+
+
+@pytest.mark.parametrize("isa", sorted(TARGETS))
+def test_the_assembly_view_finds_the_hot_loop_on_every_target(isa):
+    """The Schedule page opens the assembly at the loop that does the work: the innermost loop
+    with the FMAs (x86 `jne .LBB`, AArch64 `b.ne`/`cbnz ... .LBB` back branches)."""
+    from explorer.schedule.codegen import asm_stats, hot_loop
+
+    target = parse_target(TARGETS[isa])
+    func, _ = default_schedule(load_kernel(MATMUL_98).func, target.cpu_spec())
+    asm = _asm(func, target)
+    hot = hot_loop(asm)
+    assert hot is not None and hot.fma > 0
+    lines = asm.splitlines()
+    assert lines[hot.first - 1].strip().startswith(".L") and hot.last > hot.first
+    body = asm_stats("\n".join(lines[hot.first - 1:hot.last]))
+    assert body.fma.get(VECTOR_BITS[isa], 0) == hot.fma  # the FMAs of the target's width are in it
+    assert hot.last - hot.first < len(lines) / 4  # a loop, not the function around it

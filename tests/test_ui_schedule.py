@@ -147,3 +147,12 @@ def test_split_offers_only_loops_with_something_to_split_and_their_factors():
     at.selectbox(key="arg_split_loop").set_value("C/j").run()
     assert "56 iterations" in at.text_input(key="arg_split_factors").help
     assert "2, 4, 7, 8, 14, 28" in at.text_input(key="arg_split_factors").help
+
+
+def test_the_assembly_tab_opens_at_the_hot_loop():
+    at = small_matmul()
+    apply(at, "split", loop="C/j", factors="None, 16")
+    apply(at, "vectorize", loop="C/j_1")
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Hot loop: lines") and "FMA" in c for c in captions), captions
+    assert any(e.label.startswith("The whole listing") for e in at.expander)

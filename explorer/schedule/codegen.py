@@ -144,6 +144,49 @@ def _lowering() -> tvm.transform.Pass:
     ], name="schedx_lowered_view")
 
 
+@dataclass(frozen=True)
+class HotLoop:
+    """The loop of an assembly listing that does the work: lines ``first`` to ``last``
+    (1-based, inclusive: its label to its back branch), with its FMA and vector instructions."""
+
+    first: int
+    last: int
+    fma: int
+    vector: int
+
+
+_LABEL = re.compile(r"^\s*(\.L[\w.$]+):")  # local labels: where a loop's back branch goes
+# x86 jumps (jne .LBB0_3), AArch64 branches (b.ne .LBB0_3, cbnz x8, .LBB0_3, tbz w1, #3, .LBB0_3)
+_BRANCH = re.compile(r"^\s*(j\w*|b\.?\w*|cbn?z|tbn?z)\s+(?:[^,\s]+,\s*)*(\.L[\w.$]+)\s*$", re.IGNORECASE)
+
+
+def hot_loop(asm: str) -> HotLoop | None:
+    """The innermost loop with the most FMAs (else vector instructions) in an assembly listing: a
+    label and the last branch back to it. None when the listing has no loop doing either."""
+    lines = asm.splitlines()
+    labels: dict[str, int] = {}
+    best = None
+    for no, line in enumerate(lines, 1):
+        label = _LABEL.match(line)
+        if label:
+            labels[label.group(1)] = no
+            continue
+        branch = _BRANCH.match(line.split("#", 1)[0].split("//", 1)[0])
+        if not branch or branch.group(2) not in labels or labels[branch.group(2)] >= no:
+            continue
+        first = labels[branch.group(2)]
+        body = asm_stats("\n".join(lines[first - 1:no]))
+        loop = HotLoop(first, no, sum(body.fma.values()), sum(body.vector.values()))
+        if (loop.fma or loop.vector) and (best is None or _heat(loop) > _heat(best)):
+            best = loop
+    return best
+
+
+def _heat(loop: HotLoop) -> tuple:
+    """Most FMAs first (else vector instructions), then the innermost (the shortest) of equals."""
+    return (loop.fma, -(loop.last - loop.first)) if loop.fma else (0, loop.vector, -(loop.last - loop.first))
+
+
 def _kernel_asm(asm: str) -> str:
     """The kernel's own functions in an assembly listing: the compute function(s) TVM emits,
     without the packed-call wrappers' argument checks when they can be told apart."""
@@ -152,4 +195,4 @@ def _kernel_asm(asm: str) -> str:
     return "\n".join(compute) if compute else asm
 
 
-__all__ = ["AsmStats", "CodeViews", "asm_stats", "code_views"]
+__all__ = ["AsmStats", "CodeViews", "HotLoop", "asm_stats", "code_views", "hot_loop"]
