@@ -50,7 +50,7 @@ def compare_steps(steps_a: list, steps_b: list) -> list[dict]:
     return rows
 
 
-def _trace_parts(trace) -> tuple[list, dict]:
+def trace_parts(trace) -> tuple[list, dict]:
     """Instructions and {instruction index: decision} of a MetaSchedule trace JSON."""
     if not isinstance(trace, list) or len(trace) != 2:
         return [], {}
@@ -61,8 +61,8 @@ def _trace_parts(trace) -> tuple[list, dict]:
 def compare_decisions(trace_a, trace_b) -> dict:
     """The sampling decisions that differ between two traces, instructions aligned by kind and
     inputs; ``instructions_differ`` counts instructions present in only one trace or changed."""
-    insts_a, dec_a = _trace_parts(trace_a)
-    insts_b, dec_b = _trace_parts(trace_b)
+    insts_a, dec_a = trace_parts(trace_a)
+    insts_b, dec_b = trace_parts(trace_b)
     differ, rows = 0, []
     for i, j in _align(insts_a, insts_b, lambda inst: repr(inst[:3]) if isinstance(inst, list) else repr(inst)):
         if i is None or j is None or insts_a[i][:3] != insts_b[j][:3]:
@@ -88,4 +88,4 @@ def compare_records(a: Record, b: Record) -> dict:
             "steps_differ": sum(row["status"] != "same" for row in steps), **trace}
 
 
-__all__ = ["compare_decisions", "compare_records", "compare_steps"]
+__all__ = ["compare_decisions", "compare_records", "compare_steps", "trace_parts"]

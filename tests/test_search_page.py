@@ -47,6 +47,12 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     assert metrics["status"] == "done" and metrics["trials"] == "16/16"
     assert len(at.get("plotly_chart")) >= 3
     assert any("Failed candidates" in m.value for m in at.markdown)
+    # Optuna Dashboard's trial table and parameter view: every trial, and the sampled decisions of
+    # the fastest schedules read against the default
+    assert any(e.label.startswith("Every trial of this job (") for e in at.expander)
+    assert any("Decisions of the fastest schedules" in m.value for m in at.markdown)
+    decisions = next(d.value for d in at.dataframe if "vs default" in d.value.columns)
+    assert decisions.iloc[0]["source"] == "default" and any(c.startswith("tile ") for c in decisions.columns)
 
 
 def test_start_and_stop_a_search_from_the_page(tmp_path):

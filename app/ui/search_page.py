@@ -171,7 +171,8 @@ def _elapsed_s(job, progress) -> float:
     return max(progress.elapsed_s, (datetime.now(timezone.utc) - started).total_seconds())
 
 
-def _charts(series) -> None:
+def _charts(series) -> str | None:
+    """The job's charts; returns the task they show (None: all tasks)."""
     from app import charts
 
     tasks = list(series.task_points)
@@ -196,6 +197,30 @@ def _charts(series) -> None:
         st.dataframe(pd.DataFrame([{"record": r.id, "status": r.status, "error": r.error[:200],
                                     "steps": "; ".join(f"{s['primitive']}" for s in r.steps)[:200]}
                                    for r in series.failures]), hide_index=True, width="stretch")
+    return one
+
+
+def _trials(records, names: dict, task: str | None) -> None:
+    """The trial table and the decisions of the best schedules (of ``task``, else the task with
+    the most trials)."""
+    from search.charts import decision_rows, trial_rows
+
+    if task is None:
+        counts: dict = {}
+        for r in records:
+            counts[r.workload_key] = counts.get(r.workload_key, 0) + 1
+        key = max(counts, key=counts.get) if counts else None
+    else:
+        key = next((k for k, n in names.items() if n == task), None)
+    mine = [r for r in records if r.workload_key == key]
+    rows = decision_rows(mine)
+    if rows:
+        st.markdown(f"**Decisions of the fastest schedules** of {names.get(key, key).split('/')[-1]}: the default "
+                    "first (what an export uses without a record), then the search's best, with the tile sizes, "
+                    "choices and compute locations MetaSchedule sampled for each")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    with st.expander(f"Every trial of this job ({len(records)})"):
+        st.dataframe(pd.DataFrame(trial_rows(records, names)), hide_index=True, width="stretch")
 
 
 def _history(jobs) -> None:
@@ -228,7 +253,8 @@ def live(path: str) -> None:
     spec = JobSpec.from_dict(job.params)
     _header(path, job, spec, JobProgress.from_dict(job.progress))
     if records:
-        _charts(job_series(records, names, spec.params.per_batch))
+        shown = _charts(job_series(records, names, spec.params.per_batch))
+        _trials(records, names, shown)
     else:
         st.caption("No batch measured yet.")
     _history(jobs)
