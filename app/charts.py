@@ -119,8 +119,8 @@ def trials_per_task_figure(series) -> go.Figure:
     for task, (times, cum) in series.trials_over_time.items():
         fig.add_scatter(x=pd.to_datetime(times, format="ISO8601"), y=cum, mode="lines", name=task.split("/")[-1][:30],
                         stackgroup="trials")
-    fig.update_layout(title="trials given to each task over time", height=340, margin=_MARGIN,
-                      legend_orientation="h")
+    title = "trials over time" if len(series.trials_over_time) == 1 else "trials given to each task over time"
+    fig.update_layout(title=title, height=340, margin=_MARGIN, legend_orientation="h")
     return fig
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import time
 from pathlib import Path
 
@@ -46,6 +48,8 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["status"] == "done" and metrics["trials"] == "16/16"
     assert len(at.get("plotly_chart")) >= 3
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert len(titles) == len(set(titles)) and "trials over time" in titles, titles  # no chart twice
     assert any("Failed candidates" in m.value for m in at.markdown)
     # Optuna Dashboard's trial table and parameter view: every trial, and the sampled decisions of
     # the fastest schedules read against the default

@@ -183,8 +183,11 @@ def _charts(series) -> str | None:
         one = None if picked == "all tasks" else picked
     left, right = st.columns(2)
     left.plotly_chart(charts.history_figure(series, one), width="stretch")
-    right.plotly_chart(charts.candidates_figure(series) if one is None or len(tasks) == 1
-                       else charts.task_bests_figure(series), width="stretch")
+    if len(tasks) == 1:  # the left chart has every candidate already: the right one shows the pace
+        right.plotly_chart(charts.trials_per_task_figure(series), width="stretch")
+    else:
+        right.plotly_chart(charts.candidates_figure(series) if one is None else charts.task_bests_figure(series),
+                           width="stretch")
     left, right = st.columns(2)
     if series.predicted:
         left.plotly_chart(charts.cost_model_figure(series), width="stretch")
