@@ -8,7 +8,7 @@ import json
 import click
 
 from explorer.errors import ExplorerError
-from store import StoreError
+from store.errors import StoreError
 
 LIBRARY_ERRORS = (ExplorerError, StoreError)  # one base per room (store cannot import explorer)
 

@@ -11,14 +11,17 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from app.cli_common import fail_cleanly
 from app.cli_types import Count, Date, FilePath
-from store import Store, StoreError, default_db_path
-from store.db import user_path
+from store.errors import StoreError
 from store.records import KINDS, SOURCES, target_short
+
+if TYPE_CHECKING:
+    from store.db import Store
 
 EMPTY_HINT = ("No records yet. Measure a kernel (`schedx measure ...` or the Schedule page), run a search "
               "(`schedx tune ...`), or import a MetaSchedule database: `schedx db import DIR`.")
@@ -34,7 +37,16 @@ def _db_option(fn):
                         help="Database file (default: $SCHEDX_DB, else ~/.local/share/schedx/schedx.db).")(fn)
 
 
+def _open(path, **kwargs):
+    """The store at ``path`` (imported here: ``schedx --help`` need not load sqlite-utils)."""
+    from store.db import Store
+
+    return Store(path, **kwargs)
+
+
 def _path(db_path: Path | None) -> Path:
+    from store.db import default_db_path, user_path  # (sqlite-utils loads with the first command that needs it)
+
     return user_path(db_path) if db_path else default_db_path()
 
 
@@ -121,7 +133,7 @@ def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind,
     filters = dict(target=target, hardware=hw, source=source, kind=kind, since=since, verified_only=verified_only)
     rows, elsewhere, path = [], 0, _path(db_path)
     if _exists(path, given=db_path is not None):  # a missing database is an empty leaderboard, not an error
-        with Store(path, create=False) as store:
+        with _open(path, create=False) as store:
             if workload:
                 records = store.records(workload=workload, rankable=True, order="median", limit=top, **filters)
             else:
@@ -167,7 +179,7 @@ def import_(folder: Path, db_path, hardware, source, as_json) -> None:
     from explorer.target import canonical_target
     from search.records import describe_b64
 
-    with Store(_path(db_path)) as store:
+    with _open(_path(db_path)) as store:
         summary = store.import_metaschedule(folder, hardware=hardware or _this_machine(), source=source,
                                             target_fn=canonical_target, describe=describe_b64)
     if as_json:
@@ -191,7 +203,7 @@ def export(folder: Path, db_path, target, hardware, any_hardware, force, as_json
     ms.database.JSONDatabase(work_dir=FOLDER)."""
     if hardware and any_hardware:
         raise click.UsageError("give either --hardware or --any-hardware, not both")
-    with Store(_path(db_path), create=False) as store:
+    with _open(_path(db_path), create=False) as store:
         summary = store.export_metaschedule(folder, target=target, overwrite=force,
                                             hardware=None if any_hardware else (hardware or _this_machine()))
     if as_json:
@@ -210,7 +222,7 @@ def export(folder: Path, db_path, target, hardware, any_hardware, force, as_json
 def merge(other: Path, db_path, as_json) -> None:
     """Merge another schedx database (e.g. from another machine) into this one; records already
     here (same workload, target, machine, schedule and latencies) are skipped."""
-    with Store(_path(db_path)) as store:
+    with _open(_path(db_path)) as store:
         summary = store.merge(other)
     if as_json:
         _echo_json(summary)
@@ -226,7 +238,7 @@ def merge(other: Path, db_path, as_json) -> None:
 def info(db_path, as_json) -> None:
     """Show the database's path, schema version, counts by source, status and machine, and size,
     after checking the whole file (SQLite quick_check): a damaged file is an error."""
-    with Store(_path(db_path), create=False) as store:
+    with _open(_path(db_path), create=False) as store:
         data = store.info()
     if as_json:
         _echo_json(data)

@@ -2,12 +2,28 @@
 
 The UI, the CLI and MetaSchedule (through ``search.ms_database``) read and write it. No TVM here:
 workload modules and traces are opaque JSON, so the store stays light and importable anywhere.
+Names load on first use: ``from store.errors import StoreError`` or ``store.outcome`` cost
+nothing, and sqlite-utils (with pandas behind it) loads with the first ``Store``.
 """
 
-from store.db import Store, default_db_path
-from store.errors import (CorruptDatabaseError, ForeignDatabaseError, ImportFormatError, ReadOnlyDatabaseError,
-                          SchemaTooNewError, StoreError)
-from store.records import Job, Outcome, Record, Workload
+from __future__ import annotations
 
-__all__ = ["CorruptDatabaseError", "ForeignDatabaseError", "ImportFormatError", "Job", "Outcome", "ReadOnlyDatabaseError",
-           "Record", "SchemaTooNewError", "Store", "StoreError", "Workload", "default_db_path"]
+import importlib
+
+_NAMES = {
+    "Store": "db", "default_db_path": "db",
+    "CorruptDatabaseError": "errors", "ForeignDatabaseError": "errors", "ImportFormatError": "errors",
+    "ReadOnlyDatabaseError": "errors", "SchemaTooNewError": "errors", "StoreError": "errors",
+    "Job": "records", "Record": "records", "Workload": "records",
+    "Outcome": "outcome",
+}
+
+
+def __getattr__(name: str):
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"store.{module}"), name)
+
+
+__all__ = sorted(_NAMES)

@@ -120,3 +120,15 @@ def test_jobs_shows_a_time_budget_as_minutes_not_ten_million_trials(runner, tmp_
     rows = runner.invoke(cli, ["jobs", "--db", str(db)]).output.splitlines()
     assert "0/1.5 min" in rows[1] and "10000000" not in rows[1], rows
     assert "0/48" in rows[2], rows
+
+
+def test_the_command_line_starts_without_loading_the_heavy_libraries():
+    """Every command took 9-20 s to start on a loaded machine (`--help` 5 s): the CLI imports
+    TVM, sqlite-utils (with pandas), ONNX and the rest only in the command that uses them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, app.cli; heavy = ('tvm', 'sqlite_utils', 'pandas', 'numpy', 'onnx', 'streamlit', 'torch'); "
+            "print(' '.join(m for m in heavy if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"loaded at start: {out}"
