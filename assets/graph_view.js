@@ -1,5 +1,5 @@
 // schedx graph view: two graphs (before / after a pass) side by side, laid out on the server by
-// Graphviz, drawn here as SVG. Pan (drag), zoom (wheel, +/-), fit, a minimap per panel, search by
+// Graphviz, drawn here as SVG. Pan (drag), zoom (wheel, +/-), fit the width or show the whole, a minimap per panel, search by
 // name or op (Enter: next match, centred), click a node for its details; the details can open a
 // kernel in the Schedule page (a trigger value sent to Python). No library, nothing downloaded.
 //
@@ -58,7 +58,9 @@ function buildShell(root) {
     const zout = el("button", "sx-btn", tools, "−");
     zout.title = "Zoom out";
     const zfit = el("button", "sx-btn sx-fit", tools, "Fit");
-    zfit.title = "Fit to panel";
+    zfit.title = "Fit the width (labels stay readable; scroll or drag for the rest, the minimap shows all)";
+    const zall = el("button", "sx-btn sx-whole", tools, "Whole");
+    zall.title = "The whole graph in the panel (small on a deep graph)";
     const info = el("div", "sx-info", p);
     info.hidden = true;
     state.panels[side] = {
@@ -68,10 +70,11 @@ function buildShell(root) {
     };
     zin.onclick = () => zoomBy(state.panels[side], 1.4);
     zout.onclick = () => zoomBy(state.panels[side], 1 / 1.4);
-    zfit.onclick = () => fitPanel(state.panels[side]);
+    zfit.onclick = () => fitWidth(state.panels[side]);
+    zall.onclick = () => fitPanel(state.panels[side]);
     attachPanZoom(state, state.panels[side]);
   }
-  fit.onclick = () => SIDES.forEach((s) => fitPanel(state.panels[s]));
+  fit.onclick = () => SIDES.forEach((s) => fitWidth(state.panels[s]));
   search.addEventListener("input", () => runSearch(state));
   search.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter") { ev.preventDefault(); step(state, ev.shiftKey ? -1 : 1); }
@@ -193,6 +196,19 @@ function fitPanel(panel) {
   apply(panel);
 }
 
+// Fit: as wide as the panel (at most 1.5x), from the top; a graph whose height then fits is
+// centred whole. A deep graph stays readable and scrolls (wheel, drag, the minimap) instead of
+// shrinking to a strip (a 1000-node chain fitted whole was drawn at scale 0.14).
+function fitWidth(panel) {
+  if (!panel.graph) return;
+  const [W, H] = size(panel);
+  const g = panel.graph;
+  const s = Math.min((W - 20) / Math.max(g.w, 1), 1.5);
+  panel.view = { s, x: (W - g.w * s) / 2, y: Math.max(10, (H - g.h * s) / 2) };
+  if (g.h * s > H - 20) panel.view.y = 10;
+  apply(panel);
+}
+
 // A graph opens readable: whole if it fits at a scale where labels can be read, else from its
 // top at that scale (as wide as the panel allows); "Fit" shows it whole.
 const READABLE_SCALE = 0.75;
@@ -262,7 +278,7 @@ function attachPanZoom(state, panel) {
     const target = ev.target.closest ? ev.target.closest("g.n") : null;
     if (target) select(state, panel.side, Number(target.dataset.i), false);
   });
-  svg.addEventListener("dblclick", () => fitPanel(panel));
+  svg.addEventListener("dblclick", () => fitWidth(panel));
   const mini = panel.mini;
   const jump = (ev) => {
     if (!panel.graph || !panel.miniScale) return;

@@ -184,10 +184,16 @@ def test_a_1000_node_graph_whole_with_zoom_fit_and_minimap(ui_url, page, tmp_pat
     panel = after.bounding_box()
     world = after.locator("g.sx-world")
     opened = world.get_attribute("transform")  # opens readable, from the top
-    after.locator("button.sx-fit").click()
+    after.locator("button.sx-whole").click()
+    whole = world.get_attribute("transform")
+    assert whole != opened
+    assert world.bounding_box()["height"] <= panel["height"]  # the whole graph inside its panel (a strip)
+    after.locator("button.sx-fit").click()  # Fit: the panel's width, labels readable, the height scrolls
     fitted = world.get_attribute("transform")
-    assert fitted != opened
-    assert world.bounding_box()["height"] <= panel["height"]  # fit: the whole graph inside its panel
+    scale = float(fitted.split("scale(")[1].rstrip(")"))
+    assert scale > 2 * float(whole.split("scale(")[1].rstrip(")")), (fitted, whole)
+    box = world.bounding_box()
+    assert box["width"] <= panel["width"] + 1 and box["height"] > panel["height"]
     after.locator("button.sx-btn", has_text="+").click()
     assert world.get_attribute("transform") != fitted
     after.locator("button.sx-fit").click()
