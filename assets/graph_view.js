@@ -454,6 +454,26 @@ function showInfo(state, panel, i, twins) {
     el("div", "sx-attrs", acts, "Not lowered to a kernel by this pipeline.");
   }
   info.hidden = false;
+  besideNode(panel, i);
+}
+
+// The details sit beside the node, never over it: docked right, or left when the node is under
+// them; if the node is under them on both sides the view slides it clear.
+function overlaps(a, b) {
+  return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+}
+
+function besideNode(panel, i) {
+  const info = panel.info;
+  const node = () => panel.nodeEls[i].getBoundingClientRect();
+  info.classList.remove("sx-left");
+  if (!overlaps(node(), info.getBoundingClientRect())) return;
+  info.classList.add("sx-left");
+  if (!overlaps(node(), info.getBoundingClientRect())) return;
+  info.classList.remove("sx-left");
+  const gap = node().right - info.getBoundingClientRect().left + 12;
+  panel.view.x -= gap;
+  apply(panel);
 }
 
 // -- entry -----------------------------------------------------------------------------------

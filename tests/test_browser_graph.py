@@ -82,6 +82,10 @@ def test_find_a_node_by_name_see_what_it_became_and_open_its_kernel(ui_url, page
     info.wait_for()
     text = info.inner_text()
     assert "layer2.0.relu2" in text and "Relu" in text and "28x28" in text
+    node, popup = before.locator("g.n.sel").bounding_box(), info.bounding_box()
+    assert (node["x"] + node["width"] <= popup["x"] or popup["x"] + popup["width"] <= node["x"]
+            or node["y"] + node["height"] <= popup["y"] or popup["y"] + popup["height"] <= node["y"]), \
+        (node, popup)  # the details beside the node, not over it
     assert after.locator("g.n.twin").count() == 1  # the same model node, after FuseOps
     buttons = " ".join(info.locator("button.sx-open").all_inner_texts())
     assert "becomes: fused_" in buttons and "relu" in buttons.split("becomes: ")[1]
