@@ -8,10 +8,13 @@ Prints, per model, figures measured in this run (not a test: machines here are s
   2. switching passes: from the click on a pass in the "After pass" picker to both graphs drawn
      (the graphs of every snapshot the page shows are laid out once; the first visit of a
      snapshot and later visits are reported apart; target <= 300 ms);
-  3. the Counts & time tab: from the click on the tab to its chart drawn, first open (target <= 1 s).
+  3. the Counts & time tab: from the click on the tab to its chart drawn, first open (target <= 1 s);
+  4. on the graph itself (the after panel, as Netron is judged): a zoom step (the "+" button: the
+     script's work and the frame drawn, target <= 100 ms), a pan step (a drag of 40 px), Fit.
 
 Models: ResNet-18 (zoo) and a generated ONNX residual chain of ~700 operators with a name on every
-node (tests/big_onnx.py). Run: ``python -m benchmarks.bench_ui [--blocks 175] [--repeats 2]``.
+node (tests/big_onnx.py; ``--blocks 250`` makes 1000 operators). Run:
+``python -m benchmarks.bench_ui [--blocks 250] [--repeats 2]``.
 """
 
 from __future__ import annotations
@@ -126,6 +129,35 @@ def counts_tab(page) -> float:
     return seconds
 
 
+_STEP_JS = """async ([what, n]) => {
+  const root = %s;
+  const panel = root.querySelector('.sx-panel[data-side="after"]');
+  const svg = panel.querySelector('svg');
+  const button = what === 'zoom' ? panel.querySelector('.sx-tools button') : panel.querySelector('.sx-fit');
+  const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const times = [];
+  for (let k = 0; k < n; k++) {
+    const t = performance.now();
+    if (what === 'pan') {
+      const b = svg.getBoundingClientRect(), x = b.left + b.width / 2, y = b.top + b.height / 2;
+      svg.dispatchEvent(new PointerEvent('pointerdown', {clientX: x, clientY: y, bubbles: true, pointerId: 1}));
+      svg.dispatchEvent(new PointerEvent('pointermove', {clientX: x + 40, clientY: y + 20, bubbles: true, pointerId: 1}));
+      svg.dispatchEvent(new PointerEvent('pointerup', {clientX: x + 40, clientY: y + 20, bubbles: true, pointerId: 1}));
+    } else {
+      button.click();
+    }
+    await frame();
+    times.push(performance.now() - t);
+  }
+  return times;
+}""" % ROOT_JS
+
+
+def graph_steps(page, n: int = 8) -> dict[str, list[float]]:
+    """Milliseconds per zoom, pan and Fit step on the after panel (the script and the next frame)."""
+    return {what: page.evaluate(_STEP_JS, [what, n if what != "fit" else 3]) for what in ("zoom", "pan", "fit")}
+
+
 def report(name: str, figures: dict) -> None:
     print(f"{name}:")
     print(f"  first page                 {figures['first_page']:6.2f} s   (target <= 3 s)")
@@ -136,6 +168,9 @@ def report(name: str, figures: dict) -> None:
     print(f"  switch pass, again         median {statistics.median(a) * 1000:5.0f} ms, max {max(a) * 1000:5.0f} ms"
           f"   (target <= 300 ms, {len(a)} switches)")
     print(f"  Counts & time tab          {figures['counts'] * 1000:5.0f} ms   (first open, target <= 1 s)")
+    for what, times in figures.get("steps", {}).items():
+        print(f"  graph {what:<5} step          median {statistics.median(times):5.0f} ms, max {max(times):5.0f} ms"
+              + ("   (target <= 100 ms)" if what in ("zoom", "pan") else ""))
 
 
 @contextmanager
@@ -187,6 +222,7 @@ def main() -> None:
                 _settle(page)
                 figures["load"] = load_model_in_page(page, model)
                 _settle(page)
+                figures["steps"] = graph_steps(page)
                 figures["counts"] = counts_tab(page)
                 figures["switch_first"], figures["switch_again"] = switching(page, args.repeats)
                 report(label, figures)

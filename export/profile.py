@@ -137,12 +137,22 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
 
 
 def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:
-    """The VM instrument's own cost per timed call: what the timed calls add up to beyond a plain
-    run's time, shared out by call (each timing brackets a call with the same clock reads and
-    synchronisation, whatever the call does). 0 when the rows do not exceed the plain run."""
-    total = sum(c.get("seconds", 0.0) for c in calls.values())
-    count = sum(c.get("calls", 0) for c in calls.values())
-    return max(0.0, (total - plain_s) / count) if count else 0.0
+    """The VM instrument's own cost per timed call: the one figure that, taken out of every timed
+    call (each timing brackets a call with the same clock reads and synchronisation, whatever the
+    call does; a row never goes below zero), makes the rows add up to a plain run's time. 0 when
+    the rows do not exceed the plain run."""
+    timed = [(c.get("seconds", 0.0), c.get("calls", 0)) for c in calls.values()]
+
+    def rows_after(cost: float) -> float:
+        return sum(max(0.0, seconds - cost * n) for seconds, n in timed)
+
+    if not timed or rows_after(0.0) <= plain_s:
+        return 0.0
+    low, high = 0.0, max(seconds / n for seconds, n in timed if n) if any(n for _, n in timed) else 0.0
+    for _ in range(60):  # rows_after falls as the cost grows: bisect to the plain run's time
+        mid = (low + high) / 2
+        low, high = (mid, high) if rows_after(mid) > plain_s else (low, mid)
+    return high
 
 
 def ort_profile(onnx_model, inputs: dict, *, runs: int = 10, threads: int | None = None

@@ -58,8 +58,14 @@ def test_cli_profile_json_and_table(tmp_path):
 def test_the_instruments_cost_is_shared_out_by_call():
     from export.profile import _instrument_cost
 
-    calls = {"conv": {"seconds": 3e-5, "calls": 1}, "relu": {"seconds": 2e-5, "calls": 2}, "vm.alloc": {"seconds": 1e-5, "calls": 3}}
-    assert _instrument_cost(calls, 3e-5) == pytest.approx(5e-6)  # 6e-5 timed, 3e-5 plain, 6 calls
+    calls = {"conv": {"seconds": 3e-5, "calls": 1}, "relu": {"seconds": 2e-5, "calls": 2},
+             "vm.alloc": {"seconds": 1e-5, "calls": 3}}
+    # 6e-5 timed, 3e-5 plain: past 3.3e-6 per call the allocations' row is at zero, so the conv's
+    # and relus' rows give the rest: 5e-5 - 3c = 3e-5
+    assert _instrument_cost(calls, 3e-5) == pytest.approx(2e-5 / 3)
+    # a row cannot go below zero: the cost is the one that still brings the rest to the plain run
+    cost = _instrument_cost(calls, 1.5e-5)  # at 1e-5 per call: conv 2e-5, relu 0, alloc 0 (clamped)
+    assert cost == pytest.approx(1.5e-5, rel=1e-6)  # conv 3e-5 - 1.5e-5 = 1.5e-5, the rest at zero
     assert _instrument_cost(calls, 1e-3) == 0.0  # rows under the plain run: nothing to take out
     assert _instrument_cost({}, 1e-3) == 0.0
 
