@@ -471,8 +471,11 @@ function besideNode(panel, i) {
   info.classList.add("sx-left");
   if (!overlaps(node(), info.getBoundingClientRect())) return;
   info.classList.remove("sx-left");
-  const gap = node().right - info.getBoundingClientRect().left + 12;
-  panel.view.x -= gap;
+  // centre the node in the room left of the details (its left edge in the panel when it is wider)
+  const room = [panel.svg.getBoundingClientRect().left, info.getBoundingClientRect().left];
+  const box = node();
+  const to = box.width < room[1] - room[0] - 16 ? (room[0] + room[1]) / 2 - box.width / 2 : room[0] + 8;
+  panel.view.x += to - box.left;
   apply(panel);
 }
 
