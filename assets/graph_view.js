@@ -184,7 +184,38 @@ function apply(panel) {
   const v = panel.view;
   panel.world.setAttribute("transform", `translate(${v.x.toFixed(1)},${v.y.toFixed(1)}) scale(${v.s.toFixed(4)})`);
   panel.el.classList.toggle("sx-lod", v.s < TEXT_MIN_SCALE);
+  cull(panel);
   drawMiniView(panel);
+}
+
+// Draw what is visible: nodes and edges outside the panel (with a margin) are not rendered, so a
+// zoom or pan step on a 1000-node graph costs what the visible part costs. Only elements whose
+// state changes are touched.
+function cull(panel) {
+  const g = panel.graph, built = panel.built;
+  if (!g || !built || !panel.nodeEls.length) return;
+  const [W, H] = size(panel);
+  const v = panel.view, m = 80 / v.s;
+  const x0 = -v.x / v.s - m, y0 = -v.y / v.s - m, x1 = (W - v.x) / v.s + m, y1 = (H - v.y) / v.s + m;
+  const out = (l, t, r, b) => (r < x0 || l > x1 || b < y0 || t > y1 ? 1 : 0);
+  const nodes = built.hiddenNodes || (built.hiddenNodes = new Uint8Array(g.nodes.length));
+  g.nodes.forEach((n, i) => {
+    const hide = out(n.x - n.w / 2, n.y - n.h / 2, n.x + n.w / 2, n.y + n.h / 2);
+    if (hide !== nodes[i]) {
+      nodes[i] = hide;
+      panel.nodeEls[i].style.display = hide ? "none" : "";
+    }
+  });
+  const edges = built.hiddenEdges || (built.hiddenEdges = new Uint8Array(g.edges.length));
+  g.edges.forEach(([t, h], k) => {
+    const a = g.nodes[t], b = g.nodes[h];
+    if (!a || !b || !panel.edgeEls[k]) return;
+    const hide = out(Math.min(a.x, b.x) - a.w, Math.min(a.y, b.y), Math.max(a.x, b.x) + a.w, Math.max(a.y, b.y));
+    if (hide !== edges[k]) {
+      edges[k] = hide;
+      panel.edgeEls[k].style.display = hide ? "none" : "";
+    }
+  });
 }
 
 function fitPanel(panel) {
