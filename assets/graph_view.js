@@ -26,6 +26,13 @@ function buildShell(root) {
   // Leave what Streamlit put in the root (the component's <style>) in place.
   root.querySelectorAll(":scope > .sx-root").forEach((old) => old.remove());
   const wrap = el("div", "sx-root", root);
+  // The viewer's own events stop at its root: bubbling on, each reached the page's document-level
+  // listeners (React's), which took 150-400 ms of script per click or drag step on a 1000-node graph
+  // before the viewer could draw the next frame.
+  for (const type of ["click", "dblclick", "pointerdown", "pointermove", "pointerup", "wheel", "mousedown",
+                      "mousemove", "mouseup"]) {
+    wrap.addEventListener(type, (ev) => ev.stopPropagation());
+  }
   const bar = el("div", "sx-bar", wrap);
   const search = el("input", "sx-search", bar);
   search.type = "search";
@@ -182,40 +189,10 @@ function size(panel) {
 
 function apply(panel) {
   const v = panel.view;
+  const wh = size(panel);  // read once, before anything is written (a read after a write forces a layout)
   panel.world.setAttribute("transform", `translate(${v.x.toFixed(1)},${v.y.toFixed(1)}) scale(${v.s.toFixed(4)})`);
   panel.el.classList.toggle("sx-lod", v.s < TEXT_MIN_SCALE);
-  cull(panel);
-  drawMiniView(panel);
-}
-
-// Draw what is visible: nodes and edges outside the panel (with a margin) are not rendered, so a
-// zoom or pan step on a 1000-node graph costs what the visible part costs. Only elements whose
-// state changes are touched.
-function cull(panel) {
-  const g = panel.graph, built = panel.built;
-  if (!g || !built || !panel.nodeEls.length) return;
-  const [W, H] = size(panel);
-  const v = panel.view, m = 80 / v.s;
-  const x0 = -v.x / v.s - m, y0 = -v.y / v.s - m, x1 = (W - v.x) / v.s + m, y1 = (H - v.y) / v.s + m;
-  const out = (l, t, r, b) => (r < x0 || l > x1 || b < y0 || t > y1 ? 1 : 0);
-  const nodes = built.hiddenNodes || (built.hiddenNodes = new Uint8Array(g.nodes.length));
-  g.nodes.forEach((n, i) => {
-    const hide = out(n.x - n.w / 2, n.y - n.h / 2, n.x + n.w / 2, n.y + n.h / 2);
-    if (hide !== nodes[i]) {
-      nodes[i] = hide;
-      panel.nodeEls[i].style.display = hide ? "none" : "";
-    }
-  });
-  const edges = built.hiddenEdges || (built.hiddenEdges = new Uint8Array(g.edges.length));
-  g.edges.forEach(([t, h], k) => {
-    const a = g.nodes[t], b = g.nodes[h];
-    if (!a || !b || !panel.edgeEls[k]) return;
-    const hide = out(Math.min(a.x, b.x) - a.w, Math.min(a.y, b.y), Math.max(a.x, b.x) + a.w, Math.max(a.y, b.y));
-    if (hide !== edges[k]) {
-      edges[k] = hide;
-      panel.edgeEls[k].style.display = hide ? "none" : "";
-    }
-  });
+  drawMiniView(panel, wh);
 }
 
 function fitPanel(panel) {
@@ -353,7 +330,7 @@ function drawMiniBase(panel, style) {
   drawMiniView(panel);
 }
 
-function drawMiniView(panel) {
+function drawMiniView(panel, wh) {
   if (!panel.miniBase) return;
   const ctx = panel.mini.getContext("2d");
   const ratio = window.devicePixelRatio || 1;
@@ -361,7 +338,7 @@ function drawMiniView(panel) {
   ctx.clearRect(0, 0, panel.mini.width, panel.mini.height);
   ctx.drawImage(panel.miniBase, 0, 0);
   ctx.scale(ratio, ratio);
-  const [W, H] = size(panel);
+  const [W, H] = wh || size(panel);
   const v = panel.view, s = panel.miniScale;
   ctx.strokeStyle = "#dc2626";
   ctx.lineWidth = 1.5;

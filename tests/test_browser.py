@@ -50,7 +50,7 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
     _pick(page, "Model", "ResNet-18")
     after = page.locator('.sx-panel[data-side="after"]')
-    after.locator("g.n").nth(60).wait_for(state="attached")  # (off-screen nodes are not rendered)
+    after.locator("g.n").nth(60).wait_for(state="attached")
     assert after.locator("text.cl").first.text_content().startswith("fused_")  # a fused group
     page.locator(".sx-search").fill("layer2.0.relu2")
     page.locator(".sx-search").press("Enter")
