@@ -172,14 +172,19 @@ def roofline_figure(result, naive=None):
     import plotly.graph_objects as go
 
     peak, bw, ai = result.peak_gflops, result.peak_gbps, result.arithmetic_intensity or 1.0
-    xs = np.logspace(-2, 3, 120)
+    ridge = peak / bw  # where the memory roof meets the compute roof
+    lo, hi = min(ai, ridge) / 20, max(ai, ridge) * 20
+    xs = np.logspace(np.log10(lo), np.log10(hi), 120)
     fig = go.Figure()
     fig.add_scatter(x=xs, y=np.minimum(peak, xs * bw), mode="lines", name=f"roofline ({bw:.0f} GB/s, {peak:.0f} GFLOPS)",
                     line=dict(color="#64748b"))
     for label, r, colour in (("naive", naive, "#dc2626"), ("current", result, "#2563eb")):
         if r is not None and r.ok:
             fig.add_scatter(x=[ai], y=[r.gflops], mode="markers+text", name=label, text=[label],
-                            textposition="middle right", marker=dict(size=12, color=colour))
-    fig.update_layout(xaxis_type="log", yaxis_type="log", height=320, margin=dict(l=10, r=10, t=30, b=10),
-                      xaxis_title="arithmetic intensity (FLOP/byte)", yaxis_title="GFLOPS", title="Roofline")
+                            textposition="top center", cliponaxis=False, marker=dict(size=12, color=colour))
+    # one labelled tick per decade: plotly's default log ticks repeated 2 and 5 between the decades
+    fig.update_xaxes(type="log", dtick=1, title="arithmetic intensity (FLOP/byte)")
+    fig.update_yaxes(type="log", dtick=1, title="GFLOPS")
+    fig.update_layout(height=320, margin=dict(l=10, r=30, t=40, b=10), title="Roofline", legend_orientation="h",
+                      legend_y=-0.25)
     return fig

@@ -116,3 +116,18 @@ def test_compare_accepts_an_outputs_quantization_steps_and_the_float_rule_elsewh
     assert not compare(out, ref)[0]
     assert compare(out, ref, [8 / 255, None])[0]
     assert not compare([out[0], np.array([1.0, 2.1], "float32")], ref, [8 / 255, None])[0]
+
+
+def test_the_schedule_pages_roofline_labels_each_decade_once_and_keeps_its_points_inside():
+    """Its log axes repeated 2 and 5 between the decades, and a point's label near the right edge
+    was clipped."""
+    from types import SimpleNamespace
+
+    from app.components import roofline_figure
+
+    r = SimpleNamespace(peak_gflops=184.0, peak_gbps=20.0, arithmetic_intensity=5.0, gflops=40.0, ok=True)
+    fig = roofline_figure(r, SimpleNamespace(ok=True, gflops=2.0))
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1
+    roof = fig.data[0]
+    assert roof.x[0] < 5.0 < roof.x[-1] and roof.x[0] < 184 / 20 < roof.x[-1]  # the point and the ridge inside
+    assert all(t.textposition == "top center" and t.cliponaxis is False for t in fig.data[1:])

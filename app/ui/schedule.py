@@ -246,7 +246,7 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     if not result.ok:
         st.error(f"{result.status}: {result.error}")
     else:
-        m = st.columns(4)
+        m = st.columns(2) + st.columns(2)  # two rows: four across the narrow column cut the figures ("43.…")
         m[0].metric("median", f"{result.median_s * 1e3:.3f} ms", help=f"{result.number} runs x {len(result.latencies)}")
         m[1].metric("GFLOPS", f"{result.gflops:.1f}")
         m[2].metric("% of peak", f"{result.percent_of_peak:.1f}%",
@@ -266,7 +266,10 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
         rows.append({"schedule": f"best known (record {known.id}, {known.source})", "status": known.status,
                      "median ms": round(known.median_s * 1e3, 3), "GFLOPS": round(known.gflops, 2),
                      "% peak": round(100 * known.gflops / result.peak_gflops, 1) if result.peak_gflops else None})
-    st.dataframe(rows, hide_index=True, width="stretch")
+    narrow = {name: st.column_config.NumberColumn(width="small") for name in ("median ms", "GFLOPS", "% peak")}
+    st.dataframe(rows, hide_index=True, width="stretch",
+                 column_config={"schedule": st.column_config.TextColumn(width="medium"),
+                                "status": st.column_config.TextColumn(width="small"), **narrow})
     if result.ok and result.peak_gbps:
         st.plotly_chart(roofline_figure(result, naive), width="stretch")
 
