@@ -156,3 +156,16 @@ def test_the_assembly_tab_opens_at_the_hot_loop():
     captions = [c.value for c in at.caption]
     assert any(c.startswith("Hot loop: lines") and "FMA" in c for c in captions), captions
     assert any(e.label.startswith("The whole listing") for e in at.expander)
+
+
+def test_the_last_step_shows_before_and_after_side_by_side():
+    """The step's change was a highlight in the new script only; now also the two side by side."""
+    at = small_matmul()
+    apply(at, "split", loop="C/j", factors="None, 16")
+    at.toggle(key="script_sbs").set_value(True).run()
+    import html
+    import re
+
+    table = next(h.proto.body for h in at.get("html") if "<table" in h.proto.body and "sbs" in h.proto.body)
+    text = html.unescape(re.sub(r"<[^>]+>", "", table))
+    assert "for i, j, k in T.grid(64, 64, 32)" in text and "j_1" in text  # the loops before the split, and after

@@ -123,7 +123,11 @@ def pass_table(run, shown, keys: dict[str, str]) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(640, 38 + 35 * len(rows)),
                  key=keys["table"], on_select=functools.partial(_pick_row, keys, [s.index for s in shown]),
                  selection_mode="single-row", column_config={
-                     "ms": st.column_config.ProgressColumn("ms", format="%.1f", min_value=0, max_value=top),
+                     # the name gets the room: a bar for the time took half the table (names cut to
+                     # two letters at 1100 px); the Counts & time view has the bars
+                     "pass": st.column_config.TextColumn("pass", width="large"),
+                     "ms": st.column_config.NumberColumn("ms", format="%.1f", width="small",
+                                                         help=f"time of the pass; the slowest took {top:.1f} ms"),
                      "#": st.column_config.NumberColumn("#", width="small"),
                      "changed": st.column_config.TextColumn("Δ", width="small", help="changed the module")})
 
@@ -256,7 +260,7 @@ def explore(key: RunKey, run) -> None:
     """Everything below the model choice. A fragment: picking another snapshot reruns only this."""
     keys = run_keys(key)
     before, after, shown = snapshot_pickers(run, keys)
-    left, right = st.columns([1.25, 4])
+    left, right = st.columns([1.7, 4])
     with left:
         st.markdown(f"**Passes** ({len(shown)} of {len(run.snapshots)})")
         pass_table(run, shown, keys)

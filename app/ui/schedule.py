@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import state
 from app.cache import fused_kernels, machine_peaks
-from app.components import code_with_marks, roofline_figure, tiling_figure
+from app.components import code_with_marks, roofline_figure, side_by_side_html, tiling_figure
 from app.records import best_known, open_requested_record, save_measurement
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -203,7 +203,10 @@ def views(session: ScheduleSession, target) -> None:
         before = session.schedule_at(session.cursor - 1).mod.script() if session.cursor else script
         marks = changed_lines(before, script) if session.cursor else []
         st.caption(f"{len(marks)} lines changed by the last step" if session.cursor else "Unscheduled kernel")
-        st.html(code_with_marks(script, marks))
+        if session.cursor and st.toggle("Before and after the last step, side by side", key="script_sbs"):
+            st.html(side_by_side_html(before, script))
+        else:
+            st.html(code_with_marks(script, marks))
     with nest_tab:
         st.code(nest_text(loop_nest(func)), language=None)
     with tiling_tab:
