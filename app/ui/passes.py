@@ -117,19 +117,18 @@ def _pick_row(keys: dict[str, str], shown_indices: list[int]) -> None:
 
 def pass_table(run, shown, keys: dict[str, str]) -> None:
     """The pass list, Compiler Explorer style: click a row to see the module after that pass."""
-    rows = [{"#": s.index, "pass": "\u2003" * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
-             "changed": "\u25cf" if s.changed else ""} for s in shown]
+    rows = [{"pass": ("\u25cf " if s.changed else "\u25cb ") + "\u2003" * (s.depth - 1) + s.name,
+             "ms": round(s.seconds * 1000, 2)} for s in shown]
     top = max((s.seconds for s in shown), default=0) * 1000 or 1
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(640, 38 + 35 * len(rows)),
                  key=keys["table"], on_select=functools.partial(_pick_row, keys, [s.index for s in shown]),
                  selection_mode="single-row", column_config={
-                     # the name gets the room: a bar for the time took half the table (names cut to
-                     # two letters at 1100 px); the Counts & time view has the bars
-                     "pass": st.column_config.TextColumn("pass", width="large"),
+                     # the names get the room (a number column and a time bar took half of it: names
+                     # were cut to two letters at 1100 px); the Counts & time view has the bars
+                     "pass": st.column_config.TextColumn("pass", width="large",
+                                                         help="\u25cf changed the module, \u25cb left it as it was"),
                      "ms": st.column_config.NumberColumn("ms", format="%.1f", width="small",
-                                                         help=f"time of the pass; the slowest took {top:.1f} ms"),
-                     "#": st.column_config.NumberColumn("#", width="small"),
-                     "changed": st.column_config.TextColumn("Δ", width="small", help="changed the module")})
+                                                         help=f"time of the pass; the slowest took {top:.1f} ms")})
 
 
 def snapshot_pickers(run, keys: dict[str, str]) -> tuple[int, int, list]:
