@@ -3,6 +3,8 @@ from the database that SCHEDX_DB names, and hands one to the Schedule page."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
@@ -11,29 +13,36 @@ from tests.test_store_page import fill_demo
 pytestmark = pytest.mark.browser
 
 
-def test_leaderboard_shows_records(tmp_path):
+@contextmanager
+def leaderboard_page(db):
+    """The Leaderboard of the database ``db`` in a real browser, 1600 px wide."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    db = tmp_path / "demo.db"
-    fill_demo(db)
     with schedx_ui(env={"SCHEDX_DB": str(db)}) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
             page.set_default_timeout(120_000)
             open_page(page, f"{url}/leaderboard", "best records")
-            page.locator('[data-testid="stDataFrame"]').first.wait_for()
-            chart = page.locator('[data-testid="stVegaLiteChart"]').first
-            chart.locator("canvas, svg").first.wait_for()
-            page.wait_for_timeout(500)
-            svg = chart.inner_html()
-            assert "matmul_512x512x512_float32" in svg and "conv2d_1x64x56x56" in svg  # the bars' labels
-            assert ">search<" in svg and ">manual<" in svg  # the legend: coloured by source
-            assert 'fill="#2563eb"' in svg and 'fill="#f97316"' in svg  # manual and search bars drawn
-            page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)
-            page.get_by_role("button", name="Open in Schedule page").click()  # the record goes to the editor
-            page.wait_for_url("**/schedule")
+            yield page
         finally:
             browser.close()
+
+
+def test_leaderboard_shows_records(tmp_path):
+    db = tmp_path / "demo.db"
+    fill_demo(db)
+    with leaderboard_page(db) as page:
+        page.locator('[data-testid="stDataFrame"]').first.wait_for()
+        chart = page.locator('[data-testid="stVegaLiteChart"]').first
+        chart.locator("canvas, svg").first.wait_for()
+        page.wait_for_timeout(500)
+        svg = chart.inner_html()
+        assert "matmul_512x512x512_float32" in svg and "conv2d_1x64x56x56" in svg  # the bars' labels
+        assert ">search<" in svg and ">manual<" in svg  # the legend: coloured by source
+        assert 'fill="#2563eb"' in svg and 'fill="#f97316"' in svg  # manual and search bars drawn
+        page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)
+        page.get_by_role("button", name="Open in Schedule page").click()  # the record goes to the editor
+        page.wait_for_url("**/schedule")
 
 
 def _search_record_db(path) -> int:
@@ -60,20 +69,12 @@ def _search_record_db(path) -> int:
 def test_a_search_record_opens_in_the_schedule_page(tmp_path):
     """"Open in Schedule page" on a record schedx's own search made: its kernel (from the record's
     own module) and its trace as steps, not "came from an imported MetaSchedule database"."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     db = tmp_path / "search.db"
     _search_record_db(db)
-    with schedx_ui(env={"SCHEDX_DB": str(db)}) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1100})
-            page.set_default_timeout(120_000)
-            open_page(page, f"{url}/leaderboard", "best records")
-            page.get_by_role("button", name="Open in Schedule page").click()
-            page.wait_for_url("**/schedule")
-            page.get_by_text("Opened the record's").first.wait_for()
-            assert page.get_by_text("imported MetaSchedule database").count() == 0
-            page.get_by_text("From the leaderboard: matmul").first.wait_for()  # the sidebar holds its kernel
-            page.get_by_text("Steps (").first.wait_for()
-        finally:
-            browser.close()
+    with leaderboard_page(db) as page:
+        page.get_by_role("button", name="Open in Schedule page").click()
+        page.wait_for_url("**/schedule")
+        page.get_by_text("Opened the record's").first.wait_for()
+        assert page.get_by_text("imported MetaSchedule database").count() == 0
+        page.get_by_text("From the leaderboard: matmul").first.wait_for()  # the sidebar holds its kernel
+        page.get_by_text("Steps (").first.wait_for()
