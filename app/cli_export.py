@@ -26,13 +26,9 @@ def _progress(label: str):
 
 def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | None):
     """The best record per task from the database (none with --no-db)."""
-    from export import workload_tasks
+    from export.choose import workload_schedules
 
-    if no_db:
-        return {}, []
-    from export.choose import AUTO, best_schedules
-
-    return best_schedules(db, workload_tasks(workload), target, hardware=hardware or AUTO)
+    return workload_schedules(db, workload, target, use_records=not no_db, hardware=hardware)
 
 
 @click.command()

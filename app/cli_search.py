@@ -235,8 +235,7 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
 
 def _budget(params, done: int, total: int) -> str:
     """A job's trials against its budget, 11 wide: ``   12/64   ``, or ``   12/5 min``."""
-    done_text, _, limit = params.budget(done, total).partition("/")
-    return f"{done_text:>5}/{limit:<5}"
+    return f"{done:>5}/{params.limit(total):<5}"
 
 
 def _job_of(entry: dict, store_path) -> str:

@@ -9,7 +9,7 @@ import re
 import streamlit as st
 
 from explorer.errors import ExplorerError
-from explorer.schedule.codegen import CodeViews, code_views, hot_loop
+from explorer.schedule.codegen import CodeViews, code_views
 from explorer.schedule.views import changed_lines
 from explorer.workload import module_hash
 
@@ -87,7 +87,7 @@ def code_tabs(session, target, tabs) -> None:
             changed = changed_lines(getattr(before, attr), text) if before is not None else []
             if vectors:
                 st.caption(f"{target.label}: {stats_delta(now, before)}")
-                hot = hot_loop(text)
+                hot = now.hot
                 if hot is not None:  # Compiler Explorer opens where the work is, not at the preamble
                     st.caption(f"Hot loop: lines {hot.first}-{hot.last}, {hot.fma} FMA and {hot.vector} vector "
                                f"instructions per iteration")

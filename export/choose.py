@@ -181,5 +181,16 @@ def best_schedules(db: str | os.PathLike | Store | None, tasks: list[Task], targ
     return schedules_for(choices), choices
 
 
-__all__ = ["AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
+def workload_schedules(db: str | os.PathLike | Store | None, workload, target: Target, *, use_records: bool = True,
+                       hardware: str | None = None) -> tuple[dict[str, TaskSchedule], list[TaskChoice]]:
+    """The best record per task of a loaded workload (none when ``use_records`` is off: --no-db),
+    and the choices behind them."""
+    if not use_records:
+        return {}, []
+    from export.build import workload_tasks
+
+    return best_schedules(db, workload_tasks(workload), target, hardware=hardware or AUTO)
+
+
+__all__ = ["workload_schedules", "AUTO", "TaskChoice", "best_schedules", "hardware_for", "open_store", "record_schedule", "schedules_for",
            "shape_warnings", "task_choices", "why_no_schedules", "NO_RECORDS"]

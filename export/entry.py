@@ -88,12 +88,10 @@ def _records(spec: ExportSpec, workload: Workload, target: Target) -> tuple[dict
     """The schedules to apply and the warnings choosing them gave."""
     if spec.schedules is not None:
         return dict(spec.schedules), []
-    if not spec.use_records:
-        return {}, []
-    from export.build import workload_tasks
-    from export.choose import AUTO, best_schedules, shape_warnings
+    from export.choose import shape_warnings, workload_schedules
 
-    schedules, choices = best_schedules(spec.db, workload_tasks(workload), target, hardware=spec.hardware or AUTO)
+    schedules, choices = workload_schedules(spec.db, workload, target, use_records=spec.use_records,
+                                            hardware=spec.hardware)
     return schedules, shape_warnings(choices)
 
 

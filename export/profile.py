@@ -68,8 +68,12 @@ class Profile:
     ort_s: float | None = None
     peak_gflops: float | None = None
     notes: tuple[str, ...] = field(default=())
-    busy: bool = False  # other work ran on the machine meanwhile (a note says how much)
+    busy_note: str = ""  # other work ran on the machine meanwhile: how much ("" when quiet)
     instrument_s: float = 0.0  # the instrument's own cost per timed call, taken out of every row
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.busy_note)
 
     def top(self, k: int = 5) -> list[KernelTime]:
         return list(self.kernels[:k])
@@ -127,13 +131,13 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
              f"{end_to_end_s * 1e3:.2f} ms plain; the instrument's own cost, {per_call * 1e6:.2f} us per timed "
              f"call, is taken out of every row (rows add up to {(kernels_s + other_s) * 1e3:.3f} ms)"]
     if load.busy:
-        notes.append(load.note())
+        notes.append(load.note())  # (also the report's busy_note)
     ort_nodes, ort_s = (), None
     if ort and workload.onnx_model is not None:
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
     return Profile(workload=workload.spec, target=target.label, runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
-                   ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy=load.busy, instrument_s=per_call)
+                   ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call)
 
 
 def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:

@@ -41,9 +41,13 @@ class SearchParams:
         """The budget is the clock (``minutes`` with no trial limit)."""
         return bool(self.minutes) and self.trials >= UNLIMITED_TRIALS
 
+    def limit(self, total: int | None = None) -> str:
+        """The budget in words: ``64`` (trials; ``total`` when the job counted its own), ``5 min``."""
+        return f"{self.minutes:g} min" if self.by_time else str(total or self.trials)
+
     def budget(self, done: int, total: int | None = None) -> str:
         """``done`` trials against the budget: ``12/64``, or ``12/5 min`` for a time budget."""
-        return f"{done}/{self.minutes:g} min" if self.by_time else f"{done}/{total or self.trials}"
+        return f"{done}/{self.limit(total)}"
 
     def __post_init__(self) -> None:
         checks = [

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.processes import process_alive
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDX = [sys.executable, "-m", "app.cli"]
 KERNEL = "matmul:M=64,N=64,K=64"
@@ -347,7 +349,7 @@ def signals_at_start(work: Path) -> list[Probe]:
         time.sleep(1.0)
         os.kill(pid, sig)
         began = time.monotonic()
-        gone = wait_until(lambda: not _alive(pid), HARD_EXIT_S + 30)
+        gone = wait_until(lambda: not process_alive(pid), HARD_EXIT_S + 30)
         if not gone:
             probe.hangs += 1
             probe.fail(f"still running {HARD_EXIT_S + 30:.0f} s after the second signal")
@@ -377,14 +379,6 @@ def signals_at_start(work: Path) -> list[Probe]:
         probe.fail("hung")
     probes.append(probe)
     return probes
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def cli_fuzz() -> list[Probe]:

@@ -230,6 +230,7 @@ def test_signals_while_a_search_starts_end_it_within_seconds(tmp_path, backgroun
     boundary to stop at; held there by the fault hook), then nothing more: the process ends on
     its own within the hard-stop delay, and the job row says 'stopped'."""
     from explorer.fault_points import HOLD_VAR, MARK_VAR
+    from explorer.processes import process_alive
     from search.stopping import HARD_EXIT_S
 
     db, mark = tmp_path / "start.db", tmp_path / "held"
@@ -252,8 +253,7 @@ def test_signals_while_a_search_starts_end_it_within_seconds(tmp_path, backgroun
         time.sleep(1.0)
         start = time.monotonic()
         os.kill(pid, signal.SIGINT)
-        while time.monotonic() - start < HARD_EXIT_S + 30 and Path(f"/proc/{pid}").exists() and \
-                "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]:
+        while time.monotonic() - start < HARD_EXIT_S + 30 and process_alive(pid):
             time.sleep(0.2)
         took = time.monotonic() - start
         if not background:

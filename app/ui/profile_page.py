@@ -85,7 +85,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
         return
     result = found[3]
     if result.busy:
-        st.warning(next(n for n in result.notes if "busy" in n))
+        st.warning(result.busy_note)
     cols = st.columns(4)
     cols[0].metric("TVM per run", f"{result.end_to_end_s * 1e3:.2f} ms",
                    help=f"a plain run's median; the rows below add up to {(result.kernels_s + result.other_s) * 1e3:.3f}"

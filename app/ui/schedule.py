@@ -26,9 +26,7 @@ def choose_kernel() -> Kernel | None:
     sb = st.sidebar
     sb.header("Kernel")
     handed = st.session_state.get(state.GRAPH_KERNEL)  # a kernel opened from the Graph & passes page
-    came = "From the leaderboard" if handed is not None and handed.info.source.startswith("record:") else "From the graph"
-    if handed is not None and sb.toggle(f"{came}: {handed.info.title if came != 'From the graph' else handed.info.spec}",
-                                        key=state.USE_GRAPH_KERNEL):
+    if handed is not None and sb.toggle(_handed_label(handed), key=state.USE_GRAPH_KERNEL):
         return handed
     source = sb.radio("Source", ["Built-in", "From a model"], key=state.KERNEL_SOURCE, horizontal=True)
     try:
@@ -52,6 +50,14 @@ def choose_kernel() -> Kernel | None:
     except ExplorerError as err:
         sb.error(str(err))
         return None
+
+
+def _handed_label(kernel: Kernel) -> str:
+    """The sidebar toggle of a kernel another page handed over: a record's from the Leaderboard
+    (named by its workload), else a fused kernel from the graph (by its spec)."""
+    if kernel.info.source.startswith("record:"):
+        return f"From the leaderboard: {kernel.info.title}"
+    return f"From the graph: {kernel.info.spec}"
 
 
 def session_for(kernel: Kernel) -> ScheduleSession:

@@ -55,6 +55,17 @@ class AsmStats:
 
 
 @dataclass(frozen=True)
+class HotLoop:
+    """The loop of an assembly listing that does the work: lines ``first`` to ``last``
+    (1-based, inclusive: its label to its back branch), with its FMA and vector instructions."""
+
+    first: int
+    last: int
+    fma: int
+    vector: int
+
+
+@dataclass(frozen=True)
 class CodeViews:
     """The three views of one schedule for one target, and the assembly's statistics."""
 
@@ -64,6 +75,7 @@ class CodeViews:
     asm: str
     stats: AsmStats
     seconds: float
+    hot: HotLoop | None = None  # the loop of ``asm`` that does the work (see hot_loop)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -126,7 +138,7 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
         raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
             from err
     return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
-                     time.perf_counter() - start)
+                     time.perf_counter() - start, hot_loop(asm))
 
 
 def _lowering() -> tvm.transform.Pass:
@@ -142,17 +154,6 @@ def _lowering() -> tvm.transform.Pass:
         st.LowerOpaqueBlock(), tt.FlattenBuffer(), tt.NarrowDataType(32), st.LoopPartition(), tt.VectorizeLoop(True),
         tt.StorageRewrite(), st.HoistIfThenElse(), tt.UnrollLoop(), tt.StmtSimplify(), tt.RemoveNoOp(),
     ], name="schedx_lowered_view")
-
-
-@dataclass(frozen=True)
-class HotLoop:
-    """The loop of an assembly listing that does the work: lines ``first`` to ``last``
-    (1-based, inclusive: its label to its back branch), with its FMA and vector instructions."""
-
-    first: int
-    last: int
-    fma: int
-    vector: int
 
 
 _LABEL = re.compile(r"^\s*(\.L[\w.$]+):")  # local labels: where a loop's back branch goes

@@ -122,7 +122,7 @@ class Target:
     @property
     def stand_in(self) -> str:
         """What checks a bundle here when this machine cannot run it."""
-        return f"run it {self.run_elsewhere}"
+        raise NotImplementedError
 
     # how it builds
     def tvm(self):
