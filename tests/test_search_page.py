@@ -55,7 +55,10 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     assert any(e.label.startswith("Every trial of this job (") for e in at.expander)
     assert any("Decisions of the fastest schedules" in m.value for m in at.markdown)
     decisions = next(d.value for d in at.dataframe if "vs default" in d.value.columns)
-    assert decisions.iloc[0]["source"] == "default" and any(c.startswith("tile ") for c in decisions.columns)
+    assert any(c.startswith("tile ") for c in decisions.columns)
+    timed_default = [r for r in store.records(job_id=job.id) if r.source == "default" and r.gflops and r.trace]
+    if timed_default:  # (the fake runner fails every fifth run: the default's may be one of them)
+        assert decisions.iloc[0]["source"] == "default"
 
 
 def test_start_and_stop_a_search_from_the_page(tmp_path):
