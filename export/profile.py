@@ -15,10 +15,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
 from export.schedules import TaskSchedule
+
+if TYPE_CHECKING:
+    from export.flow import ExportReport
 
 
 @dataclass(frozen=True)
@@ -90,11 +94,7 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
                      peak_gflops: float | None = None) -> Profile:
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``."""
-    import statistics
-
-    from explorer.machine_load import machine_load
     from export.flow import export_workload
-    from export.verify import run_in_child
 
     target = parse_target(target)
     target.require_runnable("profile")
@@ -103,9 +103,21 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     with tempfile.TemporaryDirectory(prefix="schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads)
-        load = machine_load()
-        child = run_in_child(report.folder, threads=threads, runs=max(3, runs), budget_s=60.0, profile=runs)
-        load = load.worst(machine_load())
+        return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops)
+
+
+def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
+                   ort: bool = True, peak_gflops: float | None = None) -> Profile:
+    """Profile a bundle :func:`export.flow.export_workload` wrote for ``workload`` (its folder must
+    still exist): the same figures as :func:`profile_workload`, without building again."""
+    import statistics
+
+    from explorer.machine_load import machine_load
+    from export.verify import run_in_child
+
+    load = machine_load()
+    child = run_in_child(report.folder, threads=threads, runs=max(3, runs), budget_s=60.0, profile=runs)
+    load = load.worst(machine_load())
     end_to_end_s = float(statistics.median(child["latencies_s"]))
     calls = child["profile"]["calls"]
     per_call = _instrument_cost(calls, end_to_end_s)
@@ -135,7 +147,7 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     ort_nodes, ort_s = (), None
     if ort and workload.onnx_model is not None:
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
-    return Profile(workload=workload.spec, target=target.label, runs=runs,
+    return Profile(workload=workload.spec, target=report.manifest["target"]["label"], runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
                    ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call)
 

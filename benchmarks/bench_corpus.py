@@ -1,0 +1,245 @@
+"""Benchmark: the corpus of real architectures (``benchmarks/corpus``) with no search.
+
+Per model, in a child process of its own (a native crash or a hang fails one row):
+  - imports: the ONNX file loads into Relax (with the manifest's ``--shapes`` for dynamic models);
+  - verified: exported for this machine's CPU with default schedules, run as deployed (the
+    bundle's ``run.py`` in a fresh process) and compared with ONNX Runtime;
+  - latency: the bundle at 1 and 2 threads against ONNX Runtime at 1 and 2 threads, the four
+    alternated ``--rounds`` times (order reversed every other round), the best median of each;
+  - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
+    matmul through numpy's BLAS, `schedx calibrate`);
+  - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only).
+A summary line ends the table: verified k/N, the median and worst ratio against ONNX Runtime at
+2 threads, and the kernels over 20% of a model's time that run below 10% of the peak.
+
+Run: ``python -m benchmarks.corpus.build`` once (it exports the files), then
+``python -m benchmarks.bench_corpus [--only a,b] [--cross] [--json out.json] [--markdown]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_models import machine, out, timed
+from benchmarks.corpus.build import MANIFEST, corpus_dir
+
+CROSS_TARGETS = ("cuda:sm_80", "aarch64")
+
+
+def _shapes(entry: dict) -> str | None:
+    return ",".join(f"{k}:{v}" for k, v in entry.get("shapes", {}).items()) or None
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def bench_one(entry: dict, folder: Path, opts) -> dict:
+    """Import, export, verify, time and profile one corpus model (runs in the child)."""
+    from explorer.measure.calibration import calibration
+    from explorer.target import host_target
+    from explorer.workload import load_workload
+    from export.bench import bundle_row, ort_row
+    from export.flow import export_workload
+    from export.profile import profile_export
+
+    result: dict = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
+    path = folder / entry["file"]
+    start = time.perf_counter()
+    try:
+        workload = load_workload(str(path), _shapes(entry))
+        result["tasks"] = len(workload.tasks())
+    except Exception as exc:  # noqa: BLE001 - the row says why
+        result.update(imports=False, error=_error(exc))
+        return result
+    result.update(imports=True, import_s=round(time.perf_counter() - start, 1))
+    target = host_target()
+    with tempfile.TemporaryDirectory(prefix="schedx-corpus-") as tmp:
+        start = time.perf_counter()
+        try:
+            report = export_workload(workload, target, Path(tmp) / "cpu", verify=True, layers=False,
+                                     threads=opts.threads)
+        except Exception as exc:  # noqa: BLE001
+            result.update(exported=False, verified=False, error=_error(exc))
+            return result
+        result.update(exported=True, export_s=round(time.perf_counter() - start, 1), verified=report.verified,
+                      verdict=report.verdict)
+        inputs = workload.sample_inputs()
+        run = {"runs": opts.runs, "budget_s": opts.budget}
+        contenders = {f"tvm {t}t": (lambda t=t: bundle_row(report.folder, f"tvm {t}t", threads=t, **run)[0])
+                      for t in (1, 2)}
+        contenders.update({f"ort {t}t": (lambda t=t: ort_row(workload.onnx_model, inputs, threads=t, **run))
+                           for t in (1, 2)})
+        try:
+            rows = timed(contenders, opts.rounds)
+            result["ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
+            result["ratio_1t"] = round(rows["tvm 1t"].median_s / rows["ort 1t"].median_s, 2)
+            result["ratio_2t"] = round(rows["tvm 2t"].median_s / rows["ort 2t"].median_s, 2)
+        except Exception as exc:  # noqa: BLE001
+            result["timing_error"] = _error(exc)
+        try:
+            peak = calibration().peak_gflops
+            prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peak)
+            result["peak_gflops"] = round(peak, 1)
+            result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
+                                  "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
+                                  "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None}
+                                 for k in prof.top(5)]
+            if prof.busy_note:
+                result["busy"] = prof.busy_note
+        except Exception as exc:  # noqa: BLE001
+            result["profile_error"] = _error(exc)
+        if opts.cross:
+            result["cross"] = {}
+            for spec in CROSS_TARGETS:
+                try:
+                    cross = export_workload(workload, spec, Path(tmp) / spec.replace(":", "-"), verify=True,
+                                            layers=False)
+                    result["cross"][spec] = {"ok": cross.ok, "verdict": cross.verdict}
+                except Exception as exc:  # noqa: BLE001
+                    result["cross"][spec] = {"ok": False, "verdict": _error(exc)}
+    return result
+
+
+def _child(entry: dict, folder: Path, opts) -> dict:
+    """Bench one model in a child process; a crash or a hang is the row's error."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_corpus", "--one", entry["name"], "--dir", str(folder),
+           "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
+           "--threads", str(opts.threads)] + (["--cross"] if opts.cross else [])
+    base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    except subprocess.TimeoutExpired:
+        return {**base, "imports": None, "error": f"timed out after {opts.timeout:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**base, "imports": None, "error": f"the child exited {proc.returncode}: {tail}"[:300]}
+    return json.loads(lines[-1])
+
+
+def _slowest(r: dict) -> str:
+    k = (r.get("kernels") or [None])[0]
+    if not k:
+        return "-"
+    pct = f"{k['percent_of_peak']:.0f}%" if k.get("percent_of_peak") is not None else "-"
+    gf = f"{k['gflops']:.1f}" if k.get("gflops") is not None else "-"
+    return f"{k['task'][:34]} {k['share'] * 100:.0f}% {gf} GF ({pct} peak)"
+
+
+def row_text(r: dict) -> str:
+    ms = r.get("ms", {})
+
+    def f(v):
+        return "-" if v is None else f"{v:.2f}"
+    state = ("verified" if r.get("verified") else "NOT VERIFIED" if r.get("exported") else
+             "no export" if r.get("imports") else "no import")
+    line = (f"{r['name'][:28]:<28} {state:<12} {f(ms.get('tvm 2t')):>9} {f(ms.get('ort 2t')):>9} "
+            f"{f(r.get('ratio_2t')):>6} {f(ms.get('tvm 1t')):>9} {f(ms.get('ort 1t')):>9} {f(r.get('ratio_1t')):>6}  "
+            f"{_slowest(r)}")
+    if r.get("cross"):
+        line += "  " + " ".join(f"{t.split(':')[0]}:{'ok' if c['ok'] else 'FAIL'}" for t, c in r["cross"].items())
+    if r.get("error"):
+        line += f"\n    {r['error']}"
+    elif r.get("exported") and not r.get("verified"):
+        line += f"\n    {r.get('verdict', '')[:200]}"
+    return line
+
+
+HEADER = (f"{'model':<28} {'state':<12} {'tvm 2t':>9} {'ort 2t':>9} {'ratio':>6} {'tvm 1t':>9} {'ort 1t':>9} "
+          f"{'ratio':>6}  slowest kernel (share, GFLOPS, % of peak)")
+
+
+def summary(results: list[dict], peak: float | None) -> list[str]:
+    n = len(results)
+    verified = sum(bool(r.get("verified")) for r in results)
+    imports = sum(bool(r.get("imports")) for r in results)
+    ratios = [r["ratio_2t"] for r in results if r.get("ratio_2t") is not None]
+    lines = [f"imports {imports}/{n}, verified {verified}/{n}"]
+    if ratios:
+        worst = max((r for r in results if r.get("ratio_2t") is not None), key=lambda r: r["ratio_2t"])
+        ratios1 = [r["ratio_1t"] for r in results if r.get("ratio_1t") is not None]
+        lines.append(f"tvm / onnxruntime at 2 threads: median {statistics.median(ratios):.2f}x, worst "
+                     f"{worst['ratio_2t']:.2f}x ({worst['name']}), {sum(x <= 1.5 for x in ratios)}/{len(ratios)} "
+                     f"<= 1.5x; at 1 thread: median {statistics.median(ratios1):.2f}x")
+    slow = [(r["name"], k) for r in results for k in r.get("kernels", [])
+            if k["share"] > 0.2 and k.get("percent_of_peak") is not None and k["percent_of_peak"] < 10]
+    lines.append(f"kernels over 20% of a model's time below 10% of the peak ({peak or '?'} GFLOPS): {len(slow)}"
+                 + "".join(f"\n  {name}: {k['task']} {k['share'] * 100:.0f}% at {k['percent_of_peak']}%"
+                           for name, k in slow))
+    if any(r.get("cross") for r in results):
+        for spec in CROSS_TARGETS:
+            ok = sum(bool(r.get("cross", {}).get(spec, {}).get("ok")) for r in results)
+            lines.append(f"{spec} builds and checks: {ok}/{n}")
+    return lines
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| model | family | verified | tvm 2t ms | ort 2t ms | ratio 2t | ratio 1t | slowest kernel |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in results:
+        ms = r.get("ms", {})
+        lines.append(f"| {r['name']} | {r['family']} | {'yes' if r.get('verified') else 'NO'} | "
+                     f"{ms.get('tvm 2t', '-')} | {ms.get('ort 2t', '-')} | {r.get('ratio_2t', '-')} | "
+                     f"{r.get('ratio_1t', '-')} | {_slowest(r)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="comma-separated corpus model names")
+    ap.add_argument("--dir", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the export's verification")
+    ap.add_argument("--cross", action="store_true", help="also build for CUDA and aarch64 and check them")
+    ap.add_argument("--timeout", type=float, default=1200, help="seconds per model")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown too (README)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    opts = ap.parse_args(argv)
+    folder = corpus_dir(opts.dir)
+    entries = json.loads(MANIFEST.read_text())["models"]
+    if opts.one:
+        entry = next(e for e in entries if e["name"] == opts.one)
+        out(json.dumps(bench_one(entry, folder, opts)))
+        return 0
+    if opts.only:
+        wanted = opts.only.split(",")
+        entries = [e for e in entries if e["name"] in wanted]
+    missing = [e["name"] for e in entries if not (folder / e["file"]).exists()]
+    if missing:
+        out(f"not built yet (python -m benchmarks.corpus.build): {', '.join(missing)}")
+    entries = [e for e in entries if e["name"] not in missing]
+    m = machine()
+    out(f"machine: {m['cpu']}, {m['usable_cores']} cores, AVX-512 lines {m['avx512_lines']}, "
+        f"target {m['target']} ({m['vector_width']}-bit vectors); {len(entries)} models, rounds {opts.rounds}")
+    out(HEADER)
+    results = []
+    for entry in entries:
+        r = _child(entry, folder, opts)
+        results.append(r)
+        out(row_text(r))
+        if opts.json:
+            Path(opts.json).write_text(json.dumps({"machine": m, "results": results}, indent=1))
+    peak = next((r.get("peak_gflops") for r in results if r.get("peak_gflops")), None)
+    for line in summary(results, peak):
+        out(line)
+    if opts.markdown:
+        out(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
