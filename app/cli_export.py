@@ -45,17 +45,18 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.option("--no-verify", is_flag=True, help="Skip running the bundle in a fresh process.")
 @click.option("--no-layers", is_flag=True, help="Skip the layer-by-layer comparison with ONNX Runtime.")
 @click.option("--no-nvcc", is_flag=True, help="CUDA: skip compiling the kernels with nvcc.")
-@click.option("--check-in-model", is_flag=True,
+@click.option("--check-in-model/--no-check-in-model", default=None,
               help="Time every record's kernel inside the model against the default schedule's (both builds, "
                    "alternated, three rounds, about a minute on ResNet-18) and keep only the records "
-                   "faster there by 2% in the median round.")
+                   "faster there by 2% in the median round. Default: on when records apply and the target "
+                   "runs here (an export never ships a record slower than the default in the model).")
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
-           check_in_model: bool, sign_key: Path | None, as_json: bool) -> None:
+           check_in_model: bool | None, sign_key: Path | None, as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -111,14 +112,16 @@ def _print_export(report) -> None:
 @click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--no-baselines", is_flag=True, help="Time the bundle only (no ONNX Runtime).")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 100),
+              help="Rounds the bundle and ONNX Runtime alternate in (the runs are shared out among them).")
 @target_option(None, "Refuse the bundle unless it was built for this target (default: whatever it was built "
                      "for, if this machine can run it).")
 @click.option("--trust", "trust_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Refuse the bundle unless its manifest.sig verifies with this ed25519 public key.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
-def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, target_spec: str | None,
-        trust_key: Path | None, as_json: bool) -> None:
+def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, rounds: int,
+        target_spec: str | None, trust_key: Path | None, as_json: bool) -> None:
     """Check, load and run a BUNDLE folder in a fresh process: compile time, first inference,
     steady-state median and p90, beside ONNX Runtime on the same input and threads.
 
@@ -137,7 +140,8 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
             raise TargetError(f"{bundle} was built for {built_for.label}, not {wanted.label}")
     with _progress(f"running {bundle}") as progress:
         progress("timing", 0.1)
-        report = bench_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines)
+        report = bench_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines,
+                              rounds=rounds)
         progress("done", 1.0)
     if as_json:
         echo_json(report.to_dict())
@@ -155,13 +159,20 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
 @click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
 @click.option("--budget", default=20.0, show_default=True, help="Stop timing a contender after this many seconds.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 100),
+              help="Rounds the contenders alternate in (the runs are shared out among them).")
+@click.option("--check-in-model/--no-check-in-model", default=True, show_default=True,
+              help="Use only the records that beat the default inside the model, as `schedx export` ships them.")
 @target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
-          threads: int | None, target_spec: str, as_json: bool) -> None:
+          threads: int | None, rounds: int, check_in_model: bool, target_spec: str, as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
-    (and PyTorch when the model came from it), side by side, on the same input and threads."""
+    (and PyTorch when the model came from it), side by side, on the same input and threads.
+
+    The contenders run in alternated rounds; each median comes with its 95% confidence interval,
+    and each pair of rows is called faster, slower, or no different beyond the noise."""
     from explorer.target import parse_target
     from explorer.workload import load_workload
     from export.bench import bench_workload
@@ -173,9 +184,19 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
 
     schedules, choices = _schedules(db, no_db, loaded, target, None)
     why = "no records used (--no-db)" if no_db else why_no_schedules(choices)
+    dropped: list[str] = []
     with _progress(f"benchmarking {loaded.name}") as progress:
+        if check_in_model and schedules:  # tuned = what `schedx export` ships
+            from export.in_model import checked_schedules
+
+            progress(f"timing {len(schedules)} record(s) inside the model against the default schedules", 0.0)
+            schedules, dropped = checked_schedules(loaded, target, schedules, threads=threads)
+            if not schedules:
+                why = ("every record lost to the default schedule inside the model (what `schedx export` "
+                       "ships is the default build)")
         report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
-                                progress=progress, target=target, no_schedules_why=why)
+                                progress=progress, target=target, no_schedules_why=why, rounds=rounds)
+    report.notes.extend(dropped)
     if as_json:
         echo_json(report.to_dict())
     else:

@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
 from export.choose import NO_RECORDS
+from export.noise import Comparison, compare, spread
 from export.schedules import TaskSchedule
 
 # Row names of `schedx bench --json` (scripts read them)
@@ -43,6 +44,10 @@ class BenchRow:
     p90_s: float | None
     runs: int = 0
     note: str = ""
+    ci_low_s: float | None = None  # the median's 95% confidence interval (export.noise.spread)
+    ci_high_s: float | None = None
+    rounds: int = 1  # rounds alternated with the other contenders that the runs came from
+    latencies: tuple[float, ...] = field(default=(), repr=False)  # every timed run's seconds
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,24 +62,32 @@ class BenchReport:
     rows: list[BenchRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     check: dict | None = None  # bench_bundle: the bundle's outputs against its saved reference
+    comparisons: list[Comparison] = field(default_factory=list)  # pairs of rows, decided under the noise
 
     def table(self) -> str:
         """The rows as a fixed-width text table (ms)."""
         def ms(v):
             return "-" if v is None else f"{v * 1e3:.2f}"
 
-        lines = [f"{self.workload}, {self.threads} thread(s)",
-                 f"{'':<42} {'compile s':>10} {'first ms':>10} {'median ms':>10} {'p90 ms':>10} {'runs':>5}"]
+        def ci(r):
+            return "-" if r.ci_low_s is None else f"{r.ci_low_s * 1e3:.2f}-{r.ci_high_s * 1e3:.2f}"
+
+        rounds = max((r.rounds for r in self.rows), default=1)
+        lines = [f"{self.workload}, {self.threads} thread(s)" + (f", {rounds} alternated rounds" if rounds > 1 else ""),
+                 f"{'':<42} {'compile s':>10} {'first ms':>10} {'median ms':>10} {'95% CI':>15} {'p90 ms':>10} "
+                 f"{'runs':>5}"]
         for r in self.rows:
             compile_s = "-" if r.compile_s is None else f"{r.compile_s:.2f}"
-            lines.append(f"{r.name[:42]:<42} {compile_s:>10} {ms(r.first_s):>10} {ms(r.median_s):>10} "
+            lines.append(f"{r.name[:42]:<42} {compile_s:>10} {ms(r.first_s):>10} {ms(r.median_s):>10} {ci(r):>15} "
                          f"{ms(r.p90_s):>10} {r.runs:>5}" + (f"  {r.note}" if r.note else ""))
+        lines += [c.text() for c in self.comparisons]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {"workload": self.workload, "threads": self.threads, "rows": [r.to_dict() for r in self.rows],
-                "notes": list(self.notes), "check": self.check}
+                "notes": list(self.notes), "check": self.check,
+                "comparisons": [c.to_dict() for c in self.comparisons]}
 
 
 def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[float, list[float]]:
@@ -93,10 +106,42 @@ def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[fl
     return first, latencies
 
 
-def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "") -> BenchRow:
+def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "",
+         rounds: int = 1) -> BenchRow:
     median = statistics.median(latencies) if latencies else None
     p90 = float(np.percentile(latencies, 90)) if latencies else None
-    return BenchRow(name, compile_s, first, median, p90, len(latencies), note)
+    low = high = None
+    if len(latencies) >= 3:
+        s = spread(latencies)
+        low, high = s.low_s, s.high_s
+    return BenchRow(name, compile_s, first, median, p90, len(latencies), note, low, high, rounds, tuple(latencies))
+
+
+def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
+              budget_s: float, say: Progress | None = None) -> tuple[dict[str, BenchRow], list[Comparison]]:
+    """Time every contender in ``rounds`` rounds, in turns, the order reversed every other round (no
+    contender always runs first, or always after the same one; a slow minute of the machine falls
+    on all), each round ``runs / rounds`` runs within ``budget_s / rounds`` seconds. A contender is
+    a function ``(runs, budget_s) -> BenchRow``; its rows are pooled: one row per contender (the
+    first round's compile and first-run times, every round's runs), and the comparisons of
+    consecutive contenders, decided under the noise (:mod:`export.noise`)."""
+    rounds = max(1, rounds)
+    per_runs, per_budget = max(3, -(-runs // rounds)), budget_s / rounds
+    names = list(contenders)
+    firsts: dict[str, BenchRow] = {}
+    pooled: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for i, name in enumerate(names if r % 2 == 0 else names[::-1]):
+            if say:
+                say(f"round {r + 1}/{rounds}: {name}", (r * len(names) + i) / (rounds * len(names)))
+            row = contenders[name](per_runs, per_budget)
+            firsts.setdefault(name, row)
+            pooled[name] += list(row.latencies)
+    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, rounds)
+            for n in names}
+    comparisons = [compare(pooled[a], pooled[b], a_name=rows[a].name, b_name=rows[b].name)
+                   for a, b in zip(names, names[1:]) if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]
+    return rows, comparisons
 
 
 def bundle_row(folder: str | Path, name: str, *, threads: int, runs: int, budget_s: float,
@@ -146,26 +191,40 @@ def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, 
     return _row("numpy reference", None, first, latencies, "written for accuracy, not speed")
 
 
-def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
-                budget_s: float, note: str = "") -> BenchRow:
-    from dataclasses import replace
-
+def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, threads: int) -> tuple[Path, float]:
+    """Export ``workload`` (no verification) into ``folder``; the bundle and its compile seconds."""
     from export.flow import export_workload
 
-    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
-        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
-                                 layers=False, threads=threads)
-        compile_s = report.seconds["build"] + report.seconds["write"]
-        row = bundle_row(report.folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
+    report = export_workload(workload, target, folder, schedules=schedules, verify=False, layers=False,
+                             threads=threads)
+    return report.folder, report.seconds["build"] + report.seconds["write"]
+
+
+def _bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float | None = None, note: str = ""):
+    def run(runs: int, budget_s: float) -> BenchRow:
+        row = bundle_row(folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
         return replace(row, note=f"{note}; {row.note}" if note else row.note)
+    return run
+
+
+def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
+                budget_s: float, note: str = "") -> BenchRow:
+    """Build ``workload`` and time it once (no rounds): the sweep's row per batch size."""
+    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
+        folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
+        return _bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
 
 
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
-                   no_schedules_why: str = NO_RECORDS) -> BenchReport:
+                   no_schedules_why: str = NO_RECORDS, rounds: int = 3) -> BenchReport:
     """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side
     (``no_schedules_why``: what to say when there are no schedules, see :func:`export.choose.why_no_schedules`).
+
+    The builds are made first; then the contenders run in ``rounds`` alternated rounds (see
+    :func:`alternate`), ``runs`` runs and ``budget_s`` seconds each in all, and consecutive rows are
+    compared under the noise (tuned vs default, default vs ONNX Runtime, ...).
 
     ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
     matching the target's cores)."""
@@ -182,28 +241,40 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     report = BenchReport(workload=workload.spec, threads=threads)
     load = machine_load()
     inputs = workload.sample_inputs()
-    if schedules:
-        say("TVM with records", 0.1)
-        report.rows.append(_export_row(workload, target, TUNED_ROW, schedules, threads=threads, runs=runs,
-                                       budget_s=budget_s, note=f"{len(schedules)} records, defaults for the rest"))
-    else:
-        report.notes.append(f"{TUNED_ROW}: {no_schedules_why}")
-    say("TVM without records", 0.4)
-    report.rows.append(_export_row(workload, target, DEFAULT_ROW, None, threads=threads, runs=runs,
-                                   budget_s=budget_s, note=f"no records: {target.default_schedule}"))
-    say("baselines", 0.8)
-    if workload.onnx_model is not None:
-        report.rows.append(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs, budget_s=budget_s))
-    elif workload.kind == "kernel" and workload.kernel.reference is not None:
-        report.rows.append(_numpy_row(workload, inputs, runs=runs, budget_s=budget_s))
-        report.notes.append("ONNX Runtime: not applicable to a kernel (numpy shown instead)")
-    if torch_module is not None:
-        try:
-            report.rows.append(torch_row(torch_module, inputs, threads=threads, runs=runs, budget_s=budget_s))
-        except ImportError:
-            report.notes.append("PyTorch: not installed")
-    elif workload.kind == "model":
-        report.notes.append("PyTorch: skipped, the model did not come from PyTorch (no torch module to run)")
+    contenders: dict[str, Callable[[int, float], BenchRow]] = {}
+    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
+        if schedules:
+            say("building TVM with records", 0.05)
+            folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "tuned", threads)
+            contenders[TUNED_ROW] = _bundle_contender(folder, TUNED_ROW, threads=threads, compile_s=compile_s,
+                                                      note=f"{len(schedules)} records, defaults for the rest")
+        else:
+            report.notes.append(f"{TUNED_ROW}: {no_schedules_why}")
+        say("building TVM without records", 0.25)
+        folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / "default", threads)
+        contenders[DEFAULT_ROW] = _bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
+                                                    note=f"no records: {target.default_schedule}")
+        if workload.onnx_model is not None:
+            contenders[ORT_ROW] = lambda n, b: ort_row(workload.onnx_model, inputs, threads=threads, runs=n, budget_s=b)
+        elif workload.kind == "kernel" and workload.kernel.reference is not None:
+            contenders["numpy reference"] = lambda n, b: _numpy_row(workload, inputs, runs=n, budget_s=b)
+            report.notes.append("ONNX Runtime: not applicable to a kernel (numpy shown instead)")
+        if torch_module is not None:
+            try:
+                import importlib
+
+                importlib.import_module("torch")
+                contenders["PyTorch eager"] = lambda n, b: torch_row(torch_module, inputs, threads=threads, runs=n,
+                                                                     budget_s=b)
+            except ImportError:
+                report.notes.append("PyTorch: not installed")
+        elif workload.kind == "model":
+            report.notes.append("PyTorch: skipped, the model did not come from PyTorch (no torch module to run)")
+
+        def timing(stage: str, frac: float) -> None:
+            say(stage, 0.4 + 0.6 * frac)
+        rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=timing)
+    report.rows.extend(rows.values())
     load = load.worst(machine_load())
     if load.busy:
         report.notes.append(load.note())
@@ -212,11 +283,10 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
 
 
 def bench_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 50, budget_s: float = 20.0,
-               baselines: bool = True) -> BenchReport:
-    """Time a bundle (fresh process) and, when its workload can be rebuilt here, ONNX Runtime on
-    the same inputs and threads."""
+                 baselines: bool = True, rounds: int = 3) -> BenchReport:
+    """Time a bundle (fresh process each round) and, when its workload can be rebuilt here, ONNX
+    Runtime on the same inputs and threads, in alternated rounds (:func:`alternate`)."""
     from explorer.environment import cpu_info
-    from explorer.errors import ExplorerError
     from export.bundle import read_manifest
     from export.errors import ExportError
 
@@ -231,32 +301,46 @@ def bench_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 
         raise ExportError(f"this bundle was built for {target.label} and cannot run here: {why}; run it "
                           f"{target.run_elsewhere}")
     tuned = sum(1 for t in manifest["tasks"] if t["schedule"] == "record")
-    row, child = bundle_row(folder, f"TVM bundle ({tuned}/{len(manifest['tasks'])} tasks from records)",
-                            threads=threads, runs=runs, budget_s=budget_s)
-    report.rows.append(row)
-    report.check = child.get("check")
+    name = f"TVM bundle ({tuned}/{len(manifest['tasks'])} tasks from records)"
+    checks: list[dict | None] = []
+
+    def bundle(n: int, b: float) -> BenchRow:
+        row, child = bundle_row(folder, name, threads=threads, runs=n, budget_s=b)
+        checks.append(child.get("check"))
+        return row
+    contenders: dict[str, Callable[[int, float], BenchRow]] = {name: bundle}
+    ort = _bundle_baseline(folder, manifest, threads) if baselines else None
+    if isinstance(ort, str):
+        report.notes.append(ort)
+    elif ort is not None:
+        contenders[ORT_ROW] = ort
+        report.notes.append("PyTorch: skipped, the model did not come from PyTorch")
+    rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s)
+    report.rows.extend(rows.values())
+    report.check = checks[0] if checks else None
     if report.check:
         c = report.check
-        report.notes.append(f"outputs {'match' if c['verified'] else 'DIFFER FROM'} {c['reference']} (saved at "
-                            f"export): max abs error {c['max_abs_error']:.2e}, normalised {c['max_rel_error']:.2e}")
-    if not baselines:
-        return report
+        report.notes.insert(0, f"outputs {'match' if c['verified'] else 'DIFFER FROM'} {c['reference']} (saved at "
+                               f"export): max abs error {c['max_abs_error']:.2e}, normalised {c['max_rel_error']:.2e}")
+    return report
+
+
+def _bundle_baseline(folder: Path, manifest: dict, threads: int):
+    """ONNX Runtime on the bundle's saved inputs as a contender, or why there is none (a sentence)."""
+    from explorer.errors import ExplorerError
+
+    spec = manifest["workload"]["spec"]
     if manifest["workload"]["kind"] != "model":
-        report.notes.append("ONNX Runtime: not applicable to a kernel")
-        return report
+        return "ONNX Runtime: not applicable to a kernel"
     try:
         workload = load_workload(spec, manifest["workload"].get("shapes"))
     except ExplorerError as err:
-        report.notes.append(f"ONNX Runtime: cannot rebuild {spec} here ({err})")
-        return report
+        return f"ONNX Runtime: cannot rebuild {spec} here ({err})"
     if workload.onnx_model is None:
-        report.notes.append("ONNX Runtime: the model did not come from ONNX")
-        return report
+        return "ONNX Runtime: the model did not come from ONNX"
     with np.load(folder / "inputs.npz") as data:
         inputs = {n: data[n] for n, _, _ in workload.inputs}
-    report.rows.append(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs, budget_s=budget_s))
-    report.notes.append("PyTorch: skipped, the model did not come from PyTorch")
-    return report
+    return lambda n, b: ort_row(workload.onnx_model, inputs, threads=threads, runs=n, budget_s=b)
 
 
 def bundle_target(manifest: dict) -> Target:

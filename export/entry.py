@@ -23,7 +23,9 @@ class ExportSpec:
     spelling or a :class:`explorer.target.Target`. Records: ``schedules`` when the caller picked
     them (task name or key -> schedule), else the best per task from ``db`` (None: the default
     database, if any) measured on ``hardware``, or none with ``use_records=False``.
-    ``check_in_model`` keeps a record only where it beats the default inside the model;
+    ``check_in_model`` keeps a record only where it beats the default inside the model (None, the
+    default: checked whenever records would be applied and the target runs here, so an export never
+    ships a record that loses to the default in the model; False applies the records as chosen);
     ``sign_key`` signs the bundle (an ed25519 private key file)."""
 
     workload: str | Workload
@@ -34,7 +36,7 @@ class ExportSpec:
     db: str | None = None
     hardware: str | None = None
     schedules: Mapping[str, TaskSchedule] | None = None
-    check_in_model: bool = False
+    check_in_model: bool | None = None
     threads: int | None = None
     verify: bool = True
     layers: bool = True
@@ -68,7 +70,8 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     target = parse_target(spec.target)
     workload = spec.workload if isinstance(spec.workload, Workload) else load_workload(spec.workload, spec.shapes)
     schedules, notes = _records(spec, workload, target)
-    if spec.check_in_model and schedules:
+    check = spec.check_in_model if spec.check_in_model is not None else target.runs_here
+    if check and schedules:
         from export.in_model import checked_schedules
 
         say(f"timing {len(schedules)} record(s) inside the model against the default schedules", 0.0)

@@ -58,7 +58,11 @@ def test_records_keyed_by_workload_key_are_checked_and_one_that_does_not_apply_i
     assert check.tasks[TASK]["verdict"] in ("kept", "dropped") and check.tasks[TASK]["record_s"]
 
 
-def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path):
+@pytest.mark.parametrize("flag, applied", [((), "default"), (("--check-in-model",), "default"),
+                                           (("--no-check-in-model",), "record")])
+def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path, flag, applied):
+    """The check is on by default (a plain export never ships a record slower than the default in
+    the model); ``--no-check-in-model`` applies the record as chosen."""
     workload = load_workload("small_cnn")
     task = next(t for t in workload_tasks(workload) if t.name == TASK)
     func = workload.fused_module()[task.funcs[0]]
@@ -71,12 +75,13 @@ def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path)
     db.close()
     out = tmp_path / "bundle"
     result = CliRunner().invoke(cli, ["export", "small_cnn", "--db", str(tmp_path / "r.db"), "-o", str(out),
-                                      "--check-in-model", "--no-layers", "--threads", "1", "--json"])
+                                      *flag, "--no-layers", "--threads", "1", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output[result.output.index("{"):])
     row = next(t for t in report["tasks"] if t["name"] == TASK)
-    assert row["schedule"] == "default"  # the record lost in the model: the default was built
-    assert any(TASK in w and "inside the model" in w for w in report["warnings"]), report["warnings"]
+    assert row["schedule"] == applied  # checked: the record lost in the model, the default was built
+    assert any(TASK in w and "inside the model" in w for w in report["warnings"]) == (applied == "default"), \
+        report["warnings"]
 
 
 def test_a_record_is_kept_when_it_wins_by_the_margin_in_the_median_round():

@@ -194,10 +194,12 @@ def main() -> None:
     choices = choices_for(tasks, target, db)
     picks = task_table(choices, target)
     in_model = st.checkbox("Keep a record only where it beats the default inside the model (about a minute)",
-                           key=K.IN_MODEL, disabled=not any(c.candidates for c in choices),
+                           key=K.IN_MODEL, value=target.runs_here,
+                           disabled=not target.runs_here or not any(c.candidates for c in choices),
                            help="Both builds timed kernel by kernel in place, alternated, three rounds: a kernel "
                                 "timed alone can win and lose inside the model. A record is kept when it is faster "
-                                "by 2% in the median round (schedx export --check-in-model).")
+                                "by 2% in the median round (schedx export checks by default; only a target that runs "
+                                "here can be timed).")
     if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks, in_model=in_model)
     result = st.session_state.get(K.RESULT)
