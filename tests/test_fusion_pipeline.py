@@ -169,7 +169,7 @@ def _constants_of(mod: tvm.IRModule) -> list[np.ndarray]:
 
 
 def test_fast_math_stays_within_the_export_tolerance(tmp_path):
-    """exp, erf, tanh and sigmoid become polynomials (FastMathTransform): outputs still match ONNX
+    """exp, erf, tanh and sigmoid become polynomials (FastMathTransform, FastActivations): outputs match ONNX
     Runtime within the export's tolerance, over a wide input range."""
     from export import export_workload
 

@@ -18,6 +18,7 @@ from tvm import relax
 
 from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
+from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
 from explorer.passes.weight_buffers import MarkWeightBuffers
@@ -71,7 +72,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("FuseTransposeMatmul", "Fuse a permute_dims feeding a matmul into the matmul."),
         _t("AdjustMatmulOrder", "Reorder chains of matmuls to do less work."),
         _t("RemoveRedundantReshape", "Drop reshapes that do not change the shape."),
-        _t("FastMathTransform", "Replace exp, erf, tanh and sigmoid with fast approximations."),
+        _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
+        _t("FastActivations", "schedx: sigmoid, SiLU and GELU (float32) as fast polynomials: TVM's own call libm "
+           "once per element, which LLVM cannot vectorize.", lambda: FastActivations),
         _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),
         _t("AnnotateTIROpPattern", "Tag each PrimFunc with its operator pattern (elementwise, injective, reduction, ...) for fusion."),
         _t("FuseOps", "Group operators into fused Relax functions by their patterns (conv + bias + relu, ...)."),

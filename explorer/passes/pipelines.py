@@ -30,9 +30,6 @@ TUNING_PASSES: tuple[str, ...] = (
 # bias (its tuple output no longer stops conv + bias + activation (+ residual) from being one
 # kernel), what is left of batch-norm made elementwise, clips made Relax operators again, and the
 # constant arithmetic done once here (numpy), so that no kernel recomputes weights per call.
-# FastMathTransform: exp, erf, tanh and sigmoid as vectorizable polynomials (libm's erff is a scalar
-# call per element: BERT's GELU matmul 14.8 -> 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs still
-# within the export's tolerance of ONNX Runtime, which approximates them too).
 # QDQToInt8Kernels comes first, while a quantized model's weights are still int8 constants under a
 # dequantize (any folding would turn them into floats): its convolutions and matmuls become int8
 # kernels with int32 accumulation (explorer.passes.qdq_int8); other models are left as they are.
@@ -41,14 +38,20 @@ TUNING_PASSES: tuple[str, ...] = (
 # which FoldBatchnormToConv2D needs to see.
 _PREPARE: tuple[str, ...] = (
     "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "ClipToRelaxOps",
-    "FastMathTransform",
 )
+# FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
+# vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
+# 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs within the export's tolerance of ONNX Runtime, which
+# approximates them too). After the layout conversion: what they emit is a call_tir, which
+# ConvertLayout cannot see through (it would wrap each in transposes).
+_FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations")
+
 # ... and with NHWC data / HWIO weights (the weights transposed once, here): the channel axis that
 # a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
 # right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults. Models TVM
 # cannot convert keep their layouts (explorer.passes.layout).
-INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy") + TUNING_PASSES
-INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + TUNING_PASSES
+INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy") + _FAST_MATH + TUNING_PASSES
+INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).
 TASK_PIPELINE = "inference"
 

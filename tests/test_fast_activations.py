@@ -1,0 +1,89 @@
+"""FastActivations: sigmoid, SiLU and GELU leave no libm call per element in the kernels (LLVM
+cannot vectorize one), stay accurate, and a model with them exports and verifies.
+
+Compile-only checks of the assembly for each target kind (x86 AVX2, AVX-512, aarch64): the decision
+does not depend on the host."""
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import te
+
+from explorer.passes.fast_activations import fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_silu
+from explorer.passes.pipelines import INFERENCE_PASSES, INFERENCE_NCHW_PASSES
+from explorer.schedule.codegen import code_views
+from explorer.schedule.defaults import default_schedule
+from explorer.target import host_target, parse_target
+from explorer.workload import load_workload
+
+XS = np.linspace(-30, 30, 2048).astype("float32")
+_ERF = np.vectorize(math.erf)
+EXPECTED = {
+    fast_sigmoid: 1 / (1 + np.exp(-XS.astype(np.float64))),
+    fast_silu: XS / (1 + np.exp(-XS.astype(np.float64))),
+    fast_gelu: 0.5 * XS * (1 + _ERF(XS / math.sqrt(2))),
+    fast_gelu_tanh: 0.5 * XS * (1 + np.tanh(math.sqrt(2 / math.pi) * (XS + 0.044715 * XS.astype(np.float64) ** 3))),
+}
+LIBM = ("expf", "erff", "tanhf", "exp@", "erf@", "tanh@")
+
+
+@pytest.mark.parametrize("fast", list(EXPECTED), ids=lambda f: f.__name__)
+def test_each_polynomial_matches_the_function_to_a_few_ulp(fast):
+    x = te.placeholder(XS.shape, "float32", name="x")
+    lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, fast(x)])}), target=host_target().tvm())
+    out = tvm.runtime.tensor(np.zeros_like(XS))
+    lib["main"](tvm.runtime.tensor(XS), out)
+    expected = EXPECTED[fast]
+    assert np.all(np.isfinite(out.numpy()))
+    assert np.max(np.abs(out.numpy() - expected) / np.maximum(1.0, np.abs(expected))) < 1e-5
+
+
+def _model(path):
+    """conv -> x * sigmoid(x) (SiLU as exported) -> Gelu (opset 20) -> Sigmoid."""
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.3, (16, 8, 1, 1)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["silu"]), helper.make_node("Gelu", ["silu"], ["g"]),
+             helper.make_node("Sigmoid", ["g"], ["out"])]
+    graph = helper.make_graph(nodes, "acts", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 16, 16])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9), path)
+    return str(path)
+
+
+def test_the_pipelines_rewrite_after_the_layout_conversion():
+    for passes in (INFERENCE_PASSES, INFERENCE_NCHW_PASSES):
+        assert passes.index("FastActivations") < passes.index("LegalizeOps")
+    assert INFERENCE_PASSES.index("ConvertLayoutNHWC") < INFERENCE_PASSES.index("FastActivations")
+    assert INFERENCE_PASSES.index("ConvertLayoutNHWC") < INFERENCE_PASSES.index("FastMathTransform")
+
+
+@pytest.mark.parametrize("spec", ["cpu:x86-64-v3", "cpu:x86-64-v4", "aarch64:cortex-a76"])
+def test_the_model_kernels_call_no_libm_per_element(tmp_path, spec):
+    """Each kernel of the model, default-scheduled for the target and compiled (not run): no call
+    to expf/erff/tanhf in its assembly, and no transpose kernel around the activations."""
+    target = parse_target(spec)
+    workload = load_workload(_model(tmp_path / "acts.onnx"))
+    mod = workload.fused_module()
+    names = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert sum("transpose" in n for n in names) <= 2, names  # the input's and the output's only
+    assert any("conv2d" in n and "gelu" in n for n in names), names  # the activations joined the conv
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        scheduled, _ = default_schedule(func, target.cpu_spec())
+        asm = code_views(tvm.IRModule({"main": scheduled}), target).asm
+        calls = [ln for ln in asm.splitlines() if any(f in ln for f in LIBM) and ("call" in ln or "bl\t" in ln
+                                                                                     or "bl " in ln or "jmp" in ln)]
+        assert not calls, (gv.name_hint, calls[:3])
+
+
+@pytest.mark.heavy
+def test_a_model_with_the_activations_exports_and_verifies(tmp_path):
+    from export import export_workload
+
+    report = export_workload(load_workload(_model(tmp_path / "acts.onnx")), "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
