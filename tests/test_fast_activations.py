@@ -87,3 +87,21 @@ def test_a_model_with_the_activations_exports_and_verifies(tmp_path):
 
     report = export_workload(load_workload(_model(tmp_path / "acts.onnx")), "cpu", tmp_path / "bundle", layers=False)
     assert report.ok and report.verified, report.verdict
+
+
+def test_hard_swish_and_hard_sigmoid_join_their_convolution_without_transposes(tmp_path):
+    """ONNX HardSwish/HardSigmoid import as R.clip, which ConvertLayout has no rule for: each got
+    two transposes and kept its convolution from fusing (MobileNetV3, GhostNet, LCNet). As
+    maximum/minimum they convert and fuse."""
+    w = numpy_helper.from_array(np.random.default_rng(1).normal(0, 0.3, (16, 8, 3, 3)).astype("float32"), "w")
+    w2 = numpy_helper.from_array(np.random.default_rng(2).normal(0, 0.3, (16, 16, 1, 1)).astype("float32"), "w2")
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("Conv", ["h", "w2"], ["c2"]), helper.make_node("HardSigmoid", ["c2"], ["out"])]
+    graph = helper.make_graph(nodes, "hard", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 16, 16])], [w, w2])
+    path = tmp_path / "hard.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    tasks = [t.name.split("/")[-1] for t in load_workload(str(path)).tasks()]
+    assert sum("transpose" in t for t in tasks) == 2, tasks  # the input's and the output's only
+    convs = [t for t in tasks if "conv2d" in t]
+    assert len(convs) == 2 and all("maximum" in t and "minimum" in t for t in convs), tasks

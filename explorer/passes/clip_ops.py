@@ -6,6 +6,11 @@ two transposes around every ReLU6 (MobileNetV2: 35 extra memory-bound kernels in
 activation cannot join its convolution's kernel. A ``call_tir`` whose PrimFunc is one elementwise
 ``max(x, s)`` or ``min(x, s)`` with ``s`` a scalar is replaced by ``R.maximum``/``R.minimum``
 (recognised from the TensorIR itself, not from a name); LegalizeOps lowers them again later.
+
+``R.clip`` itself (ONNX HardSwish and HardSigmoid: MobileNetV3, GhostNet, LCNet, ...) has no layout
+rule in ConvertLayout either: each one got two transposes and kept its convolution from fusing
+with the activation (MobileNetV3-small: 20 such kernels, its convolutions without epilogues). A
+clip with constant bounds becomes ``R.minimum(R.maximum(x, lo), hi)``, which converts and fuses.
 """
 
 from __future__ import annotations
@@ -18,6 +23,17 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from explorer.tir_walk import blocks
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_CLIP = tvm.ir.Op.get("relax.clip")
+
+
+def _clip_as_min_max(call: relax.Call):
+    """``minimum(maximum(x, lo), hi)`` for ``R.clip(x, lo, hi)`` with constant bounds, else None."""
+    x, lo, hi = call.args
+    dtype = getattr(getattr(x, "ty", None), "dtype", None)
+    bounds = [getattr(b, "value", None) for b in (lo, hi)]
+    if dtype is None or any(not isinstance(b, (int, float)) for b in bounds):
+        return None
+    return relax.op.minimum(relax.op.maximum(x, relax.const(bounds[0], dtype)), relax.const(bounds[1], dtype))
 
 
 def _scalar_min_max(func: tirx.PrimFunc):
@@ -54,6 +70,12 @@ class _Rewriter(PyExprMutator):
 
     def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
+        if isinstance(call, relax.Call) and call.op.same_as(_CLIP):
+            rewritten = _clip_as_min_max(call)
+            if rewritten is not None:
+                self.rewritten += 1
+                return rewritten
+            return call
         if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
             return call
         gv, args = call.args[0], call.args[1]
