@@ -35,9 +35,9 @@ TUNING_PASSES: tuple[str, ...] = (
 # kernels with int32 accumulation (explorer.passes.qdq_int8); other models are left as they are.
 # SimplifyInference drops what ONNX graphs carry and ConvertLayout fails on (dropout, Sum as
 # stack + sum); the first numpy folding turns weights written as expressions into constants,
-# which FoldBatchnormToConv2D needs to see.
+# which FoldBatchnormToConv2D needs to see. DropDeadConvTaps needs the folded weights (constants).
 _PREPARE: tuple[str, ...] = (
-    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "DropDeadConvTaps", "ClipToRelaxOps",
 )
 # FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
