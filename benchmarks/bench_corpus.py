@@ -8,7 +8,9 @@ Per model, in a child process of its own (a native crash or a hang fails one row
     alternated ``--rounds`` times (order reversed every other round), the best median of each;
   - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
     matmul through numpy's BLAS, `schedx calibrate`);
-  - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only).
+  - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only);
+  - with ``--busy N``: the timing runs beside N busy processes (``while True: pass``), as on a
+    loaded machine (the export and the profile run before and after them).
 A summary line ends the table: verified k/N, the median and worst ratio against ONNX Runtime at
 2 threads, and the kernels over 20% of a model's time that run below 10% of the peak.
 
@@ -79,6 +81,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                       for t in (1, 2)}
         contenders.update({f"ort {t}t": (lambda t=t: ort_row(workload.onnx_model, inputs, threads=t, **run))
                            for t in (1, 2)})
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(opts.busy)]
         try:
             rows = timed(contenders, opts.rounds)
             result["ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
@@ -86,6 +89,10 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
             result["ratio_2t"] = round(rows["tvm 2t"].median_s / rows["ort 2t"].median_s, 2)
         except Exception as exc:  # noqa: BLE001
             result["timing_error"] = _error(exc)
+        finally:
+            for proc in busy:
+                proc.kill()
+                proc.wait()
         try:
             peak = calibration().peak_gflops
             prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peak)
@@ -114,7 +121,7 @@ def _child(entry: dict, folder: Path, opts) -> dict:
     """Bench one model in a child process; a crash or a hang is the row's error."""
     cmd = [sys.executable, "-m", "benchmarks.bench_corpus", "--one", entry["name"], "--dir", str(folder),
            "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
-           "--threads", str(opts.threads)] + (["--cross"] if opts.cross else [])
+           "--threads", str(opts.threads), "--busy", str(opts.busy)] + (["--cross"] if opts.cross else [])
     base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout,
@@ -205,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="threads of the export's verification")
     ap.add_argument("--cross", action="store_true", help="also build for CUDA and aarch64 and check them")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per model")
+    ap.add_argument("--busy", type=int, default=0, help="time beside this many busy processes (a loaded machine)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown too (README)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -224,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     entries = [e for e in entries if e["name"] not in missing]
     m = machine()
     out(f"machine: {m['cpu']}, {m['usable_cores']} cores, AVX-512 lines {m['avx512_lines']}, "
-        f"target {m['target']} ({m['vector_width']}-bit vectors); {len(entries)} models, rounds {opts.rounds}")
+        f"target {m['target']} ({m['vector_width']}-bit vectors); {len(entries)} models, rounds {opts.rounds}"
+        + (f"; timed beside {opts.busy} busy processes" if opts.busy else ""))
     out(HEADER)
     results = []
     for entry in entries:

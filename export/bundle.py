@@ -140,6 +140,7 @@ import os
 if not os.environ.get("TVM_NUM_THREADS") and not os.environ.get("OMP_NUM_THREADS"):  # see below
     os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                         else os.cpu_count())
+os.environ.setdefault("TVM_BIND_THREADS", "0")  # see below
 import numpy as np
 import tvm
 from tvm import relax
@@ -157,6 +158,11 @@ Set `TVM_NUM_THREADS` before the first run: TVM's own default is half the hardwa
 assumes hyper-threading), so on a VM whose cores are not hyper-threads it runs at half speed (one thread
 on 2 cores). `run.py` sets it to the cores this process may use unless you set it or `OMP_NUM_THREADS`
 (which TVM reads next), or pass `--threads N`.
+
+`TVM_BIND_THREADS=0` (unless you set it) keeps TVM from pinning each worker thread to a core: a
+parallel kernel is cut into one fixed chunk per thread, so a pinned worker whose core another
+process holds makes every kernel wait for it (on a busy 2-core machine, 10-100x slower); unpinned,
+the OS runs it on whichever core frees first. On a quiet machine the two are alike.
 
 `main` takes the inputs, then the parameters in the order `manifest.json` lists them. Some are not the
 model's weights as the ONNX file has them: batch-norm folded in (`folded`), or a weight already in the

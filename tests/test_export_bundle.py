@@ -108,6 +108,34 @@ def test_bundle_runner_uses_every_usable_core_unless_told(cnn_bundle):
     assert "TVM_NUM_THREADS" in (cnn_bundle.folder / "README.md").read_text()
 
 
+def test_bundle_runner_leaves_tvm_workers_unpinned_unless_told(cnn_bundle):
+    """Pinned, TVM's workers make every parallel kernel wait for a core another process holds (a
+    Whisper encoder 116 ms instead of 1.4 ms beside two busy processes: benchmarks/bench_corpus
+    --busy 2): run.py, the README's loading code and schedx's own kernel processes unpin them,
+    and keep a value the user set."""
+    import os
+
+    from explorer.environment import BIND_THREADS, threads_env
+
+    env = {k: v for k, v in os.environ.items() if k != BIND_THREADS}
+    runner = [sys.executable, "-I", str(cnn_bundle.folder / "run.py"), "--json", "--without-torch"]
+    for user, want in ((None, "0"), ("1", "1")):
+        proc = subprocess.run(runner, env={**env, **({BIND_THREADS: user} if user else {})}, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["bind_threads"] == want
+    assert 'os.environ.setdefault("TVM_BIND_THREADS", "0")' in (cnn_bundle.folder / "README.md").read_text()
+    saved = os.environ.pop(BIND_THREADS, None)
+    try:
+        assert threads_env()[BIND_THREADS] == "0"
+        os.environ[BIND_THREADS] = "1"
+        assert threads_env()[BIND_THREADS] == "1"
+    finally:
+        os.environ.pop(BIND_THREADS, None)
+        if saved is not None:
+            os.environ[BIND_THREADS] = saved
+
+
 def test_the_bundle_readmes_own_code_loads_and_runs_it(cnn_bundle):
     """The "Load it yourself" code of the bundle's README, run as written in the bundle folder
     (isolated: no schedx on the path), gives the reference outputs."""
