@@ -19,7 +19,7 @@ from tvm.tirx import IndexMap
 
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
-from explorer.schedule.defaults.simple import schedule_plain
+from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
 from explorer.schedule.primitives import annotate_buffer_access
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
@@ -278,6 +278,14 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
     vec = vector_axis(facts)
+    pad_note, pads, copies = "", [], []
+    if _pad_vector_axis(sch, block, facts, vec, cpu):
+        pad_note = f", {facts.extents[vec]} outputs padded to whole vectors"
+        facts = block_facts(sch, block)
+        # the padded operands' copies, and the copy back into the output (the epilogue joins that one:
+        # inlined into the write-back it would write past the output's end)
+        pads = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
+        copies = sch.get_consumers(block)
     rows = row_axis(facts, vec)
     tiling = choose_tiles(facts, vec, rows, cpu, tails)
     fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails) if pixels else None
@@ -285,7 +293,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
         outer_rows, tiling = fused
 
-    consumers = sch.get_consumers(block)
+    consumers = [] if copies else sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
@@ -310,12 +318,45 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         loops = dict(enumerate(sch.get_loops(block)))
         _register_tile(sch, block, writeback, loops, facts, vec, rows, tiling.row_tile, tiling.vec_tile,
                        column_first, parallel)
+    for copy in copies:
+        for consumer in sch.get_consumers(copy):
+            try:
+                sch.reverse_compute_inline(consumer)
+            except s_tir.ScheduleError:
+                pass
+        safe_schedule(sch, copy, cpu)  # by rows: fused, its vectors would gather across the padded rows
+    for pad in pads:
+        safe_schedule(sch, pad, cpu)
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
         _, lane = sch.split(pack_loops[-1], [None, tiling.vec_tile])  # one panel row: contiguous both ways
         sch.vectorize(lane)
-    return tiling.describe(facts) + fused_note + (", weights packed in panels" if packed is not None else "")
+    return (tiling.describe(facts) + fused_note + pad_note
+            + (", weights packed in panels" if packed is not None else ""))
+
+
+def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
+    """Pad the vector axis to whole vectors when no multiple of the lanes divides it (attention's
+    49 or 197 tokens, a 1000-class matmul on AVX-512): the einsum reads zeros past the end (one
+    padded copy of the operand the vector axis indexes) and computes into a padded output copied
+    back. Unpadded, such a block got a scalar register tile (swin's 49x49 attention scores: 3% of
+    the peak). False (nothing changed) when the axis already divides, is shorter than a vector, has
+    fewer than 4 rows to share the padded copy (a matrix-vector product would copy its whole weight
+    matrix per call: it reads half vectors instead, see :func:`choose_tiles`), or the block is not
+    an einsum TVM can pad."""
+    lanes = cpu.lanes(facts.dtype)
+    ext = facts.extents[vec]
+    rows = row_axis(facts, vec)
+    if lanes <= 1 or ext % lanes == 0 or ext < lanes or rows is None or facts.extents[rows] < 4:
+        return False
+    padding = [1] * len(facts.extents)
+    padding[vec] = lanes
+    try:
+        sch.pad_einsum(block, padding)
+    except s_tir.ScheduleError:
+        return False
+    return True
 
 
 def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, cpu: CpuSpec,
