@@ -167,6 +167,8 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     mark = time.perf_counter()
     say("writing the bundle", 0.65)
     out_tolerance = tolerance(workload.outputs[0][2]) if workload.outputs else 1e-4
+    if _dynamic_quantized(workload):  # ONNX Runtime quantizes the activations on the fly; TVM computes in float
+        out_tolerance = max(out_tolerance, DYNAMIC_QUANT_TOLERANCE)
     manifest = _manifest(workload, target, built, tolerance=out_tolerance)
     atols = _int8_atols(workload)
     if atols:
@@ -219,6 +221,18 @@ def _check_memory(workload: Workload) -> None:
     except Exception:  # noqa: BLE001 - a dtype TVM cannot size: no estimate, the export goes on as before
         return
     check_memory(needed, f"exporting {workload.name}")
+
+
+# ONNX Runtime's DynamicQuantizeLSTM quantizes its inputs and states to 8 bits at every step; the
+# bundle computes the same layer in float with the same (dequantized) weights, so the outputs differ
+# by the activations' quantization: 0.9% of the largest output on the corpus's LSTM tagger.
+DYNAMIC_QUANT_TOLERANCE = 3e-2
+
+
+def _dynamic_quantized(workload: Workload) -> bool:
+    from explorer.models.dynamic_lstm import has_dynamic_lstm
+
+    return workload.onnx_model is not None and has_dynamic_lstm(workload.onnx_model)
 
 
 def _int8_atols(workload: Workload) -> list[float | None]:

@@ -143,7 +143,7 @@ def verify_folder(folder: str | Path, *, threads: int | None = None, device: str
         return Verification("failed", reference=manifest.get("reference", ""), device=device,
                             why=f"{len(outputs)} outputs, the reference has {len(refs)}")
     atols = manifest.get("output_atol") or []  # an int8 model: each output within a few quantization steps
-    ok, abs_err, rel_err, why = compare(outputs, refs, atols)
+    ok, abs_err, rel_err, why = compare(outputs, refs, atols, rtol=manifest.get("tolerance"))
     return Verification("verified" if ok else "failed", reference=manifest.get("reference", ""),
                         max_abs_error=abs_err, max_rel_error=rel_err, tolerance=float(manifest.get("tolerance", 1e-4)),
                         why=why, device=device, load_s=report.get("load_s"), first_s=report.get("first_s"),

@@ -40,19 +40,23 @@ def tolerance(dtype: str) -> float:
     return tolerances(dtype)[0]
 
 
-def within(abs_error: float, scale: float, dtype: str) -> bool:
+def within(abs_error: float, scale: float, dtype: str, rtol: float | None = None) -> bool:
     """Whether an error of ``abs_error`` is acceptable for a reference whose largest magnitude is
-    ``scale``."""
-    rtol, atol = tolerances(dtype)
-    return abs_error <= atol + rtol * scale
+    ``scale`` (``rtol``: a relative bound that replaces the dtype's for a float output)."""
+    dtype_rtol, atol = tolerances(dtype)
+    if rtol is not None and dtype_rtol:
+        dtype_rtol = rtol
+    return abs_error <= atol + dtype_rtol * scale
 
 
 def compare(outputs: list[np.ndarray], references: list[np.ndarray],
-            output_atol: list[float | None] | None = None) -> tuple[bool, float, float, str]:
+            output_atol: list[float | None] | None = None, rtol: float | None = None) -> tuple[bool, float, float, str]:
     """``(verified, max_abs_error, max_rel_error, why)`` over all outputs; the relative error is
     ``max |out - ref| / max |ref|`` (inf when the reference is all zeros and the output is not).
     ``output_atol``: per output, an absolute error that is accepted as well (an int8 model's few
-    quantization steps; None: the dtype's rule alone), as the bundle's run.py accepts it."""
+    quantization steps; None: the dtype's rule alone), as the bundle's run.py accepts it; ``rtol``
+    replaces the dtype's relative bound for float outputs (a bundle's manifest tolerance, as run.py
+    reads it)."""
     worst_abs = worst_rel = 0.0
     why = ""
     ok = True
@@ -75,11 +79,12 @@ def compare(outputs: list[np.ndarray], references: list[np.ndarray],
         worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel)
         dtype = str(out.dtype)
         steps = output_atol[k] if output_atol and k < len(output_atol) else None
-        if not within(abs_err, scale, dtype) and not (steps and abs_err <= steps):
+        if not within(abs_err, scale, dtype, rtol) and not (steps and abs_err <= steps):
             ok = False
-            rtol, atol = tolerances(dtype)
+            bound, atol = tolerances(dtype)
+            bound = rtol if rtol is not None and bound else bound
             idx = np.unravel_index(int(diff.argmax()), diff.shape)
             why = (f"output {k} differs from the reference at {tuple(int(i) for i in idx)}: "
-                   f"{out[idx]!r} vs {ref[idx]!r} (error {abs_err:.2e} > {rtol:.0e} x max |ref| {scale:.2e}"
+                   f"{out[idx]!r} vs {ref[idx]!r} (error {abs_err:.2e} > {bound:.0e} x max |ref| {scale:.2e}"
                    + (f" + {atol:.0e})" if atol else ")"))
     return ok, worst_abs, worst_rel, why

@@ -5,8 +5,9 @@ same outputs before and after), and each says what it did in a note:
 
 1. ``If`` nodes whose condition the shapes or constants fix are folded to the branch taken
    (:mod:`explorer.models.control_flow`);
-2. LSTM, GRU and RNN layers are unrolled over the fixed sequence length
-   (:mod:`explorer.models.recurrent`);
+2. ONNX Runtime's dynamically quantized LSTMs become LSTMs of their dequantized weights
+   (:mod:`explorer.models.dynamic_lstm`), then LSTM, GRU and RNN layers are unrolled over the
+   fixed sequence length (:mod:`explorer.models.recurrent`);
 3. quantized operators in ONNX Runtime's QOperator form (QLinearConv, QLinearMatMul) and its
    contrib Quantize/DequantizeLinear become standard QDQ (:mod:`explorer.models.qdq`);
 4. every node left is checked against what TVM's importer takes
@@ -18,6 +19,7 @@ from __future__ import annotations
 import onnx
 
 from explorer.models.control_flow import fold_branches, fold_constants
+from explorer.models.dynamic_lstm import dequantize_dynamic_lstm
 from explorer.models.onnx_ops import check_operators
 from explorer.models.qdq import rewrite_qoperators
 from explorer.models.recurrent import (
@@ -42,6 +44,8 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     model = _infer(model)
     model, folded = fold_branches(model)
     notes += folded
+    model, dequantized = dequantize_dynamic_lstm(model)
+    notes += dequantized
     if has_recurrent_layers(model):
         model = _infer(model, data_prop=True)
         try:
