@@ -19,6 +19,7 @@ from tvm import relax
 from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.conv_taps import DropDeadConvTaps
+from explorer.passes.wide_concat import SplitWideConcat
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
@@ -76,6 +77,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
+        _t("SplitWideConcat", "schedx: a concatenation of many tensors (an unrolled recurrent layer's steps) as "
+           "a tree of narrow ones: TOPI picks each element's input with a chain of one test per input.",
+           lambda: SplitWideConcat),
         _t("FastActivations", "schedx: sigmoid, SiLU and GELU (float32) as fast polynomials: TVM's own call libm "
            "once per element, which LLVM cannot vectorize.", lambda: FastActivations),
         _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),
