@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from explorer.passes.call_rewrite import rewrite_calls
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
@@ -53,48 +54,36 @@ def _ints(values) -> list[int] | None:
         return None  # a symbolic dimension: nothing known to drop
 
 
-@mutator
-class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, op):
-        call = self.visit_expr_post_order(op)
-        if not (isinstance(call, relax.Call) and call.op.same_as(_CONV2D)):
-            return call
-        data, weight = call.args
-        a = call.attrs
-        if (not isinstance(weight, tvm.ir.Constant) or a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
-                or getattr(data, "ty", None) is None):
-            return call
-        shape = _ints(getattr(data.ty, "shape", None) or [])
-        if shape is None or len(shape) != 4:
-            return call
-        w = weight.value.numpy()
-        top, left, bottom, right = (int(p) for p in a.padding)
-        (sh, sw), (dh, dw) = (int(s) for s in a.strides), (int(d) for d in a.dilation)
-        lh, kh, top2, bottom2 = _axis(shape[2], w.shape[2], sh, dh, top, bottom)
-        lw, kw, left2, right2 = _axis(shape[3], w.shape[3], sw, dw, left, right)
-        if (kh, kw) == tuple(w.shape[2:]):
-            return call
-        self.rewritten += 1
-        kept = np.ascontiguousarray(w[:, :, lh:lh + kh, lw:lw + kw])
-        return relax.op.nn.conv2d(data, relax.const(kept, str(w.dtype)), strides=(sh, sw),
-                                  padding=(top2, left2, bottom2, right2),
-                                  dilation=(dh if kh > 1 else 1, dw if kw > 1 else 1), groups=int(a.groups),
-                                  data_layout="NCHW", kernel_layout="OIHW", out_layout=a.out_layout,
-                                  out_dtype=str(call.ty.dtype))
+def _drop_taps(call: relax.Call, builder):
+    if not call.op.same_as(_CONV2D):
+        return None
+    data, weight = call.args
+    a = call.attrs
+    if (not isinstance(weight, tvm.ir.Constant) or a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
+            or getattr(data, "ty", None) is None):
+        return None
+    shape = _ints(getattr(data.ty, "shape", None) or [])
+    if shape is None or len(shape) != 4:
+        return None
+    w = weight.value.numpy()
+    top, left, bottom, right = (int(p) for p in a.padding)
+    (sh, sw), (dh, dw) = (int(s) for s in a.strides), (int(d) for d in a.dilation)
+    lh, kh, top2, bottom2 = _axis(shape[2], w.shape[2], sh, dh, top, bottom)
+    lw, kw, left2, right2 = _axis(shape[3], w.shape[3], sw, dw, left, right)
+    if (kh, kw) == tuple(w.shape[2:]):
+        return None
+    kept = np.ascontiguousarray(w[:, :, lh:lh + kh, lw:lw + kw])
+    return relax.op.nn.conv2d(data, relax.const(kept, str(w.dtype)), strides=(sh, sw),
+                              padding=(top2, left2, bottom2, right2),
+                              dilation=(dh if kh > 1 else 1, dw if kw > 1 else 1), groups=int(a.groups),
+                              data_layout="NCHW", kernel_layout="OIHW", out_layout=a.out_layout,
+                              out_dtype=str(call.ty.dtype))
 
 
 @tvm.transform.module_pass(opt_level=0, name="DropDeadConvTaps")
 def DropDeadConvTaps(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Drop the convolution taps that only read padding (see the module docstring)."""
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get() if rewriter.rewritten else mod
+    return rewrite_calls(mod, _drop_taps)
 
 
 __all__ = ["DropDeadConvTaps", "live_taps"]

@@ -17,7 +17,8 @@ import math
 
 import tvm
 from tvm import relax, te, topi
-from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from explorer.passes.call_rewrite import rewrite_calls
 
 
 def _one(x: te.Tensor):
@@ -58,30 +59,18 @@ def _float32(expr) -> bool:
     return getattr(ty, "dtype", None) == "float32"
 
 
-@mutator
-class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, op):
-        call = self.visit_expr_post_order(op)
-        name = getattr(getattr(call, "op", None), "name", None)
-        make = FAST.get(name) if isinstance(name, str) else None
-        if make is None or len(call.args) != 1 or not _float32(call.args[0]):
-            return call
-        self.rewritten += 1
-        return self.builder_.call_te(make, call.args[0], primfunc_name_hint=name.split(".")[-1])
+def _fast(call: relax.Call, builder: relax.BlockBuilder):
+    name = getattr(call.op, "name", None)
+    make = FAST.get(name) if isinstance(name, str) else None
+    if make is None or len(call.args) != 1 or not _float32(call.args[0]):
+        return None
+    return builder.call_te(make, call.args[0], primfunc_name_hint=name.split(".")[-1])
 
 
 @tvm.transform.module_pass(opt_level=0, name="FastActivations")
 def FastActivations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Rewrite float32 sigmoid, SiLU and GELU as fast polynomials (see the module docstring)."""
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get() if rewriter.rewritten else mod
+    return rewrite_calls(mod, _fast)
 
 
 __all__ = ["FAST", "FastActivations", "fast_gelu", "fast_gelu_tanh", "fast_sigmoid", "fast_silu"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from explorer.passes.call_rewrite import rewrite_calls
 
 FAN_IN = 8
 _CONCAT = tvm.ir.Op.get("relax.concat")
@@ -25,31 +26,19 @@ def _tree(fields: list, axis: int):
     return relax.op.concat(fields, axis)
 
 
-@mutator
-class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, op):
-        call = self.visit_expr_post_order(op)
-        if not (isinstance(call, relax.Call) and call.op.same_as(_CONCAT)):
-            return call
-        tensors = call.args[0]
-        if not isinstance(tensors, relax.Tuple) or len(tensors.fields) <= FAN_IN or call.attrs.axis is None:
-            return call
-        self.rewritten += 1
-        return _tree(list(tensors.fields), int(call.attrs.axis))
+def _split(call: relax.Call, builder):
+    if not call.op.same_as(_CONCAT):
+        return None
+    tensors = call.args[0]
+    if not isinstance(tensors, relax.Tuple) or len(tensors.fields) <= FAN_IN or call.attrs.axis is None:
+        return None
+    return _tree(list(tensors.fields), int(call.attrs.axis))
 
 
 @tvm.transform.module_pass(opt_level=0, name="SplitWideConcat")
 def SplitWideConcat(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Concatenations of more than FAN_IN tensors as trees (see the module docstring)."""
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get() if rewriter.rewritten else mod
+    return rewrite_calls(mod, _split)
 
 
 __all__ = ["FAN_IN", "SplitWideConcat"]
