@@ -105,3 +105,34 @@ def test_hard_swish_and_hard_sigmoid_join_their_convolution_without_transposes(t
     assert sum("transpose" in t for t in tasks) == 2, tasks  # the input's and the output's only
     convs = [t for t in tasks if "conv2d" in t]
     assert len(convs) == 2 and all("maximum" in t and "minimum" in t for t in convs), tasks
+
+
+def _powers(path):
+    """|x| ** 3 + |x| ** 2 + |x| ** 0.5 (GPT-2's GELU cubes, LayerNorm exports square): each a
+    powf call per element unless rewritten."""
+    consts = [numpy_helper.from_array(np.array(v, "float32"), n) for v, n in ((3.0, "three"), (2.0, "two"), (0.5, "half"))]
+    nodes = [helper.make_node("Abs", ["input"], ["a"]), helper.make_node("Pow", ["a", "three"], ["p3"]),
+             helper.make_node("Pow", ["a", "two"], ["p2"]), helper.make_node("Pow", ["a", "half"], ["ph"]),
+             helper.make_node("Sum", ["p3", "p2", "ph"], ["out"])]
+    graph = helper.make_graph(nodes, "powers", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 64])], consts)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("spec", ["cpu:x86-64-v3", "aarch64:cortex-a76"])
+def test_small_constant_powers_call_no_powf(tmp_path, spec):
+    target = parse_target(spec)
+    mod = load_workload(_powers(tmp_path / "powers.onnx")).fused_module()
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            asm = code_views(tvm.IRModule({"main": default_schedule(func, target.cpu_spec())[0]}), target).asm
+            assert "powf" not in asm, gv.name_hint
+
+
+@pytest.mark.heavy
+def test_the_powers_still_match_onnx_runtime(tmp_path):
+    from export import export_workload
+
+    report = export_workload(load_workload(_powers(tmp_path / "powers.onnx")), "cpu", tmp_path / "b", layers=False)
+    assert report.ok and report.verified, report.verdict

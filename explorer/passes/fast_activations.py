@@ -9,6 +9,10 @@ pass, run after the layout conversion (a ``call_tir`` would stop it) and before 
 writes them with TOPI's polynomial ``fast_exp``/``fast_erf``/``fast_tanh`` (float32 only; other
 dtypes keep TVM's). The results stay within the export's tolerance of ONNX Runtime, which
 approximates these functions too.
+
+``x ** c`` with a constant small integer ``c`` (GPT-2's GELU ``x ** 3``, LayerNorm's variance as
+``Pow(x - mean, 2)`` in many ONNX exports) is a libm ``powf`` call per element as well: it becomes
+multiplications (and ``x ** 0.5`` a square root), still Relax operators that fuse as before.
 """
 
 from __future__ import annotations
@@ -59,7 +63,31 @@ def _float32(expr) -> bool:
     return getattr(ty, "dtype", None) == "float32"
 
 
+_POWER = tvm.ir.Op.get("relax.power")
+
+
+def _small_power(call: relax.Call):
+    """``x * x * ...`` for ``x ** c`` with ``c`` a constant 1..4, ``sqrt(x)`` for ``c == 0.5``; else None."""
+    x, c = call.args
+    if not isinstance(c, tvm.ir.Constant) or not _float32(x):
+        return None
+    value = c.value.numpy()
+    if value.size != 1:
+        return None
+    c = float(value.reshape(()))
+    if c == 0.5:
+        return relax.op.sqrt(x)
+    if c not in (1.0, 2.0, 3.0, 4.0):
+        return None
+    out = x
+    for _ in range(int(c) - 1):
+        out = relax.op.multiply(out, x)
+    return out
+
+
 def _fast(call: relax.Call, builder: relax.BlockBuilder):
+    if call.op.same_as(_POWER):
+        return _small_power(call)
     name = getattr(call.op, "name", None)
     make = FAST.get(name) if isinstance(name, str) else None
     if make is None or len(call.args) != 1 or not _float32(call.args[0]):
@@ -69,7 +97,8 @@ def _fast(call: relax.Call, builder: relax.BlockBuilder):
 
 @tvm.transform.module_pass(opt_level=0, name="FastActivations")
 def FastActivations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """Rewrite float32 sigmoid, SiLU and GELU as fast polynomials (see the module docstring)."""
+    """Rewrite float32 sigmoid, SiLU and GELU as fast polynomials, small powers as products (see the
+    module docstring)."""
     return rewrite_calls(mod, _fast)
 
 
