@@ -76,6 +76,9 @@ def test_best_record_is_preselected_and_a_pick_can_change_it(tmp_path):
     table = at.dataframe[0].value
     assert table.loc[table["kernel"] == TASK, "schedule"].item() == f"record {fast}"
     pick.set_value(slow).run()
+    checkbox = at.checkbox(key="ex_in_model")
+    assert checkbox.value  # on by default: an export never ships a record that loses in the model ...
+    checkbox.uncheck().run()  # ... unless the user says to apply the picks as chosen
     at.button(key="ex_build").click().run()
     assert not at.exception and at.success
     manifest = at.session_state["ex_result"]["report"].manifest
