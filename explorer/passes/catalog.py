@@ -19,6 +19,7 @@ from tvm import relax
 from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.conv_taps import DropDeadConvTaps
+from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.wide_concat import SplitWideConcat
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fold_numpy import FoldConstantNumpy
@@ -77,6 +78,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
+        _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution whose kernel equals its stride "
+           "(upsampling heads) as a 1x1 convolution and a pixel shuffle: TOPI's multiplies zeros inserted "
+           "between the input's pixels, 3/4 of the work for stride 2.", lambda: TransposedConvAsPixelShuffle),
         _t("SplitWideConcat", "schedx: a concatenation of many tensors (an unrolled recurrent layer's steps) as "
            "a tree of narrow ones: TOPI picks each element's input with a chain of one test per input.",
            lambda: SplitWideConcat),

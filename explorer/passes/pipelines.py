@@ -37,7 +37,7 @@ TUNING_PASSES: tuple[str, ...] = (
 # stack + sum); the first numpy folding turns weights written as expressions into constants,
 # which FoldBatchnormToConv2D needs to see. DropDeadConvTaps needs the folded weights (constants).
 _PREPARE: tuple[str, ...] = (
-    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "DropDeadConvTaps", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
 )
 # FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
