@@ -5,7 +5,8 @@ Per model, in a child process of its own (a native crash or a hang fails one row
   - verified: exported for this machine's CPU with default schedules, run as deployed (the
     bundle's ``run.py`` in a fresh process) and compared with ONNX Runtime;
   - latency: the bundle at 1 and 2 threads against ONNX Runtime at 1 and 2 threads, the four
-    alternated ``--rounds`` times (order reversed every other round), the best median of each;
+    alternated ``--rounds`` times (order reversed every other round: ``export.bench.alternate``, as
+    ``schedx bench`` does), the median of each one's runs pooled over the rounds;
   - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
     matmul through numpy's BLAS, `schedx calibrate`);
   - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only);
@@ -30,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_models import machine, out, timed
+from benchmarks.bench_models import machine, out
 from benchmarks.corpus.build import MANIFEST, corpus_dir
 
 CROSS_TARGETS = ("cuda:sm_80", "aarch64")
@@ -50,7 +51,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
     from explorer.measure.calibration import calibration
     from explorer.target import host_target
     from explorer.workload import load_workload
-    from export.bench import bundle_row, ort_row
+    from export.bench import alternate, bundle_row, ort_row
     from export.flow import export_workload
     from export.profile import profile_export
 
@@ -76,14 +77,14 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
         result.update(exported=True, export_s=round(time.perf_counter() - start, 1), verified=report.verified,
                       verdict=report.verdict)
         inputs = workload.sample_inputs()
-        run = {"runs": opts.runs, "budget_s": opts.budget}
-        contenders = {f"tvm {t}t": (lambda t=t: bundle_row(report.folder, f"tvm {t}t", threads=t, **run)[0])
-                      for t in (1, 2)}
-        contenders.update({f"ort {t}t": (lambda t=t: ort_row(workload.onnx_model, inputs, threads=t, **run))
-                           for t in (1, 2)})
+        contenders = {f"tvm {t}t": (lambda n, b, t=t: bundle_row(report.folder, f"tvm {t}t", threads=t, runs=n,
+                                                                  budget_s=b)[0]) for t in (1, 2)}
+        contenders.update({f"ort {t}t": (lambda n, b, t=t: ort_row(workload.onnx_model, inputs, threads=t, runs=n,
+                                                                  budget_s=b)) for t in (1, 2)})
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(opts.busy)]
         try:
-            rows = timed(contenders, opts.rounds)
+            rows, _ = alternate(contenders, rounds=opts.rounds, runs=opts.runs * opts.rounds,
+                                budget_s=opts.budget * opts.rounds)
             result["ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
             result["ratio_1t"] = round(rows["tvm 1t"].median_s / rows["ort 1t"].median_s, 2)
             result["ratio_2t"] = round(rows["tvm 2t"].median_s / rows["ort 2t"].median_s, 2)
