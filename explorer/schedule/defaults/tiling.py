@@ -338,7 +338,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
     """Pad the vector axis to whole vectors when no multiple of the lanes divides it (attention's
-    49 or 197 tokens, a 1000-class matmul on AVX-512): the einsum reads zeros past the end (one
+    49 or 197 tokens, GPT-2's 1000-word logits over 32 tokens): the einsum reads zeros past the end (one
     padded copy of the operand the vector axis indexes) and computes into a padded output copied
     back. Unpadded, such a block got a scalar register tile (swin's 49x49 attention scores: 3% of
     the peak). False (nothing changed) when the axis already divides, is shorter than a vector, has
