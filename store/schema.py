@@ -201,7 +201,7 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
     if read_only is None:
         read_only = not writable(path)
     if exists:
-        _check_header(path)
+        _check_readable(path)
     elif not create or read_only:
         if read_only and create:
             raise ReadOnlyDatabaseError(f"cannot create a database at {path}: its folder is read-only; "
@@ -253,7 +253,7 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
             raise StoreError(f"no schedx database at {path}")
     except (OSError, ValueError) as err:
         raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
-    _check_header(path)
+    _check_readable(path)
     wal = Path(f"{path}-wal")
     # a folder that cannot hold SQLite's -shm file: nothing can write the file either (a writer
     # needs a journal beside it), so it is read as immutable, unless a write-ahead log is pending
@@ -341,16 +341,31 @@ def _remember_checked(path: Path) -> None:
             _CHECKED.add(key)
 
 
-def _check_header(path: Path) -> None:
+def _check_readable(path: Path) -> None:
+    """Refuse a file this process may not read in words (SQLite would say "unable to open database
+    file"); asks the kernel without opening it (see :func:`_not_sqlite` for why not)."""
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"cannot read {path}: Permission denied")
+
+
+def _not_sqlite(path: Path, err: sqlite3.DatabaseError) -> StoreError:
+    """The error for a file SQLite cannot read as a database, naming what it starts with.
+
+    Only called once SQLite has refused the file: reading it with a file handle of our own while
+    a connection of this process holds it would drop that connection's POSIX locks on close (see
+    SQLite's "How To Corrupt": another process then thinks it is the last one, checkpoints and
+    deletes the write-ahead log under our readers, who get "disk I/O error")."""
     try:
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))
-    except OSError as err:  # no permission to read it, a device that fails
-        raise StoreError(f"cannot read {path}: {err.strerror or err}") from err
+    except OSError as os_err:  # no permission to read it, a device that fails
+        return StoreError(f"cannot read {path}: {os_err.strerror or os_err}")
     if head != SQLITE_MAGIC:
-        raise CorruptDatabaseError(
+        return CorruptDatabaseError(
             f"{path} is not a SQLite database (it starts with {head[:8]!r}); schedx leaves it untouched. "
             "Move it away or pass another file with --db / SCHEDX_DB.")
+    return CorruptDatabaseError(f"{path} cannot be read as SQLite ({err}); schedx leaves it untouched. "
+                                "Move it away or pass another file with --db / SCHEDX_DB.")
 
 
 def _read_version(db: sqlite_utils.Database, path: Path) -> int | None:
@@ -360,9 +375,8 @@ def _read_version(db: sqlite_utils.Database, path: Path) -> int | None:
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
     except sqlite3.OperationalError:  # cannot open, locked too long: not a verdict on the file
         raise
-    except sqlite3.DatabaseError as err:
-        raise CorruptDatabaseError(f"{path} cannot be read as SQLite ({err}); schedx leaves it untouched. "
-                                   "Move it away or pass another file with --db / SCHEDX_DB.") from err
+    except sqlite3.DatabaseError as err:  # not a database (SQLITE_NOTADB), or a damaged header
+        raise _not_sqlite(path, err) from err
     if not tables and app_id == 0:
         return None
     if META_TABLE not in tables or app_id not in (0, APPLICATION_ID):

@@ -226,3 +226,36 @@ def test_three_writers_and_a_reader(tmp_path):
     with Store(path) as store:
         assert store.count() == 3000
         assert {h: store.count(hardware=h) for h in ("w0", "w1", "w2")} == {"w0": 1000, "w1": 1000, "w2": 1000}
+
+
+_WRITE_THEN_CLOSE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from store import Store, Workload
+    path, go = sys.argv[1], Path(sys.argv[2])
+    store = Store(path)
+    store.add_workload(Workload(key="2", name="other process"))
+    print("open", flush=True)
+    while not go.exists():
+        time.sleep(0.01)
+    store.close()
+""")
+
+
+def test_opening_again_keeps_this_process_locks_so_another_never_deletes_the_log_under_it(tmp_path):
+    """The CI failure "cannot open ...: disk I/O error": reading the file's header with a handle of
+    our own dropped the POSIX locks this process's open connections hold, so another process
+    closing last-but-one thought it was the last, checkpointed and deleted the write-ahead log
+    and its index while this process still read through them."""
+    path, go = tmp_path / "schedx.db", tmp_path / "go"
+    held = Store(path)
+    held.add_workload(Workload(key="1", name="this process"))
+    other = subprocess.Popen([sys.executable, "-c", _WRITE_THEN_CLOSE, str(path), str(go)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert other.stdout.readline().strip() == "open", other.stderr.read()
+    Store(path).close()  # another open and close in this process while `held` and `other` hold the file
+    go.touch()
+    assert other.wait(timeout=60) == 0, other.stderr.read()
+    assert Path(f"{path}-wal").exists() and Path(f"{path}-shm").exists(), "the other process deleted them"
+    assert {w.key for w in held.workloads()} == {"1", "2"}
+    held.close()
