@@ -72,6 +72,10 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @click.option("--microkernel", is_flag=True,
               help="Also tile fp32 matmul-like blocks around an FMA micro-kernel for the target's vector width "
                    "(tensorized; blocks it does not fit keep the default rules).")
+@click.option("--default-variants", default=3, show_default=True, type=Count(0, 6),
+              help="After each task's default schedule, measure up to this many of its variants (the default "
+                   "rules with one choice changed: the next register tiles, rows not fused, no tail tile), "
+                   "heaviest tasks first, at most half the trials (0: none).")
 @click.option("--confirm-rounds", default=3, show_default=True, type=Count(0, 50),
               help="After the search, each task's fastest schedules and its default are timed again in turns, "
                    "this many rounds; an export applies the winner (0: no confirmation round; schedules an "
@@ -87,7 +91,7 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @fail_cleanly
 def tune(workload: str, trials: int | None, minutes: float | None, per_batch: int, population: int, generations: int,
          mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, microkernel: bool,
-         confirm_rounds: int, target_spec: str,
+         default_variants: int, confirm_rounds: int, target_spec: str,
          shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, background: bool,
          as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
@@ -107,7 +111,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
     params = SearchParams(trials=trials, per_batch=per_batch, population=population, generations=generations,
                           mutate_prob=mutate_prob, eps_greedy=eps_greedy, seed=seed, cost_model=cost_model,
                           timeout_s=timeout_s, minutes=minutes or 0.0, microkernel=microkernel,
-                          confirm_rounds=confirm_rounds)
+                          default_variants=default_variants, confirm_rounds=confirm_rounds)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
                    rpc_key=rpc_key)
     stop = StopRequest()
@@ -137,8 +141,10 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
     budget = ("no trial limit" if by_time else f"{trials} trials") + (f", {minutes:g} min" if minutes else "")
     click.echo(f"{len(tasks)} task(s) for {job.target.label}, {budget}, database {store.path}", err=True)
     if job.spec.params.defaults_first:
-        click.echo("timing each task's default schedule first (the baseline a record must beat), then searching; "
-                   "a line per batch", err=True)
+        variants = f", then up to {job.spec.params.default_variants} variants of it per task" \
+            if job.spec.params.default_variants else ""
+        click.echo(f"timing each task's default schedule first (the baseline a record must beat){variants}, "
+                   "then searching; a line per batch", err=True)
     summary = run(store, job, on_batch=lambda report: click.echo(batch_line(report, trials, by_time), err=True),
                   stop=stop)
     if as_json:

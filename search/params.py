@@ -29,6 +29,9 @@ class SearchParams:
     timeout_s: int = 30  # per build and per run
     minutes: float = 0.0  # time budget: stop after the batch in progress once it is spent (0: none)
     defaults_first: bool = True  # measure each task's default schedule first: the baseline a record must beat
+    # then up to this many variants of each task's default (the default rules with one choice changed:
+    # explorer.schedule.defaults.variants), heaviest tasks first, at most half the trials (0: none)
+    default_variants: int = 3
     # also tile fp32 blocks around an FMA micro-kernel for the target's vector width
     # (explorer.schedule.microkernel); blocks it cannot tensorize keep the default rules
     microkernel: bool = False
@@ -61,6 +64,7 @@ class SearchParams:
             (self.cost_model in ("xgb", "random"), f"cost_model must be xgb or random, got {self.cost_model!r}"),
             (self.task_scheduler in ("gradient", "round-robin"),
              f"task_scheduler must be gradient or round-robin, got {self.task_scheduler!r}"),
+            (0 <= self.default_variants <= 6, f"default_variants must be in [0, 6], got {self.default_variants}"),
             (0 <= self.confirm_rounds <= 50, f"confirm_rounds must be in [0, 50], got {self.confirm_rounds}"),
             (self.timeout_s > 0, f"timeout_s must be positive, got {self.timeout_s}"),
             (self.timeout_s <= 24 * 3600, f"timeout_s must be at most a day (86400), got {self.timeout_s}"),

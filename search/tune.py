@@ -169,9 +169,13 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         ledger_builder = LedgerBuilder(builder, ledger, work.name)
         ledger_runner = LedgerRunner(inner_runner, ledger, work.name)
         if params.defaults_first:  # the baseline a record must beat: what an export would use without one
-            from search.defaults_round import measure_defaults
+            from search.defaults_round import measure_defaults, measure_variants
 
-            measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
+            default_s = measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
+            if params.default_variants:  # the default rules' own design space, heaviest tasks first
+                measure_variants(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner,
+                                 per_task=params.default_variants, default_s=default_s,
+                                 budget=params.trials // 2 if not params.by_time else len(tasks) * params.default_variants)
         _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
                     space=space, work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
         if params.confirm_rounds and state.failure is None and not (stop.interrupted or stop.signals or stop.hard):

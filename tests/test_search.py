@@ -24,8 +24,8 @@ from tests.fake_measure import FakeBuilder, FakeRunner
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
-# the confirmation round is tested on its own (it adds records of schedules measured before)
-FAST = dict(population=32, generations=1, init_min_unmeasured=8, confirm_rounds=0)
+# the confirmation round and the default's variants are tested on their own (they add records)
+FAST = dict(population=32, generations=1, init_min_unmeasured=8, confirm_rounds=0, default_variants=0)
 
 
 def test_sketches_show_open_decisions_and_sample_valid_schedules():
@@ -164,6 +164,30 @@ def test_the_default_schedule_is_measured_first_and_export_takes_the_faster(tmp_
     again = tune([kernel_task(k)], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=8,
                  cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
     assert again.cached >= 1 and sum(r.source == "default" for r in store.records()) == 1  # measured once
+
+
+def test_the_defaults_design_space_is_measured_after_the_default_heaviest_task_first(tmp_path):
+    """After the default, the default rules with one choice changed (the next register tiles by
+    the ranking, ...) are measured as search candidates that name their variant; they take at
+    most half a trial budget and leave the rest to MetaSchedule's sketches."""
+    k = builtin_kernel("matmul", M=64, N=64, K=64)
+    store = Store(tmp_path / "v.db")
+    params = SearchParams(trials=8, per_batch=4, cost_model="random", **{**FAST, "default_variants": 3})
+    summary = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
+                   runner=FakeRunner())
+    records = store.records(order="id")
+    variants = [r for r in records if "default_variant" in r.environment]
+    assert records[0].source == "default" and records[1:4] == variants  # right after the default
+    assert [r.environment["default_variant"] for r in variants] == [
+        "default rules, tile ranked 2", "default rules, tile ranked 3", "default rules, tile ranked 4"]
+    assert all(r.source == "search" and r.trace and r.steps for r in variants)
+    assert len({r.candidate for r in records}) == len(records) == summary.trials == 8  # 4 left to the sketches
+    off = Store(tmp_path / "off.db")
+    tune([kernel_task(k)], store=off, target=host_target(), builder=FakeBuilder(), runner=FakeRunner(),
+         params=SearchParams(trials=4, per_batch=4, cost_model="random", **FAST))
+    assert not any("default_variant" in r.environment for r in off.records())
+    with pytest.raises(SearchError, match="default_variants"):
+        SearchParams(default_variants=7)
 
 
 def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to_the_default(tmp_path):

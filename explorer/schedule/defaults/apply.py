@@ -87,7 +87,7 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
 
 
 def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
-           pixels: bool = True) -> tuple[s_tir.Schedule, list[str]]:
+           pixels: bool = True, rank: int = 0) -> tuple[s_tir.Schedule, list[str]]:
     sch = _fresh(func)
     inline_producers(sch)
     inline_epilogues(sch)
@@ -107,9 +107,10 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
     if anchor is not None:
         name = sch.get(anchor).name_hint
         try:
-            steps.append(tile_reduction(sch, anchor, cpu, tails=tails, pixels=pixels))
+            steps.append(tile_reduction(sch, anchor, cpu, tails=tails, pixels=pixels, rank=rank))
         except NotApplicable:
-            pass
+            if rank:  # a tile the ranking does not have: no such variant (the best one stays the default)
+                raise
         else:  # the epilogue it took in is under its loops now (a padding stays at the root); the rest remain
             names.remove(name)
             names = [n for n in names if _at_root(sch, n, anchor)]

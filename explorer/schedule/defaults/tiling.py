@@ -140,7 +140,8 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
     return cycles + alloc if alloc >= ALLOC_SHARE * cycles else cycles
 
 
-def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, tails: bool = True) -> Tiling:
+def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, tails: bool = True,
+                 rank: int = 0) -> Tiling:
     """Tile sizes that fit the registers, leave one parallel task per core at least, and cost the
     fewest cycles per multiply-add (:func:`_cycles_per_fma`; a row count that does not divide the
     row axis is costed with the tile of its last rows and the pass ``TAIL_PASS_CYCLES`` stands for);
@@ -155,7 +156,11 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get tiles
     of several rows (5x16 on AVX2, over the 49 outputs as one axis: :func:`_pixel_rows`; 7x32 on
     AVX-512) and not 1x64: one row per tile
-    read each weight from L2 for a single multiply-add."""
+    read each weight from L2 for a single multiply-add.
+
+    ``rank``: the option ranked so (0: the best by the model; 1: the next, ...), for the search
+    to try where the model may be wrong (:mod:`explorer.schedule.defaults.variants`); raises
+    :class:`NotApplicable` when there are not that many."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
     ext_r = facts.extents[rows] if rows is not None else 1
@@ -213,10 +218,11 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
                 tasks = rest * (ext_v // vt)  # the row axis runs inside each task
             enough = tasks >= min(2 * cpu.cores, rest * ext_v * ext_r)
             options.append((enough, 1 / main_cycles, not tail, rt * nv / (rt + nv), rt, vt, tail, tasks))
-    if not options:
-        raise NotApplicable("no tile fits the registers")
+    if len(options) <= rank:
+        raise NotApplicable("no tile fits the registers" if not options else f"only {len(options)} tiles fit")
     wide_first = cpu.broadcast_costs  # on a tie: fewer rows (one broadcast for more vectors), else more rows
-    _, speed, *_, rt, vt, tail, tasks = max(options, key=lambda o: (*o[:4], o[5], o[4]) if wide_first else o[:6])
+    ranked = sorted(options, key=lambda o: (*o[:4], o[5], o[4]) if wide_first else o[:6], reverse=True)
+    _, speed, *_, rt, vt, tail, tasks = ranked[rank]
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail, cycles=1 / speed, tasks=tasks)
 
 
@@ -269,9 +275,11 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     return None
 
 
-def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True, pixels: bool = True) -> str:
+def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True, pixels: bool = True,
+                   rank: int = 0) -> str:
     """Schedule ``block`` (a reduction) with a register tile and its epilogue; returns a description.
-    ``tails``: whether a row tile may leave rows over for a tile of their own.
+    ``tails``: whether a row tile may leave rows over for a tile of their own; ``rank``: which
+    tile by :func:`choose_tiles`' ranking (0: its best).
 
     Raises :class:`NotApplicable` before changing anything when the block does not fit."""
     facts = block_facts(sch, block)
@@ -287,8 +295,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         pads = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
         copies = sch.get_consumers(block)
     rows = row_axis(facts, vec)
-    tiling = choose_tiles(facts, vec, rows, cpu, tails)
-    fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails) if pixels else None
+    tiling = choose_tiles(facts, vec, rows, cpu, tails, rank)
+    fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails, rank) if pixels else None
     outer_rows = None
     if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
         outer_rows, tiling = fused
@@ -360,7 +368,7 @@ def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cp
 
 
 def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, cpu: CpuSpec,
-                tails: bool) -> tuple[int, Tiling] | None:
+                tails: bool, rank: int = 0) -> tuple[int, Tiling] | None:
     """The output axis just outside the rows (a conv's output height, when rows are its width)
     and the tiles over both as one axis of pixels, when a tile should run so; else None.
 
@@ -382,7 +390,10 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
         return None
     if any(a.uses(outer) != a.uses(rows) for a in facts.reads):
         return None
-    fused = choose_tiles(_fused_facts(facts, outer, rows), vec, rows, cpu, tails)
+    try:
+        fused = choose_tiles(_fused_facts(facts, outer, rows), vec, rows, cpu, tails, rank)
+    except NotApplicable:  # fewer tiles over the fused rows than ``rank``
+        return None
     if fused.tasks < 2 * cpu.cores or fused.cycles > tiling.cycles * (1 - PIXEL_GAIN):
         return None
     if not fused.tail_rows:  # whole tiles write back under their own loop, where TVM 0.27 covers a tile

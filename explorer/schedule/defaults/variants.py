@@ -1,0 +1,97 @@
+"""The default rules' own choices as a design space: the schedules the rules make when one of
+their choices goes the other way, for a search to measure beside MetaSchedule's sketches.
+
+The default schedule (:func:`explorer.schedule.defaults.default_schedule`) takes, for the
+biggest reduction of a kernel, the register tile :func:`~explorer.schedule.defaults.tiling.choose_tiles`
+models as cheapest, runs two output axes as one axis of pixels where the model gains
+(``pixels``), and lets the rows a tile leaves over run in a tile of their own (``tails``). The
+model is a model: on ResNet-18 it is right within a few percent, but it sees neither the
+caches' behaviour under a whole model nor LLVM's register allocation. MetaSchedule's sketches do
+not contain these schedules (weights packed in panels at build time, tails of rows, fused
+rows), so its evolutionary search cannot reach them; measured, they can. Each variant here is
+the default rules with one choice changed: the next tiles by the ranking, rows not fused,
+tiles that divide the rows. Each replays by its trace on the unscheduled kernel, like the
+default's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import tvm
+
+from explorer.schedule.defaults.apply import _tiled, _trace_json, default_schedule
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.lint import problems
+
+
+@dataclass(frozen=True)
+class DefaultVariant:
+    """One way the default rules can choose otherwise (all fields at their defaults: the default)."""
+
+    rank: int = 0  # the register tile by choose_tiles' ranking (0: the one its model prefers)
+    pixels: bool = True  # two output axes as one axis of rows, where the model gains
+    tails: bool = True  # the rows a tile leaves over in a tile of their own (else tiles that divide them)
+
+    @property
+    def label(self) -> str:
+        parts = ([f"tile ranked {self.rank + 1}"] if self.rank else []) + \
+            ([] if self.pixels else ["rows not fused"]) + ([] if self.tails else ["no tail tile"])
+        return "default rules, " + ", ".join(parts) if parts else "default rules"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# tried in this order, each once: the tiles the model ranks next first (where it errs most: a few
+# percent between neighbours), then the rows' two structural choices
+VARIANTS = (DefaultVariant(rank=1), DefaultVariant(pixels=False), DefaultVariant(rank=2),
+            DefaultVariant(tails=False), DefaultVariant(rank=3), DefaultVariant(rank=1, pixels=False))
+
+
+@dataclass(frozen=True)
+class VariantSchedule:
+    """A variant that applies to a kernel: what it did to each block and its trace (plain JSON)."""
+
+    variant: DefaultVariant
+    steps: tuple[str, ...]
+    trace: object = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"variant": self.variant.to_dict(), "label": self.variant.label, "steps": list(self.steps)}
+
+
+def default_variants(func: tvm.tirx.PrimFunc, cpu: CpuSpec, limit: int = 3) -> list[VariantSchedule]:
+    """Up to ``limit`` schedules of ``func`` that the default rules make with one choice changed
+    (:data:`VARIANTS` in order), each different from the default and from each other, each one
+    TVM accepts and :mod:`explorer.schedule.lint` passes. Empty where the default is not a tiled
+    schedule (an elementwise kernel: nothing to choose)."""
+    import tvm_ffi
+
+    if limit <= 0:
+        return []
+    scheduled, choice = default_schedule(func, cpu)
+    if choice.rule != "full" or not any("register tile" in step for step in choice.steps):
+        return []
+    seen = {tvm_ffi.structural_hash(scheduled)}
+    found: list[VariantSchedule] = []
+    for variant in VARIANTS:
+        if len(found) >= limit:
+            break
+        try:
+            sch, steps = _tiled(func, cpu, tails=variant.tails, pixels=variant.pixels, rank=variant.rank)
+            mod_func = sch.mod["main"]
+            if problems(mod_func):
+                continue
+        except Exception:  # noqa: BLE001 - a choice that does not apply to this kernel is no variant
+            continue
+        key = tvm_ffi.structural_hash(mod_func)
+        trace = _trace_json(sch)
+        if key in seen or trace is None:
+            continue
+        seen.add(key)
+        found.append(VariantSchedule(variant, tuple(steps), trace))
+    return found
+
+
+__all__ = ["VARIANTS", "DefaultVariant", "VariantSchedule", "default_variants"]
