@@ -18,13 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_models import bundle, machine, out, timed
+from benchmarks.bench_models import bundle, machine, out
 
 
 def bench(model: str, opts, target, tmp: Path) -> dict:
     from explorer.models.quantize import quantize_model
     from explorer.workload import load_workload
-    from export.bench import bundle_row, ort_row
+    from export.bench import alternate, bundle_row, ort_row
     from export.profile import profile_workload
 
     float_wl = load_workload(model)
@@ -36,13 +36,15 @@ def bench(model: str, opts, target, tmp: Path) -> dict:
     int8_dir = bundle(int8_wl, target, tmp / f"{model}-int8", None)
     exported_s = time.perf_counter() - start
     inputs = float_wl.sample_inputs()
-    run = {"threads": 2, "runs": opts.runs, "budget_s": opts.budget}
-    rows = timed({
-        "tvm float": lambda: bundle_row(float_dir, "tvm float", **run)[0],
-        "tvm int8": lambda: bundle_row(int8_dir, "tvm int8", **run)[0],
-        "onnxruntime float": lambda: ort_row(float_wl.onnx_model, inputs, threads=2, runs=opts.runs, budget_s=opts.budget),
-        "onnxruntime int8": lambda: ort_row(int8_wl.onnx_model, inputs, threads=2, runs=opts.runs, budget_s=opts.budget),
-    }, opts.rounds)
+    def tvm(folder: Path, name: str):
+        return lambda runs, budget_s: bundle_row(folder, name, threads=2, runs=runs, budget_s=budget_s)[0]
+
+    def ort(onnx_model):
+        return lambda runs, budget_s: ort_row(onnx_model, inputs, threads=2, runs=runs, budget_s=budget_s)
+
+    rows, _ = alternate({"tvm float": tvm(float_dir, "tvm float"), "tvm int8": tvm(int8_dir, "tvm int8"),
+                         "onnxruntime float": ort(float_wl.onnx_model), "onnxruntime int8": ort(int8_wl.onnx_model)},
+                        rounds=opts.rounds, runs=opts.runs * opts.rounds, budget_s=opts.budget * opts.rounds)
     ms = {name: row.median_s * 1e3 for name, row in rows.items()}
     prof = profile_workload(int8_wl, target, schedules=None, runs=5, threads=2, ort=False)
     return {"model": model, "quantized_nodes": report.quantized_nodes, "export_s": round(exported_s, 1),

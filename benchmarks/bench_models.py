@@ -14,8 +14,11 @@ OpenBLAS pins lifted (the default and numpy alternated ``--rounds`` times, the b
 numpy's own figure is a best of 10). TVM runs as deployed (bundle in a fresh process), at ``--threads`` threads
 (``TVM_NUM_THREADS`` is set for every TVM of the run, the search's workers included).
 
-Every contender is timed ``--rounds`` times in alternation (the machine is shared); the best
-median of the rounds is kept. The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores)
+Every contender is timed in ``--rounds`` alternated rounds (``export.bench.alternate``, as
+``schedx bench``: the order reversed every other round, the machine is shared); each figure is the
+median of all its runs with a 95% confidence interval, and tuned against the default (and the
+default against ONNX Runtime) is decided under the noise: faster, slower, or no difference beyond
+it (``export.noise``). The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores)
 heads the output. Run: ``python -m benchmarks.bench_models --minutes M [--models a,b]``.
 """
 
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 MODELS = ("resnet18", "mobilenet_v2", "bert_encoder")
@@ -76,22 +80,9 @@ def bundle(workload, target, folder: Path, schedules) -> Path:
     return export_workload(workload, target, folder, schedules=schedules, verify=True, layers=False).folder
 
 
-def timed(contenders: dict, rounds: int) -> dict:
-    """Run every contender ``rounds`` times in alternation, the order reversed every other round
-    (no contender always runs first, or always after the same one); each one's best row (lowest
-    median)."""
-    best: dict = {}
-    for r in range(rounds):
-        for name, run in list(contenders.items())[::1 if r % 2 == 0 else -1]:
-            row = run()
-            if name not in best or (row.median_s or 1e9) < (best[name].median_s or 1e9):
-                best[name] = row
-    return best
-
-
 def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     from explorer.workload import load_workload
-    from export.bench import bundle_row, ort_row
+    from export.bench import alternate, bundle_row, ort_row
     from export.profile import profile_workload
 
     workload = load_workload(model)
@@ -129,20 +120,30 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
                             "confirmations": summary.confirmed, "unconfirmed": summary.unconfirmed,
                             "after_confirmation": after_confirmation}
     tuned_dir = bundle(workload, target, tmp / f"{model}-tuned", schedules) if schedules else None
-    run = {"threads": opts.threads, "runs": opts.runs, "budget_s": opts.budget}
-    contenders = {"tvm default": lambda: bundle_row(default_dir, "tvm default", **run)[0],
-                  "onnxruntime 1 thread": lambda: ort_row(workload.onnx_model, inputs, threads=1, runs=opts.runs,
-                                                           budget_s=opts.budget),
-                  "onnxruntime 2 threads": lambda: ort_row(workload.onnx_model, inputs, threads=2, runs=opts.runs,
-                                                            budget_s=opts.budget)}
+
+    def tvm(folder: Path, name: str):
+        return lambda runs, budget_s: bundle_row(folder, name, threads=opts.threads, runs=runs, budget_s=budget_s)[0]
+
+    def ort(threads: int):
+        name = f"onnxruntime {threads} thread" + ("s" if threads > 1 else "")
+        return lambda runs, budget_s: replace(ort_row(workload.onnx_model, inputs, threads=threads, runs=runs,
+                                                      budget_s=budget_s), name=name)
+
+    # side by side in the order the comparisons read: tuned against the default, the default against
+    # ONNX Runtime
+    contenders = {"tvm tuned": tvm(tuned_dir, "tvm tuned")} if tuned_dir is not None else {}
+    contenders.update({"tvm default": tvm(default_dir, "tvm default"), "onnxruntime 2 threads": ort(2),
+                       "onnxruntime 1 thread": ort(1)})
     if versus_dir is not None:  # the same tree's defaults for another target of this machine (--versus)
-        contenders[versus_row(versus)] = lambda: bundle_row(versus_dir, versus_row(versus), **run)[0]
-    if tuned_dir is not None:
-        contenders["tvm tuned"] = lambda: bundle_row(tuned_dir, "tvm tuned", **run)[0]
-    rows = timed(contenders, opts.rounds)
+        contenders[versus_row(versus)] = tvm(versus_dir, versus_row(versus))
+    rows, comparisons = alternate(contenders, rounds=opts.rounds, runs=opts.runs * opts.rounds,
+                                  budget_s=opts.budget * opts.rounds)
     if opts.minutes > 0 and tuned_dir is None:  # no record beat its default: tuned is the default build
         rows["tvm tuned"] = rows["tvm default"]
     result["median_ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
+    result["ci_ms"] = {n: [round(r.ci_low_s * 1e3, 3), round(r.ci_high_s * 1e3, 3)] for n, r in rows.items()
+                       if r.ci_low_s is not None}
+    result["comparisons"] = [c.to_dict() | {"text": c.text()} for c in comparisons]
     ort1, ort2 = rows["onnxruntime 1 thread"].median_s, rows["onnxruntime 2 threads"].median_s
     result["ratios"] = {f"{n} / ort {k}": round(r.median_s / o, 2) for n, r in rows.items() if n.startswith("tvm")
                         for k, o in (("1t", ort1), ("2t", ort2))}
@@ -213,7 +214,11 @@ def show_model(r: dict) -> None:
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
                 f"faster than the default there by 2% in the median round, or not applicable)")
     for name, ms in r["median_ms"].items():
-        out(f"  {name:<24} {ms:9.2f} ms")
+        low, high = r["ci_ms"].get(name, (None, None))
+        ci = f"  (95% CI {low:.2f}-{high:.2f})" if low is not None else ""
+        out(f"  {name:<24} {ms:9.2f} ms{ci}")
+    for c in r["comparisons"]:
+        out(f"  {c['text']}")
     for name, ratio in r["ratios"].items():
         out(f"  {name:<24} {ratio:9.2f}x")
     out("  top 5 kernels (VM profiler):")
@@ -229,7 +234,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="TVM's threads (ONNX Runtime runs at 1 and 2)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per contender and round")
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per contender and round")
-    parser.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best median is kept")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds, their runs pooled")
     parser.add_argument("--no-matmul", action="store_true", help="skip matmul 1024 against numpy")
     parser.add_argument("--no-check-in-model", dest="check_in_model", action="store_false",
                         help="ship every confirmed record (default: only those faster than the default inside the "
