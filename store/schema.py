@@ -375,8 +375,11 @@ def _read_version(db: sqlite_utils.Database, path: Path) -> int | None:
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
     except sqlite3.OperationalError:  # cannot open, locked too long: not a verdict on the file
         raise
-    except sqlite3.DatabaseError as err:  # not a database (SQLITE_NOTADB), or a damaged header
-        raise _not_sqlite(path, err) from err
+    except sqlite3.DatabaseError as err:  # not a database, or damaged
+        if getattr(err, "sqlite_errorname", "") == "SQLITE_NOTADB":  # no SQLite connection can hold it
+            raise _not_sqlite(path, err) from err
+        raise CorruptDatabaseError(f"{path} cannot be read as SQLite ({err}); schedx leaves it untouched. "
+                                   "Move it away or pass another file with --db / SCHEDX_DB.") from err
     if not tables and app_id == 0:
         return None
     if META_TABLE not in tables or app_id not in (0, APPLICATION_ID):
