@@ -356,7 +356,8 @@ function runSearch(state) {
     panel.nodeEls.forEach((e) => e.classList.remove("hit"));
     if (!q) continue;
     panel.graph.nodes.forEach((n, i) => {
-      if (n.t[0].toLowerCase().includes(q) || n.s.includes(q)) {
+      // one node per ONNX node and per fused group it stands for (explorer.graph.viewdata.search_text)
+      if (n.s.includes(q) || (n.g && (n.g.startsWith(q) || n.g.replace(/^fused_/, "").startsWith(q)))) {
         state.matches.push([side, i]);
         panel.nodeEls[i].classList.add("hit");
       }

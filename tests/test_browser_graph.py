@@ -76,6 +76,10 @@ def test_find_a_node_by_name_see_what_it_became_and_open_its_kernel(ui_url, page
     titles = before.locator("g.n text.t.b").evaluate_all("els => els.map(e => e.textContent)")
     assert "layer1.0.conv1" in titles and not any(t.startswith("conv2d") for t in titles)
     box = page.locator(".sx-search")
+    # issue 29: "Conv" counted every node a Conv became and every node of a group named after one
+    box.fill("Conv")
+    page.wait_for_function("() => " + ROOT_JS + ".querySelector('.sx-count').textContent.includes('before')")
+    assert page.evaluate("() => " + ROOT_JS + ".querySelector('.sx-count').textContent") == "20 before · 20 after"
     box.fill("layer2.0.relu2")
     box.press("Enter")
     info = before.locator(".sx-info")

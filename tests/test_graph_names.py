@@ -172,3 +172,28 @@ def test_names_survive_batch_norm_folding(tiny_loaded):
     final = _nodes(graphs.payload(graphs.lineage.final))
     conv = next(n for n in final if n["d"]["op"].startswith("fused_conv2d"))
     assert [x[0] for x in conv["d"]["onnx"]] == ["conv1", "bn1", "relu1"]
+
+
+def _matches(node: dict, query: str) -> bool:
+    """The browser's match (assets/graph_view.js, runSearch)."""
+    q, g = query.lower(), node["g"]
+    return q in node["s"] or bool(g) and (g.startswith(q) or g.removeprefix("fused_").startswith(q))
+
+
+def test_a_search_for_an_operator_counts_each_model_node_once_before_and_after_every_pass(resnet18):
+    """Issue 29: "Conv" counted 109 before and 211 after a pass, as every node a Conv became (its
+    bias add, the layout's transposes) and every node of a group FuseOps named after a conv
+    matched. One node stands for each ONNX node and each fused call now: ResNet-18's 20
+    convolutions are 20 matches in every snapshot, its 17 ReLUs 17, a model node's own name
+    finds one node, and every fused group its name."""
+    run = run_pipeline(resnet18.mod, "inference")  # NHWC: the layout conversion adds transposes
+    graphs = RunGraphs(run, onnx_sources(resnet18))
+    counts: dict[str, dict] = {}
+    for index in [-1, *range(len(run.snapshots))]:
+        nodes = _nodes(graphs.payload(index))
+        name = f"{index} {run.snapshots[index].name}" if index >= 0 else "input"
+        counts[name] = {q: sum(_matches(n, q) for n in nodes) for q in ("Conv", "relu")}
+        assert sum(_matches(n, "layer2.0.conv1") for n in nodes) == 1, name
+        groups = {n["d"]["group"].lower() for n in nodes if n["d"].get("group")}
+        assert {n["g"] for n in nodes if n["g"]} == groups, name  # each fused group found by its name
+    assert {tuple(c.values()) for c in counts.values()} == {(20, 17)}, counts

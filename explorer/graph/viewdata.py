@@ -50,6 +50,63 @@ def onnx_names_of(g0: nx.DiGraph, origins: frozenset[str], sources: OnnxSources)
     return [found[k] for k in sorted(found)]
 
 
+# what only moves or retypes data: never the node that stands for an ONNX node in a search
+_DATA_MOVEMENT = ("permute_dims", "layout_transform", "reshape", "expand_dims", "squeeze", "flatten",
+                  "broadcast_to", "astype", "transpose")
+
+
+def _alnum(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def _stands_for(g: nx.DiGraph, nodes: list[str], name: str) -> str:
+    """Of ``nodes`` (in drawing order), the one that stands for something called ``name`` (an
+    ONNX operator type, a fused kernel's name): the first whose operator ``name`` names
+    (``conv2d`` for Conv and for fused_conv2d_add_relu), else the first that computes (not a
+    transpose, reshape or cast), else the first."""
+    wanted = _alnum(name)
+    ops = {n: (g.nodes[n]["op"] or "").lower().rsplit(".", 1)[-1] for n in nodes}
+    named = [n for n in nodes if ops[n] and (_alnum(ops[n]) in wanted or wanted in _alnum(ops[n]))]
+    computing = [n for n in nodes if not any(m in ops[n] for m in _DATA_MOVEMENT)]
+    return (named or computing or nodes)[0]
+
+
+def representatives(g: nx.DiGraph, names: Mapping[str, list[OnnxNode]]) -> tuple[dict[int, str], dict[tuple, str]]:
+    """The one node of ``g`` that stands in a search for each ONNX node (by its index) and for
+    each call of a fused function (by its name and call). A pass splits an ONNX Conv into a
+    convolution, its bias add and the layout's transposes, and FuseOps names a group of three
+    after its convolution; a search for "Conv" should count convolutions alike before and after
+    (it counted 109 before and 211 after on a layout model, when every node from a Conv or in a
+    conv group matched)."""
+    became: dict[int, list[str]] = {}
+    groups: dict[tuple, list[str]] = {}
+    for n in sorted(g.nodes, key=lambda n: g.nodes[n]["order"]):
+        for x in names.get(n, ()):
+            became.setdefault(x.index, []).append(n)
+        d = g.nodes[n]
+        if d["group"]:
+            groups.setdefault((d["group"], d.get("group_call", 0)), []).append(n)
+    op_type = {x.index: x.op_type for xs in names.values() for x in xs}
+    return ({index: _stands_for(g, nodes, op_type[index]) for index, nodes in became.items()},
+            {key: _stands_for(g, nodes, key[0]) for key, nodes in groups.items()})
+
+
+def search_text(d: Mapping, names: list[OnnxNode], n: str, onnx_nodes: Mapping[int, str]) -> str:
+    """What a search matches a node by (lower case): its operator and variable, and the names
+    and operator types of the ONNX nodes it came from where it is the node that stands for them
+    (:func:`representatives`). A fused group's name is matched apart (:func:`group_text`)."""
+    own = [x for x in names if onnx_nodes.get(x.index) == n]
+    return " ".join([d["op"] or "", d["var"] or ""] + [x.name for x in own] + [x.op_type for x in own]).lower()
+
+
+def group_text(d: Mapping, n: str, groups: Mapping[tuple, str]) -> str:
+    """The fused group's name, on the node that stands for that call of it (else ""): the browser
+    matches it by its start, with or without ``fused_`` (``fused_conv2d_add_relu`` for "conv" or
+    "fused_conv", not for "relu", which the relu node itself matches)."""
+    key = (d["group"], d.get("group_call", 0))
+    return d["group"].lower() if d["group"] and groups.get(key) == n else ""
+
+
 def node_lines(d: Mapping, names: list[OnnxNode]) -> list[str]:
     """Title (the model's name), what it calls, its output type."""
     if d["kind"] == "input":
@@ -103,13 +160,14 @@ def snapshot_view(g: nx.DiGraph, g0: nx.DiGraph, origins: Mapping[str, frozenset
     titles = {n: lines[n][0] for n in order}
     pos = laid_out or layout(g, lines)
     index = {n: i for i, n in enumerate(order)}
+    onnx_nodes, groups = representatives(g, names)
     nodes = []
     for n in order:
         d = g.nodes[n]
         x, y, w, h = pos.nodes[n]
-        search = " ".join([d["op"], d["var"], d["group"]] + [x.name for x in names[n]] + [x.op_type for x in names[n]])
         nodes.append({"id": n, "x": x, "y": y, "w": w, "h": h, "k": d["kind"], "t": lines[n],
-                      "s": search.lower(), "o": sorted(int(o[1:]) for o in origins.get(n, ()) if o[1:].isdigit()),
+                      "s": search_text(d, names[n], n, onnx_nodes), "g": group_text(d, n, groups),
+                      "o": sorted(int(o[1:]) for o in origins.get(n, ()) if o[1:].isdigit()),
                       "d": _details(g, n, d, names[n], becomes.get(n, []), titles)})
     edges = [[index[u], index[v], path] for u, v, path in pos.edges]
     return {"w": pos.width, "h": pos.height, "engine": pos.engine, "nodes": nodes, "edges": edges,
