@@ -127,6 +127,26 @@ def test_filled_database_shows_table_and_charts(tmp_path):
     assert set(at.dataframe[0].value["source"]) == {"manual"}
 
 
+def test_the_table_says_where_a_record_came_from_and_how_it_ended_in_few_columns(tmp_path):
+    """A variant of the default rules and a confirmation round's timing read in the source column;
+    status and verification in one; every column has a width (the table fits 1600 px)."""
+    from app.ui.leaderboard import table_columns, table_rows
+
+    fill_demo(tmp_path / "demo.db")
+    with Store(tmp_path / "demo.db") as store:
+        base = store.records(order="id")[2]
+        variant = base.to_dict() | {"id": None, "environment": {"default_variant": "default rules, tile ranked 2"},
+                                    "candidate": "v1", "verified": True}
+        confirmed = base.to_dict() | {"id": None, "environment": {"confirmation": {"rounds": 3}}, "candidate": "c1",
+                                      "verified": False}
+        store.add_records([Record(**variant), Record(**confirmed)])
+        rows = table_rows(store.records(order="id"), {})
+    assert [r["source"] for r in rows[-2:]] == ["search · tile ranked 2", "search · confirmed: cold, in turns"]
+    assert [r["outcome"] for r in rows[-2:]] == ["ok, verified", "ok, NOT verified"]
+    assert rows[3]["outcome"] == "build_error"
+    assert set(table_columns()) == set(rows[0])
+
+
 def test_all_records_view_and_compare(tmp_path):
     ids = fill_demo(tmp_path / "demo.db")
     at = _page(tmp_path / "demo.db").run()
@@ -182,4 +202,4 @@ def test_the_table_says_which_times_a_confirmation_round_took():
                 trace=None, latencies=[1e-3], median_s=1e-3, gflops=1.0, created="2026-12-01T00:00:00")
     rows = table_rows([Record(**base, environment={}, id=1),
                        Record(**base, environment={"confirmation": {"rounds": 3}}, id=2)], {"w": "matmul"})
-    assert [r["timing"] for r in rows] == ["", "confirmed: cold, in turns"]
+    assert [r["source"] for r in rows] == ["search", "search · confirmed: cold, in turns"]

@@ -70,17 +70,46 @@ def _fits(target: str, hardware: str, memo: dict) -> str:
     return memo[(target, hardware)]
 
 
+def _origin(r: Record) -> str:
+    """Where a record came from, in a few words: its source, and for a search record the variant of
+    the default rules it is or that the confirmation round timed it again."""
+    env = r.environment or {}
+    parts = [r.source]
+    if env.get("default_variant"):
+        parts.append(env["default_variant"].removeprefix("default rules, "))
+    if "confirmation" in env:
+        parts.append("confirmed: cold, in turns")
+    return " · ".join(parts)
+
+
+def _outcome(r: Record) -> str:
+    if r.status != "ok":
+        return r.status
+    return {True: "ok, verified", False: "ok, NOT verified"}.get(r.verified, "ok, unchecked")
+
+
 def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
+    """The table's rows: few columns, each as wide as its content needs (:func:`table_columns`), so
+    that the table fits a 1600-px window without scrolling sideways; the rest is in the details."""
     memo: dict = {}
     return [{"id": r.id, "workload": names.get(r.workload_key, r.workload_key),
              "GFLOPS": None if r.gflops is None else round(r.gflops, 3),
-             "median ms": None if r.median_s is None else r.median_s * 1e3, "source": r.source,
-             "timing": "confirmed: cold, in turns" if "confirmation" in (r.environment or {}) else "",
-             "status": r.status,
-             "verified": r.verified, "max error": r.max_error, "steps": len(r.steps or []),
+             "median ms": None if r.median_s is None else r.median_s * 1e3, "source": _origin(r),
+             "outcome": _outcome(r), "max error": r.max_error,
              "target": target_short(r.target), "hardware": r.hardware,
              "target fits hardware": _fits(r.target, r.hardware, memo) or "yes",
-             "created": r.created[:19].replace("T", " "), "error": r.error[:120]} for r in records]
+             "created": r.created[:16].replace("T", " "), "error": r.error[:120]} for r in records]
+
+
+def table_columns() -> dict:
+    """Widths (pixels) of the table's columns: 1121 in all, within the main frame's width (1138) at 1600 px with
+    the sidebar open; a cut cell shows whole on hover."""
+    num = st.column_config.NumberColumn
+    text = st.column_config.TextColumn
+    return {"id": num(width=56), "workload": text(width=160), "GFLOPS": num(format="%.2f", width=72),
+            "median ms": num(format="%.4f", width=80), "source": text(width=130), "outcome": text(width=100),
+            "max error": num(format="%.1e", width=68), "target": text(width=100), "hardware": text(width=115),
+            "target fits hardware": text("fits", width=50), "created": text(width=110), "error": text(width=80)}
 
 
 def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
@@ -232,9 +261,7 @@ def show(store: Store, path: Path) -> None:
         st.warning("No record matches these filters" + (" on this machine: try 'Any machine'."
                                                         if filters["hardware"] else "."))
         return
-    st.dataframe(table_rows(records, names), hide_index=True, width="stretch",
-                 column_config={"GFLOPS": st.column_config.NumberColumn(format="%.2f"),
-                                "median ms": st.column_config.NumberColumn(format="%.4f")})
+    st.dataframe(table_rows(records, names), hide_index=True, width="stretch", column_config=table_columns())
     charts(store, filters, names)
     labels = record_labels(records, names)
     detail = st.segmented_control("Detail", DETAILS, default=DETAILS[0], key=K.DETAIL) or DETAILS[0]
