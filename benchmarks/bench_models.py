@@ -130,12 +130,12 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
                                                       budget_s=budget_s), name=name)
 
     # side by side in the order the comparisons read: tuned against the default, the default against
-    # ONNX Runtime
+    # the --versus build or ONNX Runtime
     contenders = {"tvm tuned": tvm(tuned_dir, "tvm tuned")} if tuned_dir is not None else {}
-    contenders.update({"tvm default": tvm(default_dir, "tvm default"), "onnxruntime 2 threads": ort(2),
-                       "onnxruntime 1 thread": ort(1)})
+    contenders["tvm default"] = tvm(default_dir, "tvm default")
     if versus_dir is not None:  # the same tree's defaults for another target of this machine (--versus)
         contenders[versus_row(versus)] = tvm(versus_dir, versus_row(versus))
+    contenders.update({"onnxruntime 2 threads": ort(2), "onnxruntime 1 thread": ort(1)})
     rows, comparisons = alternate(contenders, rounds=opts.rounds, runs=opts.runs * opts.rounds,
                                   budget_s=opts.budget * opts.rounds)
     if opts.minutes > 0 and tuned_dir is None:  # no record beat its default: tuned is the default build
@@ -209,6 +209,10 @@ def show_model(r: dict) -> None:
             a = s["after_confirmation"]
             out(f"  after the confirmation round: {a['records']} tasks on a record ({a['confirmed_records']} confirmed "
                 f"against the default; not reached by the round: {', '.join(a['unconfirmed_records']) or 'none'})")
+        from app.cli_search import gain_lines
+
+        for line in gain_lines(s.get("confirmations") or [], top=8):
+            out("  " + line)
         if s.get("in_model"):
             m = s["in_model"]
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "

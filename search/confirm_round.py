@@ -42,9 +42,9 @@ from explorer.workload import Task, tag_task
 from search.callbacks import SearchState, account_confirmation, remove_artifact
 from search.ledger import INFRA_ERROR, OK, TIMEOUT, CandidateLedger, LedgerBuilder, LedgerRunner
 from search.records import candidate_record
+from search.runner import COLD_TIMING
 from store import Record
 
-COLD_TIMING = "cold: weights and output flushed from the cache before each run, as in a model"
 CONTENDERS = 3  # the fastest schedules re-timed per pass (the default and the previous choice besides)
 PASSES = 3  # passes of one task, while the search timed untried schedules faster than the winner
 
@@ -64,9 +64,20 @@ class Confirmation:
     after_s: float
     overturned: bool
     timed: int  # records written: schedules re-timed
+    default_s: float | None = None  # the default schedule's time in the same round (None: not timed there)
+    calls: int = 1  # times the model calls the task's kernel per run
+    after_origin: str = ""  # where the chosen schedule came from, in words (a sketch, a default variant, ...)
+
+    @property
+    def gain_s(self) -> float | None:
+        """Seconds per model run the chosen schedule saves against the default (0 when the default
+        was chosen; None when the default was not timed in the round)."""
+        if self.default_s is None:
+            return None
+        return max(0.0, self.default_s - self.after_s) * self.calls
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"gain_s": self.gain_s}
 
 
 def _schedules(state: SearchState, task: Task, limit: int, **filters) -> list[Record]:
@@ -74,6 +85,10 @@ def _schedules(state: SearchState, task: Task, limit: int, **filters) -> list[Re
     found = state.store.schedules(workload=task.key, target=state.target_key, hardware=state.hardware, limit=limit,
                                   **filters)
     return [r for r in found if r.trace is not None]
+
+
+# what a record's environment says of its schedule (not of the measurement): a re-timing keeps it
+KEPT_ENVIRONMENT = ("default_variant",)
 
 
 def _confirmed(r: Record) -> bool:
@@ -103,18 +118,24 @@ def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *,
     before, timed, tried = ranked[0], 0, set()
     warm: dict[str, float] = {}  # schedule -> its time in the search (single, warm), to compare like with like
     chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)  # the choice so far
+    now: dict[str, float] = {}  # schedule -> its median in this round (the records it wrote)
+    default_key = None
     for _ in range(passes):
         picked = [r for r in ranked if _schedule(r) not in tried and not _confirmed(r)][:contenders]
         if not picked:
             break
         default = next(iter(_schedules(state, task, 1, source="default")), None)
+        if default is not None:
+            default_key = _schedule(default)
         for extra in (chosen, default):
             if extra is not None and _schedule(extra) not in {_schedule(r) for r in picked}:
                 picked.append(extra)
         for r in picked:
             warm.setdefault(_schedule(r), r.median_s)
         tried |= {_schedule(r) for r in picked}
-        timed += _retime(index, picked, state, tvm_target, builder, runner, rounds)
+        written = _retime(index, picked, state, tvm_target, builder, runner, rounds)
+        timed += len(written)
+        now.update({k: v for k, v in written.items() if v is not None})
         chosen = next(iter(_schedules(state, task, 1, confirmed_first=True)), None)
         if _ended(state, deadline):
             break
@@ -124,11 +145,24 @@ def confirm_task(index: int, state: SearchState, tvm_target, builder, runner, *,
         ranked = [r for r in _schedules(state, task, contenders * 4) if bar is not None and r.median_s < bar]
     after = chosen or before  # what an export applies
     return Confirmation(task.name, before.id, before.source, before.median_s, after.id, after.source, after.median_s,
-                        overturned=_schedule(before) != _schedule(after), timed=timed)
+                        overturned=_schedule(before) != _schedule(after), timed=timed,
+                        default_s=now.get(default_key) if default_key is not None else None,
+                        calls=max(1, int(task.weight)), after_origin=origin(after))
 
 
-def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, builder, runner, rounds: int) -> int:
-    """Rebuild ``picked``, time them ``rounds`` times in turns, write one record each; how many."""
+def origin(r: Record) -> str:
+    """Where a schedule came from, in words: ``default``, ``default rules, tile ranked 2`` (a
+    variant of the default), ``MetaSchedule sketch`` (the evolutionary search), or its source."""
+    env = r.environment or {}
+    if r.source == "search":
+        return env.get("default_variant") or "MetaSchedule sketch"
+    return r.source
+
+
+def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, builder, runner,
+            rounds: int) -> dict[str, float]:
+    """Rebuild ``picked``, time them ``rounds`` times in turns, write one record each; the median
+    of each schedule that ran every time it was asked (by :func:`_schedule`), one per record written."""
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -145,7 +179,7 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
             continue
         schedules.append((r, sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     if len(schedules) < 2:
-        return 0
+        return {}
     built = LedgerBuilder(builder, ledger, work).build(
         [ms.builder.BuilderInput(sch.mod, tvm_target) for _, sch, _ in schedules])
     ready = [(s, b) for s, b in zip(schedules, built) if b.error_msg is None and b.artifact_path]
@@ -154,7 +188,7 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
     finally:
         for _, b in ready:
             remove_artifact(b.artifact_path)
-    records = []
+    records, written = [], {}
     for (r, sch, args), _ in ready:
         c, times, failure = outcomes.get(r.id, (None, [], None))
         if c is None or (failure is None and not times):  # every round lost: nothing to say
@@ -163,14 +197,16 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
             (c.status, c.error, c.verified, c.max_error), c.secs = failure, ()
         else:
             c.status, c.secs, c.early = OK, tuple(times), False
-        environment = {**state.environment, "confirmation": {"rounds": len(times), "contenders": len(ready),
+        kept = {k: v for k, v in (r.environment or {}).items() if k in KEPT_ENVIRONMENT}  # what it is stays said
+        environment = {**state.environment, **kept, "confirmation": {"rounds": len(times), "contenders": len(ready),
                                                              "retimes": r.id, "timing": COLD_TIMING}}
         records.append(candidate_record(task, c, sch, args, predicted=None, target_key=state.target_key,
                                         hardware=state.hardware, environment=environment, job_id=state.job_id,
                                         source=r.source))
+        written[_schedule(r)] = records[-1].median_s  # None: it failed this round
     if records:
         state.store.add_records(records)
-    return len(records)
+    return written
 
 
 def _time_in_turns(ready: list, ledger: CandidateLedger, runner, work: str, rounds: int, state: SearchState) -> dict:

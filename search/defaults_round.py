@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from explorer.target import Target
 from explorer.workload import Task, tag_task
-from search.callbacks import SearchState, account, write_batch
+from search.callbacks import EARLY_TIMING, SearchState, account, write_batch
 from search.ledger import CandidateLedger
 
 
@@ -76,8 +76,9 @@ def _measure(found: list[tuple[int, dict, object]], tasks: list[Task], tvm_targe
             state.environment = {**environment, **extra}
             write_batch(state, ledger, None, [], every, i, [cand], source=source)
             if state.last is not None:
-                for rec in state.last.records:
-                    if rec.median_s and rec.verified is not False and rec.status == "ok":
+                for rec in state.last.records:  # (a run cut short after one timing says little)
+                    if rec.median_s and rec.verified is not False and rec.status == "ok" and \
+                            rec.environment.get("timing") != EARLY_TIMING:
                         times[i] = min(times.get(i, rec.median_s), rec.median_s)
                 account(state, state.last)
                 state.last = None
@@ -92,7 +93,14 @@ def measure_defaults(tasks: list[Task], target: Target, tvm_target, state: Searc
     builder and runner); write them as records with source ``default``. Returns the default's
     median seconds per task index (the tasks it timed)."""
     found = [(i, {}, c) for i, c in ((i, default_candidate(t, target)) for i, t in enumerate(tasks)) if c is not None]
-    return _measure(found, tasks, tvm_target, state, ledger, builder, runner, "default")
+    times = _measure(found, tasks, tvm_target, state, ledger, builder, runner, "default")
+    for i, *_ in found:  # measured before (a resumed search): the store's time
+        if i not in times:
+            known = state.store.schedules(workload=tasks[i].key, target=state.target_key, hardware=state.hardware,
+                                          source="default", limit=1)
+            if known and known[0].median_s:
+                times[i] = known[0].median_s
+    return times
 
 
 def measure_variants(tasks: list[Task], target: Target, tvm_target, state: SearchState, ledger: CandidateLedger,

@@ -32,6 +32,10 @@ class SearchParams:
     # then up to this many variants of each task's default (the default rules with one choice changed:
     # explorer.schedule.defaults.variants), heaviest tasks first, at most half the trials (0: none)
     default_variants: int = 3
+    # candidates timed as a model runs them: every argument but the input flushed from the cache before
+    # each of 10 single runs (search.runner.COLD_EVALUATOR), so that the cost model learns those times;
+    # False: MetaSchedule's warm timing (runs back to back for 40 ms, the weights staying in the cache)
+    cold_timing: bool = True
     # also tile fp32 blocks around an FMA micro-kernel for the target's vector width
     # (explorer.schedule.microkernel); blocks it cannot tensorize keep the default rules
     microkernel: bool = False

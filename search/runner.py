@@ -44,10 +44,13 @@ class RpcSpec:
         return cls(host or "127.0.0.1", int(port), key)
 
 
-# How each candidate is timed: MetaSchedule's local-runner defaults (no cache flush).
+# How each candidate is timed warm (``schedx tune --warm-timing``): MetaSchedule's local-runner
+# defaults, no cache flush: the kernel's weights stay in the cache between runs, as they never do
+# in a model.
 EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 40}
 
-# How the confirmation round (search.confirm_round) times a schedule on a CPU: as a model runs it,
+# How a search times its candidates by default, and how the confirmation round (search.confirm_round)
+# times a schedule on a CPU: as a model runs it,
 # its weights and output out of the cache (TVM's cache_flush_cpu_non_first_arg before each run:
 # every argument but the first, the input the previous kernel just wrote), one run per repeat.
 # Timed warm, a schedule that reads a large weight in its original layout wins while the weight
@@ -55,6 +58,7 @@ EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 40}
 # warm and 6.00 ms cold, its default (weights packed in panels) 4.63 and 4.57 ms (AVX2, 2 cores).
 CACHE_FLUSH = "cache_flush_cpu_non_first_arg"
 COLD_EVALUATOR = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "f_preproc": CACHE_FLUSH}
+COLD_TIMING = "cold: weights and output flushed from the cache before each run, as in a model"  # records say so
 
 
 # A candidate whose first (verification) run is this many times slower than its task's best
@@ -79,7 +83,7 @@ class PoolRunner(CandidateRunner):
     def __init__(self, pool: WarmPool, *, task_mods: list, task_specs: list, work_dir: str,
                  reference_target: dict, timeout_sec: float = 30, verify: bool = True,
                  best_s: list | None = None, reject_factor: float | None = REJECT_FACTOR,
-                 rpc: RpcSpec | None = None, claims=None, holder: dict | None = None) -> None:
+                 rpc: RpcSpec | None = None, claims=None, holder: dict | None = None, cold: bool = True) -> None:
         self.pool, self.task_mods, self.task_specs = pool, task_mods, task_specs
         self.claims = claims  # a search.claims.ClaimBook, or None: measure whatever comes
         self.holder = dict(holder or {})  # who this search is, for the measuring lock's status
@@ -87,7 +91,7 @@ class PoolRunner(CandidateRunner):
         self.rpc = None if rpc is None else {"host": rpc.tracker_host, "port": rpc.tracker_port, "key": rpc.key,
                                              "session_timeout": rpc.session_timeout_s}
         self.work_dir, self.timeout_sec, self.verify = work_dir, timeout_sec, verify
-        self.evaluator = dict(EVALUATOR)
+        self.evaluator = dict(COLD_EVALUATOR if cold else EVALUATOR)  # cold: as the model runs the kernel
         self.references = [_Reference() for _ in task_mods]
         self._locks = [threading.Lock() for _ in task_mods]
         self.best_s: list[float | None] = list(best_s) if best_s is not None else [None] * len(task_mods)

@@ -39,7 +39,7 @@ from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner
 from search.ms_database import StoreDatabase
 from search.params import SearchParams
 from search.records import task_workload
-from search.runner import PoolRunner, RpcSpec
+from search.runner import COLD_TIMING, PoolRunner, RpcSpec
 from search.stopping import StopRequest, signals_stop
 from search.strategy import StoppableSearch
 from search.work_dirs import work_dir
@@ -142,6 +142,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         for t in tasks:
             store.add_workload(task_workload(t, source=source_name or "search", shapes=shapes), replace=False)
         state = _state(store, tasks, target, hardware, job_id, params.trials, on_batch)
+        if params.cold_timing and runner is None:  # how the records were timed (our own runner's evaluator)
+            state.environment["timing"] = COLD_TIMING
         state.stop = stop
         ledger = CandidateLedger({t.key: i for i, t in enumerate(tasks)}, _known(store, tasks, target.key, hardware))
         if builder is None:
@@ -154,7 +156,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
                                       best_s=[_best_verified_s(store, t, target.key, hardware) for t in tasks],
                                       work_dir=work.name, timeout_sec=params.timeout_s, rpc=rpc,
                                       reference_target=host_target().config,  # references run here
-                                      claims=state.claims,
+                                      claims=state.claims, cold=params.cold_timing,
                                       holder={"what": ", ".join(t.name for t in tasks[:3]) +
                                               (" ..." if len(tasks) > 3 else ""),
                                               "job": job_id, "db": str(store.path)})
@@ -175,7 +177,8 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
             if params.default_variants:  # the default rules' own design space, heaviest tasks first
                 measure_variants(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner,
                                  per_task=params.default_variants, default_s=default_s,
-                                 budget=params.trials // 2 if not params.by_time else len(tasks) * params.default_variants)
+                                 budget=len(tasks) * params.default_variants if params.by_time else
+                                 max(0, params.trials - state.summary.trials) // 2)
         _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
                     space=space, work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
         if params.confirm_rounds and state.failure is None and not (stop.interrupted or stop.signals or stop.hard):

@@ -214,6 +214,8 @@ def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to
     (confirmation,) = summary.confirmed
     assert confirmation["overturned"] and confirmation["before_source"] == "search"
     assert confirmation["after_source"] == "default" and confirmation["after_s"] == pytest.approx(1e-4)
+    assert confirmation["after_origin"] == "default" and confirmation["default_s"] == pytest.approx(1e-4)
+    assert confirmation["gain_s"] == 0 and confirmation["calls"] == 1  # the default kept: nothing gained
     schedules, (choice,) = best_schedules(store, [task], parse_target("cpu"))
     assert choice.best.source == "default" and choice.best.median_s == pytest.approx(1e-4)
     assert task.name not in schedules  # the export builds the default schedule from the rules

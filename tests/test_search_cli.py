@@ -27,10 +27,24 @@ def test_tune_writes_the_leaderboard_and_jobs_lists_it(tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
     assert summary["trials"] == 8 and summary["measured"] + summary["failed"] == 8
+    (confirmed,) = summary["confirmed"]
+    assert confirmed["default_s"] > 0 and confirmed["calls"] == 1 and confirmed["gain_s"] >= 0
+    assert confirmed["after_origin"], confirmed
     jobs = json.loads(CliRunner().invoke(cli, ["jobs", "--db", db, "--json"]).output)
     assert jobs[0]["status"] == "done" and jobs[0]["progress"]["trials"] == 8
     lb = CliRunner().invoke(cli, ["leaderboard", "--db", db, "--json"])
     assert lb.exit_code == 0 and json.loads(lb.output)
+    # timed as the model runs them (cache flushed before each single run), and the records say so
+    from store import Store
+
+    timings = {r.environment.get("timing", "")[:4] for r in Store(db).records() if r.status == "ok"}
+    assert "cold" in timings, timings
+    warm = str(tmp_path / "warm.db")
+    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--trials", "4", "--per-batch", "4",
+                                 "--population", "32", "--generations", "1", "--warm-timing", "--confirm-rounds", "0",
+                                 "--db", warm])
+    assert r.exit_code == 0, r.output
+    assert not any(r.environment.get("timing", "").startswith("cold") for r in Store(warm).records())
 
 
 def test_bad_parameters_exit_1_before_any_work(tmp_path):
@@ -89,3 +103,7 @@ def test_a_foreground_tune_prints_a_line_per_batch(tmp_path):
     lines = [x for x in r.output.splitlines() if "] batch " in x]
     assert len(lines) >= 2 and "/8 trials" in lines[-1] and "GFLOPS" in lines[-1], r.output
     assert "timing each task's default schedule first" in r.output
+    # issue 28: per task the default and the chosen schedule, timed cold in turns, and the gain per run
+    table = r.output[r.output.index("per task, in the model"):].splitlines()
+    assert "chosen from" in table[1] and "matmul" in table[2], r.output
+    assert table[2].split()[-1] in ("default", "sketch") or "default rules" in table[2], table[2]
