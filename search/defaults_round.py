@@ -15,6 +15,7 @@ from explorer.target import Target
 from explorer.workload import Task, tag_task
 from search.callbacks import EARLY_TIMING, SearchState, account, write_batch
 from search.ledger import CandidateLedger
+from store import Outcome
 
 
 def _candidate(task: Task, trace):
@@ -77,7 +78,7 @@ def _measure(found: list[tuple[int, dict, object]], tasks: list[Task], tvm_targe
             write_batch(state, ledger, None, [], every, i, [cand], source=source)
             if state.last is not None:
                 for rec in state.last.records:  # (a run cut short after one timing says little)
-                    if rec.median_s and rec.verified is not False and rec.status == "ok" and \
+                    if rec.median_s and rec.verified is not False and rec.status == Outcome.OK and \
                             rec.environment.get("timing") != EARLY_TIMING:
                         times[i] = min(times.get(i, rec.median_s), rec.median_s)
                 account(state, state.last)

@@ -16,7 +16,7 @@ import streamlit as st
 from app import state
 from app.leaderboard_charts import gflops_chart, history_chart, roofline_chart
 from app.state import LeaderboardKeys as K
-from store import Record, Store, StoreError, default_db_path
+from store import Outcome, Record, Store, StoreError, default_db_path
 from store.compare import compare_records
 from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
 from store.records import KINDS, SOURCES, target_short
@@ -83,8 +83,8 @@ def _origin(r: Record) -> str:
 
 
 def _outcome(r: Record) -> str:
-    if r.status != "ok":
-        return r.status
+    if r.status != Outcome.OK:
+        return str(r.status)
     return {True: "ok, verified", False: "ok, NOT verified"}.get(r.verified, "ok, unchecked")
 
 
