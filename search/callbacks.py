@@ -123,7 +123,9 @@ def write_records(state: SearchState, ledger: CandidateLedger, cost_model, conte
 
 
 def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int],
-                 task_id: int, measure_candidates, source: str = "search") -> None:
+                 task_id: int, measure_candidates, source: str = "search", environment: dict | None = None) -> None:
+    """Write one batch's records (``environment``: what they say besides the search's own,
+    e.g. which variant of the default a candidate is)."""
     index = round_ids[task_id]  # task_id counts the tasks of this round
     task = state.tasks[index]
     try:
@@ -144,7 +146,8 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
             continue
         records.append(candidate_record(
             task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
-            target_key=state.target_key, hardware=state.hardware, environment=state.environment,
+            target_key=state.target_key, hardware=state.hardware,
+            environment={**state.environment, **environment} if environment else state.environment,
             job_id=state.job_id, early_note=EARLY_TIMING, source=source))
     ids = state.store.add_records(records) if records else []  # one transaction: all or nothing
     if state.claims is not None:  # the records answer for this batch now

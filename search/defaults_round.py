@@ -71,20 +71,15 @@ def _measure(found: list[tuple[int, dict, object]], tasks: list[Task], tvm_targe
     for future in futures:
         future.result()  # the ledger holds the outcome; the record is written from it
     every, times = list(range(len(tasks))), {}
-    environment = state.environment
-    try:
-        for i, extra, cand in found:
-            state.environment = {**environment, **extra}
-            write_batch(state, ledger, None, [], every, i, [cand], source=source)
-            if state.last is not None:
-                for rec in state.last.records:  # (a run cut short after one timing says little)
-                    if rec.median_s and rec.verified is not False and rec.status == Outcome.OK and \
-                            rec.environment.get("timing") != EARLY_TIMING:
-                        times[i] = min(times.get(i, rec.median_s), rec.median_s)
-                account(state, state.last)
-                state.last = None
-    finally:
-        state.environment = environment
+    for i, extra, cand in found:
+        write_batch(state, ledger, None, [], every, i, [cand], source=source, environment=extra)
+        if state.last is not None:
+            for rec in state.last.records:  # (a run cut short after one timing says little)
+                if rec.median_s and rec.verified is not False and rec.status == Outcome.OK and \
+                        rec.environment.get("timing") != EARLY_TIMING:
+                    times[i] = min(times.get(i, rec.median_s), rec.median_s)
+            account(state, state.last)
+            state.last = None
     return times
 
 
