@@ -31,6 +31,14 @@ class _CallRewriter(PyExprMutator):
         return new
 
 
+def static_ints(values) -> list[int] | None:
+    """``values`` (a shape, strides, paddings) as Python ints, or None when one is symbolic."""
+    try:
+        return [int(v) for v in values]
+    except (TypeError, ValueError):
+        return None
+
+
 def rewrite_calls(mod: tvm.IRModule, rewrite: Rewrite) -> tvm.IRModule:
     """``mod`` with every Relax call ``rewrite`` answers replaced (``mod`` itself when none was)."""
     rewriter = _CallRewriter(mod, rewrite)
@@ -40,4 +48,4 @@ def rewrite_calls(mod: tvm.IRModule, rewrite: Rewrite) -> tvm.IRModule:
     return rewriter.builder_.get() if rewriter.rewritten else mod
 
 
-__all__ = ["Rewrite", "rewrite_calls"]
+__all__ = ["Rewrite", "rewrite_calls", "static_ints"]

@@ -18,6 +18,7 @@ from tvm import relax
 
 from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
+from explorer.passes.conv_channels import PadConvOutputChannels
 from explorer.passes.conv_taps import DropDeadConvTaps
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.wide_concat import SplitWideConcat
@@ -76,6 +77,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("AdjustMatmulOrder", "Reorder chains of matmuls to do less work."),
         _t("RemoveRedundantReshape", "Drop reshapes that do not change the shape."),
         _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
+        _t("PadConvOutputChannels", "schedx: a channels-last convolution whose output channels no vector "
+           "divides (detection heads: 75, 255, 546) computes whole vectors of zero-padded weights and slices "
+           "the real channels off.", lambda: PadConvOutputChannels),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
         _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution whose kernel equals its stride "

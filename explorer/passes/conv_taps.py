@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from explorer.passes.call_rewrite import rewrite_calls
+from explorer.passes.call_rewrite import rewrite_calls, static_ints
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
@@ -47,12 +47,6 @@ def _axis(size, kernel, stride, dilation, before, after):
     return lo, kept, new_before, new_after
 
 
-def _ints(values) -> list[int] | None:
-    try:
-        return [int(v) for v in values]
-    except (TypeError, ValueError):
-        return None  # a symbolic dimension: nothing known to drop
-
 
 def _drop_taps(call: relax.Call, builder):
     if not call.op.same_as(_CONV2D):
@@ -62,7 +56,7 @@ def _drop_taps(call: relax.Call, builder):
     if (not isinstance(weight, tvm.ir.Constant) or a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
             or getattr(data, "ty", None) is None):
         return None
-    shape = _ints(getattr(data.ty, "shape", None) or [])
+    shape = static_ints(getattr(data.ty, "shape", None) or [])
     if shape is None or len(shape) != 4:
         return None
     w = weight.value.numpy()

@@ -50,7 +50,9 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "SplitWid
 # a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
 # right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults. Models TVM
 # cannot convert keep their layouts (explorer.passes.layout).
-INFERENCE_PASSES: tuple[str, ...] = _PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy") + _FAST_MATH + TUNING_PASSES
+# PadConvOutputChannels needs the channels last and the weights folded (explorer.passes.conv_channels).
+INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "PadConvOutputChannels")
+                                     + _FAST_MATH + TUNING_PASSES)
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).
 TASK_PIPELINE = "inference"

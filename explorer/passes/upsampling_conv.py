@@ -18,16 +18,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from explorer.passes.call_rewrite import rewrite_calls
+from explorer.passes.call_rewrite import rewrite_calls, static_ints
 
 _CONV2D_T = tvm.ir.Op.get("relax.nn.conv2d_transpose")
 
-
-def _ints(values) -> list[int] | None:
-    try:
-        return [int(v) for v in values]
-    except (TypeError, ValueError):
-        return None
 
 
 def _as_pixel_shuffle(call: relax.Call, builder):
@@ -38,10 +32,10 @@ def _as_pixel_shuffle(call: relax.Call, builder):
     if (not isinstance(weight, tvm.ir.Constant) or a.data_layout != "NCHW" or a.kernel_layout != "IOHW"
             or int(a.groups) != 1):
         return None
-    shape = _ints(getattr(getattr(data, "ty", None), "shape", None) or [])
+    shape = static_ints(getattr(getattr(data, "ty", None), "shape", None) or [])
     w = weight.value.numpy()  # [Cin, Cout, kh, kw]
-    strides, padding = _ints(a.strides), _ints(a.padding)
-    output_padding, dilation = _ints(a.output_padding), _ints(a.dilation)
+    strides, padding = static_ints(a.strides), static_ints(a.padding)
+    output_padding, dilation = static_ints(a.output_padding), static_ints(a.dilation)
     if (shape is None or len(shape) != 4 or w.ndim != 4 or strides != [w.shape[2], w.shape[3]]
             or any(padding) or any(output_padding) or dilation != [1, 1]):
         return None

@@ -203,4 +203,17 @@ def root_blocks(sch: s_tir.Schedule) -> list:
     return list(sch.get_child_blocks(sch.get_sblock(root)))
 
 
-__all__ = ["PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "root_blocks", "sub_exprs"]
+def covers_its_producers(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` iterates over at least as many points as each producer writes: only then may it
+    be folded into one (``reverse_compute_inline``). TVM folds a slice too (a conv computing 80
+    channels, the model wanting 75) and the folded block then writes all 80 past the output's end."""
+    volume = math.prod(_int(iv.dom.extent) or 0 for iv in sch.get(block).iter_vars)
+    for producer in sch.get_producers(block):
+        for region in sch.get(producer).writes:
+            if math.prod(_int(x) or 0 for x in region.source.shape) > volume:
+                return False
+    return True
+
+
+__all__ = ["PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "covers_its_producers",
+           "root_blocks", "sub_exprs"]

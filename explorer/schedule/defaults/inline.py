@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.tirx.analysis import undefined_vars
 
-from explorer.schedule.defaults.analysis import block_facts, root_blocks
+from explorer.schedule.defaults.analysis import block_facts, covers_its_producers, root_blocks
 from explorer.schedule.defaults.tiling import NotApplicable, vector_axis
 
 
@@ -92,7 +92,7 @@ def inline_epilogues(sch: s_tir.Schedule) -> int:
             if len(producers) != 1:
                 continue
             producer = block_facts(sch, producers[0])
-            if not producer.is_spatial or producer.padding:
+            if not producer.is_spatial or producer.padding or not covers_its_producers(sch, block):
                 continue
             if _try(sch.reverse_compute_inline, block):
                 done += 1

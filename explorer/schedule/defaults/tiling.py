@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from tvm import s_tir
 from tvm.tirx import IndexMap
 
-from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts
+from explorer.schedule.defaults.analysis import (
+    PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts, covers_its_producers,
+)
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
 from explorer.schedule.primitives import annotate_buffer_access
@@ -306,11 +308,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     consumers = [] if copies else sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
-    for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
-        try:
-            sch.reverse_compute_inline(consumer)
-        except s_tir.ScheduleError:
-            pass
+    _fold_into_producer(sch, consumers)  # the epilogue joins the write-back when it is elementwise
     fused_note = ""
     if outer_rows is not None:
         fused_note = f", rows over {facts.extents[outer_rows]}x{facts.extents[rows]} outputs as one axis"
@@ -329,11 +327,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         _register_tile(sch, block, writeback, loops, facts, vec, rows, tiling.row_tile, tiling.vec_tile,
                        column_first, parallel)
     for copy in copies:
-        for consumer in sch.get_consumers(copy):
-            try:
-                sch.reverse_compute_inline(consumer)
-            except s_tir.ScheduleError:
-                pass
+        _fold_into_producer(sch, sch.get_consumers(copy))
         safe_schedule(sch, copy, cpu)  # by rows: fused, its vectors would gather across the padded rows
     for pad in pads:
         safe_schedule(sch, pad, cpu)
@@ -344,6 +338,18 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         sch.vectorize(lane)
     return (tiling.describe(facts) + fused_note + pad_note
             + (", weights packed in panels" if packed is not None else ""))
+
+
+def _fold_into_producer(sch: s_tir.Schedule, consumers) -> None:
+    """``reverse_compute_inline`` each consumer that TVM accepts and that covers what its producer
+    writes (a slice of it would be written whole: :func:`covers_its_producers`)."""
+    for consumer in consumers:
+        if not covers_its_producers(sch, consumer):
+            continue
+        try:
+            sch.reverse_compute_inline(consumer)
+        except s_tir.ScheduleError:
+            pass
 
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
