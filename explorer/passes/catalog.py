@@ -20,6 +20,7 @@ from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.conv_channels import PadConvOutputChannels
 from explorer.passes.conv_taps import DropDeadConvTaps
+from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.wide_concat import SplitWideConcat
 from explorer.passes.fast_activations import FastActivations
@@ -77,6 +78,8 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("AdjustMatmulOrder", "Reorder chains of matmuls to do less work."),
         _t("RemoveRedundantReshape", "Drop reshapes that do not change the shape."),
         _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
+        _t("SinkTransposes", "schedx: move transposes below elementwise ops and pools until they meet their "
+           "inverse and vanish (a quantized model's NHWC int8 kernels in an NCHW graph).", lambda: SinkTransposes),
         _t("PadConvOutputChannels", "schedx: a channels-last convolution whose output channels no vector "
            "divides (detection heads: 75, 255, 546) computes whole vectors of zero-padded weights and slices "
            "the real channels off.", lambda: PadConvOutputChannels),

@@ -50,8 +50,10 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "SplitWid
 # a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
 # right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults. Models TVM
 # cannot convert keep their layouts (explorer.passes.layout).
-# PadConvOutputChannels needs the channels last and the weights folded (explorer.passes.conv_channels).
-INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "PadConvOutputChannels")
+# SinkTransposes cancels the transposes left around kernels that run in NHWC inside an NCHW graph
+# (int8 ones); PadConvOutputChannels needs the channels last and the weights folded.
+INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "SinkTransposes",
+                                                 "PadConvOutputChannels")
                                      + _FAST_MATH + TUNING_PASSES)
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).

@@ -1,0 +1,153 @@
+"""``SinkTransposes``: a transpose is moved below the elementwise ops and pools that follow it, until
+it meets its inverse and both vanish.
+
+Kernels that compute in NHWC inside a graph that stays NCHW leave a transpose on each side: a
+quantized model's int8 convolutions (:mod:`explorer.passes.qdq_int8`) each read
+``permute_dims(x, NHWC)`` and return ``permute_dims(y, NCHW)``, and between two of them the graph
+quantizes, adds the residual and pools in NCHW. ResNet-18 int8 spent a quarter of its time in a
+max-pool over NCHW (stride-2 reads along the rows it vectorizes) and more in the transposes.
+ONNX Runtime's transpose optimizer does the same thing for the same reason.
+
+For ``z = op(permute_dims(y, p), ...)``, where ``op`` is elementwise (the other operands constants
+or transposed the same way) or a pool, ``op`` is computed on ``y`` and ``z`` becomes
+``permute_dims(op'(y), p)``: the same values. Constants are transposed to match, a quantize's
+channel axis and a pool's layout follow ``p``. The next op sees a transpose again and the move
+repeats; ``permute_dims(permute_dims(y, p), inverse of p)`` is ``y``. Transposes no one reads any
+more are dropped (``DeadCodeElimination``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from explorer.relax_walk import is_constant
+
+_OP = tvm.ir.Op.get
+_PERMUTE = _OP("relax.permute_dims")
+_UNARY = {_OP(f"relax.{n}") for n in ("astype", "nn.relu", "sigmoid", "tanh", "exp", "round", "floor", "ceil",
+                                      "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
+_BINARY = {_OP(f"relax.{n}") for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
+_QDQ = {_OP("relax.quantize"): relax.op.quantize, _OP("relax.dequantize"): relax.op.dequantize}
+_POOLS = {_OP("relax.nn.max_pool2d"), _OP("relax.nn.avg_pool2d"), _OP("relax.nn.adaptive_avg_pool2d")}
+# permute_dims(NHWC value, TO_NCHW) is the NCHW value: a pool over it can run in NHWC instead
+TO_NCHW = (0, 3, 1, 2)
+
+
+def _axes(call: relax.Call, rank: int) -> tuple[int, ...]:
+    axes = call.attrs.axes
+    return tuple(range(rank - 1, -1, -1)) if axes is None else tuple(int(a) for a in axes)
+
+
+def _rank(expr) -> int | None:
+    ndim = getattr(getattr(expr, "ty", None), "ndim", -1)
+    return None if ndim is None or ndim < 0 else int(ndim)
+
+
+@mutator
+class _Sinker(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.moved = 0
+
+    def _transposed(self, expr) -> tuple[relax.Expr, tuple[int, ...]] | None:
+        """(y, p) when ``expr`` is bound to ``permute_dims(y, p)``."""
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        if isinstance(value, relax.Call) and value.op.same_as(_PERMUTE):
+            rank = _rank(value.args[0])
+            if rank is not None:
+                return value.args[0], _axes(value, rank)
+        return None
+
+    def _matching(self, args, perm) -> list | None:
+        """``args`` in the transposed domain (each ``y`` or a constant transposed to match), or None."""
+        inverse = tuple(int(i) for i in np.argsort(perm))
+        out = []
+        for arg in args:
+            t = self._transposed(arg)
+            if t is not None and t[1] == perm:
+                out.append(t[0])
+            elif is_constant(arg):
+                value = arg.value.numpy()
+                if value.ndim > len(perm):
+                    return None
+                value = value.reshape((1,) * (len(perm) - value.ndim) + value.shape) if value.ndim else value
+                out.append(relax.const(np.ascontiguousarray(value.transpose(inverse)) if value.ndim else value,
+                                       str(value.dtype)))
+            else:
+                return None
+        return out
+
+    def _sunk(self, call: relax.Call, perm: tuple[int, ...]) -> relax.Expr | None:
+        """``call`` computed before the transpose ``perm``, or None when it cannot be."""
+        op = call.op
+        if any(op.same_as(u) for u in _UNARY) or any(op.same_as(b) for b in _BINARY):
+            if any(op.same_as(u) for u in _UNARY) and len(call.args) > 1 and not all(
+                    is_constant(a) or isinstance(a, relax.PrimValue) for a in call.args[1:]):
+                return None
+            first = self._matching(call.args[:1], perm)
+            rest = call.args[1:] if any(op.same_as(u) for u in _UNARY) else self._matching(call.args[1:], perm)
+            if first is None or rest is None:
+                return None
+            return relax.Call(op, [*first, *rest], call.attrs)
+        for qdq, make in _QDQ.items():
+            if op.same_as(qdq):
+                x = self._matching(call.args[:1], perm)
+                if x is None or not all(is_constant(a) for a in call.args[1:]):
+                    return None
+                a = call.attrs
+                axis = int(a.axis) % len(perm)
+                return make(x[0], call.args[1], call.args[2], axis=perm[axis], out_dtype=str(a.out_dtype))
+        if any(op.same_as(p) for p in _POOLS) and perm == TO_NCHW and call.attrs.layout == "NCHW" \
+                and (call.attrs.out_layout or "NCHW") == "NCHW":
+            x = self._matching(call.args[:1], perm)
+            if x is None:
+                return None
+            a = call.attrs
+            if op.same_as(_OP("relax.nn.adaptive_avg_pool2d")):
+                return relax.op.nn.adaptive_avg_pool2d(x[0], a.output_size, layout="NHWC", out_layout="NHWC")
+            pool = relax.op.nn.max_pool2d if op.same_as(_OP("relax.nn.max_pool2d")) else relax.op.nn.avg_pool2d
+            return pool(x[0], a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode),
+                        bool(a.count_include_pad), layout="NHWC", out_layout="NHWC")
+        return None
+
+    def visit_call_(self, op):
+        call = self.visit_expr_post_order(op)
+        if not isinstance(call, relax.Call) or not call.args:
+            return call
+        if call.op.same_as(_PERMUTE):  # a transpose of a transpose: one permutation, or none
+            t = self._transposed(call.args[0])
+            if t is not None:
+                y, inner = t
+                outer = _axes(call, len(inner))
+                combined = tuple(inner[i] for i in outer)
+                self.moved += 1
+                if combined == tuple(range(len(combined))):
+                    return y
+                return relax.op.permute_dims(y, list(combined))
+            return call
+        t = self._transposed(call.args[0])
+        if t is None:
+            return call
+        sunk = self._sunk(call, t[1])
+        if sunk is None:
+            return call
+        self.moved += 1
+        return relax.op.permute_dims(self.builder_.emit(sunk), list(t[1]))
+
+
+@tvm.transform.module_pass(opt_level=0, name="SinkTransposes")
+def SinkTransposes(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """Move transposes below elementwise ops and pools until they cancel (see the module docstring)."""
+    sinker = _Sinker(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            sinker.builder_.update_func(gv, sinker.visit_expr(func))
+    if not sinker.moved:
+        return mod
+    return relax.transform.DeadCodeElimination()(sinker.builder_.get())
+
+
+__all__ = ["SinkTransposes"]

@@ -1,0 +1,116 @@
+"""SinkTransposes: transposes move below elementwise ops and pools until they meet their inverse;
+the values stay the same (exactly: only the layout changes), a quantized CNN's int8 kernels are no
+longer separated by transposes, and float models are left as they were."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from explorer.models import import_onnx
+from explorer.passes.sink_transposes import SinkTransposes
+from tests.onnx_cases import ort_run, tvm_run
+from tests.test_quantize import _feeds, _ort_quantize
+
+
+def _nhwc_kernel_in_nchw_graph() -> tvm.IRModule:
+    """An NHWC value put back in NCHW, pooled, quantized per channel, biased, activated, and
+    transposed to NHWC again; one branch (a reshape) still wants the NCHW pool."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 16), "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+            pool = bb.emit(relax.op.nn.max_pool2d(nchw, [3, 3], [2, 2], [1, 1, 1, 1], layout="NCHW"))
+            scale = relax.const(rng.uniform(0.01, 0.05, 16).astype("float32"))
+            zero = relax.const(np.zeros(16, "int8"))
+            q = bb.emit(relax.op.quantize(pool, scale, zero, axis=1, out_dtype="int8"))
+            dq = bb.emit(relax.op.dequantize(q, scale, zero, axis=1, out_dtype="float32"))
+            bias = relax.const(rng.normal(0, 1, (1, 16, 1, 1)).astype("float32"))
+            act = bb.emit(relax.op.nn.relu(relax.op.add(dq, bias)))
+            back = bb.emit(relax.op.permute_dims(act, [0, 2, 3, 1]))
+            flat = bb.emit(relax.op.reshape(pool, (1, 256)))
+            out = bb.emit_output(relax.Tuple([back, flat]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> list[np.ndarray]:
+    ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    return [o.numpy() for o in out]
+
+
+def test_transposes_sink_below_pools_and_elementwise_ops_and_cancel():
+    mod = _nhwc_kernel_in_nchw_graph()
+    sunk = SinkTransposes(mod)
+    script = sunk.script()
+    assert 'layout="NHWC"' in script and "axis=3" in script  # the pool and the per-channel quantize follow
+    # left: the one the reshape needs (NCHW pool) and, dead code dropped, nothing before the NHWC output
+    assert script.count("R.permute_dims") == 1, script
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 16)).astype("float32")
+    for want, got in zip(_run(mod, x), _run(sunk, x)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_graph_without_transposes_to_move_is_returned_as_it_was():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert SinkTransposes(mod).same_as(mod)
+
+
+def _residual_cnn() -> onnx.ModelProto:
+    """conv -> relu -> max-pool -> conv -> add (residual) -> relu -> global pool -> gemm."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.2, (16, 3, 3, 3)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, (16, 16, 3, 3)).astype("float32"), "w2"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (10, 16)).astype("float32"), "w3"),
+             numpy_helper.from_array(np.zeros(10, "float32"), "b3")]
+    nodes = [helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "p1"], ["a2"]),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w3", "b3"], ["out"], transB=1)]
+    graph = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime(tmp_path, per_channel):
+    from explorer.passes.pipelines import INFERENCE_PASSES, _sequential
+    from explorer.target import host_target
+
+    if not host_target().cpu_spec().int8_dot:
+        pytest.skip("this CPU has no int8 dot product schedx uses: the QDQ graph stays float")
+    model = _ort_quantize(_residual_cnn(), tmp_path, per_channel=per_channel)
+    loaded = import_onnx(model)
+    passes = list(INFERENCE_PASSES[:INFERENCE_PASSES.index("LegalizeOps")])
+    with tvm.target.Target({"kind": "llvm"}):
+        before = _sequential([p for p in passes if p != "SinkTransposes"], "before")(loaded.mod)
+        after = _sequential(passes, "after")(loaded.mod)
+    assert before.script().count("R.permute_dims") >= 4  # each int8 conv between two transposes
+    assert after.script().count("R.permute_dims") <= 2, after.script()  # the input's, and the pooled output's
+    step = float(np.max(np.abs(ort_run(model, _feeds(model, 1))[0]))) / 127  # the output's scale, at most
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        got = tvm_run(SimpleNamespace(mod=after, info=loaded.info), feeds)[0]
+        want = tvm_run(SimpleNamespace(mod=before, info=loaded.info), feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)  # same computation, other layout
+        assert np.abs(got - ort_run(model, feeds)[0]).max() <= 2 * step
