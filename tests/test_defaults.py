@@ -200,6 +200,30 @@ def test_a_convolutions_padding_is_computed_once_per_call_not_once_per_tile(cpu)
 
 
 @pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_an_images_padding_runs_by_rows_not_in_vectors_across_pixels(cpu):
+    """A 3-channel image's padding (a CNN's stem) in vectors across pixels tested the border and
+    computed indices lane by lane: MobileNetV2's stem 0.48 -> 0.14 ms as rows (AVX-512, 2 cores).
+    Rows of pixels x channels run as one loop each, in parallel; the conv still computes right.
+    Channels that are whole vectors keep the vectorized padding (the test above)."""
+    from tvm import s_tir
+
+    from explorer.measure import measure
+    from explorer.workload import load_kernel
+
+    kernel = load_kernel("conv2d_nhwc:N=1,C=3,H=112,W=112,K=16,R=3,S=3,stride=2,pad=1")
+    func, choice = default_schedule(kernel.func, cpu)
+    assert choice.rule == "full" and "register tile" in choice.steps[0], choice
+    assert any(step.startswith("parallel rows of 114x3") for step in choice.steps), choice.steps
+    sch = s_tir.Schedule(func)
+    kinds = [sch.get(loop).kind for loop in sch.get_loops(sch.get_sblock("pad_temp"))]
+    assert kinds[0] == tvm.tirx.ForKind.PARALLEL and tvm.tirx.ForKind.VECTORIZED not in kinds
+    assert int(sch.get(sch.get_loops(sch.get_sblock("pad_temp"))[-1]).extent) == 114 * 3
+    if cpu.vector_bits <= host_target().vector_width:
+        result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
+        assert result.status == "ok" and result.verified, result.error
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
 def test_a_register_tile_accumulates_on_the_stack_not_in_the_runtime_workspace(cpu):
     """TVM allocates a "local" buffer inside a parallel loop from the workspace pool, once per tile
     (an allocate and a free call: MobileNetV2's 112x112 1x1 conv over 16 channels ran 2.7x slower).
