@@ -9,7 +9,8 @@ time). Here their constant weights gain zero columns up to a multiple of 16 (8 w
 add more than an eighth), the convolution computes those zeros too, and a ``strided_slice`` keeps
 the real channels; the epilogue that follows (bias, activation) reads only those. The output is
 the same, exactly. Convolutions with fewer than 8 outputs, groups, or weights computed at run
-time are left alone, as are integer ones (their own kernels: explorer.passes.qdq_int8), as are NCHW ones (vectorized over pixels, not channels).
+time are left alone, as are integer ones (their own kernels: explorer.passes.qdq_int8) and NCHW
+ones (vectorized over pixels, not channels).
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ def _axis(size, kernel, stride, dilation, before, after):
     return lo, kept, new_before, new_after
 
 
-
 def _drop_taps(call: relax.Call, builder):
     if not call.op.same_as(_CONV2D):
         return None

@@ -25,15 +25,20 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.relax_walk import is_constant
 
-_OP = tvm.ir.Op.get
-_PERMUTE = _OP("relax.permute_dims")
-_UNARY = {_OP(f"relax.{n}") for n in ("astype", "nn.relu", "sigmoid", "tanh", "exp", "round", "floor", "ceil",
-                                      "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
-_BINARY = {_OP(f"relax.{n}") for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
-_QDQ = {_OP("relax.quantize"): relax.op.quantize, _OP("relax.dequantize"): relax.op.dequantize}
-_POOLS = {_OP("relax.nn.max_pool2d"), _OP("relax.nn.avg_pool2d"), _OP("relax.nn.adaptive_avg_pool2d")}
+_PERMUTE = "relax.permute_dims"
+_UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "sigmoid", "tanh", "exp", "round", "floor", "ceil",
+                                 "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
+_BINARY = {f"relax.{n}" for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
+_QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequantize}
+_POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
+          "relax.nn.adaptive_avg_pool2d": relax.op.nn.adaptive_avg_pool2d}
 # permute_dims(NHWC value, TO_NCHW) is the NCHW value: a pool over it can run in NHWC instead
 TO_NCHW = (0, 3, 1, 2)
+
+
+def _op_name(call: relax.Call) -> str:
+    """The operator's name (``relax.add``), or "" for a call of a function."""
+    return getattr(call.op, "name", "") if isinstance(call.op, tvm.ir.Op) else ""
 
 
 def _axes(call: relax.Call, rank: int) -> tuple[int, ...]:
@@ -55,7 +60,7 @@ class _Sinker(PyExprMutator):
     def _transposed(self, expr) -> tuple[relax.Expr, tuple[int, ...]] | None:
         """(y, p) when ``expr`` is bound to ``permute_dims(y, p)``."""
         value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-        if isinstance(value, relax.Call) and value.op.same_as(_PERMUTE):
+        if isinstance(value, relax.Call) and _op_name(value) == _PERMUTE:
             rank = _rank(value.args[0])
             if rank is not None:
                 return value.args[0], _axes(value, rank)
@@ -82,42 +87,39 @@ class _Sinker(PyExprMutator):
 
     def _sunk(self, call: relax.Call, perm: tuple[int, ...]) -> relax.Expr | None:
         """``call`` computed before the transpose ``perm``, or None when it cannot be."""
-        op = call.op
-        if any(op.same_as(u) for u in _UNARY) or any(op.same_as(b) for b in _BINARY):
-            if any(op.same_as(u) for u in _UNARY) and len(call.args) > 1 and not all(
-                    is_constant(a) or isinstance(a, relax.PrimValue) for a in call.args[1:]):
+        name = _op_name(call)
+        if name in _UNARY or name in _BINARY:
+            if name in _UNARY and not all(is_constant(a) or isinstance(a, relax.PrimValue) for a in call.args[1:]):
                 return None
             first = self._matching(call.args[:1], perm)
-            rest = call.args[1:] if any(op.same_as(u) for u in _UNARY) else self._matching(call.args[1:], perm)
+            rest = call.args[1:] if name in _UNARY else self._matching(call.args[1:], perm)
             if first is None or rest is None:
                 return None
-            return relax.Call(op, [*first, *rest], call.attrs)
-        for qdq, make in _QDQ.items():
-            if op.same_as(qdq):
-                x = self._matching(call.args[:1], perm)
-                if x is None or not all(is_constant(a) for a in call.args[1:]):
-                    return None
-                a = call.attrs
-                axis = int(a.axis) % len(perm)
-                return make(x[0], call.args[1], call.args[2], axis=perm[axis], out_dtype=str(a.out_dtype))
-        if any(op.same_as(p) for p in _POOLS) and perm == TO_NCHW and call.attrs.layout == "NCHW" \
+            return relax.Call(call.op, [*first, *rest], call.attrs)
+        if name in _QDQ:
+            x = self._matching(call.args[:1], perm)
+            if x is None or not all(is_constant(a) for a in call.args[1:]):
+                return None
+            a = call.attrs
+            axis = int(a.axis) % len(perm)
+            return _QDQ[name](x[0], call.args[1], call.args[2], axis=perm[axis], out_dtype=str(a.out_dtype))
+        if name in _POOLS and perm == TO_NCHW and call.attrs.layout == "NCHW" \
                 and (call.attrs.out_layout or "NCHW") == "NCHW":
             x = self._matching(call.args[:1], perm)
             if x is None:
                 return None
             a = call.attrs
-            if op.same_as(_OP("relax.nn.adaptive_avg_pool2d")):
-                return relax.op.nn.adaptive_avg_pool2d(x[0], a.output_size, layout="NHWC", out_layout="NHWC")
-            pool = relax.op.nn.max_pool2d if op.same_as(_OP("relax.nn.max_pool2d")) else relax.op.nn.avg_pool2d
-            return pool(x[0], a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode),
-                        bool(a.count_include_pad), layout="NHWC", out_layout="NHWC")
+            if name == "relax.nn.adaptive_avg_pool2d":
+                return _POOLS[name](x[0], a.output_size, layout="NHWC", out_layout="NHWC")
+            return _POOLS[name](x[0], a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode),
+                                bool(a.count_include_pad), layout="NHWC", out_layout="NHWC")
         return None
 
     def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call) or not call.args:
             return call
-        if call.op.same_as(_PERMUTE):  # a transpose of a transpose: one permutation, or none
+        if _op_name(call) == _PERMUTE:  # a transpose of a transpose: one permutation, or none
             t = self._transposed(call.args[0])
             if t is not None:
                 y, inner = t

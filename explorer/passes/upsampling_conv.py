@@ -23,7 +23,6 @@ from explorer.passes.call_rewrite import rewrite_calls, static_ints
 _CONV2D_T = tvm.ir.Op.get("relax.nn.conv2d_transpose")
 
 
-
 def _as_pixel_shuffle(call: relax.Call, builder):
     if not call.op.same_as(_CONV2D_T):
         return None

@@ -15,8 +15,8 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.tirx.analysis import undefined_vars
 
-from explorer.schedule.defaults.analysis import block_facts, covers_its_producers, root_blocks
-from explorer.schedule.defaults.tiling import NotApplicable, vector_axis
+from explorer.schedule.defaults.analysis import block_facts, root_blocks
+from explorer.schedule.defaults.tiling import NotApplicable, fold_into_producer, vector_axis
 
 
 def _try(fn, *args) -> bool:
@@ -92,9 +92,9 @@ def inline_epilogues(sch: s_tir.Schedule) -> int:
             if len(producers) != 1:
                 continue
             producer = block_facts(sch, producers[0])
-            if not producer.is_spatial or producer.padding or not covers_its_producers(sch, block):
+            if not producer.is_spatial or producer.padding:
                 continue
-            if _try(sch.reverse_compute_inline, block):
+            if fold_into_producer(sch, block):
                 done += 1
                 progress = True
                 break

@@ -308,7 +308,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     consumers = [] if copies else sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
-    _fold_into_producer(sch, consumers)  # the epilogue joins the write-back when it is elementwise
+    for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
+        fold_into_producer(sch, consumer)
     fused_note = ""
     if outer_rows is not None:
         fused_note = f", rows over {facts.extents[outer_rows]}x{facts.extents[rows]} outputs as one axis"
@@ -327,7 +328,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         _register_tile(sch, block, writeback, loops, facts, vec, rows, tiling.row_tile, tiling.vec_tile,
                        column_first, parallel)
     for copy in copies:
-        _fold_into_producer(sch, sch.get_consumers(copy))
+        for consumer in sch.get_consumers(copy):
+            fold_into_producer(sch, consumer)
         safe_schedule(sch, copy, cpu)  # by rows: fused, its vectors would gather across the padded rows
     for pad in pads:
         safe_schedule(sch, pad, cpu)
@@ -340,16 +342,16 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
             + (", weights packed in panels" if packed is not None else ""))
 
 
-def _fold_into_producer(sch: s_tir.Schedule, consumers) -> None:
-    """``reverse_compute_inline`` each consumer that TVM accepts and that covers what its producer
-    writes (a slice of it would be written whole: :func:`covers_its_producers`)."""
-    for consumer in consumers:
-        if not covers_its_producers(sch, consumer):
-            continue
-        try:
-            sch.reverse_compute_inline(consumer)
-        except s_tir.ScheduleError:
-            pass
+def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
+    """``reverse_compute_inline`` ``block`` if TVM accepts it and it covers what its producer writes
+    (a slice of it would be written whole: :func:`covers_its_producers`); whether it was folded."""
+    if not covers_its_producers(sch, block):
+        return False
+    try:
+        sch.reverse_compute_inline(block)
+    except s_tir.ScheduleError:
+        return False
+    return True
 
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
@@ -522,6 +524,7 @@ __all__ = [
     "NotApplicable",
     "Tiling",
     "choose_tiles",
+    "fold_into_producer",
     "row_axis",
     "tile_reduction",
     "vector_axis",
