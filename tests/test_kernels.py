@@ -91,3 +91,19 @@ def test_fused_kernels_of_a_model_verify_against_the_unscheduled_kernel():
     assert load_any_kernel(top.name, model_kernels_by_name={k.name: k for k in kernels}) is top
     with pytest.raises(KernelError, match="explorer.workload.load_kernel"):
         load_kernel(top.name)  # the built-in loader points to the one that knows models
+
+
+def test_a_kernel_of_a_model_given_by_path_loads_by_its_listed_name(tmp_path):
+    """``schedx kernels --model dir/net.onnx`` lists ``net/fused_...``; ``dir/net.onnx/fused_...``, the
+    spec a user then types, names the same kernel (it was refused, naming the kernel as present)."""
+    import onnx
+
+    from explorer.models.zoo import build_onnx
+    from explorer.workload import load_kernel as load_any_kernel
+
+    path = tmp_path / "my_net.onnx"
+    onnx.save(build_onnx("small_cnn"), path)
+    kernel = load_any_kernel(f"{path}/fused_conv2d_add_relu")
+    assert kernel.name.endswith("/fused_conv2d_add_relu") and kernel.info.flops > 0
+    with pytest.raises(Exception, match="has no fused kernel 'fused_nothing'"):
+        load_any_kernel(f"{path}/fused_nothing")

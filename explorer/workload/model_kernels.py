@@ -34,8 +34,12 @@ def load_kernel(spec: str, *, shapes: str | None = None, model_kernels_by_name: 
             from explorer.models import load_model
 
             model_kernels_by_name = {k.name: k for k in model_kernels(load_model(model, shapes))}
+        func = spec.rpartition("/")[2]
         if spec not in model_kernels_by_name:
-            func = spec.rpartition("/")[2]
+            # a model given by path (``models/net.onnx/fused_conv``) names its kernels by the model's name
+            by_func = {name.rpartition("/")[2]: kernel for name, kernel in model_kernels_by_name.items()}
+            if func in by_func:
+                return by_func[func]
             raise ExplorerError(f"model {model} has no fused kernel {func!r}; it has: "
                                 f"{', '.join(k.rpartition('/')[2] for k in list(model_kernels_by_name)[:20])}")
         return model_kernels_by_name[spec]
