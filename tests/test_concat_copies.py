@@ -1,46 +1,88 @@
-"""SplitWideConcat: a concatenation of many tensors (an unrolled recurrent layer's 100 steps)
-becomes a tree of concatenations of at most FAN_IN, computing the same tensor."""
+"""ConcatAsCopies: a concatenation (of an unrolled recurrent layer's steps, of a CNN's branches)
+becomes one kernel with a copy block per input, computing the same tensor on every axis."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
-from explorer.passes.wide_concat import FAN_IN, SplitWideConcat
+from explorer.passes.concat_copies import ConcatAsCopies
 
 
-def _concat_module(n):
-    xs = [relax.Var(f"x{i}", relax.TensorType((1, 4), "float32")) for i in range(n)]
+def _concat_module(shapes, axis):
+    xs = [relax.Var(f"x{i}", relax.TensorType(shape, "float32")) for i, shape in enumerate(shapes)]
     bb = relax.BlockBuilder()
     with bb.function("main", xs):
-        out = bb.emit(relax.op.concat(xs, axis=0))
+        out = bb.emit(relax.op.concat(xs, axis=axis))
         bb.emit_func_output(out)
     return bb.get()
 
 
-def _widest(mod) -> int:
-    widths = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.concat":
-            widths.append(len(expr.args[0].fields))
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return max(widths)
+def _concats(mod) -> int:
+    found = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.concat" else None)
+    return len(found)
 
 
-def test_a_wide_concat_becomes_a_tree_of_narrow_ones_with_the_same_values():
-    mod = _concat_module(100)
-    out = SplitWideConcat(mod)
-    assert _widest(mod) == 100 and _widest(out) <= FAN_IN
-    xs = [np.full((1, 4), i, "float32") for i in range(100)]
-    results = []
-    for m in (mod, out):
-        ex = tvm.compile(m, target="llvm")
-        vm = relax.VirtualMachine(ex, tvm.cpu())
-        results.append(vm["main"](*(tvm.runtime.tensor(x) for x in xs)).numpy())
-    np.testing.assert_array_equal(results[0], results[1])
-    assert results[1][:, 0].tolist() == list(range(100))
+def _run(mod, xs):
+    ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(x) for x in xs)).numpy()
 
 
-def test_a_narrow_concat_is_left_alone():
-    mod = _concat_module(FAN_IN)
-    assert SplitWideConcat(mod).same_as(mod)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_a_concat_becomes_copies_with_the_same_values(axis):
+    rng = np.random.default_rng(0)
+    shapes = []
+    for i in range(13):
+        shape = [2, 3, 4]
+        shape[axis] = 1 + i % 3  # inputs of different widths along the axis
+        shapes.append(tuple(shape))
+    mod = _concat_module(shapes, axis)
+    out = ConcatAsCopies(mod)
+    assert _concats(mod) == 1 and _concats(out) == 0
+    copies = [f for _, f in out.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(copies) == 1
+    xs = [rng.standard_normal(s).astype("float32") for s in shapes]
+    np.testing.assert_array_equal(_run(out, xs), np.concatenate(xs, axis=axis))
+
+
+def test_a_single_tensor_or_symbolic_concat_is_left_alone():
+    single = _concat_module([(1, 4)], 0)
+    assert ConcatAsCopies(single).same_as(single)
+    n = tvm.tirx.Var("n", "int64")
+    symbolic = _concat_module([(n, 4)] * 3, 0)
+    assert ConcatAsCopies(symbolic).same_as(symbolic)
+
+
+@pytest.mark.parametrize("spec, cpu, register", [("cpu:x86-64-v3", "AVX2", "ymm"), ("cpu:skylake-avx512", "AVX512", "zmm")])
+def test_the_copies_run_as_whole_vector_rows_of_each_input_with_no_gathers(spec, cpu, register):
+    """Channels-last inputs of 64, 32 and 48 channels concatenated: each copy writes rows of its own
+    channels into a wider row of the output, so its default schedule vectorizes along its channels
+    only (fused with the pixels, a vector would straddle two output rows: a gather and a scatter)."""
+    from explorer.schedule.defaults import default_schedule
+    from explorer.schedule.defaults.machine import CpuSpec
+    from explorer.target import parse_target
+
+    spec_of = {"AVX2": CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64"),
+               "AVX512": CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")}[cpu]
+    shapes = [(1, 28, 28, 64), (1, 28, 28, 32), (1, 28, 28, 48)] * 3
+    mod = ConcatAsCopies(_concat_module(shapes, -1))
+    (gv, func), = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    scheduled, choice = default_schedule(func, spec_of)
+    assert choice.rule == "full", choice
+    lanes = spec_of.lanes("float32")
+    # 28x28 pixels of 32 channels are too few elements for a parallel region (PARALLEL_MIN_VOLUME)
+    assert [s.split(" (")[0] for s in choice.steps[:3]] == [
+        f"parallel rows of 64 x{lanes}", f"rows of 32 x{lanes}", f"parallel rows of 48 x{lanes}"], choice.steps
+    asm = tvm.tirx.build(tvm.IRModule({"main": scheduled}), target=parse_target(spec).tvm()).inspect_source("asm")
+    assert register in asm and "gather" not in asm and "scatter" not in asm
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(s).astype("float32") for s in shapes]
+    out = np.empty((1, 28, 28, sum(s[-1] for s in shapes)), "float32")
+    if spec_of.vector_bits <= (parse_target("cpu").vector_width or 0):
+        lib = tvm.tirx.build(tvm.IRModule({"main": scheduled}), target=parse_target("cpu").tvm())
+        args = [tvm.runtime.tensor(x) for x in xs] + [tvm.runtime.tensor(out)]
+        lib(*args)
+        np.testing.assert_array_equal(args[-1].numpy(), np.concatenate(xs, axis=-1))

@@ -22,7 +22,7 @@ from explorer.passes.conv_channels import PadConvOutputChannels
 from explorer.passes.conv_taps import DropDeadConvTaps
 from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
-from explorer.passes.wide_concat import SplitWideConcat
+from explorer.passes.concat_copies import ConcatAsCopies
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
@@ -88,9 +88,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution whose kernel equals its stride "
            "(upsampling heads) as a 1x1 convolution and a pixel shuffle: TOPI's multiplies zeros inserted "
            "between the input's pixels, 3/4 of the work for stride 2.", lambda: TransposedConvAsPixelShuffle),
-        _t("SplitWideConcat", "schedx: a concatenation of many tensors (an unrolled recurrent layer's steps) as "
-           "a tree of narrow ones: TOPI picks each element's input with a chain of one test per input.",
-           lambda: SplitWideConcat),
+        _t("ConcatAsCopies", "schedx: a concatenation as one kernel of copies, a block per input: TOPI picks "
+           "each element's input with a chain of one test per input, and vectorized, every element loads every "
+           "input (an unrolled recurrent layer concatenates its 40-100 steps).", lambda: ConcatAsCopies),
         _t("FastActivations", "schedx: sigmoid, SiLU and GELU (float32) as fast polynomials: TVM's own call libm "
            "once per element, which LLVM cannot vectorize.", lambda: FastActivations),
         _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),

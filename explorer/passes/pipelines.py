@@ -44,7 +44,7 @@ _PREPARE: tuple[str, ...] = (
 # 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs within the export's tolerance of ONNX Runtime, which
 # approximates them too). After the layout conversion: what they emit is a call_tir, which
 # ConvertLayout cannot see through (it would wrap each in transposes).
-_FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "SplitWideConcat")
+_FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "ConcatAsCopies")
 
 # ... and with NHWC data / HWIO weights (the weights transposed once, here): the channel axis that
 # a default schedule vectorizes is innermost. ConvertLayout must come after the numpy folding:
