@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from app.cli_common import echo_json, fail_cleanly, target_option
@@ -65,6 +67,8 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     if hot:
         click.echo("tune the hottest kernels that have no record:")
         for k in hot:
-            click.echo(f"  schedx tune {k.task} --trials 200" + (f" --shapes '{shapes}'" if shapes else ""))
+            # the model as the user named it (a path stays a path), the kernel by its function name
+            spec = f"{model}/{k.task.rpartition('/')[2]}"
+            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5" + (f" --shapes '{shapes}'" if shapes else ""))
     for note in result.notes:
         click.echo(f"note: {note}")

@@ -50,7 +50,28 @@ def test_cli_profile_json_and_table(tmp_path):
     data = json.loads(result.output[result.output.index("{"):])
     assert data["kernels"] and data["end_to_end_s"] > 0
     table = CliRunner().invoke(cli, ["profile", "small_cnn", "--no-db", "--runs", "2", "--top", "3"])
-    assert table.exit_code == 0 and "schedx tune small_cnn/" in table.output
+    assert table.exit_code == 0 and "schedx tune small_cnn/" in table.output and "--minutes" in table.output
+
+
+def test_the_tune_commands_a_profile_suggests_name_a_model_file_by_its_path(tmp_path):
+    """Copied as printed, the suggested command must find the kernel: ``net/fused_...`` means nothing
+    outside the folder of ``net.onnx``; the path the user gave does."""
+    import shlex
+
+    import onnx
+
+    from explorer.models.zoo import build_onnx
+    from explorer.workload import load_kernel
+
+    path = tmp_path / "my net.onnx"
+    onnx.save(build_onnx("small_cnn"), path)
+    table = CliRunner().invoke(cli, ["profile", str(path), "--no-db", "--runs", "2", "--top", "3"])
+    assert table.exit_code == 0, table.output
+    lines = [line.strip() for line in table.output.splitlines() if line.strip().startswith("schedx tune ")]
+    assert lines, table.output
+    spec = shlex.split(lines[0])[2]
+    assert spec.startswith(f"{path}/") and "--minutes" in lines[0]
+    assert load_kernel(spec).info.flops > 0
     bad = CliRunner().invoke(cli, ["profile", "small_cnn", "--target", "cpu:nosuchcpu"])
     assert bad.exit_code == 1 and "LLVM does not know" in bad.output
 
