@@ -144,3 +144,30 @@ def test_weights_sliced_and_stacked_from_initializers_are_constants():
     loaded = import_onnx(model)
     feeds = random_feeds(model)
     _close(tvm_run(loaded, feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_an_lstm_step_runs_as_three_kernels(peepholes):
+    """A step is the recurrence's matrix-vector product and two fused kernels of gates: the new cell
+    state for the next step, and the output, which computes that state again rather than share it
+    (shared, fusion cut the gates into three kernels: a VM call each, at 96 channels the cost of
+    the step). A kernel called once per step is one task, whatever the step."""
+    from collections import Counter
+
+    from tvm import relax
+
+    from explorer.workload.fusion import fused_module
+
+    model = recurrent("LSTM", "forward", seq=6, peepholes=peepholes)
+    loaded = import_onnx(model)
+    mod = fused_module(loaded.mod, "lstm")
+    calls = Counter()
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: calls.update([e.args[0].name_hint])
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir" else None)
+    seq = int(model.graph.input[0].type.tensor_type.shape.dim[0].dim_value)
+    per_step = sorted(name for name, n in calls.items() if n == seq)
+    assert seq == 6 and len(per_step) == 3 and any("matmul" in name for name in per_step), calls
+    assert sum(calls.values()) <= 3 * seq + 6, calls
+    feeds = random_feeds(model)
+    _close(tvm_run(loaded, feeds), ort_run(model, feeds))

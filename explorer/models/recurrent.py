@@ -163,26 +163,30 @@ class _Cell:
         return self._f(pre, 0), None
 
     def _lstm(self, xt: str, h: str, c: str) -> tuple[str, str]:
-        em, H = self.em, self.layer.hidden
+        em = self.em
         pre = em.op("Add", [xt, em.op("MatMul", [h, em.const(self.r.T.copy(), "R_t")])])
-        if self.p is None and self.layer.clip is None:
-            iof = self._f(em.slice(pre, 0, 3 * H, 2), 0)  # one activation over the three sigmoid gates
-            i, o, f = (em.slice(iof, k * H, (k + 1) * H, 2) for k in range(3))
-        else:
-            i_pre, o_pre, f_pre = (em.slice(pre, k * H, (k + 1) * H, 2) for k in range(3))
-            if self.p is not None:
-                pi, po, pf = (em.const(self.p[k * H:(k + 1) * H].copy(), "P") for k in range(3))
-                i_pre = em.op("Add", [i_pre, em.op("Mul", [c, pi])])
-                f_pre = em.op("Add", [f_pre, em.op("Mul", [c, pf])])
-            i, f = self._f(i_pre, 0), self._f(f_pre, 0)
+        # The new cell state is written twice, once for the next step and once for this step's
+        # output: shared, it has two consumers and fusion cuts the step's gates into three kernels
+        # (each a call of the VM, the cost of a 96-wide LSTM step); recomputed, they are two.
+        c_new = self._cell(pre, c)
+        c_out = self._cell(pre, c)
+        H = self.layer.hidden
+        o_pre = em.slice(pre, H, 2 * H, 2)
+        if self.p is not None:
+            o_pre = em.op("Add", [o_pre, em.op("Mul", [c_out, em.const(self.p[H:2 * H].copy(), "P")])])
+        o = self._f(o_pre, 0)
+        return em.op("Mul", [o, em.op(self.act[2], [c_out])]), c_new
+
+    def _cell(self, pre: str, c: str) -> str:
+        """``f * c + i * g`` from the step's gate sums ``pre`` (ONNX's order: i, o, f, c)."""
+        em, H = self.em, self.layer.hidden
+        i_pre, f_pre = em.slice(pre, 0, H, 2), em.slice(pre, 2 * H, 3 * H, 2)
+        if self.p is not None:
+            i_pre = em.op("Add", [i_pre, em.op("Mul", [c, em.const(self.p[:H].copy(), "P")])])
+            f_pre = em.op("Add", [f_pre, em.op("Mul", [c, em.const(self.p[2 * H:].copy(), "P")])])
+        i, f = self._f(i_pre, 0), self._f(f_pre, 0)
         g = self._f(em.slice(pre, 3 * H, 4 * H, 2), 1)
-        c_new = em.op("Add", [em.op("Mul", [f, c]), em.op("Mul", [i, g])])
-        if self.p is not None or self.layer.clip is not None:
-            if self.p is not None:
-                o_pre = em.op("Add", [o_pre, em.op("Mul", [c_new, po])])
-            o = self._f(o_pre, 0)
-        h_act = em.op(self.act[2], [c_new])
-        return em.op("Mul", [o, h_act]), c_new
+        return em.op("Add", [em.op("Mul", [f, c]), em.op("Mul", [i, g])])
 
     def _gru(self, xt: str, h: str, c: str | None) -> tuple[str, None]:
         em, H = self.em, self.layer.hidden
