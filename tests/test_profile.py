@@ -122,3 +122,24 @@ def test_a_bench_on_a_busy_machine_says_so():
             h.wait()
     assert any("the machine was busy" in n for n in report.notes), report.notes
     assert "the machine was busy" in report.table()
+
+
+def test_onnx_runtimes_end_to_end_time_comes_from_a_session_that_does_not_profile(monkeypatch):
+    """ONNX Runtime's profiler costs time per node (it doubled a 0.32-ms LSTM tagger): its nodes give
+    the per-node table, a plain session the end-to-end time that the profile's ratio uses."""
+    import explorer.models.ort_run as ort_run
+    from explorer.models.zoo import build_onnx
+    from explorer.workload import load_workload
+    from export.profile import ort_profile
+
+    timed = []
+
+    def plain_latency(session, inputs, **kw):
+        timed.append(session.get_session_options().enable_profiling)
+        return 0.123
+
+    monkeypatch.setattr(ort_run, "ort_latency", plain_latency)
+    workload = load_workload("small_cnn")
+    nodes, seconds = ort_profile(build_onnx("small_cnn"), workload.sample_inputs(), runs=2)
+    assert seconds == 0.123 and timed == [False]
+    assert nodes and {n.op_type for n in nodes} & {"Conv"}

@@ -13,9 +13,10 @@ import numpy as np
 import onnx
 
 
-def ort_session(model: onnx.ModelProto, threads: int | None = None):
+def ort_session(model: onnx.ModelProto, threads: int | None = None, *, profile_prefix: str | None = None):
     """An ONNX Runtime CPU session with ``threads`` intra-op threads (default: the usable cores),
-    its own log messages silenced below errors."""
+    its own log messages silenced below errors; with ``profile_prefix``, its profiler on (its
+    file there)."""
     import onnxruntime as ort
 
     from explorer.environment import cpu_info
@@ -24,6 +25,9 @@ def ort_session(model: onnx.ModelProto, threads: int | None = None):
     opts.intra_op_num_threads = int(threads or cpu_info()["usable_cores"])
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
