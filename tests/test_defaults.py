@@ -400,3 +400,22 @@ def test_a_global_average_pool_reads_its_input_once_without_copying_it_first(cpu
     if cpu.vector_bits <= host_target().vector_width:
         result = measure(kernel, tvm.IRModule({"main": func}), repeat=1, min_repeat_s=0.0)
         assert result.status == "ok" and result.verified, result.error
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_a_small_matrix_vector_product_stays_serial_and_a_larger_one_runs_in_parallel(cpu):
+    """An unrolled LSTM's step (1x96 by 96x384, 37k multiply-adds) costs less than the parallel
+    region that would share it (1.3 us serial, 1.6 us parallel timed alone, worse on a busy machine);
+    eight rows of it (295k) are worth both cores."""
+    from tvm import s_tir
+
+    from explorer.workload import load_kernel
+
+    def kinds(spec):
+        func, choice = default_schedule(load_kernel(spec).func, cpu)
+        assert choice.rule == "full" and "register tile" in choice.steps[0], choice
+        sch = s_tir.Schedule(func)
+        return {sch.get(loop).kind for block in blocks(func) for loop in sch.get_loops(sch.get_sblock(block.name_hint))}
+
+    assert tvm.tirx.ForKind.PARALLEL not in kinds("matmul:M=1,N=384,K=96")
+    assert tvm.tirx.ForKind.PARALLEL in kinds("matmul:M=8,N=384,K=96")

@@ -16,6 +16,10 @@ from tvm.tirx.analysis import undefined_vars
 
 # Below this many iterations a parallel loop costs more (thread wake-up) than it saves (every rule).
 PARALLEL_MIN_VOLUME = 1 << 15
+# ... and below this many multiply-adds for a register-tiled reduction, whose iterations are a lane
+# of a vector FMA each: an unrolled LSTM's 96x384 matrix-vector step (37k) took 1.3 us serial and
+# 1.6 us in parallel timed alone, and a parallel region waits for a descheduled worker on a busy machine.
+PARALLEL_MIN_MACS = 1 << 17
 
 
 class NotApplicable(Exception):
@@ -215,5 +219,5 @@ def covers_its_producers(sch: s_tir.Schedule, block) -> bool:
     return True
 
 
-__all__ = ["PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "covers_its_producers",
+__all__ = ["PARALLEL_MIN_MACS", "PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "covers_its_producers",
            "root_blocks", "sub_exprs"]

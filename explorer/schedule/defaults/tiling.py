@@ -18,7 +18,7 @@ from tvm import s_tir
 from tvm.tirx import IndexMap
 
 from explorer.schedule.defaults.analysis import (
-    PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts, covers_its_producers,
+    PARALLEL_MIN_MACS, PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts, covers_its_producers,
 )
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
@@ -320,7 +320,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         tiling = replace(tiling, vec=vec, rows=rows)
 
     column_first = _weight_bytes(facts, vec) > CACHE_BYTES  # each tile column's weights read once, for all the rows
-    parallel = facts.volume >= PARALLEL_MIN_VOLUME
+    parallel = facts.volume >= PARALLEL_MIN_MACS
     if tiling.tail_rows:
         _tile_with_tail(sch, block, writeback, facts, tiling, column_first, parallel, cpu)
     else:
