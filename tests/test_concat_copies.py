@@ -86,3 +86,28 @@ def test_the_copies_run_as_whole_vector_rows_of_each_input_with_no_gathers(spec,
         args = [tvm.runtime.tensor(x) for x in xs] + [tvm.runtime.tensor(out)]
         lib(*args)
         np.testing.assert_array_equal(args[-1].numpy(), np.concatenate(xs, axis=-1))
+
+
+def test_a_channel_slice_of_one_nchw_image_still_runs_in_parallel():
+    """``x[:, 58:]`` of a 1x116x28x28 map (ShuffleNet's channel split): the slice covers part of the
+    channel axis, so its rows are the 58x28x28 block under it, and with one image above that block the
+    parallel loop must come from the row's own vectors, not from the batch of 1."""
+    from tvm import s_tir
+
+    from explorer.schedule.defaults import default_schedule
+    from explorer.schedule.defaults.machine import CpuSpec
+
+    x = relax.Var("x", relax.TensorType((1, 116, 28, 28), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        out = bb.emit(relax.op.strided_slice(x, axes=[1], begin=[58], end=[116]))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    (func,) = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    cpu = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
+    scheduled, choice = default_schedule(func, cpu)
+    assert choice.steps[0].startswith("parallel rows of 45472 x16"), choice
+    sch = s_tir.Schedule(scheduled)
+    loops = sch.get_loops(sch.get_sblock("T_strided_slice_with_axes"))
+    assert sch.get(loops[0]).kind == tvm.tirx.ForKind.PARALLEL and int(sch.get(loops[0]).extent) > 1
+    assert sch.get(loops[-1]).kind == tvm.tirx.ForKind.VECTORIZED

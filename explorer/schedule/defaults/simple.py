@@ -85,14 +85,22 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     if partial > 0 and written == inner and not facts.padding:
         # rows of a slice of a buffer (a concatenation's copy, a strided slice): the loops from the
         # innermost partial one inwards run as one contiguous vectorized row, the rest in parallel
+        # (and the row's vectors in parallel too where few rows do not feed the cores: a channel
+        # slice of NCHW has one image above it; otherwise a row stays one loop for each thread)
         row = sch.fuse(*loops[partial:]) if len(loops) - partial > 1 else loops[partial]
         length = math.prod(facts.extents[partial:])
         factor = _vector_factor(length, lanes)
-        if factor > 1:
-            sch.vectorize(sch.split(row, [None, factor])[1] if length > factor else row)
+        outside = list(loops[:partial])
+        if factor > 1 and length > factor:
+            row_outer, vec = sch.split(row, [None, factor])
+            sch.vectorize(vec)
+            if math.prod(facts.extents[:partial]) < 4 * cpu.cores:
+                outside.append(row_outer)
+        elif factor > 1:
+            sch.vectorize(row)
         parallel = facts.volume >= PARALLEL_MIN_VOLUME
         if parallel:
-            sch.parallel(sch.fuse(*loops[:partial]) if partial > 1 else loops[0])
+            sch.parallel(sch.fuse(*outside) if len(outside) > 1 else outside[0])
         return f"{'parallel ' if parallel else ''}rows of {length} x{factor} ({facts.name})"
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = facts.volume
