@@ -200,6 +200,33 @@ def _bindings(sch: s_tir.Schedule, block) -> list | None:
     return None
 
 
+def _shifted_iter(index, positions: dict[str, int]) -> int | None:
+    """The iterator ``index`` is, alone or plus a constant (a concatenation's or a slice's offset)."""
+    if isinstance(index, tirx.Add) and isinstance(index.b, tirx.IntImm):
+        index = index.a
+    return positions.get(index.name) if isinstance(index, tirx.Var) else None
+
+
+def partial_rows(sch: s_tir.Schedule, block, facts: BlockFacts) -> tuple[int | None, int]:
+    """(the iterator the written buffer's innermost index is, alone or shifted; the innermost
+    iterator that runs over only part of a dimension of a buffer the block writes or reads, -1 if
+    none). A concatenation's copy writes ``out[h, w, 64 + c]`` for ``c < 32``: fused with ``w``,
+    its vectors would straddle two rows of ``out``."""
+    blk = sch.get(block)
+    positions = {iv.var.name: k for k, iv in enumerate(blk.iter_vars)}
+    partial = -1
+    store = blk.body if isinstance(blk.body, tirx.BufferStore) else None
+    accesses = [(store.buffer.shape, store.indices)] if store is not None else []
+    accesses += [(r.source.shape, [rg.min for rg in r.region]) for r in blk.reads]
+    for shape, indices in accesses:
+        for dim, index in zip(shape, indices):
+            k = _shifted_iter(index, positions)
+            if k is not None and isinstance(dim, tirx.IntImm) and int(dim) != facts.extents[k]:
+                partial = max(partial, k)
+    written = _shifted_iter(store.indices[-1], positions) if store is not None and len(store.indices) else None
+    return written, partial
+
+
 def root_blocks(sch: s_tir.Schedule) -> list:
     """The blocks in the root block's scope (loops are not scopes), in program order."""
     body = sch.mod["main"].body
@@ -220,4 +247,4 @@ def covers_its_producers(sch: s_tir.Schedule, block) -> bool:
 
 
 __all__ = ["PARALLEL_MIN_MACS", "PARALLEL_MIN_VOLUME", "Access", "BlockFacts", "NotApplicable", "block_facts", "covers_its_producers",
-           "root_blocks", "sub_exprs"]
+           "partial_rows", "root_blocks", "sub_exprs"]

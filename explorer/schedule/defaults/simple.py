@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 
-from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, NotApplicable, block_facts
+from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, NotApplicable, block_facts, partial_rows
 from explorer.schedule.defaults.machine import CpuSpec
 
 
@@ -25,33 +25,6 @@ def _vector_factor(extent: int, lanes: int) -> int:
     if extent % lanes == 0:
         return lanes
     return max((d for d in range(2, lanes + 1) if extent % d == 0), default=1)
-
-
-def _shifted_iter(index, positions: dict[str, int]) -> int | None:
-    """The iterator ``index`` is, alone or plus a constant (a concatenation's or a slice's offset)."""
-    if isinstance(index, tirx.Add) and isinstance(index.b, tirx.IntImm):
-        index = index.a
-    return positions.get(index.name) if isinstance(index, tirx.Var) else None
-
-
-def _partial_rows(sch: s_tir.Schedule, block) -> tuple[int | None, int]:
-    """(the iterator the written buffer's innermost index is, alone or shifted; the innermost
-    iterator that runs over only part of a dimension of a buffer the block writes or reads, -1 if
-    none). A concatenation's copy writes ``out[h, w, 64 + c]`` for ``c < 32``: fused with ``w``,
-    its vectors would straddle two rows of ``out``."""
-    blk = sch.get(block)
-    positions = {iv.var.name: k for k, iv in enumerate(blk.iter_vars)}
-    extents = [int(iv.dom.extent) if isinstance(iv.dom.extent, tirx.IntImm) else 0 for iv in blk.iter_vars]
-    partial = -1
-    accesses = [(blk.body.buffer.shape, blk.body.indices)] if isinstance(blk.body, tirx.BufferStore) else []
-    accesses += [(r.source.shape, [rg.min for rg in r.region]) for r in blk.reads]
-    for shape, indices in accesses:
-        for dim, index in zip(shape, indices):
-            k = _shifted_iter(index, positions)
-            if k is not None and isinstance(dim, tirx.IntImm) and int(dim) != extents[k]:
-                partial = max(partial, k)
-    written = _shifted_iter(accesses[0][1][-1], positions) if accesses and len(accesses[0][1]) else None
-    return written, partial
 
 
 def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
@@ -81,7 +54,7 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         if len(loops) > 2 and facts.volume >= PARALLEL_MIN_VOLUME:
             sch.parallel(sch.fuse(*loops[:-2]) if len(loops) > 3 else loops[0])
         return f"parallel rows of {facts.extents[inner - 1]}x{facts.extents[inner]} ({facts.name})"
-    written, partial = _partial_rows(sch, block)
+    written, partial = partial_rows(sch, block, facts)
     if partial > 0 and written == inner and not facts.padding:
         # rows of a slice of a buffer (a concatenation's copy, a strided slice): the loops from the
         # innermost partial one inwards run as one contiguous vectorized row, the rest in parallel
