@@ -199,8 +199,11 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
     # changes); it is recorded as a build error like any other
     failed = [r for r in records if r.status != "ok"]
     assert summary.measured + summary.failed == 16 and summary.measured >= 14, summary
-    assert all(r.status == "build_error" and "used before its definition" in r.error for r in failed), \
-        {r.error for r in failed}
+    # and, rarer (1 run in 13 on machine C), a random candidate that builds and computes wrong: the
+    # verification catches it and the record says so (never "ok", never verified)
+    assert all((r.status == "build_error" and "used before its definition" in r.error)
+               or (r.status == Outcome.VERIFY_FAILED and "differs from the reference" in r.error)
+               for r in failed), {r.error for r in failed}
     assert all(r.verified is True for r in records if r.status == "ok")
 
 
