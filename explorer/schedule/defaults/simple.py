@@ -27,6 +27,28 @@ def _vector_factor(extent: int, lanes: int) -> int:
     return max((d for d in range(2, lanes + 1) if extent % d == 0), default=1)
 
 
+def aligned_run(facts) -> int | None:
+    """How many consecutive iterations of the block's fused loop every operand reads either
+    contiguously or as one element; None where all do so everywhere (same shape as the output, or a
+    scalar). A broadcast operand changes pattern at a row's end: a bias over 136 channels read
+    inside 16-lane vectors of the fused loop is gathered lane by lane (``% 136`` indices: a
+    conv epilogue of ShuffleNet v1 spent most of its time in ``vpextrd``/``vinsertps``), so the
+    vectors must fit in its run (8 lanes there)."""
+    dims = [k for k, e in enumerate(facts.extents) if e > 1]
+    run = None
+    for access in facts.reads:
+        used = [access.uses(k) for k in dims]
+        if all(used) or not any(used):
+            continue
+        length = 1
+        for k, u in zip(reversed(dims), reversed(used)):
+            if u != used[-1]:
+                break
+            length *= facts.extents[k]
+        run = length if run is None else math.gcd(run, length)
+    return run
+
+
 def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     """Fuse, vectorize by lanes, parallel outside (see the module docstring)."""
     facts = block_facts(sch, block)
@@ -75,6 +97,21 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         if parallel:
             sch.parallel(sch.fuse(*outside) if len(outside) > 1 else outside[0])
         return f"{'parallel ' if parallel else ''}rows of {length} x{factor} ({facts.name})"
+    run = aligned_run(facts)
+    if run is not None and run > lanes and run % lanes and (contiguous or written == inner):
+        # a broadcast operand whose runs no whole vectors fill (a bias over 136 channels): the
+        # loops of one run are one row that LLVM vectorizes with a remainder of its own, the rows
+        # in parallel
+        start, length = len(loops), 1
+        while start > 0 and length < run:
+            start -= 1
+            length *= facts.extents[start]
+        if length == run:
+            if len(loops) - start > 1:
+                sch.fuse(*loops[start:])
+            if start > 0 and facts.volume >= PARALLEL_MIN_VOLUME:
+                sch.parallel(sch.fuse(*loops[:start]) if start > 1 else loops[0])
+            return f"parallel rows of {run} ({facts.name})"
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = facts.volume
     factor = _vector_factor(total, lanes) if contiguous or written == inner else 1

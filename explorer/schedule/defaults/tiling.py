@@ -20,9 +20,9 @@ from tvm.tirx import IndexMap
 from explorer.schedule.defaults.analysis import (
     PARALLEL_MIN_MACS, PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts, covers_its_producers,
 )
+from explorer.schedule.defaults.groups import partitioned_tiles, ragged_group_width, tile_ragged_groups
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
-from explorer.schedule.primitives import annotate_buffer_access
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
 
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
@@ -290,6 +290,13 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
     vec = vector_axis(facts)
+    width = ragged_group_width(facts, vec, row_axis(facts, vec), cpu)
+    if width is not None:
+        consumers = sch.get_consumers(block)
+        writeback = sch.cache_write(block, 0, "global")
+        for consumer in consumers:
+            fold_into_producer(sch, consumer)
+        return tile_ragged_groups(sch, block, writeback, facts, vec, row_axis(facts, vec), width, cpu)
     pad_note, pads, copies = "", [], []
     if _pad_vector_axis(sch, block, facts, vec, cpu):
         pad_note = f", {facts.extents[vec]} outputs padded to whole vectors"
@@ -487,14 +494,8 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if parallel:
         sch.parallel(fused)
-    part_loops = sch.loop_partition(loops[rows], [facts.extents[rows] - tiling.tail_rows, None])
-    parts = [sch.get_child_blocks(loop)[0] for loop in part_loops]
-    # the tile's buffer is indexed by the block's own iterators (cache_write would offset them by
-    # the loops above the part's scope, which a block may not use); compacted to the tile when lowered
-    tile_index = IndexMap.from_func(lambda *v: tuple(v[k] for k in facts.out_dims), ndim=len(facts.extents))
-    for part, rt in zip(parts, (tiling.row_tile, tiling.tail_rows)):
-        _writes_one_element(sch, part, facts)
-        tile = sch.reindex_cache_write(part, 0, "global", tile_index)
+    parts = partitioned_tiles(sch, loops[rows], [facts.extents[rows] - tiling.tail_rows, None], facts)
+    for (part, tile), rt in zip(parts, (tiling.row_tile, tiling.tail_rows)):
         row_loop, lanes, *part_reduce = sch.get_loops(part)  # the part's scope holds these loops only
         if rt < sch.get(row_loop).extent.value:
             r_out, r_in = sch.split(row_loop, [None, rt])
@@ -510,13 +511,6 @@ def _tile_with_tail(sch: s_tir.Schedule, block, writeback, facts: BlockFacts, ti
         sch.vectorize(tile_loops[-1])
         sch.decompose_reduction(part, part_reduce[0])
     schedule_plain(sch, writeback, cpu)
-
-
-def _writes_one_element(sch: s_tir.Schedule, block, facts: BlockFacts) -> None:
-    """Declare that ``block`` writes one element of its output per iteration: ``loop_partition``
-    leaves a block declaring the whole buffer, which would make its register tile as large."""
-    annotate_buffer_access(sch, block, ("write", 0),
-                           lambda *iters: [b for k in facts.out_dims for b in (iters[k], iters[k] + 1)])
 
 
 __all__ = [
