@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.ir.expr import Call as _Call
 from tvm.tirx.analysis import undefined_vars
 
@@ -147,9 +147,15 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
         dtype = str(body.buffer.dtype)
         costly = bool(_calls(body.value) - _CHEAP_CALLS)
         padding = _is_padding(body.value)
+    # the innermost index simplified within the iterators' domains: inlined reshapes leave terms
+    # such as ``(t // 100 + d) % 64 // 64`` that are 0 and would read as divisions of ``t``
+    analyzer = sym.Analyzer()
+    for iv in iters:
+        analyzer.bind(iv.var, iv.dom)
     reads = tuple(Access(str(getattr(r.source, "name", r.source)),
                          tuple(_iter_positions(rg.min, positions) for rg in r.region),
-                         _divisions(r.region[-1].min, positions) if len(r.region) else ()) for r in blk.reads)
+                         _divisions(analyzer.simplify(r.region[-1].min), positions) if len(r.region) else ())
+                  for r in blk.reads)
     return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
                       dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)
 
