@@ -286,3 +286,46 @@ def test_a_transposed_convolution_after_a_converted_one_builds_and_computes_righ
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "up.onnx")
     report = export_workload(str(tmp_path / "up.onnx"), "cpu", tmp_path / "bundle", layers=False)
     assert report.verification.ok, report.verification
+
+
+def _bn_after_bias_model() -> onnx.ModelProto:
+    """conv with a bias -> batch-norm -> relu (the batch-norm follows the bias add, not the conv: it
+    is not folded), and DenseNet's pre-activation batch-norm -> relu -> conv; 1x8x12x12."""
+    rng = np.random.default_rng(2)
+
+    def arr(name, *shape, low=False):
+        value = rng.uniform(0.5, 1.5, shape) if low else rng.normal(0, 0.3, shape)
+        return numpy_helper.from_array(value.astype("float32"), name)
+
+    inits = [arr("w1", 8, 8, 3, 3), arr("c1b", 8), arr("w2", 8, 8, 1, 1)]
+    for k in range(2):
+        inits += [arr(f"g{k}", 8, low=True), arr(f"b{k}", 8), arr(f"m{k}", 8), arr(f"v{k}", 8, low=True)]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "g0", "b0", "m0", "v0"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("BatchNormalization", ["r1", "g1", "b1", "m1", "v1"], ["n2"]),
+        helper.make_node("Relu", ["n2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w2"], ["output"]),
+    ]
+    graph = helper.make_graph(nodes, "bn_after_bias",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8, 12, 12])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_batch_norm_that_is_not_folded_still_fuses_with_its_relu(tmp_path):
+    """TVM's batch_norm returns a tuple; decomposed, its first item was read through a get-item
+    that ended the fused group: the relu after it ran as a kernel of its own (ShuffleNet v1's
+    first 112x112x24 relu, 8% of the model; DenseNet-121's 58 pre-activation relus)."""
+    from export import export_workload
+
+    path = tmp_path / "bn_after_bias.onnx"
+    onnx.save(_bn_after_bias_model(), path)
+    workload = load_workload(str(path))
+    tasks = [t.name.split("/")[-1] for t in workload.tasks()]
+    assert not any(t.removeprefix("fused_").startswith("relu") for t in tasks), tasks
+    # conv + bias + batch-norm + relu, then the next batch-norm + relu: one elementwise chain
+    assert any("conv2d" in t and t.count("relu") == 2 for t in tasks), tasks
+    report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict

@@ -36,8 +36,11 @@ TUNING_PASSES: tuple[str, ...] = (
 # SimplifyInference drops what ONNX graphs carry and ConvertLayout fails on (dropout, Sum as
 # stack + sum); the first numpy folding turns weights written as expressions into constants,
 # which FoldBatchnormToConv2D needs to see. DropDeadConvTaps needs the folded weights (constants).
+# A batch-norm that follows no convolution (after a bias add, DenseNet's pre-activations) is
+# decomposed into a tuple whose get-item ended the fused group before its relu: CanonicalizeBindings
+# folds the get-item, and the relu joins the kernel.
 _PREPARE: tuple[str, ...] = (
-    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
 )
 # FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
