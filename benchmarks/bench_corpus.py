@@ -95,12 +95,15 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                 proc.kill()
                 proc.wait()
         try:
-            peak = calibration().peak_gflops
-            prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peak)
-            result["peak_gflops"] = round(peak, 1)
+            peaks = calibration()
+            prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops)
+            result["peak_gflops"] = round(peaks.peak_gflops, 1)
+            result["peak_gbps"] = round(peaks.peak_gbps, 1)
+            tasks = {o.task.name: o.task for o in report.built.outcomes}
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
                                   "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
-                                  "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None}
+                                  "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None,
+                                  "percent_of_roofline": _percent_of_roofline(k, tasks.get(k.task), peaks)}
                                  for k in prof.top(5)]
             if prof.busy_note:
                 result["busy"] = prof.busy_note
@@ -134,6 +137,21 @@ def _child(entry: dict, folder: Path, opts) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {**base, "imports": None, "error": f"the child exited {proc.returncode}: {tail}"[:300]}
     return json.loads(lines[-1])
+
+
+def _percent_of_roofline(kernel, task, peaks) -> float | None:
+    """The kernel's GFLOPS against what the roofline allows at its arithmetic intensity (FLOPs over
+    the bytes of its arguments, read or written once): min(peak, intensity x copy bandwidth). A
+    matrix-vector product over 151 MB of weights is bound by reading them, far below the FLOP peak."""
+    from explorer.workload.keys import describe_module
+
+    if task is None or not kernel.gflops or not task.flops or not peaks.peak_gbps:
+        return None
+    nbytes = describe_module(task.mod)["shapes"]["bytes"]
+    if not nbytes:
+        return None
+    roofline = min(peaks.peak_gflops, task.flops / nbytes * peaks.peak_gbps)
+    return round(100 * kernel.gflops / roofline, 1)
 
 
 def _slowest(r: dict) -> str:
@@ -184,6 +202,8 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
             if k["share"] > 0.2 and k.get("percent_of_peak") is not None and k["percent_of_peak"] < 10]
     lines.append(f"kernels over 20% of a model's time below 10% of the peak ({peak or '?'} GFLOPS): {len(slow)}"
                  + "".join(f"\n  {name}: {k['task']} {k['share'] * 100:.0f}% at {k['percent_of_peak']}%"
+                           + (f" ({k['percent_of_roofline']}% of its roofline)"
+                              if k.get("percent_of_roofline") is not None else "")
                            for name, k in slow))
     if any(r.get("cross") for r in results):
         for spec in CROSS_TARGETS:
