@@ -58,8 +58,8 @@ def _ort_quantize(model: onnx.ModelProto, tmp_path, *, fmt: str = "QDQ", per_cha
 
     src, dst = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
     onnx.save(model, src)
-    # 7-bit weights where ONNX Runtime's own int8 kernels saturate (x86 without VNNI), as schedx quantize does:
-    # the reference must be exact for a one-step tolerance to mean anything
+    # 7-bit weights where int8 kernels that add products in pairs saturate (x86 without AVX-512 VNNI), as
+    # schedx quantize does: the reference must be exact for a one-step tolerance to mean anything
     quantize_static(str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=per_channel,
                     reduce_range=needs_reduced_range("uint8"))
     return onnx.load(dst)
@@ -182,3 +182,20 @@ def test_an_int8_output_is_judged_in_quantization_steps_whatever_the_graph_names
                                numpy_helper.from_array(np.array(0, "uint8"), "zero")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "qdq.onnx")
     assert _int8_atols(load_workload(str(tmp_path / "qdq.onnx"))) == [INT8_STEPS * 0.25]
+
+
+@pytest.mark.parametrize("flags, reduced", [("avx2 fma avx_vnni", True), ("avx2 fma", True),
+                                            ("avx2 avx512f avx512bw avx512_vnni", False)],
+                         ids=["AVX-VNNI only", "no VNNI", "AVX-512 VNNI"])
+def test_weights_are_7_bit_wherever_the_int8_kernels_add_products_in_pairs(monkeypatch, flags, reduced):
+    """schedx's int8 micro-kernels use VNNI's AVX-512 form only: on a CPU with AVX-VNNI alone, full
+    8-bit weights kept every convolution off the micro-kernel (none fits the pairwise int16 sum)."""
+    import platform
+
+    from explorer.environment import FLAGS_OVERRIDE
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("reduce_range is an x86 matter")
+    monkeypatch.setenv(FLAGS_OVERRIDE, flags)
+    assert needs_reduced_range("uint8") is reduced
+    assert needs_reduced_range("int8") is False

@@ -165,13 +165,16 @@ ACTIVATION_TYPES = ("uint8", "int8")
 
 def needs_reduced_range(activations: str) -> bool:
     """ONNX Runtime's advice: uint8 activations times int8 weights can saturate on x86 CPUs
-    without VNNI (VPMADDUBSW adds pairs into int16), so quantize weights to 7 bits there."""
+    without VNNI (VPMADDUBSW adds pairs into int16), so quantize weights to 7 bits there. schedx's
+    own int8 kernels use VNNI's AVX-512 form only (:mod:`explorer.schedule.int8_dot`): on a CPU with
+    AVX-VNNI alone (256-bit), full-range weights would keep every convolution off its int8
+    micro-kernel, so 7 bits there too."""
     import platform
 
     from explorer.environment import cpu_flags
 
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-    return activations == "uint8" and x86 and not ({"avx512_vnni", "avx_vnni"} & cpu_flags())
+    return activations == "uint8" and x86 and "avx512_vnni" not in cpu_flags()
 
 
 def _quantize(fixed: onnx.ModelProto, calib: list[dict[str, np.ndarray]], *, per_channel: bool, preprocess: bool,
@@ -262,8 +265,9 @@ def quantize_model(source: str | os.PathLike | bytes | onnx.ModelProto, *, shape
     step(f"quantizing with {len(calib)} calibration sample(s)")
     reduce_range = needs_reduced_range(activations)
     if reduce_range:
-        notes.append("weights quantized to 7 bits (reduce_range): this x86 CPU has no VNNI, where uint8 x int8 "
-                     "products can saturate in ONNX Runtime's kernels")
+        notes.append("weights quantized to 7 bits (reduce_range): this x86 CPU has no AVX-512 VNNI, where uint8 x "
+                     "int8 products can saturate in int8 kernels that add them in pairs (schedx's, and ONNX "
+                     "Runtime's without any VNNI)")
     qmodel, preprocessed = _quantize(fixed, calib, per_channel=per_channel, preprocess=preprocess,
                                      activations=activations, reduce_range=reduce_range, notes=notes)
     if output is not None:
