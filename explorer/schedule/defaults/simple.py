@@ -2,7 +2,8 @@
 
 - :func:`schedule_spatial`: an injective block (elementwise, broadcast, transpose, padding):
   its loops fused into one, cut into vectors of the target's lanes (vectorized) and the rest run
-  in parallel;
+  in parallel; where a vector would cross a broadcast operand's run or read a channel shuffle's
+  ``c % d``, ``c // d`` lane by lane, rows that LLVM vectorizes instead;
 - :func:`schedule_rows`: a reduction without a vector axis (softmax's and layer norm's row
   reductions, a sum over the innermost axis): the spatial loops in parallel, the reduction left
   serial inside (LLVM does not reorder a float sum);
@@ -16,7 +17,8 @@ import math
 
 from tvm import s_tir
 
-from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, NotApplicable, block_facts, partial_rows
+from explorer.schedule.defaults.analysis import (PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts,
+                                                  partial_rows)
 from explorer.schedule.defaults.machine import CpuSpec
 
 
@@ -27,13 +29,13 @@ def _vector_factor(extent: int, lanes: int) -> int:
     return max((d for d in range(2, lanes + 1) if extent % d == 0), default=1)
 
 
-def aligned_run(facts) -> int | None:
+def aligned_run(facts: BlockFacts) -> int | None:
     """How many consecutive iterations of the block's fused loop every operand reads either
     contiguously or as one element; None where all do so everywhere (same shape as the output, or a
-    scalar). A broadcast operand changes pattern at a row's end: a bias over 136 channels read
+    scalar). A broadcast operand changes pattern at a run's end: a bias over 136 channels read
     inside 16-lane vectors of the fused loop is gathered lane by lane (``% 136`` indices: a
-    conv epilogue of ShuffleNet v1 spent most of its time in ``vpextrd``/``vinsertps``), so the
-    vectors must fit in its run (8 lanes there)."""
+    conv epilogue of ShuffleNet v1 spent most of its time in ``vpextrd``/``vinsertps``), so no
+    vector may cross a run (:func:`schedule_spatial`)."""
     dims = [k for k, e in enumerate(facts.extents) if e > 1]
     run = None
     for access in facts.reads:
@@ -121,9 +123,10 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         if length == run:
             if len(loops) - start > 1:
                 sch.fuse(*loops[start:])
-            if start > 0 and facts.volume >= PARALLEL_MIN_VOLUME:
+            parallel = start > 0 and facts.volume >= PARALLEL_MIN_VOLUME
+            if parallel:
                 sch.parallel(sch.fuse(*loops[:start]) if start > 1 else loops[0])
-            return f"parallel rows of {run} ({facts.name})"
+            return f"{'parallel ' if parallel else ''}rows of {run} ({facts.name})"
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = facts.volume
     factor = _vector_factor(total, lanes) if contiguous or written == inner else 1
