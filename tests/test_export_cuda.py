@@ -109,3 +109,48 @@ def test_an_export_that_skips_nvcc_is_not_called_failed(tmp_path):
     report = export_workload("matmul:M=16,N=16,K=16", "cuda:sm_80", tmp_path / "b", nvcc=False, layers=False)
     assert report.cuda.nvcc == "not run" and report.ok
     assert "NOT VERIFIED" not in report.verdict and "nvcc not run" in report.cuda.summary()
+
+
+def test_a_dlight_schedule_that_does_not_build_falls_back_to_the_next_rule():
+    """dlight's Reduction rule schedules ShuffleNet v1's grouped 1x1 conv (7x7x544, groups of 136)
+    into a cross-thread reduction that TVM's lowering refuses ("Cross-thread reduction requires all
+    the reduction-related loops to be the deepest"): the export was lost. The kernel is built alone
+    after each rule; one that does not build passes to the next rule, named in the note."""
+    import tvm
+    from tvm import te, topi
+
+    from explorer.schedule.gpu_defaults import apply_gpu_defaults
+
+    x = te.placeholder((1, 7, 7, 544), name="x")
+    w = te.placeholder((1, 1, 136, 544), name="w")
+    b = te.placeholder((1, 1, 1, 544), name="b")
+    y = topi.nn.relu(topi.nn.group_conv2d_nhwc(x, w, 1, 0, 1, 4) + b)
+    target = parse_target("cuda:sm_80").tvm()
+    mod, notes = apply_gpu_defaults(tvm.IRModule({"main": te.create_prim_func([x, w, b, y])}), target)
+    assert any("Reduction (its schedule does not build" in n and "scheduled it instead" in n for n in notes), notes
+    tvm.compile(mod, target=target)  # the rule that scheduled it instead builds
+    assert unbound_prim_funcs(mod) == []
+
+
+@needs_nvcc
+def test_a_model_input_named_like_a_path_compiles_with_nvcc(tmp_path):
+    """The `onnx` package's ZFNet and ShuffleNet name their input ``gpu_0/data_0``; TVM named a
+    kernel parameter after it and nvcc refused the CUDA source (``gpu_0/data_0_ptr``). The Relax
+    parameter gets a C name; the user still feeds ``gpu_0/data_0``."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["gpu_0/data_0"], ["t"], perm=[0, 1, 3, 2]),
+         helper.make_node("Conv", ["t", "w"], ["out"], pads=[1, 1, 1, 1])], "slash",
+        [helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    path = tmp_path / "slash.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    workload = load_workload(str(path))
+    assert [name for name, *_ in workload.inputs] == ["gpu_0/data_0"]
+    report = export_workload(workload, "cuda:sm_80", tmp_path / "b", nvcc=True, layers=False)
+    assert report.cuda.nvcc == "ok", report.cuda.nvcc_error
+    assert report.ok, report.verdict

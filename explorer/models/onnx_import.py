@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 
 import onnx
@@ -161,10 +162,46 @@ def _converting(lines: list[str]) -> str:
     return ""
 
 
+_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _c_named_inputs(model: onnx.ModelProto, shape_dict: dict, dtypes: dict) -> tuple[onnx.ModelProto, dict, dict]:
+    """``model`` (a copy) whose graph inputs have names a C compiler accepts, with ``shape_dict`` and
+    ``dtypes`` keyed by them. TVM names a kernel's parameters after the model's inputs: the
+    ``onnx`` package's ZFNet and ShuffleNet read ``gpu_0/data_0``, which nvcc refuses in the CUDA
+    source (``gpu_0/data_0_ptr``). The model's own names stay what the user feeds."""
+    taken = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    renamed = {}
+    for inp in model.graph.input:
+        if inp.name in shape_dict and not _C_NAME.fullmatch(inp.name):
+            base = re.sub(r"\W", "_", inp.name)
+            base = base if re.match(r"[A-Za-z_]", base) else f"input_{base}"
+            new, k = base, 1
+            while new in taken:
+                new, k = f"{base}_{k}", k + 1
+            taken.add(new)
+            renamed[inp.name] = new
+    if not renamed:
+        return model, shape_dict, dtypes
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for inp in out.graph.input:
+        inp.name = renamed.get(inp.name, inp.name)
+    for node in out.graph.node:
+        for j, name in enumerate(node.input):
+            if name in renamed:
+                node.input[j] = renamed[name]
+    for out_ in out.graph.output:
+        out_.name = renamed.get(out_.name, out_.name)
+    return (out, {renamed.get(k, k): v for k, v in shape_dict.items()},
+            {renamed.get(k, k): v for k, v in dtypes.items()})
+
+
 def _convert(model: onnx.ModelProto, shape_dict: dict, dtypes: dict, log: list[str]):
     """``from_onnx`` with stdout captured into ``log``; raises what TVM raised."""
     from explorer.graph.onnx_names import traced_from_onnx as from_onnx  # the same import, node names kept
 
+    model, shape_dict, dtypes = _c_named_inputs(model, shape_dict, dtypes)
     printed = None
     try:
         with captured_output() as printed:

@@ -4,8 +4,8 @@ applied kernel by kernel, each rule tried in turn.
 dlight's own pass (``dl.ApplyDefaultSchedule``) stops the whole module at the first rule that
 raises: its GEMV rule raises ``AttributeError: 'Add' object has no attribute 'value'`` on some
 fused detector kernels for ``cuda:sm_90``, and the export was lost with no kernel named. Here a
-rule that raises is passed over for that kernel (the next rule, Fallback last, schedules it) and
-the note names the kernel, the rule and the error.
+rule that raises, or whose schedule does not build for the target, is passed over for that kernel
+(the next rule, Fallback last, schedules it) and the note names the kernel, the rule and the error.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")  # dligh
 def _scheduled(func: tirx.PrimFunc) -> bool:
     attrs = func.attrs or {}
     return "tirx.is_scheduled" in attrs and int(attrs["tirx.is_scheduled"]) == 1
+
+
+def _build_error(func: tirx.PrimFunc, target) -> str | None:
+    """Why ``func`` does not build for ``target`` (lowered and code generated alone; no nvcc), or
+    None. dlight's Reduction rule schedules some grouped convolutions (ShuffleNet v1's) into a
+    cross-thread reduction that TVM's lowering then refuses, which lost the whole export."""
+    try:
+        tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    except Exception as err:  # noqa: BLE001 - any refusal sends the kernel to the next rule
+        said = [ln.strip() for ln in str(err).splitlines() if "Check failed" in ln or ln.strip().endswith("Error")]
+        return (said[0] if said else short_tvm_message(err))[:160]
+    return None
 
 
 def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = RULES) -> tuple[tvm.IRModule, list[str]]:
@@ -47,7 +59,12 @@ def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = R
             if space is None:
                 continue
             sch = space if isinstance(space, s_tir.Schedule) else space[0]
-            updated[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+            scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+            why = None if name == "Fallback" else _build_error(scheduled, target)
+            if why is not None:
+                failed.append(f"{name} (its schedule does not build: {why})")
+                continue
+            updated[gv] = scheduled
             used = name
             break
         if failed:
