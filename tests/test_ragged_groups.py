@@ -158,3 +158,18 @@ def test_an_inlined_reshape_chain_that_is_a_transpose_is_not_read_as_divisions()
     (func,) = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     _, choice = default_schedule(func, ISAS[1][1])
     assert "in steps of" not in "; ".join(choice.steps), choice
+
+
+def test_an_nchw_channel_shuffle_copies_plane_by_plane():
+    """ShuffleNetV2's shuffle in NCHW reads plane ``c % 2 * 116 + c // 2``: contiguous within a 14x14
+    plane (196 floats, no whole number of 16-lane vectors), so the planes are rows for LLVM, not
+    vectors of the fused loop that cross from one plane to a far one lane by lane."""
+    x = te.placeholder((1, 232, 14, 14), name="x")
+    y = te.compute(x.shape, lambda n, c, h, w: x[n, c % 2 * 116 + c // 2, h, w], name="y")
+    func = te.create_prim_func([x, y])
+    _, choice = default_schedule(func, ISAS[1][1])
+    assert "rows of 196" in choice.steps[0], choice
+    host, _ = default_schedule(func, host_target().cpu_spec())
+    data = np.random.default_rng(3).standard_normal((1, 232, 14, 14)).astype("float32")
+    expected = data.reshape(1, 2, 116, 14, 14).transpose(0, 2, 1, 3, 4).reshape(1, 232, 14, 14)
+    np.testing.assert_array_equal(_run(host, [data, np.zeros_like(data)]), expected)

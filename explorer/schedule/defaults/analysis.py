@@ -40,6 +40,9 @@ class Access:
     # (iterator, divisor) of every ``iter // c`` or ``iter % c`` in the innermost index: a grouped
     # conv reads input channel ``ff // 68 * 68 + rc``, contiguous only within a group
     groups: tuple[tuple[int, int], ...] = ()
+    # iterators divided (``//``, ``%``) in an outer index: an NCHW channel shuffle reads plane
+    # ``c % 2 * 116 + c // 2``, contiguous only within one plane
+    divided: frozenset[int] = frozenset()
 
     def uses(self, k: int) -> bool:
         return any(k in d for d in self.dims)
@@ -154,7 +157,9 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
         analyzer.bind(iv.var, iv.dom)
     reads = tuple(Access(str(getattr(r.source, "name", r.source)),
                          tuple(_iter_positions(rg.min, positions) for rg in r.region),
-                         _divisions(analyzer.simplify(r.region[-1].min), positions) if len(r.region) else ())
+                         _divisions(analyzer.simplify(r.region[-1].min), positions) if len(r.region) else (),
+                         frozenset(k for rg in list(r.region)[:-1]
+                                   for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
                   for r in blk.reads)
     return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
                       dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)

@@ -39,6 +39,10 @@ def aligned_run(facts: BlockFacts) -> int | None:
     dims = [k for k, e in enumerate(facts.extents) if e > 1]
     run = None
     for access in facts.reads:
+        if access.divided and max(access.divided) < len(facts.extents) - 1:
+            # contiguous within the iterators inside the innermost divided one (an NCHW plane)
+            length = math.prod(facts.extents[max(access.divided) + 1:])
+            run = length if run is None else math.gcd(run, length)
         used = [access.uses(k) for k in dims]
         if all(used) or not any(used):
             continue
