@@ -6,8 +6,9 @@ output's innermost axis, ``rows`` on the axis the other operand varies with) tha
 vector registers over all the reduction loops, within the target's register budget; the epilogue
 is applied as a tile is written back, and the loops above the tiles are one parallel loop. Rows
 whole tiles leave over get a tail tile of their own; rows too short for whole tiles run over two
-output axes as one; large weights are packed into panels. Why each choice, with the measurements
-behind it and what was tried and left out: ``docs/notes/default-tiling.md``."""
+output axes as one; large weights are packed into panels; a grouped convolution whose groups no
+whole number of vectors fills is tiled group by group (:mod:`.groups`). Why each choice, with the
+measurements behind it and what was tried and left out: ``docs/notes/default-tiling.md``."""
 
 from __future__ import annotations
 
