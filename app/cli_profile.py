@@ -40,6 +40,7 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     # tasks with records (a search ran on them; where the default won, its record is the best):
     # "tune the hottest kernels that have no record" leaves them out
     searched = {c.task.name for c in choices if c.best is not None}
+    searched |= {t.name for t in workload.tasks() if t.hand_written}  # nothing to search in those
     with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
         peak = calibration().peak_gflops
         bar.update(1)

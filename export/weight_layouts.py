@@ -22,6 +22,7 @@ inputs, packed on every call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
+from explorer.kernels.recurrence import spec_of as recurrence_spec
 from explorer.relax_walk import is_constant, kernel_call
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from export.errors import ExportError
@@ -143,13 +145,42 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
     return used
 
 
+def _stubbed(mod: tvm.IRModule, held: Mapping[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
+    """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites builds a
+    schedule state of every kernel, which refuses a hand-written one (a recurrent layer's, from
+    :mod:`explorer.kernels.recurrence`: buffers allocated in its root block); they have no
+    layout rewrite, and go back in unchanged."""
+    if not held:
+        return mod
+    from tvm.script import tirx as T
+
+    empty = tvm.script.from_source(_EMPTY_KERNEL, extra_vars={"T": T}).body
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv in list(out.functions.keys()):
+        if gv.name_hint in held:
+            out[gv] = held[gv.name_hint].with_body(empty)
+    return out
+
+
+_EMPTY_KERNEL = """
+@T.prim_func(s_tir=True)
+def empty():
+    with T.sblock("root"):
+        for i in range(1):
+            with T.sblock("empty"):
+                T.evaluate(0)
+"""
+
+
 def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     """``mod`` (scheduled, constants still in ``main``) with every weight's layout rewrite computed
     once here; kernels whose packed weight is not a constant keep computing it per call."""
     if not has_layout_rewrites(mod):
         return Folded(mod)
+    held = {gv.name_hint: f for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and recurrence_spec(f) is not None}
     try:
-        split = relax.transform.SplitLayoutRewritePreproc()(mod)
+        split = relax.transform.SplitLayoutRewritePreproc()(_stubbed(mod, held))
     except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
         raise ExportError(f"could not move the weights' layout rewrites out of the kernels: "
                           f"{short_tvm_message(err)}") from err
@@ -160,6 +191,7 @@ def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     functions = {}  # every function of the new module by name (kernels under their task names)
     for gv, func in split.functions.items():
         name = renamed.get(gv.name_hint, gv.name_hint)
+        func = held.get(gv.name_hint, func)
         if isinstance(func, tvm.tirx.PrimFunc):
             func = func.with_attr("global_symbol", name)
         functions[name] = builder.add_func(func, name)

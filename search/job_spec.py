@@ -70,7 +70,15 @@ class ValidJob:
     rpc: object = None
 
     def tasks(self) -> list:
-        return self.workload.tasks()
+        """The workload's tasks a search explores: all but the kernels schedx writes whole."""
+        tasks = self.workload.tasks()
+        searched = [t for t in tasks if not t.hand_written]
+        if tasks and not searched:
+            from explorer.errors import ExplorerError
+
+            raise ExplorerError(f"{self.workload.name}: its kernel is written whole by schedx for each target "
+                                "(a recurrent layer's steps); there is nothing to search")
+        return searched
 
 
 @dataclass(frozen=True)

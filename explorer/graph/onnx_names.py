@@ -76,7 +76,8 @@ def _importer_class():
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
     class _TracingImporter(ONNXGraphImporter):
-        """The stock importer, plus a record of what each node's converter returned."""
+        """The stock importer, plus schedx's own operators (:mod:`explorer.models.custom_ops`) and
+        a record of what each node's converter returned."""
 
         def __init__(self, graph: onnx.GraphProto, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
@@ -92,8 +93,21 @@ def _importer_class():
                     return k
             return None  # a node of a subgraph (If branches): not one of main's
 
+        def _check_for_unsupported_ops(self, graph):
+            from explorer.models.custom_ops import CUSTOM_OPS
+
+            if not any(n.op_type in CUSTOM_OPS for n in graph.node):
+                return super()._check_for_unsupported_ops(graph)
+            stock = onnx.GraphProto()
+            stock.node.extend(n for n in graph.node if n.op_type not in CUSTOM_OPS)
+            return super()._check_for_unsupported_ops(stock)
+
         def _convert_operator(self, op_name, inputs, attrs, opset):
-            sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            from explorer.models.custom_ops import convert_custom
+
+            sym = convert_custom(op_name, self.bb, inputs, attrs)
+            if sym is None:
+                sym = super()._convert_operator(op_name, inputs, attrs, opset)
             index = self._node_index(op_name, str(attrs.get("tvm_custom", {}).get("name", "")))
             if index is not None:
                 self.returned.append((index, sym))

@@ -153,6 +153,13 @@ class Emitter:
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self.fresh(op_type), **attrs))
         return output
 
+    def custom(self, op_type: str, domain: str, inputs: Iterable[str], outputs: int, **attrs) -> list[str]:
+        """Emit one node of a custom ``domain`` with ``outputs`` fresh outputs; returns their names."""
+        names = [self.fresh(f"{op_type.lower()}_out") for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=self.fresh(op_type), domain=domain,
+                                           **attrs))
+        return names
+
     def slice(self, x: str, start: int, end: int, axis: int, *, out: str | None = None) -> str:
         """``x[start:end]`` along ``axis`` in the form the opset expects."""
         if self.view.opset >= 10:

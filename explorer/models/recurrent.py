@@ -8,6 +8,14 @@ gates, Sigmoid/Tanh, Mul and Add, and finally Concat/Reshape for the outputs ``Y
 ``Y_c``. The rewrite is ONNX-to-ONNX, so ONNX Runtime can run the rewritten model against the
 original one; the identical per-step kernels fuse into a few tasks that tune like any other.
 
+By default (float32 layers) a layer is one MatMul for the input projections of all its
+directions, then one node of schedx's own (``ai.schedx`` ``Recurrence``, :data:`RECURRENCE_OP`)
+that the importer turns into one kernel running every step of every direction
+(:mod:`explorer.kernels.recurrence`): unrolled, a step is two or three kernels, each a call of the
+VM that costs about a microsecond, more than a narrow step computes. ``sequence_kernels=False``
+unrolls the steps into plain operators (which ONNX Runtime can run: the tests check the cell
+arithmetic that way).
+
 Covered: directions forward, reverse and bidirectional; layouts 0 and 1; the bias, initial
 states and peepholes optional; ``clip``; GRU's ``linear_before_reset`` both ways; the
 parameter-free activations (Sigmoid, Tanh, Relu, Softsign, Softplus). Refused with a
@@ -25,12 +33,15 @@ import onnx
 from onnx import helper
 
 from explorer.errors import UnsupportedOperatorError
+from explorer.kernels.recurrence import ACTIVATIONS as SUPPORTED_ACTIVATIONS
+from explorer.kernels.recurrence import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
+from explorer.kernels.recurrence import GATES as _GATES
+from explorer.kernels.recurrence import RecurrenceSpec
 from explorer.models.onnx_rewrite import Emitter, GraphView, replace_nodes
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-_DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
-SUPPORTED_ACTIVATIONS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus")
+RECURRENCE_DOMAIN = "ai.schedx"
+RECURRENCE_OP = "Recurrence"  # a layer's steps as one kernel; attribute ``spec``: RecurrenceSpec JSON
 
 
 class RecurrentLayerError(UnsupportedOperatorError):
@@ -144,15 +155,21 @@ class _Cell:
             x = self.em.clip(x, -self.layer.clip, self.layer.clip, self.layer.dtype)
         return self.em.op(self.act[which], [x])
 
-    def input_projection(self, x_seq: str) -> str:
-        """``X @ W^T + bias`` for every step at once: [seq, batch, gates*H]."""
-        em, H = self.em, self.layer.hidden
+    def projection(self) -> tuple[np.ndarray, np.ndarray]:
+        """``W^T`` [input, gates*H] and the bias added to ``X @ W^T`` (both biases, but for a GRU
+        with linear_before_reset the h gate's recurrence bias, which sits inside r * (...))."""
+        H = self.layer.hidden
         bias = self.wb + self.rb
         if self.layer.op == "GRU" and self.layer.linear_before_reset:
             bias = self.wb.copy()
-            bias[:2 * H] += self.rb[:2 * H]  # the h gate's recurrence bias sits inside r * (...)
-        xw = em.op("MatMul", [x_seq, em.const(self.w.T.copy(), "W_t")])
-        return em.op("Add", [xw, em.const(bias.astype(self.layer.dtype), "bias")])
+            bias[:2 * H] += self.rb[:2 * H]
+        return self.w.T.copy(), bias.astype(self.layer.dtype)
+
+    def input_projection(self, x_seq: str) -> str:
+        """``X @ W^T + bias`` for every step at once: [seq, batch, gates*H]."""
+        w_t, bias = self.projection()
+        xw = self.em.op("MatMul", [x_seq, self.em.const(w_t, "W_t")])
+        return self.em.op("Add", [xw, self.em.const(bias, "bias")])
 
     def step(self, xt: str, h: str, c: str | None) -> tuple[str, str | None]:
         return getattr(self, f"_{self.layer.op.lower()}")(xt, h, c)
@@ -218,7 +235,7 @@ def _initial_state(em: Emitter, layer: _Layer, name: str, d: int, hint: str) -> 
     return em.slice(name, d, d + 1, 0)
 
 
-def _rewrite(node: onnx.NodeProto, view: GraphView) -> Emitter | None:
+def _rewrite(node: onnx.NodeProto, view: GraphView, sequence_kernels: bool = True) -> Emitter | None:
     if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
         return None
     layer = _describe(node, view)
@@ -229,6 +246,9 @@ def _rewrite(node: onnx.NodeProto, view: GraphView) -> Emitter | None:
     names = list(node.output) + ["", "", ""]
     want_y, want_h, want_c = names[0], names[1], names[2] if layer.op == "LSTM" else ""
     inputs = list(node.input) + [""] * 8
+    if sequence_kernels and layer.dtype == np.float32:
+        _sequence(em, layer, node, x, inputs, (want_y, want_h, want_c))
+        return em
     ys, hs, cs = [], [], []
     B, H = layer.batch, layer.hidden
     for d, direction in enumerate(layer.directions):
@@ -255,6 +275,41 @@ def _rewrite(node: onnx.NodeProto, view: GraphView) -> Emitter | None:
     return em
 
 
+def _sequence(em: Emitter, layer: _Layer, node: onnx.NodeProto, x: str, inputs: list[str],
+              wanted: tuple[str, str, str]) -> None:
+    """The layer as one ``Recurrence`` node (every step of every direction), after one MatMul
+    for the input projections of all directions; its outputs are ONNX's for layout 0."""
+    cells = [_Cell(em, layer, d, node) for d in range(len(layer.directions))]
+    projections = [cell.projection() for cell in cells]
+    w_t = np.concatenate([w for w, _ in projections], axis=1)
+    bias = np.concatenate([b for _, b in projections])
+    xw = em.op("Add", [em.op("MatMul", [x, em.const(w_t, "W_t")]), em.const(bias, "bias")])
+    H = layer.hidden
+    spec = RecurrenceSpec(op=layer.op, seq=layer.seq, batch=layer.batch, hidden=H, directions=layer.directions,
+                          activations=layer.activations, clip=layer.clip,
+                          linear_before_reset=layer.linear_before_reset, peepholes=cells[0].p is not None,
+                          dtype=str(np.dtype(layer.dtype)))
+    args = [xw, em.const(np.stack([cell.r.T for cell in cells]), "R_t"), _states(em, layer, inputs[5], "h")]
+    if layer.op == "LSTM":
+        args.append(_states(em, layer, inputs[6], "c"))
+        if spec.peepholes:
+            args.append(em.const(np.stack([cell.p for cell in cells]), "P"))
+    if spec.op == "GRU" and spec.linear_before_reset:
+        args.append(em.const(np.stack([cell.rb[2 * H:] for cell in cells]), "Rbh"))
+    outs = em.custom(RECURRENCE_OP, RECURRENCE_DOMAIN, args, len(spec.output_names()), spec=spec.to_json())
+    for out, name, perm in zip(outs, wanted, ([2, 0, 1, 3], [1, 0, 2], [1, 0, 2])):
+        if name:
+            em.op("Transpose" if layer.batch_first else "Identity", [out], out=name,
+                  **({"perm": perm} if layer.batch_first else {}))
+
+
+def _states(em: Emitter, layer: _Layer, name: str, hint: str) -> str:
+    """An initial state input as [num_dir, batch, H] (zeros when the model gives none)."""
+    if not name:
+        return em.const(np.zeros((len(layer.directions), layer.batch, layer.hidden), layer.dtype), f"{hint}0")
+    return em.op("Transpose", [name], perm=[1, 0, 2]) if layer.batch_first else name
+
+
 def _emit_output(em: Emitter, parts: list[str], name: str, *, axis: int, perm: list[int] | None) -> None:
     """Join the per-direction ``parts`` into the original output ``name`` (skipped when unused)."""
     if not name or not parts:
@@ -274,9 +329,11 @@ def has_recurrent_layers(model: onnx.ModelProto) -> bool:
     return any(n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx") for n in model.graph.node)
 
 
-def rewrite_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """A copy of ``model`` whose LSTM/GRU/RNN nodes are unrolled into plain operators, and one
-    note per rewritten layer. Needs static input shapes (run shape inference first)."""
+def rewrite_recurrent(model: onnx.ModelProto, *, sequence_kernels: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``model`` whose LSTM/GRU/RNN nodes are rewritten for TVM, and one note per
+    rewritten layer: all its steps as one ``Recurrence`` node (float32 layers), or
+    unrolled into plain operators (``sequence_kernels=False``, and other dtypes). Needs static
+    input shapes (run shape inference first)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     layers = [f"{n.op_type} {n.name or n.output[0]!r}" for n in model.graph.node
@@ -284,11 +341,18 @@ def rewrite_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str
     if not layers:
         return out, []
     before = len(out.graph.node)
-    replace_nodes(out, _rewrite)
+    replace_nodes(out, lambda node, view: _rewrite(node, view, sequence_kernels))
     # value_info of the old outputs stays valid (the names and shapes are kept)
-    note = (f"{len(layers)} recurrent layer(s) unrolled into plain operators for TVM ({', '.join(layers)}; "
+    kernels = sum(n.op_type == RECURRENCE_OP and n.domain == RECURRENCE_DOMAIN for n in out.graph.node)
+    if kernels:
+        if all(o.domain != RECURRENCE_DOMAIN for o in out.opset_import):
+            out.opset_import.append(helper.make_opsetid(RECURRENCE_DOMAIN, 1))
+        how = f"every step of a layer in one kernel ({kernels} in all)"
+    else:
+        how = "unrolled into plain operators"
+    note = (f"{len(layers)} recurrent layer(s) rewritten for TVM, {how} ({', '.join(layers)}; "
             f"{before} -> {len(out.graph.node)} nodes)")
     return out, [note]
 
 
-__all__ = ["RECURRENT_OPS", "SUPPORTED_ACTIVATIONS", "RecurrentLayerError", "has_recurrent_layers", "rewrite_recurrent"]
+__all__ = ["RECURRENCE_DOMAIN", "RECURRENCE_OP", "RECURRENT_OPS", "SUPPORTED_ACTIVATIONS", "RecurrentLayerError", "has_recurrent_layers", "rewrite_recurrent"]

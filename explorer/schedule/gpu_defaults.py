@@ -14,6 +14,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from explorer.errors import short_tvm_message
+from explorer.kernels.recurrence import for_target as recurrence_for_target
 
 RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")  # dlight's order
 
@@ -44,7 +45,13 @@ def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = R
     updated: dict = {}
     notes: list[str] = []
     for gv, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc) or _scheduled(func):
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sequence = recurrence_for_target(func, gpu=True)
+        if sequence is not None:  # a recurrent layer's kernel, written by schedx for GPUs too
+            updated[gv] = sequence
+            continue
+        if _scheduled(func):
             continue
         target = (func.attrs or {}).get("target") or tvm_target
         failed: list[str] = []

@@ -36,6 +36,14 @@ class Task:
         return "model_task" if self.model else "kernel"
 
     @property
+    def hand_written(self) -> bool:
+        """Written whole by schedx (a recurrent layer's sequence kernel): no search space, and a
+        build writes it again for its target."""
+        from explorer.kernels.recurrence import spec_of
+
+        return spec_of(self.mod["main"]) is not None
+
+    @property
     def weight(self) -> float:
         """How much the search favours it: calls per run (MetaSchedule's task weight)."""
         return float(max(1, self.calls))

@@ -14,7 +14,8 @@ nothing wrong with is kept:
 3. ``none``: the kernel as it was (only if TVM refuses even that).
 
 A module (:func:`apply_default_schedules`) gets this for each PrimFunc that has no schedule yet
-(no ``tirx.is_scheduled``); equal PrimFuncs are scheduled once. It takes seconds for ResNet-18.
+(no ``tirx.is_scheduled``); equal PrimFuncs are scheduled once. A recurrent layer's kernel
+(:mod:`explorer.kernels.recurrence`) is written again for the CPU's vector width. It takes seconds for ResNet-18.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import tvm
 from tvm import s_tir
 
 from explorer.errors import short_tvm_message
+from explorer.kernels.recurrence import for_target as recurrence_for_target
+from explorer.kernels.recurrence import spec_of as recurrence_spec
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
@@ -34,6 +37,7 @@ from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
 from explorer.schedule.lint import problems
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
+RECURRENCE_STEP = "recurrent layer: every step in one kernel, register tiles of whole vectors (explorer.kernels.recurrence)"
 RULE_ATTR = "schedx.default_rule"
 
 
@@ -154,11 +158,22 @@ def _reason(err: Exception) -> str:
     return (said[-1] if said else short_tvm_message(err, 200))[:200]
 
 
+def _recurrence(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice] | None:
+    """A recurrent layer's kernel written again for ``cpu``'s vector width, else None."""
+    spec = recurrence_spec(func)
+    if spec is None:
+        return None
+    return recurrence_for_target(func, lanes=cpu.lanes(spec.dtype)), DefaultChoice("full", (RECURRENCE_STEP,))
+
+
 def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice]:
     """``func`` with the best default rule that applies (see the module docstring), and the choice.
 
     Never raises for a rule that does not fit: the next rule is tried, and the last resort is
     ``func`` unchanged."""
+    sequence = _recurrence(func, cpu)
+    if sequence is not None:
+        return sequence
     reasons = []
     for rule, make in RULES:
         try:
@@ -194,7 +209,13 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModu
     choices: dict[str, DefaultChoice] = {}
     done: dict[int, tuple[tvm.tirx.PrimFunc, DefaultChoice]] = {}
     for gv, func in mod.functions.items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and SCHEDULED_ATTR in func.attrs):
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        sequence = _recurrence(func, cpu)
+        if sequence is not None:
+            out[gv], choices[gv.name_hint] = sequence
+            continue
+        if func.attrs is not None and SCHEDULED_ATTR in func.attrs:
             continue
         key = tvm_ffi.structural_hash(func)
         if key not in done:
