@@ -93,6 +93,9 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
     outcomes = []
     for task in tasks:
         chosen = pick(schedules, task)
+        if task.hand_written:  # written by schedx for the target; a record of it would not apply
+            outcomes.append(TaskOutcome(task, "written", share=share[task.name]))
+            continue
         if chosen is None:
             outcomes.append(TaskOutcome(task, "default", share=share[task.name]))
             continue

@@ -34,8 +34,9 @@ class TaskSchedule:
 @dataclass(frozen=True)
 class TaskOutcome:
     """What the export did with one task: ``schedule`` is "record" (a record applied), "default"
-    (no record: the target's default schedule, dlight on GPU and schedx's rules on CPU) or
-    "failed" (a record was given but did not apply; the default was used and ``error`` says why)."""
+    (no record: the target's default schedule, dlight on GPU and schedx's rules on CPU), "written"
+    (a kernel schedx writes whole for the target: a recurrent layer's) or "failed" (a record was
+    given but did not apply; the default was used and ``error`` says why)."""
 
     task: Task
     schedule: str
@@ -57,7 +58,7 @@ def shares(tasks: list[Task]) -> dict[str, float]:
 def coverage_warning(outcomes: list[TaskOutcome], default_schedule: str) -> str:
     """One sentence naming the tasks that run ``default_schedule`` (the target's words for it),
     with their FLOPs share ("" if none)."""
-    default = [o for o in outcomes if o.schedule != "record"]
+    default = [o for o in outcomes if o.schedule not in ("record", "written")]
     if not default:
         return ""
     what = default_schedule

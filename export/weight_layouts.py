@@ -146,10 +146,10 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
 
 
 def _stubbed(mod: tvm.IRModule, held: Mapping[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
-    """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites builds a
-    schedule state of every kernel, which refuses a hand-written one (a recurrent layer's, from
-    :mod:`explorer.kernels.recurrence`: buffers allocated in its root block); they have no
-    layout rewrite, and go back in unchanged."""
+    """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites refuses a
+    hand-written one (a recurrent layer's, from :mod:`explorer.kernels.recurrence`: "There should
+    be at least a block in the subtree", from its buffers allocated in blocks, though
+    ``s_tir.Schedule`` takes it); they have no layout rewrite, and go back in unchanged."""
     if not held:
         return mod
     from tvm.script import tirx as T

@@ -97,6 +97,7 @@ def tune(tasks: list[Task], *, store: Store, target: Target | str, params: Searc
     caller handles signals itself, else SIGINT and SIGTERM while this runs in the main thread.
     ``summary.stopped`` says which early end it was. A batch that cannot be written raises
     :class:`search.errors.SearchError` once the search has wound down (that batch rolled back)."""
+    tasks = [t for t in tasks if not t.hand_written]  # schedx writes those whole: nothing to search
     own_signals = stop is None
     stop = stop or StopRequest()
     budget = params.minutes if minutes is None else minutes

@@ -11,7 +11,7 @@ def _act(name: str, x: np.ndarray, clip: float | None) -> np.ndarray:
     if clip is not None:
         x = np.clip(x, -clip, clip)
     return {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0),
-            "Softsign": lambda v: v / (1 + np.abs(v)), "Softplus": lambda v: np.log1p(np.exp(v))}[name](x)
+            "Softsign": lambda v: v / (1 + np.abs(v)), "Softplus": lambda v: np.logaddexp(0, v)}[name](x)
 
 
 def reference(spec: RecurrenceSpec, args: list[np.ndarray]) -> list[np.ndarray]:

@@ -206,3 +206,19 @@ def test_the_sequence_kernel_covers_the_variants(op, direction, attrs):
     feeds = random_feeds(model)
     want = ort_run(model if not attrs.get("layout") else _rewritten(model), feeds)
     _close(tvm_run(import_onnx(model), feeds), want, atol=2e-5)
+
+
+def test_an_export_names_the_sequence_kernel_written_not_untuned(tmp_path):
+    """The export reports the layer's kernel as written by schedx (no record can apply to it), and
+    the warning about kernels without records leaves it out."""
+    from explorer.workload import load_workload
+    from export.build import _schedule_tasks, workload_tasks
+    from export.schedules import coverage_warning
+
+    onnx.save(recurrent("GRU", "bidirectional", seq=5), tmp_path / "gru.onnx")
+    workload = load_workload(str(tmp_path / "gru.onnx"))
+    tasks = workload_tasks(workload)
+    _, outcomes = _schedule_tasks(workload.fused_module(), tasks, None)
+    written = [o.task.name for o in outcomes if o.schedule == "written"]
+    assert len(written) == 1 and "gru_sequence" in written[0]
+    assert "gru_sequence" not in coverage_warning(outcomes, "default schedules")

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 import tvm
 
-from explorer.kernels.recurrence import RecurrenceSpec, cpu_recurrence, for_target, gpu_recurrence, spec_of
+from explorer.errors import ExplorerError
+from explorer.kernels.recurrence import (
+    RecurrenceSpec,
+    cpu_recurrence,
+    for_target,
+    gpu_recurrence,
+    gpu_recurrence_source,
+    spec_of,
+)
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.target import parse_target
 from tests.recurrence_reference import reference
@@ -24,9 +32,9 @@ SPECS = [
 ]
 
 
-def _run(func, spec: RecurrenceSpec, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _run(func, spec: RecurrenceSpec, seed: int = 0, scale: float = 0.3) -> tuple[list[np.ndarray], list[np.ndarray]]:
     rng = np.random.default_rng(seed)
-    args = [(rng.standard_normal(s) * 0.3).astype("float32") for s in spec.input_shapes()]
+    args = [(rng.standard_normal(s) * scale).astype("float32") for s in spec.input_shapes()]
     outs = [np.zeros(s, "float32") for s in spec.output_shapes()]
     lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=parse_target("cpu").tvm())
     tensors = [tvm.runtime.tensor(a) for a in args + outs]
@@ -41,6 +49,16 @@ def test_the_kernel_computes_onnx_equations(spec, lanes):
     got, want = _run(cpu_recurrence(spec, lanes), spec)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+def test_saturated_gates_stay_finite():
+    """Inputs far out of the polynomial exp's range (|x| > 88): sigmoid and tanh saturate, softplus
+    stays x (written as max(x, 0) + log(1 + exp(-|x|)), not log(1 + exp(x)), which overflows)."""
+    for spec in (RecurrenceSpec("RNN", 3, 1, 8, activations=(("Softplus",),)), RecurrenceSpec("LSTM", 3, 1, 8)):
+        got, want = _run(cpu_recurrence(spec, 8), spec, scale=200.0)
+        for g, w in zip(got, want):
+            assert np.isfinite(g).all()
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
 
 
 def test_the_spec_travels_in_the_kernel():
@@ -76,6 +94,15 @@ def test_the_gpu_variant_generates_cuda_with_barriers():
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
     cuda = lib.mod.imports[0].inspect_source()
     assert "__syncthreads()" in cuda and "__shared__" in cuda and "blockIdx.x" in cuda
+
+
+def test_a_gpu_block_shares_one_state_between_directions_and_names_its_limit():
+    """Only one direction runs in a thread block: both use the same shared arrays. A layer whose
+    state does not fit a block's 48 KB is refused with the numbers, not left to ptxas."""
+    source = gpu_recurrence_source(RecurrenceSpec("LSTM", 3, 1, 64, directions=("forward", "reverse")))
+    assert source.count("scope=\"shared\"") == 3  # h, acc, c: once
+    with pytest.raises(ExplorerError, match=r"GRU of width 1400: .* KB of shared memory .* 48 KB"):
+        gpu_recurrence_source(RecurrenceSpec("GRU", 3, 1, 1400))
 
 
 def test_for_target_keeps_the_kernels_attributes():

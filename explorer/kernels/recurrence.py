@@ -30,10 +30,13 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from explorer.errors import ExplorerError
+
 if TYPE_CHECKING:  # TVM is imported where a kernel is made: the spec is plain data
     import tvm
 
 ATTR = "schedx.recurrence"
+GPU_SHARED_BYTES = 48 * 1024  # what a CUDA thread block may allocate statically
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 ACTIVATIONS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus")
@@ -137,7 +140,8 @@ class _Lines:
         self.lines.append("    " * self.depth + line)
 
     def alloc(self, name: str, size: int, scope: str) -> str:
-        full = f"{name}_{self.d}"
+        # a GPU block runs one direction: the directions' shared state can be the same memory
+        full = name if scope == "shared" else f"{name}_{self.d}"
         self.allocs.append(f"{full} = T.alloc_buffer(({size},), \"{self.spec.dtype}\", scope=\"{scope}\")")
         return full
 
@@ -179,8 +183,8 @@ class _Lines:
             return self.let("rl", f"T.max({x}, T.float32(0))")
         if name == "Softsign":
             return self.let("ss", f"{x} / (T.float32(1) + T.fabs({x}))")
-        if name == "Softplus":
-            return self.let("sp", f"T.log(T.float32(1) + {self.exp(x)})")
+        if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): no overflow where exp(x) would
+            return self.let("sp", f"T.max({x}, T.float32(0)) + T.log(T.float32(1) + {self.exp(f'T.float32(0) - T.fabs({x})')})")
         raise ValueError(f"activation {name!r} has no recurrence kernel form (supported: {', '.join(ACTIVATIONS)})")
 
 
@@ -453,16 +457,24 @@ def gpu_recurrence_source(spec: RecurrenceSpec, max_threads: int = 256) -> str:
     barrier after each phase of a step."""
     B, N = spec.batch, spec.gates * spec.hidden
     threads = min(max_threads, -(-N // 32) * 32)
+    directions = [_gpu_direction(spec, d, threads, f"(bx - {d * B})" if d else "bx") for d in range(spec.num_dir)]
+    shared = [a for a in directions[0].allocs if "scope=\"shared\"" in a]
+    need = sum(int(a.split("((")[1].split(",")[0]) for a in shared) * 4
+    if need > GPU_SHARED_BYTES:
+        raise ExplorerError(f"{spec.op} of width {spec.hidden}: its CUDA kernel keeps the state in "
+                            f"{need // 1024} KB of shared memory per thread block, more than the "
+                            f"{GPU_SHARED_BYTES // 1024} KB a block has")
     out = _header(spec, False)
     out.append(f"    bx = T.launch_thread(\"blockIdx.x\", {spec.num_dir * B})")
     out.append(f"    tx = T.launch_thread(\"threadIdx.x\", {threads})")
-    for d in range(spec.num_dir):
-        lines = _gpu_direction(spec, d, threads, f"(bx - {d * B})" if d else "bx")
+    out += _indent(shared, 1)
+    for d, lines in enumerate(directions):
+        own = [a for a in lines.allocs if a not in shared]
         if spec.num_dir == 1:
-            out += _indent(lines.allocs + lines.lines, 1)
+            out += _indent(own + lines.lines, 1)
             break
         out.append(f"    if bx < {B}:" if d == 0 else "    else:")
-        out += _indent(lines.allocs + lines.lines, 2)
+        out += _indent(own + lines.lines, 2)
     return "\n".join(out) + "\n"
 
 

@@ -37,7 +37,7 @@ from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
 from explorer.schedule.lint import problems
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
-RECURRENCE_STEP = "recurrent layer: every step in one kernel, register tiles of whole vectors (explorer.kernels.recurrence)"
+RECURRENCE_STEP = "recurrent layer: every step in one kernel, written for the CPU's vector width (explorer.kernels.recurrence)"
 RULE_ATTR = "schedx.default_rule"
 
 
