@@ -120,6 +120,26 @@ def test_each_vector_width_builds_its_instruction(spec, isa, instruction):
     assert instruction in asm
 
 
+@pytest.mark.parametrize("spec, size, rows, panels", [("cpu:cascadelake", 8, 4, 2), ("cpu:cascadelake", 7, 7, 2),
+                                                      ("cpu:haswell", 8, 4, 2), ("cpu:haswell", 7, 7, 1)])
+def test_two_weight_panels_per_tile_where_the_registers_hold_their_accumulators(spec, size, rows, panels):
+    """Two panels double the accumulators (rows x 2): 7 rows x 2 + 2 panels + the broadcast fit
+    AVX-512's 32 registers, not AVX2's 16. Built for each (compile only): the instruction is there,
+    as many calls of it as accumulators in the unrolled tile."""
+    from explorer.schedule.defaults.int8 import _panels
+
+    cpu = _cpu(spec)
+    func, _, _ = _conv_kernel(size, 63)
+    scheduled, choice = default_schedule(func, cpu)
+    assert f"_{rows}x" in choice.steps[0] and (f"x {panels} panel" in choice.steps[0]), choice.steps[0]
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target(spec).tvm())
+    asm = (lib.mod.imports[0] if lib.mod.imports else lib.mod).inspect_source("asm")
+    instruction = "vpdpbusd" if cpu.int8_dot == "vnni" else "vpmaddubsw"
+    assert asm.count(instruction) >= rows * panels
+    lanes = int8_dot.LANES[cpu.int8_dot]
+    assert _panels(3 * lanes, int8_dot.Int8Dot(cpu.int8_dot, 4), cpu) == 1  # an odd number of panels: one
+
+
 def test_weights_that_would_saturate_get_no_saturating_intrinsic():
     func, _, _ = _conv_kernel(8, 100)  # int8 weights up to 100: vpmaddubsw's int16 pair sums can overflow
     block = next(b for b in _blocks(func) if int8_dot.weight_max(b) is not None)
