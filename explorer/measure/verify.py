@@ -67,6 +67,7 @@ def compare(outputs: list[np.ndarray], references: list[np.ndarray],
             return False, float("inf"), float("inf"), f"output {k} has shape {out.shape}, expected {ref.shape}"
         if not np.all(np.isfinite(out)) and np.all(np.isfinite(ref)):
             return False, float("inf"), float("inf"), f"output {k} has NaN or infinite values"
+        out, ref = np.atleast_1d(out), np.atleast_1d(ref)  # a 0-d output (a reduction to a scalar) as one element
         o, r = out.astype(np.float64), ref.astype(np.float64)
         with np.errstate(invalid="ignore"):
             diff = np.abs(o - r)
