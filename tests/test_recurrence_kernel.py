@@ -67,6 +67,9 @@ def test_the_spec_travels_in_the_kernel():
     assert spec_of(func) == spec and RecurrenceSpec.from_json(spec.to_json()) == spec
     assert func.attrs["tirx.is_scheduled"]
     assert spec.macs() == 2 * 6 * 1 * 33 * 4 * 33
+    from explorer.workload.task import _flops
+
+    assert _flops(tvm.IRModule({"main": func})) == 2 * spec.macs()  # the products, not the exp polynomials
 
 
 @pytest.mark.parametrize("target, lanes, register", [("cpu:x86-64-v3", 8, "ymm"), ("cpu:skylake-avx512", 16, "zmm")])
