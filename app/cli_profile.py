@@ -40,7 +40,6 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     # tasks with records (a search ran on them; where the default won, its record is the best):
     # "tune the hottest kernels that have no record" leaves them out
     searched = {c.task.name for c in choices if c.best is not None}
-    searched |= {t.name for t in workload.tasks() if t.hand_written}  # nothing to search in those
     with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
         peak = calibration().peak_gflops
         bar.update(1)
@@ -64,7 +63,8 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:
             click.echo(f"{n.seconds * 1e3:9.3f} ms  {n.op_type:<14} {n.node}")
-    hot = [k for k in result.top(3) if k.schedule != "record" and k.task not in searched]
+    # "written": a kernel schedx writes whole for the target (a recurrent layer's): nothing to search
+    hot = [k for k in result.top(3) if k.schedule not in ("record", "written") and k.task not in searched]
     if hot:
         click.echo("tune the hottest kernels that have no record:")
         for k in hot:

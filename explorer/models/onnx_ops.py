@@ -24,7 +24,6 @@ from explorer.errors import UnsupportedOperatorError
 from explorer.models.recurrent import RECURRENCE_DOMAIN
 
 _STANDARD = ("", "ai.onnx")
-_SCHEDX = RECURRENCE_DOMAIN
 _REASONS = {
     "Loop": "TVM's importer has no Loop (a loop whose trip count is known at run time only); "
             "export the model with the loop unrolled, or with static shapes so exporters can fold it",
@@ -92,7 +91,7 @@ def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> No
             continue
         if node.domain in _STANDARD and node.op_type in known:
             continue
-        if node.domain == _SCHEDX and not where:  # schedx's own, left by a rewrite for its importer
+        if node.domain == RECURRENCE_DOMAIN and not where:  # schedx's own, left by a rewrite for its importer
             continue
         op = node.op_type if node.domain in _STANDARD else f"{node.domain}.{node.op_type}"
         name = where + (node.name or (node.output[0] if node.output else ""))

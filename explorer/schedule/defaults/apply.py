@@ -211,12 +211,8 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModu
     for gv, func in mod.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
-        sequence = _recurrence(func, cpu)
-        if sequence is not None:
-            out[gv], choices[gv.name_hint] = sequence
-            continue
-        if func.attrs is not None and SCHEDULED_ATTR in func.attrs:
-            continue
+        if func.attrs is not None and SCHEDULED_ATTR in func.attrs and recurrence_spec(func) is None:
+            continue  # scheduled already; a recurrent layer's kernel is written again for this CPU
         key = tvm_ffi.structural_hash(func)
         if key not in done:
             done[key] = default_schedule(func, cpu)
