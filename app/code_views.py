@@ -87,6 +87,9 @@ def code_tabs(session, target, tabs) -> None:
             changed = changed_lines(getattr(before, attr), text) if before is not None else []
             if vectors:
                 st.caption(f"{target.label}: {stats_delta(now, before)}")
+                if now.mapping is not None:  # Compiler Explorer's view: script and assembly linked line by line
+                    _linked(now, before)
+                    continue
                 hot = now.hot
                 if hot is not None:  # Compiler Explorer opens where the work is, not at the preamble
                     st.caption(f"Hot loop: lines {hot.first}-{hot.last}, {hot.fma} FMA and {hot.vector} vector "
@@ -99,6 +102,19 @@ def code_tabs(session, target, tabs) -> None:
                 st.caption(f"{target.label}: {len(changed)} lines changed by the last step" if before is not None
                            else f"{target.label}: the unscheduled kernel")
             st.html(listing_html(text, changed, mark_vectors=vectors))
+
+
+def _linked(now: CodeViews, before: CodeViews | None) -> None:
+    from app.source_asm_view import source_asm_view
+
+    hot = now.mapped_hot
+    where = (f"opened at the hot loop (lines {hot.first}-{hot.last}: {hot.fma} FMA, {hot.vector} vector "
+             f"instructions per iteration)" if hot is not None else "no loop with vector instructions")
+    st.caption(f"Hover or click a TVMScript line to light up the instructions it became (a loop: its whole "
+               f"body), or an instruction to find its line; a click pins the selection. Assembly {where}.")
+    old = before.mapping.asm if before is not None and before.mapping is not None else None
+    changed = changed_lines(old, now.mapping.asm) if old is not None else []
+    source_asm_view(now, changed, key="source_asm")
 
 
 __all__ = ["code_tabs", "listing_html", "stats_delta", "views_for"]

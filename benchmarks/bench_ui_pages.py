@@ -158,7 +158,7 @@ def main() -> None:
             _apply_step(page, "split", "C/j  (", "None, 16")
             _apply_step(page, "vectorize", "C/j_1  (")
             tabs = {}
-            for tab, ready in (("Lowered TIR", ".sx-asm"), ("LLVM IR", ".sx-asm"), ("Assembly", ".sx-asm .fma"),
+            for tab, ready in (("Lowered TIR", ".sx-asm"), ("LLVM IR", ".sx-asm"), ("Assembly", ".sa-line.fma"),
                                ("TVMScript", ".sx-code")):
                 times = []
                 for _ in range(2):

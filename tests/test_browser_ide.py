@@ -48,7 +48,29 @@ def test_the_assembly_tab_counts_the_vector_instructions_a_step_makes(ui, page, 
     caption = page.get_by_text(f"x {width}-bit", exact=False).first
     caption.wait_for()
     assert "FMA" in caption.inner_text() and "last step" in caption.inner_text()
-    assert page.locator(".sx-asm .fma").count() > 0  # the FMA lines are highlighted
+    view = page.locator(".sa-root:visible")
+    view.wait_for()
+    assert view.count() == 1
+    assert view.locator(".sa-line.fma").count() > 0  # the FMA lines are highlighted
+    # Compiler Explorer's mapping: the update statement lights up its multiply-adds, and back
+    update = view.locator('.sa-line[data-side="src"]').filter(has_text=" + A[")
+    update.first.click()
+    lit = view.locator('.sa-line.sel[data-side="asm"]')
+    assert lit.count() > 0 and lit.filter(has_text="fma").count() > 0
+    pane = view.locator(".sa-pane").nth(1).locator(".sa-lines").bounding_box()
+    first = lit.first.bounding_box()  # the assembly scrolled to the lines lit, inside its own pane
+    assert pane["y"] <= first["y"] <= pane["y"] + pane["height"] - first["height"], (pane, first)
+    assert view.get_attribute("data-pinned").startswith("src:")
+    update.first.click()  # released
+    fma = view.locator('.sa-line.fma[data-side="asm"]').first
+    fma.scroll_into_view_if_needed()
+    fma.hover()
+    assert " + A[" in view.locator('.sa-line.sel[data-side="src"]').first.inner_text()
+    loop = view.locator('.sa-line.m[data-side="src"]').filter(has_text="for ").last  # a loop: its whole body
+    loop.scroll_into_view_if_needed()
+    loop.hover()
+    assert view.locator('.sa-line.in[data-side="src"]').count() > 0
+    assert view.locator('.sa-line.sel[data-side="asm"]').filter(has_text="fma").count() > 0
     page.screenshot(path=str(screenshot_dir(tmp_path) / "schedule-asm.png"), full_page=False)
     if host_cpu().arch == "x86_64":  # the same schedule for an older CPU: narrower vectors
         _pick(page, "Target", "cpu:x86-64-v2")

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from explorer.errors import ExplorerError, short_tvm_message
+from explorer.schedule.line_map import LineMap, line_map
 
 _X86_WIDTH = {"xmm": 128, "ymm": 256, "zmm": 512}
 _FMA = re.compile(r"^v?f(n)?m(add|sub)|^fmla|^fmls|^vfmadd|^vfnmadd|^vfmsub|^vfnmsub")
@@ -76,6 +77,13 @@ class CodeViews:
     stats: AsmStats
     seconds: float
     hot: HotLoop | None = None  # the loop of ``asm`` that does the work (see hot_loop)
+    # TVMScript <-> assembly lines (CPU targets whose script reads back; see explorer.schedule.line_map)
+    mapping: LineMap | None = None
+
+    @property
+    def mapped_hot(self) -> HotLoop | None:
+        """The hot loop of the mapped listing (``mapping.asm``), the one shown beside the script."""
+        return hot_loop(self.mapping.asm) if self.mapping is not None else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -137,8 +145,17 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
     except Exception as err:  # noqa: BLE001 - a schedule TVM cannot build: say why
         raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
             from err
+    mapping = _mapping(mod, tvm_target)
     return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
-                     time.perf_counter() - start, hot_loop(asm))
+                     time.perf_counter() - start, hot_loop(asm), mapping)
+
+
+def _mapping(mod: tvm.IRModule, tvm_target) -> LineMap | None:
+    """The TVMScript <-> assembly mapping, or None: it is an extra the views do without."""
+    try:
+        return line_map(mod, tvm_target)
+    except Exception:  # noqa: BLE001 - a kernel whose debug build fails keeps its plain views
+        return None
 
 
 def _lowering() -> tvm.transform.Pass:
