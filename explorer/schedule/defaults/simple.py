@@ -166,20 +166,43 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             partial = sch.rfactor(reduce[-1], factor_axis=len(facts.out_dims))
         except s_tir.ScheduleError:  # a reduction rfactor does not take (several outputs): serial
             return _rows_serial(sch, block, facts, spatial, "")
-        sch.vectorize(sch.get_loops(partial)[-1])
+        loops = sch.get_loops(partial)  # the rows, other reductions, whole vectors, lanes
+        sch.vectorize(loops[-1])
         sch.set_scope(partial, 0, "local")  # a vector register across the reduction
         how = f", {lanes} partial results in a vector"
+        rows = loops[:len(spatial)]
+        row = None
+        if rows:
+            # each row: its vector of partial results, then their sum, in one parallel loop (the
+            # rows' work is in the partial results; their sums alone are a few adds a row)
+            row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+            try:
+                sch.reverse_compute_at(block, row)
+            except s_tir.ScheduleError:
+                row = None
+                how += ", sums apart"
+        extent = facts.extents[facts.reduce[-1]]
+        if extent % lanes:
+            # a tail shorter than a vector: the whole vectors run unpredicated, the tail after
+            # them (a predicated vector loop is made scalar: 3x slower). The initialisation goes
+            # first, so that the two parts of the loop only add.
+            sch.decompose_reduction(partial, loops[len(rows)])
+            sch.loop_partition(loops[-2], [extent // lanes, None])
+            how += " and a scalar tail"
+        if row is not None:
+            return _rows_serial(sch, partial, facts, [row], how)
     return _rows_serial(sch, block, facts, spatial, how)
 
 
 def _reduction_lanes(facts: BlockFacts, cpu: CpuSpec) -> int:
     """Lanes to reduce in parallel partial results (rfactor): where the innermost reduction runs
-    over at least two whole vectors read contiguously, else 0 (left serial)."""
+    over at least two vectors read contiguously (a tail shorter than a vector is done apart),
+    else 0 (left serial)."""
     if not facts.reduce or not facts.dtype.startswith("float"):
         return 0
     inner, lanes = facts.reduce[-1], cpu.lanes(facts.dtype)
     extent = facts.extents[inner]
-    if lanes < 2 or extent % lanes or extent < 2 * lanes:
+    if lanes < 2 or extent < 2 * lanes:
         return 0
     if any(a.uses(inner) and (inner not in a.last or len(a.last) > 1 or a.groups) for a in facts.reads):
         return 0  # not contiguous along it: a vector would gather
