@@ -419,3 +419,38 @@ def test_a_small_matrix_vector_product_stays_serial_and_a_larger_one_runs_in_par
 
     assert tvm.tirx.ForKind.PARALLEL not in kinds("matmul:M=1,N=384,K=96")
     assert tvm.tirx.ForKind.PARALLEL in kinds("matmul:M=8,N=384,K=96")
+
+
+def _squeeze_excite_gate(channels: int = 144, wide: int = 576, side: int = 7):
+    """An SE block's gate as MobileNetV3 has it after fusion: a 1x1 conv on the pooled 1x1xC map,
+    hard-sigmoid, times the 7x7xC feature map (a consumer that broadcasts its producer)."""
+    from tvm import te, topi
+
+    pooled = te.placeholder((1, 1, 1, channels), "float32", name="pooled")
+    weight = te.placeholder((1, 1, channels, wide), "float32", name="weight")
+    fmap = te.placeholder((1, side, side, wide), "float32", name="fmap")
+    conv = topi.nn.conv2d_nhwc(pooled, weight, 1, 0, 1)
+    gate = topi.minimum(topi.maximum(conv * 0.1666667 + 0.5, 0.0), 1.0)
+    return te.create_prim_func([pooled, weight, fmap, topi.multiply(gate, fmap)])
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_a_gate_that_broadcasts_over_a_feature_map_keeps_the_register_tile(cpu):
+    """TVM 0.27 fails a check (InternalError, not a ScheduleError) when the epilogue's last
+    consumer broadcasts the gate over the feature map: the whole tiled rule fell back to a serial
+    reduction (MobileNetV3's SE gates at 4 GFLOPS, 12x slower). The consumer now stays apart."""
+    func = _squeeze_excite_gate()
+    scheduled, choice = default_schedule(func, cpu)
+    assert choice.rule == "full" and "register tile" in choice.steps[0], (choice.fallback_reason, choice.steps)
+    target = parse_target("cpu:x86-64-v4" if cpu is AVX512 else "cpu:x86-64-v3")
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled}), target=target.tvm())
+    register = "zmm" if cpu is AVX512 else "ymm"
+    assert f"%{register}" in lib.inspect_source("asm")  # compiled for the width, whatever the host
+    if cpu.vector_bits <= host_target().vector_width:  # values where the host runs it
+        rng = np.random.default_rng(0)
+        args = [rng.standard_normal(s).astype("float32") for s in ((1, 1, 1, 144), (1, 1, 144, 576), (1, 7, 7, 576))]
+        out = tvm.runtime.tensor(np.zeros((1, 7, 7, 576), "float32"))
+        lib(*[tvm.runtime.tensor(a) for a in args], out)
+        conv = args[0].reshape(1, 144) @ args[1].reshape(144, 576)
+        gate = np.clip(conv * 0.1666667 + 0.5, 0.0, 1.0).reshape(1, 1, 1, 576)
+        np.testing.assert_allclose(out.numpy(), gate * args[2], rtol=1e-4, atol=1e-4)
