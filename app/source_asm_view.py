@@ -42,7 +42,8 @@ def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
     mapping = views.mapping
     hot = views.mapped_hot
     data = {
-        "key": hashlib.sha1((mapping.source + mapping.asm).encode()).hexdigest()[:16],
+        # drawn anew when anything shown changes (the same listing for another target or step)
+        "key": hashlib.sha1(repr((mapping.source, mapping.asm, changed, views.target)).encode()).hexdigest()[:16],
         "source": mapping.source.splitlines(),
         "asm": mapping.asm.splitlines(),
         "a2s": list(mapping.asm_to_source),

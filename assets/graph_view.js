@@ -138,6 +138,10 @@ function buildWorld(panel, graph) {
 
 function showGraph(panel, key, entry) {
   if (panel.built) panel.built.view = { ...panel.view }; // where the user left the previous graph
+  clearTimeout(panel.settle); // a gesture on the previous graph that had not come to rest
+  panel.settle = null;
+  panel.svg.style.transform = "";
+  panel.drawn = null;
   let built = entry.built[panel.side];
   if (!built) {
     built = buildWorld(panel, entry.graph);
@@ -199,6 +203,7 @@ function size(panel) {
 // centre are applied at once.
 const SETTLE_MS = 180;
 function apply(panel) {
+  panel.el.dataset.appliedAt = String(performance.now()); // the redraw's start (benchmarks time it to its frame)
   clearTimeout(panel.settle);
   panel.settle = null;
   const v = panel.view;
@@ -209,7 +214,6 @@ function apply(panel) {
   panel.el.classList.toggle("sx-lod", v.s < TEXT_MIN_SCALE);
   cull(panel, wh);
   drawMiniView(panel, wh);
-  panel.el.dataset.appliedAt = String(performance.now());
 }
 
 function live(panel) {

@@ -49,6 +49,7 @@ function scrollTo(p, line) {
 }
 
 function build(root, data) {
+  if (root.__saState && root.__saState.watch) root.__saState.watch.disconnect(); // the last view's, if it never showed
   // the root may be a shadow root, where ":scope" matches nothing: remove the last drawing by hand
   Array.from(root.children).forEach((old) => { if (old.classList.contains("sa-root")) old.remove(); });
   const wrap = el("div", "sa-root", root);
@@ -147,6 +148,7 @@ export default function (component) {
     const watch = new ResizeObserver(() => {
       if (state.asm.lines.clientHeight > 0) { watch.disconnect(); opened(); }
     });
+    state.watch = watch;
     watch.observe(state.asm.lines);
   }
 }

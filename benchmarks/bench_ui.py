@@ -138,8 +138,9 @@ _STEP_JS = """async ([what, n]) => {
   const button = what === 'zoom' ? panel.querySelector('.sx-tools button') : panel.querySelector('.sx-fit');
   const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   const times = [];
+  let t = 0;
   for (let k = 0; k < n; k++) {
-    const t = performance.now();
+    t = performance.now();
     if (what === 'pan') {
       const b = svg.getBoundingClientRect(), x = b.left + b.width / 2, y = b.top + b.height / 2;
       svg.dispatchEvent(new PointerEvent('pointerdown', {clientX: x, clientY: y, bubbles: true, pointerId: 1}));
@@ -151,14 +152,19 @@ _STEP_JS = """async ([what, n]) => {
     await frame();
     times.push(performance.now() - t);
   }
+  let settle = null;
   if (what !== 'fit') {  // the sharp redraw once the gesture rests: from its script to its frame drawn
-    const last = performance.now();
-    while (!(Number(panel.dataset.appliedAt) > last)) await new Promise((r) => setTimeout(r, 10));
+    const deadline = performance.now() + 5000;
+    while (!(Number(panel.dataset.appliedAt) > t) && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
     const applied = Number(panel.dataset.appliedAt);
-    await frame();
-    times.settle = performance.now() - applied;
+    if (applied > t) {
+      await frame();
+      settle = performance.now() - applied;
+    }
   }
-  return {times, settle: times.settle};
+  return {times, settle};
 }""" % ROOT_JS
 
 

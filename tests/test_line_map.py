@@ -88,6 +88,10 @@ def test_directives_go_and_each_instruction_keeps_the_last_location():
     assert text.splitlines() == ["f:", "\tvaddps\t%ymm0, %ymm1, %ymm2", ".LBB0_1:", "\tvfmadd231ps\t%ymm0, %ymm1, %ymm2",
                                  "\tret", "\t.section\t.note.GNU-stack"]
     assert lines == (0, 7, 0, 7, 0, 0)
+    # AArch64 comments are '//' lines: not instructions
+    arm = "\n".join(["\t.loc\t1 9 0", "// %bb.0:", "\t// =>This Inner Loop Header: Depth=1",
+                     "\tfmla\tv0.4s, v1.4s, v2.4s", "\tb.ne\t.LBB0_1  // in Loop: Header=BB0_1 Depth=1"])
+    assert strip_debug(arm)[1] == (0, 0, 9, 9)
 
 
 def test_a_loop_stands_for_its_indented_body():

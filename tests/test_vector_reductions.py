@@ -32,6 +32,12 @@ def _row_sums(rows: int = 40, cols: int = 384):
     return te.create_prim_func([x, topi.sum(x, axis=1)]), [(rows, cols)], lambda a: a.sum(axis=1)
 
 
+def _group_sums(shape=(2, 8, 4, 100)):
+    """Two row axes, two reduction axes, the inner one no vector divides (a group norm's sums)."""
+    x = te.placeholder(shape, "float32", name="x")
+    return te.create_prim_func([x, topi.sum(x, axis=(2, 3))]), [shape], lambda a: a.sum(axis=(2, 3))
+
+
 def _column_sums(rows: int = 384, cols: int = 40):
     x = te.placeholder((rows, cols), "float32", name="x")
     return te.create_prim_func([x, topi.sum(x, axis=0)]), [(rows, cols)], lambda a: a.sum(axis=0)
@@ -41,8 +47,9 @@ def _column_sums(rows: int = 384, cols: int = 40):
 @pytest.mark.parametrize("make, words", [
     (_min_all, "serial reduction"), (_row_sums, "parallel rows"),
     # rows whose length no vector divides (wav2vec2's group norm over 1599 steps ran scalar at 2 GFLOPS)
-    (lambda: _row_sums(cols=1599), "parallel rows"), (lambda: _min_all(cols=517), "serial reduction")],
-    ids=["min", "rows", "rows-1599", "min-517"])
+    (lambda: _row_sums(cols=1599), "parallel rows"), (lambda: _min_all(cols=517), "serial reduction"),
+    (_group_sums, "parallel rows")],
+    ids=["min", "rows", "rows-1599", "min-517", "groups-4x100"])
 def test_a_contiguous_reduction_runs_as_a_vector_of_partial_results(spec, make, words):
     cpu, register = CPUS[spec]
     lanes = cpu.lanes("float32")

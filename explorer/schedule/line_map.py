@@ -33,7 +33,7 @@ _LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_")
 _SECTION = re.compile(r"^\s*(\.section\s|\.text\b|\.data\b|\.bss\b)")
 _DEBUG_NOISE = re.compile(r"^\s*(\.file\s+\d+\s|\.Ltmp\d+:|\.Lfunc_begin\d+:|\.Ldebug_|\.Linfo_|\.Lsection_)")
-_DEFINE = re.compile(r"^define\b[^@]*@(\"[^\"]+\"|[\w.$]+)\(.*\{\s*$")
+_DEFINE = re.compile(r"^define\b[^@]*@(\"[^\"]+\"|[-\w.$]+)\(.*\{\s*$")
 _METADATA = re.compile(r"^!(\d+) = (.*)$")
 _CALL = re.compile(r"^\s*(%\S+ = )?((tail|musttail|notail) )?call ")
 _BLOCK_OPENER = re.compile(r"^\s*(for\s|with\s+T\.sblock\(|if\s|while\s)")
@@ -106,6 +106,8 @@ def line_map(mod: tvm.IRModule, tvm_target) -> LineMap | None:
     llvm_ir = tvm.compile(parsed, target=tvm_target).mod.inspect_source("ll")
     asm = assembly_of(mend_debug_info(llvm_ir))
     text, lines = strip_debug(asm)
+    if not any(lines):  # LLVM kept no location (its debug information refused): no mapping to show
+        return None
     return LineMap(source, text, lines, block_ranges(source))
 
 
@@ -137,33 +139,44 @@ def mend_debug_info(llvm_ir: str) -> str:
         return n
 
     out: list[str] = []
-    scope: tuple[int, int] | None = None  # (subprogram, its line-0 location) of the function being mended
+    # the function being read: its subprogram and a line-0 location in it (for calls that have none:
+    # LLVM drops all debug information when a call into a function with a subprogram has no
+    # location), and whether it is being mended (its locations re-scoped to its new subprogram)
+    scope: tuple[int, int] | None = None
+    mending = False
     rescoped: dict[int, int] = {}
     for line in lines:
         define = _DEFINE.match(line)
-        if define and "!dbg !" not in line:
-            name = define.group(1).strip('"')
-            sub = new(re.sub(r'name: "[^"]*"', f'name: "{name}"', template))
+        if define:
+            own = re.search(r"!dbg !(\d+)", line)
+            mending = own is None
+            if mending:
+                name = define.group(1).strip('"')
+                sub = new(re.sub(r'name: "[^"]*"', lambda _m, n=name: f'name: "{n}"', template))
+                line = line.rstrip()[:-1].rstrip() + f" !dbg !{sub} {{"
+            else:
+                sub = int(own.group(1))
             scope, rescoped = (sub, new(f"!DILocation(line: 0, scope: !{sub})")), {}
-            out.append(line.rstrip()[:-1].rstrip() + f" !dbg !{sub} {{")
+            out.append(line)
             continue
         if scope is not None and line.startswith("}"):
             scope = None
         if scope is not None:
-            if line.lstrip().startswith("#dbg_") or "call void @llvm.dbg." in line:
-                continue
+            if mending:
+                if line.lstrip().startswith("#dbg_") or "call void @llvm.dbg." in line:
+                    continue
 
-            def rescope(m: re.Match, sub: int = scope[0]) -> str:
-                n = int(m.group(1))
-                value = meta.get(n, "")
-                if not value.startswith("!DILocation("):
-                    return m.group(0)
-                if n not in rescoped:
-                    rescoped[n] = new(re.sub(r"scope: !\d+", f"scope: !{sub}",
-                                             re.sub(r",\s*inlinedAt: !\d+", "", value)))
-                return f"!dbg !{rescoped[n]}"
+                def rescope(m: re.Match, sub: int = scope[0]) -> str:
+                    n = int(m.group(1))
+                    value = meta.get(n, "")
+                    if not re.match(r"(distinct )?!DILocation\(", value):
+                        return m.group(0)
+                    if n not in rescoped:
+                        rescoped[n] = new(re.sub(r"scope: !\d+", f"scope: !{sub}",
+                                                 re.sub(r",\s*inlinedAt: !\d+", "", value)))
+                    return f"!dbg !{rescoped[n]}"
 
-            line = re.sub(r"!dbg !(\d+)", rescope, line)
+                line = re.sub(r"!dbg !(\d+)", rescope, line)
             if _CALL.match(line) and "!dbg" not in line:
                 line += f", !dbg !{scope[1]}"
         out.append(line)
@@ -184,12 +197,12 @@ def strip_debug(asm: str) -> tuple[str, tuple[int, ...]]:
             in_debug = False
         loc = _LOC.match(line)
         if loc:
-            current = int(loc.group(2)) if loc.group(1) == "1" else 0
+            current = int(loc.group(2)) if loc.group(1) in ("0", "1") else 0  # the kernel's one file
             continue
         if _DEBUG_NOISE.match(line) or line.strip().startswith(".cfi_"):
             continue
         kept.append(line)
-        text = line.split("#", 1)[0].strip()
+        text = line.split("#", 1)[0].split("//", 1)[0].strip()  # x86 and AArch64 comments
         is_instruction = bool(text) and not text.startswith(".") and not text.endswith(":")
         source.append(current if is_instruction else 0)
     return "\n".join(kept), tuple(source)

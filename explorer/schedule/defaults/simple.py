@@ -179,8 +179,7 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             try:
                 sch.reverse_compute_at(block, row)
             except s_tir.ScheduleError:
-                row = None
-                how += ", sums apart"
+                how += ", sums apart"  # the rows' partial results in parallel, their few sums serial
         extent = facts.extents[facts.reduce[-1]]
         if extent % lanes:
             # a tail shorter than a vector: the whole vectors run unpredicated, the tail after
