@@ -11,7 +11,7 @@ import tvm
 from explorer.kernels import builtin_kernel
 from explorer.schedule.codegen import asm_stats, code_views
 from explorer.schedule.defaults.apply import default_schedule
-from explorer.schedule.line_map import block_ranges, line_map, mend_debug_info, strip_debug
+from explorer.schedule.line_map import block_ranges, mend_debug_info, strip_debug
 from explorer.target import parse_target
 
 _FMA = re.compile(r"^\s*(v?fn?m(add|sub)\w*|fml[as])\s", re.IGNORECASE)
@@ -49,8 +49,12 @@ def test_every_multiply_add_leads_back_to_the_update_and_its_loops(spec):
 
 
 def test_no_mapping_for_a_gpu_target():
-    mod, _ = _default("cpu:x86-64-v3")
-    assert line_map(mod, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}, host={"kind": "llvm"})) is None
+    from explorer.schedule.codegen import _mapping
+
+    mod, cpu = _default("cpu:x86-64-v3")
+    gpu = parse_target("cuda:sm_80")
+    assert _mapping(mod, gpu, gpu.tvm()) is None  # asked before anything is built
+    assert _mapping(mod, cpu, cpu.tvm()) is not None
 
 
 def test_a_function_without_a_debug_subprogram_gets_one_of_its_own():

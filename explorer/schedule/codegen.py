@@ -145,13 +145,16 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
     except Exception as err:  # noqa: BLE001 - a schedule TVM cannot build: say why
         raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
             from err
-    mapping = _mapping(mod, tvm_target)
+    mapping = _mapping(mod, target, tvm_target)
     return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
                      time.perf_counter() - start, hot_loop(asm), mapping)
 
 
-def _mapping(mod: tvm.IRModule, tvm_target) -> LineMap | None:
-    """The TVMScript <-> assembly mapping, or None: it is an extra the views do without."""
+def _mapping(mod: tvm.IRModule, target, tvm_target) -> LineMap | None:
+    """The TVMScript <-> assembly mapping for a CPU target, or None: it is an extra the views do
+    without (a target with device code shows PTX, which has no line locations from TVM)."""
+    if target.has_device_code:
+        return None
     try:
         return line_map(mod, tvm_target)
     except Exception:  # noqa: BLE001 - a kernel whose debug build fails keeps its plain views

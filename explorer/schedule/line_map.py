@@ -16,7 +16,7 @@ are mended here:
   (:func:`block_ranges` gives each loop's lines).
 
 The mapping is an optional layer: where the script does not parse back to the same kernel, or the
-target is not an LLVM CPU target, there is none and the views are shown without it.
+target has device code (CUDA: its listing is PTX), there is none and the views are shown without it.
 """
 
 from __future__ import annotations
@@ -91,11 +91,9 @@ def block_ranges(source: str) -> tuple[tuple[int, int], ...]:
 
 
 def line_map(mod: tvm.IRModule, tvm_target) -> LineMap | None:
-    """Build ``mod`` (a one-kernel module) for an LLVM ``tvm_target`` with the TVMScript's lines as
-    debug locations; None when its script does not parse back to the same kernel or the target is
-    not LLVM."""
-    if tvm_target.kind.name != "llvm":
-        return None
+    """Build ``mod`` (a one-kernel module) for a CPU ``tvm_target`` (LLVM: the caller asks the
+    target, see :func:`explorer.schedule.codegen.code_views`) with the TVMScript's lines as debug
+    locations; None when its script does not parse back to the same kernel."""
     source = mod.script()
     try:
         parsed = tvm.script.from_source(source)
