@@ -107,7 +107,7 @@ def code_tabs(session, target, tabs) -> None:
 def _linked(now: CodeViews, before: CodeViews | None) -> None:
     from app.source_asm_view import source_asm_view
 
-    hot = now.mapped_hot
+    hot = now.hot
     where = (f"opened at the hot loop (lines {hot.first}-{hot.last}: {hot.fma} FMA, {hot.vector} vector "
              f"instructions per iteration)" if hot is not None else "no loop with vector instructions")
     st.caption(f"Hover or click a TVMScript line to light up the instructions it became (a loop: its whole "

@@ -40,7 +40,7 @@ def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
     """Draw ``views``' mapped TVMScript and assembly side by side (``views.mapping`` must be set);
     ``changed``: assembly lines the last step changed."""
     mapping = views.mapping
-    hot = views.mapped_hot
+    hot = views.hot
     data = {
         # drawn anew when anything shown changes (the same listing for another target or step)
         "key": hashlib.sha1(repr((mapping.source, mapping.asm, changed, views.target)).encode()).hexdigest()[:16],

@@ -43,18 +43,17 @@ def test_every_multiply_add_leads_back_to_the_update_and_its_loops(spec):
     plain, mapped = asm_stats(views.asm), asm_stats(m.asm)
     assert (mapped.instructions, mapped.fma) == (plain.instructions, plain.fma)
     assert ".loc" not in m.asm and ".debug_" not in m.asm
-    assert views.mapped_hot is not None and views.mapped_hot.fma > 0
-    hot = range(views.mapped_hot.first, views.mapped_hot.last + 1)
+    assert views.hot is not None and views.hot.fma > 0
+    hot = range(views.hot.first, views.hot.last + 1)
     assert {m.source_line_of(no) for no in hot if _FMA.match(m.asm.splitlines()[no - 1])} <= updates
 
 
 def test_no_mapping_for_a_gpu_target():
-    from explorer.schedule.codegen import _mapping
+    from explorer.schedule.codegen import _reparsed_for
 
     mod, cpu = _default("cpu:x86-64-v3")
-    gpu = parse_target("cuda:sm_80")
-    assert _mapping(mod, gpu, gpu.tvm()) is None  # asked before anything is built
-    assert _mapping(mod, cpu, cpu.tvm()) is not None
+    assert _reparsed_for(mod, parse_target("cuda:sm_80")) is None  # asked before anything is built
+    assert _reparsed_for(mod, cpu) is not None
 
 
 def test_a_function_without_a_debug_subprogram_gets_one_of_its_own():

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from explorer.errors import ExplorerError, short_tvm_message
-from explorer.schedule.line_map import LineMap, line_map
+from explorer.schedule.line_map import LineMap, line_map, reparsed
 
 _X86_WIDTH = {"xmm": 128, "ymm": 256, "zmm": 512}
 _FMA = re.compile(r"^v?f(n)?m(add|sub)|^fmla|^fmls|^vfmadd|^vfnmadd|^vfmsub|^vfnmsub")
@@ -76,14 +76,9 @@ class CodeViews:
     asm: str
     stats: AsmStats
     seconds: float
-    hot: HotLoop | None = None  # the loop of ``asm`` that does the work (see hot_loop)
+    hot: HotLoop | None = None  # the loop that does the work in the listing shown (mapping.asm, else asm)
     # TVMScript <-> assembly lines (CPU targets whose script reads back; see explorer.schedule.line_map)
     mapping: LineMap | None = None
-
-    @property
-    def mapped_hot(self) -> HotLoop | None:
-        """The hot loop of the mapped listing (``mapping.asm``), the one shown beside the script."""
-        return hot_loop(self.mapping.asm) if self.mapping is not None else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -136,28 +131,35 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
     not build."""
     start = time.perf_counter()
     tvm_target = target.tvm()
+    parsed = _reparsed_for(mod, target)  # built instead of ``mod``: the same kernel, its lines as spans
     try:
         with tvm_target:
             lowered = _lowering()(tvm.tirx.transform.BindTarget(tvm_target)(mod))
-        built = tvm.compile(mod, target=tvm_target).mod
+        built = tvm.compile(parsed if parsed is not None else mod, target=tvm_target).mod
         llvm_ir = built.inspect_source("ll")
         asm = built.inspect_source("asm")
     except Exception as err:  # noqa: BLE001 - a schedule TVM cannot build: say why
         raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
             from err
-    mapping = _mapping(mod, target, tvm_target)
+    mapping = _mapping(parsed, llvm_ir)
     return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
-                     time.perf_counter() - start, hot_loop(asm), mapping)
+                     time.perf_counter() - start, hot_loop(mapping.asm if mapping is not None else asm), mapping)
 
 
-def _mapping(mod: tvm.IRModule, target, tvm_target) -> LineMap | None:
-    """The TVMScript <-> assembly mapping for a CPU target, or None: it is an extra the views do
-    without (a target with device code shows PTX, which has no line locations from TVM)."""
-    if target.has_device_code:
+def _reparsed_for(mod: tvm.IRModule, target) -> tvm.IRModule | None:
+    """``mod`` read back with spans where its target can be mapped: not one with device code (its
+    listing is PTX, which has no line locations from TVM)."""
+    return None if target.has_device_code else reparsed(mod)
+
+
+def _mapping(parsed: tvm.IRModule | None, llvm_ir: str) -> LineMap | None:
+    """The TVMScript <-> assembly mapping of a build of ``parsed``, or None: it is an extra the
+    views do without."""
+    if parsed is None:
         return None
     try:
-        return line_map(mod, tvm_target)
-    except Exception:  # noqa: BLE001 - a kernel whose debug build fails keeps its plain views
+        return line_map(parsed, llvm_ir)
+    except Exception:  # noqa: BLE001 - a kernel whose mended IR fails keeps its plain views
         return None
 
 

@@ -90,20 +90,23 @@ def block_ranges(source: str) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
-def line_map(mod: tvm.IRModule, tvm_target) -> LineMap | None:
-    """Build ``mod`` (a one-kernel module) for a CPU ``tvm_target`` (LLVM: the caller asks the
-    target, see :func:`explorer.schedule.codegen.code_views`) with the TVMScript's lines as debug
-    locations; None when its script does not parse back to the same kernel."""
-    source = mod.script()
+def reparsed(mod: tvm.IRModule) -> tvm.IRModule | None:
+    """``mod`` read back from its own TVMScript, every statement carrying its line as a span (what
+    a build turns into ``.loc``); None when the script does not read back to the same kernel."""
     try:
-        parsed = tvm.script.from_source(source)
+        parsed = tvm.script.from_source(mod.script())
     except Exception:  # noqa: BLE001 - a script TVM cannot read back: no mapping, the views stay
         return None
     if not isinstance(parsed, tvm.IRModule) or not tvm_ffi.structural_equal(parsed, mod):
         return None
-    llvm_ir = tvm.compile(parsed, target=tvm_target).mod.inspect_source("ll")
-    asm = assembly_of(mend_debug_info(llvm_ir))
-    text, lines = strip_debug(asm)
+    return parsed
+
+
+def line_map(parsed: tvm.IRModule, llvm_ir: str) -> LineMap | None:
+    """The mapping of a CPU build of ``parsed`` (from :func:`reparsed`; ``llvm_ir``: its LLVM IR):
+    the assembly written again from the mended IR; None when LLVM kept no location."""
+    source = parsed.script()
+    text, lines = strip_debug(assembly_of(mend_debug_info(llvm_ir)))
     if not any(lines):  # LLVM kept no location (its debug information refused): no mapping to show
         return None
     return LineMap(source, text, lines, block_ranges(source))
@@ -206,4 +209,4 @@ def strip_debug(asm: str) -> tuple[str, tuple[int, ...]]:
     return "\n".join(kept), tuple(source)
 
 
-__all__ = ["LineMap", "assembly_of", "block_ranges", "line_map", "mend_debug_info", "strip_debug"]
+__all__ = ["LineMap", "assembly_of", "block_ranges", "line_map", "mend_debug_info", "reparsed", "strip_debug"]
