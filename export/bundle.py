@@ -2,7 +2,7 @@
 
 Layout (``schedx export ... -o DIR``)::
 
-    lib.so          the compiled library: tvm.runtime.load_module + relax.VirtualMachine
+    lib.so          the compiled library: tvm.runtime.load_module + tvm.runtime.vm.VirtualMachine
     params.bin      parameters (tvm.runtime.save_param_dict), models only
     inputs.npz      sample inputs, by input name
     reference.npz   the reference's outputs on them (output0, ...)
@@ -143,11 +143,11 @@ if not os.environ.get("TVM_NUM_THREADS") and not os.environ.get("OMP_NUM_THREADS
 os.environ.setdefault("TVM_BIND_THREADS", "0")  # see below
 import numpy as np
 import tvm
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine  # TVM's runtime alone is enough (no compiler needed)
 
 dev = {device}
 lib = tvm.runtime.load_module("lib.so")
-vm = relax.VirtualMachine(lib, dev)
+vm = VirtualMachine(lib, dev)
 data = np.load("inputs.npz")
 inputs = [tvm.runtime.tensor(data[i["name"]], dev) for i in json.load(open("manifest.json"))["inputs"]]
 {params_lines}

@@ -5,8 +5,9 @@ Run it on the machine with the card, in the environment that will serve the mode
     python -m export.gpu_check BUNDLE_DIR [--runs 50] [--json] [--out gpu_report.json]
 
 It checks the bundle's hashes, says which GPU and driver it found (``nvidia-smi``), loads the
-library on ``cuda:0`` (TVM compiles the CUDA source there: with NVRTC when ``cuda-python`` is
-installed, else with nvcc, chosen here via ``TVM_CUDA_COMPILE_MODE``), runs the bundle's sample
+library on ``cuda:0`` (with the bundle's cubin on a GPU of its architecture; on another, the CUDA
+source compiled there: with NVRTC when ``cuda-python`` is installed, else with nvcc, chosen via
+``TVM_CUDA_COMPILE_MODE``; a runtime-only TVM is enough), runs the bundle's sample
 inputs, compares with the reference saved at export (ONNX Runtime or numpy on the CPU), and times
 ``--runs`` runs. Exit status 0: outputs within tolerance; 1: they differ; 2: could not run.
 Like ``run.py`` it imports only numpy and tvm (and this package's standalone loader).
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         import tvm
 
         report["environment"]["tvm_version"] = tvm.__version__
-        if not tvm.cuda(0).exist:
+        if not verify_bundle.load_cuda_runtime():
             raise verify_bundle.BundleCheckError("no CUDA device is visible to TVM on this machine")
         report["environment"]["device"] = getattr(tvm.cuda(0), "device_name", "cuda:0")
         result, _ = verify_bundle.run_bundle(opts.folder, device="cuda", runs=opts.runs, budget_s=opts.budget)
@@ -81,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
 def _human(report: dict) -> None:
     w = sys.stdout.write
     env = report["environment"]
-    w(f"GPU: {', '.join(env.get('nvidia_smi') or ['nvidia-smi not found'])}; CUDA source compiled with "
-      f"{env['compile_mode']}\n")
+    w(f"GPU: {', '.join(env.get('nvidia_smi') or ['nvidia-smi not found'])}; a compile, if one is needed, "
+      f"with {env['compile_mode']}\n")
     if "error" in report:
         w(f"error: {report['error']}\n")
         return
     w(f"{report['workload']} ({report['exported_for']}) on {env.get('device')}: load {report['load_s'] * 1e3:.0f} ms, "
       f"first inference {report['first_s'] * 1e3:.2f} ms\n")
+    for line in report.get("cuda_code", []):
+        w(f"kernels: {line}\n")
     if "median_s" in report:
         w(f"steady state over {report['runs']} runs: median {report['median_s'] * 1e3:.3f} ms, "
           f"p90 {report['p90_s'] * 1e3:.3f} ms\n")

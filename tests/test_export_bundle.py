@@ -91,6 +91,21 @@ def test_bundle_runner_works_from_any_folder(cnn_bundle, tmp_path):
     assert report["foreign_modules"] == []
 
 
+def test_bundle_runs_on_the_tvm_runtime_alone(cnn_bundle, tmp_path):
+    """A deployment may install TVM's runtime only: with ``TVM_USE_RUNTIME_LIB=1`` TVM loads no compiler
+    (``tvm.relax`` cannot even be imported then), and run.py still loads, runs and verifies the bundle."""
+    import os
+
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1"}
+    probe = subprocess.run([sys.executable, "-c", "import tvm.base as b; print(sorted(b._LOADED_LIBS))"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "['tvm_runtime']", probe.stderr  # the compiler library is not loaded
+    proc = subprocess.run([sys.executable, "run.py", "--json", "--without-torch", "--runs", "2"], cwd=cnn_bundle.folder,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["check"]["verified"]
+
+
 def test_bundle_runner_uses_every_usable_core_unless_told(cnn_bundle):
     """TVM's default is half the hardware threads on x86 (one thread on a 2-core VM): run.py sets
     TVM_NUM_THREADS to the cores it may use, keeps a value the user set, and --threads wins."""

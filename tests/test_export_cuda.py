@@ -44,6 +44,28 @@ def test_nvcc_compiles_the_kernels_for_the_arch(cuda_bundle):
     assert cuda_bundle.manifest["target"]["host"] == {"kind": "llvm"}
 
 
+@needs_nvcc
+def test_the_bundle_loads_its_own_cubin_on_its_arch_and_compiles_the_source_elsewhere(cuda_bundle, monkeypatch):
+    """What TVM's CUDA runtime gets when the library loads (run.py's ``tvm_callback_cuda_compile``):
+    on a GPU of the bundle's architecture the cubin built at export, no compiler and no TVM compiler
+    needed (TVM's own callback asks the compiler for the target: a runtime-only TVM failed there, seen
+    on an H200); on another GPU, or for a source that is not the bundle's, the source compiled for it."""
+    from export.verify_bundle import check_bundle, cuda_code_loader
+
+    folder = cuda_bundle.folder
+    manifest = check_bundle(folder)
+    source = (folder / "kernels.cu").read_bytes().decode()
+    shipped = (folder / "kernels_sm_90.cubin").read_bytes()
+    used: list[str] = []
+    assert cuda_code_loader(folder, manifest, used, arch="sm_90")(source) == shipped
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
+    other = cuda_code_loader(folder, manifest, used, arch="sm_80")(source)
+    edited = cuda_code_loader(folder, manifest, used, arch="sm_90")(source + "\n// edited\n")
+    assert other[:4] == edited[:4] == b"\x7fELF" and other != shipped
+    assert "kernels_sm_90.cubin" in used[0] and "compiled here for sm_80 with nvcc" in used[1]
+    assert "compiled here for sm_90" in used[2]
+
+
 def test_dlight_defaults_are_named_in_the_warning(cuda_bundle):
     assert any("dlight's default GPU schedules" in w for w in cuda_bundle.warnings)
 

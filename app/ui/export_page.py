@@ -180,7 +180,7 @@ def results(result: dict) -> None:
 
 def main() -> None:
     st.title("Export")
-    st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `relax.VirtualMachine`), "
+    st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `tvm.runtime.vm.VirtualMachine`), "
                "its parameters in a separate file, a manifest with hashes, verified before you download it.")
     spec, shapes, target, db = sidebar()
     if target is None:

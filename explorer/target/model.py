@@ -302,11 +302,11 @@ class CudaTarget(Target):
     runnable_fix: ClassVar[str] = "use --target cuda on a machine with a GPU"
     run_elsewhere: ClassVar[str] = "with `python -m export.gpu_check DIR` on the machine with the GPU"
     bundle_note: ClassVar[str] = (
-        "The CUDA kernels are carried as source (`kernels.cu`) and compiled for the GPU when the library is "
-        "loaded: TVM's CUDA runtime needs NVRTC (`pip install cuda-python`) or nvcc with "
-        "`TVM_CUDA_COMPILE_MODE=nvcc`. `kernels_*.cubin` is nvcc's build of the same source at export "
-        "time (proof that it compiles for this architecture). On a machine with the GPU: "
-        "`python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.")
+        "The CUDA kernels are carried as source (`kernels.cu`) and as nvcc's build of it for the target's "
+        "architecture (`kernels_sm_XX.cubin`). `run.py` loads that cubin on a GPU of that architecture (no "
+        "compiler needed, a runtime-only TVM will do); on another GPU it compiles the source for it, with "
+        "NVRTC (`pip install cuda-python`) or nvcc (`TVM_CUDA_COMPILE_MODE=nvcc`). On the machine with the "
+        "GPU: `python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.")
 
     @property
     def label(self) -> str:
