@@ -264,3 +264,50 @@ def test_a_kernel_opened_from_fusetir_on_the_passes_page_is_the_models_task():
     kernel = graph_kernel(key, fuse_tir, name)
     assert kernel.name == task.name
     assert workload_key(kernel.func) == task.key
+
+
+def _logits_model(path, rows=32, width=1000):
+    """One MatMul of ``rows`` tokens by a 128 x ``width`` initializer ``W`` (GPT-2's logits)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(2).standard_normal((128, width)).astype("float32")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "logits",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 128])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
+                              [numpy_helper.from_array(weight, "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return weight
+
+
+@pytest.mark.parametrize("spec, padded", [("cpu:x86-64-v4", True), ("cpu:x86-64-v3", False),
+                                          ("aarch64:cortex-a76", False)])
+def test_weights_padded_to_whole_vectors_are_padded_once_at_build_time(tmp_path, spec, padded):
+    """1000 columns are 62.5 AVX-512 vectors: the weights are padded to 1008 columns, at build time
+    (the padded copy is a layout rewrite: 0.5 MB copied on every call before); AVX2's and NEON's
+    vectors divide 1000 and nothing is padded."""
+    from export.build import prepare
+
+    weight = _logits_model(tmp_path / "logits.onnx")
+    prepared = prepare(load_workload(str(tmp_path / "logits.onnx")), parse_target(spec))
+    (param, value), = zip(prepared.params, prepared.values)
+    if value.ndim == 3:  # in panels (AVX2: 8 wide)
+        value = value.transpose(1, 0, 2).reshape(128, -1)
+    assert value.shape == ((128, 1008) if padded else (128, 1000)), (param, value.shape)
+    np.testing.assert_array_equal(value[:, :1000], weight)
+    if padded:
+        assert param.source == "packed:W" and not value[:, 1000:].any()
+        kernel = next(f for n, f in prim_funcs(prepared.mod).items() if "matmul" in n)
+        assert not any(LAYOUT_REWRITE_PREPROC in b.annotations for b in blocks(kernel))  # no copy per call
+
+
+def test_a_model_with_weights_padded_at_build_time_computes_the_product(tmp_path):
+    from export.build import build
+
+    weight = _logits_model(tmp_path / "logits.onnx")
+    built = build(load_workload(str(tmp_path / "logits.onnx")), host_target())
+    x = np.random.default_rng(3).standard_normal((32, 128)).astype("float32")
+    vm = relax.VirtualMachine(built.executable, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), *(tvm.runtime.tensor(v) for v in built.param_values))
+    out = out[0] if not hasattr(out, "numpy") else out
+    np.testing.assert_allclose(out.numpy(), x @ weight, rtol=1e-4, atol=1e-3)
