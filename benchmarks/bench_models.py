@@ -110,7 +110,7 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
             schedules, check = check_in_model(workload, target, schedules, threads=opts.threads)
             in_model = {"kept": len(check.kept), "dropped": len(check.dropped),
                         "unchecked": sum(t["verdict"] == "unchecked" for t in check.tasks.values()),
-                        "seconds": round(time.perf_counter() - start, 1), "tasks": check.tasks}
+                        "seconds": round(time.perf_counter() - start, 1), "tasks": check.tasks, "whole": check.whole}
         result["search"] = {"minutes": opts.minutes, "trials": summary.trials, "seconds": round(summary.seconds, 1),
                             "records_used": len(schedules), "tasks_on_default": len(tasks) - len(schedules),
                             "in_model": in_model,
@@ -217,6 +217,11 @@ def show_model(r: dict) -> None:
             m = s["in_model"]
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
                 f"faster than the default there by 2% in the median round, or not applicable)")
+            w = m.get("whole") or {}
+            if w:
+                out(f"  the {w['records']} records together, the whole model against the defaults: {w['verdict']} "
+                    f"(ratio {w['ratio']:.3f}, 95% CI {w['low']:.3f}-{w['high']:.3f}): "
+                    + ("kept" if w["verdict"] == "faster" else "none shipped"))
     for name, ms in r["median_ms"].items():
         low, high = r["ci_ms"].get(name, (None, None))
         ci = f"  (95% CI {low:.2f}-{high:.2f})" if low is not None else ""

@@ -200,7 +200,7 @@ def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, 
     return report.folder, report.seconds["build"] + report.seconds["write"]
 
 
-def _bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float | None = None, note: str = ""):
+def bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float | None = None, note: str = ""):
     def run(runs: int, budget_s: float) -> BenchRow:
         row = bundle_row(folder, name, threads=threads, runs=runs, budget_s=budget_s, compile_s=compile_s)[0]
         return replace(row, note=f"{note}; {row.note}" if note else row.note)
@@ -212,7 +212,7 @@ def _export_row(workload: Workload, target: Target, name: str, schedules, *, thr
     """Build ``workload`` and time it once (no rounds): the sweep's row per batch size."""
     with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
         folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
-        return _bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
+        return bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
 
 
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
@@ -246,13 +246,13 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         if schedules:
             say("building TVM with records", 0.05)
             folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "tuned", threads)
-            contenders[TUNED_ROW] = _bundle_contender(folder, TUNED_ROW, threads=threads, compile_s=compile_s,
+            contenders[TUNED_ROW] = bundle_contender(folder, TUNED_ROW, threads=threads, compile_s=compile_s,
                                                       note=f"{len(schedules)} records, defaults for the rest")
         else:
             report.notes.append(f"{TUNED_ROW}: {no_schedules_why}")
         say("building TVM without records", 0.25)
         folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / "default", threads)
-        contenders[DEFAULT_ROW] = _bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
+        contenders[DEFAULT_ROW] = bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
                                                     note=f"no records: {target.default_schedule}")
         if workload.onnx_model is not None:
             contenders[ORT_ROW] = lambda n, b: ort_row(workload.onnx_model, inputs, threads=threads, runs=n, budget_s=b)

@@ -16,6 +16,13 @@ ran 1.07x ONNX Runtime where its defaults ran 1.02x. Requiring a win in every ro
 a record 35% faster at its best that lost one round (MobileNetV2 after a one-hour search,
 0.176 against 0.273 ms). (AVX2, 2 cores.) Two builds and ``2 * rounds`` profiled runs: 48 s for
 ResNet-18 and 47 s for MobileNetV2 on 2 cores.
+
+Kernels that each win in place can still leave the model no faster: after a 10-minute ResNet-18
+search (AVX-512 Zen 5, 2 cores) 10 records won kernel by kernel, "saving" 1.08 ms of 8.8 by their
+cold timings, and the model ran 1.01x its defaults (95% CI 1.00-1.02). So the records kept are
+then timed together, the whole model in plain runs against the defaults in alternated rounds
+(about 20 s), and kept only when the model is faster beyond the noise: an export never ships a
+set of records that does not make the model faster.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ class InModelCheck:
     the default (the best of the rounds), and whether the record was kept."""
 
     rounds: int
+    # the whole model with the records kept against the defaults, plain runs in alternated rounds:
+    # {"ratio", "low", "high" (95% interval of the ratio of medians), "verdict" (faster, same,
+    # slower), "records" (how many were kept before it)}; empty when no record was kept
+    whole: dict = field(default_factory=dict)
     # task name -> {"record_s", "default_s" (best of the rounds), "ratio" (the record's time over
     # the default's in the median round; None unless every round saw both), "rounds_won" (rounds
     # in which the record's kernel was the faster), "verdict": kept, dropped, failed or unchecked,
@@ -54,8 +65,15 @@ class InModelCheck:
     def notes(self) -> list[str]:
         """One warning per record dropped, saying why (for an export's manifest)."""
         out = []
+        if self.whole and self.whole["verdict"] != "faster":
+            w = self.whole
+            out.append(f"the {w['records']} record(s) that won kernel by kernel did not make the whole model faster "
+                       f"beyond the noise (its time {w['ratio']:.2f}x the defaults', 95% CI {w['low']:.2f}-"
+                       f"{w['high']:.2f}): the default schedules are used")
         for name in self.dropped:
             t = self.tasks[name]
+            if t["verdict"] == "whole":  # said once, above
+                continue
             out.append(f"{name}: its record does not apply ({t['error'][:200]}): the default is used"
                        if t["verdict"] == "failed" else
                        f"{name}: its record ran {t['record_s'] * 1e3:.3f} ms inside the model against the default's "
@@ -104,7 +122,9 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
     beats the default inside the model, keyed by task name, and the check's figures. A record that
     does not apply is dropped (the export would build the default anyway); a task whose kernel the
     instrument did not see keeps its record, marked unchecked. A record is kept when its kernel's
-    time over the default's, in the median round, is below :data:`MARGIN`."""
+    time over the default's, in the median round, is below :data:`MARGIN`, and the records kept
+    so are kept together only when the whole model runs faster with them than with the defaults
+    beyond the noise (plain runs, alternated rounds: :func:`_whole_model`); else none is."""
     from export import workload_tasks
     from export.flow import export_workload
     from export.schedules import pick
@@ -128,6 +148,40 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
                 child = run_in_child(built[name].folder, threads=threads, runs=3, budget_s=60.0, profile=runs)
                 for task, fs in funcs.items():  # None where the instrument missed the kernel this round
                     seconds[name].setdefault(task, []).append(_kernel_seconds(child, fs))
+        tasks, kept = _per_kernel(chosen, seconds, outcomes, rounds)
+        whole = {}
+        if kept:  # the kept records together, against the defaults: the model as a user runs it
+            folder = built["record"].folder if kept.keys() == chosen.keys() else \
+                export_workload(workload, target, Path(tmp) / "kept", schedules=kept, verify=False, layers=False,
+                                threads=threads, nvcc=False).folder
+            whole = _whole_model(folder, built["default"].folder, threads, len(kept))
+            if whole["verdict"] != "faster":
+                for task in kept:
+                    tasks[task].update(verdict="whole", kept=False)
+                kept = {}
+    return kept, InModelCheck(rounds=rounds, whole=whole, tasks=tasks)
+
+
+# The whole-model comparison: alternated rounds of plain runs (no instrument), each contender in a
+# fresh process per round, up to WHOLE_RUNS runs or WHOLE_BUDGET_S seconds in all.
+WHOLE_ROUNDS, WHOLE_RUNS, WHOLE_BUDGET_S = 4, 400, 8.0
+
+
+def _whole_model(records: Path, defaults: Path, threads: int | None, count: int) -> dict:
+    """The model with the ``count`` records kept against the defaults, decided under the noise
+    (:func:`export.bench.alternate`, :mod:`export.noise`)."""
+    from export.bench import bundle_contender, alternate
+
+    contenders = {"records": bundle_contender(records, "records", threads=threads),
+                  "defaults": bundle_contender(defaults, "defaults", threads=threads)}
+    _, comparisons = alternate(contenders, rounds=WHOLE_ROUNDS, runs=WHOLE_RUNS, budget_s=WHOLE_BUDGET_S)
+    c = comparisons[0]
+    return {"ratio": c.ratio, "low": c.low, "high": c.high, "verdict": c.verdict, "records": count}
+
+
+def _per_kernel(chosen: dict, seconds: dict, outcomes: dict, rounds: int) -> tuple[dict, dict]:
+    """Each record's kernel against the default's, as the instrument timed them round by round:
+    the figures per task, and the records whose kernel is faster in place."""
     tasks, kept = {}, {}
     for task, schedule in chosen.items():
         record, default = seconds["record"].get(task, []), seconds["default"].get(task, [])
@@ -141,7 +195,7 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
                        "kept": verdict in ("kept", "unchecked"), "error": outcomes[task].error}
         if tasks[task]["kept"]:
             kept[task] = schedule
-    return kept, InModelCheck(rounds=rounds, tasks=tasks)
+    return tasks, kept
 
 
 def checked_schedules(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule], *,

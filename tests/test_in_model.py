@@ -100,3 +100,37 @@ def test_a_record_is_kept_when_it_wins_by_the_margin_in_the_median_round():
     assert 1.0 > MARGIN * 1.01
     assert _compare([1.0, None, 1.0], [1.1, 1.1, 1.1], 3) == (None, 2, "dropped")  # the kernel was missed in a round
     assert verdict([], [1.0]) == verdict([1.0], [None], 1) == "unchecked"
+
+
+@pytest.mark.parametrize("verdict", ["same", "slower", "faster"])
+def test_records_that_win_kernel_by_kernel_ship_only_if_the_whole_model_is_faster(monkeypatch, verdict):
+    """After a 10-minute ResNet-18 search 10 records won kernel by kernel and the model ran 1.01x its
+    defaults: the kept records are timed together, the whole model against the defaults (plain
+    runs, alternated rounds), and none ships unless the model is faster beyond the noise. Here the
+    kernel check is made to keep the record; the whole-model comparison runs for real (two builds
+    of small_cnn, timed) and its verdict is replaced to decide."""
+    import export.in_model as in_model
+
+    real = in_model._whole_model
+    seen = {}
+
+    def whole(records, defaults, threads, count):
+        seen.update(real(records, defaults, threads, count))  # really timed: its figures are sound
+        return {**seen, "verdict": verdict}
+
+    def keep_all(chosen, seconds, outcomes, rounds):
+        tasks = {t: {"record_s": 1e-3, "default_s": 2e-3, "ratio": 0.5, "rounds_won": rounds, "verdict": "kept",
+                     "kept": True, "error": ""} for t in chosen}
+        return tasks, dict(chosen)
+
+    monkeypatch.setattr(in_model, "_whole_model", whole)
+    monkeypatch.setattr(in_model, "_per_kernel", keep_all)
+    kept, check = check_in_model(load_workload("small_cnn"), host_target(),
+                                 {TASK: TaskSchedule(steps=SLOW, record_id=7, source="x")}, rounds=1, runs=3, threads=1)
+    assert seen["ratio"] > 0 and seen["low"] <= seen["ratio"] <= seen["high"] and seen["records"] == 1
+    assert check.whole["verdict"] == verdict
+    if verdict == "faster":
+        assert list(kept) == [TASK] and check.kept == [TASK] and check.notes() == []
+    else:
+        assert kept == {} and check.tasks[TASK]["verdict"] == "whole" and check.dropped == [TASK]
+        assert len(check.notes()) == 1 and "whole model" in check.notes()[0] and "default schedules" in check.notes()[0]
