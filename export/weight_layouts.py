@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
 from explorer.kernels.recurrence import spec_of as recurrence_spec
 from explorer.relax_walk import is_constant, kernel_call
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
+from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks, weight_positions
 from export.errors import ExportError
 from export.params import value_digest
 
@@ -172,9 +172,47 @@ def empty():
 """
 
 
+def mark_weight_padding(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with each kernel's padded copy of a weight marked as a layout rewrite, so that it is
+    computed once here with the packings: a default schedule pads a vector axis no whole number of
+    vectors divides (``pad_einsum``: ``W_pad[k, j] = if_then_else(j < n, W[k, j], 0)``), on every
+    call (GPT-2's 128x1000 logits weights on AVX-512: 0.5 MB copied per call for 4 M multiply-adds).
+    Only the export marks it: TVM's RemoveWeightLayoutRewriteBlock, which MetaSchedule and the
+    search's timing run, takes only plain copies ("Check failed: (load)"), so a kernel timed alone
+    still pads per call (its time errs on the slow side)."""
+    out = mod
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or not weight_positions(func):
+            continue
+        weights = {func.params[i] for i in weight_positions(func)}
+        names = [b.name_hint for b in blocks(func) if b.name_hint.endswith("_pad") and len(b.reads) == 1
+                 and LAYOUT_REWRITE_PREPROC not in b.annotations
+                 and any(b.reads[0].source.same_as(p) for p in weights) and _padded_copy(b.body)]
+        if not names:
+            continue
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        for name in names:
+            sch.annotate(sch.get_sblock(name), LAYOUT_REWRITE_PREPROC, True)
+        out = tvm.IRModule({**dict(out.functions), gv: sch.mod["main"]}, attrs=out.attrs,
+                           global_infos=out.global_infos)
+    return out
+
+
+def _padded_copy(stmt) -> bool:
+    """Whether ``stmt`` is ``X[...] = if_then_else(cond, W[...], constant)``."""
+    from tvm.ir import TensorLoad  # what tirx.BufferLoad(...) builds
+
+    call = stmt.value if isinstance(stmt, tvm.tirx.BufferStore) else None
+    op = getattr(call, "op", None)
+    return getattr(op, "name", "") == "prim.if_then_else" and isinstance(call.args[1], TensorLoad) \
+        and isinstance(call.args[2], (tvm.tirx.FloatImm, tvm.tirx.IntImm))
+
+
 def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     """``mod`` (scheduled, constants still in ``main``) with every weight's layout rewrite computed
-    once here; kernels whose packed weight is not a constant keep computing it per call."""
+    once here (a weight's padding too: :func:`mark_weight_padding`); kernels whose packed weight is
+    not a constant keep computing it per call."""
+    mod = mark_weight_padding(mod)
     if not has_layout_rewrites(mod):
         return Folded(mod)
     held = {gv.name_hint: f for gv, f in mod.functions.items()
@@ -207,4 +245,4 @@ def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     return Folded(out, folder.packed_from, folder.calls)
 
 
-__all__ = ["Folded", "fold_weight_layouts", "has_layout_rewrites"]
+__all__ = ["Folded", "fold_weight_layouts", "has_layout_rewrites", "mark_weight_padding"]

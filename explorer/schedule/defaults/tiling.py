@@ -247,14 +247,6 @@ def _is_weight(sch: s_tir.Schedule, buffer) -> bool:
     return any(func.params[i].same_as(buffer) for i in weight_positions(func))
 
 
-def _pads_a_weight(sch: s_tir.Schedule, pad) -> bool:
-    """Whether the padded copy ``pad`` (from ``pad_einsum``) copies only a weight the graph passes as
-    a constant: then it can be a layout rewrite, computed once at build time instead of on every
-    call (GPT-2's 128x1000 logits weights: 0.5 MB copied per call, for 4 M multiply-adds)."""
-    reads = sch.get(pad).reads
-    return len(reads) == 1 and _is_weight(sch, reads[0].source)
-
-
 def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
     """Copy a weights operand into panels ``vec_tile`` wide (``W[..., j]`` -> ``P[j // vec_tile,
     ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
@@ -350,9 +342,6 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         safe_schedule(sch, copy, cpu)  # by rows: fused, its vectors would gather across the padded rows
     for pad in pads:
         safe_schedule(sch, pad, cpu)
-        if _pads_a_weight(sch, pad):  # computed once at build time, as a packing is
-            sch.annotate(pad, LAYOUT_REWRITE_PREPROC, True)
-            pad_note += " (the weights once, at build time)"
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
