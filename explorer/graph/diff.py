@@ -109,9 +109,10 @@ class _Matcher:
     def free_a(self) -> list[str]:
         return [n for n in self.oa if n not in self.rev and n not in self.merged_a]
 
-    def _paired_inputs_after(self, na: str, depth: int = 4) -> set[str]:
+    def _paired_inputs_after(self, na: str, depth: int = 8) -> set[str]:
         """The nearest paired nodes upstream of ``na``, looking through unpaired ones (a
-        layout_transform or a weight computation a pass inserted) up to ``depth`` edges away.
+        layout_transform or a weight computation a pass inserted; the seven nodes a Winograd
+        convolution is made of) up to ``depth`` edges away.
         After nodes are matched in order, so an unpaired producer is one no node before matched."""
         found: set[str] = set()
         seen: set[str] = set()

@@ -20,6 +20,7 @@ from explorer.errors import PipelineError
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.conv_channels import PadConvOutputChannels
 from explorer.passes.conv_taps import DropDeadConvTaps
+from explorer.passes.winograd import WinogradConv3x3
 from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.concat_copies import ConcatAsCopies
@@ -83,6 +84,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("PadConvOutputChannels", "schedx: a channels-last convolution whose output channels no vector "
            "divides (detection heads: 75, 255, 546) computes whole vectors of zero-padded weights and slices "
            "the real channels off.", lambda: PadConvOutputChannels),
+        _t("WinogradConv3x3", "schedx: a 3x3 stride-1 convolution on a large enough map as Winograd's F(4x4, 3x3): "
+           "input and output tiles transformed by constant matrices, one batched product per tile position, "
+           "0.44x the multiply-adds (TOPI's conv2d_winograd in Relay's op strategy).", lambda: WinogradConv3x3),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
         _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution whose kernel equals its stride "

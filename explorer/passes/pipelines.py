@@ -54,9 +54,10 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "ConcatAs
 # right after FoldBatchnormToConv2D (weights still an expression) TVM segfaults. Models TVM
 # cannot convert keep their layouts (explorer.passes.layout).
 # SinkTransposes cancels the transposes left around kernels that run in NHWC inside an NCHW graph
-# (int8 ones); PadConvOutputChannels needs the channels last and the weights folded.
+# (int8 ones); PadConvOutputChannels needs the channels last and the weights folded, and so does
+# WinogradConv3x3 (3x3 stride-1 convolutions as Winograd products: their weights transformed once).
 INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "SinkTransposes",
-                                                 "PadConvOutputChannels")
+                                                 "PadConvOutputChannels", "WinogradConv3x3")
                                      + _FAST_MATH + TUNING_PASSES)
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).
