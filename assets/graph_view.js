@@ -548,9 +548,12 @@ function showInfo(state, panel, i, twins) {
 }
 
 // The details sit beside the node, never over it: docked right, or left when the node is under
-// them; if the node is under them on both sides the view slides it clear.
+// them; if the node is under them on both sides the view slides it clear. A node closer than
+// CLEAR_PX to them counts as under them: the page may still shift by a scrollbar's width after.
+const CLEAR_PX = 16;
 function overlaps(a, b) {
-  return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const m = CLEAR_PX;
+  return a.left - m < b.right && b.left < a.right + m && a.top - m < b.bottom && b.top < a.bottom + m;
 }
 
 function besideNode(panel, i) {
@@ -561,11 +564,14 @@ function besideNode(panel, i) {
   info.classList.add("sx-left");
   if (!overlaps(node(), info.getBoundingClientRect())) return;
   info.classList.remove("sx-left");
-  // centre the node in the room left of the details (its left edge in the panel when it is wider)
-  const room = [panel.stage.getBoundingClientRect().left, info.getBoundingClientRect().left];
-  const box = node();
-  const to = box.width < room[1] - room[0] - 16 ? (room[0] + room[1]) / 2 - box.width / 2 : room[0] + 8;
-  panel.view.x += to - box.left;
+  // centre the node in the room left of the details; where that room is narrower than the node
+  // (a narrow panel), in the room below them
+  const stage = panel.stage.getBoundingClientRect(), box = node(), details = info.getBoundingClientRect();
+  if (box.width + 2 * CLEAR_PX < details.left - stage.left) {
+    panel.view.x += (stage.left + details.left) / 2 - box.width / 2 - box.left;
+  } else {
+    panel.view.y += (details.bottom + stage.bottom) / 2 - box.height / 2 - box.top;
+  }
   apply(panel);
 }
 
