@@ -26,7 +26,7 @@ from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
 from export.choose import NO_RECORDS
-from export.noise import Comparison, compare, spread
+from export.noise import Comparison, compare_rounds, spread, spread_rounds
 from export.schedules import TaskSchedule
 
 # Row names of `schedx bench --json` (scripts read them)
@@ -107,12 +107,12 @@ def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[fl
 
 
 def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "",
-         rounds: int = 1) -> BenchRow:
+         rounds: int = 1, by_round: list[list[float]] | None = None) -> BenchRow:
     median = statistics.median(latencies) if latencies else None
     p90 = float(np.percentile(latencies, 90)) if latencies else None
     low = high = None
     if len(latencies) >= 3:
-        s = spread(latencies)
+        s = spread_rounds(by_round) if by_round and len(by_round) > 1 else spread(latencies)
         low, high = s.low_s, s.high_s
     return BenchRow(name, compile_s, first, median, p90, len(latencies), note, low, high, rounds, tuple(latencies))
 
@@ -129,17 +129,19 @@ def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rou
     per_runs, per_budget = max(3, -(-runs // rounds)), budget_s / rounds
     names = list(contenders)
     firsts: dict[str, BenchRow] = {}
-    pooled: dict[str, list[float]] = {n: [] for n in names}
+    by_round: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
         for i, name in enumerate(names if r % 2 == 0 else names[::-1]):
             if say:
                 say(f"round {r + 1}/{rounds}: {name}", (r * len(names) + i) / (rounds * len(names)))
             row = contenders[name](per_runs, per_budget)
             firsts.setdefault(name, row)
-            pooled[name] += list(row.latencies)
-    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, rounds)
-            for n in names}
-    comparisons = [compare(pooled[a], pooled[b], a_name=rows[a].name, b_name=rows[b].name)
+            by_round[name].append(list(row.latencies))
+    pooled = {n: [t for runs in by_round[n] for t in runs] for n in names}
+    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, rounds,
+                    by_round[n]) for n in names}
+    # rounds are fresh processes: compared round by round (export.noise.compare_rounds)
+    comparisons = [compare_rounds(by_round[a], by_round[b], a_name=rows[a].name, b_name=rows[b].name)
                    for a, b in zip(names, names[1:]) if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]
     return rows, comparisons
 

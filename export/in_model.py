@@ -163,8 +163,9 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
 
 
 # The whole-model comparison: alternated rounds of plain runs (no instrument), each contender in a
-# fresh process per round, up to WHOLE_RUNS runs or WHOLE_BUDGET_S seconds in all.
-WHOLE_ROUNDS, WHOLE_RUNS, WHOLE_BUDGET_S = 4, 400, 8.0
+# fresh process per round, up to WHOLE_RUNS runs or WHOLE_BUDGET_S seconds in all. Rounds, not runs,
+# carry the noise that matters (a process's own speed: export.noise.compare_rounds), so many short ones.
+WHOLE_ROUNDS, WHOLE_RUNS, WHOLE_BUDGET_S = 8, 400, 8.0
 
 
 def _whole_model(records: Path, defaults: Path, threads: int | None, count: int) -> dict:

@@ -6,6 +6,14 @@ of the median); two contenders differ only when the interval of their ratio of m
 (then "faster" or "slower", by how much), else there is "no difference beyond the noise". The
 contenders' runs come from rounds alternated in time (see :func:`export.bench.bench_workload`), so a
 slow minute of the machine falls on both.
+
+Each round runs a bundle in a fresh process, and a process has its own speed: where its 73 MB of
+weights land, huge pages or not, which core it shares. On machine D two builds read 0.93x each
+other in one 4-round comparison and 1.08x in the next, each "beyond the noise" when every run was
+taken as an independent sample; the runs of one process are not. So where the runs come in rounds,
+:func:`compare_rounds` resamples the rounds (paired: round r of both contenders ran side by side)
+and then the runs within each: the interval holds the process-to-process spread, as pyperf's
+many processes do, and a few rounds that disagree give no verdict.
 """
 
 from __future__ import annotations
@@ -90,4 +98,52 @@ def compare(a: Sequence[float], b: Sequence[float], *, a_name: str = "a", b_name
     return Comparison(a_name, b_name, ratio, low, high, verdict)
 
 
-__all__ = ["CONFIDENCE", "Comparison", "Spread", "compare", "spread"]
+def _round_medians(rounds: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The median of the runs of the rounds ``picks`` (one row per resample), each round's runs
+    resampled too."""
+    out = np.empty(len(picks))
+    for k, row in enumerate(picks):
+        runs = [r[rng.integers(0, len(r), size=len(r))] for r in (rounds[i] for i in row)]
+        out[k] = np.median(np.concatenate(runs))
+    return out
+
+
+def spread_rounds(rounds: Sequence[Sequence[float]], seed: int = 0) -> Spread:
+    """The median of all runs with an interval from resampling the rounds, then their runs (see
+    :func:`compare_rounds`); :func:`spread` for one round."""
+    kept = [np.asarray(r, dtype=float) for r in rounds if len(r)]
+    if len(kept) <= 1:
+        return spread(kept[0] if kept else [], seed)
+    rng = np.random.default_rng(seed)
+    medians = _round_medians(kept, rng.integers(0, len(kept), size=(RESAMPLES, len(kept))), rng)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    runs = np.concatenate(kept)
+    return Spread(float(np.median(runs)), float(low), float(high), int(runs.size))
+
+
+def compare_rounds(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, a_name: str = "a",
+                   b_name: str = "b", seed: int = 0) -> Comparison:
+    """``a``'s rounds of runs against ``b``'s, round ``r`` of each run side by side: the ratio of
+    the pooled medians and an interval from resampling rounds (the same ones for both), then runs
+    within them, so that a process that ran fast or slow counts once, not once per run. With one
+    round, :func:`compare` on its runs."""
+    ra = [np.asarray(r, dtype=float) for r in a]
+    rb = [np.asarray(r, dtype=float) for r in b]
+    pairs = [(x, y) for x, y in zip(ra, rb) if x.size and y.size]
+    if not pairs:
+        raise ValueError("both contenders need runs to be compared")
+    if len(pairs) == 1:
+        return compare(pairs[0][0], pairs[0][1], a_name=a_name, b_name=b_name, seed=seed)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(pairs), size=(RESAMPLES, len(pairs)))
+    ratios = (_round_medians([x for x, _ in pairs], picks, rng)
+              / _round_medians([y for _, y in pairs], picks, rng))
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
+    ratio = float(np.median(np.concatenate([x for x, _ in pairs])) / np.median(np.concatenate([y for _, y in pairs])))
+    verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "same"
+    return Comparison(a_name, b_name, ratio, low, high, verdict)
+
+
+__all__ = ["CONFIDENCE", "Comparison", "Spread", "compare", "compare_rounds", "spread", "spread_rounds"]

@@ -57,3 +57,36 @@ def test_contenders_alternate_and_their_runs_are_pooled():
     assert rows["a"].runs == 12 and rows["a"].rounds == 4 and rows["a"].median_s == 1e-3
     assert rows["a"].compile_s == 0.5 and rows["a"].first_s == 2e-3  # the first round's
     assert [c.verdict for c in comparisons] == ["faster"] and comparisons[0].a == "a"
+
+
+def _rounds(speeds, n=40, noise=0.01, seed=0):
+    """One list of runs per round (a fresh process each), each round at its own speed."""
+    rng = np.random.default_rng(seed)
+    return [list(s * (1 + noise * rng.standard_normal(n))) for s in speeds]
+
+
+def test_rounds_whose_processes_disagree_give_no_verdict_however_many_runs():
+    """Machine D: two builds read 0.93x each other in one comparison and 1.08x in the next, each
+    'beyond the noise' with every run an independent sample. A process has its own speed; runs
+    within it do not average that out."""
+    from export.noise import compare_rounds
+
+    a = _rounds([1.00, 0.92, 1.06, 0.95], seed=1)  # the same build in four processes
+    b = _rounds([0.97, 1.04, 0.93, 1.02], seed=2)
+    flat = compare([t for r in a for t in r], [t for r in b for t in r])
+    by_round = compare_rounds(a, b)
+    assert flat.high - flat.low < by_round.high - by_round.low  # the runs alone claim a tight interval
+    assert by_round.verdict == "same" and by_round.low < 1.0 < by_round.high
+
+
+def test_rounds_that_agree_give_the_verdict():
+    from export.noise import compare_rounds, spread_rounds
+
+    a = _rounds([0.90, 0.88, 0.91, 0.89, 0.90, 0.87], seed=3)
+    b = _rounds([1.00, 0.99, 1.01, 1.00, 0.98, 1.00], seed=4)
+    c = compare_rounds(a, b, a_name="records", b_name="defaults")
+    assert c.verdict == "faster" and c.ratio == pytest.approx(0.895 / 1.0, rel=0.02)
+    assert compare_rounds(b, a).verdict == "slower"
+    s = spread_rounds(a)
+    assert s.low_s < s.median_s < s.high_s and s.runs == 6 * 40
+    assert compare_rounds([a[0]], [b[0]]).verdict == compare(a[0], b[0]).verdict  # one round: its runs
