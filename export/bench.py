@@ -107,12 +107,15 @@ def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[fl
 
 
 def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "",
-         rounds: int = 1, by_round: list[list[float]] | None = None) -> BenchRow:
+         by_round: list[list[float]] | None = None) -> BenchRow:
+    """A contender's row; ``by_round``: its runs round by round (``latencies`` pooled), whose
+    interval then counts each round (a fresh process) as one sample (:func:`spread_rounds`)."""
+    rounds = len(by_round) if by_round else 1
     median = statistics.median(latencies) if latencies else None
     p90 = float(np.percentile(latencies, 90)) if latencies else None
     low = high = None
     if len(latencies) >= 3:
-        s = spread_rounds(by_round) if by_round and len(by_round) > 1 else spread(latencies)
+        s = spread_rounds(by_round) if rounds > 1 else spread(latencies)
         low, high = s.low_s, s.high_s
     return BenchRow(name, compile_s, first, median, p90, len(latencies), note, low, high, rounds, tuple(latencies))
 
@@ -138,8 +141,8 @@ def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rou
             firsts.setdefault(name, row)
             by_round[name].append(list(row.latencies))
     pooled = {n: [t for runs in by_round[n] for t in runs] for n in names}
-    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, rounds,
-                    by_round[n]) for n in names}
+    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, by_round[n])
+            for n in names}
     # rounds are fresh processes: compared round by round (export.noise.compare_rounds)
     comparisons = [compare_rounds(by_round[a], by_round[b], a_name=rows[a].name, b_name=rows[b].name)
                    for a, b in zip(names, names[1:]) if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]

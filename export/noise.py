@@ -67,6 +67,19 @@ class Comparison:
         return f"{self.a} is {how} than {self.b} ({ci})"
 
 
+def _interval(resampled: np.ndarray) -> tuple[float, float]:
+    """The central :data:`CONFIDENCE` interval of bootstrap resamples."""
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(resampled, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _comparison(a_name: str, b_name: str, ratio: float, resampled_ratios: np.ndarray) -> Comparison:
+    low, high = _interval(resampled_ratios)
+    verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "same"
+    return Comparison(a_name, b_name, ratio, low, high, verdict)
+
+
 def _medians(sample: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     idx = rng.integers(0, len(sample), size=(RESAMPLES, len(sample)))
     return np.median(sample[idx], axis=1)
@@ -77,9 +90,8 @@ def spread(latencies: Sequence[float], seed: int = 0) -> Spread:
     sample = np.asarray(latencies, dtype=float)
     if sample.size == 0:
         raise ValueError("no runs to summarise")
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(_medians(sample, np.random.default_rng(seed)), [tail, 100 - tail])
-    return Spread(float(np.median(sample)), float(low), float(high), int(sample.size))
+    low, high = _interval(_medians(sample, np.random.default_rng(seed)))
+    return Spread(float(np.median(sample)), low, high, int(sample.size))
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, a_name: str = "a", b_name: str = "b",
@@ -90,12 +102,8 @@ def compare(a: Sequence[float], b: Sequence[float], *, a_name: str = "a", b_name
     if sa.size == 0 or sb.size == 0:
         raise ValueError("both contenders need runs to be compared")
     rng = np.random.default_rng(seed)
-    ratios = _medians(sa, rng) / _medians(sb, rng)
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
-    ratio = float(np.median(sa) / np.median(sb))
-    verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "same"
-    return Comparison(a_name, b_name, ratio, low, high, verdict)
+    return _comparison(a_name, b_name, float(np.median(sa) / np.median(sb)),
+                       _medians(sa, rng) / _medians(sb, rng))
 
 
 def _round_medians(rounds: list[np.ndarray], picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -115,11 +123,9 @@ def spread_rounds(rounds: Sequence[Sequence[float]], seed: int = 0) -> Spread:
     if len(kept) <= 1:
         return spread(kept[0] if kept else [], seed)
     rng = np.random.default_rng(seed)
-    medians = _round_medians(kept, rng.integers(0, len(kept), size=(RESAMPLES, len(kept))), rng)
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
+    low, high = _interval(_round_medians(kept, rng.integers(0, len(kept), size=(RESAMPLES, len(kept))), rng))
     runs = np.concatenate(kept)
-    return Spread(float(np.median(runs)), float(low), float(high), int(runs.size))
+    return Spread(float(np.median(runs)), low, high, int(runs.size))
 
 
 def compare_rounds(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, a_name: str = "a",
@@ -137,13 +143,9 @@ def compare_rounds(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *
         return compare(pairs[0][0], pairs[0][1], a_name=a_name, b_name=b_name, seed=seed)
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(pairs), size=(RESAMPLES, len(pairs)))
-    ratios = (_round_medians([x for x, _ in pairs], picks, rng)
-              / _round_medians([y for _, y in pairs], picks, rng))
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
-    ratio = float(np.median(np.concatenate([x for x, _ in pairs])) / np.median(np.concatenate([y for _, y in pairs])))
-    verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "same"
-    return Comparison(a_name, b_name, ratio, low, high, verdict)
+    xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+    ratio = float(np.median(np.concatenate(xs)) / np.median(np.concatenate(ys)))
+    return _comparison(a_name, b_name, ratio, _round_medians(xs, picks, rng) / _round_medians(ys, picks, rng))
 
 
 __all__ = ["CONFIDENCE", "Comparison", "Spread", "compare", "compare_rounds", "spread", "spread_rounds"]

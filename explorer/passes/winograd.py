@@ -86,7 +86,8 @@ def conv_by_winograd(x: np.ndarray, weight_hwio: np.ndarray, pads: tuple[int, in
     padded = np.zeros((n, th * TILE + 2, tw * TILE + 2, c), x.dtype)
     rows, cols = min(h, padded.shape[1] - pads[0]), min(w, padded.shape[2] - pads[1])
     padded[:, pads[0]:pads[0] + rows, pads[1]:pads[1] + cols] = x[:, :rows, :cols]
-    tiles = np.stack([padded[:, i:i + th * TILE:TILE, j:j + tw * TILE:TILE] for i in range(ALPHA) for j in range(ALPHA)])
+    tiles = np.stack([padded[:, i:i + th * TILE:TILE, j:j + tw * TILE:TILE]
+                      for i in range(ALPHA) for j in range(ALPHA)])
     v = np.einsum("er,rnyxc->enyxc", np.kron(_BT, _BT), tiles)
     m = np.einsum("enyxc,eck->enyxk", v, winograd_weights(weight_hwio))
     y = np.einsum("oe,enyxk->onyxk", np.kron(_AT, _AT), m).reshape(TILE, TILE, n, th, tw, -1)
@@ -127,8 +128,8 @@ def _winograd(call: relax.Call, builder: relax.BlockBuilder):
     data, weight = call.args
     a = call.attrs
     shape = static_ints(getattr(getattr(data, "ty", None), "shape", None) or [])
-    if (not shape or str(getattr(data.ty, "dtype", "")) != "float32" or not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32"
-            or str(call.ty.dtype) != "float32" or int(a.groups) != 1
+    if (not shape or str(getattr(data.ty, "dtype", "")) != "float32" or str(call.ty.dtype) != "float32"
+            or not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32" or int(a.groups) != 1
             or str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO"
             or str(a.out_layout or a.data_layout) != "NHWC"
             or static_ints(a.strides) != [1, 1] or static_ints(a.dilation) != [1, 1]):
