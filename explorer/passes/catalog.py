@@ -89,9 +89,10 @@ PASS_CATALOG: dict[str, PassSpec] = {
            "0.44x the multiply-adds (TOPI's conv2d_winograd in Relay's op strategy).", lambda: WinogradConv3x3),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
-        _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution whose kernel equals its stride "
-           "(upsampling heads) as a 1x1 convolution and a pixel shuffle: TOPI's multiplies zeros inserted "
-           "between the input's pixels, 3/4 of the work for stride 2.", lambda: TransposedConvAsPixelShuffle),
+        _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution (upsampling: U-Nets, GAN generators, "
+           "decoders, vocoders) as one stride-1 convolution over all its stride x stride phases, a pixel shuffle "
+           "and a crop (sub-pixel convolution): TOPI's multiplies zeros inserted between the input's pixels, "
+           "3/4 of the work for stride 2, in NCHW.", lambda: TransposedConvAsPixelShuffle),
         _t("ConcatAsCopies", "schedx: a concatenation as one kernel of copies, a block per input: TOPI picks "
            "each element's input with a chain of one test per input, and vectorized, every element loads every "
            "input (an unrolled recurrent layer concatenates its 40-100 steps).", lambda: ConcatAsCopies),
