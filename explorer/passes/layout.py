@@ -1,5 +1,5 @@
-"""``ConvertLayoutNHWC``: convolutions in NHWC with HWIO weights (1-D ones in NWC with WIO), where
-TVM can convert the model.
+"""``ConvertLayoutNHWC``: convolutions in NHWC with HWIO weights (1-D ones in NWC with WIO, 3-D
+ones in NDHWC with DHWIO), where TVM can convert the model.
 
 NHWC data with HWIO weights puts the output channel innermost in both, so a convolution's
 vectorized channel loop reads its weights contiguously (ResNet-18 with default schedules: 45 ms
@@ -17,12 +17,12 @@ import tvm
 from tvm import relax
 
 # Pooling follows its input's layout (ConvertLayout refuses a desired layout for it).
-NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"],
+NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"], "relax.nn.conv3d": ["NDHWC", "DHWIO"],
         # TVM 0.27 legalizes a transposed conv in NCHW only: kept there, with transposes around it
         # (converted along with its input, it reached the VM unlowered: "CodeGenVM cannot emit")
         "relax.nn.conv2d_transpose": ["NCHW", "IOHW"], "relax.nn.conv1d_transpose": ["NCW", "IOW"]}
 
-_CONVS = tuple(tvm.ir.Op.get(name) for name in ("relax.nn.conv2d", "relax.nn.conv1d"))
+_CONVS = tuple(tvm.ir.Op.get(name) for name in ("relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.conv3d"))
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:
