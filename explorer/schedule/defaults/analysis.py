@@ -128,6 +128,21 @@ def _divisions(expr, positions: dict[str, int]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(set(found)))
 
 
+def _access(read, positions: dict[str, int], analyzer) -> Access:
+    """What ``read`` (a buffer region) indexes with which iterators. Trailing dimensions of extent 1
+    are left out: they change no stride, so the dimension before them is the contiguous one (a
+    ``[7, 16, 1]`` weight of a one-channel convolution is contiguous along its 16 channels)."""
+    region = list(read.region)
+    shape = list(getattr(read.source, "shape", ()))
+    while len(region) > 1 and len(shape) == len(region) and _int(shape[-1]) == 1:
+        region.pop()
+        shape.pop()
+    return Access(str(getattr(read.source, "name", read.source)),
+                  tuple(_iter_positions(rg.min, positions) for rg in region),
+                  _divisions(analyzer.simplify(region[-1].min), positions) if region else (),
+                  frozenset(k for rg in region[:-1] for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
+
+
 def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
     """The facts of ``block`` in ``sch`` (see :class:`BlockFacts`)."""
     blk = sch.get(block)
@@ -155,12 +170,7 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
     analyzer = sym.Analyzer()
     for iv in iters:
         analyzer.bind(iv.var, iv.dom)
-    reads = tuple(Access(str(getattr(r.source, "name", r.source)),
-                         tuple(_iter_positions(rg.min, positions) for rg in r.region),
-                         _divisions(analyzer.simplify(r.region[-1].min), positions) if len(r.region) else (),
-                         frozenset(k for rg in list(r.region)[:-1]
-                                   for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
-                  for r in blk.reads)
+    reads = tuple(_access(r, positions, analyzer) for r in blk.reads)
     return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
                       dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)
 

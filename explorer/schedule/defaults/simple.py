@@ -196,13 +196,14 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
 
 def _reduction_lanes(facts: BlockFacts, cpu: CpuSpec) -> int:
     """Lanes to reduce in parallel partial results (rfactor): where the innermost reduction runs
-    over at least two vectors read contiguously (a tail shorter than a vector is done apart),
-    else 0 (left serial)."""
+    over at least a vector read contiguously, and the whole reduction over at least two (the outer
+    reductions add into the same vector: a one-channel convolution's 7 taps x 16 channels; a tail
+    shorter than a vector is done apart), else 0 (left serial)."""
     if not facts.reduce or not facts.dtype.startswith("float"):
         return 0
     inner, lanes = facts.reduce[-1], cpu.lanes(facts.dtype)
     extent = facts.extents[inner]
-    if lanes < 2 or extent < 2 * lanes:
+    if lanes < 2 or extent < lanes or math.prod(facts.extents[k] for k in facts.reduce) < 2 * lanes:
         return 0
     if any(a.uses(inner) and (inner not in a.last or len(a.last) > 1 or a.groups) for a in facts.reads):
         return 0  # not contiguous along it: a vector would gather

@@ -291,6 +291,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     facts = block_facts(sch, block)
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
+    relaid = _relayout_gathered_copies(sch, block, facts)
+    if relaid:
+        facts = block_facts(sch, block)
     vec = vector_axis(facts)
     width = ragged_group_width(facts, vec, row_axis(facts, vec), cpu)
     if width is not None:
@@ -342,13 +345,16 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         safe_schedule(sch, copy, cpu)  # by rows: fused, its vectors would gather across the padded rows
     for pad in pads:
         safe_schedule(sch, pad, cpu)
+    for copy in relaid:  # each tile's part of the copy, written just before the tile reads it (in cache)
+        sch.compute_at(copy, sch.get_loops(block)[0])
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
         _, lane = sch.split(pack_loops[-1], [None, tiling.vec_tile])  # one panel row: contiguous both ways
         sch.vectorize(lane)
     return (tiling.describe(facts) + fused_note + pad_note
-            + (", weights packed in panels" if packed is not None else ""))
+            + (", weights packed in panels" if packed is not None else "")
+            + (f", {len(relaid)} padded input(s) copied with the vector axis innermost, tile by tile" if relaid else ""))
 
 
 def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
@@ -363,6 +369,43 @@ def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
         # its producer (an SE block's 1x1xC gate times the 7x7xC map); nothing was changed yet
         return False
     return True
+
+
+def _permutation(order: list[int]):
+    """An index map (for ``transform_layout``) that puts dimension ``order[i]`` at position ``i``."""
+    return lambda *idx: tuple(idx[d] for d in order)
+
+
+def _relayout_gathered_copies(sch: s_tir.Schedule, block, facts: BlockFacts) -> list:
+    """Where the output's innermost axis would gather from a buffer this kernel writes itself (a
+    padded copy of the input), write that copy with the gathered dimension innermost instead, so
+    that the vector axis reads it contiguously. A one-channel convolution (a vocoder's or a mask
+    head's last layer) has no output channels to vectorize: its pixels are, and NHWC's padded copy
+    reads them ``C`` floats apart (3.5% of the peak); laid out ``[N, C, W]`` the pixels are
+    contiguous. Returns the blocks that write the buffers laid out again (none: nothing changed)."""
+    try:
+        vector_axis(facts)
+        return []
+    except NotApplicable:
+        pass
+    vec = next((k for k in reversed(facts.out_dims)
+                if k is not None and not facts.reduction[k] and facts.extents[k] > 1), None)
+    if vec is None:
+        return []
+    own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
+    moves = []
+    for index, access in enumerate(facts.reads):
+        if not access.uses(vec) or vec in access.last:
+            continue
+        dims = [d for d, used in enumerate(access.dims) if vec in used]
+        if access.buffer not in own or len(dims) != 1 or access.divided or access.groups:
+            return []  # a model's input or weight (not ours to lay out), or a gather no layout undoes
+        moves.append((index, dims[0], len(sch.get(block).reads[index].region)))
+    for index, dim, rank in moves:
+        # the buffer's own rank (trailing unit dimensions included); ``dim`` counts from the front
+        order = [d for d in range(rank) if d != dim] + [dim]
+        sch.transform_layout(block, ("read", index), _permutation(order))
+    return [own[facts.reads[i].buffer] for i, _, _ in moves]
 
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
