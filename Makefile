@@ -35,7 +35,7 @@ bench: setup-dev system
 	$(BIN)/python -m benchmarks.bench_schedule
 	$(BIN)/python -m benchmarks.bench_store
 
-# 48 real architectures exported to ONNX in ~/.cache/schedx/corpus (about 5 min), then each one
+# 52 real architectures exported to ONNX in ~/.cache/schedx/corpus (about 5 min), then each one
 # imported, exported, verified and timed against ONNX Runtime with no search (about 30 min)
 corpus: setup-dev
 	$(BIN)/python -m pip install -q -e ".[corpus]"

@@ -74,6 +74,16 @@ def torchvision_segmenter(name: str, shape=(1, 3, 256, 256)):
     return build
 
 
+def torchvision_video(name: str, shape=(1, 3, 8, 112, 112)):
+    """A torchvision video classifier (3-D convolutions) on a short clip, seeded weights."""
+    def build():
+        from benchmarks.corpus.shims import torchvision
+
+        _seeded()
+        return getattr(torchvision.models.video, name)(weights=None).eval(), _image(shape)
+    return build
+
+
 def ssdlite_heads():
     """SSDlite320 (MobileNetV3 backbone): the raw box and class heads, as deployed before NMS."""
     from benchmarks.corpus.shims import torchvision
@@ -309,6 +319,75 @@ def byte_conv_classifier():
     return Bytes().eval(), {"data": torch.randint(0, 257, (1, 4096))}
 
 
+def pix2pix_unet():
+    """An image-to-image U-Net (pix2pix): 4x4 stride-2 convolutions down, 4x4 stride-2 transposed
+    convolutions up (padding 1), skip connections concatenated, tanh out."""
+    torch = _seeded()
+    nn = torch.nn
+
+    def down(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.LeakyReLU(0.2))
+
+    def up(cin, cout):
+        return nn.Sequential(nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.downs = nn.ModuleList([down(3, 32), down(32, 64), down(64, 128), down(128, 256), down(256, 256)])
+            self.ups = nn.ModuleList([up(256, 256), up(512, 128), up(256, 64), up(128, 32)])
+            self.out = nn.ConvTranspose2d(64, 3, 4, 2, 1)
+
+        def forward(self, image):
+            skips, x = [], image
+            for d in self.downs:
+                x = d(x)
+                skips.append(x)
+            for u, skip in zip(self.ups, reversed(skips[:-1])):
+                x = torch.cat([u(x), skip], 1)
+            return torch.tanh(self.out(x))
+    return UNet().eval(), {"image": torch.randn(1, 3, 128, 128)}
+
+
+def dcgan_generator():
+    """A DCGAN generator: a 100-d code to a 64x64 image by 4x4 transposed convolutions (stride 2,
+    padding 1), batch-norm and ReLU, tanh out."""
+    torch = _seeded()
+    nn = torch.nn
+
+    def up(cin, cout, stride=2, pad=1):
+        return [nn.ConvTranspose2d(cin, cout, 4, stride, pad, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+    net = nn.Sequential(*up(100, 512, 1, 0), *up(512, 256), *up(256, 128), *up(128, 64),
+                        nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn.Tanh())
+    return net.eval(), {"code": torch.randn(1, 100, 1, 1)}
+
+
+def melgan_vocoder():
+    """A MelGAN-style vocoder: 80 mel bands to a waveform through 1-D transposed convolutions
+    (kernel 16 stride 8, then kernel 4 stride 2, padding half the stride), dilated residual 1-D
+    convolutions, leaky ReLU, tanh out."""
+    torch = _seeded()
+    nn = torch.nn
+
+    class Residual(nn.Module):
+        def __init__(self, channels, dilation):
+            super().__init__()
+            self.block = nn.Sequential(nn.LeakyReLU(0.2), nn.Conv1d(channels, channels, 3, dilation=dilation,
+                                                                     padding=dilation),
+                                       nn.LeakyReLU(0.2), nn.Conv1d(channels, channels, 1))
+
+        def forward(self, x):
+            return x + self.block(x)
+
+    def stage(cin, cout, kernel, stride):
+        return [nn.LeakyReLU(0.2), nn.ConvTranspose1d(cin, cout, kernel, stride, padding=(kernel - stride) // 2),
+                *(Residual(cout, 3 ** i) for i in range(3))]
+    net = nn.Sequential(nn.Conv1d(80, 256, 7, padding=3), *stage(256, 128, 16, 8), *stage(128, 64, 16, 8),
+                        *stage(64, 32, 4, 2), *stage(32, 16, 4, 2), nn.LeakyReLU(0.2),
+                        nn.Conv1d(16, 1, 7, padding=3), nn.Tanh())
+    return net.eval(), {"mel": torch.randn(1, 80, 32)}
+
+
 def yolo_nano():
     """A YOLOv5n-style detector: Conv-BN-SiLU, C3 blocks, SPPF, a PAN neck with nearest upsampling
     and concatenation, three detection heads decoded with a sigmoid and grids."""
@@ -469,6 +548,10 @@ ARCHITECTURES: tuple[Arch, ...] = (
     Arch("byte_conv_classifier", "1-d cnn", "custom", byte_conv_classifier),
     Arch("yolo_nano", "detection", "custom", yolo_nano, exporter="torchscript"),
     Arch("dbnet_text_detector", "detection", "custom", text_detector_dbnet),
+    Arch("r3d_18", "video", "torchvision", torchvision_video("r3d_18")),
+    Arch("pix2pix_unet", "image to image", "custom", pix2pix_unet),
+    Arch("dcgan_generator", "generative", "custom", dcgan_generator),
+    Arch("melgan_vocoder", "speech", "custom", melgan_vocoder),
     Arch("onnx_inception_v1", "cnn", "onnx-package", package_file="light/light_inception_v1.onnx"),
     Arch("onnx_inception_v2", "cnn", "onnx-package", package_file="light/light_inception_v2.onnx"),
     Arch("onnx_shufflenet", "mobile cnn", "onnx-package", package_file="light/light_shufflenet.onnx"),
