@@ -346,7 +346,10 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     for pad in pads:
         safe_schedule(sch, pad, cpu)
     for copy in relaid:  # each tile's part of the copy, written just before the tile reads it (in cache)
-        sch.compute_at(copy, sch.get_loops(block)[0])
+        try:
+            sch.compute_at(copy, sch.get_loops(block)[0])
+        except s_tir.ScheduleError:
+            pass  # the whole copy first, at the root (the caller schedules it with the other blocks)
     if packed is not None:
         pack_loops = sch.get_loops(packed)
         sch.parallel(pack_loops[0])
@@ -393,13 +396,15 @@ def _relayout_gathered_copies(sch: s_tir.Schedule, block, facts: BlockFacts) -> 
     if vec is None:
         return []
     own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
-    moves = []
+    moves, seen = [], set()
     for index, access in enumerate(facts.reads):
         if not access.uses(vec) or vec in access.last:
             continue
         dims = [d for d, used in enumerate(access.dims) if vec in used]
-        if access.buffer not in own or len(dims) != 1 or access.divided or access.groups:
-            return []  # a model's input or weight (not ours to lay out), or a gather no layout undoes
+        if (access.buffer not in own or access.buffer in seen or len(dims) != 1 or access.divided
+                or access.groups):
+            return []  # a model's input or weight (not ours to lay out), read twice, or a gather no layout undoes
+        seen.add(access.buffer)
         moves.append((index, dims[0], len(sch.get(block).reads[index].region)))
     for index, dim, rank in moves:
         # the buffer's own rank (trailing unit dimensions included); ``dim`` counts from the front
