@@ -114,3 +114,30 @@ def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime
         want = tvm_run(SimpleNamespace(mod=before, info=loaded.info), feeds)[0]
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)  # same computation, other layout
         assert np.abs(got - ort_run(model, feeds)[0]).max() <= 2 * step
+
+
+def test_a_concatenation_of_parts_transposed_alike_runs_before_the_transpose():
+    """A U-Net joins its upsampled map (written NHWC, transposed to NCHW) and its skip (a leaky
+    ReLU of an NHWC conv, transposed too) on the channel axis, and the next conv wants NHWC: the
+    concatenation runs on the NHWC parts (axis 3), and no transpose is left."""
+    bb = relax.BlockBuilder()
+    up = relax.Var("up", relax.TensorType((1, 8, 8, 16), "float32"))
+    skip = relax.Var("skip", relax.TensorType((1, 8, 8, 4), "float32"))
+    with bb.function("main", [up, skip]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.permute_dims(up, [0, 3, 1, 2]))
+            b = bb.emit(relax.op.nn.leakyrelu(relax.op.permute_dims(skip, [0, 3, 1, 2]), 0.2))
+            joined = bb.emit(relax.op.concat([a, b], axis=1))
+            out = bb.emit_output(relax.op.permute_dims(joined, [0, 2, 3, 1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    sunk = SinkTransposes(mod)
+    script = sunk.script()
+    assert "R.permute_dims" not in script and "axis=3" in script, script
+    rng = np.random.default_rng(2)
+    feeds = [rng.standard_normal((1, 8, 8, 16)).astype("float32"), rng.standard_normal((1, 8, 8, 4)).astype("float32")]
+
+    def run(m):
+        ex = tvm.compile(m, target=tvm.target.Target({"kind": "llvm"}))
+        return relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(f) for f in feeds]).numpy()
+    np.testing.assert_array_equal(run(sunk), run(mod))

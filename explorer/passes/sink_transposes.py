@@ -9,7 +9,8 @@ max-pool over NCHW (stride-2 reads along the rows it vectorizes) and more in the
 ONNX Runtime's transpose optimizer does the same thing for the same reason.
 
 For ``z = op(permute_dims(y, p), ...)``, where ``op`` is elementwise (the other operands constants
-or transposed the same way) or a pool, ``op`` is computed on ``y`` and ``z`` becomes
+or transposed the same way), a pool or a concatenation of parts all transposed the same way (a
+U-Net's skip joined to its upsampled map), ``op`` is computed on ``y`` and ``z`` becomes
 ``permute_dims(op'(y), p)``: the same values. Constants are transposed to match, a quantize's
 channel axis and a pool's layout follow ``p``. The next op sees a transpose again and the move
 repeats; ``permute_dims(permute_dims(y, p), inverse of p)`` is ``y``. Transposes no one reads any
@@ -26,8 +27,9 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from explorer.relax_walk import is_constant
 
 _PERMUTE = "relax.permute_dims"
-_UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "sigmoid", "tanh", "exp", "round", "floor", "ceil",
-                                 "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
+_UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "nn.leakyrelu", "sigmoid", "tanh", "exp", "round", "floor",
+                                 "ceil", "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
+_CONCAT = "relax.concat"
 _BINARY = {f"relax.{n}" for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
 _QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequantize}
 _POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
@@ -115,6 +117,24 @@ class _Sinker(PyExprMutator):
                                 bool(a.count_include_pad), layout="NHWC", out_layout="NHWC")
         return None
 
+    def _concat(self, call: relax.Call) -> relax.Expr:
+        """``concat([permute_dims(y_i, p)], axis)`` as ``permute_dims(concat([y_i], p[axis]), p)`` when
+        every part is transposed the same way (a U-Net's skip joined to an upsampled map)."""
+        parts = call.args[0]
+        if isinstance(parts, relax.Var):
+            parts = self.lookup_binding(parts)
+        if not isinstance(parts, relax.Tuple) or not parts.fields or call.attrs.axis is None:
+            return call
+        first = self._transposed(parts.fields[0])
+        ys = self._matching(list(parts.fields), first[1]) if first is not None else None
+        if ys is None:
+            return call
+        perm = first[1]
+        axis = int(call.attrs.axis) % len(perm)
+        self.moved += 1
+        joined = self.builder_.emit(relax.op.concat(ys, axis=perm[axis]))
+        return relax.op.permute_dims(joined, list(perm))
+
     def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call) or not call.args:
@@ -130,6 +150,8 @@ class _Sinker(PyExprMutator):
                     return y
                 return relax.op.permute_dims(y, list(combined))
             return call
+        if _op_name(call) == _CONCAT:
+            return self._concat(call)
         t = self._transposed(call.args[0])
         if t is None:
             return call
