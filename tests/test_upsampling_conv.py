@@ -1,5 +1,5 @@
 """TransposedConvAsPixelShuffle: a transposed convolution (any stride, kernel, padding, output
-padding, groups; 1-D and 2-D) becomes a stride-1 convolution over all its phases, a pixel shuffle
+padding, groups; 1-D, 2-D and 3-D) becomes a stride-1 convolution over all its phases, a pixel shuffle
 and a crop, with the same outputs as ONNX Runtime's ConvTranspose."""
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ CASES = {
     "kernel_below_stride": dict(kernel=2, stride=3, size=(5, 6)),
     "1d_vocoder_16_s8_p4": dict(kernel=16, stride=8, pads=4, size=(12,)),
     "1d_3_s2_op1": dict(kernel=3, pads=1, output_padding=1, size=(10,)),
+    "3d_volumetric_unet_2_s2": dict(size=(4, 5, 6)),
+    "3d_3_s2_p1_op1": dict(kernel=3, pads=1, output_padding=1, size=(3, 4, 5), channels=(4, 2)),
 }
 
 
@@ -57,7 +59,7 @@ def test_the_rewrite_computes_onnx_runtimes_transposed_convolution(case):
     loaded = import_onnx(model)
     rewritten = TransposedConvAsPixelShuffle(loaded.mod)
     script = rewritten.script()
-    assert "_transpose(" not in script and ("R.nn.conv1d(" in script or "R.nn.conv2d(" in script), script
+    assert "_transpose(" not in script and any(f"R.nn.conv{d}d(" in script for d in (1, 2, 3)), script
     feeds = random_feeds(model)
     (want,) = ort_run(model, feeds)
     (got,) = tvm_run(dataclasses.replace(loaded, mod=rewritten), feeds)

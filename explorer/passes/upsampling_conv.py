@@ -19,7 +19,7 @@ is written channels last (NHWC data, HWIO weights, a phase's output channels one
 two layout transposes that cancel against the ones around the model's other convolutions; the
 convolution gets the default tiles (and Winograd's where it pays).
 
-Rewritten: 1-D and 2-D, constant weights, any stride, kernel, padding, output padding and groups;
+Rewritten: 1-D, 2-D and 3-D (volumetric U-Nets), constant weights, any stride, kernel, padding, output padding and groups;
 dilated ones are left to TOPI.
 """
 
@@ -33,7 +33,12 @@ from tvm import relax
 
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 
-_CONV_T = {"relax.nn.conv2d_transpose": (2, "NCHW", "IOHW"), "relax.nn.conv1d_transpose": (1, "NCW", "IOW")}
+# transposed op -> (spatial dims, its data / kernel layouts, the stride-1 conv and its channels-last layouts)
+_CONV_T = {
+    "relax.nn.conv1d_transpose": (1, "NCW", "IOW", relax.op.nn.conv1d, "NWC", "WIO"),
+    "relax.nn.conv2d_transpose": (2, "NCHW", "IOHW", relax.op.nn.conv2d, "NHWC", "HWIO"),
+    "relax.nn.conv3d_transpose": (3, "NCDHW", "IODHW", relax.op.nn.conv3d, "NDHWC", "DHWIO"),
+}
 
 
 def _phase_weights(w: np.ndarray, strides: list[int], groups: int) -> np.ndarray:
@@ -65,7 +70,7 @@ def _as_pixel_shuffle(call: relax.Call, builder):
     spec = _CONV_T.get(getattr(call.op, "name", ""))
     if spec is None:
         return None
-    dims, data_layout, kernel_layout = spec
+    dims, data_layout, kernel_layout, conv, conv_data_layout, conv_kernel_layout = spec
     data, weight = call.args
     a = call.attrs
     if (not isinstance(weight, tvm.ir.Constant) or a.data_layout != data_layout
@@ -93,10 +98,8 @@ def _as_pixel_shuffle(call: relax.Call, builder):
     # shuffle in NCHW sat between two layout transposes, 16% of a vocoder's time)
     spatial = list(range(2, 2 + dims))
     x = relax.op.permute_dims(data, [0] + spatial + [1])
-    conv = relax.op.nn.conv2d if dims == 2 else relax.op.nn.conv1d
-    y = conv(x, kernel, padding=[t - 1 for t in taps] + right, groups=groups,
-             data_layout="NHWC" if dims == 2 else "NWC", kernel_layout="HWIO" if dims == 2 else "WIO",
-             out_dtype=str(call.ty.dtype))
+    y = conv(x, kernel, padding=[t - 1 for t in taps] + right, groups=groups, data_layout=conv_data_layout,
+             kernel_layout=conv_kernel_layout, out_dtype=str(call.ty.dtype))
     # [n, *q, (g, *r, co)] -> [n, q0, r0, (q1, r1), (g), co]
     g = [groups] if groups > 1 else []
     y = relax.op.reshape(y, [n] + length + g + strides + [cout_g])
