@@ -88,12 +88,13 @@ def _as_pixel_shuffle(call: relax.Call, builder):
     n, _, *size = shape
     out_size = out_shape[2:]
     cout_g = w.shape[1]
-    taps = [math.ceil(k / s) for k, s in zip(w.shape[2:], strides)]
+    phase_weights = _phase_weights(w, strides, groups)
+    taps = list(phase_weights.shape[:dims])  # ceil(k / s) per axis
+    kernel = relax.const(phase_weights, str(w.dtype))
     # the stride-1 convolution's output length per axis: enough phases to cover the cropped output
     needed = [math.ceil((padding[d] + out_size[d]) / strides[d]) for d in range(dims)]
     right = [max(0, needed[d] - size[d]) for d in range(dims)]
     length = [size[d] + right[d] for d in range(dims)]
-    kernel = relax.const(_phase_weights(w, strides, groups), str(w.dtype))
     # channels last from the start: the shuffle then moves whole vectors of output channels (a
     # shuffle in NCHW sat between two layout transposes, 16% of a vocoder's time)
     spatial = list(range(2, 2 + dims))

@@ -95,14 +95,17 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _innermost_output_axis(facts: BlockFacts) -> int | None:
+    """The iterator of the output's innermost dimension that has more than one element."""
+    return next((k for k in reversed(facts.out_dims)
+                 if k is not None and not facts.reduction[k] and facts.extents[k] > 1), None)
+
+
 def vector_axis(facts: BlockFacts) -> int:
     """The iterator of the output's innermost dimension that has more than one element; every
     operand that varies with it must vary along its own innermost dimension (no gathers)."""
-    for k in reversed(facts.out_dims):
-        if k is not None and not facts.reduction[k] and facts.extents[k] > 1:
-            vec = k
-            break
-    else:
+    vec = _innermost_output_axis(facts)
+    if vec is None:
         raise NotApplicable("no spatial output axis to vectorize")
     for access in facts.reads:
         if access.uses(vec) and vec not in access.last:
@@ -291,10 +294,14 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     facts = block_facts(sch, block)
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
-    relaid = _relayout_gathered_copies(sch, block, facts)
-    if relaid:
+    try:
+        vec, relaid = vector_axis(facts), []
+    except NotApplicable:  # a gather from a copy the kernel writes itself: lay the copy out for the vectors
+        relaid = _relayout_gathered_copies(sch, block, facts)
+        if not relaid:
+            raise
         facts = block_facts(sch, block)
-    vec = vector_axis(facts)
+        vec = vector_axis(facts)
     width = ragged_group_width(facts, vec, row_axis(facts, vec), cpu)
     if width is not None:
         consumers = sch.get_consumers(block)
@@ -380,19 +387,13 @@ def _permutation(order: list[int]):
 
 
 def _relayout_gathered_copies(sch: s_tir.Schedule, block, facts: BlockFacts) -> list:
-    """Where the output's innermost axis would gather from a buffer this kernel writes itself (a
+    """Where the output's innermost axis gathers from a buffer this kernel writes itself (a
     padded copy of the input), write that copy with the gathered dimension innermost instead, so
     that the vector axis reads it contiguously. A one-channel convolution (a vocoder's or a mask
     head's last layer) has no output channels to vectorize: its pixels are, and NHWC's padded copy
     reads them ``C`` floats apart (3.5% of the peak); laid out ``[N, C, W]`` the pixels are
     contiguous. Returns the blocks that write the buffers laid out again (none: nothing changed)."""
-    try:
-        vector_axis(facts)
-        return []
-    except NotApplicable:
-        pass
-    vec = next((k for k in reversed(facts.out_dims)
-                if k is not None and not facts.reduction[k] and facts.extents[k] > 1), None)
+    vec = _innermost_output_axis(facts)
     if vec is None:
         return []
     own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
