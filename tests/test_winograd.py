@@ -72,9 +72,10 @@ def _task_names(path) -> list[str]:
 def test_a_convolution_becomes_products_and_tile_gathers(tmp_path):
     names = _task_names(_conv_model(tmp_path / "c.onnx"))
     assert not any("conv2d" in n for n in names), names
-    assert sum("matmul" in n for n in names) == 3, names  # input transform, batched product, output transform
-    assert any("winograd_input_tiles" in n for n in names) and any("winograd_output_tiles" in n and "relu" in n
-                                                                   for n in names), names  # the epilogue follows
+    # the input transform's column half, the batched product, the output transform
+    assert sum("matmul" in n for n in names) == 3, names
+    assert any("winograd_input_rows" in n for n in names) and any("winograd_output_tiles" in n and "relu" in n
+                                                                  for n in names), names  # the epilogue follows
 
 
 @pytest.mark.parametrize("kind", ["stride", "group", "dilation", "small_map"])
@@ -85,13 +86,21 @@ def test_convolutions_the_rule_or_the_transform_cannot_take_stay_direct(tmp_path
     assert any("conv2d" in n for n in names) and not any("winograd" in n for n in names), names
 
 
+def _batched_product(task) -> bool:
+    return "matmul" in task.name and len(task.mod["main"].params[0].shape) == 3
+
+
+def _input_rows(task) -> bool:  # the gather of the input tiles with B^T applied to their rows
+    return "winograd_input_rows" in task.name
+
+
+@pytest.mark.parametrize("kernel", [_batched_product, _input_rows])
 @pytest.mark.parametrize("spec", ["cpu:x86-64-v3", "cpu:x86-64-v4", "aarch64:cortex-a76"])
-def test_the_batched_product_gets_vector_register_tiles_on_every_width(tmp_path, spec):
+def test_the_products_get_vector_register_tiles_on_every_width(tmp_path, spec, kernel):
     target = parse_target(spec)
     cpu = target.cpu_spec()
     tasks = load_workload(_conv_model(tmp_path / "c.onnx")).tasks()
-    batched = next(t for t in tasks if "matmul" in t.name and len(t.mod["main"].params[0].shape) == 3)
-    func, choice = default_schedule(batched.mod["main"], cpu)
+    func, choice = default_schedule(next(t for t in tasks if kernel(t)).mod["main"], cpu)
     tile = TILE.search(" ".join(choice.steps))
     assert tile and int(tile.group(2)) % cpu.lanes("float32") == 0, choice.steps
     if spec.startswith("cpu"):  # compiled, not run: multiply-adds on the width's registers
