@@ -14,7 +14,7 @@ has none. Here the three steps are Relax operators, so that the kernels they bec
 searched, exported and verified as any other: the input transform in its two separable halves (a
 gather of the input tiles straight into ``B^T d``, zeros for the padding, then the product by ``B``
 on the other side: 12 multiply-adds per value, where one product by the dense ``kron(B^T, B^T)``
-took 36 and a kernel of its own for the gather), the batched product by the transformed weights, the
+took 36; as many kernels as before, the gather now sharing its kernel with the first half), the batched product by the transformed weights, the
 output transform as a product by ``kron(A^T, A^T)``, and a gather of the output tiles into NHWC,
 which the epilogue (bias, activation, residual) follows as before.
 
