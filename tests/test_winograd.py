@@ -103,6 +103,9 @@ def test_the_products_get_vector_register_tiles_on_every_width(tmp_path, spec, k
     func, choice = default_schedule(next(t for t in tasks if kernel(t)).mod["main"], cpu)
     tile = TILE.search(" ".join(choice.steps))
     assert tile and int(tile.group(2)) % cpu.lanes("float32") == 0, choice.steps
+    if kernel is _batched_product:  # one weight matrix per tile point, packed in panels of the tile's width
+        # unless its rows are one tile wide already (contiguous as they are)
+        assert ("weights packed in panels" in choice.steps[0]) is (int(tile.group(2)) < 64), choice.steps
     if spec.startswith("cpu"):  # compiled, not run: multiply-adds on the width's registers
         asm = code_views(tvm.IRModule({"main": func}), target).asm
         register = "zmm" if "v4" in spec else "ymm"

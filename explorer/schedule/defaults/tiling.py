@@ -236,10 +236,12 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
 def _weight_bytes(facts: BlockFacts, vec: int) -> int:
     """Bytes of the weights: an operand indexed by the vector axis and reductions only (NHWC conv
     and matmul weights; not an NCHW conv's input, which the vector axis also indexes), from the
-    extents of the iterators that index it."""
+    extents of the iterators that index it; of a batch of weights (:func:`_batched_weight`), one
+    batch's."""
     other_spatial = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
-    sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims)) for a in facts.reads
-             if a.uses(vec) and not any(a.uses(k) for k in other_spatial)]
+    rows = row_axis(facts, vec)
+    sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims) - other_spatial) for a in facts.reads
+             if a.uses(vec) and (not any(a.uses(k) for k in other_spatial) or _batched_weight(a, rows, other_spatial))]
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
@@ -263,13 +265,16 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without packing;
     BERT's 768x3072 products 57 -> 89."""
     other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
+    rows = row_axis(facts, vec)
     regions = sch.get(block).reads
     for i, access in enumerate(facts.reads):
-        if access.last != frozenset({vec}) or len(access.dims) < 2 or any(access.uses(k) for k in other):
+        if access.last != frozenset({vec}) or len(access.dims) < 2:
             continue
         buffer = regions[i].source
-        shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
         free = _is_weight(sch, buffer)
+        if any(access.uses(k) for k in other) and not (free and _batched_weight(access, rows, other)):
+            continue
+        shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
         # a copy made on every call pays only where tiles reuse it: rows of outputs that share it
         # (a global average pool reads each input once: copying 1x7x7x1280 first took it 0.005 -> 0.063 ms)
         conflicts = shape[-1] * item % 1024 == 0 and bool(other)
@@ -282,6 +287,16 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
             sch.annotate(packed, LAYOUT_REWRITE_PREPROC, True)
         return packed
     return None
+
+
+def _batched_weight(access, rows: int | None, other: set[int]) -> bool:
+    """Whether a weight that varies with output axes besides the vector axis does so only as a
+    batch of weights: leading dimensions each indexed by one such axis alone, never by the tile's
+    rows (Winograd's products, ``[36, C_in, C_out]``: one weight matrix per point of the tile).
+    A register tile stays inside one batch, so each batch packs into panels of its own."""
+    spatial_dims = [dim for dim in access.dims if dim & other]
+    return rows not in set().union(*access.dims) and all(
+        len(dim) == 1 for dim in spatial_dims) and list(access.dims[:len(spatial_dims)]) == spatial_dims
 
 
 def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True, pixels: bool = True,
