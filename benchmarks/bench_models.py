@@ -217,9 +217,15 @@ def show_model(r: dict) -> None:
             m = s["in_model"]
             out(f"  checked inside the model ({m['seconds']} s): {m['kept']} records kept, {m['dropped']} dropped (not "
                 f"faster than the default there by 2% in the median round, or not applicable)")
+            kept = [t for t in m["tasks"].values() if t["kept"] and t.get("default_s") and t.get("record_s")]
+            if kept:
+                saved = sum(t["default_s"] - t["record_s"] for t in kept)
+                out(f"  in place, the kept records' kernels: {saved * 1e3:.3f} ms per run less than the defaults' "
+                    f"(their best rounds; the estimate from cold timings above)")
             w = m.get("whole") or {}
             if w:
-                out(f"  the {w['records']} records together, the whole model against the defaults: {w['verdict']} "
+                out(f"  the {w['records']} records together, the whole model against the defaults in "
+                    f"{w.get('rounds', '?')} alternated rounds: {w['verdict']} "
                     f"(ratio {w['ratio']:.3f}, 95% CI {w['low']:.3f}-{w['high']:.3f}): "
                     + ("kept" if w["verdict"] == "faster" else "none shipped"))
     for name, ms in r["median_ms"].items():

@@ -104,6 +104,6 @@ def test_a_foreground_tune_prints_a_line_per_batch(tmp_path):
     assert len(lines) >= 2 and "/8 trials" in lines[-1] and "GFLOPS" in lines[-1], r.output
     assert "timing each task's default schedule first" in r.output
     # issue 28: per task the default and the chosen schedule, timed cold in turns, and the gain per run
-    table = r.output[r.output.index("per task, in the model"):].splitlines()
+    table = r.output[r.output.index("per task, timed alone"):].splitlines()
     assert "chosen from" in table[1] and "matmul" in table[2], r.output
     assert table[2].split()[-1] in ("default", "sketch") or "default rules" in table[2], table[2]
