@@ -120,14 +120,11 @@ def _row(name: str, compile_s: float | None, first: float, latencies: list[float
     return BenchRow(name, compile_s, first, median, p90, len(latencies), note, low, high, rounds, tuple(latencies))
 
 
-def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
-              budget_s: float, say: Progress | None = None) -> tuple[dict[str, BenchRow], list[Comparison]]:
-    """Time every contender in ``rounds`` rounds, in turns, the order reversed every other round (no
-    contender always runs first, or always after the same one; a slow minute of the machine falls
-    on all), each round ``runs / rounds`` runs within ``budget_s / rounds`` seconds. A contender is
-    a function ``(runs, budget_s) -> BenchRow``; its rows are pooled: one row per contender (the
-    first round's compile and first-run times, every round's runs), and the comparisons of
-    consecutive contenders, decided under the noise (:mod:`export.noise`)."""
+def alternate_rounds(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
+                     budget_s: float, say: Progress | None = None
+                     ) -> tuple[dict[str, BenchRow], dict[str, list[list[float]]]]:
+    """The timing of :func:`alternate`: per contender, its first row (compile and first-run times)
+    and its runs round by round, for a caller that pools rounds of several calls."""
     rounds = max(1, rounds)
     per_runs, per_budget = max(3, -(-runs // rounds)), budget_s / rounds
     names = list(contenders)
@@ -140,6 +137,19 @@ def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rou
             row = contenders[name](per_runs, per_budget)
             firsts.setdefault(name, row)
             by_round[name].append(list(row.latencies))
+    return firsts, by_round
+
+
+def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
+              budget_s: float, say: Progress | None = None) -> tuple[dict[str, BenchRow], list[Comparison]]:
+    """Time every contender in ``rounds`` rounds, in turns, the order reversed every other round (no
+    contender always runs first, or always after the same one; a slow minute of the machine falls
+    on all), each round ``runs / rounds`` runs within ``budget_s / rounds`` seconds. A contender is
+    a function ``(runs, budget_s) -> BenchRow``; its rows are pooled: one row per contender (the
+    first round's compile and first-run times, every round's runs), and the comparisons of
+    consecutive contenders, decided under the noise (:mod:`export.noise`)."""
+    names = list(contenders)
+    firsts, by_round = alternate_rounds(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=say)
     pooled = {n: [t for runs in by_round[n] for t in runs] for n in names}
     rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, by_round[n])
             for n in names}
