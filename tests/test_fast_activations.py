@@ -108,22 +108,36 @@ def test_hard_swish_and_hard_sigmoid_join_their_convolution_without_transposes(t
 
 
 def _powers(path):
-    """|x| ** 3 + |x| ** 2 + |x| ** 0.5 (GPT-2's GELU cubes, LayerNorm exports square): each a
-    powf call per element unless rewritten."""
-    consts = [numpy_helper.from_array(np.array(v, "float32"), n) for v, n in ((3.0, "three"), (2.0, "two"), (0.5, "half"))]
-    nodes = [helper.make_node("Abs", ["input"], ["a"]), helper.make_node("Pow", ["a", "three"], ["p3"]),
-             helper.make_node("Pow", ["a", "two"], ["p2"]), helper.make_node("Pow", ["a", "half"], ["ph"]),
-             helper.make_node("Sum", ["p3", "p2", "ph"], ["out"])]
+    """|x| ** 3 + |x| ** 2 + |x| ** 0.5 + |x| ** 0.75 + (|x| + 1) ** -0.5 + (|x| + 1) ** 1.25 (GPT-2's GELU
+    cubes, LayerNorm exports square, LRN's 0.75, a reciprocal square root): each a powf call per
+    element unless rewritten."""
+    values = {"three": 3.0, "two": 2.0, "half": 0.5, "lrn": 0.75, "rsqrt": -0.5, "five_quarters": 1.25, "one": 1.0}
+    consts = [numpy_helper.from_array(np.array(v, "float32"), n) for n, v in values.items()]
+    nodes = [helper.make_node("Abs", ["input"], ["a"]), helper.make_node("Add", ["a", "one"], ["b"])]
+    for base, exponent in (("a", "three"), ("a", "two"), ("a", "half"), ("a", "lrn"), ("b", "rsqrt"),
+                           ("b", "five_quarters")):
+        nodes.append(helper.make_node("Pow", [base, exponent], [f"p_{exponent}"]))
+    nodes.append(helper.make_node("Sum", [n.output[0] for n in nodes[2:]], ["out"]))
     graph = helper.make_graph(nodes, "powers", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 64])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 64])], consts)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return str(path)
 
 
+def _lrn(path):
+    """Local response normalization as AlexNet, GoogLeNet and ZFNet use it: ``x / (1 + a/n sum x^2) ** 0.75``."""
+    nodes = [helper.make_node("LRN", ["input"], ["out"], alpha=1e-4, beta=0.75, bias=1.0, size=5)]
+    graph = helper.make_graph(nodes, "lrn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 8, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
 @pytest.mark.parametrize("spec", ["cpu:x86-64-v3", "aarch64:cortex-a76"])
-def test_small_constant_powers_call_no_powf(tmp_path, spec):
+@pytest.mark.parametrize("model", [_powers, _lrn])
+def test_constant_powers_call_no_powf(tmp_path, spec, model):
     target = parse_target(spec)
-    mod = load_workload(_powers(tmp_path / "powers.onnx")).fused_module()
+    mod = load_workload(model(tmp_path / "model.onnx")).fused_module()
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
             asm = code_views(tvm.IRModule({"main": default_schedule(func, target.cpu_spec())[0]}), target).asm
@@ -131,8 +145,9 @@ def test_small_constant_powers_call_no_powf(tmp_path, spec):
 
 
 @pytest.mark.heavy
-def test_the_powers_still_match_onnx_runtime(tmp_path):
+@pytest.mark.parametrize("model", [_powers, _lrn])
+def test_the_powers_still_match_onnx_runtime(tmp_path, model):
     from export import export_workload
 
-    report = export_workload(load_workload(_powers(tmp_path / "powers.onnx")), "cpu", tmp_path / "b", layers=False)
+    report = export_workload(load_workload(model(tmp_path / "model.onnx")), "cpu", tmp_path / "b", layers=False)
     assert report.ok and report.verified, report.verdict

@@ -10,9 +10,11 @@ writes them with TOPI's polynomial ``fast_exp``/``fast_erf``/``fast_tanh`` (floa
 dtypes keep TVM's). The results stay within the export's tolerance of ONNX Runtime, which
 approximates these functions too.
 
-``x ** c`` with a constant small integer ``c`` (GPT-2's GELU ``x ** 3``, LayerNorm's variance as
-``Pow(x - mean, 2)`` in many ONNX exports) is a libm ``powf`` call per element as well: it becomes
-multiplications (and ``x ** 0.5`` a square root), still Relax operators that fuse as before.
+``x ** c`` with a constant ``c`` (GPT-2's GELU ``x ** 3``, LayerNorm's variance as ``Pow(x - mean, 2)``
+in many ONNX exports, LRN's ``** 0.75`` in AlexNet, GoogLeNet and ZFNet, ``** -0.5`` for a reciprocal
+square root) is a libm ``powf`` call per element as well: where ``c`` is a multiple of 1/4 up to 4 in
+magnitude it becomes multiplications of ``x``, ``sqrt(x)`` and ``sqrt(sqrt(x))`` (a vector instruction
+each), still Relax operators that fuse as before.
 """
 
 from __future__ import annotations
@@ -66,8 +68,30 @@ def _float32(expr) -> bool:
 _POWER = tvm.ir.Op.get("relax.power")
 
 
+def _power_of(x, c: float):
+    """``x ** c`` as products of ``x``, ``sqrt(x)`` and ``sqrt(sqrt(x))`` for ``c`` a multiple of 1/4 in
+    (0, 4] (LRN's ``** 0.75``: ``sqrt(x) * sqrt(sqrt(x))``); None for any other ``c``. Each factor is
+    correctly rounded, so the product is within a few ulp of ``powf``'s, and where ``powf`` gives NaN
+    (a negative ``x`` to a fractional power) so does ``sqrt``."""
+    quarters = c * 4
+    if quarters != int(quarters) or not 0 < quarters <= 16:
+        return None
+    whole, frac = divmod(int(quarters), 4)
+    factors = [x] * whole
+    root = relax.op.sqrt(x) if frac else None
+    if frac >= 2:
+        factors.append(root)
+    if frac % 2:
+        factors.append(relax.op.sqrt(root))
+    out = factors[0]
+    for factor in factors[1:]:
+        out = relax.op.multiply(out, factor)
+    return out
+
+
 def _small_power(call: relax.Call):
-    """``x * x * ...`` for ``x ** c`` with ``c`` a constant 1..4, ``sqrt(x)`` for ``c == 0.5``; else None."""
+    """``x ** c`` with ``c`` a constant multiple of 1/4 between -4 and 4 (not 0) as products of ``x`` and
+    its square roots (:func:`_power_of`), a negative ``c`` as the reciprocal; else None."""
     x, c = call.args
     if not isinstance(c, tvm.ir.Constant) or not _float32(x):
         return None
@@ -75,14 +99,10 @@ def _small_power(call: relax.Call):
     if value.size != 1:
         return None
     c = float(value.reshape(()))
-    if c == 0.5:
-        return relax.op.sqrt(x)
-    if c not in (1.0, 2.0, 3.0, 4.0):
-        return None
-    out = x
-    for _ in range(int(c) - 1):
-        out = relax.op.multiply(out, x)
-    return out
+    out = _power_of(x, abs(c))
+    if out is None or c > 0:
+        return out
+    return relax.op.divide(relax.const(1.0, "float32"), out)
 
 
 def _fast(call: relax.Call, builder: relax.BlockBuilder):
