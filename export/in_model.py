@@ -183,7 +183,6 @@ def _whole_model(records: Path, defaults: Path, threads: int | None, count: int)
     contenders = {"records": bundle_contender(records, "records", threads=threads),
                   "defaults": bundle_contender(defaults, "defaults", threads=threads)}
     rounds = {name: [] for name in contenders}
-    c = None
     for more in (WHOLE_ROUNDS, WHOLE_MORE_ROUNDS):
         _, by_round = alternate_rounds(contenders, rounds=more, runs=WHOLE_RUNS, budget_s=WHOLE_BUDGET_S)
         for name, runs in by_round.items():

@@ -233,13 +233,12 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail, cycles=1 / speed, tasks=tasks)
 
 
-def _weight_bytes(facts: BlockFacts, vec: int) -> int:
+def _weight_bytes(facts: BlockFacts, vec: int, rows: int | None) -> int:
     """Bytes of the weights: an operand indexed by the vector axis and reductions only (NHWC conv
     and matmul weights; not an NCHW conv's input, which the vector axis also indexes), from the
     extents of the iterators that index it; of a batch of weights (:func:`_batched_weight`), one
-    batch's."""
+    batch's. ``rows``: the tile's row axis (:func:`row_axis`)."""
     other_spatial = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
-    rows = row_axis(facts, vec)
     sizes = [math.prod(facts.extents[k] for k in set().union(*a.dims) - other_spatial) for a in facts.reads
              if a.uses(vec) and (not any(a.uses(k) for k in other_spatial) or _batched_weight(a, rows, other_spatial))]
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
@@ -252,7 +251,7 @@ def _is_weight(sch: s_tir.Schedule, buffer) -> bool:
     return any(func.params[i].same_as(buffer) for i in weight_positions(func))
 
 
-def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_tile: int):
+def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows: int | None, vec_tile: int):
     """Copy a weights operand into panels ``vec_tile`` wide (``W[..., j]`` -> ``P[j // vec_tile,
     ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
     packing block or None.
@@ -265,7 +264,6 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, vec_t
     (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without packing;
     BERT's 768x3072 products 57 -> 89."""
     other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
-    rows = row_axis(facts, vec)
     regions = sch.get(block).reads
     for i, access in enumerate(facts.reads):
         if access.last != frozenset({vec}) or len(access.dims) < 2:
@@ -340,7 +338,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         outer_rows, tiling = fused
 
     consumers = [] if copies else sch.get_consumers(block)
-    packed = _pack_weights(sch, block, facts, vec, tiling.vec_tile)
+    packed = _pack_weights(sch, block, facts, vec, rows, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
         fold_into_producer(sch, consumer)
@@ -353,7 +351,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         rows = row_axis(facts, vec)
         tiling = replace(tiling, vec=vec, rows=rows)
 
-    column_first = _weight_bytes(facts, vec) > CACHE_BYTES  # each tile column's weights read once, for all the rows
+    column_first = _weight_bytes(facts, vec, rows) > CACHE_BYTES  # each tile column's weights read once, for all the rows
     parallel = facts.volume >= PARALLEL_MIN_MACS
     if tiling.tail_rows:
         _tile_with_tail(sch, block, writeback, facts, tiling, column_first, parallel, cpu)
