@@ -41,10 +41,10 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     # "tune the hottest kernels that have no record" leaves them out
     searched = {c.task.name for c in choices if c.best is not None}
     with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
-        peak = calibration().peak_gflops
+        peaks = calibration()
         bar.update(1)
         result = profile_workload(workload, target, schedules=schedules, runs=runs, threads=threads,
-                                  peak_gflops=peak)
+                                  peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
         bar.update(1)
     if as_json:
         echo_json(result.to_dict())
@@ -53,12 +53,19 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         if result.ort_s else ""
     click.echo(f"{workload.name} on {result.target}: {result.end_to_end_s * 1e3:.2f} ms per run{ort}; kernels "
                f"{result.kernels_s * 1e3:.2f} ms, VM builtins {result.other_s * 1e3:.2f} ms")
-    click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6}  {'schedule':<10} task")
+    if result.headroom_s is not None:
+        click.echo(f"headroom: {result.headroom_s * 1e3:.3g} ms ({result.headroom_s / result.kernels_s:.0%} of the kernels' "
+                   f"time) if every kernel ran at its roofline ({result.roofline_peak_gflops:.0f} GFLOPS, or "
+                   f"{result.peak_gbps:.0f} GB/s times its FLOPs per byte where lower): about the most a search can "
+                   "take off this model here")
+    click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6} {'%roof':>6}  {'schedule':<10} task")
     for k in result.top(top_k):
         gflops = "-" if k.gflops is None else f"{k.gflops:.1f}"
         peak_pct = "-" if k.percent_of_peak is None else f"{k.percent_of_peak:.0f}"
+        roof_pct = f"{100 * k.gflops / k.roofline_gflops:.0f}" if k.gflops and k.roofline_gflops else "-"
         source = f"record {k.record_id}" if k.schedule == "record" else k.schedule
-        click.echo(f"{k.seconds * 1e3:9.3f} {k.share:6.1%} {k.calls:>5} {gflops:>8} {peak_pct:>6}  {source:<10} {k.task}")
+        click.echo(f"{k.seconds * 1e3:9.3f} {k.share:6.1%} {k.calls:>5} {gflops:>8} {peak_pct:>6} {roof_pct:>6}  "
+                   f"{source:<10} {k.task}")
     if result.ort:
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:

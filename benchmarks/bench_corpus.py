@@ -96,15 +96,17 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                 proc.wait()
         try:
             peaks = calibration()
-            prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops)
+            prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops,
+                                  peak_gbps=peaks.peak_gbps)
             result["peak_gflops"] = round(peaks.peak_gflops, 1)
             result["peak_gbps"] = round(peaks.peak_gbps, 1)
-            tasks = {o.task.name: o.task for o in report.built.outcomes}
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
                                   "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
                                   "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None,
-                                  "percent_of_roofline": _percent_of_roofline(k, tasks.get(k.task), peaks)}
+                                  "percent_of_roofline": round(100 * k.gflops / k.roofline_gflops, 1)
+                                  if k.gflops and k.roofline_gflops else None}
                                  for k in prof.top(5)]
+            result["headroom_ms"] = round(prof.headroom_s * 1e3, 3)
             if prof.busy_note:
                 result["busy"] = prof.busy_note
         except Exception as exc:  # noqa: BLE001
@@ -137,21 +139,6 @@ def _child(entry: dict, folder: Path, opts) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {**base, "imports": None, "error": f"the child exited {proc.returncode}: {tail}"[:300]}
     return json.loads(lines[-1])
-
-
-def _percent_of_roofline(kernel, task, peaks) -> float | None:
-    """The kernel's GFLOPS against what the roofline allows at its arithmetic intensity (FLOPs over
-    the bytes of its arguments, read or written once): min(peak, intensity x copy bandwidth). A
-    matrix-vector product over 151 MB of weights is bound by reading them, far below the FLOP peak."""
-    from explorer.workload.keys import describe_module
-
-    if task is None or not kernel.gflops or not task.flops or not peaks.peak_gbps:
-        return None
-    nbytes = describe_module(task.mod)["shapes"]["bytes"]
-    if not nbytes:
-        return None
-    roofline = min(peaks.peak_gflops, task.flops / nbytes * peaks.peak_gbps)
-    return round(100 * kernel.gflops / roofline, 1)
 
 
 def _slowest(r: dict) -> str:

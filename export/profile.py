@@ -24,6 +24,12 @@ from export.schedules import TaskSchedule
 if TYPE_CHECKING:
     from export.flow import ExportReport
 
+# a kernel's GFLOPS counts as the attained peak from this share of the kernels' time up (a short
+# kernel's time is the least sure), and at most this many times the calibrated peak (beyond is a
+# measurement gone wrong, not the machine)
+PEAK_SHARE = 0.05
+PEAK_CAP = 1.25
+
 
 @dataclass(frozen=True)
 class KernelTime:
@@ -40,6 +46,14 @@ class KernelTime:
     percent_of_peak: float | None
     schedule: str  # "record", "default" or "failed" (a record that did not apply)
     record_id: int | None = None
+    roofline_gflops: float | None = None  # what its arithmetic intensity allows: min(peak, AI x copy bandwidth)
+
+    @property
+    def headroom_s(self) -> float:
+        """Seconds it would save at its roofline (0 where it runs there or above, or where unknown)."""
+        if not self.gflops or not self.roofline_gflops:
+            return 0.0
+        return max(0.0, self.seconds * (1.0 - self.gflops / self.roofline_gflops))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,17 +88,34 @@ class Profile:
     notes: tuple[str, ...] = field(default=())
     busy_note: str = ""  # other work ran on the machine meanwhile: how much ("" when quiet)
     instrument_s: float = 0.0  # the instrument's own cost per timed call, taken out of every row
+    peak_gbps: float | None = None
+    # the FLOP peak of the kernels' rooflines: the calibrated one, or the best GFLOPS a kernel with a
+    # share of the time reached in this profile where that is higher (the calibration, a numpy
+    # matmul, runs ~10% below the best kernels: headroom against it would miss that much)
+    roofline_peak_gflops: float | None = None
 
     @property
     def busy(self) -> bool:
         return bool(self.busy_note)
+
+    @property
+    def headroom_s(self) -> float | None:
+        """What the kernels would save, together, if each ran at its roofline (the FLOP peak, or the
+        copy bandwidth where its bytes bind it): about the most any schedule, searched or written
+        by hand, can take off this model on this machine. None without both peaks. An estimate: the
+        calibrated peak is a little below what the best kernels reach, and a kernel whose data stays
+        in the cache can beat the copy bandwidth."""
+        if not self.peak_gflops or not self.peak_gbps:
+            return None
+        return sum(k.headroom_s for k in self.kernels)
 
     def top(self, k: int = 5) -> list[KernelTime]:
         return list(self.kernels[:k])
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["kernels"] = [k.to_dict() for k in self.kernels]
+        d["kernels"] = [{**k.to_dict(), "headroom_s": k.headroom_s} for k in self.kernels]
+        d["headroom_s"] = self.headroom_s
         d["ort"] = [n.to_dict() for n in self.ort]
         return d
 
@@ -92,8 +123,9 @@ class Profile:
 def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
-                     peak_gflops: float | None = None) -> Profile:
-    """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``."""
+                     peak_gflops: float | None = None, peak_gbps: float | None = None) -> Profile:
+    """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``; with the
+    machine's peaks, each kernel's % of the peak and roofline."""
     from export.flow import export_workload
 
     target = parse_target(target)
@@ -103,11 +135,12 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     with tempfile.TemporaryDirectory(prefix="schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads)
-        return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops)
+        return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
+                              peak_gbps=peak_gbps)
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
-                   ort: bool = True, peak_gflops: float | None = None) -> Profile:
+                   ort: bool = True, peak_gflops: float | None = None, peak_gbps: float | None = None) -> Profile:
     """Profile a bundle :func:`export.flow.export_workload` wrote for ``workload`` (its folder must
     still exist): the same figures as :func:`profile_workload`, without building again."""
     import statistics
@@ -133,11 +166,13 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
         gflops = task.flops * count / seconds / 1e9 if seconds > 0 and task.flops else None
         rows.append((task, outcome, seconds, count, gflops))
     other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
+    roof_peak = roofline_peak(peak_gflops, [(s, g) for _, _, s, _, g in rows])
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=n, seconds=s, share=s / kernels_s if kernels_s else 0.0,
                     flops=t.flops, gflops=g,
                     percent_of_peak=100 * g / peak_gflops if g and peak_gflops else None,
-                    schedule=o.schedule, record_id=o.record_id)
+                    schedule=o.schedule, record_id=o.record_id,
+                    roofline_gflops=roofline_gflops(t, roof_peak, peak_gbps))
          for t, o, s, n, g in rows), key=lambda k: -k.seconds))
     notes = [f"instrumented runs took {child['profile']['instrumented_run_s'] * 1e3:.2f} ms against "
              f"{end_to_end_s * 1e3:.2f} ms plain; the instrument's own cost, {per_call * 1e6:.2f} us per timed "
@@ -149,7 +184,31 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
     return Profile(workload=workload.spec, target=report.manifest["target"]["label"], runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
-                   ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call)
+                   ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call,
+                   peak_gbps=peak_gbps, roofline_peak_gflops=roof_peak)
+
+
+def roofline_peak(peak_gflops: float | None, kernels: list[tuple[float, float | None]]) -> float | None:
+    """The FLOP peak of the rooflines: ``peak_gflops`` (calibrated), or the best GFLOPS among
+    ``kernels`` (seconds, GFLOPS) that take :data:`PEAK_SHARE` of their time, where higher, up to
+    :data:`PEAK_CAP` times the calibrated one."""
+    if not peak_gflops:
+        return None
+    total = sum(seconds for seconds, _ in kernels)
+    attained = max((g for seconds, g in kernels if g and seconds >= PEAK_SHARE * total), default=0.0)
+    return max(peak_gflops, min(attained, PEAK_CAP * peak_gflops))
+
+
+def roofline_gflops(task, peak_gflops: float | None, peak_gbps: float | None) -> float | None:
+    """What the roofline allows ``task`` at its arithmetic intensity: its FLOPs over the bytes of its
+    arguments (each read or written once), times the copy bandwidth, at most the FLOP peak. A
+    matrix-vector product over 151 MB of weights is bound by reading them, far below the peak."""
+    from explorer.workload.keys import describe_module
+
+    if not peak_gflops or not peak_gbps or not task.flops:
+        return None
+    nbytes = describe_module(task.mod)["shapes"]["bytes"]
+    return min(peak_gflops, task.flops / nbytes * peak_gbps) if nbytes else peak_gflops
 
 
 def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:

@@ -49,8 +49,11 @@ def test_cli_profile_json_and_table(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output[result.output.index("{"):])
     assert data["kernels"] and data["end_to_end_s"] > 0
+    assert data["headroom_s"] is not None and 0 <= data["headroom_s"] <= data["kernels_s"]
+    assert all(k["roofline_gflops"] for k in data["kernels"] if k["flops"])
     table = CliRunner().invoke(cli, ["profile", "small_cnn", "--no-db", "--runs", "2", "--top", "3"])
     assert table.exit_code == 0 and "schedx tune small_cnn/" in table.output and "--minutes" in table.output
+    assert "headroom: " in table.output and "%roof" in table.output
 
 
 def test_the_tune_commands_a_profile_suggests_name_a_model_file_by_its_path(tmp_path):
@@ -143,3 +146,55 @@ def test_onnx_runtimes_end_to_end_time_comes_from_a_session_that_does_not_profil
     nodes, seconds = ort_profile(build_onnx("small_cnn"), workload.sample_inputs(), runs=2)
     assert seconds == 0.123 and timed == [False]
     assert nodes and {n.op_type for n in nodes} & {"Conv"}
+
+
+def _kernel_time(task: str, seconds: float, gflops: float | None, roofline: float | None):
+    from export.profile import KernelTime
+
+    return KernelTime(task=task, funcs=(task,), calls=1, seconds=seconds, share=0.5, flops=1, gflops=gflops,
+                      percent_of_peak=None, schedule="default", roofline_gflops=roofline)
+
+
+def test_headroom_is_what_each_kernel_would_save_at_its_roofline():
+    from export.profile import Profile
+
+    slow = _kernel_time("m/slow", 0.004, gflops=50.0, roofline=200.0)  # at a quarter of it: 3 ms to gain
+    fast = _kernel_time("m/fast", 0.002, gflops=210.0, roofline=200.0)  # past the calibrated peak: nothing
+    unknown = _kernel_time("m/copy", 0.001, gflops=None, roofline=None)  # no FLOPs: nothing claimed
+    assert slow.headroom_s == pytest.approx(0.003) and fast.headroom_s == 0.0 and unknown.headroom_s == 0.0
+    p = Profile(workload="m", target="cpu", runs=1, end_to_end_s=0.0075, kernels_s=0.007, other_s=0.0005,
+                kernels=(slow, fast, unknown), peak_gflops=200.0, peak_gbps=20.0)
+    assert p.headroom_s == pytest.approx(0.003)
+    assert p.to_dict()["headroom_s"] == pytest.approx(0.003) and p.to_dict()["kernels"][0]["headroom_s"] > 0
+    assert Profile(workload="m", target="cpu", runs=1, end_to_end_s=0.0075, kernels_s=0.007, other_s=0.0005,
+                   kernels=(slow,)).headroom_s is None  # without the machine's peaks there is no roofline
+
+
+def test_the_roofline_of_a_matrix_vector_product_is_its_bandwidth():
+    """A classifier's matrix-vector product reads each weight once for one multiply-add: the copy
+    bandwidth bounds it far below the FLOP peak; a square product is bound by the peak."""
+    from types import SimpleNamespace
+
+    import tvm
+
+    from explorer.kernels import load_kernel
+    from export.profile import roofline_gflops
+
+    def task(spec):
+        k = load_kernel(spec)
+        return SimpleNamespace(flops=k.info.flops, mod=tvm.IRModule({"main": k.func}))
+
+    gemv = roofline_gflops(task("matmul:M=1,N=1024,K=1024"), peak_gflops=200.0, peak_gbps=20.0)
+    assert gemv == pytest.approx(2 * 1024 * 1024 / (4 * (1024 + 1024 * 1024 + 1024)) * 20.0)  # ~10 GFLOPS
+    assert roofline_gflops(task("matmul:M=512,N=512,K=512"), peak_gflops=200.0, peak_gbps=20.0) == 200.0
+    assert roofline_gflops(task("matmul:M=1,N=64,K=64"), peak_gflops=None, peak_gbps=20.0) is None
+
+
+def test_the_rooflines_peak_is_the_best_kernel_where_it_beats_the_calibration():
+    from export.profile import PEAK_CAP, roofline_peak
+
+    assert roofline_peak(200.0, [(0.010, 220.0), (0.010, 150.0)]) == 220.0  # the machine did better: believe it
+    assert roofline_peak(200.0, [(0.010, 180.0), (0.010, 150.0)]) == 200.0
+    assert roofline_peak(200.0, [(0.020, 180.0), (0.0001, 900.0)]) == 200.0  # a sliver of the time: unsure
+    assert roofline_peak(200.0, [(0.010, 900.0)]) == PEAK_CAP * 200.0  # a timing gone wrong, not the machine
+    assert roofline_peak(None, [(0.010, 220.0)]) is None

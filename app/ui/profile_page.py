@@ -72,8 +72,9 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                 workload = load_workload(spec, shapes)
                 db = Path(db_path()).expanduser()
                 schedules, _ = best_schedules(db, workload.tasks(), target) if db.is_file() else ({}, [])
+                peaks = calibration()
                 result = profile_workload(workload, target, schedules=schedules, runs=int(runs),
-                                          peak_gflops=calibration().peak_gflops)
+                                          peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
             st.session_state[KEY + "result"] = (spec, shapes, target.key, result)
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
@@ -86,7 +87,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     result = found[3]
     if result.busy:
         st.warning(result.busy_note)
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("TVM per run", f"{result.end_to_end_s * 1e3:.2f} ms",
                    help=f"a plain run's median; the rows below add up to {(result.kernels_s + result.other_s) * 1e3:.3f}"
                         f" ms with the instrument's own cost ({result.instrument_s * 1e6:.2f} us per call) taken out")
@@ -94,6 +95,11 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     cols[2].metric("TVM / ORT", f"{result.end_to_end_s / result.ort_s:.2f}x" if result.ort_s else "-")
     cols[3].metric("kernels with records", f"{sum(k.schedule == 'record' for k in result.kernels)}/"
                                            f"{len(result.kernels)}")
+    headroom = result.headroom_s
+    cols[4].metric("headroom", "-" if headroom is None else f"{headroom * 1e3:.2f} ms",
+                   help="what the kernels would save together if each ran at its roofline (the FLOP peak, or the "
+                        "copy bandwidth where its bytes bind it): about the most a search or a hand-written "
+                        "schedule can take off this model on this machine (an estimate)")
     left, right = st.columns(2)
     left.plotly_chart(profile_figure(result), width="stretch", key=KEY + "fig")
     if result.ort:
@@ -101,6 +107,8 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     st.dataframe([{"task": k.task, "ms": round(k.seconds * 1e3, 3), "share": f"{k.share:.1%}", "calls": k.calls,
                    "GFLOPS": None if k.gflops is None else round(k.gflops, 1),
                    "% peak": None if k.percent_of_peak is None else round(k.percent_of_peak, 1),
+                   "% roofline": round(100 * k.gflops / k.roofline_gflops, 1) if k.gflops and k.roofline_gflops
+                   else None,
                    "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule}
                   for k in result.kernels], hide_index=True, width="stretch")
     st.markdown("**Hot kernels**: open one in the Schedule page, or search it.")
@@ -169,7 +177,7 @@ def quantize_tab(spec: str, shapes: str | None) -> None:
     if found is None or found[0] != spec:
         return
     _, data, report = found
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("size", f"{report.int8_bytes / 1e6:.1f} MB", f"{report.size_ratio:.2f}x smaller")
     cols[1].metric("ONNX Runtime latency", f"{report.int8_ms:.2f} ms", f"{report.speedup:.2f}x vs float "
                    f"{report.float_ms:.2f} ms")
