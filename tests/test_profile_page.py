@@ -26,6 +26,7 @@ def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
     assert not at.exception and not at.error, [e.value for e in at.error]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["TVM per run"].endswith(" ms") and metrics["TVM / ORT"].endswith("x")
+    assert metrics["headroom"].endswith(" ms")  # what the kernels would save at their rooflines
     table = at.dataframe[0].value
     assert table["task"].iloc[0].startswith("small_cnn/") and set(table["schedule"]) <= {"default"} | {
         s for s in table["schedule"] if s.startswith("record")}

@@ -96,7 +96,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     cols[3].metric("kernels with records", f"{sum(k.schedule == 'record' for k in result.kernels)}/"
                                            f"{len(result.kernels)}")
     headroom = result.headroom_s
-    cols[4].metric("headroom", "-" if headroom is None else f"{headroom * 1e3:.2f} ms",
+    cols[4].metric("headroom", "-" if headroom is None else f"{headroom * 1e3:.3g} ms",
                    help="what the kernels would save together if each ran at its roofline (the FLOP peak, or the "
                         "copy bandwidth where its bytes bind it): about the most a search or a hand-written "
                         "schedule can take off this model on this machine (an estimate)")
