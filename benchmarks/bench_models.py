@@ -81,6 +81,7 @@ def bundle(workload, target, folder: Path, schedules) -> Path:
 
 
 def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
+    from explorer.measure.calibration import calibration
     from explorer.workload import load_workload
     from export.bench import alternate, bundle_row, ort_row
     from export.profile import profile_workload
@@ -150,7 +151,12 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     if versus_dir is not None:
         result["ratios"][f"tvm default / {versus_row(versus)}"] = round(
             rows["tvm default"].median_s / rows[versus_row(versus)].median_s, 2)
-    prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False)
+    peaks = calibration()
+    prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
+                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
+    # what a search could still take off the model built as shipped (tuned, or the defaults)
+    result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
+                          "peak_gflops": round(prof.roofline_peak_gflops, 1)} if prof.kernels_s else None
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
                        "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule}
                       for k in prof.top(5)]
@@ -236,6 +242,10 @@ def show_model(r: dict) -> None:
         out(f"  {c['text']}")
     for name, ratio in r["ratios"].items():
         out(f"  {name:<24} {ratio:9.2f}x")
+    h = r.get("headroom")
+    if h:
+        out(f"  headroom left in the model as shipped: {h['ms']:.3f} ms ({h['share']:.0%} of its kernels' time) if every "
+            f"kernel ran at its roofline ({h['peak_gflops']:.0f} GFLOPS peak): about the most more search could gain")
     out("  top 5 kernels (VM profiler):")
     for k in r["top5"]:
         gf = f"{k['gflops']:7.1f} GFLOPS" if k["gflops"] else " " * 14
