@@ -70,13 +70,25 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:
             click.echo(f"{n.seconds * 1e3:9.3f} ms  {n.op_type:<14} {n.node}")
-    # "written": a kernel schedx writes whole for the target (a recurrent layer's): nothing to search
-    hot = [k for k in result.top(3) if k.schedule not in ("record", "written") and k.task not in searched]
+    hot = suggested_kernels(result, searched)
     if hot:
-        click.echo("tune the hottest kernels that have no record:")
+        click.echo("tune the kernels with the most to gain that have no record:" if result.headroom_s else
+                   "tune the hottest kernels that have no record:")
         for k in hot:
             # the model as the user named it (a path stays a path), the kernel by its function name
             spec = f"{model}/{k.task.rpartition('/')[2]}"
-            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5" + (f" --shapes '{shapes}'" if shapes else ""))
+            gain = f"  # up to {k.headroom_s * 1e3:.3g} ms to gain" if k.headroom_s else ""
+            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5" + (f" --shapes '{shapes}'" if shapes else "")
+                       + gain)
     for note in result.notes:
         click.echo(f"note: {note}")
+
+
+def suggested_kernels(result, searched: set[str], count: int = 3) -> list:
+    """The kernels worth a search: no record yet and not written whole for the target, those with
+    the most headroom first (a kernel at its roofline has nothing to give, however hot); by time
+    where the profile has no rooflines or no kernel any headroom."""
+    # "written": a kernel schedx writes whole for the target (a recurrent layer's): nothing to search
+    open_ = [k for k in result.kernels if k.schedule not in ("record", "written") and k.task not in searched]
+    gaining = sorted((k for k in open_ if k.headroom_s > 0), key=lambda k: -k.headroom_s)
+    return gaining[:count] if gaining else open_[:count]

@@ -198,3 +198,17 @@ def test_the_rooflines_peak_is_the_best_kernel_where_it_beats_the_calibration():
     assert roofline_peak(200.0, [(0.020, 180.0), (0.0001, 900.0)]) == 200.0  # a sliver of the time: unsure
     assert roofline_peak(200.0, [(0.010, 900.0)]) == PEAK_CAP * 200.0  # a timing gone wrong, not the machine
     assert roofline_peak(None, [(0.010, 220.0)]) is None
+
+
+def test_a_profile_suggests_searching_where_there_is_headroom_not_the_hottest_kernel():
+    from types import SimpleNamespace
+
+    from app.cli_profile import suggested_kernels
+
+    at_peak = _kernel_time("m/at_peak", 0.010, gflops=205.0, roofline=200.0)  # the hottest: nothing to give
+    slow = _kernel_time("m/slow", 0.002, gflops=50.0, roofline=200.0)
+    searched = _kernel_time("m/searched", 0.004, gflops=20.0, roofline=200.0)
+    result = SimpleNamespace(kernels=(at_peak, searched, slow))
+    assert [k.task for k in suggested_kernels(result, {"m/searched"})] == ["m/slow"]
+    # no rooflines (or nothing below them): the hottest kernels without a record, as before
+    assert [k.task for k in suggested_kernels(SimpleNamespace(kernels=(at_peak,)), set())] == ["m/at_peak"]
