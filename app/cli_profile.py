@@ -62,7 +62,7 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     for k in result.top(top_k):
         gflops = "-" if k.gflops is None else f"{k.gflops:.1f}"
         peak_pct = "-" if k.percent_of_peak is None else f"{k.percent_of_peak:.0f}"
-        roof_pct = f"{100 * k.gflops / k.roofline_gflops:.0f}" if k.gflops and k.roofline_gflops else "-"
+        roof_pct = "-" if k.percent_of_roofline is None else f"{k.percent_of_roofline:.0f}"
         source = f"record {k.record_id}" if k.schedule == "record" else k.schedule
         click.echo(f"{k.seconds * 1e3:9.3f} {k.share:6.1%} {k.calls:>5} {gflops:>8} {peak_pct:>6} {roof_pct:>6}  "
                    f"{source:<10} {k.task}")

@@ -103,8 +103,8 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
                                   "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
                                   "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None,
-                                  "percent_of_roofline": round(100 * k.gflops / k.roofline_gflops, 1)
-                                  if k.gflops and k.roofline_gflops else None}
+                                  "percent_of_roofline": round(k.percent_of_roofline, 1)
+                                  if k.percent_of_roofline is not None else None}
                                  for k in prof.top(5)]
             result["headroom_ms"] = round(prof.headroom_s * 1e3, 3)
             if prof.busy_note:

@@ -49,14 +49,18 @@ class KernelTime:
     roofline_gflops: float | None = None  # what its arithmetic intensity allows: min(peak, AI x copy bandwidth)
 
     @property
+    def percent_of_roofline(self) -> float | None:
+        return 100.0 * self.gflops / self.roofline_gflops if self.gflops and self.roofline_gflops else None
+
+    @property
     def headroom_s(self) -> float:
         """Seconds it would save at its roofline (0 where it runs there or above, or where unknown)."""
-        if not self.gflops or not self.roofline_gflops:
+        if self.percent_of_roofline is None:
             return 0.0
-        return max(0.0, self.seconds * (1.0 - self.gflops / self.roofline_gflops))
+        return max(0.0, self.seconds * (1.0 - self.percent_of_roofline / 100.0))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"percent_of_roofline": self.percent_of_roofline, "headroom_s": self.headroom_s}
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class Profile:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["kernels"] = [{**k.to_dict(), "headroom_s": k.headroom_s} for k in self.kernels]
+        d["kernels"] = [k.to_dict() for k in self.kernels]
         d["headroom_s"] = self.headroom_s
         d["ort"] = [n.to_dict() for n in self.ort]
         return d
@@ -203,12 +207,13 @@ def roofline_gflops(task, peak_gflops: float | None, peak_gbps: float | None) ->
     """What the roofline allows ``task`` at its arithmetic intensity: its FLOPs over the bytes of its
     arguments (each read or written once), times the copy bandwidth, at most the FLOP peak. A
     matrix-vector product over 151 MB of weights is bound by reading them, far below the peak."""
-    from explorer.workload.keys import describe_module
+    from explorer.workload.keys import argument_bytes
+    from store.plots import roofline_ceiling
 
     if not peak_gflops or not peak_gbps or not task.flops:
         return None
-    nbytes = describe_module(task.mod)["shapes"]["bytes"]
-    return min(peak_gflops, task.flops / nbytes * peak_gbps) if nbytes else peak_gflops
+    nbytes = argument_bytes(task.mod)
+    return roofline_ceiling(task.flops / nbytes, peak_gflops, peak_gbps) if nbytes else peak_gflops
 
 
 def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:

@@ -66,6 +66,11 @@ def compulsory_bytes(w: Workload) -> float | None:
     return float(value) if value else None
 
 
+def roofline_ceiling(intensity: float, peak_gflops: float, peak_gbps: float) -> float:
+    """GFLOPS the roofline allows at ``intensity`` FLOPs per byte: min(peak, intensity x bandwidth)."""
+    return min(peak_gflops, intensity * peak_gbps)
+
+
 def roofline(records: Iterable[Record], workloads: dict[str, Workload], peak_gflops: float,
              peak_gbps: float) -> dict:
     """Roofline data: one point per ranked record with FLOPs and bytes known (arithmetic
@@ -78,13 +83,13 @@ def roofline(records: Iterable[Record], workloads: dict[str, Workload], peak_gfl
         if not (r.ok and r.gflops is not None and w and w.flops and nbytes):
             continue
         points.append({"workload": w.name, "intensity": w.flops / nbytes, "gflops": r.gflops, "source": r.source,
-                       "id": r.id, "bound": min(peak_gflops, w.flops / nbytes * peak_gbps)})
+                       "id": r.id, "bound": roofline_ceiling(w.flops / nbytes, peak_gflops, peak_gbps)})
     ridge = peak_gflops / peak_gbps
     xs = [p["intensity"] for p in points] + [ridge]
     lo, hi = math.log10(min(xs) / 4), math.log10(max(xs) * 4)
     grid = sorted({10 ** (lo + (hi - lo) * i / 60) for i in range(61)} | {ridge})
-    ceiling = [{"intensity": x, "gflops": min(peak_gflops, x * peak_gbps)} for x in grid]
+    ceiling = [{"intensity": x, "gflops": roofline_ceiling(x, peak_gflops, peak_gbps)} for x in grid]
     return {"points": points, "ceiling": ceiling, "ridge": ridge, "peak_gflops": peak_gflops, "peak_gbps": peak_gbps}
 
 
-__all__ = ["compulsory_bytes", "gflops_by_workload", "history_series", "measured_peaks", "roofline"]
+__all__ = ["compulsory_bytes", "gflops_by_workload", "history_series", "measured_peaks", "roofline", "roofline_ceiling"]

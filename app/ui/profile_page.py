@@ -107,8 +107,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     st.dataframe([{"task": k.task, "ms": round(k.seconds * 1e3, 3), "share": f"{k.share:.1%}", "calls": k.calls,
                    "GFLOPS": None if k.gflops is None else round(k.gflops, 1),
                    "% peak": None if k.percent_of_peak is None else round(k.percent_of_peak, 1),
-                   "% roofline": round(100 * k.gflops / k.roofline_gflops, 1) if k.gflops and k.roofline_gflops
-                   else None,
+                   "% roofline": None if k.percent_of_roofline is None else round(k.percent_of_roofline, 1),
                    "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule}
                   for k in result.kernels], hide_index=True, width="stretch")
     st.markdown("**Hot kernels**: open one in the Schedule page, or search it.")
@@ -177,7 +176,7 @@ def quantize_tab(spec: str, shapes: str | None) -> None:
     if found is None or found[0] != spec:
         return
     _, data, report = found
-    cols = st.columns(5)
+    cols = st.columns(4)
     cols[0].metric("size", f"{report.int8_bytes / 1e6:.1f} MB", f"{report.size_ratio:.2f}x smaller")
     cols[1].metric("ONNX Runtime latency", f"{report.int8_ms:.2f} ms", f"{report.speedup:.2f}x vs float "
                    f"{report.float_ms:.2f} ms")

@@ -93,28 +93,44 @@ def _dtype_bytes(dtype: str) -> float:
     return (int(bits[0]) if bits else 8) * lanes / 8
 
 
-def describe_module(mod: IRModule) -> dict:
-    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module."""
-    import math
-
-    from tvm.s_tir.analysis import estimate_tir_flops
+def _arguments(mod: IRModule) -> list[dict]:
+    """Shape and dtype of each argument of a one-function TIR module's entry (empty where it has none)."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
     try:
         args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
-        args = [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in to_plain(args)]
+        return [{"shape": [int(d) for d in a[2]], "dtype": str(a[1])} for a in to_plain(args)]
     except Exception:  # noqa: BLE001 - a module without one entry function: describe what we can
-        args = []
+        return []
+
+
+def _bytes_of(args: list[dict]) -> int:
+    import math
+
+    return int(sum(_dtype_bytes(a["dtype"]) * math.prod(int(x) for x in a["shape"]) for a in args))
+
+
+def argument_bytes(mod: IRModule) -> int:
+    """Bytes of a one-function TIR module's arguments, each read or written once: the compulsory
+    traffic of its roofline (:func:`describe_module`'s ``shapes["bytes"]``, without counting FLOPs)."""
+    return _bytes_of(_arguments(mod))
+
+
+def describe_module(mod: IRModule) -> dict:
+    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
+    args = _arguments(mod)
     try:
         flops = int(estimate_tir_flops(mod))
     except Exception:  # noqa: BLE001
         flops = 0
-    nbytes = sum(_dtype_bytes(a["dtype"]) * math.prod(int(x) for x in a["shape"]) for a in args)
+    nbytes = _bytes_of(args)
     sig = "_".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
     name = f"{func_name}_{sig}_{args[0]['dtype']}" if args else func_name
     return {"name": name[:120], "shapes": {"args": args, "bytes": int(nbytes)}, "flops": flops}
 
 
-__all__ = ["TASK_ATTR", "as_task_module", "owned_task_module", "describe_module", "module_from_b64", "module_hash", "module_to_b64",
+__all__ = ["TASK_ATTR", "argument_bytes", "as_task_module", "owned_task_module", "describe_module", "module_from_b64", "module_hash", "module_to_b64",
            "tag_task", "task_tag", "untagged", "workload_key"]
