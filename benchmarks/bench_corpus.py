@@ -126,6 +126,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
 def _child(entry: dict, folder: Path, opts) -> dict:
     """Bench one model in a child process; a crash or a hang is the row's error."""
     cmd = [sys.executable, "-m", "benchmarks.bench_corpus", "--one", entry["name"], "--dir", str(folder),
+           "--manifest", str(opts.manifest),
            "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
            "--threads", str(opts.threads), "--busy", str(opts.busy)] + (["--cross"] if opts.cross else [])
     base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
@@ -214,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated corpus model names")
     ap.add_argument("--dir", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
+    ap.add_argument("--manifest", default=str(MANIFEST),
+                    help="the models' manifest (default the corpus's; another one runs outside models the same way)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     folder = corpus_dir(opts.dir)
-    entries = json.loads(MANIFEST.read_text())["models"]
+    entries = json.loads(Path(opts.manifest).read_text())["models"]
     if opts.one:
         entry = next(e for e in entries if e["name"] == opts.one)
         out(json.dumps(bench_one(entry, folder, opts)))

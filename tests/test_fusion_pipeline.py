@@ -235,6 +235,71 @@ def test_a_model_without_convolutions_keeps_its_layout():
     assert ConvertLayoutNHWC(mod).same_as(mod)
 
 
+def _squeeze_negative_axis_model() -> onnx.ModelProto:
+    """A Conformer's front: two strided 3x3 convs to an odd width (19), then a max over the width
+    and a ``Squeeze`` of that axis spelt -1: the one that made TVM's layout inference throw
+    ``std::bad_alloc`` and left the model in NCHW."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 1, 3, 3)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, (16, 16, 3, 3)).astype("float32"), "w2"),
+             numpy_helper.from_array(np.array([-1], "int64"), "axes")]
+    nodes = [helper.make_node("Conv", ["input", "w1"], ["c1"], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("ReduceMax", ["r2"], ["m"], axes=[3], keepdims=1),
+             helper.make_node("Squeeze", ["m", "axes"], ["out"])]
+    graph = helper.make_graph(nodes, "conformer_front",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 40, 80])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 9])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_squeeze_with_a_negative_axis_no_longer_keeps_a_model_in_nchw(tmp_path):
+    from export import export_workload
+
+    path = tmp_path / "front.onnx"
+    onnx.save(_squeeze_negative_axis_model(), path)
+    workload = load_workload(str(path))
+    script = workload.fused_module().script()
+    assert 'sblock("conv2d_nhwc")' in script and "conv2d_nchw" not in script
+    report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
+    assert report.ok and report.verified, report.verdict
+
+
+def test_each_convolution_is_converted_where_tvm_refuses_the_graph():
+    """``stack`` makes TVM's ConvertLayout throw: each conv goes to NHWC on its own, and between the
+    two convs (bias, ReLU) the transposes cancel; one is left, where the NCHW ``stack`` reads."""
+    from explorer.passes.layout import ConvertLayoutNHWC
+    from explorer.passes.sink_transposes import SinkTransposes
+
+    rng = np.random.default_rng(4)
+    x = relax.Var("x", relax.TensorType((1, 4, 9, 9), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w1 = relax.const(rng.normal(0, 0.3, (6, 4, 3, 3)).astype("float32"))
+            b1 = relax.const(rng.normal(0, 1, (1, 6, 1, 1)).astype("float32"))
+            y = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(x, w1, padding=[1, 1]), b1)))
+            w2 = relax.const(rng.normal(0, 0.3, (6, 6, 3, 3)).astype("float32"))
+            z = bb.emit(relax.op.nn.conv2d(y, w2, strides=[2, 2]))
+            out = bb.emit_output(relax.op.stack([z, z], axis=0))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    with pytest.raises(Exception):  # noqa: B017 - TVM's own error, whatever it is this release
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
+    converted = SinkTransposes(ConvertLayoutNHWC(mod))
+    script = converted.script()
+    assert script.count('data_layout="NHWC"') == 2 and 'data_layout="NCHW"' not in script
+    assert script.count("axes=[0, 3, 1, 2]") == 1, script  # back to NCHW once, for the stack
+
+    def run(m):
+        ex = tvm.compile(m, target=tvm.target.Target({"kind": "llvm"}))
+        return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(feed)).numpy()
+    feed = rng.standard_normal((1, 4, 9, 9)).astype("float32")
+    np.testing.assert_allclose(run(converted), run(mod), rtol=1e-4, atol=1e-4)
+
+
 def _strided_conv1d_model(path) -> None:
     """A byte-level classifier's front: a strided 1-D conv, a ReLU and a strided slice."""
     rng = np.random.default_rng(0)

@@ -499,6 +499,103 @@ def text_detector_dbnet():
     return Db().eval(), _image((1, 3, 256, 256))
 
 
+def conformer_encoder():
+    """A Conformer speech encoder block (ASR): two strided 3x3 convs subsampling 80 filterbank
+    features, half-step feed-forwards, self-attention, and the conv module (pointwise conv, GLU,
+    31-tap depthwise conv1d, batch norm, SiLU). Its exported graph squeezes an axis spelt -1, which
+    TVM's layout conversion cannot take (``explorer.passes.layout``)."""
+    torch = _seeded()
+    nn = torch.nn
+
+    def ffn(d):
+        return nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.SiLU(), nn.Linear(4 * d, d))
+
+    class Conformer(nn.Module):
+        def __init__(self, d=144, heads=4):
+            super().__init__()
+            self.sub = nn.Sequential(nn.Conv2d(1, d, 3, 2), nn.ReLU(), nn.Conv2d(d, d, 3, 2), nn.ReLU())
+            self.proj = nn.Linear(d * 19, d)
+            self.ff1, self.ff2 = ffn(d), ffn(d)
+            self.norm_att, self.att = nn.LayerNorm(d), nn.MultiheadAttention(d, heads, batch_first=True)
+            self.norm_conv, self.pw1, self.pw2 = nn.LayerNorm(d), nn.Conv1d(d, 2 * d, 1), nn.Conv1d(d, d, 1)
+            self.dw, self.bn = nn.Conv1d(d, d, 31, padding=15, groups=d), nn.BatchNorm1d(d)
+            self.norm_out = nn.LayerNorm(d)
+
+        def forward(self, features):
+            x = self.sub(features.unsqueeze(1))
+            b, c, t, f = x.shape
+            x = self.proj(x.permute(0, 2, 1, 3).reshape(b, t, c * f))
+            x = x + 0.5 * self.ff1(x)
+            y = self.norm_att(x)
+            x = x + self.att(y, y, y, need_weights=False)[0]
+            y = nn.functional.glu(self.pw1(self.norm_conv(x).transpose(1, 2)), dim=1)
+            x = x + self.pw2(nn.functional.silu(self.bn(self.dw(y)))).transpose(1, 2)
+            return self.norm_out(x + 0.5 * self.ff2(x))
+    return Conformer().eval(), {"features": torch.randn(1, 200, 80)}
+
+
+def llama_decoder():
+    """A LLaMA-style decoder (2 layers, 256 wide): RMSNorm, rotary position embeddings, grouped-query
+    attention (8 query heads over 2 key/value heads) with a causal mask, a SiLU-gated MLP."""
+    torch = _seeded()
+    nn = torch.nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    def rotate(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    class Block(nn.Module):
+        def __init__(self, d=256, heads=8, kv_heads=2, hidden=688):
+            super().__init__()
+            self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+            self.q, self.o = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+            self.k, self.v = nn.Linear(d, kv_heads * self.hd, bias=False), nn.Linear(d, kv_heads * self.hd, bias=False)
+            self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+            self.down = nn.Linear(hidden, d, bias=False)
+            self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+
+        def forward(self, x, cos, sin):
+            b, t, d = x.shape
+            y = self.n1(x)
+            q = rotate(self.q(y).view(b, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+            k = rotate(self.k(y).view(b, t, self.kv_heads, self.hd).transpose(1, 2), cos, sin)
+            v = self.v(y).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+            k, v = (z.repeat_interleave(self.heads // self.kv_heads, 1) for z in (k, v))
+            mask = torch.triu(torch.full((t, t), float("-inf")), 1)
+            a = torch.softmax(q @ k.transpose(-1, -2) / self.hd ** 0.5 + mask, -1) @ v
+            x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+            y = self.n2(x)
+            return x + self.down(nn.functional.silu(self.gate(y)) * self.up(y))
+
+    class Llama(nn.Module):
+        def __init__(self, vocab=2000, d=256, layers=2, context=64):
+            super().__init__()
+            self.embed, self.norm = nn.Embedding(vocab, d), RMSNorm(d)
+            self.blocks = nn.ModuleList([Block(d) for _ in range(layers)])
+            self.head = nn.Linear(d, vocab, bias=False)
+            hd = d // 8
+            freq = torch.outer(torch.arange(context).float(), 1.0 / 10000 ** (torch.arange(0, hd, 2).float() / hd))
+            angles = torch.cat([freq, freq], -1)
+            self.register_buffer("cos", angles.cos())
+            self.register_buffer("sin", angles.sin())
+
+        def forward(self, input_ids):
+            t = input_ids.shape[1]
+            x = self.embed(input_ids)
+            for block in self.blocks:
+                x = block(x, self.cos[:t], self.sin[:t])
+            return self.head(self.norm(x))
+    return Llama().eval(), {"input_ids": torch.randint(0, 2000, (1, 64))}
+
+
 def _tv(name, family, **kw):
     return Arch(name, family, "torchvision", torchvision_classifier(name), **kw)
 
@@ -541,6 +638,8 @@ ARCHITECTURES: tuple[Arch, ...] = (
     Arch("hf_vit_small", "vision transformer", "transformers", hf_vit_small),
     Arch("whisper_encoder_small", "speech", "transformers", whisper_encoder_small),
     Arch("wav2vec2_small", "speech", "transformers", wav2vec2_small),
+    Arch("conformer_encoder", "speech", "custom", conformer_encoder),
+    Arch("llama_decoder", "transformer", "custom", llama_decoder),
     Arch("lstm_tagger", "recurrent", "custom", lstm_tagger),
     Arch("gru_tagger", "recurrent", "custom", gru_tagger, exporter="torchscript"),
     Arch("gru_voice_activity", "recurrent", "custom", gru_voice_activity),
