@@ -377,7 +377,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         sch.vectorize(lane)
     return (tiling.describe(facts) + fused_note + pad_note
             + (", weights packed in panels" if packed is not None else "")
-            + (f", {len(relaid)} padded input(s) copied with the vector axis innermost, tile by tile" if relaid else ""))
+            + (f", {len(relaid)} input(s) copied with the vector axis innermost, tile by tile" if relaid else ""))
 
 
 def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
@@ -400,31 +400,47 @@ def _permutation(order: list[int]):
 
 
 def _relayout_gathered_copies(sch: s_tir.Schedule, block, facts: BlockFacts) -> list:
-    """Where the output's innermost axis gathers from a buffer this kernel writes itself (a
-    padded copy of the input), write that copy with the gathered dimension innermost instead, so
-    that the vector axis reads it contiguously. A one-channel convolution (a vocoder's or a mask
-    head's last layer) has no output channels to vectorize: its pixels are, and NHWC's padded copy
-    reads them ``C`` floats apart (3.5% of the peak); laid out ``[N, C, W]`` the pixels are
-    contiguous. Returns the blocks that write the buffers laid out again (none: nothing changed)."""
+    """Where the output's innermost axis gathers from a buffer, read a copy of it laid out with the
+    gathered dimension innermost, so that the vector axis reads it contiguously: the copy the
+    kernel writes itself (a padded copy of the input) is written so, and an activation the kernel
+    reads as an argument is copied so first.
+
+    A one-channel convolution (a vocoder's or a mask head's last layer) has no output channels to
+    vectorize: its pixels are, and NHWC's padded copy reads them ``C`` floats apart (3.5% of the
+    peak); laid out ``[N, C, W]`` the pixels are contiguous. An attention einsum
+    ``bhid,bhjd->bhij`` (MaxViT's: ``torch.einsum`` exported as such, not as a transpose and a
+    matmul) reads ``k`` along ``d``: it got a dot product per output, 2% of the peak, 36% of the
+    model, before ``k`` was copied as ``[b, h, d, j]``. Returns the blocks that write the buffers
+    laid out again (none: nothing changed). Weights are not copied here (not on every call: the
+    graph lays them out at build time), nor an argument no two output rows share: a layer norm's
+    sums over channels then read each element once and their copy would be a pass of its own."""
     vec = _innermost_output_axis(facts)
     if vec is None:
         return []
     own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
+    regions = sch.get(block).reads
     moves, seen = [], set()
     for index, access in enumerate(facts.reads):
         if not access.uses(vec) or vec in access.last:
             continue
         dims = [d for d, used in enumerate(access.dims) if vec in used]
-        if (access.buffer not in own or access.buffer in seen or len(dims) != 1 or access.divided
-                or access.groups):
-            return []  # a model's input or weight (not ours to lay out), read twice, or a gather no layout undoes
+        # an argument is copied where output rows share it (the copy pays for itself): not for a
+        # row reduction (a layer norm's sums over channels read each input once)
+        argument = access.buffer not in own and not _is_weight(sch, regions[index].source) \
+            and any(p.same_as(regions[index].source) for p in sch.mod["main"].params) \
+            and any(not access.uses(k) for k in facts.spatial if facts.extents[k] > 1)
+        if ((access.buffer not in own and not argument) or access.buffer in seen or len(dims) != 1
+                or access.divided or access.groups):
+            return []  # a weight (not ours to lay out), read twice, or a gather no layout undoes
         seen.add(access.buffer)
-        moves.append((index, dims[0], len(sch.get(block).reads[index].region)))
-    for index, dim, rank in moves:
+        moves.append((index, dims[0], len(regions[index].region), argument))
+    copies = []
+    for index, dim, rank, argument in moves:
+        copies.append(sch.cache_read(block, index, "global") if argument else own[facts.reads[index].buffer])
         # the buffer's own rank (trailing unit dimensions included); ``dim`` counts from the front
         order = [d for d in range(rank) if d != dim] + [dim]
         sch.transform_layout(block, ("read", index), _permutation(order))
-    return [own[facts.reads[i].buffer] for i, _, _ in moves]
+    return copies
 
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
