@@ -125,9 +125,11 @@ class Prepared:
 
 
 def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None,
-            seconds: dict[str, float] | None = None, say: Progress | None = None) -> Prepared:
+            seconds: dict[str, float] | None = None, say: Progress | None = None,
+            safe: frozenset[str] = frozenset()) -> Prepared:
     """Everything :func:`build` does before code generation (``seconds``: filled with the time
-    each stage took)."""
+    each stage took; ``safe``: functions whose schedule did not compile, built with the target's
+    simplest rule and no record)."""
     say = say or (lambda stage, frac: None)
     seconds = {} if seconds is None else seconds
     start = time.perf_counter()
@@ -138,8 +140,11 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
 
     start = time.perf_counter()
     say("applying schedules", 0.2)
+    if safe and schedules:  # a record whose kernel did not compile is left out
+        schedules = {k: v for k, v in schedules.items()
+                     if not any(t.name == k or t.key == k for t in tasks if safe.intersection(t.funcs))}
     mod, outcomes = _schedule_tasks(mod, tasks, schedules)
-    mod, notes = target.apply_default_schedules(mod, target.tvm())
+    mod, notes = target.apply_default_schedules(mod, target.tvm(), safe)
     seconds["schedule"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -177,12 +182,24 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
 
     start = time.perf_counter()
     say("generating code", 0.35)
+    rescued: list[str] = []
     try:
-        with tvm_target:
-            lowered = tvm.transform.Sequential(target.lowering_passes(tvm_target))(mod)
-        executable = relax.build(lowered, target=tvm_target, relax_pipeline=None)
+        lowered, executable = _codegen(mod, target, tvm_target)
     except Exception as err:
-        raise ExportError(f"TVM could not build {workload.name} for {target.label}: {short_tvm_message(err)}") from err
+        failing = _kernels_that_do_not_compile(mod, tvm_target) if target.rescues_kernels else {}
+        if not failing:
+            raise ExportError(f"TVM could not build {workload.name} for {target.label}: {short_tvm_message(err)}") \
+                from err
+        say("building again the kernels that did not compile", 0.4)
+        prepared = prepare(workload, target, schedules, seconds, say, safe=frozenset(failing))
+        mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
+        try:
+            lowered, executable = _codegen(mod, target, tvm_target)
+        except Exception as again:
+            raise ExportError(f"TVM could not build {workload.name} for {target.label}: "
+                              f"{short_tvm_message(again)}") from again
+        rescued = [f"kernel {name} did not compile with its schedule ({why}); it was built with the simplest "
+                   f"rule instead (slower): please report it" for name, why in failing.items()]
     seconds["codegen"] = time.perf_counter() - start
 
     warnings = [f"record {o.record_id} for {o.task.name} did not apply ({o.error}); the default schedule is used"
@@ -191,9 +208,29 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     if cover:
         warnings.append(cover)
     warnings.extend(prepared.notes)
+    warnings.extend(rescued)
     warnings.extend(target.notes)
     return Built(workload=workload, target=target, executable=executable, lowered=lowered, params=params,
                  param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds)
+
+
+def _codegen(mod: tvm.IRModule, target: Target, tvm_target) -> tuple[tvm.IRModule, object]:
+    with tvm_target:
+        lowered = tvm.transform.Sequential(target.lowering_passes(tvm_target))(mod)
+    return lowered, relax.build(lowered, target=tvm_target, relax_pipeline=None)
+
+
+def _kernels_that_do_not_compile(mod: tvm.IRModule, tvm_target) -> dict[str, str]:
+    """The PrimFuncs of ``mod`` that TVM cannot compile on their own, with why (one line each):
+    the kernels a schedule made unbuildable, when a whole module failed."""
+    failing = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            try:
+                tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=tvm_target)
+            except Exception as err:  # noqa: BLE001 - each one's reason goes into the warning
+                failing[gv.name_hint] = short_tvm_message(err, 160)
+    return failing
 
 
 __all__ = ["Built", "Prepared", "apply_schedule", "build", "model_params", "prepare", "workload_tasks"]

@@ -157,10 +157,16 @@ class Target:
         """Relax lowering and finalisation passes of this target's backend (after scheduling)."""
         raise NotImplementedError
 
-    def apply_default_schedules(self, mod, tvm_target) -> tuple:
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
         """``(mod, notes)``: ``mod`` with the target's default schedule on every PrimFunc not
-        scheduled yet, and notes on kernels where a rule failed."""
+        scheduled yet, and notes on kernels where a rule failed; the functions named in ``safe``
+        (whose first schedule did not compile) get the target's simplest rule, where it has one."""
         raise NotImplementedError
+
+    @property
+    def rescues_kernels(self) -> bool:
+        """Whether a kernel whose schedule does not compile can be built again with a simpler rule."""
+        return False
 
     def cpu_spec(self):
         """What the default CPU rules size their tiles from (:class:`explorer.schedule.defaults.CpuSpec`)."""
@@ -273,12 +279,17 @@ class CpuTarget(Target):
 
         return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
 
-    def apply_default_schedules(self, mod, tvm_target) -> tuple:
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
         """schedx's rules, tiled, parallel and vectorized for this target's vector width,
         registers and cores (see :mod:`explorer.schedule.defaults`)."""
         from explorer.schedule.defaults import apply_default_schedules
 
-        return apply_default_schedules(mod, self.cpu_spec())[0], []
+        return apply_default_schedules(mod, self.cpu_spec(), safe)[0], []
+
+    @property
+    def rescues_kernels(self) -> bool:
+        """Whether a kernel whose schedule does not compile can be built again with a simpler rule."""
+        return True
 
     def cpu_spec(self):
         """This target's vector width, registers, cores and int8 instructions, from its real features."""
@@ -346,7 +357,7 @@ class CudaTarget(Target):
 
         return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
 
-    def apply_default_schedules(self, mod, tvm_target) -> tuple:
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
         """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.gpu_defaults`)."""
         from explorer.schedule.gpu_defaults import apply_gpu_defaults
 

@@ -189,6 +189,17 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
     return func, DefaultChoice("none", (), "; ".join(reasons))
 
 
+def safe_default(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice]:
+    """``func`` with the last rule alone (outer loop parallel, inner loop vectorized where TVM
+    agrees), or unchanged where even that fails."""
+    rule, make = RULES[-1]
+    try:
+        sch, steps = make(func, cpu)
+    except Exception as err:  # noqa: BLE001
+        return func, DefaultChoice("none", (), f"{rule}: {_reason(err)}")
+    return sch.mod["main"], DefaultChoice(rule, tuple(steps), "its first choice did not compile")
+
+
 def _finish(scheduled: tvm.tirx.PrimFunc, original: tvm.tirx.PrimFunc, rule: str) -> tvm.tirx.PrimFunc:
     """``scheduled`` with the original's attributes (global symbol, op pattern), marked scheduled."""
     func = scheduled
@@ -200,9 +211,11 @@ def _finish(scheduled: tvm.tirx.PrimFunc, original: tvm.tirx.PrimFunc, rule: str
     return func.with_attr(SCHEDULED_ATTR, True).with_attr(RULE_ATTR, rule)
 
 
-def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModule, dict[str, DefaultChoice]]:
+def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec, safe: frozenset[str] = frozenset()
+                            ) -> tuple[tvm.IRModule, dict[str, DefaultChoice]]:
     """``mod`` (a copy) with a default schedule on every PrimFunc not scheduled yet, and the choice
-    made for each of them, by function name."""
+    made for each of them, by function name; the functions named in ``safe`` take the last rule
+    only (their first choice did not compile: :func:`export.build.build`)."""
     import tvm_ffi
 
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
@@ -213,14 +226,18 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec) -> tuple[tvm.IRModu
             continue
         if func.attrs is not None and SCHEDULED_ATTR in func.attrs and recurrence_spec(func) is None:
             continue  # scheduled already; a recurrent layer's kernel is written again for this CPU
-        key = tvm_ffi.structural_hash(func)
-        if key not in done:
-            done[key] = default_schedule(func, cpu)
-        scheduled, choice = done[key]
+        if gv.name_hint in safe:
+            scheduled, choice = safe_default(func, cpu)
+        else:
+            key = tvm_ffi.structural_hash(func)
+            if key not in done:
+                done[key] = default_schedule(func, cpu)
+            scheduled, choice = done[key]
         choices[gv.name_hint] = choice
         if choice.rule != "none":
             out[gv] = _finish(scheduled, func, choice.rule)
     return out, choices
 
 
-__all__ = ["RULES", "RULE_ATTR", "SCHEDULED_ATTR", "DefaultChoice", "apply_default_schedules", "default_schedule"]
+__all__ = ["RULES", "RULE_ATTR", "SCHEDULED_ATTR", "DefaultChoice", "apply_default_schedules", "default_schedule",
+           "safe_default"]

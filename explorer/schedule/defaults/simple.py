@@ -159,7 +159,7 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     spatial = [loops[k] for k in facts.spatial]
     reduce = [loops[k] for k in facts.reduce]
     sch.reorder(*spatial, *reduce)
-    lanes = _reduction_lanes(facts, cpu)
+    lanes = _reduction_lanes(facts, cpu) if _one_output(sch, block) else 0
     how = ""
     if lanes:
         reduce = [*reduce[:-1], *sch.split(reduce[-1], [None, lanes])]
@@ -192,6 +192,14 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         if row is not None:
             return _rows_serial(sch, facts, [row], how)
     return _rows_serial(sch, facts, spatial, how)
+
+
+def _one_output(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` reduces into one buffer. An argmax/argmin reduces into two at once (index,
+    value): its vector partial results and their scalar tail compiled to IR that TVM 0.27 refuses
+    ("Trying to update var ... with a different value": CLIP's pooler, an argmax over the tokens,
+    failed the whole export), so it stays serial."""
+    return len(sch.get(block).writes) == 1
 
 
 def _reduction_lanes(facts: BlockFacts, cpu: CpuSpec) -> int:
