@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_models import machine, out
-from benchmarks.corpus.build import MANIFEST, corpus_dir
+from benchmarks.corpus.build import SETS, corpus_dir, manifest_path
 
 CROSS_TARGETS = ("cuda:sm_80", "aarch64")
 
@@ -215,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated corpus model names")
     ap.add_argument("--dir", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
-    ap.add_argument("--manifest", default=str(MANIFEST),
-                    help="the models' manifest (default the corpus's; another one runs outside models the same way)")
+    ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
+                    help="the corpus, or the held-out models of benchmarks/outside (built with --set outside)")
+    ap.add_argument("--manifest", help="another manifest of models to run the same way (default: the set's)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
@@ -228,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown too (README)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
-    folder = corpus_dir(opts.dir)
+    folder = corpus_dir(opts.dir, opts.which)
+    opts.manifest = opts.manifest or str(manifest_path(opts.which))
     entries = json.loads(Path(opts.manifest).read_text())["models"]
     if opts.one:
         entry = next(e for e in entries if e["name"] == opts.one)

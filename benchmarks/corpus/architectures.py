@@ -596,6 +596,30 @@ def llama_decoder():
     return Llama().eval(), {"input_ids": torch.randint(0, 2000, (1, 64))}
 
 
+def style_transfer():
+    """A fast neural style-transfer network (Johnson et al.): reflection padding, instance norm,
+    five residual blocks, nearest upsampling, and a last 9x9 convolution to the image's 3 channels."""
+    torch = _seeded()
+    nn = torch.nn
+
+    def layer(i, o, k, stride):
+        return [nn.ReflectionPad2d(k // 2), nn.Conv2d(i, o, k, stride), nn.InstanceNorm2d(o, affine=True), nn.ReLU()]
+
+    class Residual(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.body = nn.Sequential(*layer(c, c, 3, 1)[:-1], nn.ReLU(), *layer(c, c, 3, 1)[:-1])
+
+        def forward(self, x):
+            return x + self.body(x)
+
+    up = nn.Upsample(scale_factor=2, mode="nearest")
+    net = nn.Sequential(*layer(3, 32, 9, 1), *layer(32, 64, 3, 2), *layer(64, 128, 3, 2),
+                        *[Residual(128) for _ in range(5)], up, *layer(128, 64, 3, 1), up, *layer(64, 32, 3, 1),
+                        nn.ReflectionPad2d(4), nn.Conv2d(32, 3, 9))
+    return net.eval(), {"input": torch.randn(1, 3, 256, 256)}
+
+
 def _tv(name, family, **kw):
     return Arch(name, family, "torchvision", torchvision_classifier(name), **kw)
 
@@ -650,6 +674,7 @@ ARCHITECTURES: tuple[Arch, ...] = (
     Arch("r3d_18", "video", "torchvision", torchvision_video("r3d_18")),
     Arch("pix2pix_unet", "image to image", "custom", pix2pix_unet),
     Arch("dcgan_generator", "generative", "custom", dcgan_generator),
+    Arch("style_transfer", "image to image", "custom", style_transfer),
     Arch("melgan_vocoder", "speech", "custom", melgan_vocoder),
     Arch("onnx_inception_v1", "cnn", "onnx-package", package_file="light/light_inception_v1.onnx"),
     Arch("onnx_inception_v2", "cnn", "onnx-package", package_file="light/light_inception_v2.onnx"),
@@ -663,8 +688,8 @@ ARCHITECTURES: tuple[Arch, ...] = (
 )
 
 
-def by_name(name: str) -> Arch:
-    for arch in ARCHITECTURES:
+def by_name(name: str, archs: tuple[Arch, ...] = ARCHITECTURES) -> Arch:
+    for arch in archs:
         if arch.name == name:
             return arch
-    raise KeyError(f"no corpus model named {name!r}; known: {', '.join(a.name for a in ARCHITECTURES)}")
+    raise KeyError(f"no model named {name!r}; known: {', '.join(a.name for a in archs)}")

@@ -1,7 +1,8 @@
 """Build the corpus: export every architecture to ONNX in a cache folder outside the repository
 and write its manifest (``benchmarks/corpus/manifest.json``, committed: what each file is).
 
-Run: ``python -m benchmarks.corpus.build [--out DIR] [--only a,b] [--force]``. Needs the corpus
+Run: ``python -m benchmarks.corpus.build [--set outside] [--out DIR] [--only a,b] [--force]``
+(``--set outside``: the held-out models of ``benchmarks/outside``, into ``~/.cache/schedx/outside``). Needs the corpus
 extra (``pip install -e .[corpus]``: torchvision, timm, transformers). Files that exist are kept
 (``--force`` rebuilds); a model that fails to export is listed with its error and the others go on.
 The folder: ``--out``, else ``$SCHEDX_CORPUS``, else ``~/.cache/schedx/corpus``.
@@ -22,10 +23,26 @@ from pathlib import Path
 from benchmarks.corpus.architectures import ARCHITECTURES, Arch, by_name
 
 MANIFEST = Path(__file__).with_name("manifest.json")
+OUTSIDE_MANIFEST = Path(__file__).parent.parent / "outside" / "manifest.json"
+SETS = ("corpus", "outside")
 
 
-def corpus_dir(out: str | None = None) -> Path:
+def corpus_dir(out: str | None = None, which: str = "corpus") -> Path:
+    if which == "outside":
+        return Path(out or Path.home() / ".cache" / "schedx" / "outside")
     return Path(out or os.environ.get("SCHEDX_CORPUS") or Path.home() / ".cache" / "schedx" / "corpus")
+
+
+def manifest_path(which: str = "corpus") -> Path:
+    return OUTSIDE_MANIFEST if which == "outside" else MANIFEST
+
+
+def architectures(which: str = "corpus") -> tuple[Arch, ...]:
+    if which == "outside":
+        from benchmarks.outside.architectures import OUTSIDE
+
+        return OUTSIDE
+    return ARCHITECTURES
 
 
 def out(text: str) -> None:
@@ -136,14 +153,14 @@ def describe(path: Path) -> dict:
     }
 
 
-def build_one(arch: Arch, folder: Path, force: bool = False) -> dict:
+def build_one(arch: Arch, folder: Path, force: bool = False, manifest: Path = MANIFEST) -> dict:
     path = folder / f"{arch.name}.onnx"
     entry = {"name": arch.name, "family": arch.family, "source": arch.source, "file": path.name,
              "shapes": dict(arch.shapes)}
     if arch.notes:
         entry["notes"] = arch.notes
     if path.exists() and not force:
-        old = next((m for m in _read_manifest() if m["name"] == arch.name), {})
+        old = next((m for m in _read_manifest(manifest) if m["name"] == arch.name), {})
         entry["exporter"] = old.get("exporter", "?")
     else:
         tmp = folder / f".{arch.name}.partial.onnx"
@@ -164,25 +181,29 @@ def build_one(arch: Arch, folder: Path, force: bool = False) -> dict:
     return entry
 
 
-def _read_manifest() -> list[dict]:
-    return json.loads(MANIFEST.read_text())["models"] if MANIFEST.exists() else []
+def _read_manifest(manifest: Path = MANIFEST) -> list[dict]:
+    return json.loads(manifest.read_text())["models"] if manifest.exists() else []
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
+    ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
+                    help="the corpus, or the held-out models of benchmarks/outside")
+    ap.add_argument("--out", help="the folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus; "
+                                  "~/.cache/schedx/outside for --set outside)")
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--force", action="store_true", help="export again files that exist")
     opts = ap.parse_args(argv)
-    folder = corpus_dir(opts.out)
+    folder = corpus_dir(opts.out, opts.which)
     folder.mkdir(parents=True, exist_ok=True)
-    archs = [by_name(n) for n in opts.only.split(",")] if opts.only else list(ARCHITECTURES)
-    old = {m["name"]: m for m in _read_manifest()}
+    every, manifest = architectures(opts.which), manifest_path(opts.which)
+    archs = [by_name(n, every) for n in opts.only.split(",")] if opts.only else list(every)
+    old = {m["name"]: m for m in _read_manifest(manifest)}
     failed = []
     for arch in archs:
         t0 = time.perf_counter()
         try:
-            entry = build_one(arch, folder, opts.force)
+            entry = build_one(arch, folder, opts.force, manifest)
         except Exception as exc:  # noqa: BLE001 - one model's failure is listed, the rest go on
             failed.append(arch.name)
             out(f"FAILED {arch.name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -191,10 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         old[arch.name] = entry
         out(f"{arch.name:<30} {entry['exporter']:<28} opset {entry['opset']} {entry['nodes']:>5} nodes "
             f"{entry['megabytes']:>7.1f} MB  {time.perf_counter() - t0:5.1f} s")
-    order = [a.name for a in ARCHITECTURES]
+    order = [a.name for a in every]
     models = sorted(old.values(), key=lambda m: order.index(m["name"]) if m["name"] in order else len(order))
-    MANIFEST.write_text(json.dumps({"about": "the corpus of python -m benchmarks.corpus.build; files in "
-                                    "$SCHEDX_CORPUS or ~/.cache/schedx/corpus", "models": models}, indent=1) + "\n")
+    about = ("the corpus of python -m benchmarks.corpus.build; files in $SCHEDX_CORPUS or ~/.cache/schedx/corpus"
+             if opts.which == "corpus" else "the held-out models of python -m benchmarks.corpus.build --set outside; "
+             "files in ~/.cache/schedx/outside")
+    manifest.write_text(json.dumps({"about": about, "models": models}, indent=1) + "\n")
     out(f"{len(archs) - len(failed)}/{len(archs)} exported into {folder}" + (f"; failed: {', '.join(failed)}"
                                                                               if failed else ""))
     return 1 if failed else 0
