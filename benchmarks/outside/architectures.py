@@ -8,8 +8,6 @@ Build: ``python -m benchmarks.corpus.build --set outside`` (files in ``~/.cache/
 run: ``python -m benchmarks.bench_corpus --set outside``. Seeded weights, no download.
 """
 
-# ruff: noqa: E702 - compact module definitions, one idea a line
-
 from __future__ import annotations
 
 import math
@@ -29,6 +27,7 @@ def _tv(name, shape=IMAGE, **kw):
 
         torch.manual_seed(0)
         return getattr(torchvision.models, name)(weights=None, **kw).eval(), {"input": torch.randn(*shape)}
+
     return build
 
 
@@ -38,6 +37,7 @@ def _timm(name, shape=IMAGE):
 
         torch.manual_seed(0)
         return timm.create_model(name, pretrained=False).eval(), {"input": torch.randn(*shape)}
+
     return build
 
 
@@ -45,230 +45,455 @@ def _custom(module, **inputs):
     def build():
         torch.manual_seed(0)
         return module().eval(), {k: v() for k, v in inputs.items()}
+
     return build
 
 
 def t5():
     torch.manual_seed(0)
     import transformers
+
     cfg = transformers.T5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=512, num_layers=2, num_heads=4)
     m = transformers.T5EncoderModel(cfg).eval()
+
     class W(nn.Module):
-        def __init__(s): super().__init__(); s.m = m
-        def forward(s, input_ids): return s.m(input_ids=input_ids).last_hidden_state
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).last_hidden_state
+
     return W().eval(), {"input_ids": torch.randint(0, 1000, (1, 48))}
+
 
 def distilbert():
     torch.manual_seed(0)
     import transformers
-    cfg = transformers.DistilBertConfig(vocab_size=1000, dim=128, n_layers=2, n_heads=4, hidden_dim=512, max_position_embeddings=64)
+
+    cfg = transformers.DistilBertConfig(
+        vocab_size=1000, dim=128, n_layers=2, n_heads=4, hidden_dim=512, max_position_embeddings=64
+    )
     m = transformers.DistilBertModel(cfg).eval()
+
     class W(nn.Module):
-        def __init__(s): super().__init__(); s.m = m
-        def forward(s, input_ids, attention_mask): return s.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    return W().eval(), {"input_ids": torch.randint(0, 1000, (1, 40)), "attention_mask": torch.ones(1, 40, dtype=torch.int64)}
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return W().eval(), {
+        "input_ids": torch.randint(0, 1000, (1, 40)),
+        "attention_mask": torch.ones(1, 40, dtype=torch.int64),
+    }
 
 
 class ResT(nn.Module):
-    def __init__(s, c, t):
-        super().__init__(); s.n1 = nn.GroupNorm(32, c); s.c1 = nn.Conv2d(c, c, 3, padding=1); s.t = nn.Linear(t, c); s.n2 = nn.GroupNorm(32, c); s.c2 = nn.Conv2d(c, c, 3, padding=1)
-    def forward(s, x, e):
-        h = s.c1(F.silu(s.n1(x))) + s.t(F.silu(e))[:, :, None, None]
-        return x + s.c2(F.silu(s.n2(h)))
+    def __init__(self, c, t):
+        super().__init__()
+        self.n1 = nn.GroupNorm(32, c)
+        self.c1 = nn.Conv2d(c, c, 3, padding=1)
+        self.t = nn.Linear(t, c)
+        self.n2 = nn.GroupNorm(32, c)
+        self.c2 = nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x, e):
+        h = self.c1(F.silu(self.n1(x))) + self.t(F.silu(e))[:, :, None, None]
+        return x + self.c2(F.silu(self.n2(h)))
+
 
 class Attn2d(nn.Module):
-    def __init__(s, c):
-        super().__init__(); s.n = nn.GroupNorm(32, c); s.qkv = nn.Conv2d(c, 3 * c, 1); s.o = nn.Conv2d(c, c, 1)
-    def forward(s, x):
-        B, C, H, W = x.shape; q, k, v = s.qkv(s.n(x)).reshape(B, 3, C, H * W).unbind(1)
+    def __init__(self, c):
+        super().__init__()
+        self.n = nn.GroupNorm(32, c)
+        self.qkv = nn.Conv2d(c, 3 * c, 1)
+        self.o = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        q, k, v = self.qkv(self.n(x)).reshape(B, 3, C, H * W).unbind(1)
         a = torch.softmax(q.transpose(1, 2) @ k / math.sqrt(C), -1)
-        return x + s.o((v @ a.transpose(1, 2)).reshape(B, C, H, W))
+        return x + self.o((v @ a.transpose(1, 2)).reshape(B, C, H, W))
+
 
 class TinyUNet(nn.Module):
-    def __init__(s, c=64, t=128):
-        super().__init__(); s.t = t; s.mlp = nn.Sequential(nn.Linear(t, t), nn.SiLU(), nn.Linear(t, t))
-        s.inp = nn.Conv2d(4, c, 3, padding=1); s.r1 = ResT(c, t); s.down = nn.Conv2d(c, 2 * c, 3, 2, 1); s.r2 = ResT(2 * c, t); s.at = Attn2d(2 * c)
-        s.up = nn.Upsample(scale_factor=2, mode="nearest"); s.uc = nn.Conv2d(2 * c, c, 3, padding=1); s.r3 = ResT(c, t); s.out = nn.Conv2d(c, 4, 3, padding=1)
-    def forward(s, x, ts):
-        half = s.t // 2; fr = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
-        a = ts[:, None].float() * fr[None]; e = s.mlp(torch.cat([a.sin(), a.cos()], -1))
-        h = s.r1(s.inp(x), e); d = s.at(s.r2(s.down(h), e)); u = s.r3(s.uc(s.up(d)) + h, e)
-        return s.out(F.silu(u))
+    def __init__(self, c=64, t=128):
+        super().__init__()
+        self.t = t
+        self.mlp = nn.Sequential(nn.Linear(t, t), nn.SiLU(), nn.Linear(t, t))
+        self.inp = nn.Conv2d(4, c, 3, padding=1)
+        self.r1 = ResT(c, t)
+        self.down = nn.Conv2d(c, 2 * c, 3, 2, 1)
+        self.r2 = ResT(2 * c, t)
+        self.at = Attn2d(2 * c)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.uc = nn.Conv2d(2 * c, c, 3, padding=1)
+        self.r3 = ResT(c, t)
+        self.out = nn.Conv2d(c, 4, 3, padding=1)
 
+    def forward(self, x, ts):
+        half = self.t // 2
+        fr = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+        a = ts[:, None].float() * fr[None]
+        e = self.mlp(torch.cat([a.sin(), a.cos()], -1))
+        h = self.r1(self.inp(x), e)
+        d = self.at(self.r2(self.down(h), e))
+        u = self.r3(self.uc(self.up(d)) + h, e)
+        return self.out(F.silu(u))
 
 
 class PointNet(nn.Module):
-    def __init__(s, k=16):
+    def __init__(self, k=16):
         super().__init__()
-        def blk(i, o): return nn.Sequential(nn.Conv1d(i, o, 1), nn.BatchNorm1d(o), nn.ReLU())
-        s.tnet = nn.Sequential(blk(3, 64), blk(64, 128), blk(128, 512)); s.tfc = nn.Linear(512, 9)
-        s.f = nn.Sequential(blk(3, 64), blk(64, 128), blk(128, 1024)); s.head = nn.Sequential(nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, k))
-    def forward(s, pts):
-        t = s.tfc(s.tnet(pts).amax(-1)).view(-1, 3, 3) + torch.eye(3)
-        x = torch.bmm(t, pts)
-        return s.head(s.f(x).amax(-1))
 
+        def blk(i, o):
+            return nn.Sequential(nn.Conv1d(i, o, 1), nn.BatchNorm1d(o), nn.ReLU())
+
+        self.tnet = nn.Sequential(blk(3, 64), blk(64, 128), blk(128, 512))
+        self.tfc = nn.Linear(512, 9)
+        self.f = nn.Sequential(blk(3, 64), blk(64, 128), blk(128, 1024))
+        self.head = nn.Sequential(nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, k))
+
+    def forward(self, pts):
+        t = self.tfc(self.tnet(pts).amax(-1)).view(-1, 3, 3) + torch.eye(3)
+        x = torch.bmm(t, pts)
+        return self.head(self.f(x).amax(-1))
 
 
 class TCN(nn.Module):
-    def __init__(s, c=64, n=6):
-        super().__init__(); s.inp = nn.Conv1d(16, c, 1)
-        s.convs = nn.ModuleList([nn.Conv1d(c, c, 3, dilation=2 ** i, padding=2 * 2 ** i) for i in range(n)]); s.out = nn.Conv1d(c, 8, 1)
-    def forward(s, x):
-        h = s.inp(x)
-        for c in s.convs:
+    def __init__(self, c=64, n=6):
+        super().__init__()
+        self.inp = nn.Conv1d(16, c, 1)
+        self.convs = nn.ModuleList([nn.Conv1d(c, c, 3, dilation=2**i, padding=2 * 2**i) for i in range(n)])
+        self.out = nn.Conv1d(c, 8, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for c in self.convs:
             y = c(h)[:, :, : -c.padding[0]]
             h = h + F.relu(y)
-        return s.out(h)
-
+        return self.out(h)
 
 
 class Mixer(nn.Module):
-    def __init__(s, d=192, p=16, n=4, tok=196):
-        super().__init__(); s.stem = nn.Conv2d(3, d, p, p)
-        s.blocks = nn.ModuleList([nn.ModuleDict(dict(n1=nn.LayerNorm(d), t1=nn.Linear(tok, 384), t2=nn.Linear(384, tok), n2=nn.LayerNorm(d), c1=nn.Linear(d, 768), c2=nn.Linear(768, d))) for _ in range(n)])
-        s.n = nn.LayerNorm(d); s.head = nn.Linear(d, 100)
-    def forward(s, x):
-        x = s.stem(x).flatten(2).transpose(1, 2)
-        for b in s.blocks:
+    def __init__(self, d=192, p=16, n=4, tok=196):
+        super().__init__()
+        self.stem = nn.Conv2d(3, d, p, p)
+        self.blocks = nn.ModuleList(
+            [
+                nn.ModuleDict(
+                    dict(
+                        n1=nn.LayerNorm(d),
+                        t1=nn.Linear(tok, 384),
+                        t2=nn.Linear(384, tok),
+                        n2=nn.LayerNorm(d),
+                        c1=nn.Linear(d, 768),
+                        c2=nn.Linear(768, d),
+                    )
+                )
+                for _ in range(n)
+            ]
+        )
+        self.n = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 100)
+
+    def forward(self, x):
+        x = self.stem(x).flatten(2).transpose(1, 2)
+        for b in self.blocks:
             x = x + b["t2"](F.gelu(b["t1"](b["n1"](x).transpose(1, 2)))).transpose(1, 2)
             x = x + b["c2"](F.gelu(b["c1"](b["n2"](x))))
-        return s.head(s.n(x).mean(1))
-
-
+        return self.head(self.n(x).mean(1))
 
 
 class ESPCN(nn.Module):
-    def __init__(s, r=3):
-        super().__init__(); s.f = nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1), nn.Tanh(), nn.Conv2d(32, r * r, 3, padding=1)); s.ps = nn.PixelShuffle(r)
-    def forward(s, x): return torch.sigmoid(s.ps(s.f(x)))
+    def __init__(self, r=3):
+        super().__init__()
+        self.f = nn.Sequential(
+            nn.Conv2d(1, 64, 5, padding=2),
+            nn.Tanh(),
+            nn.Conv2d(64, 32, 3, padding=1),
+            nn.Tanh(),
+            nn.Conv2d(32, r * r, 3, padding=1),
+        )
+        self.ps = nn.PixelShuffle(r)
+
+    def forward(self, x):
+        return torch.sigmoid(self.ps(self.f(x)))
+
 
 class QBlock(nn.Module):
-    def __init__(s, i, o, k, n=3):
-        super().__init__(); layers = []
+    def __init__(self, i, o, k, n=3):
+        super().__init__()
+        layers = []
         for j in range(n):
             c = i if j == 0 else o
-            layers += [nn.Conv1d(c, c, k, padding=k // 2, groups=c), nn.Conv1d(c, o, 1), nn.BatchNorm1d(o)] + ([nn.ReLU()] if j < n - 1 else [])
-        s.b = nn.Sequential(*layers); s.res = nn.Sequential(nn.Conv1d(i, o, 1), nn.BatchNorm1d(o))
-    def forward(s, x): return F.relu(s.b(x) + s.res(x))
+            layers += [nn.Conv1d(c, c, k, padding=k // 2, groups=c), nn.Conv1d(c, o, 1), nn.BatchNorm1d(o)] + (
+                [nn.ReLU()] if j < n - 1 else []
+            )
+        self.b = nn.Sequential(*layers)
+        self.res = nn.Sequential(nn.Conv1d(i, o, 1), nn.BatchNorm1d(o))
+
+    def forward(self, x):
+        return F.relu(self.b(x) + self.res(x))
+
 
 class QuartzNet(nn.Module):
-    def __init__(s):
-        super().__init__(); s.c1 = nn.Sequential(nn.Conv1d(64, 64, 33, 2, 16, groups=64), nn.Conv1d(64, 256, 1), nn.BatchNorm1d(256), nn.ReLU())
-        s.bs = nn.Sequential(QBlock(256, 256, 33), QBlock(256, 256, 39), QBlock(256, 512, 51), QBlock(512, 512, 63), QBlock(512, 512, 75))
-        s.out = nn.Conv1d(512, 29, 1)
-    def forward(s, mel): return s.out(s.bs(s.c1(mel))).log_softmax(1)
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Sequential(
+            nn.Conv1d(64, 64, 33, 2, 16, groups=64), nn.Conv1d(64, 256, 1), nn.BatchNorm1d(256), nn.ReLU()
+        )
+        self.bs = nn.Sequential(
+            QBlock(256, 256, 33), QBlock(256, 256, 39), QBlock(256, 512, 51), QBlock(512, 512, 63), QBlock(512, 512, 75)
+        )
+        self.out = nn.Conv1d(512, 29, 1)
+
+    def forward(self, mel):
+        return self.out(self.bs(self.c1(mel))).log_softmax(1)
+
 
 class DETRHead(nn.Module):
-    def __init__(s, d=128, q=50):
-        super().__init__(); s.bb = nn.Sequential(nn.Conv2d(3, 64, 7, 4, 3), nn.ReLU(), nn.Conv2d(64, d, 3, 2, 1), nn.ReLU(), nn.Conv2d(d, d, 3, 2, 1))
-        s.q = nn.Parameter(torch.randn(1, q, d)); s.pos = nn.Parameter(torch.randn(1, 256, d))
-        s.dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, 4, 256, batch_first=True, dropout=0.0), 2); s.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 4, 256, batch_first=True, dropout=0.0), 2)
-        s.cls = nn.Linear(d, 21); s.box = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 4))
-    def forward(s, x):
-        f = s.bb(x).flatten(2).transpose(1, 2); m = s.enc(f + s.pos)
-        h = s.dec(s.q.expand(x.shape[0], -1, -1), m)
-        return s.cls(h), s.box(h).sigmoid()
+    def __init__(self, d=128, q=50):
+        super().__init__()
+        self.bb = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 4, 3), nn.ReLU(), nn.Conv2d(64, d, 3, 2, 1), nn.ReLU(), nn.Conv2d(d, d, 3, 2, 1)
+        )
+        self.q = nn.Parameter(torch.randn(1, q, d))
+        self.pos = nn.Parameter(torch.randn(1, 256, d))
+        self.dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, 4, 256, batch_first=True, dropout=0.0), 2)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 4, 256, batch_first=True, dropout=0.0), 2)
+        self.cls = nn.Linear(d, 21)
+        self.box = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 4))
+
+    def forward(self, x):
+        f = self.bb(x).flatten(2).transpose(1, 2)
+        m = self.enc(f + self.pos)
+        h = self.dec(self.q.expand(x.shape[0], -1, -1), m)
+        return self.cls(h), self.box(h).sigmoid()
+
 
 class HRLite(nn.Module):
-    def __init__(s, c=32):
-        super().__init__(); s.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1), nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c, 3, 2, 1), nn.BatchNorm2d(c), nn.ReLU())
-        s.b1 = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.ReLU()); s.d2 = nn.Conv2d(c, 2 * c, 3, 2, 1); s.b2 = nn.Sequential(nn.Conv2d(2 * c, 2 * c, 3, 1, 1), nn.ReLU())
-        s.d3 = nn.Conv2d(2 * c, 4 * c, 3, 2, 1); s.b3 = nn.Sequential(nn.Conv2d(4 * c, 4 * c, 3, 1, 1), nn.ReLU())
-        s.f2 = nn.Conv2d(2 * c, c, 1); s.f3 = nn.Conv2d(4 * c, c, 1); s.head = nn.Conv2d(3 * c, 17, 1)
-    def forward(s, x):
-        x = s.stem(x); a = s.b1(x); b = s.b2(s.d2(a)); c3 = s.b3(s.d3(b))
-        up2 = F.interpolate(s.f2(b), size=a.shape[-2:], mode="bilinear", align_corners=False)
-        up3 = F.interpolate(s.f3(c3), size=a.shape[-2:], mode="bilinear", align_corners=True)
-        return s.head(torch.cat([a, up2, up3], 1))
+    def __init__(self, c=32):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c, 3, 2, 1),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, 2, 1),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+        )
+        self.b1 = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.ReLU())
+        self.d2 = nn.Conv2d(c, 2 * c, 3, 2, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(2 * c, 2 * c, 3, 1, 1), nn.ReLU())
+        self.d3 = nn.Conv2d(2 * c, 4 * c, 3, 2, 1)
+        self.b3 = nn.Sequential(nn.Conv2d(4 * c, 4 * c, 3, 1, 1), nn.ReLU())
+        self.f2 = nn.Conv2d(2 * c, c, 1)
+        self.f3 = nn.Conv2d(4 * c, c, 1)
+        self.head = nn.Conv2d(3 * c, 17, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        a = self.b1(x)
+        b = self.b2(self.d2(a))
+        c3 = self.b3(self.d3(b))
+        up2 = F.interpolate(self.f2(b), size=a.shape[-2:], mode="bilinear", align_corners=False)
+        up3 = F.interpolate(self.f3(c3), size=a.shape[-2:], mode="bilinear", align_corners=True)
+        return self.head(torch.cat([a, up2, up3], 1))
 
 
 def clip_text():
     torch.manual_seed(0)
     import transformers
-    cfg = transformers.CLIPTextConfig(vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=77)
+
+    cfg = transformers.CLIPTextConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=77,
+    )
     m = transformers.CLIPTextModel(cfg).eval()
+
     class W(nn.Module):
-        def __init__(s): super().__init__(); s.m = m
-        def forward(s, input_ids): o = s.m(input_ids=input_ids); return o.last_hidden_state, o.pooler_output
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            o = self.m(input_ids=input_ids)
+            return o.last_hidden_state, o.pooler_output
+
     return W().eval(), {"input_ids": torch.randint(0, 999, (1, 77))}
 
+
 class ConvMixer(nn.Module):
-    def __init__(s, d=256, depth=6, k=9, p=7):
-        super().__init__(); s.stem = nn.Sequential(nn.Conv2d(3, d, p, p), nn.GELU(), nn.BatchNorm2d(d))
-        s.blocks = nn.ModuleList([nn.ModuleDict(dict(dw=nn.Sequential(nn.Conv2d(d, d, k, groups=d, padding="same"), nn.GELU(), nn.BatchNorm2d(d)), pw=nn.Sequential(nn.Conv2d(d, d, 1), nn.GELU(), nn.BatchNorm2d(d)))) for _ in range(depth)])
-        s.head = nn.Linear(d, 10)
-    def forward(s, x):
-        x = s.stem(x)
-        for b in s.blocks: x = b["pw"](x + b["dw"](x))
-        return s.head(x.mean((2, 3)))
+    def __init__(self, d=256, depth=6, k=9, p=7):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, d, p, p), nn.GELU(), nn.BatchNorm2d(d))
+        self.blocks = nn.ModuleList(
+            [
+                nn.ModuleDict(
+                    dict(
+                        dw=nn.Sequential(nn.Conv2d(d, d, k, groups=d, padding="same"), nn.GELU(), nn.BatchNorm2d(d)),
+                        pw=nn.Sequential(nn.Conv2d(d, d, 1), nn.GELU(), nn.BatchNorm2d(d)),
+                    )
+                )
+                for _ in range(depth)
+            ]
+        )
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            x = b["pw"](x + b["dw"](x))
+        return self.head(x.mean((2, 3)))
+
 
 class ModConv(nn.Module):
     """StyleGAN2 modulated conv: weights computed from the style at run time, grouped per sample."""
-    def __init__(s, i, o, w=128):
-        super().__init__(); s.weight = nn.Parameter(torch.randn(o, i, 3, 3)); s.aff = nn.Linear(w, i); s.o, s.i = o, i
-    def forward(s, x, wl):
-        b = x.shape[0]; st = s.aff(wl).view(b, 1, s.i, 1, 1)
-        wt = s.weight.unsqueeze(0) * st; d = torch.rsqrt((wt ** 2).sum([2, 3, 4]) + 1e-8); wt = wt * d.view(b, s.o, 1, 1, 1)
-        y = F.conv2d(x.reshape(1, b * s.i, *x.shape[2:]), wt.reshape(b * s.o, s.i, 3, 3), padding=1, groups=b)
-        return F.leaky_relu(y.reshape(b, s.o, *y.shape[2:]), 0.2)
+
+    def __init__(self, i, o, w=128):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(o, i, 3, 3))
+        self.aff = nn.Linear(w, i)
+        self.o, self.i = o, i
+
+    def forward(self, x, wl):
+        b = x.shape[0]
+        st = self.aff(wl).view(b, 1, self.i, 1, 1)
+        wt = self.weight.unsqueeze(0) * st
+        d = torch.rsqrt((wt**2).sum([2, 3, 4]) + 1e-8)
+        wt = wt * d.view(b, self.o, 1, 1, 1)
+        y = F.conv2d(x.reshape(1, b * self.i, *x.shape[2:]), wt.reshape(b * self.o, self.i, 3, 3), padding=1, groups=b)
+        return F.leaky_relu(y.reshape(b, self.o, *y.shape[2:]), 0.2)
+
 
 class StyleGen(nn.Module):
-    def __init__(s):
-        super().__init__(); s.map = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(128, 128), nn.LeakyReLU(0.2))]); s.const = nn.Parameter(torch.randn(1, 128, 8, 8))
-        s.c1 = ModConv(128, 128); s.c2 = ModConv(128, 64); s.c3 = ModConv(64, 32); s.rgb = nn.Conv2d(32, 3, 1)
-    def forward(s, z):
-        w = s.map(z); x = s.c1(s.const, w); x = s.c2(F.interpolate(x, scale_factor=2.0, mode="bilinear"), w); x = s.c3(F.interpolate(x, scale_factor=2.0, mode="bilinear"), w)
-        return s.rgb(x)
+    def __init__(self):
+        super().__init__()
+        self.map = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(128, 128), nn.LeakyReLU(0.2))])
+        self.const = nn.Parameter(torch.randn(1, 128, 8, 8))
+        self.c1 = ModConv(128, 128)
+        self.c2 = ModConv(128, 64)
+        self.c3 = ModConv(64, 32)
+        self.rgb = nn.Conv2d(32, 3, 1)
+
+    def forward(self, z):
+        w = self.map(z)
+        x = self.c1(self.const, w)
+        x = self.c2(F.interpolate(x, scale_factor=2.0, mode="bilinear"), w)
+        x = self.c3(F.interpolate(x, scale_factor=2.0, mode="bilinear"), w)
+        return self.rgb(x)
+
 
 class DLRM(nn.Module):
-    def __init__(s, tables=8, rows=1000, d=32):
-        super().__init__(); s.emb = nn.ModuleList([nn.EmbeddingBag(rows, d, mode="sum") for _ in range(tables)])
-        s.bot = nn.Sequential(nn.Linear(13, 64), nn.ReLU(), nn.Linear(64, d), nn.ReLU()); n = tables + 1
-        s.top = nn.Sequential(nn.Linear(d + n * (n - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 1)); s.n = n
-    def forward(s, dense, sparse):
-        x = s.bot(dense); feats = [x] + [e(sparse[:, i, :]) for i, e in enumerate(s.emb)]
-        T = torch.stack(feats, 1); Z = torch.bmm(T, T.transpose(1, 2)); li, lj = torch.tril_indices(s.n, s.n, -1)
-        return torch.sigmoid(s.top(torch.cat([x, Z[:, li, lj]], 1)))
+    def __init__(self, tables=8, rows=1000, d=32):
+        super().__init__()
+        self.emb = nn.ModuleList([nn.EmbeddingBag(rows, d, mode="sum") for _ in range(tables)])
+        self.bot = nn.Sequential(nn.Linear(13, 64), nn.ReLU(), nn.Linear(64, d), nn.ReLU())
+        n = tables + 1
+        self.top = nn.Sequential(nn.Linear(d + n * (n - 1) // 2, 128), nn.ReLU(), nn.Linear(128, 1))
+        self.n = n
+
+    def forward(self, dense, sparse):
+        x = self.bot(dense)
+        feats = [x] + [e(sparse[:, i, :]) for i, e in enumerate(self.emb)]
+        T = torch.stack(feats, 1)
+        Z = torch.bmm(T, T.transpose(1, 2))
+        li, lj = torch.tril_indices(self.n, self.n, -1)
+        return torch.sigmoid(self.top(torch.cat([x, Z[:, li, lj]], 1)))
+
 
 class DFLHead(nn.Module):
-    def __init__(s, c=64, reg=16, nc=80):
-        super().__init__(); s.bb = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.SiLU(), nn.Conv2d(32, c, 3, 2, 1), nn.SiLU(), nn.Conv2d(c, c, 3, 2, 1), nn.SiLU())
-        s.box = nn.Conv2d(c, 4 * reg, 1); s.cls = nn.Conv2d(c, nc, 1); s.reg = reg; s.register_buffer("proj", torch.arange(reg, dtype=torch.float32))
-    def forward(s, x):
-        f = s.bb(x); b, _, h, w = f.shape
-        dist = s.box(f).view(b, 4, s.reg, h * w).softmax(2); dist = (dist * s.proj.view(1, 1, -1, 1)).sum(2)
-        gy, gx = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+    def __init__(self, c=64, reg=16, nc=80):
+        super().__init__()
+        self.bb = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1),
+            nn.SiLU(),
+            nn.Conv2d(32, c, 3, 2, 1),
+            nn.SiLU(),
+            nn.Conv2d(c, c, 3, 2, 1),
+            nn.SiLU(),
+        )
+        self.box = nn.Conv2d(c, 4 * reg, 1)
+        self.cls = nn.Conv2d(c, nc, 1)
+        self.reg = reg
+        self.register_buffer("proj", torch.arange(reg, dtype=torch.float32))
+
+    def forward(self, x):
+        f = self.bb(x)
+        b, _, h, w = f.shape
+        dist = self.box(f).view(b, 4, self.reg, h * w).softmax(2)
+        dist = (dist * self.proj.view(1, 1, -1, 1)).sum(2)
+        gy, gx = torch.meshgrid(
+            torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij"
+        )
         anchors = torch.stack([gx, gy], 0).view(1, 2, -1) + 0.5
         boxes = torch.cat([anchors - dist[:, :2], anchors + dist[:, 2:]], 1) * 8.0
-        return boxes, s.cls(f).view(b, -1, h * w).sigmoid()
+        return boxes, self.cls(f).view(b, -1, h * w).sigmoid()
+
 
 class CenterNetHead(nn.Module):
-    def __init__(s):
-        super().__init__(); s.bb = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU()); s.hm = nn.Conv2d(64, 20, 1)
-    def forward(s, x):
-        h = torch.sigmoid(s.hm(s.bb(x))); m = F.max_pool2d(h, 3, 1, 1)
+    def __init__(self):
+        super().__init__()
+        self.bb = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU())
+        self.hm = nn.Conv2d(64, 20, 1)
+
+    def forward(self, x):
+        h = torch.sigmoid(self.hm(self.bb(x)))
+        m = F.max_pool2d(h, 3, 1, 1)
         return h * (m == h).float()
 
+
 class GCN(nn.Module):
-    def __init__(s, f=64, h=128, c=7):
-        super().__init__(); s.l1 = nn.Linear(f, h); s.l2 = nn.Linear(h, c)
-    def forward(s, x, adj):
-        deg = adj.sum(1); dinv = deg.clamp(min=1).rsqrt(); a = dinv[:, None] * adj * dinv[None]
-        return (a @ s.l2(F.relu(a @ s.l1(x)))).log_softmax(-1)
+    def __init__(self, f=64, h=128, c=7):
+        super().__init__()
+        self.l1 = nn.Linear(f, h)
+        self.l2 = nn.Linear(h, c)
+
+    def forward(self, x, adj):
+        deg = adj.sum(1)
+        dinv = deg.clamp(min=1).rsqrt()
+        a = dinv[:, None] * adj * dinv[None]
+        return (a @ self.l2(F.relu(a @ self.l1(x)))).log_softmax(-1)
+
 
 class NHWCNet(nn.Module):
     """Keras-style: NHWC input transposed once, a small CNN, softmax."""
-    def __init__(s):
-        super().__init__(); s.f = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU6(), nn.Conv2d(32, 32, 3, 1, 1, groups=32), nn.ReLU6(), nn.Conv2d(32, 64, 1), nn.ReLU6(), nn.AdaptiveAvgPool2d(1)); s.fc = nn.Linear(64, 10)
-    def forward(s, x): return s.fc(s.f(x.permute(0, 3, 1, 2)).flatten(1)).softmax(-1)
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1),
+            nn.ReLU6(),
+            nn.Conv2d(32, 32, 3, 1, 1, groups=32),
+            nn.ReLU6(),
+            nn.Conv2d(32, 64, 1),
+            nn.ReLU6(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc(self.f(x.permute(0, 3, 1, 2)).flatten(1)).softmax(-1)
+
 
 class STFTNet(nn.Module):
-    def __init__(s):
-        super().__init__(); s.register_buffer("win", torch.hann_window(400)); s.conv = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1)); s.fc = nn.Linear(16, 5)
-    def forward(s, wav):
-        spec = torch.stft(wav, 400, 160, window=s.win, return_complex=False); mag = (spec ** 2).sum(-1).clamp(min=1e-10).log()
-        return s.fc(s.conv(mag.unsqueeze(1)).flatten(1))
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("win", torch.hann_window(400))
+        self.conv = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, wav):
+        spec = torch.stft(wav, 400, 160, window=self.win, return_complex=False)
+        mag = (spec**2).sum(-1).clamp(min=1e-10).log()
+        return self.fc(self.conv(mag.unsqueeze(1)).flatten(1))
 
 
 def _randn(*shape):
@@ -276,8 +501,9 @@ def _randn(*shape):
 
 
 OUTSIDE: tuple[Arch, ...] = (
-    Arch("inception_v3", "cnn", "torchvision", _tv("inception_v3", (1, 3, 299, 299), aux_logits=False,
-                                                    init_weights=True)),
+    Arch(
+        "inception_v3", "cnn", "torchvision", _tv("inception_v3", (1, 3, 299, 299), aux_logits=False, init_weights=True)
+    ),
     Arch("mobilenet_v3_large", "mobile cnn", "torchvision", _tv("mobilenet_v3_large")),
     Arch("efficientnet_v2_s", "mobile cnn", "torchvision", _tv("efficientnet_v2_s")),
     Arch("resnext50_32x4d", "cnn", "torchvision", _tv("resnext50_32x4d")),
@@ -287,8 +513,12 @@ OUTSIDE: tuple[Arch, ...] = (
     Arch("t5_encoder", "transformer", "transformers", t5),
     Arch("distilbert", "transformer", "transformers", distilbert),
     Arch("clip_text", "transformer", "transformers", clip_text),
-    Arch("unet_diffusion", "diffusion", "custom",
-         _custom(TinyUNet, latent=_randn(1, 4, 32, 32), timestep=lambda: torch.tensor([10]))),
+    Arch(
+        "unet_diffusion",
+        "diffusion",
+        "custom",
+        _custom(TinyUNet, latent=_randn(1, 4, 32, 32), timestep=lambda: torch.tensor([10])),
+    ),
     Arch("pointnet", "point cloud", "custom", _custom(PointNet, points=_randn(1, 3, 1024))),
     Arch("tcn", "sequence cnn", "custom", _custom(TCN, signal=_randn(1, 16, 2000))),
     Arch("mlp_mixer", "mlp", "custom", _custom(Mixer, input=_randn(*IMAGE))),
@@ -298,20 +528,38 @@ OUTSIDE: tuple[Arch, ...] = (
     Arch("hrnet_lite", "pose", "custom", _custom(HRLite, input=_randn(1, 3, 256, 192))),
     Arch("convmixer", "cnn", "custom", _custom(ConvMixer, input=_randn(*IMAGE))),
     Arch("stylegan_mod", "generative", "custom", _custom(StyleGen, z=_randn(1, 128))),
-    Arch("dlrm", "recommendation", "custom",
-         _custom(DLRM, dense=_randn(4, 13), sparse=lambda: torch.randint(0, 1000, (4, 8, 3)))),
+    Arch(
+        "dlrm",
+        "recommendation",
+        "custom",
+        _custom(DLRM, dense=_randn(4, 13), sparse=lambda: torch.randint(0, 1000, (4, 8, 3))),
+    ),
     Arch("yolo_dfl_head", "detection", "custom", _custom(DFLHead, input=_randn(1, 3, 256, 256))),
     Arch("centernet_head", "detection", "custom", _custom(CenterNetHead, input=_randn(1, 3, 256, 256))),
     Arch("gcn", "graph", "custom", _custom(GCN, x=_randn(200, 64), adj=lambda: (torch.rand(200, 200) < 0.05).float())),
     Arch("nhwc_keras_style", "mobile cnn", "custom", _custom(NHWCNet, input=_randn(1, 96, 96, 3))),
     Arch("stft_classifier", "audio", "custom", _custom(STFTNet, wav=_randn(1, 16000))),
-    *(Arch(f"timm_{name}", family, "timm", _timm(name, shape)) for name, family, shape in (
-        ("mixnet_s", "mobile cnn", IMAGE), ("tf_efficientnet_b0", "mobile cnn", IMAGE),
-        ("hrnet_w18_small", "cnn", IMAGE), ("poolformer_s12", "vision transformer", IMAGE),
-        ("efficientformer_l1", "vision transformer", IMAGE), ("edgenext_xx_small", "vision transformer", (1, 3, 256, 256)),
-        ("xcit_nano_12_p16_224", "vision transformer", IMAGE), ("dla34", "cnn", IMAGE), ("rexnet_100", "mobile cnn", IMAGE),
-        ("pit_ti_224", "vision transformer", IMAGE), ("fastvit_t8", "mobile cnn", (1, 3, 256, 256)),
-        ("resnest14d", "cnn", IMAGE), ("skresnet18", "cnn", IMAGE), ("ese_vovnet19b_dw", "cnn", IMAGE),
-        ("nf_resnet26", "cnn", IMAGE), ("efficientvit_b0", "vision transformer", IMAGE),
-        ("mobilevitv2_050", "vision transformer", (1, 3, 256, 256)), ("pvt_v2_b0", "vision transformer", IMAGE))),
+    *(
+        Arch(f"timm_{name}", family, "timm", _timm(name, shape))
+        for name, family, shape in (
+            ("mixnet_s", "mobile cnn", IMAGE),
+            ("tf_efficientnet_b0", "mobile cnn", IMAGE),
+            ("hrnet_w18_small", "cnn", IMAGE),
+            ("poolformer_s12", "vision transformer", IMAGE),
+            ("efficientformer_l1", "vision transformer", IMAGE),
+            ("edgenext_xx_small", "vision transformer", (1, 3, 256, 256)),
+            ("xcit_nano_12_p16_224", "vision transformer", IMAGE),
+            ("dla34", "cnn", IMAGE),
+            ("rexnet_100", "mobile cnn", IMAGE),
+            ("pit_ti_224", "vision transformer", IMAGE),
+            ("fastvit_t8", "mobile cnn", (1, 3, 256, 256)),
+            ("resnest14d", "cnn", IMAGE),
+            ("skresnet18", "cnn", IMAGE),
+            ("ese_vovnet19b_dw", "cnn", IMAGE),
+            ("nf_resnet26", "cnn", IMAGE),
+            ("efficientvit_b0", "vision transformer", IMAGE),
+            ("mobilevitv2_050", "vision transformer", (1, 3, 256, 256)),
+            ("pvt_v2_b0", "vision transformer", IMAGE),
+        )
+    ),
 )
