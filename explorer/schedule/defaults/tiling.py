@@ -23,9 +23,11 @@ from explorer.schedule.defaults.analysis import (
     PARALLEL_MIN_MACS, PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts, covers_its_producers,
 )
 from explorer.schedule.defaults.groups import partitioned_tiles, ragged_group_width, tile_ragged_groups
+from explorer.schedule.defaults.layouts import (accumulate_along_vectors, few_channels_pixel_axis, gathered_operands,
+                                                innermost_output_axis, is_weight, relayout)
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, weight_positions
+from explorer.tir_walk import LAYOUT_REWRITE_PREPROC
 
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
 # (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);
@@ -95,35 +97,10 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _innermost_output_axis(facts: BlockFacts) -> int | None:
-    """The iterator of the output's innermost dimension that has more than one element."""
-    return next((k for k in reversed(facts.out_dims)
-                 if k is not None and not facts.reduction[k] and facts.extents[k] > 1), None)
-
-
-def _few_channels_pixel_axis(facts: BlockFacts, lanes: int) -> int | None:
-    """The output axis next to the innermost one, when the innermost has fewer elements than a
-    vector and no 4 of them make a tile's vector (its widest power-of-two divisor is 1 or 2), and
-    the next one fills vectors: a convolution to an RGB image's 3 channels ran in scalars (a
-    style-transfer net's last 9x9 conv at 7% of the peak, 27% of the model); over its pixels, the
-    3 channels are the tile's rows. Measured per kernel on AVX-512 (2 cores, alternated rounds), a
-    64x64x32 3x3 conv to K channels, pixels against channels: K=2 0.17 vs 0.21 ms, K=3 0.19 vs
-    1.10, K=6 0.37 vs 0.58; but K=4 and K=8 (16x4 and 28x8 tiles over the channels) ran 2-3x
-    faster over their channels than over pixels with the input copied. None otherwise."""
-    axes = [k for k in reversed(facts.out_dims)
-            if k is not None and not facts.reduction[k] and facts.extents[k] > 1]
-    if len(axes) < 2 or facts.extents[axes[0]] >= lanes or facts.extents[axes[1]] < lanes:
-        return None
-    channels = facts.extents[axes[0]]
-    if channels & -channels >= min(4, lanes):  # its widest power-of-two divisor: a tile's vector
-        return None
-    return axes[1]
-
-
 def vector_axis(facts: BlockFacts) -> int:
     """The iterator of the output's innermost dimension that has more than one element; every
     operand that varies with it must vary along its own innermost dimension (no gathers)."""
-    vec = _innermost_output_axis(facts)
+    vec = innermost_output_axis(facts)
     if vec is None:
         raise NotApplicable("no spatial output axis to vectorize")
     for access in facts.reads:
@@ -263,13 +240,6 @@ def _weight_bytes(facts: BlockFacts, vec: int, rows: int | None) -> int:
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
-def _is_weight(sch: s_tir.Schedule, buffer) -> bool:
-    """Whether ``buffer`` is a weight the graph passes as a constant (``schedx.weight_buffers``):
-    a schedule may store it in another layout, computed once at build time."""
-    func = sch.mod["main"]
-    return any(func.params[i].same_as(buffer) for i in weight_positions(func))
-
-
 def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows: int | None, vec_tile: int):
     """Copy a weights operand into panels ``vec_tile`` wide (``W[..., j]`` -> ``P[j // vec_tile,
     ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
@@ -288,7 +258,7 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows:
         if access.last != frozenset({vec}) or len(access.dims) < 2:
             continue
         buffer = regions[i].source
-        free = _is_weight(sch, buffer)
+        free = is_weight(sch, buffer)
         if any(access.uses(k) for k in other) and not (free and _batched_weight(access, rows, other)):
             continue
         shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
@@ -326,18 +296,18 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     facts = block_facts(sch, block)
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
-    vec, relaid = _few_channels_pixel_axis(facts, cpu.lanes(facts.dtype)), []
-    moves = _gathered_operands(sch, block, facts, vec)
+    vec, relaid = few_channels_pixel_axis(facts, cpu.lanes(facts.dtype)), []
+    moves = gathered_operands(sch, block, facts, vec)
     if moves is None:  # channels fill the vectors (or their pixels cannot be read as vectors)
         try:
             vec = vector_axis(facts)
         except NotApplicable:  # a gather from a copy the kernel writes itself: lay the copy out for the vectors
-            vec = _innermost_output_axis(facts)
-            moves = _gathered_operands(sch, block, facts, vec)
+            vec = innermost_output_axis(facts)
+            moves = gathered_operands(sch, block, facts, vec)
             if not moves:
                 raise
     if moves:
-        relaid = _relayout(sch, block, facts, moves)
+        relaid = relayout(sch, block, facts, moves)
         facts = block_facts(sch, block)
     width = ragged_group_width(facts, vec, row_axis(facts, vec), cpu)
     if width is not None:
@@ -364,7 +334,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     consumers = [] if copies else sch.get_consumers(block)
     packed = _pack_weights(sch, block, facts, vec, rows, tiling.vec_tile)
     writeback = sch.cache_write(block, 0, "global")  # per tile: on the stack, not the workspace (STACK_BYTES)
-    _accumulate_along_vectors(sch, block, facts, vec)
+    accumulate_along_vectors(sch, block, facts, vec)
     for consumer in consumers:  # the epilogue joins the write-back when it is elementwise
         fold_into_producer(sch, consumer)
     fused_note = ""
@@ -405,18 +375,6 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
             + (f", {len(relaid)} input(s) copied with the vector axis innermost, tile by tile" if relaid else ""))
 
 
-def _accumulate_along_vectors(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int) -> None:
-    """Where output dimensions inside the vector axis have elements (pixels vectorized under a few
-    channels, :func:`_few_channels_pixel_axis`), lay the tile's accumulator out with the vector
-    axis innermost: in the output's layout each vector's lanes lie a channel count apart, and LLVM
-    assembled every accumulator from scalars around each multiply-add. The write-back transposes."""
-    at = facts.out_dims.index(vec)
-    inside = [k for k in facts.out_dims[at + 1:] if k is not None and facts.extents[k] > 1]
-    if inside:
-        rank = len(facts.out_dims)
-        sch.transform_layout(block, ("write", 0), _permutation([d for d in range(rank) if d != at] + [at]))
-
-
 def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
     """``reverse_compute_inline`` ``block`` if TVM accepts it and it covers what its producer writes
     (a slice of it would be written whole: :func:`covers_its_producers`); whether it was folded."""
@@ -429,61 +387,6 @@ def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
         # its producer (an SE block's 1x1xC gate times the 7x7xC map); nothing was changed yet
         return False
     return True
-
-
-def _permutation(order: list[int]):
-    """An index map (for ``transform_layout``) that puts dimension ``order[i]`` at position ``i``."""
-    return lambda *idx: tuple(idx[d] for d in order)
-
-
-def _gathered_operands(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int | None) -> list | None:
-    """Where the output's innermost axis gathers from a buffer, read a copy of it laid out with the
-    gathered dimension innermost, so that the vector axis reads it contiguously: the copy the
-    kernel writes itself (a padded copy of the input) is written so, and an activation the kernel
-    reads as an argument is copied so first.
-
-    A one-channel convolution (a vocoder's or a mask head's last layer) has no output channels to
-    vectorize: its pixels are, and NHWC's padded copy reads them ``C`` floats apart (3.5% of the
-    peak); laid out ``[N, C, W]`` the pixels are contiguous. An attention einsum
-    ``bhid,bhjd->bhij`` (MaxViT's: ``torch.einsum`` exported as such, not as a transpose and a
-    matmul) reads ``k`` along ``d``: it got a dot product per output, 2% of the peak, 36% of the
-    model, before ``k`` was copied as ``[b, h, d, j]``. Returns the blocks that write the buffers
-    laid out again (none: nothing changed). Weights are not copied here (not on every call: the
-    graph lays them out at build time), nor an argument no two output rows share: a layer norm's
-    sums over channels then read each element once and their copy would be a pass of its own."""
-    if vec is None:
-        return None
-    own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
-    regions = sch.get(block).reads
-    moves, seen = [], set()
-    for index, access in enumerate(facts.reads):
-        if not access.uses(vec) or vec in access.last:
-            continue
-        dims = [d for d, used in enumerate(access.dims) if vec in used]
-        # an argument is copied where output rows share it (the copy pays for itself): not for a
-        # row reduction (a layer norm's sums over channels read each input once)
-        argument = access.buffer not in own and not _is_weight(sch, regions[index].source) \
-            and any(p.same_as(regions[index].source) for p in sch.mod["main"].params) \
-            and any(not access.uses(k) for k in facts.spatial if facts.extents[k] > 1)
-        if ((access.buffer not in own and not argument) or access.buffer in seen or len(dims) != 1
-                or access.divided or access.groups):
-            return None  # a weight (not ours to lay out), read twice, or a gather no layout undoes
-        seen.add(access.buffer)
-        moves.append((index, dims[0], len(regions[index].region), argument))
-    return moves
-
-
-def _relayout(sch: s_tir.Schedule, block, facts: BlockFacts, moves: list) -> list:
-    """Lay out each operand of ``moves`` (:func:`_gathered_operands`) with its gathered dimension
-    innermost; returns the blocks that write them (the kernel's own copies, and copies made first)."""
-    own = {str(sch.get(b).writes[0].source.name): b for b in sch.get_producers(block) if sch.get(b).writes}
-    copies = []
-    for index, dim, rank, argument in moves:
-        copies.append(sch.cache_read(block, index, "global") if argument else own[facts.reads[index].buffer])
-        # the buffer's own rank (trailing unit dimensions included); ``dim`` counts from the front
-        order = [d for d in range(rank) if d != dim] + [dim]
-        sch.transform_layout(block, ("read", index), _permutation(order))
-    return copies
 
 
 def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cpu: CpuSpec) -> bool:
