@@ -126,7 +126,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
 def _child(entry: dict, folder: Path, opts) -> dict:
     """Bench one model in a child process; a crash or a hang is the row's error."""
     cmd = [sys.executable, "-m", "benchmarks.bench_corpus", "--one", entry["name"], "--dir", str(folder),
-           "--manifest", str(opts.manifest),
+           "--set", opts.which,
            "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
            "--threads", str(opts.threads), "--busy", str(opts.busy)] + (["--cross"] if opts.cross else [])
     base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
@@ -217,7 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
     ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
                     help="the corpus, or the held-out models of benchmarks/outside (built with --set outside)")
-    ap.add_argument("--manifest", help="another manifest of models to run the same way (default: the set's)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
@@ -230,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     folder = corpus_dir(opts.dir, opts.which)
-    opts.manifest = opts.manifest or str(manifest_path(opts.which))
-    entries = json.loads(Path(opts.manifest).read_text())["models"]
+    entries = json.loads(manifest_path(opts.which).read_text())["models"]
     if opts.one:
         entry = next(e for e in entries if e["name"] == opts.one)
         out(json.dumps(bench_one(entry, folder, opts)))
