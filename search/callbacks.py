@@ -61,8 +61,9 @@ class _Batch:
 
     task: int
     records: list[Record]
-    cached: int
+    cached: int  # answered by the store or by another search's claim: no new record
     size: int
+    elsewhere: int = 0  # of ``cached``: claimed by another search on this database (space not used up)
 
 
 @dataclass
@@ -133,12 +134,14 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
             if cost_model else []
     except Exception:  # noqa: BLE001 - a cost model that cannot predict yet predicts nothing
         predicted = []
-    records, cached = [], 0
+    records, cached, elsewhere = [], 0, 0
     for i, cand in enumerate(measure_candidates):
         c = ledger.settle(cand.sch.mod)
         # answered by the store, or measured by another search on this database
-        if c.cached is not None or (state.claims is not None and c.hash in state.claims.skipped):
+        claimed = c.cached is None and state.claims is not None and c.hash in state.claims.skipped
+        if c.cached is not None or claimed:
             cached += 1
+            elsewhere += claimed
             continue
         if c.artifact:
             remove_artifact(c.artifact)
@@ -155,7 +158,7 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
     for rec, rid in zip(records, ids):
         if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
             ledger.remember(rec.candidate, str(rid), rec.latencies)
-    state.last = _Batch(index, records, cached, len(measure_candidates))
+    state.last = _Batch(index, records, cached, len(measure_candidates), elsewhere)
 
 
 def report_progress(state: SearchState):
@@ -179,7 +182,9 @@ def report_progress(state: SearchState):
 def account(state: SearchState, batch: _Batch) -> None:
     task, s = state.tasks[batch.task], state.summary
     new = len(batch.records)  # measured here now (not answered by the store, not abandoned by a stop)
-    if batch.size and batch.cached == batch.size:
+    # a batch the store answered whole: the space is used up (a reshape's single schedule); one
+    # another search claimed is not (it drew the same seeded candidates): top-ups draw others
+    if batch.size and batch.cached == batch.size and not batch.elsewhere:
         state.saturated.add(batch.task)
     else:
         state.saturated.discard(batch.task)
