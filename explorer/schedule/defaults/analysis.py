@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, sym, tirx
 from tvm.ir.expr import Call as _Call
+from tvm.ir.expr import TensorLoad
 from tvm.tirx.analysis import undefined_vars
 
 # Below this many iterations a parallel loop costs more (thread wake-up) than it saves (every rule).
@@ -43,9 +44,19 @@ class Access:
     # iterators divided (``//``, ``%``) in an outer index: an NCHW channel shuffle reads plane
     # ``c % 2 * 116 + c // 2``, contiguous only within one plane
     divided: frozenset[int] = frozenset()
+    # iterators the innermost index uses outside any ``// c``: those that step along the row (a
+    # grouped conv's ``ff // 68 * 68 + rc`` steps with ``rc`` only)
+    stepped: frozenset[int] | None = None
 
     def uses(self, k: int) -> bool:
         return any(k in d for d in self.dims)
+
+    def broadcast_along(self, k: int) -> bool:
+        """Whether the read is one element for consecutive values of ``k`` (a tile of them that
+        stays within a group): ``k`` indexes no outer dimension and the innermost only divided
+        (a grouped conv's input, read along its output channels)."""
+        stepped = self.last if self.stepped is None else self.stepped
+        return not any(k in d for d in self.dims[:-1]) and k not in stepped
 
     @property
     def last(self) -> frozenset[int]:
@@ -67,6 +78,10 @@ class BlockFacts:
     loops_match: bool
     costly: bool
     padding: bool
+    # buffers read through a border test (a padding inlined into a convolution): where the tile
+    # broadcasts such a read, the padded value and the test take registers of its own (see
+    # tiling.choose_tiles)
+    bordered: frozenset[str] = frozenset()
 
     @property
     def spatial(self) -> list[int]:
@@ -128,6 +143,23 @@ def _divisions(expr, positions: dict[str, int]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(set(found)))
 
 
+def _stepping(expr, positions: dict[str, int]) -> frozenset[int]:
+    """The iterators ``expr`` uses outside every floor division by a constant."""
+    found, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm):
+            continue
+        if isinstance(node, tirx.Var) and node.name in positions:
+            found.add(positions[node.name])
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, attr, None)
+            if isinstance(child, tirx.Expr):
+                stack.append(child)
+        stack.extend(c for c in getattr(node, "args", None) or () if isinstance(c, tirx.Expr))
+    return frozenset(found)
+
+
 def _access(read, positions: dict[str, int], analyzer) -> Access:
     """What ``read`` (a buffer region) indexes with which iterators. Trailing dimensions of extent 1
     are left out: they change no stride, so the dimension before them is the contiguous one (a
@@ -137,10 +169,12 @@ def _access(read, positions: dict[str, int], analyzer) -> Access:
     while len(region) > 1 and len(shape) == len(region) and _int(shape[-1]) == 1:
         region.pop()
         shape.pop()
+    last = analyzer.simplify(region[-1].min) if region else None
     return Access(str(getattr(read.source, "name", read.source)),
                   tuple(_iter_positions(rg.min, positions) for rg in region),
-                  _divisions(analyzer.simplify(region[-1].min), positions) if region else (),
-                  frozenset(k for rg in region[:-1] for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
+                  _divisions(last, positions) if region else (),
+                  frozenset(k for rg in region[:-1] for k, _ in _divisions(analyzer.simplify(rg.min), positions)),
+                  _stepping(last, positions) if region else frozenset())
 
 
 def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
@@ -154,6 +188,7 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
     out_dims: tuple[int | None, ...] = ()
     dtype = "float32"
     costly = padding = False
+    bordered: frozenset[str] = frozenset()
     if isinstance(body, tirx.BufferStore):
         dims = []
         for index in body.indices:
@@ -165,6 +200,9 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
         dtype = str(body.buffer.dtype)
         costly = bool(_calls(body.value) - _CHEAP_CALLS)
         padding = _is_padding(body.value)
+        if not padding:
+            bordered = frozenset(str(getattr(load.source, "name", "")) for n in sub_exprs(body.value)
+                                 if _is_padding(n) for load in sub_exprs(n) if isinstance(load, TensorLoad))
     # the innermost index simplified within the iterators' domains: inlined reshapes leave terms
     # such as ``(t // 100 + d) % 64 // 64`` that are 0 and would read as divisions of ``t``
     analyzer = sym.Analyzer()
@@ -172,7 +210,8 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
         analyzer.bind(iv.var, iv.dom)
     reads = tuple(_access(r, positions, analyzer) for r in blk.reads)
     return BlockFacts(name=blk.name_hint, extents=extents, reduction=reduction, out_dims=out_dims, reads=reads,
-                      dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding)
+                      dtype=dtype, loops_match=_loops_match(sch, block, iters), costly=costly, padding=padding,
+                      bordered=bordered)
 
 
 def _loops_match(sch: s_tir.Schedule, block, iters) -> bool:

@@ -12,11 +12,24 @@ just leaves the block where it is."""
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 from tvm.tirx.analysis import undefined_vars
 
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.tiling import NotApplicable, fold_into_producer, vector_axis
+
+
+# A grouped conv reads its input as one element across a tile of output channels, as an NHWC conv
+# does, but through ``ff // w``, and its reductions are short (a group's channels times the taps):
+# inlined, its border tests cost a share of each multiply-add; a padded copy costs a pass over the
+# input that only a long reduction repays. Measured on AVX-512 (Zen 4, 2 cores), each kernel alone,
+# caches flushed, in turns: inlined ran 0.64-0.90x the copy's time at 18-288 multiply-adds per
+# output (RegNet's groups of 8, ResNeXt's of 4-32, FastViT's of 2), the same at 576-2304
+# (ResNeSt's 64-256 channels a group), and 1.7x the copy's at 1024 (wav2vec2's positional conv,
+# 32 taps over groups of 32 and 25 positions: most taps cross the border).
+GROUPED_PAD_MIN_REDUCTION = 1024
 
 
 def _try(fn, *args) -> bool:
@@ -39,7 +52,8 @@ def _padded_innermost(sch: s_tir.Schedule, pad) -> bool:
 def _keeps_padding(sch: s_tir.Schedule, pad, consumer) -> bool:
     """Whether ``consumer`` (a reduction) should read a padded copy rather than test the border in
     its own loads: yes when it reads the padded buffer as a scalar broadcast across its vector
-    axis (an NHWC conv: one border test per multiply-add, measured 2x slower inlined) or along a
+    axis (an NHWC conv: one border test per multiply-add, measured 2x slower inlined; a grouped
+    one only with a long reduction, :data:`GROUPED_PAD_MIN_REDUCTION`) or along a
     padded innermost dimension (an NCHW conv: a border test per vector lane, 4x slower); no when
     it reads whole vectors along an unpadded dimension (a depthwise conv or pool in NHWC: one test
     per vector, measured 1.3-1.8x faster inlined)."""
@@ -51,7 +65,9 @@ def _keeps_padding(sch: s_tir.Schedule, pad, consumer) -> bool:
     except NotApplicable:
         return True
     written = str(getattr(sch.get(pad).writes[0].source, "name", ""))
-    along = any(a.buffer == written and a.uses(vec) for a in facts.reads)
+    along = [a for a in facts.reads if a.buffer == written and a.uses(vec)]
+    if along and all(a.broadcast_along(vec) for a in along):  # a grouped conv: see GROUPED_PAD_MIN_REDUCTION
+        return math.prod(facts.extents[k] for k in facts.reduce) >= GROUPED_PAD_MIN_REDUCTION
     return not along or _padded_innermost(sch, pad)
 
 

@@ -39,6 +39,12 @@ PACK_MIN_BYTES = 64 * 1024
 # Ice Lake and later and Zen 5, more on Apple's cores): a tile whose column of weights is larger
 # reads them from L2 (see _cycles_per_fma).
 L1_BYTES = 32 * 1024
+
+# Vectors a core brings from L2 per cycle, sustained: 64 bytes a cycle is the peak on Skylake-X and
+# Zen 4, about 3/4 of it under FMA load. At the peak a 2-row tile whose weights stream from L2
+# (1 vector per 2 multiply-adds) costs as little as the FMA bound and tied with 7-row tiles;
+# measured 1.35x slower (ResNeSt's 14x14 grouped 3x3 conv, 2x128 11.0 ms against 7x32 8.2).
+L2_VECTORS_PER_CYCLE = 0.75
 # TVM keeps a "global" buffer below this size on the stack (``kMaxStackAlloca``); a larger one, or
 # one in any other scope, is allocated from the runtime's workspace pool inside the parallel loop,
 # once per tile: an allocate and a free call, about WORKSPACE_CYCLES together (measured on an AVX2
@@ -124,7 +130,7 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
 def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 20, tile_bytes: int = 0,
                     broadcast: int = 1) -> float:
     """A register tile's cost in cycles per vector multiply-add, from a simple machine: two FMAs
-    and two loads per cycle (L1), and one vector per cycle from L2. A tile loads ``rt`` broadcasts
+    and two loads per cycle (L1), and :data:`L2_VECTORS_PER_CYCLE` from L2. A tile loads ``rt`` broadcasts
     and ``nv`` weight vectors for ``rt * nv`` multiply-adds; when its column of weights (all the
     reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows.
     Each accumulator is a chain of dependent multiply-adds: fewer than ``FMA_CHAINS`` leave the
@@ -136,7 +142,7 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
     tile's time up (short reductions: 1x1 convs over few channels on AVX-512), below which this
     model cannot tell it from noise and the load counts decide as before."""
     l1 = (broadcast * rt + nv) / (2 * rt * nv)
-    l2 = 1 / rt if column_bytes > L1_BYTES else 0.0
+    l2 = 1 / (rt * L2_VECTORS_PER_CYCLE) if column_bytes > L1_BYTES else 0.0
     latency = FMA_CHAINS / (2 * rt * nv)
     cycles = max(0.5, l1, l2, latency)
     alloc = WORKSPACE_CYCLES / (reduction * rt * nv) if tile_bytes >= STACK_BYTES else 0.0
@@ -200,9 +206,14 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
         4 weight vectors and the broadcast: 33 of 32 registers) spilled and shuffled accumulators
         (104 register moves and 15 stack accesses in the FMA loop of ResNet's 3x3 conv); NEON's 7x16 as well."""
         nv = math.ceil(vt / lanes)
-        held = rt * nv + (nv if rt > 1 else 0) + 1
+        held = rt * nv + (nv if rt > 1 else 0) + 1 + bordered
         return rt * nv <= budget and held <= cpu.registers
 
+    # a row operand read through a border test (a grouped conv's padding, inlined) holds the padded
+    # value and the test in two registers more: ResNeSt's 14x32 tiles (31 of 32 registers) kept
+    # their accumulators in memory, 2.5x slower than 7x32 (2.08 against 5.22 ms)
+    bordered = 2 if any(a.buffer in facts.bordered and a.uses(vec) and a.broadcast_along(vec)
+                        for a in facts.reads) else 0
     # a tail needs the output indexed by plain iterators (its parts write one element each)
     tails_fit = tails and rows is not None and all(k is not None for k in facts.out_dims)
     for vt in vec_tiles:
