@@ -45,6 +45,12 @@ L1_BYTES = 32 * 1024
 # (1 vector per 2 multiply-adds) costs as little as the FMA bound and tied with 7-row tiles;
 # measured 1.35x slower (ResNeSt's 14x14 grouped 3x3 conv, 2x128 11.0 ms against 7x32 8.2).
 L2_VECTORS_PER_CYCLE = 0.75
+
+# Bytes of weights a single-row tile (a matrix-vector product) reads per reduction step when they
+# stream from memory: wider steps ran slower on AVX-512, although each tile reads its packed panel
+# front to back (AlexNet's 9216x4096 product, Zen 4, 2 cores, alone, in turns: 1x256 13.8 ms,
+# 1x128 6.0, 1x64 5.2, 1x32 4.9, numpy 4.4; on AVX2 1x64 5.5, 1x32 5.3).
+STREAM_STEP_BYTES = 256
 # TVM keeps a "global" buffer below this size on the stack (``kMaxStackAlloca``); a larger one, or
 # one in any other scope, is allocated from the runtime's workspace pool inside the parallel loop,
 # once per tile: an allocate and a free call, about WORKSPACE_CYCLES together (measured on an AVX2
@@ -150,7 +156,7 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
 
 
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, tails: bool = True,
-                 rank: int = 0) -> Tiling:
+                 rank: int = 0, streams: bool = False) -> Tiling:
     """Tile sizes that fit the registers, leave one parallel task per core at least, and cost the
     fewest cycles per multiply-add (:func:`_cycles_per_fma`; a row count that does not divide the
     row axis is costed with the tile of its last rows and the pass ``TAIL_PASS_CYCLES`` stands for);
@@ -169,7 +175,9 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
 
     ``rank``: the option ranked so (0: the best by the model; 1: the next, ...), for the search
     to try where the model may be wrong (:mod:`explorer.schedule.defaults.variants`); raises
-    :class:`NotApplicable` when there are not that many."""
+    :class:`NotApplicable` when there are not that many. ``streams``: the weights along the vector
+    axis are constants, packed into panels that a single-row tile reads front to back (at most
+    :data:`STREAM_STEP_BYTES` a step)."""
     lanes = cpu.lanes(facts.dtype)
     ext_v = facts.extents[vec]
     ext_r = facts.extents[rows] if rows is not None else 1
@@ -192,6 +200,9 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     if not vec_tiles:  # fewer elements than lanes, or no multiple of them: the widest power of two that divides
         vec_tiles = [max(d for d in _divisors(limit) if d <= lanes and _pow2(d))]
     broadcast = 2 if cpu.broadcast_costs else 1
+    if rows is None and streams and reduction * item * lanes > L1_BYTES:  # one row streams its panels
+        narrow = [d for d in vec_tiles if d * item <= STREAM_STEP_BYTES]
+        vec_tiles = narrow or vec_tiles[:1]
 
     def cycles(rt: int, vt: int) -> float:
         return _cycles_per_fma(rt, math.ceil(vt / lanes), reduction * vt * item, reduction, rt * vt * item,
@@ -336,7 +347,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         pads = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
         copies = sch.get_consumers(block)
     rows = row_axis(facts, vec)
-    tiling = choose_tiles(facts, vec, rows, cpu, tails, rank)
+    regions = sch.get(block).reads  # constant weights along the vectors: packed into panels below
+    streams = any(a.last == frozenset({vec}) and is_weight(sch, regions[i].source) for i, a in enumerate(facts.reads))
+    tiling = choose_tiles(facts, vec, rows, cpu, tails, rank, streams)
     fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails, rank) if pixels else None
     outer_rows = None
     if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
