@@ -86,6 +86,14 @@ def test_convolutions_the_rule_or_the_transform_cannot_take_stay_direct(tmp_path
     assert any("conv2d" in n for n in names) and not any("winograd" in n for n in names), names
 
 
+def test_a_grouped_convolution_with_wide_groups_becomes_one_product_per_point_and_group(tmp_path):
+    tasks = load_workload(_conv_model(tmp_path / "c.onnx", group=2, channels=256, size=18)).tasks()
+    assert not any("conv2d" in t.name for t in tasks), [t.name for t in tasks]
+    product = next(t for t in tasks if _batched_product(t))
+    data, weights = (tuple(int(x) for x in p.shape) for p in product.mod["main"].params[:2])
+    assert data == (36 * 2, 25, 128) and weights == (36 * 2, 128, 128), (data, weights)
+
+
 def _batched_product(task) -> bool:
     return "matmul" in task.name and len(task.mod["main"].params[0].shape) == 3
 
@@ -113,7 +121,8 @@ def test_the_products_get_vector_register_tiles_on_every_width(tmp_path, spec, k
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("args", [{}, {"pads": (0, 1, 2, 1), "size": 30}, {"batch": 2, "size": 14, "channels": 96}])
+@pytest.mark.parametrize("args", [{}, {"pads": (0, 1, 2, 1), "size": 30}, {"batch": 2, "size": 14, "channels": 96},
+                                  {"group": 2, "channels": 256, "size": 18}])  # ResNeSt's split attention
 def test_winograd_models_match_onnx_runtime(tmp_path, args):
     from export import export_workload
 

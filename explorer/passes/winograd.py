@@ -18,7 +18,12 @@ took 36; as many kernels as before, the gather now sharing its kernel with the f
 output transform as a product by ``kron(A^T, A^T)``, and a gather of the output tiles into NHWC,
 which the epilogue (bias, activation, residual) follows as before.
 
-Only float32, channels-last convolutions with constant weights, no groups, no dilation, and a map
+A grouped convolution (ResNeSt's split attention, groups of 64-256 channels) runs one product per
+point and group: its tiles ordered group, tile, channel, its weights one ``[C_in/g, C_out/g]``
+matrix per point and group, and the few channels a group of ResNeXt's or RegNet's holds keep the
+direct convolution (:func:`winograd_pays` by the channels of one group).
+
+Only float32, channels-last convolutions with constant weights, no dilation, and a map
 large enough that the products are efficient (at least :data:`MIN_TILES` tiles): smaller maps (a
 ResNet's last stage, 7x7) keep the direct convolution, whose kernel runs near the peak already.
 """
@@ -67,13 +72,15 @@ def winograd_macs(tiles: int, c_in: int, c_out: int) -> int:
     return tiles * (2 * ALPHA * a2 * c_in + a2 * c_in * c_out + m2 * a2 * c_out)
 
 
-def winograd_pays(batch: int, out_h: int, out_w: int, c_in: int, c_out: int) -> bool:
+def winograd_pays(batch: int, out_h: int, out_w: int, c_in: int, c_out: int, groups: int = 1) -> bool:
     """Whether a 3x3 stride-1 convolution with this output runs faster as Winograd products: enough
     tiles for the products' rows, enough work to amortize five kernels, and few enough multiply-adds
-    with the transforms counted (few channels make the transforms cost what they save)."""
+    with the transforms counted (few channels make the transforms cost what they save); a grouped
+    convolution by the channels of one group (its products are one batch per group)."""
     tiles = batch * -(-out_h // TILE) * -(-out_w // TILE)
-    direct = batch * out_h * out_w * 9 * c_in * c_out
-    return tiles >= MIN_TILES and direct >= MIN_MACS and winograd_macs(tiles, c_in, c_out) <= MAX_WORK * direct
+    direct = batch * out_h * out_w * 9 * c_in * c_out  # per group (``c_in``, ``c_out``: a group's channels)
+    return (tiles >= MIN_TILES and groups * direct >= MIN_MACS
+            and winograd_macs(tiles, c_in, c_out) <= MAX_WORK * direct)
 
 
 def winograd_weights(weight_hwio: np.ndarray) -> np.ndarray:
@@ -100,16 +107,23 @@ def conv_by_winograd(x: np.ndarray, weight_hwio: np.ndarray, pads: tuple[int, in
     return y.transpose(2, 3, 0, 4, 1, 5).reshape(n, th * TILE, tw * TILE, -1)[:, :oh, :ow].astype(x.dtype)
 
 
-def _gather_row_transform(x: te.Tensor, bt: te.Tensor, pads: tuple[int, int], th: int, tw: int) -> te.Tensor:
-    """``[ALPHA, ALPHA, N*th*tw*C]``: the input tiles with ``B^T`` applied to their rows (``B^T d``),
-    read straight from the map (zeros where a tile reads padding): the first half of the separable
-    input transform, six multiply-adds per value where the dense ``kron(B^T, B^T)`` took 36."""
+def _gather_row_transform(x: te.Tensor, bt: te.Tensor, pads: tuple[int, int], th: int, tw: int,
+                          groups: int = 1) -> te.Tensor:
+    """``[ALPHA, ALPHA, groups*N*th*tw*(C/groups)]``: the input tiles with ``B^T`` applied to their
+    rows (``B^T d``), read straight from the map (zeros where a tile reads padding): the first half
+    of the separable input transform, six multiply-adds per value where the dense ``kron(B^T, B^T)``
+    took 36. Grouped, the values are ordered group, tile, channel: one product per group follows."""
     n, h, w, c = (int(d) for d in x.shape)
     tiles = th * tw
+    cg, count = c // groups, n * tiles  # a group's channels, the tiles
     i = te.reduce_axis((0, ALPHA), name="i")
 
     def row(a, j, q):
-        p, ch = q // c, q % c
+        if groups == 1:
+            p, ch = q // c, q % c
+        else:
+            g, r = q // (count * cg), q % (count * cg)
+            p, ch = r // cg, g * cg + r % cg
         img, t = p // tiles, p % tiles
         y = (t // tw) * TILE + i - pads[0]
         z = (t % tw) * TILE + j - pads[1]
@@ -120,12 +134,15 @@ def _gather_row_transform(x: te.Tensor, bt: te.Tensor, pads: tuple[int, int], th
     return te.compute((ALPHA, ALPHA, n * tiles * c), row, name="winograd_input_rows")
 
 
-def _scatter_tiles(y: te.Tensor, n: int, oh: int, ow: int, th: int, tw: int, k: int) -> te.Tensor:
-    """NHWC output from ``[TILE*TILE, N*th*tw*K]`` tiles (the pixels past the map dropped)."""
+def _scatter_tiles(y: te.Tensor, n: int, oh: int, ow: int, th: int, tw: int, k: int, groups: int = 1) -> te.Tensor:
+    """NHWC output from ``[TILE*TILE, N*th*tw*K]`` tiles (the pixels past the map dropped; grouped,
+    ordered group, tile, channel)."""
+    kg, count = k // groups, n * th * tw
 
     def pixel(img, row, col, ch):
         p = (img * th + row // TILE) * tw + col // TILE
-        return y[(row % TILE) * TILE + col % TILE, p * k + ch]
+        at = p * k + ch if groups == 1 else ((ch // kg) * count + p) * kg + ch % kg
+        return y[(row % TILE) * TILE + col % TILE, at]
 
     return te.compute((n, oh, ow, k), pixel, name="winograd_output_tiles")
 
@@ -137,7 +154,7 @@ def _winograd(call: relax.Call, builder: relax.BlockBuilder):
     a = call.attrs
     shape = static_ints(getattr(getattr(data, "ty", None), "shape", None) or [])
     if (not shape or str(getattr(data.ty, "dtype", "")) != "float32" or str(call.ty.dtype) != "float32"
-            or not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32" or int(a.groups) != 1
+            or not isinstance(weight, tvm.ir.Constant) or str(weight.value.dtype) != "float32"
             or str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO"
             or str(a.out_layout or a.data_layout) != "NHWC"
             or static_ints(a.strides) != [1, 1] or static_ints(a.dilation) != [1, 1]):
@@ -150,18 +167,21 @@ def _winograd(call: relax.Call, builder: relax.BlockBuilder):
     n, h, wd, c = shape
     oh, ow = h + pads[0] + pads[2] - 2, wd + pads[1] + pads[3] - 2
     th, tw = -(-oh // TILE), -(-ow // TILE)
-    k = int(w.shape[3])
-    if not winograd_pays(n, oh, ow, c, k):
+    k, groups = int(w.shape[3]), int(a.groups)
+    cg, kg = c // groups, k // groups
+    if w.shape[2] != cg or k % groups or not winograd_pays(n, oh, ow, cg, kg, groups):
         return None
     bt = relax.const(_BT.astype(np.float32))
-    rows = builder.emit(builder.call_te(_gather_row_transform, data, bt, (pads[0], pads[1]), th, tw,
+    rows = builder.emit(builder.call_te(_gather_row_transform, data, bt, (pads[0], pads[1]), th, tw, groups,
                                         primfunc_name_hint="winograd_input_rows"))
-    v = builder.emit(relax.op.matmul(bt, rows))  # [a, b, tile x channel]: B^T d B
-    v = builder.emit(relax.op.reshape(v, (ALPHA * ALPHA, n * th * tw, c)))
-    m = builder.emit(relax.op.matmul(v, relax.const(winograd_weights(w))))
+    v = builder.emit(relax.op.matmul(bt, rows))  # [a, b, (group,) tile x channel]: B^T d B
+    v = builder.emit(relax.op.reshape(v, (ALPHA * ALPHA * groups, n * th * tw, cg)))
+    u = winograd_weights(w)  # [a, cg, k]; grouped: one [cg, kg] matrix per point and group
+    u = u.reshape(ALPHA * ALPHA, cg, groups, kg).transpose(0, 2, 1, 3).reshape(ALPHA * ALPHA * groups, cg, kg)
+    m = builder.emit(relax.op.matmul(v, relax.const(np.ascontiguousarray(u))))
     m = builder.emit(relax.op.reshape(m, (ALPHA * ALPHA, n * th * tw * k)))
     y = builder.emit(relax.op.matmul(relax.const(np.kron(_AT, _AT).astype(np.float32)), m))
-    return builder.call_te(_scatter_tiles, y, n, oh, ow, th, tw, k, primfunc_name_hint="winograd_output_tiles")
+    return builder.call_te(_scatter_tiles, y, n, oh, ow, th, tw, k, groups, primfunc_name_hint="winograd_output_tiles")
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConv3x3")
