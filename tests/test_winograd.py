@@ -139,7 +139,10 @@ def test_winograd_kernels_build_for_the_gpu_and_arm(tmp_path, spec):
     aarch64 library cross-compiled."""
     from export import export_workload
 
-    report = export_workload(load_workload(_conv_model(tmp_path / "c.onnx")), spec, tmp_path / "b", layers=False)
-    assert report.ok, report.verdict
-    if spec.startswith("cuda"):
-        assert report.cuda.ok and report.cuda.nvcc == "ok", report.cuda.summary()
+    for name, args in (("c", {}), ("grouped", {"group": 2, "channels": 256, "size": 18})):
+        path = _conv_model(tmp_path / f"{name}.onnx", **args)
+        assert any("winograd" in n for n in _task_names(path))
+        report = export_workload(load_workload(path), spec, tmp_path / name, layers=False)
+        assert report.ok, report.verdict
+        if spec.startswith("cuda"):
+            assert report.cuda.ok and report.cuda.nvcc == "ok", report.cuda.summary()
