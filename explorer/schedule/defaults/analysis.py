@@ -38,15 +38,15 @@ class Access:
 
     buffer: str
     dims: tuple[frozenset[int], ...]
+    # iterators the innermost index uses outside any ``// c``: those that step along the row (a
+    # grouped conv's ``ff // 68 * 68 + rc`` steps with ``rc`` only)
+    stepped: frozenset[int]
     # (iterator, divisor) of every ``iter // c`` or ``iter % c`` in the innermost index: a grouped
     # conv reads input channel ``ff // 68 * 68 + rc``, contiguous only within a group
     groups: tuple[tuple[int, int], ...] = ()
     # iterators divided (``//``, ``%``) in an outer index: an NCHW channel shuffle reads plane
     # ``c % 2 * 116 + c // 2``, contiguous only within one plane
     divided: frozenset[int] = frozenset()
-    # iterators the innermost index uses outside any ``// c``: those that step along the row (a
-    # grouped conv's ``ff // 68 * 68 + rc`` steps with ``rc`` only)
-    stepped: frozenset[int] | None = None
 
     def uses(self, k: int) -> bool:
         return any(k in d for d in self.dims)
@@ -55,8 +55,7 @@ class Access:
         """Whether the read is one element for consecutive values of ``k`` (a tile of them that
         stays within a group): ``k`` indexes no outer dimension and the innermost only divided
         (a grouped conv's input, read along its output channels)."""
-        stepped = self.last if self.stepped is None else self.stepped
-        return not any(k in d for d in self.dims[:-1]) and k not in stepped
+        return not any(k in d for d in self.dims[:-1]) and k not in self.stepped
 
     @property
     def last(self) -> frozenset[int]:
@@ -171,10 +170,11 @@ def _access(read, positions: dict[str, int], analyzer) -> Access:
         shape.pop()
     last = analyzer.simplify(region[-1].min) if region else None
     return Access(str(getattr(read.source, "name", read.source)),
-                  tuple(_iter_positions(rg.min, positions) for rg in region),
-                  _divisions(last, positions) if region else (),
-                  frozenset(k for rg in region[:-1] for k, _ in _divisions(analyzer.simplify(rg.min), positions)),
-                  _stepping(last, positions) if region else frozenset())
+                  dims=tuple(_iter_positions(rg.min, positions) for rg in region),
+                  stepped=_stepping(last, positions) if region else frozenset(),
+                  groups=_divisions(last, positions) if region else (),
+                  divided=frozenset(k for rg in region[:-1]
+                                    for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
 
 
 def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
