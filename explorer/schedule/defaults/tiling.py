@@ -208,6 +208,12 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
         return _cycles_per_fma(rt, math.ceil(vt / lanes), reduction * vt * item, reduction, rt * vt * item,
                                broadcast)
 
+    # a row operand read through a border test (a grouped conv's padding, inlined) holds the padded
+    # value and the test in two registers more: ResNeSt's 14x32 tiles (31 of 32 registers) kept
+    # their accumulators in memory, 2.5x slower than 7x32 (2.08 against 5.22 ms)
+    bordered = 2 if any(a.buffer in facts.bordered and a.uses(vec) and a.broadcast_along(vec)
+                        for a in facts.reads) else 0
+
     def fits(rt: int, vt: int) -> bool:
         """Accumulators within the budget, and with the weight vectors that all rows share (one row
         takes them from memory) and the row's operand, within the register file. The row operand
@@ -220,11 +226,6 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
         held = rt * nv + (nv if rt > 1 else 0) + 1 + bordered
         return rt * nv <= budget and held <= cpu.registers
 
-    # a row operand read through a border test (a grouped conv's padding, inlined) holds the padded
-    # value and the test in two registers more: ResNeSt's 14x32 tiles (31 of 32 registers) kept
-    # their accumulators in memory, 2.5x slower than 7x32 (2.08 against 5.22 ms)
-    bordered = 2 if any(a.buffer in facts.bordered and a.uses(vec) and a.broadcast_along(vec)
-                        for a in facts.reads) else 0
     # a tail needs the output indexed by plain iterators (its parts write one element each)
     tails_fit = tails and rows is not None and all(k is not None for k in facts.out_dims)
     for vt in vec_tiles:
@@ -262,6 +263,17 @@ def _weight_bytes(facts: BlockFacts, vec: int, rows: int | None) -> int:
     return max(sizes, default=0) * dtype_bits(facts.dtype) // 8
 
 
+def _reads_along_vectors(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int):
+    """``(index, access, buffer, constant)`` of each operand whose innermost index is the vector
+    axis alone: the ones a register tile reads as vectors, and that :func:`_pack_weights` may pack.
+    ``constant``: the graph passes it as a weight (packed at build time, streamed from memory by a
+    single-row tile, see :func:`choose_tiles`)."""
+    regions = sch.get(block).reads
+    for i, access in enumerate(facts.reads):
+        if access.last == frozenset({vec}):
+            yield i, access, regions[i].source, is_weight(sch, regions[i].source)
+
+
 def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows: int | None, vec_tile: int):
     """Copy a weights operand into panels ``vec_tile`` wide (``W[..., j]`` -> ``P[j // vec_tile,
     ..., j % vec_tile]``), so that the rows a register tile walks down are contiguous; returns the
@@ -275,12 +287,9 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows:
     (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without packing;
     BERT's 768x3072 products 57 -> 89."""
     other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
-    regions = sch.get(block).reads
-    for i, access in enumerate(facts.reads):
-        if access.last != frozenset({vec}) or len(access.dims) < 2:
+    for i, access, buffer, free in _reads_along_vectors(sch, block, facts, vec):
+        if len(access.dims) < 2:
             continue
-        buffer = regions[i].source
-        free = is_weight(sch, buffer)
         if any(access.uses(k) for k in other) and not (free and _batched_weight(access, rows, other)):
             continue
         shape, item = [int(x) for x in buffer.shape], dtype_bits(buffer.dtype) // 8
@@ -347,8 +356,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
         pads = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
         copies = sch.get_consumers(block)
     rows = row_axis(facts, vec)
-    regions = sch.get(block).reads  # constant weights along the vectors: packed into panels below
-    streams = any(a.last == frozenset({vec}) and is_weight(sch, regions[i].source) for i, a in enumerate(facts.reads))
+    # constant weights along the vectors (packed into panels below)
+    streams = any(constant for *_, constant in _reads_along_vectors(sch, block, facts, vec))
     tiling = choose_tiles(facts, vec, rows, cpu, tails, rank, streams)
     fused = _pixel_rows(facts, vec, rows, tiling, cpu, tails, rank) if pixels else None
     outer_rows = None
