@@ -22,8 +22,10 @@ from onnx import helper, numpy_helper
 
 
 # Ops a constant may pass through and still be a constant (weights sliced, stacked, reshaped)
+# and generators of constants from constant sizes (a window of 400 samples, a mel filter bank)
 FOLDABLE = frozenset({"Identity", "Cast", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
-                      "Transpose", "Gather", "Split", "Expand", "Tile", "Add", "Sub", "Mul", "Div", "Neg"})
+                      "Transpose", "Gather", "Split", "Expand", "Tile", "Add", "Sub", "Mul", "Div", "Neg",
+                      "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"})
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -43,10 +45,14 @@ class GraphView:
         self._inits = {i.name: i for i in graph.initializer}
         self._const_nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
         self._shapes: dict[str, tuple[int, ...] | None] = {}
+        self.elem_types: dict[str, int] = {}  # ONNX element type of each typed value
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             self._shapes.setdefault(vi.name, _static_shape(vi))
+            if vi.type.tensor_type.elem_type:
+                self.elem_types.setdefault(vi.name, vi.type.tensor_type.elem_type)
         for init in graph.initializer:
             self._shapes[init.name] = tuple(int(d) for d in init.dims)
+            self.elem_types[init.name] = init.data_type
         self.names: set[str] = set(self._inits) | {vi.name for vi in graph.input}
         self._producers: dict[str, onnx.NodeProto] = {}
         self._folded: dict[str, np.ndarray | None] = {}

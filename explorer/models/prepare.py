@@ -10,7 +10,9 @@ same outputs before and after), and each says what it did in a note:
    fixed sequence length (:mod:`explorer.models.recurrent`);
 3. quantized operators in ONNX Runtime's QOperator form (QLinearConv, QLinearMatMul) and its
    contrib Quantize/DequantizeLinear become standard QDQ (:mod:`explorer.models.qdq`);
-4. every node left is checked against what TVM's importer takes
+4. signal operators (STFT, DFT, window generators) become products by constant Fourier matrices
+   (:mod:`explorer.models.spectral`);
+5. every node left is checked against what TVM's importer takes
    (:mod:`explorer.models.onnx_ops`), so an unsupported one is named before conversion.
 """
 
@@ -22,6 +24,7 @@ from explorer.models.control_flow import fold_branches, fold_constants
 from explorer.models.dynamic_lstm import dequantize_dynamic_lstm
 from explorer.models.onnx_ops import check_operators
 from explorer.models.qdq import rewrite_qoperators
+from explorer.models.spectral import has_spectral_ops, rewrite_spectral
 from explorer.models.recurrent import (
     RecurrentLayerError,
     has_recurrent_layers,
@@ -58,6 +61,9 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
         notes += rewritten
     model, requant = rewrite_qoperators(model)
     notes += requant
+    if has_spectral_ops(model):
+        model, spectral = rewrite_spectral(_infer(model, data_prop=True))
+        notes += spectral
     check_operators(model)
     return (_infer(model) if notes else model), notes  # rewritten nodes get their shapes too
 
