@@ -90,6 +90,49 @@ def distilbert():
     }
 
 
+def _hf(config_name: str, model_name: str, seq: int = 48, call: dict | None = None, **config):
+    """A small transformers model of ``config`` (no download), returning its last hidden state;
+    ``call``: keyword arguments of its forward (a decoder's ``use_cache=False``)."""
+
+    def build():
+        torch.manual_seed(0)
+        import transformers
+
+        cfg = getattr(transformers, config_name)(**config)
+        m = getattr(transformers, model_name)(cfg).eval()
+
+        class W(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids):
+                return self.m(input_ids=input_ids, **(call or {})).last_hidden_state
+
+        return W().eval(), {"input_ids": torch.randint(0, 1000, (1, seq))}
+
+    return build
+
+
+class FNet(nn.Module):
+    """FNet: token mixing by a 2-D Fourier transform (real part), then a feed-forward, twice."""
+
+    def __init__(self, d=128, n=2, vocab=1000):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(
+            [nn.ModuleDict(dict(n1=nn.LayerNorm(d), n2=nn.LayerNorm(d), ff=nn.Sequential(
+                nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)))) for _ in range(n)]
+        )
+
+    def forward(self, input_ids):
+        h = self.emb(input_ids)
+        for b in self.blocks:
+            h = b["n1"](h + torch.fft.fft2(h.to(torch.complex64)).real)
+            h = b["n2"](h + b["ff"](h))
+        return h
+
+
 class ResT(nn.Module):
     def __init__(self, c, t):
         super().__init__()
@@ -560,6 +603,40 @@ OUTSIDE: tuple[Arch, ...] = (
             ("efficientvit_b0", "vision transformer", IMAGE),
             ("mobilevitv2_050", "vision transformer", (1, 3, 256, 256)),
             ("pvt_v2_b0", "vision transformer", IMAGE),
+        )
+    ),
+    # the second batch (2026-12-05): tried once the first batch's defects were fixed
+    Arch("albert", "transformer", "transformers", _hf(
+        "AlbertConfig", "AlbertModel", vocab_size=1000, embedding_size=64, hidden_size=128, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=512, max_position_embeddings=64)),
+    Arch("deberta_v2", "transformer", "transformers", _hf(
+        "DebertaV2Config", "DebertaV2Model", vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=512, max_position_embeddings=64, relative_attention=True,
+        pos_att_type=["p2c", "c2p"], position_buckets=32, max_relative_positions=64)),
+    Arch("mistral_decoder", "transformer", "transformers", _hf(
+        "MistralConfig", "MistralModel", call={"use_cache": False}, vocab_size=1000, hidden_size=128, intermediate_size=352,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, sliding_window=32,
+        max_position_embeddings=128)),
+    Arch("fnet", "transformer", "custom", _custom(FNet, input_ids=lambda: torch.randint(0, 1000, (1, 64)))),
+    *(
+        Arch(f"timm_{name}", family, "timm", _timm(name, shape))
+        for name, family, shape in (
+            ("convnextv2_atto", "cnn", IMAGE),
+            ("ecaresnet26t", "cnn", IMAGE),
+            ("sequencer2d_s", "recurrent", IMAGE),
+            ("mvitv2_tiny", "vision transformer", IMAGE),
+            ("eva02_tiny_patch14_224", "vision transformer", IMAGE),
+            ("coat_lite_tiny", "vision transformer", IMAGE),
+            ("gmlp_ti16_224", "mlp", IMAGE),
+            ("botnet26t_256", "cnn", (1, 3, 256, 256)),
+            ("halonet26t", "cnn", (1, 3, 256, 256)),
+            ("tiny_vit_5m_224", "vision transformer", IMAGE),
+            ("efficientvit_m0", "vision transformer", IMAGE),
+            ("gcvit_xxtiny", "vision transformer", IMAGE),
+            ("res2net50_14w_8s", "cnn", IMAGE),
+            ("dpn68", "cnn", IMAGE),
+            ("cait_xxs24_224", "vision transformer", IMAGE),
+            ("crossvit_tiny_240", "vision transformer", (1, 3, 240, 240)),
         )
     ),
 )
