@@ -150,7 +150,9 @@ def test_a_weight_whose_row_one_tile_spans_is_left_in_place(isa):
             weight = [int(n) for n in task.mod["main"].params[1].shape]  # HWIO
             large = math.prod(weight) * 4 >= PACK_MIN_BYTES
             assert ("weights packed in panels" in step) is (tile_width < weight[-1] and large), (task.name, step)
-        says_packed += "weights packed in panels" in step
+        # a weight padded to whole vectors (the 10-class head where no half vector divides 10) is
+        # padded once at build time as well (export.weight_layouts.mark_weight_padding)
+        says_packed += "weights packed in panels" in step or "outputs padded to whole vectors" in step
     assert prepare(workload, target).packed == says_packed
     if isa == "avx2":
         assert says_packed >= 1
