@@ -98,6 +98,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
            "input (an unrolled recurrent layer concatenates its 40-100 steps).", lambda: ConcatAsCopies),
         _t("FastActivations", "schedx: sigmoid, SiLU and GELU (float32) as fast polynomials: TVM's own call libm "
            "once per element, which LLVM cannot vectorize.", lambda: FastActivations),
+        _t("DispatchSortScan", "Lower sort, argsort, topk, cumsum and cumprod for the target (TOPI's CPU or GPU "
+           "kernels): LegalizeOps has no lowering for sort, argsort and topk.",
+           lambda: relax.backend.DispatchSortScan()),
         _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),
         _t("AnnotateTIROpPattern", "Tag each PrimFunc with its operator pattern (elementwise, injective, reduction, ...) for fusion."),
         _t("FuseOps", "Group operators into fused Relax functions by their patterns (conv + bias + relu, ...)."),

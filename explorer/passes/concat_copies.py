@@ -31,8 +31,7 @@ def concat_by_copies(shapes: list[list[int]], axis: int, dtype: str) -> tvm.tirx
     out_shape[axis] = sum(s[axis] for s in shapes)
     as_i64 = lambda dims: [tvm.tirx.IntImm("int64", d) for d in dims]
     with IRBuilder() as builder:
-        with T.prim_func():
-            T.func_name("concat_by_copies")
+        with T.prim_func():  # no global symbol: a model has several, named by the builder
             T.func_attr({"tirx.noalias": True})
             inputs = [T.arg(f"x{i}", T.Buffer(as_i64(shape), dtype)) for i, shape in enumerate(shapes)]
             out = T.arg("out", T.Buffer(as_i64(out_shape), dtype))

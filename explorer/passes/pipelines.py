@@ -22,8 +22,10 @@ CUDA_TARGET = "cuda"
 
 # MarkWeightBuffers last: each kernel learns which arguments are weights (a schedule may read
 # them packed, computed once at build time: export.weight_layouts); it changes the kernels' keys.
+# DispatchSortScan first: LegalizeOps has no lowering for sort, argsort and topk (a k-nearest-
+# neighbours layer's TopK failed the build with "CodeGenVM cannot emit this Relax operator").
 TUNING_PASSES: tuple[str, ...] = (
-    "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
+    "DispatchSortScan", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
     "MarkWeightBuffers",
 )
 # The graph for inference before fusion: batch-norm folded into the convolution's weights and a
@@ -100,8 +102,8 @@ PIPELINES: dict[str, PipelineSpec] = {
             CPU_TARGET, lambda t: _sequential(INFERENCE_NCHW_PASSES, "inference-nchw")),
         PipelineSpec(
             "tuning", "Fusion only",
-            "LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, DeadCodeElimination, "
-            "MarkWeightBuffers on the graph as imported: batch-norm stays its own kernels, layouts as the model "
+            "DispatchSortScan, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, "
+            "DeadCodeElimination, MarkWeightBuffers on the graph as imported: batch-norm stays its own kernels, layouts as the model "
             "has them.",
             CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),
         PipelineSpec(
