@@ -31,7 +31,6 @@ from tvm import relax, s_tir
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
-from explorer.kernels.recurrence import spec_of as recurrence_spec
 from explorer.relax_walk import is_constant, kernel_call
 from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks, weight_positions
 from export.errors import ExportError
@@ -146,10 +145,12 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
 
 
 def _stubbed(mod: tvm.IRModule, held: Mapping[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
-    """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites refuses a
-    hand-written one (a recurrent layer's, from :mod:`explorer.kernels.recurrence`: "There should
-    be at least a block in the subtree", from its buffers allocated in blocks, though
-    ``s_tir.Schedule`` takes it); they have no layout rewrite, and go back in unchanged."""
+    """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites visits every
+    kernel and refuses some that have nothing to split: a hand-written one (a recurrent layer's,
+    from :mod:`explorer.kernels.recurrence`: "There should be at least a block in the subtree", from
+    its buffers allocated in blocks, though ``s_tir.Schedule`` takes it), an extern call with no
+    block at all (TOPI's topk and sort on CPU: "There should be a compute block if there is only
+    one subtree under the root"); they have no layout rewrite, and go back in unchanged."""
     if not held:
         return mod
     from tvm.script import tirx as T
@@ -215,8 +216,10 @@ def fold_weight_layouts(mod: tvm.IRModule) -> Folded:
     mod = mark_weight_padding(mod)
     if not has_layout_rewrites(mod):
         return Folded(mod)
+    # only the kernels that pack go through TVM's split; the others are held out and go back unchanged
     held = {gv.name_hint: f for gv, f in mod.functions.items()
-            if isinstance(f, tvm.tirx.PrimFunc) and recurrence_spec(f) is not None}
+            if isinstance(f, tvm.tirx.PrimFunc) and not any(LAYOUT_REWRITE_PREPROC in b.annotations
+                                                            for b in blocks(f))}
     try:
         split = relax.transform.SplitLayoutRewritePreproc()(_stubbed(mod, held))
     except Exception as err:  # noqa: BLE001 - TVM's errors carry no type of their own
