@@ -133,6 +133,87 @@ class FNet(nn.Module):
         return h
 
 
+class MoE(nn.Module):
+    """A mixture-of-experts feed-forward: a router picks each token's top 2 of 4 experts (data-
+    dependent routing, computed densely as a weighted sum over the experts' outputs)."""
+
+    def __init__(self, d=128, experts=4, hidden=256):
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.w1 = nn.Parameter(torch.randn(experts, d, hidden) * 0.05)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, d) * 0.05)
+
+    def forward(self, x):  # [tokens, d]
+        logits = self.router(x)
+        top, idx = logits.topk(2, dim=-1)
+        gate = torch.zeros_like(logits).scatter(-1, idx, top.softmax(-1))  # [tokens, experts]
+        h = F.gelu(torch.einsum("td,edh->eth", x, self.w1))
+        y = torch.einsum("eth,ehd->etd", h, self.w2)
+        return torch.einsum("te,etd->td", gate, y)
+
+
+class SelectiveScan(nn.Module):
+    """A Mamba-style block: input-dependent decay and a scan over 32 time steps, unrolled."""
+
+    def __init__(self, d=64, state=16, steps=32):
+        super().__init__()
+        self.steps = steps
+        self.inp = nn.Linear(d, 2 * d)
+        self.dt = nn.Linear(d, d)
+        self.b = nn.Linear(d, state)
+        self.c = nn.Linear(d, state)
+        self.a = nn.Parameter(-torch.rand(d, state))
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):  # [1, steps, d]
+        u, z = self.inp(x).chunk(2, -1)
+        dt = F.softplus(self.dt(u))
+        bmat, cmat = self.b(u), self.c(u)
+        h = torch.zeros(x.shape[0], u.shape[-1], self.a.shape[1])
+        ys = []
+        for t in range(self.steps):
+            decay = torch.exp(dt[:, t, :, None] * self.a)
+            h = decay * h + dt[:, t, :, None] * bmat[:, t, None, :] * u[:, t, :, None]
+            ys.append((h * cmat[:, t, None, :]).sum(-1))
+        return self.out(torch.stack(ys, 1) * F.silu(z))
+
+
+class NeRF(nn.Module):
+    """A NeRF MLP over 4096 rays' samples: sine/cosine positional encoding, a skip, density and colour."""
+
+    def __init__(self, freqs=10, width=128):
+        super().__init__()
+        self.register_buffer("bands", 2.0 ** torch.arange(freqs))
+        enc = 3 + 6 * freqs
+        self.l1 = nn.Sequential(nn.Linear(enc, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
+        self.l2 = nn.Sequential(nn.Linear(width + enc, width), nn.ReLU(), nn.Linear(width, width + 1))
+        self.rgb = nn.Linear(width, 3)
+
+    def forward(self, points):  # [n, 3]
+        x = points[..., None] * self.bands
+        enc = torch.cat([points, x.sin().flatten(1), x.cos().flatten(1)], -1)
+        h = self.l2(torch.cat([self.l1(enc), enc], -1))
+        return torch.cat([torch.sigmoid(self.rgb(h[:, 1:])), F.relu(h[:, :1])], -1)
+
+
+class KNNPoints(nn.Module):
+    """A point-cloud layer over k nearest neighbours: pairwise distances, top-k, gathered features."""
+
+    def __init__(self, k=16, c=64):
+        super().__init__()
+        self.k = k
+        self.lift = nn.Linear(3, c)
+        self.mlp = nn.Sequential(nn.Linear(2 * c, c), nn.ReLU(), nn.Linear(c, c))
+
+    def forward(self, pts):  # [n, 3]
+        f = self.lift(pts)
+        d = torch.cdist(pts, pts)
+        idx = d.topk(self.k, largest=False).indices  # [n, k]
+        nb = f[idx]  # [n, k, c]
+        edge = torch.cat([nb - f[:, None], f[:, None].expand_as(nb)], -1)
+        return self.mlp(edge).max(1).values
+
+
 class ResT(nn.Module):
     def __init__(self, c, t):
         super().__init__()
@@ -618,6 +699,16 @@ OUTSIDE: tuple[Arch, ...] = (
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, sliding_window=32,
         max_position_embeddings=128)),
     Arch("fnet", "transformer", "custom", _custom(FNet, input_ids=lambda: torch.randint(0, 1000, (1, 64)))),
+    Arch("bloom_decoder", "transformer", "transformers", _hf(
+        "BloomConfig", "BloomModel", call={"use_cache": False}, vocab_size=1000, hidden_size=128, n_layer=2,
+        n_head=4)),
+    Arch("opt_decoder", "transformer", "transformers", _hf(
+        "OPTConfig", "OPTModel", call={"use_cache": False}, vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+        ffn_dim=512, num_attention_heads=4, word_embed_proj_dim=128, max_position_embeddings=128)),
+    Arch("moe_mlp", "mixture of experts", "custom", _custom(MoE, x=_randn(64, 128))),
+    Arch("selective_scan", "state space", "custom", _custom(SelectiveScan, x=_randn(1, 32, 64))),
+    Arch("nerf_mlp", "neural field", "custom", _custom(NeRF, points=_randn(4096, 3))),
+    Arch("knn_points", "point cloud", "custom", _custom(KNNPoints, pts=_randn(512, 3))),
     *(
         Arch(f"timm_{name}", family, "timm", _timm(name, shape))
         for name, family, shape in (
