@@ -37,7 +37,7 @@ bench: setup-dev system
 
 # 55 real architectures exported to ONNX in ~/.cache/schedx/corpus (about 5 min), then each one
 # imported, exported, verified and timed against ONNX Runtime with no search (about 30 min);
-# the 64 held-out models of benchmarks/outside the same way (outside, bench-outside)
+# the 70 held-out models of benchmarks/outside the same way (outside, bench-outside)
 corpus: setup-dev
 	$(BIN)/python -m pip install -q -e ".[corpus]"
 	$(BIN)/python -m benchmarks.corpus.build
