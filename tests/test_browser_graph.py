@@ -52,7 +52,10 @@ def _wait_drawn(page, after_title: str = "After", since: float = -1, min_nodes: 
 
 
 def _pick(page, label: str, option_text: str) -> None:
+    """Pick as a user does in a long list: type to filter it (the list renders only the options
+    near the one selected: with 26 passes, LegalizeOps was not among them)."""
     page.get_by_role("combobox", name=label, exact=True).click()
+    page.keyboard.type(option_text)
     page.get_by_role("option").filter(has_text=option_text).first.click()
 
 
