@@ -48,62 +48,6 @@ def _schedx_version() -> str:
         return "unknown"
 
 
-def prepare_folder(folder: Path) -> None:
-    """Create ``folder``, or clear an earlier bundle there; refuse a folder holding anything else."""
-    check_destination(folder)
-    if folder.is_dir():
-        for child in folder.iterdir():
-            if child.is_file() or child.is_symlink():
-                child.unlink()
-            else:
-                shutil.rmtree(child)
-    folder.mkdir(parents=True, exist_ok=True)
-
-
-def check_destination(folder: Path) -> None:
-    """Refuse, before anything is built, a destination that is a file or a folder holding
-    anything but an earlier bundle (which an export replaces)."""
-    if folder.exists() and not folder.is_dir():
-        raise BundleError(f"{folder} is a file; give a folder for the bundle")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / MANIFEST).is_file():
-        raise BundleError(f"{folder} is not empty and holds no schedx bundle; choose an empty or new folder")
-
-
-_STAGING, _ASIDE = ".partial-", ".replaced-"
-
-
-def staging_folder(folder: Path) -> Path:
-    """Where an export writes and verifies its bundle before :func:`publish` puts it at ``folder``
-    (a hidden sibling, so the move is a rename on the same file system). Leftovers of exports that
-    were killed (their process gone) are removed first."""
-    from explorer.processes import process_alive
-
-    check_destination(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    for old in folder.parent.glob(f".{folder.name}{_STAGING}*"):
-        pid = old.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or not process_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    for old in folder.parent.glob(f".{folder.name}{_ASIDE}*"):
-        shutil.rmtree(old, ignore_errors=True)
-    staging = folder.parent / f".{folder.name}{_STAGING}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    return staging
-
-
-def publish(staging: Path, folder: Path) -> None:
-    """Put the finished bundle ``staging`` at ``folder``, replacing an earlier bundle there: two
-    renames, so a process killed at any moment leaves the earlier bundle or the new one, whole."""
-    check_destination(folder)
-    aside = None
-    if folder.exists():
-        aside = folder.parent / f".{folder.name}{_ASIDE}{os.getpid()}"
-        os.rename(folder, aside)
-    os.rename(staging, folder)
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-
-
 def save_params(path: Path, names: list[str], values: list[np.ndarray]) -> None:
     import tvm
 
@@ -192,8 +136,8 @@ def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict
     default one)."""
     import tvm
 
-    folder = Path(folder)
-    prepare_folder(folder)
+    folder = Path(folder)  # a new folder (export.folders.staging_folder): published once verified
+    folder.mkdir(parents=True, exist_ok=True)
     if compiler is None:
         executable.export_library(str(folder / LIB))
     else:
@@ -275,6 +219,5 @@ def zip_bundle(folder: str | Path) -> bytes:
     return buffer.getvalue()
 
 
-__all__ = ["INPUTS", "LIB", "MANIFEST", "PARAMS", "REFERENCE", "RUNNER", "check_destination", "prepare_folder",
-           "publish", "staging_folder", "read_manifest",
+__all__ = ["INPUTS", "LIB", "MANIFEST", "PARAMS", "REFERENCE", "RUNNER", "read_manifest",
            "readme_text", "replace_params", "save_params", "write_bundle", "zip_bundle"]

@@ -11,12 +11,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from app.cli import cli
+from tests.inotify_watch import after_reads, swap_run_py
 from export import export_workload
 from export.bundle import read_manifest
 from export.errors import BundleError
@@ -175,3 +178,32 @@ def test_a_swapped_run_py_with_a_rewritten_manifest_is_named_not_a_key_error(bun
     result = CliRunner().invoke(cli, ["run", str(folder), "--runs", "1"], obj={})
     assert result.exit_code == 1 and "it is not the run.py the export wrote" in result.output, result.output
     assert "KeyError" not in result.output and "unexpected" not in result.output
+
+
+def test_run_trust_uses_the_bytes_it_checked(bundles, tmp_path):
+    """Issue 49, item 2: run.py and its hash in the manifest replaced right after the signature and
+    the hashes were checked (inotify, no re-signing) ran the payload 4 times out of 4. The check
+    and the run now read one private copy: the payload never runs, the signed bundle does."""
+    import threading
+
+    _, _, public = bundles
+    folder = _fresh(bundles, tmp_path)
+    marker = tmp_path / "payload-ran"
+    listed = set(json.loads((folder / "manifest.json").read_text())["files"]) | {"manifest.json", "manifest.sig"}
+
+    swapped: list[bool] = []
+
+    def swap() -> None:
+        swapped.append(True)
+        swap_run_py(folder, f"open({str(marker)!r}, 'w').write('ran')\n")
+
+    watcher = threading.Thread(target=after_reads, args=(folder, listed, swap), daemon=True)
+    watcher.start()
+    time.sleep(0.3)  # the watch is in place
+    result = CliRunner().invoke(cli, ["run", str(folder), "--trust", str(public), "--runs", "2", "--no-baselines",
+                                      "--rounds", "1"], obj={})
+    watcher.join(30)
+    assert swapped, "the watcher saw the check and swapped run.py"
+    assert not marker.exists(), "the swapped run.py ran under --trust"
+    assert result.exit_code == 0, result.output
+    assert not list(Path(tempfile.gettempdir()).glob(f"schedx-trusted-pid{os.getpid()}-*")), "the private copy is gone"
