@@ -5,6 +5,8 @@ libraries raise on purpose (``ExplorerError``, ``StoreError``), and click's own 
 unknown option, a missing argument), which click alone would print with the usage block and
 status 2. ``schedx --debug ...`` shows the traceback instead. Anything else reaching the top is a
 bug: one line naming it, status 1. A closed stdout (``schedx leaderboard | head``) ends quietly.
+Ctrl-C exits 130 and SIGTERM 143, every command alike: both unwind as exceptions (see
+:mod:`explorer.interrupts`), so temporary folders and an export's staging folder go with them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import click
 
 from app.cli_common import echo_json as _echo_json
 from app.cli_common import fail_cleanly as _fail_cleanly
-from app.cli_types import FilePath
+from app.cli_types import Count, FilePath, InputError
+from explorer.interrupts import INTERRUPTED, as_interrupt, exit_status, handling_signals
+from explorer.temp_dirs import sweep_dead
 
 
 def one_line(text: str) -> str:
@@ -39,9 +43,19 @@ class SchedxGroup(click.Group):
         argv = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in argv[:argv.index("--") if "--" in argv else len(argv)] or \
             os.environ.get("SCHEDX_DEBUG", "").lower() not in ("", "0", "false", "no")
+        sweep_dead()  # temp folders of schedx processes that died without cleaning up (one glob)
         try:
-            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            with handling_signals():  # Ctrl-C and SIGTERM unwind: `with` blocks clean up
+                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except KeyboardInterrupt as err:  # SIGTERM too (interrupts.Terminated)
+            _interrupted(err)
+        except click.Abort as err:
+            if as_interrupt(err) is None:  # a prompt answered no
+                _fail("aborted")
+            _interrupted(err)
         except click.ClickException as err:  # library errors, usage errors, bad values
+            if as_interrupt(err) is not None:  # a library error raised by the interrupt's doing
+                _interrupted(err)
             if debug and err.__cause__ is not None:
                 raise
             hint = ""
@@ -49,15 +63,17 @@ class SchedxGroup(click.Group):
                     isinstance(err, click.MissingParameter) or not isinstance(err, click.BadParameter)):
                 hint = f" (see {err.ctx.command_path} --help)"
             _fail(one_line(err.format_message()) + hint)
-        except click.Abort:
-            _fail("aborted")
         except OSError as err:
+            if as_interrupt(err) is not None:
+                _interrupted(err)
             if err.errno != errno.EPIPE:
                 if debug:
                     raise
                 _fail(f"{one_line(err.strerror or err)}" + (f": {err.filename}" if err.filename else ""))
             _quiet_pipe()
         except Exception as err:  # noqa: BLE001 - a bug: one line, the traceback with --debug
+            if as_interrupt(err) is not None:  # an interrupt TVM turned into a RuntimeError
+                _interrupted(err)
             if debug:
                 raise
             _fail(f"unexpected {type(err).__name__}: {one_line(err)[:300]} (a bug in schedx: "
@@ -71,6 +87,16 @@ def _fail(message: str) -> None:
     except OSError:
         pass
     sys.exit(1)
+
+
+def _interrupted(err: BaseException) -> None:
+    """Ctrl-C: exit 130; SIGTERM: 143 (what shells and service managers expect)."""
+    status = exit_status(err)
+    try:
+        click.echo("interrupted (Ctrl-C)" if status == INTERRUPTED else "terminated (SIGTERM)", err=True)
+    except OSError:
+        pass
+    sys.exit(status)
 
 
 def _quiet_pipe() -> None:
@@ -207,14 +233,58 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
+def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple:
+    """``--allow-origin`` values as ``ui_guard.Origin``s, a bad one refused in one line."""
+    from app.ui_guard import parse_origin
+
+    try:
+        return tuple(parse_origin(value) for value in values)
+    except ValueError as err:
+        raise InputError(str(err), ctx=ctx, param=param) from err
+
+
+def _check_address(host: str, port: int) -> None:
+    """Refuse, in one line, an address the server could not listen on, before Streamlit starts
+    (and fails with a traceback): bound the way Streamlit binds it, then let go."""
+    import socket
+
+    fix = "give one of this machine's addresses, e.g. 127.0.0.1 (loopback only) or 0.0.0.0 (every interface)"
+    if not host.strip() or not host.isprintable():
+        raise InputError(f"{host[:60]!r} is not an address: {fix}", param_hint="'--host'")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except (socket.gaierror, UnicodeError, ValueError) as err:
+        raise InputError(f"{host[:60]!r} is not an IP address or a known host name "
+                         f"({one_line(getattr(err, 'strerror', None) or err)}): {fix}", param_hint="'--host'") from err
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise click.ClickException(f"port {port} on {host} is already in use (another schedx ui?): stop that "
+                                       f"server or pick another port with --port") from err
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise InputError(f"{host[:60]} is not an address of this machine: {fix}", param_hint="'--host'") from err
+        if err.errno == errno.EACCES:
+            raise click.ClickException(f"port {port} needs administrator rights: pick one from 1024 up with --port") \
+                from err
+        raise click.ClickException(f"cannot listen on {host}:{port}: {one_line(err.strerror or err)}") from err
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
-@click.option("--port", default=8501, show_default=True, type=int)
+@click.option("--port", default=8501, show_default=True, type=Count(1, 65535),
+              help="Port to serve on (1-65535).")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="URL", callback=_origins,
+              help="Also answer pages from this origin, e.g. https://ide.example.com (repeatable). Without it "
+                   "the UI refuses every request whose Host or Origin is not 127.0.0.1, localhost or [::1] "
+                   "with this port (or the address it listens on): no other web site can drive it.")
 @click.option("--headless/--browser", default=True, show_default=True, help="Do not open a browser window.")
-def ui(host: str, port: int, headless: bool) -> None:
+def ui(host: str, port: int, allow_origins: tuple, headless: bool) -> None:
     """Start the browser UI (Streamlit)."""
+    _check_address(host, port)
     entry = Path(__file__).with_name("main.py")
-    cmd = [sys.executable, "-m", "app.warm_start", "run", str(entry), "--server.address", host,
+    guard = [arg for origin in allow_origins for arg in ("--allow-origin", str(origin))]
+    cmd = [sys.executable, "-m", "app.warm_start", *guard, "run", str(entry), "--server.address", host,
            "--server.port", str(port), "--server.headless", str(headless).lower(),
            "--browser.gatherUsageStats", "false",
            "--client.toolbarMode", "minimal"]  # no "Deploy" button: schedx is not deployed from its own UI
