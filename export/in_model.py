@@ -28,12 +28,12 @@ set of records that does not make the model faster.
 from __future__ import annotations
 
 import statistics
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from explorer.target import Target
+from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload
 from export.schedules import TaskSchedule
 
@@ -136,7 +136,7 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
     rounds = max(1, rounds)
     # build -> task -> the kernel's seconds in each round
     seconds: dict[str, dict[str, list[float | None]]] = {"record": {}, "default": {}}
-    with tempfile.TemporaryDirectory(prefix="schedx-in-model-") as tmp:
+    with private_temp_dir("schedx-in-model-") as tmp:
         built = {name: export_workload(workload, target, Path(tmp) / name, schedules=plan, verify=False, layers=False,
                                        threads=threads, nvcc=False)
                  for name, plan in (("record", chosen), ("default", None))}

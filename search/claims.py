@@ -3,26 +3,34 @@ one workload and database never measure the same candidate (see :mod:`store.clai
 
 :class:`PoolRunner <search.runner.PoolRunner>` claims each batch's candidates before it measures
 them; a candidate another search has claimed or measured meanwhile is not measured here (it is
-``skipped``: no record, it costs no trial); the claims go once the batch's records are written,
-and when the search ends."""
+``skipped``: no record, it costs no trial); the claims go once the batch's records are written
+(every part of a batch written in parts: :mod:`search.defaults_round`), and when the search ends.
+
+A claim belongs to a process, named by its pid and start time: the claims of a search on this
+machine whose process is gone (kill -9 never releases them), or whose pid a later process has, are
+dropped the next time a search here claims anything. Their time to live is the fallback, for a
+search on another machine."""
 
 from __future__ import annotations
 
 import os
 import socket
 
-from explorer.processes import process_alive
+from explorer.processes import process_alive, process_started
 from store import Store, StoreError
 
 
 class ClaimBook:
-    """This search's claims: ``owner`` names it (host, process, job); ``task_keys`` are the
-    workload keys of its tasks, by task index."""
+    """This search's claims: ``owner`` names it (``host:pid.started:job``: the process by its pid
+    and start time, see :func:`owner_process`); ``task_keys`` are the workload keys of its tasks,
+    by task index."""
 
     def __init__(self, store: Store, *, target_key: str, hardware: str, task_keys: list[str],
                  job_id: int | None = None) -> None:
         self.store, self.target_key, self.hardware, self.task_keys = store, target_key, hardware, task_keys
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{job_id if job_id is not None else '-'}"
+        started = process_started()
+        process = f"{os.getpid()}.{started}" if started is not None else str(os.getpid())
+        self.owner = f"{socket.gethostname()}:{process}:{job_id if job_id is not None else '-'}"
         self.skipped: set[str] = set()  # candidates another search measures: never recorded here
 
     def claim(self, task: int, hashes: list[str], ttl_s: float = 900.0) -> set[str]:
@@ -45,11 +53,13 @@ class ClaimBook:
 
     def _release_the_dead(self) -> None:
         """Drop the claims of searches on this machine whose process is gone (killed with -9: they
-        never released theirs, which held their candidates for the claims' 15 minutes)."""
+        never released theirs, which held their candidates for the claims' 15 minutes), or whose
+        pid another process has now (its start time differs)."""
         host = socket.gethostname()
         for owner in self.store.live_claims():
-            name, _, rest = owner.rpartition(":")[0].rpartition(":")  # host:pid:job (a host may hold ':')
-            if name == host and rest.isdigit() and owner != self.owner and not process_alive(int(rest)):
+            process = owner_process(owner)
+            if process is not None and process[0] == host and owner != self.owner and \
+                    not process_alive(process[1], process[2]):
                 self.store.release_claims(owner)
 
     def release(self) -> None:
@@ -60,4 +70,15 @@ class ClaimBook:
             pass
 
 
-__all__ = ["ClaimBook"]
+def owner_process(owner: str) -> tuple[str, int, int | None] | None:
+    """``(host, pid, start time or None)`` of a claim's owner ``host:pid[.started]:job`` (a host
+    name may hold ':'); None for an owner of another form."""
+    rest, _, _job = owner.rpartition(":")
+    host, _, process = rest.rpartition(":")
+    pid, _, started = process.partition(".")
+    if not host or not (pid.isascii() and pid.isdigit()) or (started and not (started.isascii() and started.isdigit())):
+        return None
+    return host, int(pid), int(started) if started else None
+
+
+__all__ = ["ClaimBook", "owner_process"]

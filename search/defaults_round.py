@@ -71,8 +71,8 @@ def _measure(found: list[tuple[int, dict, object]], tasks: list[Task], tvm_targe
     for future in futures:
         future.result()  # the ledger holds the outcome; the record is written from it
     every, times = list(range(len(tasks))), {}
-    for i, extra, cand in found:
-        write_batch(state, ledger, None, [], every, i, [cand], source=source, environment=extra)
+    for i, extra, cand in found:  # one candidate at a time (each its own environment), claims kept till the last
+        write_batch(state, ledger, None, [], every, i, [cand], source=source, environment=extra, release=False)
         if state.last is not None:
             for rec in state.last.records:  # (a run cut short after one timing says little)
                 if rec.median_s and rec.verified is not False and rec.status == Outcome.OK and \
@@ -80,6 +80,8 @@ def _measure(found: list[tuple[int, dict, object]], tasks: list[Task], tvm_targe
                     times[i] = min(times.get(i, rec.median_s), rec.median_s)
             account(state, state.last)
             state.last = None
+    if state.claims is not None:  # every candidate of the batch has its record now
+        state.claims.release()
     return times
 
 

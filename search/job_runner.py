@@ -38,9 +38,10 @@ def _run(store, job, stop) -> int:
     from search.jobs import record_end, run_job
 
     stop.on_exit.append(lambda: record_end(store, job.id, status="stopped"))  # a forced exit's last words
-    hold("tune.start")
-    spec = JobSpec.from_dict(job.params)
-    warm_up(spec)  # the measuring workers start now, while TVM loads here
+    with stop.starting():  # a second signal now: nothing measured, nothing to finish, it ends at once
+        hold("tune.start")
+        spec = JobSpec.from_dict(job.params)
+        warm_up(spec)  # the measuring workers start now, while TVM loads here
     try:
         run_job(store, spec, job_id=job.id, stop=stop)
     except KeyboardInterrupt:

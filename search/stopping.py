@@ -13,7 +13,10 @@ batch in the store. A second signal makes it urgent (``hard``): the caller's ``o
 callbacks run (the search closes its worker pool, so the batch in flight ends within a second
 and its unmeasured candidates are not recorded). Whatever the process is doing then (loading a
 model, extracting tasks, training the cost model: work with no batch boundary), it ends within
-``HARD_EXIT_S``: a watchdog runs the ``on_exit`` callbacks and exits with 130 (143 for SIGTERM).
+``HARD_EXIT_S``: a watchdog runs the ``on_exit`` callbacks (their ``LAST_WORDS_S`` are part of
+that time) and exits with 130 (143 for SIGTERM). While the search starts (:meth:`StopRequest.starting`:
+nothing measured, nothing to finish) the watchdog does not wait: a second signal ends the process
+after the last words.
 That loses nothing: every batch is one SQLite transaction, and a dead search's claims and scratch
 folder are cleared by the next one. Nothing here imports TVM: a job process sets its handlers up
 first thing.
@@ -66,10 +69,23 @@ class StopRequest:
         (``exit_after_s``), the process ends within that many seconds if the stop has not."""
         self.hard = True
         _call_all(self.on_hard)
-        if self.exit_after_s is not None and self._watchdog is None:
-            self._watchdog = threading.Timer(self.exit_after_s, self._exit_now)
+        if self.exit_after_s is not None and self._watchdog is None:  # the last words count in the delay
+            self._watchdog = threading.Timer(max(0.0, self.exit_after_s - LAST_WORDS_S), self._exit_now)
             self._watchdog.daemon = True
             self._watchdog.start()
+
+    @contextmanager
+    def starting(self) -> Iterator[StopRequest]:
+        """Within the block (a search starting: loading, checking, workers starting; nothing
+        measured yet), a second signal ends the process at once, after the ``on_exit`` callbacks,
+        instead of waiting for a batch boundary that is not there (no effect without a watchdog)."""
+        saved = self.exit_after_s
+        if saved is not None:
+            self.exit_after_s = 0.0
+        try:
+            yield self
+        finally:
+            self.exit_after_s = saved
 
     def cancel_watchdog(self) -> None:
         """The stop completed in time: no forced exit."""

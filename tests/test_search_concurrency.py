@@ -5,6 +5,7 @@ holds; ``schedx jobs`` shows who measures and who waits)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -77,6 +78,80 @@ def test_the_claims_of_a_search_killed_on_this_machine_go_at_once(tmp_path):
     book = ClaimBook(store, target_key="llvm", hardware="hw", task_keys=["w1"], job_id=5)
     assert book.claim(0, ["a", "b", "c"]) == {"a", "b"}
     assert set(store.live_claims()) == {book.owner, "another-host:1:4"}
+
+
+def test_a_claim_whose_pid_a_later_process_has_is_free_at_once(tmp_path):
+    """Issue 49: a claim names its process by pid and start time; on a busy machine a killed
+    search's pid soon belongs to another process, and its claims held for their 15 minutes."""
+    import socket
+
+    from explorer.processes import process_started
+
+    store = Store(tmp_path / "claims.db")
+    store.add_workload(Workload(key="w1", name="k", source="test"))
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host, started = socket.gethostname(), process_started(live.pid)
+        assert started is not None
+        store.claim_candidates("w1", "llvm", "hw", ["a"], owner=f"{host}:{live.pid}.{started}:3", ttl_s=900)
+        store.claim_candidates("w1", "llvm", "hw", ["b"], owner=f"{host}:{live.pid}.{started + 1}:4", ttl_s=900)
+        book = ClaimBook(store, target_key="llvm", hardware="hw", task_keys=["w1"], job_id=5)
+        assert book.claim(0, ["a", "b"]) == {"b"}  # a: its process runs; b: that pid is another process now
+        assert book.owner.split(":")[-2] == f"{os.getpid()}.{process_started()}"
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_the_default_rules_variants_stay_claimed_until_each_has_its_record(tmp_path):
+    """Issue 49: two searches on one database measured the same "default rules, tile ranked N"
+    variant: the variants, written one record at a time, gave up all their claims with the first
+    record, while the others were measured and not yet written. Another search claims at every
+    write here: it must be granted none of them."""
+    from explorer.kernels import builtin_kernel
+    from explorer.target import host_target
+    from explorer.workload import kernel_task
+    from search.callbacks import SearchState
+    from search.defaults_round import measure_variants
+    from search.ledger import OK, CandidateLedger, LedgerBuilder, LedgerRunner, RunOutcome
+    from search.records import task_workload
+    from search.runner import PoolRunner
+    from search.tune import TuneSummary
+    from tests.fake_measure import FakeBuilder
+
+    class ClaimingRunner(PoolRunner):  # PoolRunner's own claims; every candidate 'runs' in 0.1 ms
+        def __init__(self, claims) -> None:
+            self.claims, self.rpc, self.timeout_sec, self.measured = claims, None, 30, []
+
+        def _measure(self, inp, candidate):
+            self.measured.append(candidate.hash)
+            return RunOutcome(OK, (1e-4,), verified=True)
+
+    task = kernel_task(builtin_kernel("matmul", M=128, N=128, K=128))
+    db = tmp_path / "variants.db"
+    store = Store(db)
+    store.add_workload(task_workload(task, source="search"))
+    target = host_target()
+    book = ClaimBook(store, target_key=target.key, hardware="hw", task_keys=[task.key], job_id=1)
+    rival = ClaimBook(Store(db), target_key=target.key, hardware="hw", task_keys=[task.key], job_id=2)
+    state = SearchState(store=store, tasks=[task], target_key=target.key, hardware="hw", job_id=None, total_trials=8,
+                        environment={}, summary=TuneSummary(), claims=book)
+    ledger = CandidateLedger({task.key: 0})
+    inner = ClaimingRunner(book)
+    taken: list[str] = []
+    add_records = store.add_records
+
+    def add_while_another_search_claims(records):
+        taken.extend(rival.claim(0, list(inner.measured)))  # what it may measure now
+        return add_records(records)
+
+    store.add_records = add_while_another_search_claims
+    measured = measure_variants([task], target, target.tvm(), state, ledger,
+                                LedgerBuilder(FakeBuilder(), ledger, str(tmp_path)),
+                                LedgerRunner(inner, ledger, str(tmp_path)), per_task=3, budget=3, default_s={})
+    assert measured == len(inner.measured) >= 2
+    assert taken == []  # before: the second and third variants, measured here, granted to the other search too
+    assert store.live_claims() == {}  # all released once every record is written
 
 
 def test_one_timed_run_at_a_time_across_processes_and_jobs_shows_who_waits(lock_env):
@@ -182,12 +257,13 @@ def test_the_scratch_folders_of_dead_searches_go_when_the_next_starts(tmp_path, 
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (tmp_path / f"schedx-tune-{dead.pid}-abc").mkdir()
-    (tmp_path / f"schedx-tune-{dead.pid}-abc" / "logs").mkdir()
-    (tmp_path / "schedx-tune-1-keep").mkdir()  # pid 1 lives
+    (tmp_path / f"schedx-tune-pid{dead.pid}-abc").mkdir()
+    (tmp_path / f"schedx-tune-pid{dead.pid}-abc" / "logs").mkdir()
+    (tmp_path / "schedx-tune-pid1-keep").mkdir()  # pid 1 lives
     (tmp_path / "schedx-tune-old").mkdir()  # a name without a pid: not ours to judge
+    (tmp_path / f"schedx-uploads-{dead.pid}-abc").mkdir()  # a number that is no pid of ours (a user id)
     monkeypatch.setattr(work_dirs.tempfile, "tempdir", str(tmp_path))
     with work_dirs.work_dir() as mine:
-        assert Path(mine).name.startswith(f"schedx-tune-{__import__('os').getpid()}-")
+        assert Path(mine).name.startswith(f"schedx-tune-pid{__import__('os').getpid()}-")
         assert sorted(p.name for p in tmp_path.iterdir() if p.name != Path(mine).name) == \
-            ["schedx-tune-1-keep", "schedx-tune-old"]
+            ["schedx-tune-old", "schedx-tune-pid1-keep", f"schedx-uploads-{dead.pid}-abc"]
