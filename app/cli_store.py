@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from app.cli_common import fail_cleanly
-from app.cli_types import Count, Date, FilePath
+from app.cli_types import Count, Date, DbPath, FilePath
 from store.errors import StoreError
 from store.records import KINDS, SOURCES, target_short
 
@@ -33,7 +33,7 @@ _store_errors = fail_cleanly  # StoreError -> `Error: message`, exit 1 (see app.
 
 
 def _db_option(fn):
-    return click.option("--db", "db_path", type=FilePath(dir_okay=False, path_type=Path), default=None,
+    return click.option("--db", "db_path", type=DbPath(), default=None,
                         help="Database file (default: $SCHEDX_DB, else ~/.local/share/schedx/schedx.db).")(fn)
 
 
@@ -131,7 +131,7 @@ def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind,
         raise click.UsageError("give either --hardware or --any-hardware, not both")
     hw = None if any_hardware else (hardware or _this_machine())
     filters = dict(target=target, hardware=hw, source=source, kind=kind, since=since, verified_only=verified_only)
-    rows, elsewhere, path = [], 0, _path(db_path)
+    rows, elsewhere, damaged, path = [], 0, "", _path(db_path)
     if _exists(path, given=db_path is not None):  # a missing database is an empty leaderboard, not an error
         with _open(path, create=False) as store:
             if workload:
@@ -141,6 +141,9 @@ def leaderboard(db_path, workload, target, hardware, any_hardware, source, kind,
             rows = leaderboard_rows(store, records)
             if not rows:
                 elsewhere = store.count(rankable=True)
+            damaged = store.text_warning()  # text another tool left as non-UTF-8: named, the rest shown
+    if damaged:
+        click.echo(f"Warning: {damaged}", err=True)
     if as_json:
         _echo_json(rows)
     elif as_csv:
@@ -253,6 +256,8 @@ def info(db_path, as_json) -> None:
             click.echo(f"  {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(data[key].items())))
     if data["first_record"]:
         click.echo(f"  records from {data['first_record']} to {data['last_record']}")
+    if data["text_not_utf8"]["rows"]:
+        click.echo(f"Warning: {data['text_not_utf8']['note']}", err=True)
 
 
 __all__ = ["db", "leaderboard", "leaderboard_rows"]

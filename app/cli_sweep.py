@@ -8,7 +8,7 @@ import click
 
 
 from app.cli_common import echo_json, fail_cleanly, target_option
-from app.cli_types import FilePath
+from app.cli_types import DbPath, FilePath
 
 
 def _batches(text: str) -> list[int]:
@@ -27,7 +27,8 @@ def _batches(text: str) -> list[int]:
 @target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
 @click.option("--trials", default=0, show_default=True, type=click.IntRange(0, 10**6),
               help="Tune each shape first with this many trials (0: reuse the records there are).")
-@click.option("--db", default=None, help="schedx database whose records apply (and where tuning goes).")
+@click.option("--db", default=None, type=DbPath(),
+              help="schedx database whose records apply (and where tuning goes).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--runs", default=20, show_default=True, type=click.IntRange(1, 10000), help="Timed runs per point.")
 @click.option("--shapes", default=None, help="The model's symbolic dimensions other than the batch, e.g. "

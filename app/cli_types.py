@@ -9,12 +9,12 @@ deep inside (an ``OverflowError`` from SQLite for ``--top 99999999999999999999``
 from __future__ import annotations
 
 import os
-import stat
 from datetime import date, datetime
 
 import click
 
 from store import StoreError
+from store.paths import check_db_path, special_kind
 from store.records import parse_date
 
 MAX_DIGITS = 19  # more digits than any count a command takes: refused before int() sees them
@@ -65,7 +65,7 @@ class FilePath(click.Path):
             raise InputError("a path cannot contain a NUL character", ctx=ctx, param=param)
         try:
             path = super().convert(value, param, ctx)
-            kind = (_special_kind(os.stat(path).st_mode)
+            kind = (special_kind(os.stat(path).st_mode)
                     if os.path.lexists(path) and os.path.realpath(path) != os.devnull else None)
         except (OSError, ValueError) as err:
             raise InputError(f"{str(value)[:60]!r}: {getattr(err, 'strerror', None) or err}", ctx=ctx,
@@ -75,13 +75,23 @@ class FilePath(click.Path):
         return path
 
 
-def _special_kind(mode: int) -> str | None:
-    """What a special file is, in words (None for a regular file or a folder)."""
-    for test, words in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return words
-    return None
+class DbPath(click.ParamType):
+    """A database file for ``--db``: every command's, checked by :func:`store.paths.check_db_path`
+    (the check ``Store`` makes again when it opens the file) while the command line is parsed, so
+    a FIFO or ``/dev/full`` (or a file in a folder that does not exist) is refused in one line
+    before a model loads or a kernel is measured, and before SQLite writes a journal beside it.
+    The value stays as typed (``~`` expanded later)."""
+
+    name = "file"
+
+    def convert(self, value, param, ctx):
+        if "\x00" in str(value):
+            raise InputError("a path cannot contain a NUL character", ctx=ctx, param=param)
+        try:
+            check_db_path(value, typed=True)
+        except StoreError as err:
+            raise InputError(str(err), ctx=ctx, param=param) from err
+        return value
 
 
 class Date(click.ParamType):
@@ -99,4 +109,4 @@ class Date(click.ParamType):
             raise InputError(str(err), ctx=ctx, param=param) from err
 
 
-__all__ = ["Count", "Date", "FilePath", "InputError"]
+__all__ = ["Count", "Date", "DbPath", "FilePath", "InputError"]

@@ -37,8 +37,11 @@ class RpcSpec:
         from search.errors import SearchError
 
         host, sep, port = tracker.rpartition(":")
-        if not sep or not port.isdigit():
+        if not sep or not (port.isascii() and port.isdigit()):
             raise SearchError(f"--rpc-tracker must be HOST:PORT, got {tracker!r}")
+        if len(port.lstrip("0")) > 5 or not 1 <= int(port) <= 65535:  # (else check_tracker would suggest it)
+            raise SearchError(f"--rpc-tracker {tracker[:60]!r}: port {port[:12]}{'...' if len(port) > 12 else ''} is "
+                              "out of range; a TCP port is 1..65535 (the tracker's --port, e.g. 127.0.0.1:9190)")
         if not key:
             raise SearchError("--rpc-key is required with --rpc-tracker (the key the RPC servers registered)")
         return cls(host or "127.0.0.1", int(port), key)

@@ -10,7 +10,12 @@ Contract:
 - A ``Store`` holds one connection; a lock makes its methods safe to call from several threads.
 - Files that are not ours are refused untouched (see :mod:`store.schema`); a damaged file is
   refused (``PRAGMA quick_check`` the first time a process opens it, and again by ``info``,
-  ``merge`` and ``export_metaschedule``).
+  ``merge`` and ``export_metaschedule``). A path that is not a regular file (a FIFO, a device
+  such as /dev/full, a folder) is refused before SQLite opens it or writes a journal beside it
+  (:func:`store.paths.check_db_path`, which every command's ``--db`` goes through too).
+- Text that another tool stored as bytes that are not UTF-8 (which quick_check does not see) is
+  read with U+FFFD in their place instead of failing the query; :meth:`Store.text_warning` names
+  the rows once such text was read, and ``info`` always does (see :mod:`store.text`).
 - A file this process may not write is opened read-only: every read works, every write raises
   :class:`ReadOnlyDatabaseError` and changes nothing.
 - Every SQLite error becomes a :class:`StoreError` naming the file it concerns
@@ -27,21 +32,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store import claims, interop, queries, schema
+from store import claims, interop, queries, schema, text
 from store.compare import compare_records
 from store.errors import ReadOnlyDatabaseError, StoreError, io_reason
+from store.paths import user_path
 from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
 from store.schema import SCHEMA_VERSION, open_database, write_transaction
 
 ENV_VAR = "SCHEDX_DB"
-
-
-def user_path(path: str | os.PathLike) -> Path:
-    """``path`` with ``~`` and ``~user`` expanded; a user that does not exist is a StoreError."""
-    try:
-        return Path(path).expanduser()
-    except RuntimeError as err:  # "~nobody-here/x": Python cannot find that home directory
-        raise StoreError(f"cannot open {path}: {err}") from err
 
 
 def default_db_path() -> Path:
@@ -132,6 +130,15 @@ class Store:
         with self._locked() as db:
             self._just_checked = False
             schema.check(db, self.path)
+
+    def text_warning(self) -> str:
+        """One line naming the rows of text that is not UTF-8 (written outside schedx), when this
+        store has read some (shown with U+FFFD; see :mod:`store.text`); "" otherwise. Finding the
+        rows reads every table once, so it runs only after damaged text was read."""
+        with self._read() as db:
+            if not text.read_damaged_text(db.conn):
+                return ""
+            return text.describe(self.path, *text.damaged_rows(db.conn))
 
     def _check_before(self) -> None:
         """:meth:`check` before info, merge and export, unless opening this store has just run it."""
@@ -339,8 +346,9 @@ class Store:
 
     # the whole database
     def info(self) -> dict:
-        """Path, schema version, counts, sources, statuses, machines, first and last record, size;
-        the file is checked first (:meth:`check`), so a damaged one raises instead."""
+        """Path, schema version, counts, sources, statuses, machines, first and last record, size,
+        and the rows whose text is not UTF-8 (``text_not_utf8``); the file is checked first
+        (:meth:`check`), so a damaged one raises instead."""
         self._check_before()
         with self._read() as db:
             def one(sql: str):
@@ -360,6 +368,9 @@ class Store:
                 "journal_mode": one("PRAGMA journal_mode"),
                 "read_only": self.read_only, "integrity": "ok",
             }
+            named, total = text.damaged_rows(db.conn)  # quick_check does not look at text
+            data["text_not_utf8"] = {"rows": total, "named": named, "note": text.describe(self.path, named, total)
+                                     if total else ""}
         data["size_bytes"] = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return data
 

@@ -31,7 +31,9 @@ import sqlite_utils
 
 from store.errors import (CorruptDatabaseError, ForeignDatabaseError, ReadOnlyDatabaseError, SchemaTooNewError, StoreError,
                           io_reason)
+from store.paths import check_db_path
 from store.records import Outcome, now_iso
+from store.text import lenient_text
 
 APP = "schedx"
 APPLICATION_ID = 0x53434458  # "SCDX"
@@ -172,6 +174,7 @@ def connect(path: Path, *, read_only: bool = False, immutable: bool = False) -> 
     else:
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    conn.text_factory = lenient_text()  # text another tool stored as non-UTF-8 reads (as U+FFFD), counted
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
@@ -191,10 +194,8 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
     ``read_only``: None decides from the file's and folder's permissions (see :func:`writable`);
     True opens read-only whatever they are. Raises :class:`CorruptDatabaseError`,
     :class:`ForeignDatabaseError` or :class:`SchemaTooNewError` without touching the file."""
-    path = Path(path)
+    path = check_db_path(path)  # a folder, FIFO or device: refused before SQLite writes a journal beside it
     try:
-        if path.is_dir():
-            raise StoreError(f"{path} is a directory, not a database file; give a file path (e.g. {path}/schedx.db)")
         exists = path.exists() and path.stat().st_size > 0
     except (OSError, ValueError) as err:  # a name too long, a NUL byte, a folder we may not enter
         raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
@@ -247,7 +248,7 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
     """Open a schedx database only to read it (a read-only file or folder, ``schedx db merge``):
     never created, migrated or written to; rows of an older schema read as they are. The file is
     checked with quick_check the first time this process opens it (every time: ``always_check``)."""
-    path = Path(path)
+    path = check_db_path(path)
     try:
         if not path.is_file():
             raise StoreError(f"no schedx database at {path}")

@@ -281,3 +281,102 @@ def test_dev_null_stays_a_place_to_throw_output_away(tmp_path):
     from app.cli_types import FilePath
 
     assert str(FilePath(dir_okay=False).convert("/dev/null", None, None)) == "/dev/null"
+
+
+# Issue 49, item 6: every command's --db goes through one check (store.paths.check_db_path) before
+# SQLite sees the path; `tune`/`measure --db /dev/full` created /dev/full-journal (0666) and said
+# "disk full (12068.9 MB free)". Never create or delete anything in /dev here: a real device is only
+# looked at (and SQLite is kept from opening anything at all), a FIFO is made under tmp_path.
+DB_COMMANDS = {
+    "tune": ["tune", "matmul:M=8,N=8,K=8", "--trials", "1", "--rpc-tracker", "127.0.0.1:1", "--rpc-key", "k"],
+    "measure": ["measure", "matmul:M=8,N=8,K=8", "--repeat", "1", "--no-isolate"],
+    "jobs": ["jobs"],
+    "leaderboard": ["leaderboard"],
+    "db info": ["db", "info"],
+    "export": ["export", "matmul:M=8,N=8,K=8", "-o", "{tmp}/bundle", "--no-verify", "--no-layers"],
+    "bench": ["bench", "matmul:M=8,N=8,K=8", "--runs", "1"],
+    "profile": ["profile", "small_cnn", "--runs", "1"],
+    "sweep": ["sweep", "small_cnn", "--batch", "1", "--runs", "1"],
+}
+
+
+def _no_sqlite(monkeypatch) -> None:
+    """Whatever a command does, SQLite opens nothing (a regression must not write beside a device)."""
+    from store import schema
+
+    def refuse(path, **_):
+        raise AssertionError(f"SQLite was asked to open {path}")
+
+    monkeypatch.setattr(schema, "connect", refuse)
+
+
+@pytest.mark.parametrize("command", sorted(DB_COMMANDS))
+@pytest.mark.parametrize("make", ["fifo", "/dev/full", "/dev/zero", "/dev/null"])
+def test_every_db_option_refuses_a_fifo_or_a_device_before_sqlite_opens_it(command, make, tmp_path, monkeypatch):
+    import stat
+
+    if make == "fifo":
+        path = tmp_path / "fifo.db"
+        os.mkfifo(path)
+        words = "is a FIFO (named pipe), not a database file"
+    else:
+        if not (os.path.exists(make) and stat.S_ISCHR(os.stat(make).st_mode)):
+            pytest.skip(f"no character device {make} here")
+        path = Path(make)
+        words = "is a character device, not a database file"
+    before = {make: {f"{make}{end}" for end in ("-journal", "-wal", "-shm") if os.path.lexists(f"{make}{end}")}}
+    _no_sqlite(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    args = [a.format(tmp=tmp_path) for a in DB_COMMANDS[command]] + ["--db", str(path)]
+    result = CliRunner().invoke(cli, args, obj={})
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1, (args, result.output[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("Error: Invalid value for '--db': ") and str(path) in lines[0] \
+        and words in lines[0] and "--db / SCHEDX_DB" in lines[0], result.output[-2000:]
+    if make == "fifo":
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.db"]  # no journal, no bundle, nothing
+    else:
+        after = {f"{make}{end}" for end in ("-journal", "-wal", "-shm") if os.path.lexists(f"{make}{end}")}
+        assert after == before[make], f"created beside {make}: {after - before[make]}"
+
+
+@pytest.mark.parametrize("command", ["tune", "leaderboard", "jobs"])
+def test_a_fifo_in_schedx_db_is_refused_the_same_way(command, tmp_path, monkeypatch):
+    """SCHEDX_DB is read by click for tune and jobs, by default_db_path for the rest: both checked."""
+    path = tmp_path / "fifo.db"
+    os.mkfifo(path)
+    _no_sqlite(monkeypatch)
+    monkeypatch.setenv("SCHEDX_DB", str(path))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, [a.format(tmp=tmp_path) for a in DB_COMMANDS[command]], obj={})
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output[-2000:]
+    assert f"{path} is a FIFO (named pipe), not a database file" in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.db"]
+
+
+def test_a_fifo_where_sqlite_keeps_the_journal_is_refused(tmp_path, monkeypatch):
+    os.mkfifo(tmp_path / "x.db-wal")
+    _no_sqlite(monkeypatch)
+    result = CliRunner().invoke(cli, ["jobs", "--db", str(tmp_path / "x.db")], obj={})
+    assert result.exit_code == 1 and "x.db-wal, where SQLite keeps" in result.output and "a FIFO" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.db-wal"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["sketches", "matmul:M=8,N=8,K=8", "--target", '{"kind": "llvm", "bogus": 1}'],
+     "target key 'bogus' is unknown to TVM's llvm kind; its keys are kind, keys, "),
+    (["tune", "matmul:M=8,N=8,K=8", "--rpc-tracker", "host:99999", "--rpc-key", "k", "--db", "t.db"],
+     "port 99999 is out of range; a TCP port is 1..65535"),
+    (["tune", "matmul:M=8,N=8,K=8", "--rpc-tracker", "127.0.0.1:0", "--rpc-key", "k", "--db", "t.db"],
+     "port 0 is out of range"),
+], ids=["unknown JSON target key", "tracker port 99999", "tracker port 0"])
+def test_bad_input_of_issue_49_is_one_line_naming_it(args, words, tmp_path, monkeypatch):
+    """An unknown key in a JSON target was "unexpected ValueError ... (a bug in schedx)"; a tracker
+    port out of range was answered with how to start a tracker on port 99999."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, args, obj={})
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output[-2000:]
+    assert words in lines[0] and "bug in schedx" not in lines[0] and "start one" not in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []

@@ -62,6 +62,11 @@ def test_unreachable_tracker_is_refused_before_any_work():
     with pytest.raises(SearchError, match="--rpc-key"):
         RpcSpec.parse("127.0.0.1:9190", "")
     assert RpcSpec.parse(":9190", "k").tracker_host == "127.0.0.1"  # no host: loopback
+    # issue 49: a port out of range was tried, then answered with how to start a tracker on it
+    for port in ("99999", "0", "65536", "9" * 5000):
+        with pytest.raises(SearchError, match="is out of range; a TCP port is 1..65535"):
+            RpcSpec.parse(f"host:{port}", "k")
+    assert RpcSpec.parse("host:65535", "k").tracker_port == 65535
     with pytest.raises(SearchError, match="loopback"):
         with local_cluster(servers=1, host="0.0.0.0"):
             pass

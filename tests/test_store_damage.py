@@ -142,3 +142,39 @@ def test_a_full_disk_is_named_as_such_not_as_a_disk_io_error(tmp_path, monkeypat
     assert "the disk holding it is full" in str(store._error(sqlite3.OperationalError("disk I/O error")))
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 30, 0, 10 << 30))
     assert io_reason(db, sqlite3.OperationalError("disk I/O error")) == "disk I/O error"  # not a full disk: as it was
+
+
+def test_text_that_is_not_utf8_is_named_and_the_leaderboard_carries_on(tmp_path):
+    """Issue 49: bytes that are not UTF-8 in a TEXT column (written by another tool) pass
+    quick_check, and every leaderboard then failed with "Could not decode to UTF-8 column 'name'".
+    Now the rows are read (U+FFFD for the bad bytes), the damaged ones named, the rest shown."""
+    from app.cli import cli
+    from tests.test_store_page import fill_demo
+
+    db = tmp_path / "text.db"
+    fill_demo(db, hardware="fuzz/2c")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE records SET error = CAST(x'41ff42' AS TEXT) WHERE id = 2")
+    conn.execute("UPDATE workloads SET name = CAST(x'6dc3' AS TEXT) WHERE key = '2002'")
+    conn.commit()
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for args in (["leaderboard", "--any-hardware"], ["leaderboard", "-w", "matmul*", "--any-hardware", "--json"],
+                 ["db", "info"]):
+        result = CliRunner().invoke(cli, [*args, "--db", str(db)], obj={})
+        assert result.exit_code == 0, (args, result.output)
+        assert "Traceback" not in result.output and "Could not decode" not in result.output, result.output
+        warning = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")]
+        assert len(warning) == 1 and "2 row(s) hold text that is not UTF-8" in warning[0], result.stderr
+        assert "records 2 (error)" in warning[0] and "workloads 2 (name)" in warning[0], warning[0]
+        assert "Warning" not in result.stdout  # --json stays JSON
+    shown = CliRunner().invoke(cli, ["leaderboard", "--any-hardware", "--db", str(db)], obj={}).stdout
+    assert "matmul_512x512x512_float32" in shown and "m\ufffd" in shown  # every workload ranked, the damaged one too
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before  # reading changed nothing
+    with Store(db) as store:
+        assert store.info()["text_not_utf8"]["rows"] == 2
+        store.check()  # quick_check has nothing against it: it was never about text
+    fill_demo(tmp_path / "clean.db", hardware="fuzz/2c")
+    with Store(tmp_path / "clean.db") as store:
+        store.best(top=5)
+        assert store.text_warning() == "" and store.info()["text_not_utf8"]["rows"] == 0

@@ -171,3 +171,36 @@ def test_export_into_a_file_is_a_store_error(store, tmp_path):
     blocker.write_text("a file, not a folder")
     with pytest.raises(StoreError, match="cannot create the folder"):
         store.export_metaschedule(blocker / "ms")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device link", "wal fifo"])
+@pytest.mark.parametrize("opener", ["Store", "Store(create=False)", "open_readonly"])
+def test_a_database_path_that_is_no_regular_file_is_refused_before_sqlite_opens_it(tmp_path, monkeypatch, kind, opener):
+    """Issue 49: `Store('/dev/full')` (what `tune --db /dev/full` and SCHEDX_DB=/dev/full reach) made
+    SQLite create /dev/full-journal and then said "disk I/O error". Every opener checks the path
+    first (store.paths.check_db_path): here SQLite is not even allowed to open anything. A device is
+    reached through a link under tmp_path; nothing is created in /dev."""
+    import os
+
+    from store import schema
+
+    monkeypatch.setattr(schema, "connect", lambda path, **_: pytest.fail(f"SQLite was asked to open {path}"))
+    path = tmp_path / "x.db"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device link":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero here")
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_bytes(b"")
+        os.mkfifo(tmp_path / "x.db-wal")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    words = {"fifo": r"x.db is a FIFO \(named pipe\), not a database file",
+             "device link": "x.db is a character device", "wal fifo": "x.db-wal, where SQLite keeps"}[kind]
+    with pytest.raises(StoreError, match=words):
+        if opener == "open_readonly":
+            schema.open_readonly(path)
+        else:
+            Store(path, create=opener == "Store")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
