@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from explorer.errors import short_tvm_message
+from explorer.interrupts import reraise as reraise_interrupt
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,14 @@ class LayerResult:
     max_abs_error: float
     max_rel_error: float
     ok: bool
+    scale: float = 0.0  # max |ref| of this tensor: the scale its own error is measured against
+
+    @property
+    def own_error(self) -> float:
+        """The error relative to this tensor's own largest value (inf: a zero tensor that differs)."""
+        if self.scale > 0:
+            return self.max_abs_error / self.scale
+        return 0.0 if self.max_abs_error <= _FLOOR else float("inf")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,18 +59,40 @@ class LayerReport:
     def ok(self) -> bool:
         return not self.error and self.first_bad is None
 
+    @property
+    def first_growth(self) -> LayerResult | None:
+        """The first layer (in graph order) whose error passes the tolerance relative to its own
+        largest value, not to max(1, it) as :attr:`first_bad` judges: where the difference between
+        TVM and ONNX Runtime first grows beyond rounding (None: nowhere)."""
+        return next((r for r in self.layers if r.own_error > self.tolerance), None)
+
+    def growth(self) -> str:
+        """One sentence: the layer where the error first grows, or that it grows nowhere."""
+        if self.error or not self.layers:
+            return ""
+        g = self.first_growth
+        if g is None:
+            top = max(self.layers, key=lambda r: r.own_error)
+            return (f"no layer's error passes {self.tolerance:.0e} of its own largest value (largest: "
+                    f"{top.own_error:.1e} at {top.node}, {top.op_type})")
+        return (f"the error first passes {self.tolerance:.0e} of a layer's own largest value at {g.node} "
+                f"({g.op_type}, output {g.output}): {g.max_abs_error:.2e} on values up to {g.scale:.2e}")
+
     def summary(self) -> str:
         if self.error:
             return f"layer check did not run: {self.error}"
         if self.first_bad is None:
-            return f"all {len(self.layers)} layer outputs agree with ONNX Runtime (tolerance {self.tolerance:.0e})"
+            return (f"all {len(self.layers)} layer outputs agree with ONNX Runtime (tolerance {self.tolerance:.0e}); "
+                    f"{self.growth()}")
         b = self.first_bad
         return (f"first layer out of tolerance: {b.node} ({b.op_type}), output {b.output}: max abs error "
                 f"{b.max_abs_error:.2e}, normalised {b.max_rel_error:.2e} > {self.tolerance:.0e}")
 
     def to_dict(self) -> dict:
+        g = self.first_growth
         return {"tolerance": self.tolerance, "compared": len(self.layers), "ok": self.ok, "summary": self.summary(),
                 "first_bad": self.first_bad.to_dict() if self.first_bad else None, "error": self.error,
+                "first_growth": g.to_dict() if g else None,
                 "skipped": list(self.skipped), "seconds": self.seconds,
                 "layers": [r.to_dict() for r in self.layers]}
 
@@ -94,14 +125,21 @@ def with_all_outputs(model, extra: list):
     return edited
 
 
-def _error(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+# An error this small on a tensor of zeros is denormal noise, not a difference (float32's floor in
+# export.verify_bundle.TOLERANCES).
+_FLOOR = 1e-35
+
+
+def _error(out: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
+    """Max abs error, that error over max(1, max |ref|), and max |ref|."""
     if out.shape != ref.shape:
-        return float("inf"), float("inf")
+        return float("inf"), float("inf"), 0.0
     diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
     abs_err = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
     if not np.all(np.isfinite(out)) and np.all(np.isfinite(ref)):
-        return float("inf"), float("inf")
-    return abs_err, abs_err / max(1.0, float(np.abs(ref).max()) if ref.size else 1.0)
+        return float("inf"), float("inf"), scale
+    return abs_err, abs_err / max(1.0, scale), scale
 
 
 def compare_layers(onnx_model, inputs: dict[str, np.ndarray], *, tvm_model=None, tolerance: float = 1e-4,
@@ -130,6 +168,7 @@ def compare_layers(onnx_model, inputs: dict[str, np.ndarray], *, tvm_model=None,
         result = flatten_outputs(vm["main"](*[tvm.runtime.tensor(inputs[n]) for n in order]))
         tvm_out = dict(zip([o.name for o in tvm_side.graph.output], [r.numpy() for r in result]))
     except Exception as err:  # noqa: BLE001 - the check reports why it could not run, the export goes on
+        reraise_interrupt(err)  # unless it is Ctrl-C (which TVM turns into a bare RuntimeError)
         return LayerReport(tolerance=tolerance, error=short_tvm_message(err, 400), seconds=time.perf_counter() - start)
     results = []
     first_bad = None
@@ -137,8 +176,8 @@ def compare_layers(onnx_model, inputs: dict[str, np.ndarray], *, tvm_model=None,
         for name in node.output:
             if name not in ort_out or name not in tvm_out:
                 continue
-            abs_err, rel_err = _error(np.asarray(tvm_out[name]), np.asarray(ort_out[name]))
-            r = LayerResult(node.name or name, node.op_type, name, abs_err, rel_err, rel_err <= tolerance)
+            abs_err, rel_err, scale = _error(np.asarray(tvm_out[name]), np.asarray(ort_out[name]))
+            r = LayerResult(node.name or name, node.op_type, name, abs_err, rel_err, rel_err <= tolerance, scale)
             results.append(r)
             if not r.ok and first_bad is None:
                 first_bad = r

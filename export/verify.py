@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from export import bundle as bundle_io
 from export.errors import BundleError, ExportError
+from explorer.temp_dirs import private_temp_dir
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class Verification:
     foreign_modules: tuple[str, ...] = field(default=())
     # an int8 model's outputs are compared in quantization steps: the absolute tolerance per output
     output_atol: tuple[float | None, ...] = field(default=())
+    # the element furthest past (or nearest to) what the rule allows it, over all outputs: output,
+    # index, got, expected, error, allowed, rule (see export.verify_bundle.compare_output)
+    worst: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -53,8 +56,12 @@ class Verification:
         tolerance = (f"int8 tolerance {max(steps):.2e} absolute ({INT8_STEPS} quantization steps of the output)"
                      if steps else f"tolerance {self.tolerance or 1e-4:.0e}")
         text = (f"fresh process on {self.device}: output {verdict} {self.reference} (max abs error "
-                f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}, {tolerance})")
-        return text + (f"; {self.why}" if self.why else "")
+                f"{self.max_abs_error:.2e}, normalised {self.max_rel_error:.2e}")
+        if self.worst is not None and (self.ok or not self.worst["ok"]):  # the element that decided, and its rule
+            from export.verify_bundle import describe_worst
+
+            return text + f"); {describe_worst(self.worst)}"
+        return text + f", {tolerance})" + (f"; {self.why}" if self.why else "")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -120,13 +127,14 @@ def run_in_child(folder: str | Path, *, threads: int | None = None, runs: int = 
 
 def verify_folder(folder: str | Path, *, threads: int | None = None, device: str | None = None,
                   timeout: float = 600) -> Verification:
-    """Load and run the bundle in a fresh process and compare with its saved reference."""
-    from explorer.measure.verify import compare
+    """Load and run the bundle in a fresh process and compare with its saved reference (the rule
+    of :func:`export.verify_bundle.compare_outputs`, the one the bundle's run.py applies)."""
+    from export.verify_bundle import compare_outputs
 
     folder = Path(folder)
     manifest = bundle_io.read_manifest(folder)
     device = device or manifest["target"]["device"]
-    with tempfile.TemporaryDirectory(prefix="schedx-verify-") as tmp:
+    with private_temp_dir("schedx-verify-") as tmp:
         out = Path(tmp) / "outputs.npz"
         try:
             report = run_in_child(folder, threads=threads, device=device, out=out, timeout=timeout)
@@ -143,11 +151,35 @@ def verify_folder(folder: str | Path, *, threads: int | None = None, device: str
         return Verification("failed", reference=manifest.get("reference", ""), device=device,
                             why=f"{len(outputs)} outputs, the reference has {len(refs)}")
     atols = manifest.get("output_atol") or []  # an int8 model: each output within a few quantization steps
-    ok, abs_err, rel_err, why = compare(outputs, refs, atols, rtol=manifest.get("tolerance"))
-    return Verification("verified" if ok else "failed", reference=manifest.get("reference", ""),
-                        max_abs_error=abs_err, max_rel_error=rel_err, tolerance=float(manifest.get("tolerance", 1e-4)),
-                        why=why, device=device, load_s=report.get("load_s"), first_s=report.get("first_s"),
-                        foreign_modules=tuple(report.get("foreign_modules", ())), output_atol=tuple(atols))
+    check = compare_outputs(outputs, refs, rtol=manifest.get("tolerance"), output_atol=atols,
+                            activations=manifest.get("output_activation"))
+    return Verification("verified" if check["verified"] else "failed", reference=manifest.get("reference", ""),
+                        max_abs_error=check["max_abs_error"], max_rel_error=check["max_rel_error"],
+                        tolerance=float(manifest.get("tolerance", 1e-4)), why=check["why"], device=device,
+                        load_s=report.get("load_s"), first_s=report.get("first_s"),
+                        foreign_modules=tuple(report.get("foreign_modules", ())), output_atol=tuple(atols),
+                        worst=check["worst"])
 
 
-__all__ = ["Verification", "child_env", "run_in_child", "verify_folder"]
+# Operators that pass values through unchanged: an output behind them is still its activation's
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+
+
+def output_activations(onnx_model) -> list[str | None]:
+    """Per graph output, the non-linearity that makes it when it is one of
+    :data:`export.verify_bundle.ACTIVATIONS` (looking through reshapes and transposes), else None:
+    what a bundle's manifest records as ``output_activation`` so the comparison can judge the
+    output by the scale of that function's input."""
+    from export.verify_bundle import ACTIVATIONS
+
+    producer = {name: node for node in onnx_model.graph.node for name in node.output}
+    found = []
+    for output in onnx_model.graph.output:
+        node = producer.get(output.name)
+        while node is not None and node.op_type in _PASS_THROUGH and node.input:
+            node = producer.get(node.input[0])
+        found.append(node.op_type if node is not None and node.op_type in ACTIVATIONS else None)
+    return found
+
+
+__all__ = ["Verification", "child_env", "output_activations", "run_in_child", "verify_folder"]

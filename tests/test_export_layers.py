@@ -46,3 +46,19 @@ def test_a_model_tvm_cannot_import_reports_an_error_instead_of_raising():
     model = build_onnx("small_cnn")
     report = compare_layers(model, {"input": np.zeros((2, 3, 5, 5), "float32")})
     assert report.error and not report.ok and "did not run" in report.summary()
+
+
+def test_the_layer_where_the_error_first_grows_is_judged_by_its_own_scale():
+    """A sigmoid map near 1e-4 off by 1e-7 passes the layer check (normalised by max(1, |ref|))
+    but is where the error first passes 1e-4 of the layer's own values; a zero tensor that differs
+    by denormal noise is not."""
+    from export.layers import LayerReport, LayerResult
+
+    layers = (LayerResult("conv", "Conv", "c", 1e-5, 1e-6, True, 10.0),
+              LayerResult("relu", "Relu", "r", 1e-40, 1e-40, True, 0.0),
+              LayerResult("sig", "Sigmoid", "y", 1.3e-7, 1.3e-7, True, 7.45e-4))
+    report = LayerReport(tolerance=1e-4, layers=layers)
+    assert report.ok and report.first_growth.node == "sig"
+    assert "first passes 1e-04 of a layer's own largest value at sig (Sigmoid" in report.summary()
+    quiet = LayerReport(tolerance=1e-4, layers=layers[:2])
+    assert quiet.first_growth is None and "no layer's error passes" in quiet.growth()

@@ -64,3 +64,120 @@ def test_measure_refuses_a_kernel_that_computes_the_wrong_tiny_values():
     assert wrong.status == "verify_failed" and wrong.max_rel_error == pytest.approx(0.01, rel=1e-2)
     zero = measure(_scaled_kernel(0.0), isolate=False, repeat=1, min_repeat_s=0.001)
     assert zero.status == "verify_failed"
+
+
+# Issue 50: the rule is written once (export.verify_bundle, the bundle's run.py) and judges an
+# output made by a sigmoid, tanh or softmax by the scale of that function's input.
+def _sigmoid(z):
+    return (1 / (1 + np.exp(-np.asarray(z, np.float64)))).astype("float32")
+
+
+def _ort_like(values, seed=0):
+    """``values`` off by up to 1.2e-7 in absolute terms, as ONNX Runtime's sigmoid is (1 float32 step of 1.0)."""
+    noise = np.random.default_rng(seed).uniform(-1.2e-7, 1.2e-7, values.shape)
+    return np.clip(values + noise, 0, 1).astype("float32")
+
+
+def test_a_sigmoid_of_very_negative_logits_is_judged_by_the_scale_of_its_logits():
+    from export.verify_bundle import compare_outputs
+
+    z = np.random.default_rng(2).uniform(-17, -7, (2, 1, 40, 40))  # a text detector's logits
+    exact, ref = _sigmoid(z), _ort_like(_sigmoid(z))
+    plain = compare_outputs([exact], [ref])
+    assert not plain["verified"] and "max |ref|" in plain["why"]  # 1e-4 of values up to 9e-4: 9e-8
+    judged = compare_outputs([exact], [ref], activations=["Sigmoid"])
+    assert judged["verified"], judged["why"]
+    worst = judged["worst"]
+    assert worst["output"] == 0 and len(worst["index"]) == 4 and worst["error"] <= worst["allowed"]
+    at = tuple(worst["index"])
+    assert worst["got"] == float(exact[at]) and worst["expected"] == float(ref[at])
+    assert "Sigmoid" in worst["rule"] and "steps of 1.0" in worst["rule"]
+    # a reference flushed to 0 where the logits are below -18 (ONNX Runtime does) still agrees
+    deep = np.full((4,), -30.0)
+    assert compare_outputs([_sigmoid(deep)], [np.zeros(4, "float32")], activations=["Sigmoid"])["verified"]
+
+
+@pytest.mark.parametrize("shift", [0.02, 0.5, "zeros", "one element"])
+def test_a_real_difference_behind_a_sigmoid_still_fails(shift):
+    """Logits off by 0.02 (2e-3 of their scale: a kernel that drops or repeats a term), or an output
+    of zeros, is far beyond what the sigmoid's slope and its absolute accuracy allow."""
+    from export.verify_bundle import compare_outputs
+
+    z = np.random.default_rng(3).uniform(-12, -8, (8, 64))
+    ref = _ort_like(_sigmoid(z))
+    if shift == "zeros":
+        got = np.zeros_like(ref)
+    elif shift == "one element":  # the largest value alone, its logit wrong by 0.02
+        z[5, 7] = z.max()
+        ref = _ort_like(_sigmoid(z))
+        moved = z.copy()
+        moved[5, 7] += 0.02
+        got = _sigmoid(moved)
+    else:
+        got = _sigmoid(z + shift)
+    check = compare_outputs([got], [ref], activations=["Sigmoid"])
+    assert not check["verified"] and "differs from the reference at" in check["why"]
+    assert check["worst"]["error"] > check["worst"]["allowed"]
+    if shift == "one element":
+        assert check["worst"]["index"] == [5, 7]
+
+
+def test_tanh_and_softmax_outputs():
+    from export.verify_bundle import compare_outputs
+
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal((3, 1000)) * 4
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p = (p / p.sum(1, keepdims=True)).astype("float32")
+    rounded = (p * (1 + rng.uniform(-3e-7, 3e-7, p.shape))).astype("float32")
+    assert compare_outputs([rounded], [p], activations=["Softmax"])["verified"]
+    wrong = logits.copy()
+    wrong[1, wrong[1].argmax()] += 0.05  # the class that matters, its logit off by 0.05 (4e-3 of their scale)
+    q = np.exp(wrong - wrong.max(1, keepdims=True))
+    q = (q / q.sum(1, keepdims=True)).astype("float32")
+    assert not compare_outputs([q], [p], activations=["Softmax"])["verified"]
+    t = np.tanh(rng.uniform(-20, 20, 500)).astype("float32")
+    assert compare_outputs([t], [t], activations=["Tanh"])["verified"]
+    assert not compare_outputs([np.tanh(np.arctanh(np.clip(t, -0.99, 0.99)) + 0.01).astype("float32")],
+                               [np.clip(t, -0.99, 0.99)], activations=["Tanh"])["verified"]
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3, 4), (1, 2, 3, 4, 5)])
+def test_outputs_of_every_rank_compare(shape):
+    """A 0-d output (a score) compared as one element: ``diff[...] = 0`` on a numpy scalar raised
+    TypeError in the bundle's run.py."""
+    from export.verify_bundle import compare_outputs
+
+    ref = np.asarray(np.random.default_rng(5).standard_normal(shape), "float32")
+    same = compare_outputs([ref.copy()], [ref])
+    assert same["verified"] and len(same["worst"]["index"]) == len(shape)
+    bad = ref.copy()
+    bad.reshape(-1)[-1] += np.float32(0.5)
+    last = [int(i) for i in np.unravel_index(ref.size - 1, shape)]
+    wrong = compare_outputs([bad], [ref])
+    assert not wrong["verified"] and wrong["worst"]["index"] == last and f"at {tuple(last)}" in wrong["why"]
+    assert compare([ref.copy()], [ref])[0] and not compare([bad], [ref])[0]
+
+
+def test_one_rule_for_kernels_and_bundles():
+    """explorer.measure.verify.compare is the bundle's rule, not a restatement of it."""
+    import inspect
+
+    from explorer.measure import verify
+
+    assert "compare_outputs" in inspect.getsource(verify.compare)
+    assert not hasattr(verify, "within")
+
+
+def test_the_manifest_names_the_non_linearity_that_makes_each_output():
+    from onnx import TensorProto, helper
+
+    from export.verify import output_activations
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Reshape", ["s", "shape"], ["a"]),
+             helper.make_node("Softmax", ["x"], ["p"]), helper.make_node("Transpose", ["p"], ["b"]),
+             helper.make_node("Relu", ["x"], ["c"]), helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("Mul", ["x", "t"], ["d"])]  # x * tanh(x) is not a tanh's output
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b", "c", "d", "x")]
+    graph = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], info)
+    assert output_activations(helper.make_model(graph)) == ["Sigmoid", "Softmax", None, None, None]
