@@ -6,6 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from search.charts import failed
+
 _MARGIN = dict(l=10, r=10, t=50, b=10)
 
 
@@ -32,12 +34,15 @@ def profile_figure(profile, top: int = 15) -> go.Figure:
     """Time per fused kernel (a horizontal bar each, coloured by where its schedule came from)."""
     rows = list(reversed(profile.top(top)))
     colors = {"record": "#16a34a", "default": "#9ca3af", "failed": "#dc2626"}
+    cells = [k.cells(profile.kernels_s) for k in rows]
+    # a kernel below the instrument's resolution: its bar is the most it took, drawn faint
     fig = go.Figure(go.Bar(
-        y=[k.task.split("/")[-1] for k in rows], x=[k.seconds * 1e3 for k in rows], orientation="h",
+        y=[k.task.split("/")[-1] for k in rows], x=[k.upper_s * 1e3 for k in rows], orientation="h",
         marker_color=[colors.get(k.schedule, "#9ca3af") for k in rows],
-        customdata=[[k.share * 100, k.gflops or 0, k.calls, k.schedule] for k in rows],
-        hovertemplate="%{y}<br>%{x:.3f} ms (%{customdata[0]:.1f}%)<br>%{customdata[1]:.1f} GFLOPS, "
-                      "x%{customdata[2]}<br>schedule: %{customdata[3]}<extra></extra>"))
+        marker_opacity=[1.0 if k.resolved else 0.35 for k in rows],
+        customdata=[[c["ms"], c["share"], c["GFLOPS"], k.calls, k.schedule] for k, c in zip(rows, cells)],
+        hovertemplate="%{y}<br>%{customdata[0]} ms (%{customdata[1]})<br>%{customdata[2]} GFLOPS, "
+                      "x%{customdata[3]}<br>schedule: %{customdata[4]}<extra></extra>"))
     fig.update_layout(title=f"time per kernel (ms per run): {profile.workload} on {profile.target}",
                       height=max(300, 24 * len(rows) + 80), margin=_MARGIN, xaxis_title="ms")
     return fig
@@ -64,7 +69,7 @@ def history_figure(series, task: str | None = None) -> go.Figure:
         ok = [(n, g) for n, g, _ in pts if g is not None]
         fig.add_scatter(x=[n for n, _ in ok], y=[g for _, g in ok], mode="markers", name="candidate",
                         marker=dict(size=6, color="#2563eb", opacity=0.7))
-        bad = [n for n, g, _ in pts if g is None]
+        bad = [n for n, _, status in pts if failed(status)]
         if bad:
             fig.add_scatter(x=bad, y=[0] * len(bad), mode="markers", name="failed",
                             marker=dict(size=7, color="#dc2626", symbol="x"))
@@ -90,7 +95,7 @@ def candidates_figure(series) -> go.Figure:
     ok = [pt for pt in series.points if pt[2] is not None]
     fig.add_scatter(x=[pt[0] for pt in ok], y=[pt[2] for pt in ok], mode="markers", name="measured",
                     marker=dict(size=5, color="#2563eb"))
-    bad = [pt for pt in series.points if pt[2] is None]
+    bad = [pt for pt in series.points if failed(pt[3])]
     if bad:
         fig.add_scatter(x=[pt[0] for pt in bad], y=[0] * len(bad), mode="markers", name="failed",
                         marker=dict(size=7, color="#dc2626", symbol="x"))

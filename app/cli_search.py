@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from app.cli_common import echo_json, fail_cleanly, target_option
-from app.cli_types import Count
+from app.cli_types import Count, DbPath
 
 
 
@@ -86,7 +86,8 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
                          "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
-@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", help="The SQLite database (default: user data dir).")
+@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", type=DbPath(),
+              help="The SQLite database (default: user data dir).")
 @click.option("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure through.")
 @click.option("--rpc-key", default=None, help="Device key the RPC servers registered with the tracker.")
 @click.option("--background", is_flag=True, help="Start as a background job and print its id.")
@@ -131,7 +132,8 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
     from search.entry import prepare, run, start
 
     trials = spec.params.trials
-    job = prepare(spec, here=not background)  # a bad workload, target or address fails here, before any job exists
+    with stop.starting():  # a second Ctrl-C while the search starts: nothing to finish, it ends at once
+        job = prepare(spec, here=not background)  # a bad workload, target or address fails here, before any job
     if stop.interrupted:  # Ctrl-C while the model loaded: nothing to stop yet
         click.echo("stopped before the search started; nothing was measured", err=True)
         raise SystemExit(130 if stop.reason == "interrupted" else 143)
@@ -173,7 +175,7 @@ def batch_line(report, trials: int, by_time: bool) -> str:
                 f"schedules timed again with the default  ({task})")
     done = f"{report.trials} trials" if by_time else f"{report.trials}/{trials} trials"
     best = f"best {report.best_gflops:.1f} GFLOPS" if report.best_gflops else "no valid run yet"
-    eta = f"  ETA {report.eta_s:.0f} s" if report.eta_s is not None and not by_time else ""
+    eta = f"  ETA {report.eta_s:.0f} s" if report.eta_s is not None else ""  # a time budget's: its rest
     mine = f"{report.task_best_gflops:.1f}" if report.task_best_gflops else "-"
     failed = f", {report.failed} failed" if report.failed else ""
     return (f"[{report.elapsed_s:5.0f} s] batch {report.batch:<3} {done}  {best}{eta}  "
@@ -234,7 +236,8 @@ def gain_lines(confirmed: list[dict], top: int = 12) -> list[str]:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", help="The SQLite database.")
+@click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", type=DbPath(),
+              help="The SQLite database.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 @fail_cleanly

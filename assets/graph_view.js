@@ -8,7 +8,10 @@
 
 const NS = "http://www.w3.org/2000/svg";
 const SIDES = ["before", "after"];
-const TEXT_MIN_SCALE = 0.3; // below this zoom, labels are hidden (unreadable, and slow to draw)
+// Labels are drawn at 10 px (cluster labels too): at a scale under READABLE_SCALE they would be
+// under 9 px on the screen, so they are hidden there (and a graph opens, or fits, no smaller).
+const READABLE_SCALE = 0.9;
+const TEXT_MIN_SCALE = READABLE_SCALE; // below this zoom, labels are hidden (unreadable, and slow to draw)
 
 function esc(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
@@ -74,7 +77,7 @@ function buildShell(root) {
     const info = el("div", "sx-info", p);
     info.hidden = true;
     state.panels[side] = {
-      side, el: p, title, stage, svg, world: svg.querySelector(".sx-world"), mini, info,
+      side, el: p, title, stage, svg, world: svg.querySelector(".sx-world"), mini, tools, info, sel: null,
       view: { s: 1, x: 0, y: 0 }, graph: null, key: null, nodeEls: [], edgeEls: [], status: [],
       statusKey: null, miniBase: null, built: null, miniKey: null,
     };
@@ -83,6 +86,9 @@ function buildShell(root) {
     zfit.onclick = () => fitWidth(state.panels[side]);
     zall.onclick = () => fitPanel(state.panels[side]);
     attachPanZoom(state, state.panels[side]);
+    // a panel resized (the window, the sidebar, the pass list folding away): the details stay
+    // clear of the node, the tools and the minimap
+    new ResizeObserver(() => keepInfoClear(state.panels[side])).observe(stage);
   }
   fit.onclick = () => SIDES.forEach((s) => fitWidth(state.panels[s]));
   search.addEventListener("input", () => runSearch(state));
@@ -160,6 +166,7 @@ function showGraph(panel, key, entry) {
   panel.el.dataset.nodes = String(entry.graph.nodes.length);
   panel.statusKey = built.statusKey;
   panel.info.hidden = true;
+  panel.sel = null;
   return built.view;
 }
 
@@ -283,24 +290,27 @@ function fitPanel(panel) {
   const s = Math.min((W - 20) / Math.max(g.w, 1), (H - 20) / Math.max(g.h, 1), 1.5);
   panel.view = { s, x: (W - g.w * s) / 2, y: Math.max(10, (H - g.h * s) / 2) };
   apply(panel);
+  keepInfoClear(panel);
 }
 
 // Fit: as wide as the panel (at most 1.5x), from the top; a graph whose height then fits is
 // centred whole. A deep graph stays readable and scrolls (wheel, drag, the minimap) instead of
-// shrinking to a strip (a 1000-node chain fitted whole was drawn at scale 0.14).
+// shrinking to a strip (a 1000-node chain fitted whole was drawn at scale 0.14); a wide one stays
+// at READABLE_SCALE, from its left edge, and pans sideways (fitted to a 250-px panel, ResNet-18's
+// labels were 4 px tall).
 function fitWidth(panel) {
   if (!panel.graph) return;
   const [W, H] = size(panel);
   const g = panel.graph;
-  const s = Math.min((W - 20) / Math.max(g.w, 1), 1.5);
-  panel.view = { s, x: (W - g.w * s) / 2, y: Math.max(10, (H - g.h * s) / 2) };
+  const s = Math.max(Math.min((W - 20) / Math.max(g.w, 1), 1.5), READABLE_SCALE);
+  panel.view = { s, x: g.w * s > W - 20 ? 10 : (W - g.w * s) / 2, y: Math.max(10, (H - g.h * s) / 2) };
   if (g.h * s > H - 20) panel.view.y = 10;
   apply(panel);
+  keepInfoClear(panel);
 }
 
 // A graph opens readable: whole if it fits at a scale where labels can be read, else from its
-// top at that scale (as wide as the panel allows); "Fit" shows it whole.
-const READABLE_SCALE = 0.75;
+// top at that scale; "Whole" shows it whole (its labels hidden where they would be unreadable).
 function openView(panel) {
   if (!panel.graph) return;
   const [W, H] = size(panel);
@@ -311,8 +321,8 @@ function openView(panel) {
     fitPanel(panel);
     return;
   }
-  const s = Math.min(fitW, READABLE_SCALE);
-  panel.view = { s, x: (W - g.w * s) / 2, y: 10 };
+  const s = READABLE_SCALE;
+  panel.view = { s, x: g.w * s > W - 20 ? 10 : (W - g.w * s) / 2, y: 10 };
   apply(panel);
 }
 
@@ -338,6 +348,8 @@ function centreOn(panel, i, minScale, leaveRight) {
   apply(panel);
 }
 
+const DRAG_PX = 3; // a press that moves further than this is a drag (pan), not a click
+
 function attachPanZoom(state, panel) {
   const svg = panel.stage;
   let drag = null;
@@ -347,13 +359,16 @@ function attachPanZoom(state, panel) {
     zoomBy(panel, Math.exp(-ev.deltaY * 0.0015), ev.clientX - r.left, ev.clientY - r.top);
   }, { passive: false });
   svg.addEventListener("pointerdown", (ev) => {
-    drag = { x: ev.clientX, y: ev.clientY, vx: panel.view.x, vy: panel.view.y, moved: false };
+    // The node under the pointer, taken now: once the stage captures the pointer (for a drag that
+    // leaves the panel), pointerup's target is the stage itself, never the node clicked.
+    const node = ev.target.closest ? ev.target.closest("g.n") : null;
+    drag = { x: ev.clientX, y: ev.clientY, vx: panel.view.x, vy: panel.view.y, moved: false, node };
     svg.setPointerCapture(ev.pointerId);
   });
   svg.addEventListener("pointermove", (ev) => {
     if (!drag) return;
     const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
-    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    if (Math.abs(dx) + Math.abs(dy) > DRAG_PX) drag.moved = true;
     if (drag.moved) {
       panel.view.x = drag.vx + dx;
       panel.view.y = drag.vy + dy;
@@ -361,12 +376,14 @@ function attachPanZoom(state, panel) {
     }
   });
   svg.addEventListener("pointerup", (ev) => {
-    const wasDrag = drag && drag.moved;
+    const press = drag;
     drag = null;
-    if (wasDrag) return;
-    const target = ev.target.closest ? ev.target.closest("g.n") : null;
-    if (target) select(state, panel.side, Number(target.dataset.i), false);
+    // a click: pressed and released on a node without moving past DRAG_PX (a drag pans, never selects)
+    if (!press || press.moved || !press.node) return;
+    if (Math.abs(ev.clientX - press.x) + Math.abs(ev.clientY - press.y) > DRAG_PX) return;
+    select(state, panel.side, Number(press.node.dataset.i), false);
   });
+  svg.addEventListener("pointercancel", () => { drag = null; });
   svg.addEventListener("dblclick", () => fitWidth(panel));
   const mini = panel.mini;
   const jump = (ev) => {
@@ -479,11 +496,35 @@ function select(state, side, i, centre) {
   panel.graph.edges.forEach(([t, h], k) => { if (t === i || h === i) panel.edgeEls[k].classList.add("hot"); });
   const twins = counterparts(panel, other, i);
   twins.forEach((j) => other.nodeEls[j].classList.add("twin"));
-  if (centre) centreOn(panel, i, 0.8, true);
-  if (twins.length) centreOn(other, twins[0], Math.max(other.view.s, centre ? 0.8 : 0));
+  if (centre) centreOn(panel, i, READABLE_SCALE, true);
+  if (twins.length) centreOn(other, twins[0], Math.max(other.view.s, centre ? READABLE_SCALE : 0));
   state.selected = [side, i];
+  panel.sel = i;
+  other.sel = null;
   state.wrap.dataset.selected = `${side}:${panel.graph.nodes[i].t[0]}`;
   showInfo(state, panel, i, twins.map((j) => other.graph.nodes[j].t[0]));
+  revealInPage(panel.nodeEls[i]);
+}
+
+// The page scrolls to show ``el`` (the node selected) when it sits above or below the window: the
+// graph is taller than what is left of a 900-px window under the pickers.
+function revealInPage(el) {
+  const r = el.getBoundingClientRect();
+  const room = window.innerHeight, m = 16;
+  let delta = 0;
+  if (r.bottom > room - m) delta = r.bottom - (room - m);
+  if (r.top - delta < m) delta = r.top - m;
+  if (Math.abs(delta) < 1) return;
+  for (let n = el; n;) {  // out of the shadow root, up to the page's scroller
+    n = n.parentElement || (n.parentNode && n.parentNode.host) || null;
+    if (!n || n === document.documentElement) break;
+    const cs = getComputedStyle(n);
+    if (/(auto|scroll)/.test(cs.overflowY) && n.scrollHeight > n.clientHeight) {
+      n.scrollTop += delta;
+      return;
+    }
+  }
+  (document.scrollingElement || document.documentElement).scrollTop += delta;
 }
 
 function row(parent, label, value) {
@@ -508,7 +549,8 @@ function showInfo(state, panel, i, twins) {
   const head = el("div", "sx-info-head", info);
   el("b", "", head, n.t[0]);
   const close = el("button", "sx-close", head, "×");
-  close.title = "Close";
+  close.title = "Close the details";
+  close.setAttribute("aria-label", "Close the details");
   close.onclick = () => { info.hidden = true; };
   row(info, "op", d.op);
   row(info, "kind", n.k);
@@ -548,31 +590,51 @@ function showInfo(state, panel, i, twins) {
 }
 
 // The details sit beside the node, never over it: docked right, or left when the node is under
-// them; if the node is under them on both sides the view slides it clear. A node closer than
-// CLEAR_PX to them counts as under them: the page may still shift by a scrollbar's width after.
+// them; if the node is under them on both sides the view slides it clear. They start under the
+// panel's title and end above the tools and the minimap beneath them (they scroll inside): at
+// 1100 px they covered the minimap and the panel's buttons. A node closer than CLEAR_PX to them
+// counts as under them: the page may still shift by a scrollbar's width after.
 const CLEAR_PX = 16;
 function overlaps(a, b) {
   const m = CLEAR_PX;
   return a.left - m < b.right && b.left < a.right + m && a.top - m < b.bottom && b.top < a.bottom + m;
 }
 
-function besideNode(panel, i) {
+function dock(panel, left) {
   const info = panel.info;
+  info.classList.toggle("sx-left", left);
+  info.style.top = `${panel.title.offsetHeight + 6}px`;
+  info.style.maxHeight = "none";
+  const stage = panel.stage.getBoundingClientRect(), box = info.getBoundingClientRect();
+  let bottom = stage.bottom - 8;
+  for (const c of [panel.tools, panel.mini]) {
+    const r = c.getBoundingClientRect();
+    if (r.width && r.left < box.right + 8 && box.left - 8 < r.right) bottom = Math.min(bottom, r.top - 8);
+  }
+  info.style.maxHeight = `${Math.max(60, Math.floor(bottom - box.top))}px`;
+  return info.getBoundingClientRect();
+}
+
+function besideNode(panel, i) {
   const node = () => panel.nodeEls[i].getBoundingClientRect();
-  info.classList.remove("sx-left");
-  if (!overlaps(node(), info.getBoundingClientRect())) return;
-  info.classList.add("sx-left");
-  if (!overlaps(node(), info.getBoundingClientRect())) return;
-  info.classList.remove("sx-left");
+  if (!overlaps(node(), dock(panel, false))) return;
+  if (!overlaps(node(), dock(panel, true))) return;
+  const details = dock(panel, false);
   // centre the node in the room left of the details; where that room is narrower than the node
   // (a narrow panel), in the room below them
-  const stage = panel.stage.getBoundingClientRect(), box = node(), details = info.getBoundingClientRect();
+  const stage = panel.stage.getBoundingClientRect(), box = node();
   if (box.width + 2 * CLEAR_PX < details.left - stage.left) {
     panel.view.x += (stage.left + details.left) / 2 - box.width / 2 - box.left;
   } else {
     panel.view.y += (details.bottom + stage.bottom) / 2 - box.height / 2 - box.top;
   }
   apply(panel);
+}
+
+// After a fit or a resize, the details open: placed again (a fit may bring the node under them).
+function keepInfoClear(panel) {
+  if (panel.info.hidden || panel.sel === null || !panel.nodeEls[panel.sel]) return;
+  besideNode(panel, panel.sel);
 }
 
 // -- entry -----------------------------------------------------------------------------------

@@ -73,14 +73,6 @@ def _click_to_drawn(page) -> float:
                          " return (Number(r.dataset.drawnAt) - c[c.length - 1]) / 1000; }")
 
 
-def _pick(page, label: str, option_text: str) -> None:
-    """Open the picker ``label`` and click ``option_text``."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    option = page.get_by_role("option").filter(has_text=option_text).first
-    option.wait_for()
-    option.click()
-
-
 def first_page(page, url: str) -> float:
     t = time.perf_counter()
     page.goto(url)
@@ -107,12 +99,14 @@ def load_model_in_page(page, model_path: str | None) -> float:
 
 
 def switching(page, repeats: int) -> tuple[list[float], list[float]]:
+    from tests.browser import pick_option
+
     first, again = [], []
     _watch_clicks(page)
     for k in range(repeats + 1):
         for name in PASSES:
             since = _drawn_at(page)
-            _pick(page, "After pass", name)
+            pick_option(page, "After pass", name)
             _wait_drawn(page, name, since)
             (first if k == 0 else again).append(_click_to_drawn(page))
             _settle(page)

@@ -22,7 +22,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from explorer.workload import Task
-from search.job_spec import JobProgress
+from search.job_spec import JobProgress, estimate_eta_s
 from search.ledger import INFRA_ERROR, OK, CandidateLedger
 from search.records import candidate_record
 from search.runner import REJECT_FACTOR
@@ -87,9 +87,14 @@ class SearchState:
     stop: StopRequest = field(default_factory=StopRequest)
     failure: BaseException | None = None  # why the search stopped early, raised once MetaSchedule returns
     claims: object = None  # search.claims.ClaimBook: candidates another search measures are not recorded here
+    deadline: float | None = None  # time.monotonic() at which the time budget (--minutes) is spent; None: none
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def time_left(self) -> float | None:
+        """Seconds left of the time budget (None without one)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def fail(self, err: BaseException) -> None:
         """Keep the first failure and stop the search at this batch boundary."""
@@ -124,9 +129,13 @@ def write_records(state: SearchState, ledger: CandidateLedger, cost_model, conte
 
 
 def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, contexts: list, round_ids: list[int],
-                 task_id: int, measure_candidates, source: str = "search", environment: dict | None = None) -> None:
+                 task_id: int, measure_candidates, source: str = "search", environment: dict | None = None,
+                 release: bool = True) -> None:
     """Write one batch's records (``environment``: what they say besides the search's own,
-    e.g. which variant of the default a candidate is)."""
+    e.g. which variant of the default a candidate is). ``release``: drop this search's claims
+    afterwards (the records answer for them now); a caller writing one measured batch in several
+    parts releases after the last (an early release frees candidates measured and not yet
+    recorded: another search would measure them again)."""
     index = round_ids[task_id]  # task_id counts the tasks of this round
     task = state.tasks[index]
     try:
@@ -153,7 +162,7 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
             environment={**state.environment, **environment} if environment else state.environment,
             job_id=state.job_id, early_note=EARLY_TIMING, source=source))
     ids = state.store.add_records(records) if records else []  # one transaction: all or nothing
-    if state.claims is not None:  # the records answer for this batch now
+    if release and state.claims is not None:  # the records answer for this batch now
         state.claims.release()
     for rec, rid in zip(records, ids):
         if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
@@ -204,7 +213,8 @@ def account(state: SearchState, batch: _Batch) -> None:
     good = [r.gflops for r in batch.records if r.status == OK and r.gflops and r.verified is not False]
     if good:
         s.best[task.name] = max(good + ([s.best[task.name]] if task.name in s.best else []))
-    eta = now / s.trials * (state.total_trials - s.trials) if s.trials else None
+    eta = estimate_eta_s(elapsed_s=now, trials=s.trials, total_trials=state.total_trials,
+                         time_left_s=state.time_left())
     report = BatchReport(task=task.name, batch=state.batches, measured=len(batch.records) - len(failed),
                          cached=batch.cached, failed=len(failed), task_trials=state.task_trials[task.name],
                          trials=s.trials, best_gflops=max(s.best.values()) if s.best else None,

@@ -33,8 +33,10 @@ class JobSeries:
     batch_corr: list = field(default_factory=list)  # (batch, spearman(predicted, measured GFLOPS))
     predicted: list = field(default_factory=list)  # (predicted score, measured GFLOPS, batch)
     trials_over_time: dict = field(default_factory=dict)  # task -> (times, cumulative trials)
-    failures: list = field(default_factory=list)  # records that did not run
-    task_points: dict = field(default_factory=dict)  # task -> [(trial within the task, GFLOPS or None, status)]
+    failures: list = field(default_factory=list)  # records that failed (by outcome: not ``ok``)
+    # task -> [(trial within the task, GFLOPS or None, status)]; GFLOPS is None for a failure and for a
+    # kernel with no FLOPs (a transpose: it ran, ``ok``, but has no rate); ``failed`` tells them apart
+    task_points: dict = field(default_factory=dict)
 
     @property
     def failure_counts(self) -> dict[str, int]:
@@ -45,13 +47,19 @@ class JobSeries:
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
     def task_rows(self) -> list[dict]:
-        """One row per task: trials, failed, best GFLOPS (most trials first)."""
+        """One row per task: trials, failed (by outcome), best GFLOPS (most trials first)."""
         rows = []
         for task, pts in self.task_points.items():
             good = [g for _, g, _ in pts if g is not None]
-            rows.append({"task": task, "trials": len(pts), "failed": sum(g is None for _, g, _ in pts),
+            rows.append({"task": task, "trials": len(pts), "failed": sum(failed(s) for _, _, s in pts),
                          "best GFLOPS": max(good) if good else None})
         return sorted(rows, key=lambda r: -r["trials"])
+
+
+def failed(status: str) -> bool:
+    """A candidate failed when its outcome says so, whatever its GFLOPS: a kernel with no FLOPs (a
+    transpose, a reshape) that ran is ``ok`` with no rate, and was listed as "failed 1"."""
+    return status != Outcome.OK
 
 
 def job_series(records: list[Record], task_names: dict[str, str], per_batch: int) -> JobSeries:
@@ -79,7 +87,7 @@ def job_series(records: list[Record], task_names: dict[str, str], per_batch: int
         if ok and r.predicted is not None:
             out.predicted.append((r.predicted, r.gflops, batch))
             batches[batch].append((r.predicted, r.gflops))
-        if not ok:
+        if failed(r.status):
             out.failures.append(r)
     for batch in sorted(batches):
         pairs = batches[batch]

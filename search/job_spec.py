@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from search.params import SearchParams
+from search.params import UNLIMITED_TRIALS, SearchParams
 
 
 @dataclass(frozen=True)
@@ -112,4 +112,19 @@ class JobProgress:
         return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 
-__all__ = ["JobProgress", "JobSpec", "ValidJob"]
+def estimate_eta_s(*, elapsed_s: float, trials: int, total_trials: int,
+                   time_left_s: float | None = None) -> float | None:
+    """Seconds a search has left: at its pace so far (``elapsed_s`` per ``trials``) for the trials
+    left, where the trials are limited; the rest of its time budget (``time_left_s``), where it has
+    one; the sooner of the two where both bind. A time budget with unlimited trials
+    (:data:`search.params.UNLIMITED_TRIALS`) is the clock's alone: the pace against ten million
+    trials read 9,790,457 s for a 1-minute search. None when neither is known yet."""
+    known = []
+    if trials and total_trials < UNLIMITED_TRIALS:
+        known.append(elapsed_s / trials * max(0, total_trials - trials))
+    if time_left_s is not None:
+        known.append(max(0.0, time_left_s))
+    return min(known) if known else None
+
+
+__all__ = ["JobProgress", "JobSpec", "ValidJob", "estimate_eta_s"]

@@ -12,10 +12,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from datetime import datetime, timezone
+
 from explorer.processes import process_alive
 from search.errors import SearchError
 from search.job_spec import JobProgress, JobSpec
 from store import Job, Store
+
+ACTIVE = ("running", "queued")
 
 
 def log_dir() -> Path:
@@ -30,6 +34,39 @@ def log_path(store: Store, job_id: int) -> Path:
 
     database = str(Path(store.path).expanduser().resolve())
     return log_dir() / f"job-{hashlib.sha256(database.encode()).hexdigest()[:10]}-{job_id}.log"
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        at = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
+def job_elapsed_s(job: Job, now: datetime | None = None) -> float | None:
+    """Seconds a job has run, on one clock for every front end and every state: from its row's
+    creation to ``now`` while it runs, to its row's last change (how it ended) once it has ended,
+    so the figure never goes back. (The search's own ``JobProgress.elapsed_s`` starts later, once
+    the process has imported TVM and extracted its tasks: a page that showed the row's clock while
+    the job ran and that one after went from 44 s to 36 s on a stop.) None for an unreadable time."""
+    start = _instant(job.created)
+    end = (now or datetime.now(timezone.utc)) if job.status in ACTIVE else _instant(job.updated)
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+def job_eta_s(job: Job, progress: JobProgress, now: datetime | None = None) -> float | None:
+    """Seconds a running job has left: its last batch's estimate
+    (:func:`search.job_spec.estimate_eta_s`), less the time since that batch was written (the row
+    changes once a batch), so it counts down between batches. None for a job that has ended or
+    has no estimate (the confirmation round)."""
+    if job.status not in ACTIVE or progress.eta_s is None:
+        return None
+    written = _instant(job.updated)
+    since = ((now or datetime.now(timezone.utc)) - written).total_seconds() if written else 0.0
+    return max(0.0, progress.eta_s - max(0.0, since))
 
 
 def start_job(store: Store, spec: JobSpec) -> Job:
@@ -50,7 +87,7 @@ def refresh(store: Store) -> list[Job]:
     """All jobs, with running ones whose process is gone marked failed."""
     jobs = []
     for job in store.jobs():
-        if job.status in ("running", "queued") and job.pid and not process_alive(job.pid):
+        if job.status in ACTIVE and job.pid and not process_alive(job.pid):
             job = store.update_job(job.id, status="failed",
                                    error=job.error or "the process ended without finishing (killed?); "
                                                       "run the same search again to resume it")
@@ -65,7 +102,7 @@ def stop_job(store: Store, job_id: int, timeout: float = 15.0) -> Job:
     job = store.job(job_id)
     if job is None:
         raise SearchError(f"no job {job_id} in {store.path}")
-    if job.status not in ("running", "queued"):
+    if job.status not in ACTIVE:
         return job
     if job.pid and process_alive(job.pid):
         start = time.time()

@@ -143,6 +143,7 @@ def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: Sear
         for t in tasks:
             store.add_workload(task_workload(t, source=source_name or "search", shapes=shapes), replace=False)
         state = _state(store, tasks, target, hardware, job_id, params.trials, on_batch)
+        state.deadline = deadline  # the ETA of a time budget is its rest
         if params.cold_timing and runner is None:  # how the records were timed (our own runner's evaluator)
             state.environment["timing"] = COLD_TIMING
         state.stop = stop

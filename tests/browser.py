@@ -124,9 +124,36 @@ def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 150_000) -> 
                     f"The page showed:\n{shown}\nThe server's log:\n{server_log(url)}")
 
 
+def pick_option(page, label: str, option_text: str) -> None:
+    """Pick ``option_text`` in the selectbox labelled ``label`` as a user does in a long list: type
+    to filter it, then click the option (Streamlit's list renders only the options near the one
+    selected: with 26 passes, LegalizeOps was not among them). Browser tests and benchmarks both."""
+    page.get_by_role("combobox", name=label, exact=True).click()
+    page.keyboard.type(option_text)
+    page.get_by_role("option").filter(has_text=option_text).first.click()
+
+
 def screenshot_dir(tmp_path: Path) -> Path:
     """Where browser tests put screenshots: SCHEDX_SCREENSHOT_DIR (``make screenshots`` uses
     assets/screenshots for the README), else the test's temporary folder."""
     d = Path(os.environ.get("SCHEDX_SCREENSHOT_DIR") or tmp_path)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+_READABILITY_JS = (Path(__file__).resolve().parent / "readability.js").read_text(encoding="utf-8")
+
+
+def readability_findings(page, *, min_px: float = 9) -> list[dict]:
+    """What a reader cannot read on the page as shown now (tests/readability.js): text clipped by
+    its box (table cells, metrics, button labels, code lines outside a sideways scroller), tables
+    and data grids wider than their frame, grid columns narrower than a value (read from the
+    grid's column config and cells: it draws on a canvas), labels under ``min_px`` (SVG labels at
+    their drawn scale), a popup over the control it belongs to. Each finding is a dict: ``kind``,
+    ``where`` (test ids and classes of its element), ``text``, ``detail``."""
+    return page.evaluate(_READABILITY_JS, {"minPx": min_px})
+
+
+def describe_findings(findings: list[dict]) -> str:
+    """Findings, one line each, for a test's output and its failure message."""
+    return "\n".join(f"  {f['kind']:8} {f['where']}: {f['text']!r} ({f['detail']})" for f in findings) or "  none"

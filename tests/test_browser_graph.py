@@ -4,10 +4,11 @@ Regression tests for issue 12, items 5, 7, 8 and the passes part of 10; one UI s
 
 from __future__ import annotations
 
+import re
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, pick_option, schedx_ui, screenshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -49,14 +50,6 @@ def _wait_drawn(page, after_title: str = "After", since: float = -1, min_nodes: 
         " const p = r.querySelector('.sx-panel[data-side=\"after\"]');"
         " return p.querySelector('.sx-title').textContent.includes(title) && Number(r.dataset.drawnAt || -1) > since"
         " && Number(p.dataset.nodes || 0) >= n; }", arg=[after_title, since, min_nodes], timeout=240_000)
-
-
-def _pick(page, label: str, option_text: str) -> None:
-    """Pick as a user does in a long list: type to filter it (the list renders only the options
-    near the one selected: with 26 passes, LegalizeOps was not among them)."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    page.keyboard.type(option_text)
-    page.get_by_role("option").filter(has_text=option_text).first.click()
 
 
 def _open(page, url: str) -> None:
@@ -132,7 +125,7 @@ def test_side_by_side_diff_fits_the_page(ui_url, page, tmp_path):
 def test_switching_model_relabels_the_pass_pickers(ui_url, page):
     """Issue 12, item 8: after switching model the pickers kept the previous model's timings."""
     _open(page, ui_url)
-    _pick(page, "Model", "Small CNN")
+    pick_option(page, "Model", "Small CNN")
     _wait_drawn(page, "FuseOps", -1)
     _settle(page)
     shown = page.get_by_role("combobox", name="After pass", exact=True).input_value()
@@ -159,7 +152,7 @@ def test_passes_switch_and_counts_open_without_plotly(ui_url, page, tmp_path):
     for k in range(2):
         for name in ("LegalizeOps", "FoldConstant", "FuseTIR", "FuseOps"):
             since = _drawn_at(page)
-            _pick(page, "After pass", name)
+            pick_option(page, "After pass", name)
             _wait_drawn(page, name, since)
             if k:
                 times.append(page.evaluate("() => { const r = " + ROOT_JS + "; const c = window.__sxClicks;"
@@ -226,3 +219,74 @@ def test_a_1000_node_graph_whole_with_zoom_fit_and_minimap(ui_url, page, tmp_pat
     assert before["x"] <= sel["x"] <= before["x"] + before["width"]  # centred in its panel
     assert before["y"] <= sel["y"] <= before["y"] + before["height"]
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-graph-1000.png"), full_page=False)
+
+
+# Nodes of a panel a user can click: drawn, their centre inside the panel and on screen, and the
+# node itself the topmost element there (not under the minimap, the tools or the details box).
+_CLICKABLE_JS = """(side) => { const r = %s; const p = r.querySelector(`.sx-panel[data-side="${side}"]`);
+  const stage = p.querySelector('.sx-stage').getBoundingClientRect();
+  const out = [];
+  for (const g of p.querySelectorAll('g.n')) {
+    if (g.style.display === 'none') continue;
+    const b = g.getBoundingClientRect(), x = b.left + b.width / 2, y = b.top + b.height / 2;
+    if (x < stage.left || x > stage.right || y < stage.top || y > Math.min(stage.bottom, innerHeight)) continue;
+    const hit = r.getRootNode().elementFromPoint(x, y);
+    const lines = Array.from(g.querySelectorAll('text')).map((t) => t.textContent);
+    if (hit && g.contains(hit)) out.push({lines, x, y});
+  }
+  return out; }""" % ROOT_JS
+
+
+def _clickable_op(page, side: str) -> dict:
+    """A node that stands for an operator (title, call, type), with its centre on the screen."""
+    nodes = [n for n in page.evaluate(_CLICKABLE_JS, side) if len(n["lines"]) == 3]
+    assert nodes, f"no operator node of the {side} panel can be clicked"
+    return nodes[0]
+
+
+@pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
+def test_a_mouse_click_on_a_node_shows_its_details_and_a_drag_pans(ui_url, page, width, height, tmp_path):
+    """Issue 52: clicking a node did nothing (the stage captures the pointer, so pointerup's target
+    was the stage, never the node); the tests opened details only through search + Enter. Here a
+    real mouse presses at the node's centre; a drag that starts on a node pans and selects nothing."""
+    page.set_viewport_size({"width": width, "height": height})
+    _open(page, ui_url)
+    before = page.locator('.sx-panel[data-side="before"]')
+    world = before.locator("g.sx-world")
+    selected = "() => " + ROOT_JS + ".dataset.selected || null"
+    node = _clickable_op(page, "before")
+    view = world.get_attribute("transform")
+    page.mouse.move(node["x"], node["y"])
+    page.mouse.down()
+    page.mouse.move(node["x"] + 60, node["y"] + 40, steps=6)
+    page.mouse.up()
+    page.wait_for_function("(v) => " + ROOT_JS + ".querySelector('.sx-panel[data-side=\"before\"] g.sx-world')"
+                           ".getAttribute('transform') !== v", arg=view)  # the view moved, once at rest
+    assert page.evaluate(selected) is None and before.locator(".sx-info").is_hidden()  # a drag selects nothing
+    node = _clickable_op(page, "before")  # where it is now
+    title, call = node["lines"][0], node["lines"][1]
+    page.mouse.click(node["x"], node["y"])
+    page.wait_for_function("(want) => " + ROOT_JS + ".dataset.selected === want", arg=f"before:{title}",
+                           timeout=10_000)
+    info = before.locator(".sx-info")
+    assert info.is_visible()
+    assert info.locator(".sx-info-head b").inner_text() == title
+    op_row = info.locator(".sx-row").filter(has=page.locator(".sx-k", has_text=re.compile(r"^op$"))).first
+    op = op_row.locator(".sx-v").inner_text()
+    assert op == call, (op, call)  # the details of the node clicked: its operator
+    assert before.locator("g.n.sel").count() == 1
+    page.screenshot(path=str(screenshot_dir(tmp_path) / f"passes-node-click-{width}.png"), full_page=False)
+
+
+def test_the_pages_address_opens_it(ui_url, page):
+    """Issue 52: /passes, typed or bookmarked, showed "Page not found" (Streamlit serves its default
+    page at "/" alone); the root still opens the page, at its own address."""
+    page.goto(f"{ui_url}/passes")
+    _wait_drawn(page, "FuseOps")
+    _settle(page)
+    assert page.get_by_role("heading", name="Graph & passes").count() >= 1
+    assert page.get_by_text("Page not found").count() == 0
+    page.goto(ui_url)
+    _wait_drawn(page, "FuseOps")
+    _settle(page)
+    assert page.url.rstrip("/").endswith("/passes") and page.get_by_text("Page not found").count() == 0

@@ -114,6 +114,26 @@ def test_charts_from_records(tmp_path):
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0) and spearman([1], [1]) is None
 
 
+def test_a_kernel_with_no_flops_that_ran_is_not_a_failure():
+    """Issue 52: a transpose (0 FLOPs: its records have no GFLOPS) was listed as "failed 1" on the
+    Search page while its record said ``ok``: failures are counted by outcome."""
+    from store import Record
+
+    def rec(i, key, status, gflops):
+        return Record(workload_key=key, target="t", hardware="h", source="search", status=status, steps=[],
+                      trace=None, latencies=[1e-6], median_s=1e-6, gflops=gflops, environment={}, id=i,
+                      created=f"2026-01-01T00:00:{i:02d}", error="" if status == "ok" else "it crashed")
+
+    recs = [rec(1, "tr", "ok", 0.0), rec(2, "tr", "ok", None), rec(3, "mm", "ok", 12.0),
+            rec(4, "mm", "run_error", None)]
+    s = job_series(recs, {"tr": "m/transpose", "mm": "m/matmul"}, per_batch=4)
+    rows = {r["task"]: r for r in s.task_rows()}
+    assert rows["m/transpose"]["failed"] == 0 and rows["m/transpose"]["trials"] == 2
+    assert rows["m/transpose"]["best GFLOPS"] is None  # it ran, at no rate: nothing to plot, nothing failed
+    assert rows["m/matmul"]["failed"] == 1 and rows["m/matmul"]["best GFLOPS"] == 12.0
+    assert [r.id for r in s.failures] == [4] and s.failure_counts == {"run_error": 1}
+
+
 def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
     from search.job_spec import JobSpec
     from search.jobs import refresh, start_job

@@ -204,3 +204,23 @@ def test_elapsed_ticks_between_batches_and_a_minutes_budget_starts_from_the_form
     from search.jobs import stop_job
 
     stop_job(Store(db), new.id, timeout=60)
+
+
+def test_elapsed_does_not_go_back_when_a_job_stops(tmp_path):
+    """Issue 52: elapsed read 44 s while the job ran and 36 s once it had stopped (the row's clock,
+    then the search's own, which starts once TVM is imported): one clock, from the row's creation
+    to its end."""
+    import sqlite3
+    from datetime import datetime, timedelta, timezone
+
+    db = tmp_path / "clock.db"
+    store = Store(db)
+    job = store.create_job("tune", {"workload": "matmul:M=32,N=32,K=32", "params": {"trials": 48}})
+    store.update_job(job.id, status="stopped", progress={"trials": 16, "total": 48, "elapsed_s": 36.0})
+    ended = datetime.now(timezone.utc)
+    with sqlite3.connect(db) as conn:  # created 44 s before it stopped
+        conn.execute("UPDATE jobs SET created = ?, updated = ? WHERE id = ?",
+                     [(ended - timedelta(seconds=44)).isoformat(), ended.isoformat(), job.id])
+    at = _page(db).run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["status"] == "stopped" and metrics["elapsed"] == "44 s" and metrics["ETA"] == "-", metrics

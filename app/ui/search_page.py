@@ -127,7 +127,7 @@ def _read(path: str):
 
 
 def _header(path: str, job, spec, progress) -> None:
-    from search.jobs import stop_job
+    from search.jobs import job_elapsed_s, job_eta_s, stop_job
 
     running = job.status == "running"
     st.caption(f"{spec.workload} for `{spec.target}`" + (f" (shapes {spec.shapes})" if spec.shapes else "")
@@ -136,8 +136,9 @@ def _header(path: str, job, spec, progress) -> None:
     c[0].metric("status", job.status)
     c[1].metric("trials", spec.params.budget(progress.trials, progress.total))
     c[2].metric("best GFLOPS", f"{progress.best_gflops:.1f}" if progress.best_gflops else "-")
-    c[3].metric("elapsed", f"{_elapsed_s(job, progress):.0f} s")
-    c[4].metric("ETA", f"{progress.eta_s:.0f} s" if running and progress.eta_s is not None else "-")
+    elapsed, eta = job_elapsed_s(job), job_eta_s(job, progress)
+    c[3].metric("elapsed", "-" if elapsed is None else f"{elapsed:.0f} s")
+    c[4].metric("ETA", "-" if eta is None else f"{eta:.0f} s")
     if running and progress.phase == "confirm":
         st.progress(progress.confirm_done / max(1, progress.confirm_total),
                     text=f"Confirmation round: {progress.confirm_done} of {progress.confirm_total} tasks' fastest "
@@ -153,22 +154,6 @@ def _header(path: str, job, spec, progress) -> None:
         st.warning("Failed candidates by reason: " + "; ".join(
             f"{n} {outcome} (e.g. {progress.reasons.get(outcome, '')[:120]})" for outcome, n in
             sorted(progress.failures.items(), key=lambda kv: -kv[1])))
-
-
-def _elapsed_s(job, progress) -> float:
-    """Seconds since a running job started, ticking between batches (the job row's own figure
-    changes only when a batch is written); a finished job's, as it recorded."""
-    if job.status != "running":
-        return progress.elapsed_s
-    from datetime import datetime, timezone
-
-    try:
-        started = datetime.fromisoformat(job.created)
-    except ValueError:
-        return progress.elapsed_s
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=timezone.utc)
-    return max(progress.elapsed_s, (datetime.now(timezone.utc) - started).total_seconds())
 
 
 def _charts(series) -> str | None:
