@@ -9,7 +9,8 @@ import click
 
 
 from app.cli_common import echo_json, fail_cleanly, target_option
-from app.cli_types import FilePath
+from app.cli_types import DbPath, FilePath
+from explorer.precision import PRECISIONS
 
 
 @contextmanager
@@ -35,8 +36,12 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @click.argument("workload")
 @target_option()
 @click.option("-o", "--out", "out_dir", required=True, type=FilePath(file_okay=False, path_type=Path),
-              help="Folder for the bundle (created; an earlier bundle there is replaced).")
-@click.option("--db", default=None, help="schedx database to take records from (default: the default database, if any).")
+              help="Folder for the bundle (created; an earlier bundle there is replaced, files of yours in it "
+                   "are kept).")
+@click.option("--force", is_flag=True, help="Write the bundle into a non-empty folder that holds no bundle, beside "
+                                            "its files (none of them is changed or deleted).")
+@click.option("--db", default=None, type=DbPath(),
+              help="schedx database to take records from (default: the default database, if any).")
 @click.option("--no-db", is_flag=True, help="Use no records: default schedules everywhere.")
 @click.option("--hardware", default=None, help="Take records measured on this machine fingerprint "
                                                "(default: this machine for cpu, any machine otherwise).")
@@ -52,11 +57,14 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
                    "runs here (an export never ships a record slower than the default in the model).")
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="bf16: weight products in bf16 with fp32 accumulation (needs AVX512-BF16 or AMX-BF16), the rest "
+                   "in fp32; verified at the bf16 tolerance the manifest states.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
-           check_in_model: bool | None, sign_key: Path | None, as_json: bool) -> None:
+           check_in_model: bool | None, sign_key: Path | None, force: bool, precision: str, as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -65,7 +73,7 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
 
     spec = ExportSpec(workload=workload, out_dir=out_dir, target=target_spec, shapes=shapes, use_records=not no_db,
                       db=db, hardware=hardware, check_in_model=check_in_model, threads=threads, verify=not no_verify,
-                      layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key)
+                      layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key, force=force, precision=precision)
     with _progress(f"exporting {workload}") as progress:
         result = run_export(spec, progress=progress)
     report = result.report
@@ -128,17 +136,27 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
     A bundle whose files no longer match its manifest is refused before anything is loaded, and
     so is one built for a CPU or GPU this machine does not have. The manifest's hashes catch
     accidents; with --trust, only a bundle signed by the matching private key runs."""
+    from contextlib import nullcontext
+
+    from export.trusted_copy import trusted_copy
+
+    # with --trust, everything from here on reads a private copy whose signature and hashes were checked
+    with trusted_copy(bundle, trust_key) if trust_key is not None else nullcontext(bundle) as checked:
+        _run(checked, bundle, runs, budget, threads, no_baselines, rounds, target_spec, as_json)
+
+
+def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | None, no_baselines: bool, rounds: int,
+         target_spec: str | None, as_json: bool) -> None:
+    """``run`` on the folder ``bundle`` (the checked copy under --trust), named ``shown`` to the user."""
     from explorer.target import TargetError, parse_target
     from export.bench import bench_bundle, bundle_target
     from export.bundle import read_manifest
 
-    if trust_key is not None:  # the signature first: nothing is read from a bundle someone rewrote
-        read_manifest(bundle, trust=trust_key)
     if target_spec is not None:
         wanted, built_for = parse_target(target_spec), bundle_target(read_manifest(bundle))
         if not wanted.accepts(built_for.key):
-            raise TargetError(f"{bundle} was built for {built_for.label}, not {wanted.label}")
-    with _progress(f"running {bundle}") as progress:
+            raise TargetError(f"{shown} was built for {built_for.label}, not {wanted.label}")
+    with _progress(f"running {shown}") as progress:
         progress("timing", 0.1)
         report = bench_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines,
                               rounds=rounds)
@@ -153,7 +171,8 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
 
 @click.command()
 @click.argument("workload")
-@click.option("--db", default=None, help="schedx database with records (default: the default database, if any).")
+@click.option("--db", default=None, type=DbPath(),
+              help="schedx database with records (default: the default database, if any).")
 @click.option("--no-db", is_flag=True, help="No records: time the untuned build and the baselines only.")
 @click.option("--shapes", default=None, help="Input shapes for symbolic dims of an ONNX file.")
 @click.option("--runs", default=50, show_default=True, type=click.IntRange(1, 10000), help="Timed runs after the first.")
@@ -164,12 +183,16 @@ def run(bundle: Path, runs: int, budget: float, threads: int | None, no_baseline
 @click.option("--check-in-model/--no-check-in-model", default=True, show_default=True,
               help="Use only the records that beat the default inside the model, as `schedx export` ships them.")
 @target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="bf16: add a row with the default build's weight products in bf16 (fp32 accumulation).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
-          threads: int | None, rounds: int, check_in_model: bool, target_spec: str, as_json: bool) -> None:
+          threads: int | None, rounds: int, check_in_model: bool, target_spec: str, precision: str,
+          as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
-    (and PyTorch when the model came from it), side by side, on the same input and threads.
+    (and PyTorch when the model came from it), and OpenVINO f32 and at its default precision
+    (bf16 on AMX / AVX512-BF16 CPUs; where it is installed), side by side, on the same input and threads.
 
     The contenders run in alternated rounds; each median comes with its 95% confidence interval,
     and each pair of rows is called faster, slower, or no different beyond the noise."""
@@ -195,7 +218,8 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
                 why = ("every record lost to the default schedule inside the model (what `schedx export` "
                        "ships is the default build)")
         report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
-                                progress=progress, target=target, no_schedules_why=why, rounds=rounds)
+                                progress=progress, target=target, no_schedules_why=why, rounds=rounds,
+                                precision=precision)
     report.notes.extend(dropped)
     if as_json:
         echo_json(report.to_dict())

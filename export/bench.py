@@ -2,8 +2,10 @@
 input and thread count: compile time, first-inference latency, steady-state median and p90.
 
 Rows are named ``tvm tuned`` (the store's records, defaults for the rest), ``tvm default`` (no
-records: every kernel on the target's default schedule) and ``onnxruntime``; the details (record
-count, versions, load time) go in the row's note.
+records: every kernel on the target's default schedule), ``onnxruntime``, and OpenVINO's
+``openvino f32`` and ``openvino default (bf16)`` (:mod:`export.openvino_row`, where it is
+installed); the details (record count, versions, load time) go in the row's note. A row and its
+timing helpers live in :mod:`export.rows`.
 
 TVM is timed as deployed: the bundle is exported, then loaded and run in a fresh process (its
 ``run.py``), so the first inference is a cold one. ``runs`` runs follow the first, fewer when
@@ -12,45 +14,26 @@ TVM is timed as deployed: the bundle is exported, then loaded and run in a fresh
 
 from __future__ import annotations
 
-import statistics
-import tempfile
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from explorer.target import Target, parse_target
+from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
 from export.choose import NO_RECORDS
-from export.noise import Comparison, compare_rounds, spread, spread_rounds
+from export.noise import Comparison, compare_rounds
+from export.rows import BenchRow, latency_row, time_calls
 from export.schedules import TaskSchedule
 
 # Row names of `schedx bench --json` (scripts read them)
 TUNED_ROW, DEFAULT_ROW, ORT_ROW = "tvm tuned", "tvm default", "onnxruntime"
-
-
-@dataclass(frozen=True)
-class BenchRow:
-    """One contender: seconds to compile (or create the session), the first run, then the steady state."""
-
-    name: str
-    compile_s: float | None
-    first_s: float | None
-    median_s: float | None
-    p90_s: float | None
-    runs: int = 0
-    note: str = ""
-    ci_low_s: float | None = None  # the median's 95% confidence interval (export.noise.spread)
-    ci_high_s: float | None = None
-    rounds: int = 1  # rounds alternated with the other contenders that the runs came from
-    latencies: tuple[float, ...] = field(default=(), repr=False)  # every timed run's seconds
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+BF16_ROW = "tvm default bf16"
 
 
 @dataclass
@@ -90,36 +73,6 @@ class BenchReport:
                 "comparisons": [c.to_dict() for c in self.comparisons]}
 
 
-def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[float, list[float]]:
-    """The first call's seconds, then up to ``runs`` more calls' seconds (stopping when the budget is spent)."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    latencies: list[float] = []
-    begin = time.perf_counter()
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        latencies.append(time.perf_counter() - t0)
-        if time.perf_counter() - begin > budget_s and len(latencies) >= 3:
-            break
-    return first, latencies
-
-
-def _row(name: str, compile_s: float | None, first: float, latencies: list[float], note: str = "",
-         by_round: list[list[float]] | None = None) -> BenchRow:
-    """A contender's row; ``by_round``: its runs round by round (``latencies`` pooled), whose
-    interval then counts each round (a fresh process) as one sample (:func:`spread_rounds`)."""
-    rounds = len(by_round) if by_round else 1
-    median = statistics.median(latencies) if latencies else None
-    p90 = float(np.percentile(latencies, 90)) if latencies else None
-    low = high = None
-    if len(latencies) >= 3:
-        s = spread_rounds(by_round) if rounds > 1 else spread(latencies)
-        low, high = s.low_s, s.high_s
-    return BenchRow(name, compile_s, first, median, p90, len(latencies), note, low, high, rounds, tuple(latencies))
-
-
 def alternate_rounds(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
                      budget_s: float, say: Progress | None = None
                      ) -> tuple[dict[str, BenchRow], dict[str, list[list[float]]]]:
@@ -141,21 +94,24 @@ def alternate_rounds(contenders: Mapping[str, Callable[[int, float], BenchRow]],
 
 
 def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rounds: int, runs: int,
-              budget_s: float, say: Progress | None = None) -> tuple[dict[str, BenchRow], list[Comparison]]:
+              budget_s: float, say: Progress | None = None,
+              pairs: Sequence[tuple[str, str]] | None = None) -> tuple[dict[str, BenchRow], list[Comparison]]:
     """Time every contender in ``rounds`` rounds, in turns, the order reversed every other round (no
     contender always runs first, or always after the same one; a slow minute of the machine falls
     on all), each round ``runs / rounds`` runs within ``budget_s / rounds`` seconds. A contender is
     a function ``(runs, budget_s) -> BenchRow``; its rows are pooled: one row per contender (the
-    first round's compile and first-run times, every round's runs), and the comparisons of
-    consecutive contenders, decided under the noise (:mod:`export.noise`)."""
+    first round's compile and first-run times, every round's runs), and the comparisons of the
+    ``pairs`` of contenders' keys (default: consecutive contenders), decided under the noise
+    (:mod:`export.noise`)."""
     names = list(contenders)
+    pairs = list(zip(names, names[1:])) if pairs is None else list(pairs)
     firsts, by_round = alternate_rounds(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=say)
     pooled = {n: [t for runs in by_round[n] for t in runs] for n in names}
-    rows = {n: _row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note, by_round[n])
-            for n in names}
+    rows = {n: latency_row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note,
+                           by_round[n]) for n in names}
     # rounds are fresh processes: compared round by round (export.noise.compare_rounds)
     comparisons = [compare_rounds(by_round[a], by_round[b], a_name=rows[a].name, b_name=rows[b].name)
-                   for a, b in zip(names, names[1:]) if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]
+                   for a, b in pairs if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]
     return rows, comparisons
 
 
@@ -170,8 +126,8 @@ def bundle_row(folder: str | Path, name: str, *, threads: int, runs: int, budget
     report = run_in_child(folder, threads=threads, runs=runs, budget_s=budget_s)
     latencies = report.get("latencies_s", [])
     note = f"load {report['load_s'] * 1e3:.0f} ms"
-    row = _row(name, compile_s if compile_s is not None else manifest.get("compile_seconds"), report["first_s"],
-               latencies, note)
+    row = latency_row(name, compile_s if compile_s is not None else manifest.get("compile_seconds"),
+                      report["first_s"], latencies, note)
     return row, report
 
 
@@ -182,7 +138,8 @@ def ort_row(onnx_model, inputs: dict[str, np.ndarray], *, threads: int, runs: in
     session = ort_session(onnx_model, threads)
     created = time.perf_counter() - start
     first, latencies = time_calls(lambda: session.run(None, inputs), runs, budget_s)
-    return _row(ORT_ROW, created, first, latencies, f"ONNX Runtime {ort.__version__}, session creation as compile")
+    return latency_row(ORT_ROW, created, first, latencies,
+                       f"ONNX Runtime {ort.__version__}, session creation as compile")
 
 
 def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float) -> BenchRow:
@@ -197,21 +154,22 @@ def torch_row(module, inputs: dict[str, np.ndarray], *, threads: int, runs: int,
             return module(*args)
 
     first, latencies = time_calls(call, runs, budget_s)
-    return _row(f"PyTorch {torch.__version__} eager", None, first, latencies, "eager: nothing to compile")
+    return latency_row(f"PyTorch {torch.__version__} eager", None, first, latencies, "eager: nothing to compile")
 
 
 def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, budget_s: float) -> BenchRow:
     arrays = [inputs[n] for n, _, _ in workload.inputs]
     first, latencies = time_calls(lambda: workload.kernel.reference(*arrays), runs, budget_s)
-    return _row("numpy reference", None, first, latencies, "written for accuracy, not speed")
+    return latency_row("numpy reference", None, first, latencies, "written for accuracy, not speed")
 
 
-def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, threads: int) -> tuple[Path, float]:
+def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, threads: int,
+                   precision: str = "fp32") -> tuple[Path, float]:
     """Export ``workload`` (no verification) into ``folder``; the bundle and its compile seconds."""
     from export.flow import export_workload
 
     report = export_workload(workload, target, folder, schedules=schedules, verify=False, layers=False,
-                             threads=threads)
+                             threads=threads, precision=precision)
     return report.folder, report.seconds["build"] + report.seconds["write"]
 
 
@@ -225,7 +183,7 @@ def bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float 
 def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
                 budget_s: float, note: str = "") -> BenchRow:
     """Build ``workload`` and time it once (no rounds): the sweep's row per batch size."""
-    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
+    with private_temp_dir("schedx-bench-") as tmp:
         folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
         return bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
 
@@ -233,13 +191,18 @@ def _export_row(workload: Workload, target: Target, name: str, schedules, *, thr
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
-                   no_schedules_why: str = NO_RECORDS, rounds: int = 3) -> BenchReport:
-    """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch, side by side
-    (``no_schedules_why``: what to say when there are no schedules, see :func:`export.choose.why_no_schedules`).
+                   no_schedules_why: str = NO_RECORDS, rounds: int = 3, precision: str = "fp32") -> BenchReport:
+    """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch and OpenVINO
+    (f32 and its default precision, :mod:`export.openvino_row`; a note where it is not installed),
+    side by side (``no_schedules_why``: what to say when there are no schedules, see
+    :func:`export.choose.why_no_schedules`).
 
     The builds are made first; then the contenders run in ``rounds`` alternated rounds (see
     :func:`alternate`), ``runs`` runs and ``budget_s`` seconds each in all, and consecutive rows are
-    compared under the noise (tuned vs default, default vs ONNX Runtime, ...).
+    compared under the noise (tuned vs default, default vs ONNX Runtime, ...), and the build schedx
+    ships (tuned, else default) against each OpenVINO row. ``precision="bf16"`` adds a row
+    (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`) right after
+    ``tvm default``, so the two are compared; the other rows stay fp32.
 
     ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
     matching the target's cores)."""
@@ -253,11 +216,19 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     target.require_runnable("benchmark")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
+    if precision != "fp32":  # refused before anything is built (a CPU without bf16 instructions, a kernel)
+        from explorer.precision import PrecisionError, for_precision
+        from export.errors import ExportError
+
+        try:
+            for_precision(workload, target, precision)
+        except PrecisionError as err:
+            raise ExportError(str(err)) from err
     report = BenchReport(workload=workload.spec, threads=threads)
     load = machine_load()
     inputs = workload.sample_inputs()
     contenders: dict[str, Callable[[int, float], BenchRow]] = {}
-    with tempfile.TemporaryDirectory(prefix="schedx-bench-") as tmp:
+    with private_temp_dir("schedx-bench-") as tmp:
         if schedules:
             say("building TVM with records", 0.05)
             folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "tuned", threads)
@@ -269,8 +240,19 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / "default", threads)
         contenders[DEFAULT_ROW] = bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
                                                     note=f"no records: {target.default_schedule}")
+        if precision != "fp32":
+            say(f"building TVM without records at {precision}", 0.3)
+            folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / precision, threads, precision)
+            contenders[BF16_ROW] = bundle_contender(folder, BF16_ROW, threads=threads, compile_s=compile_s,
+                                                    note="no records; weight products in bf16, fp32 accumulation")
+        anchors: dict[str, Callable[[int, float], BenchRow]] = {}
         if workload.onnx_model is not None:
+            from export.openvino_row import openvino_contenders
+
             contenders[ORT_ROW] = lambda n, b: ort_row(workload.onnx_model, inputs, threads=threads, runs=n, budget_s=b)
+            say("compiling the model with OpenVINO", 0.35)
+            anchors, why_not = openvino_contenders(workload.onnx_model, inputs, threads=threads)
+            report.notes.extend(why_not)
         elif workload.kind == "kernel" and workload.kernel.reference is not None:
             contenders["numpy reference"] = lambda n, b: _numpy_row(workload, inputs, runs=n, budget_s=b)
             report.notes.append("ONNX Runtime: not applicable to a kernel (numpy shown instead)")
@@ -286,9 +268,19 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         elif workload.kind == "model":
             report.notes.append("PyTorch: skipped, the model did not come from PyTorch (no torch module to run)")
 
+        # consecutive rows compared (tuned vs default, default vs ONNX Runtime, ...), then the build
+        # schedx ships (tuned, else default) against each OpenVINO row
+        names = list(contenders)
+        shipped = TUNED_ROW if TUNED_ROW in contenders else DEFAULT_ROW
+        pairs = list(zip(names, names[1:])) + [(shipped, a) for a in anchors]
+        if BF16_ROW in contenders:  # the bf16 build against each anchor too (OpenVINO's default is bf16 on some CPUs)
+            pairs += [(BF16_ROW, a) for a in anchors]
+        contenders.update(anchors)
+
         def timing(stage: str, frac: float) -> None:
             say(stage, 0.4 + 0.6 * frac)
-        rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=timing)
+        rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=timing,
+                                             pairs=pairs)
     report.rows.extend(rows.values())
     load = load.worst(machine_load())
     if load.busy:
@@ -369,6 +361,7 @@ def bundle_target(manifest: dict) -> Target:
 
 
 __all__ = [
+    "BF16_ROW",
     "DEFAULT_ROW",
     "ORT_ROW",
     "TUNED_ROW",

@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 
 from explorer.errors import short_tvm_message
+from explorer.interrupts import reraise as reraise_interrupt
 from explorer.target import Target
 from explorer.workload import Task, Workload, owned_task_module
 from export.errors import ExportError
@@ -45,6 +46,7 @@ class Built:
     outcomes: list[TaskOutcome]
     warnings: list[str] = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
+    precision: object = None  # explorer.precision.Precision (None: fp32, as written)
 
     @property
     def compile_seconds(self) -> float:
@@ -102,6 +104,7 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
         try:  # all of the task's functions get the schedule, or none does
             scheduled = {f: apply_schedule(mod[mod.get_global_var(f)], chosen, f) for f in task.funcs}
         except Exception as err:  # noqa: BLE001 - a record that does not apply falls back to the default
+            reraise_interrupt(err)  # not Ctrl-C, which TVM turns into a bare RuntimeError
             msg = str(err) if isinstance(err, ExportError) else short_tvm_message(err, 300)
             outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], msg))
             continue
@@ -122,17 +125,24 @@ class Prepared:
     outcomes: list[TaskOutcome]
     packed: int  # weights packed at build time
     notes: list[str] = field(default_factory=list)  # default schedules that needed a fallback
+    precision: object = None  # explorer.precision.Precision
 
 
 def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None,
             seconds: dict[str, float] | None = None, say: Progress | None = None,
-            safe: frozenset[str] = frozenset()) -> Prepared:
+            safe: frozenset[str] = frozenset(), precision: str = "fp32") -> Prepared:
     """Everything :func:`build` does before code generation (``seconds``: filled with the time
     each stage took; ``safe``: functions whose schedule did not compile, built with the target's
-    simplest rule and no record)."""
+    simplest rule and no record; ``precision``: :mod:`explorer.precision`)."""
+    from explorer.precision import PrecisionError, for_precision
+
     say = say or (lambda stage, frac: None)
     seconds = {} if seconds is None else seconds
     start = time.perf_counter()
+    try:
+        workload, chosen_precision = for_precision(workload, target, precision)
+    except PrecisionError as err:
+        raise ExportError(str(err)) from err
     say("fusing", 0.05)
     mod = workload.fused_module()
     tasks = workload_tasks(workload)
@@ -155,7 +165,7 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
         mod, params, values = lift_constants(folded.mod, workload.onnx_model, folded.packed_from)
         packed = folded.calls
     seconds["weights"] = time.perf_counter() - start
-    return Prepared(mod, params, values, outcomes, packed, notes)
+    return Prepared(mod, params, values, outcomes, packed, notes, chosen_precision)
 
 
 def model_params(workload: Workload, target: Target | None = None,
@@ -172,11 +182,12 @@ def model_params(workload: Workload, target: Target | None = None,
 
 
 def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None, *,
-          progress: Progress | None = None) -> Built:
-    """Build ``workload`` for ``target`` with ``schedules`` (by task name or workload key)."""
+          progress: Progress | None = None, precision: str = "fp32") -> Built:
+    """Build ``workload`` for ``target`` with ``schedules`` (by task name or workload key), at
+    ``precision`` (fp32, bf16: :mod:`explorer.precision`)."""
     say = progress or (lambda stage, frac: None)
     seconds: dict[str, float] = {}
-    prepared = prepare(workload, target, schedules, seconds, say)
+    prepared = prepare(workload, target, schedules, seconds, say, precision=precision)
     mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
     tvm_target = target.tvm()
 
@@ -186,12 +197,13 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     try:
         lowered, executable = _codegen(mod, target, tvm_target)
     except Exception as err:
+        reraise_interrupt(err)
         failing = _kernels_that_do_not_compile(mod, tvm_target) if target.rescues_kernels else {}
         if not failing:
             raise ExportError(f"TVM could not build {workload.name} for {target.label}: {short_tvm_message(err)}") \
                 from err
         say("building again the kernels that did not compile", 0.4)
-        prepared = prepare(workload, target, schedules, seconds, say, safe=frozenset(failing))
+        prepared = prepare(workload, target, schedules, seconds, say, safe=frozenset(failing), precision=precision)
         mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
         try:
             lowered, executable = _codegen(mod, target, tvm_target)
@@ -211,7 +223,8 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     warnings.extend(rescued)
     warnings.extend(target.notes)
     return Built(workload=workload, target=target, executable=executable, lowered=lowered, params=params,
-                 param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds)
+                 param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds,
+                 precision=prepared.precision)
 
 
 def _codegen(mod: tvm.IRModule, target: Target, tvm_target) -> tuple[tvm.IRModule, object]:

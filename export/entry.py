@@ -13,6 +13,7 @@ from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
 from export.build import Progress
 from export.flow import ExportReport, export_workload
+from export.folders import check_destination
 from export.schedules import TaskSchedule
 
 
@@ -26,7 +27,9 @@ class ExportSpec:
     ``check_in_model`` keeps a record only where it beats the default inside the model (None, the
     default: checked whenever records would be applied and the target runs here, so an export never
     ships a record that loses to the default in the model; False applies the records as chosen);
-    ``sign_key`` signs the bundle (an ed25519 private key file)."""
+    ``sign_key`` signs the bundle (an ed25519 private key file); ``force`` writes the bundle into a
+    non-empty folder that holds no bundle, beside its files (see :mod:`export.folders`);
+    ``precision``: fp32 or bf16 (:mod:`explorer.precision`)."""
 
     workload: str | Workload
     out_dir: str | Path
@@ -42,6 +45,8 @@ class ExportSpec:
     layers: bool = True
     nvcc: bool = True
     sign_key: Path | None = None
+    force: bool = False
+    precision: str = "fp32"  # fp32 or bf16 (explorer.precision)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     work; the rooms' own errors (unknown workload or target, a database that cannot be read)
     raise with their messages."""
     say = progress or (lambda stage, frac: None)
+    check_destination(Path(spec.out_dir).expanduser().resolve(), force=spec.force)  # before any work
     if spec.sign_key is not None:  # a key that cannot sign fails now, not after the export
         from export.signing import private_key_of
 
@@ -78,7 +84,8 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         schedules, dropped = checked_schedules(workload, target, schedules, threads=spec.threads)
         notes += dropped
     report = export_workload(workload, target, spec.out_dir, schedules=schedules, verify=spec.verify,
-                             layers=spec.layers, threads=spec.threads, nvcc=spec.nvcc, progress=say, notes=notes)
+                             layers=spec.layers, threads=spec.threads, nvcc=spec.nvcc, progress=say, notes=notes,
+                             force=spec.force, precision=spec.precision)
     signature = None
     if spec.sign_key is not None:
         from export.signing import sign_bundle

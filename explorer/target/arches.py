@@ -25,6 +25,7 @@ class CpuArch:
     vector widths under which a scalar broadcast costs an instruction of its own before an FMA
     (x86 before AVX-512: ``vbroadcastss``; 0: never); ``fma_feature``: the feature FMAs need ("":
     always there); ``int8_dot``: (features, instruction set) for int8 dot products, best first;
+    ``bf16_dot``: the same for bf16 products with fp32 accumulation;
     ``narrower``: (feature, spelling) of the same CPU without its widest unit; ``compare_with``:
     other targets worth comparing its code with."""
 
@@ -43,6 +44,7 @@ class CpuArch:
     broadcast_below_bits: int = 0
     fma_feature: str = ""
     int8_dot: tuple[tuple[frozenset[str], str], ...] = ()
+    bf16_dot: tuple[tuple[frozenset[str], str], ...] = ()
     narrower: tuple[tuple[str, str], ...] = ()
     compare_with: tuple[str, ...] = ()
 
@@ -84,6 +86,8 @@ CPU_ARCHES: dict[str, CpuArch] = {a.name: a for a in (
             registers=16, more_registers=(("avx512f", 32),), broadcast_below_bits=512, fma_feature="fma",
             int8_dot=((frozenset({"avx512vnni", "avx512bw"}), "vnni"), (frozenset({"avx512bw"}), "avx512bw"),
                       (frozenset({"avx2"}), "avx2")),
+            bf16_dot=((frozenset({"amx-bf16", "amx-tile", "avx512bf16"}), "amx"),
+                      (frozenset({"avx512bf16", "avx512f"}), "avx512bf16")),
             narrower=(("avx512f", "cpu:-avx512f"),), compare_with=("cpu:x86-64-v2", "aarch64:cortex-a76")),
     CpuArch("aarch64", "aarch64-linux-gnu", "aarch64-linux-gnu-g++", ("aarch64", "arm64"),
             ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), 183, _AARCH64,

@@ -22,6 +22,14 @@ def missing(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str
     return sorted(f for f in llvm_features if f in table and not any(flag in cpu_flags for flag in table[f]))
 
 
+def extra(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str]:
+    """The ISA features a machine reporting ``cpu_flags`` has that ``llvm_features`` (LLVM's set for
+    the CPU name it gave the machine) lack: a hypervisor that reports an older CPU model (an
+    Emerald Rapids seen as ``rocketlake``) still lists AVX512-BF16 and AMX among its flags."""
+    table = BY_ARCH.get(arch, {})
+    return sorted(f for f, shown in table.items() if f not in llvm_features and any(flag in cpu_flags for flag in shown))
+
+
 def vector_width(features: set[str], arch: str) -> int | None:
     """Bits of the widest vector register ``features`` allow (None: not known for ``arch``)."""
     known = CPU_ARCHES.get(arch)
@@ -35,4 +43,4 @@ def isa_word(features: set[str], arch: str) -> str:
     return word or arch or "generic"
 
 
-__all__ = ["BY_ARCH", "arch_of", "isa_word", "missing", "vector_width"]
+__all__ = ["BY_ARCH", "arch_of", "extra", "isa_word", "missing", "vector_width"]

@@ -4,7 +4,9 @@ LLVM names the host CPU from its model number (``znver4``, ``skylake-avx512``) a
 feature that CPU model has. A virtual machine may hide some of them: a Zen 4 under a hypervisor
 that hides AVX-512 is still ``znver4`` to LLVM, and code built for it dies with SIGILL. So the
 host target is LLVM's CPU name **minus** every ISA feature ``/proc/cpuinfo`` does not list
-(``mattr: ["-avx512f", ...]``), with the vector width those features allow. ``SCHEDX_CPU_FLAGS``
+(``mattr: ["-avx512f", ...]``), **plus** every one it lists that LLVM's name lacks (a hypervisor
+reporting an older model: an Emerald Rapids seen as ``rocketlake`` keeps its AVX512-BF16 and
+AMX), with the vector width those features allow. ``SCHEDX_CPU_FLAGS``
 replaces the flags read from ``/proc/cpuinfo``: tests use it to play a machine without AVX-512
 (or without AVX2) on one that has them.
 """
@@ -31,11 +33,12 @@ class HostCPU:
     missing: tuple[str, ...]  # of those, the ISA features this machine does not report
     cores: int
     flags_overridden: bool = False
+    extra: tuple[str, ...] = ()  # ISA features this machine reports that LLVM's CPU name lacks (switched on)
 
     @property
     def features(self) -> frozenset[str]:
         """The features the host target may use."""
-        return frozenset(self.llvm_features) - frozenset(self.missing)
+        return (frozenset(self.llvm_features) - frozenset(self.missing)) | frozenset(self.extra)
 
     @property
     def vector_width(self) -> int | None:
@@ -86,10 +89,15 @@ def detect_host(flags: set[str] | None = None, *, llvm_cpu: str | None = None) -
     enabled = llvm_features(config)
     if not flags and not os.path.exists("/proc/cpuinfo"):  # nothing to check against (not Linux)
         lacking: list[str] = []
+        added: list[str] = []
     else:
         lacking = isa.missing(enabled, flags, arch)
+        added = [f for f in (isa.extra(enabled, flags, arch) if cpu else [])
+                 if not set(lacking) & llvm_features({**config, "mattr": [f"-{m}" for m in lacking] + [f"+{f}"]})]
+        # (a feature LLVM makes imply one the machine lacks stays off: +avxvnni would bring AVX2 back)
     return HostCPU(triple=triple, arch=arch, llvm_cpu=cpu, llvm_features=tuple(sorted(enabled)),
-                   missing=tuple(lacking), cores=int(cpu_info()["usable_cores"]), flags_overridden=overridden)
+                   missing=tuple(lacking), cores=int(cpu_info()["usable_cores"]), flags_overridden=overridden,
+                   extra=tuple(added))
 
 
 @functools.lru_cache(maxsize=8)

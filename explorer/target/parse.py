@@ -176,9 +176,11 @@ def host_target(cores: int | None = None) -> Target:
 
 @functools.lru_cache(maxsize=16)
 def _host_target(cores: int | None, host: HostCPU) -> Target:
-    mattr = [f"-{f}" for f in host.missing]
+    mattr = [f"-{f}" for f in host.missing] + [f"+{f}" for f in host.extra]
     config = _cpu_config(host.triple, host.llvm_cpu, mattr, cores or host.cores, host_triple=host.triple)
     notes = (f"this CPU hides {', '.join(host.missing)} from LLVM's {host.llvm_cpu}: switched off",) if host.missing else ()
+    if host.extra:
+        notes += (f"this CPU has {', '.join(host.extra)} beyond LLVM's {host.llvm_cpu}: switched on",)
     return CpuTarget("cpu", host.arch, config, is_host=True, notes=notes)
 
 
@@ -232,6 +234,29 @@ _JSON_TYPES = {"kind": str, "mcpu": str, "mtriple": str, "arch": str, "num-cores
                "host": (dict, str), "tag": str}
 
 
+@functools.lru_cache(maxsize=4)
+def kind_keys(kind: str) -> tuple[str, ...]:
+    """The keys TVM's target kind ``kind`` (llvm, cuda) takes in a JSON target."""
+    from tvm.target import TargetKind
+
+    return tuple(str(k) for k in TargetKind.options_from_name(kind))
+
+
+def _check_keys(config: dict, kind: str) -> None:
+    """Refuse a key TVM's ``kind`` does not take, naming the valid ones (TVM's own error, from deep
+    inside the first build, read as a bug in schedx)."""
+    import difflib
+
+    known = kind_keys(kind)
+    unknown = [k for k in config if k not in known and not str(k).startswith("feature.")]  # (TVM takes feature.*)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        named = (f"key {unknown[0]!r} is" if len(unknown) == 1 else
+                 f"keys {', '.join(map(repr, unknown))} are")
+        raise TargetError(f"target {named} unknown to TVM's {kind} kind; {hint}its keys are {', '.join(known)}")
+
+
 def _json_target(text: str, cores: int | None) -> Target:
     try:
         config = json.loads(text)
@@ -248,6 +273,8 @@ def _json_target(text: str, cores: int | None) -> Target:
         if key in ("num-cores", "vector-width") and value <= 0:
             raise TargetError(f"target key {key!r} must be positive, got {value}")
     kind = config.get("kind")
+    if kind in ("cuda", "llvm"):
+        _check_keys(config, kind)
     if kind == "cuda":
         target = _cuda_target(text, str(config.get("arch", "")).strip())
         extra = {k: v for k, v in config.items() if k not in ("kind", "arch", "host")}
@@ -292,5 +319,5 @@ def parse_target(spec: str | Target | None, *, cores: int | None = None) -> Targ
     raise TargetError(f"unknown target {spec!r}: use {SPEC_HELP}")
 
 
-__all__ = ["CROSS_CORES", "SPEC_HELP", "host_target", "intrinsics_of", "known_cpus", "known_features",
+__all__ = ["CROSS_CORES", "SPEC_HELP", "host_target", "intrinsics_of", "kind_keys", "known_cpus", "known_features",
            "parse_target", "record_mismatch"]

@@ -5,7 +5,8 @@ each on a fresh copy; the first that TVM accepts and that :mod:`explorer.schedul
 nothing wrong with is kept:
 
 1. ``full``: cheap blocks inlined (:mod:`.inline`), a quantized model's int8 kernel tiled around
-   the CPU's dot-product instruction (:mod:`.int8`), else the biggest reduction with a vector axis
+   the CPU's dot-product instruction (:mod:`.int8`), a bf16 build's products around its bf16 one
+   (:mod:`.bf16`), else the biggest reduction with a vector axis
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
    (tried again with the rows of one output row, should running two output axes as one fail on
@@ -29,6 +30,7 @@ from explorer.errors import short_tvm_message
 from explorer.kernels.recurrence import for_target as recurrence_for_target
 from explorer.kernels.recurrence import spec_of as recurrence_spec
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
+from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
@@ -98,13 +100,15 @@ def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
     steps: list[str] = []
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
     anchor = _anchor(sch)
-    dot_block = int8_block(sch)
+    dot_block, tile_dot = int8_block(sch), tile_int8
+    if dot_block is None:  # a bf16 build's product: around the bf16 instruction
+        dot_block, tile_dot = bf16_block(sch), tile_bf16
     if dot_block is not None:  # a quantized model's int8 kernel: around the dot-product instruction
         name = sch.get(dot_block).name_hint
         try:
-            steps.append(tile_int8(sch, dot_block, cpu))
+            steps.append(tile_dot(sch, dot_block, cpu))
         except NotApplicable as why:
-            steps.append(f"{name}: no int8 intrinsic ({why})")
+            steps.append(f"{name}: no dot-product intrinsic ({why})")
         else:
             names.remove(name)
             anchor = None

@@ -17,6 +17,7 @@ import math
 from tvm import s_tir
 from tvm.tirx.analysis import undefined_vars
 
+from explorer.schedule.bf16_dot import PACK_ATTR
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.tiling import NotApplicable, fold_into_producer, vector_axis
 
@@ -79,8 +80,8 @@ def inline_producers(sch: s_tir.Schedule) -> int:
         progress = False
         for block in root_blocks(sch):
             facts = block_facts(sch, block)
-            if not facts.is_spatial:
-                continue
+            if not facts.is_spatial or PACK_ATTR in (sch.get(block).annotations or {}):
+                continue  # (a bf16 kernel's packing block: its product reads bf16 bits, tensorized)
             consumers = sch.get_consumers(block)
             if not consumers:
                 continue

@@ -19,13 +19,14 @@ SPARE_REGISTERS = 4
 class CpuSpec:
     """The CPU a default schedule is built for: ``vector_bits`` of its widest vector unit,
     ``registers`` (vector registers), ``cores`` (threads a parallel loop is split over),
-    ``int8_dot`` (its int8 dot-product instructions)."""
+    ``int8_dot`` (its int8 dot-product instructions), ``bf16_dot`` (its bf16 ones)."""
 
     vector_bits: int = 128
     registers: int = 16
     cores: int = 1
     arch: str = ""
     int8_dot: str = ""  # the int8 dot-product instruction set (explorer.schedule.int8_dot), "" if none
+    bf16_dot: str = ""  # the bf16 product instructions (explorer.schedule.bf16_dot: amx, avx512bf16), "" if none
 
     def lanes(self, dtype: str) -> int:
         """Vector lanes of ``dtype`` (float32 on AVX-512: 16); 1 for types wider than a vector."""
@@ -55,10 +56,11 @@ class CpuSpec:
         feats = set(features)
         known = CPU_ARCHES.get(arch)
         registers = 16 if known is None else next((n for f, n in known.more_registers if f in feats), known.registers)
+        from explorer.schedule.bf16_dot import isa_from as bf16_isa
         from explorer.schedule.int8_dot import isa_from
 
         return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch,
-                   int8_dot=isa_from(feats, arch) or "")
+                   int8_dot=isa_from(feats, arch) or "", bf16_dot=bf16_isa(feats, arch))
 
 
 def dtype_bits(dtype: str) -> int:

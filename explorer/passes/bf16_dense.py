@@ -1,0 +1,139 @@
+"""``Bf16Products``: a bf16 build's matmuls with constant weights as bf16 kernels, fp32 accumulation.
+
+For ``R.matmul(x, W)`` (``x`` float32 of rank >= 2, ``W`` a constant float32 ``[K, N]``, or the
+transpose of a constant ``[N, K]``) it writes
+
+    y = dense_bf16(reshape(x, [M, K]), packed(W))          reshaped back to x's leading axes
+
+where ``packed(W)`` is the weights rounded to bf16 (nearest even) **once, here**, stored as their
+16 bits (uint16: numpy and the bundle's parameter files have no bf16) in panels of 16 output
+channels x pairs along K (``[N/16, K/2, 16, 2]``, channels padded with zero weights, sliced off
+after), the layout :mod:`explorer.schedule.bf16_dot`'s instructions read. The kernel itself
+rounds its fp32 activations to bf16 in a packing block of its own, then multiplies in bf16 and
+accumulates in fp32.
+
+Kept in fp32 (unchanged): everything else, i.e. element-wise work, bias adds, activations,
+softmax, layer and batch normalisation, reductions, recurrent state, convolutions (not yet
+converted), and products of two activations (attention's ``Q K^T`` and ``P V``: no weights to
+convert at build time). A matmul whose K is odd, or whose weights are not constants, is left too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from explorer.relax_walk import is_constant, tensor_info
+from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+
+_MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
+_FLOAT_OUT = ("", "None", "void", "float32")
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """fp32 ``x`` rounded to nearest even bf16, as uint16 bits (what :func:`to_bits` computes)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """fp32 ``x`` rounded to bf16 and back to fp32 (a reference for tests)."""
+    return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
+
+
+def pack_weights(w_kn: np.ndarray) -> np.ndarray:
+    """``[K, N]`` fp32 weights as bf16 bits in panels ``[ceil(N/16), K/2, 16, 2]`` (K even)."""
+    k, n = w_kn.shape
+    npad = -(-n // PANEL) * PANEL
+    wp = np.zeros((k, npad), np.float32)
+    wp[:, :n] = w_kn
+    bits = bf16_bits(wp)  # [K, Np]
+    return np.ascontiguousarray(bits.reshape(k // PAIR, PAIR, npad // PANEL, PANEL).transpose(2, 0, 3, 1))
+
+
+def dense_bf16(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+    """``y[i, j] = sum f32(bf16(x[i, 2 k2 + kk])) * f32(W[j // 16, k2, j % 16, kk])``, fp32
+    accumulation; ``x`` fp32 ``[M, K]``, ``W`` bf16 bits (see :func:`pack_weights`)."""
+    m, k = x.shape
+    panels, half = int(w.shape[0]), int(w.shape[1])
+    xb = te.compute((m, k), lambda i, c: to_bits(x[i, c]), name="bf16_pack", attrs={PACK_ATTR: 1})
+    k2, kk = te.reduce_axis((0, half), "k2"), te.reduce_axis((0, PAIR), "kk")
+    return te.compute(
+        (m, panels * PANEL),
+        lambda i, j: te.sum(widen(xb[i, k2 * 2 + kk]) * widen(w[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk]),
+        name="dense_bf16", attrs={BF16_ATTR: panels})
+
+
+def _const(expr) -> np.ndarray | None:
+    value = getattr(expr, "value", None) if is_constant(expr) else None
+    return value.numpy() if hasattr(value, "numpy") else None
+
+
+@mutator
+class _Rewriter(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.rewritten = 0
+
+    def _bound(self, expr):
+        if isinstance(expr, relax.Var):
+            value = self.lookup_binding(expr)
+            if value is not None:
+                return value
+        return expr
+
+    def _weights(self, expr) -> np.ndarray | None:
+        """The ``[K, N]`` fp32 weights ``expr`` stands for (a constant, or a constant's transpose)."""
+        w = _const(expr)
+        if w is None:
+            rhs = self._bound(expr)
+            if isinstance(rhs, relax.Call) and rhs.op.same_as(_PERMUTE) and rhs.attrs.axes is not None \
+                    and [int(a) for a in rhs.attrs.axes] == [1, 0]:
+                inner = _const(rhs.args[0])
+                w = None if inner is None else inner.T
+        if w is None or w.ndim != 2 or w.dtype != np.float32 or w.shape[0] % PAIR:
+            return None
+        return w
+
+    def visit_call_(self, op):
+        call = self.visit_expr_post_order(op)
+        if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)) \
+                or str(call.attrs.out_dtype) not in _FLOAT_OUT:
+            return call
+        shape, dtype = tensor_info(call.args[0].ty)
+        out_shape, _ = tensor_info(call.ty)
+        w = self._weights(call.args[1])
+        if w is None or shape is None or out_shape is None or len(shape) < 2 or dtype != "float32" \
+                or shape[-1] != w.shape[0]:
+            return call
+        k, n = w.shape
+        emit = self.builder_.emit
+        m = int(np.prod(shape[:-1]))
+        x2 = emit(relax.op.reshape(call.args[0], [m, k])) if len(shape) != 2 else call.args[0]
+        y = emit(self.builder_.call_te(dense_bf16, x2, relax.const(pack_weights(w)), primfunc_name_hint="dense_bf16"))
+        if n % PANEL:
+            y = emit(relax.op.strided_slice(y, axes=[1], begin=[0], end=[n]))
+        self.rewritten += 1
+        return relax.op.reshape(y, list(out_shape)) if len(out_shape) != 2 else y
+
+
+def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """``mod`` with its weight products as bf16 kernels (see the module docstring), and how many."""
+    rewriter = _Rewriter(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    if not rewriter.rewritten:
+        return mod, 0
+    return relax.transform.DeadCodeElimination()(rewriter.builder_.get()), rewriter.rewritten
+
+
+@tvm.transform.module_pass(opt_level=0, name="Bf16Products")
+def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """Matmuls with constant weights as bf16 kernels with fp32 accumulation (module docstring)."""
+    return bf16_products(mod)[0]
+
+
+__all__ = ["Bf16Products", "bf16_bits", "bf16_products", "bf16_round", "dense_bf16", "pack_weights"]

@@ -1,0 +1,79 @@
+"""The precision of a build, a property of it as its target is: ``fp32`` (the model as written)
+or ``bf16`` (the products with weights in bf16, fp32 accumulation, the rest in fp32).
+
+``bf16`` rewrites a model's matmuls with constant weights (:mod:`explorer.passes.bf16_dense`:
+weights rounded and packed once, at build time; activations rounded inside each kernel) and
+needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
+with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`.
+
+A bf16 build is verified against the fp32 reference at :data:`BF16_TOLERANCE` per output
+(relative to that output's largest magnitude): rounding both operands of a product to bf16's 8
+significant bits gives errors of about 2^-9 per operand; a sum of K such products with random
+signs stays under 1e-2 of the output's scale (measured 2.5e-3 on 768- and 1024-long products).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from explorer.errors import ExplorerError
+
+PRECISIONS = ("fp32", "bf16")
+BF16_TOLERANCE = 1e-2
+KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
+             "reductions and pooling", "recurrent state", "convolutions (not converted yet)",
+             "products of two activations (attention's QK^T and PV)")
+
+
+class PrecisionError(ExplorerError):
+    """A precision this build cannot have (unknown, or the target lacks the instructions)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """What a build's precision means: its name, the tolerance its outputs are verified at (None:
+    the dtype's own), and what stays in fp32."""
+
+    name: str
+    tolerance: float | None
+    kept_fp32: tuple[str, ...] = ()
+    converted: int = 0  # products computed in bf16
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
+                "converted_products": self.converted}
+
+
+def check_precision(name: str, target) -> None:
+    """Raise :class:`PrecisionError` unless ``target`` can build at precision ``name``."""
+    if name not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {name!r}: use one of {', '.join(PRECISIONS)}")
+    if name == "fp32":
+        return
+    from explorer.schedule.bf16_dot import why_not
+
+    why = why_not(target.features, target.arch) if target.searchable else "it is not a CPU target"
+    if why:
+        raise PrecisionError(f"--precision bf16 needs a CPU with AVX512-BF16 or AMX-BF16; {target.label}: {why}. "
+                             f"Build it in fp32, or name a CPU that has them (cpu:sapphirerapids, cpu:znver4)")
+
+
+def for_precision(workload, target, name: str = "fp32"):
+    """``(workload, precision)``: ``workload`` as built at precision ``name`` for ``target`` (a new
+    workload for bf16: its weight products rewritten), and what that precision means."""
+    check_precision(name, target)
+    if name == "fp32":
+        return workload, Precision("fp32", None)
+    if workload.kind != "model":
+        raise PrecisionError(f"--precision bf16 applies to models (their products with constant weights); "
+                             f"{workload.name} is a single kernel, built in fp32 as written")
+    from explorer.passes.bf16_dense import bf16_products
+
+    mod, converted = bf16_products(workload.mod)
+    note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
+    return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note),
+            Precision("bf16", BF16_TOLERANCE, KEPT_FP32, converted))
+
+
+__all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "check_precision",
+           "for_precision"]

@@ -1,0 +1,112 @@
+"""The TensorIR descriptions and implementations of :mod:`explorer.schedule.bf16_dot`'s
+intrinsics (what each computes, and the call that computes it), and their registration. The
+descriptions spell the bf16 widening as :func:`explorer.schedule.bf16_dot.widen` does, so
+tensorize matches the kernels."""
+
+from __future__ import annotations
+
+import re
+
+from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
+
+_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+))")
+
+
+def register(dot: Bf16Dot | AmxBf16) -> str:
+    """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
+    from tvm.s_tir import TensorIntrin
+
+    if TensorIntrin.get(dot.name, allow_missing=True) is None:
+        TensorIntrin.register(dot.name, *(amx_funcs(dot) if isinstance(dot, AmxBf16) else dot_funcs(dot.rows)))
+    return dot.name
+
+
+def register_for_trace(trace: object) -> None:
+    """Register every schedx bf16 intrinsic a trace (JSON or text) tensorizes with."""
+    text = str(trace)
+    if NAME_PREFIX in text:
+        for _, rows, m, n, k in set(_NAME.findall(text)):
+            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL))
+
+
+def dot_funcs(rows: int):
+    """``C[rows, 16] += A[rows, 2] . B[16, 2]`` and its ``vdpbf16ps`` implementation: the pair of
+    A as one 32-bit word broadcast to 16 lanes, the 64-byte panel row of B as 16 words."""
+    from tvm.script import tirx as T
+
+    lanes = PANEL
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (rows, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (lanes, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:rows, 0:lanes], A[0:rows, 0:PAIR], B[0:lanes, 0:PAIR])
+            T.writes(C[0:rows, 0:lanes])
+            for r, i, k in T.grid(rows, lanes, PAIR):
+                with T.sblock("update"):
+                    vr, vi, vk = T.axis.remap("SSR", [r, i, k])
+                    C[vr, vi] = C[vr, vi] + T.reinterpret(
+                        "float32", T.shift_left(T.Cast("uint32", A[vr, vk]), T.uint32(16))) * T.reinterpret(
+                        "float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (rows, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (lanes, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:rows, 0:lanes], A[0:rows, 0:PAIR], B[0:lanes, 0:PAIR])
+            T.writes(C[0:rows, 0:lanes])
+            for r in T.unroll(rows):
+                C[r, T.ramp(T.int32(0), 1, lanes)] = T.call_extern(
+                    "float32x16", DOT_FN, C[r, T.ramp(T.int32(0), 1, lanes)],
+                    T.broadcast(T.reinterpret("int32", A[r, T.ramp(T.int32(0), 1, PAIR)]), lanes),
+                    T.reinterpret("int32x16", B[0, T.ramp(T.int32(0), 1, PAIR * lanes)]))
+
+    return desc, impl
+
+
+def amx_funcs(dot):
+    """``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` and its AMX implementation (one
+    call of the IR function :func:`explorer.schedule.bf16_dot.amx_ir`: tile config, permission
+    once per process, tileloadd/tdpbf16ps over k, tilestored)."""
+    from tvm.script import tirx as T
+
+    k, rows, cols, nt = dot.k, dot.rows, dot.cols, dot.nt
+    half = k // PAIR
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (rows, k), "uint16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (nt, half, PANEL, PAIR), "uint16", offset_factor=1,
+                           strides=[T.int32(), PANEL * PAIR, PAIR, 1])
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:half, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            for r, i, k2, kk in T.grid(rows, cols, half, PAIR):
+                with T.sblock("update"):
+                    vr, vi, vk2, vkk = T.axis.remap("SSRR", [r, i, k2, kk])
+                    C[vr, vi] = C[vr, vi] + T.reinterpret(
+                        "float32", T.shift_left(T.Cast("uint32", A[vr, vk2 * 2 + vkk]), T.uint32(16))) * T.reinterpret(
+                        "float32", T.shift_left(T.Cast("uint32", B[vi // PANEL, vk2, vi % PANEL, vkk]), T.uint32(16)))
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sa, sb, sc = T.int32(), T.int32(), T.int32()
+        A = T.match_buffer(a, (rows, k), "uint16", offset_factor=1, strides=[sa, 1])
+        B = T.match_buffer(b, (nt, half, PANEL, PAIR), "uint16", offset_factor=1, strides=[sb, PANEL * PAIR, PAIR, 1])
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:half, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            T.evaluate(T.call_extern("int32", dot.function, C.access_ptr("rw"), T.Cast("int64", sc * 4),
+                                     A.access_ptr("r"), T.Cast("int64", sa * 2), B.access_ptr("r"),
+                                     T.Cast("int64", sb * 2), T.int64(k * 2)))
+
+    return desc, impl
+
+
+__all__ = ["amx_funcs", "dot_funcs", "register", "register_for_trace"]

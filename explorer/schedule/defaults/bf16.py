@@ -1,0 +1,98 @@
+"""Default schedule of a bf16 product (``dense_bf16``, :mod:`explorer.passes.bf16_dense`): tiled
+around the CPU's bf16 instruction (:mod:`explorer.schedule.bf16_dot`), fp32 accumulation.
+
+The kernel's loops are ``i, j, k2, kk`` (rows, output channels, pairs along K, the pair). Two
+tilings of the same work, one weights layout (panels of 16 channels x pairs):
+
+- AVX512-BF16: ``rows`` rows (8 where the rows divide, else 4, 2, 1) by ``panels`` x 16 channels
+  (two panels where the channels allow: ``2 x rows`` accumulators in registers), the whole
+  reduction between the parallel outer loops and the call, as the int8 rule does:
+
+      parallel(i / rows, j / (panels x 16)) . k2 . panels (unrolled) . [rows x 16 x 2 vdpbf16ps]
+
+- AMX-BF16: 32 x 32 outputs (2 x 2 tiles of 16 x 16: four ``tdpbf16ps`` per four tile loads; 16 x 16
+  where the rows or channels do not divide), each one call over the whole reduction (32 K per
+  ``tdpbf16ps``): ``parallel(i / 32, j / 32) . [32 x 32 x K]``; offered where the rows are a
+  multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has AVX512-BF16).
+
+The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
+vectorized by the general rules; the epilogue after the product (bias, activation) too.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
+from explorer.schedule.bf16_intrin import register
+from explorer.schedule.defaults.analysis import root_blocks
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.tiling import NotApplicable
+
+IMPORT_PRAGMA = "pragma_import_llvm"
+
+
+def bf16_block(sch: s_tir.Schedule):
+    """The bf16 product block of the function, or None."""
+    return next((b for b in root_blocks(sch) if BF16_ATTR in (sch.get(b).annotations or {})), None)
+
+
+def _panels(channels: int, dot: Bf16Dot, cpu: CpuSpec) -> int:
+    """Two weight panels per register tile where the channels and the registers allow, else one."""
+    return 2 if channels % (2 * PANEL) == 0 and 2 * dot.rows + 4 <= cpu.registers else 1
+
+
+def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+    """Tile ``block`` around the CPU's bf16 intrinsic (see the module docstring); raises
+    :class:`NotApplicable` when it cannot."""
+    if not cpu.bf16_dot:
+        raise NotApplicable("this CPU has no AVX512-BF16 nor AMX-BF16 instructions")
+    loops = sch.get_loops(block)
+    if len(loops) != 4:
+        raise NotApplicable("not a dense_bf16 block (loops i, j, k2, kk)")
+    rows, cols, half = (int(sch.get(loop).extent) for loop in loops[:3])
+    if cols % PANEL:
+        raise NotApplicable("channels not padded to the 16-channel panel")
+    if cpu.bf16_dot == "amx" and rows % 16 == 0 and (2 * half) % AMX_K == 0:
+        grid = 2 if rows % 32 == 0 and cols % (2 * PANEL) == 0 else 1
+        return _tile_amx(sch, block, loops, AmxBf16(2 * half, grid, grid))
+    return _tile_avx512(sch, block, loops, rows, cols, cpu)
+
+
+def _tile_avx512(sch: s_tir.Schedule, block, loops, rows: int, cols: int, cpu: CpuSpec) -> str:
+    i, j, k2, kk = loops
+    dot = next(Bf16Dot(r) for r in ROWS if rows % r == 0)
+    panels = _panels(cols, dot, cpu)
+    name = sch.get(block).name_hint
+    j_o, j_p, j_i = sch.split(j, [None, panels, PANEL])
+    i_o, i_i = sch.split(i, [None, dot.rows])
+    sch.reorder(j_o, i_o, k2, j_p, i_i, j_i, kk)
+    if panels > 1:
+        sch.unroll(j_p)
+    tile = sch.blockize(i_i)
+    outer = sch.fuse(j_o, i_o)
+    sch.parallel(outer)
+    sch.decompose_reduction(tile, k2)
+    sch.tensorize(tile, register(dot))
+    sch.annotate(outer, IMPORT_PRAGMA, dot.llvm_ir)
+    return (f"{name}: {dot.name} (vdpbf16ps, {dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of "
+            f"{PANEL} channels, fp32 accumulation), parallel outside")
+
+
+def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
+    i, j, k2, kk = loops
+    name = sch.get(block).name_hint
+    i_o, i_i = sch.split(i, [None, dot.rows])
+    j_o, j_i = sch.split(j, [None, dot.cols])
+    sch.reorder(j_o, i_o, i_i, j_i, k2, kk)
+    tile = sch.blockize(i_i)
+    outer = sch.fuse(j_o, i_o)
+    sch.parallel(outer)
+    sch.decompose_reduction(tile, outer)
+    sch.tensorize(tile, register(dot))
+    sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}, "
+            "fp32 accumulation), parallel outside")
+
+
+__all__ = ["IMPORT_PRAGMA", "bf16_block", "tile_bf16"]
