@@ -88,7 +88,7 @@ def code_tabs(session, target, tabs) -> None:
             if vectors:
                 st.caption(f"{target.label}: {stats_delta(now, before)}")
                 if now.mapping is not None:  # Compiler Explorer's view: script and assembly linked line by line
-                    _linked(now, before)
+                    _linked(now, before, target)
                     continue
                 hot = now.hot
                 if hot is not None:  # Compiler Explorer opens where the work is, not at the preamble
@@ -104,17 +104,23 @@ def code_tabs(session, target, tabs) -> None:
             st.html(listing_html(text, changed, mark_vectors=vectors))
 
 
-def _linked(now: CodeViews, before: CodeViews | None) -> None:
+def _linked(now: CodeViews, before: CodeViews | None, target) -> None:
+    import dataclasses
+
     from app.source_asm_view import source_asm_view
 
     hot = now.hot
     where = (f"opened at the hot loop (lines {hot.first}-{hot.last}: {hot.fma} FMA, {hot.vector} vector "
              f"instructions per iteration)" if hot is not None else "no loop with vector instructions")
-    st.caption(f"Hover or click a TVMScript line to light up the instructions it became (a loop: its whole "
-               f"body), or an instruction to find its line; a click pins the selection. Assembly {where}.")
+    st.caption(f"Hover or click a TVMScript line to light up the instructions it became (a loop: its own "
+               f"increment, compare and branch), or an instruction to find its line; a click pins the selection. "
+               f"Assembly {where}.")
     old = before.mapping.asm if before is not None and before.mapping is not None else None
     changed = changed_lines(old, now.mapping.asm) if old is not None else []
-    source_asm_view(now, changed, key="source_asm")
+    # the pane's title names the target in a few words (its CPU, its cores): its whole label, every
+    # ISA feature, was cut at the pane's width; the caption above says them all
+    short = " ".join(w for w in target.label.split() if not w.startswith(("+", "-")))
+    source_asm_view(dataclasses.replace(now, target=short), changed, key="source_asm")
 
 
 __all__ = ["code_tabs", "listing_html", "stats_delta", "views_for"]

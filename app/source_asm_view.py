@@ -1,17 +1,18 @@
 """The Schedule page's source <-> assembly view: a Streamlit component (``st.components.v2``)
 whose JavaScript and CSS live in ``assets/source_asm.{js,css}``. Python sends the kernel's
-TVMScript, its assembly and which script line each instruction came from
-(:class:`explorer.schedule.line_map.LineMap`); the browser links them on hover and click."""
+TVMScript, its assembly, which script line each instruction came from, what each loop header
+became and how much of the hot loop is mapped (:class:`explorer.schedule.line_map.LineMap`,
+all computed there); the browser links them on hover and click."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 import streamlit as st
 
 from explorer.schedule.codegen import CodeViews
+from explorer.target.asm import ANY_ASM, AsmSyntax
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 HEIGHT = 660  # pixels
@@ -22,18 +23,12 @@ _component = st.components.v2.component(
     css=(ASSETS / "source_asm.css").read_text(encoding="utf-8"),
     js=(ASSETS / "source_asm.js").read_text(encoding="utf-8"),
 )
-_VECTOR = re.compile(r"%[xyz]mm\d|\bv\d+\.\d+[bhsd]\b|\bz\d+\.[bhsd]\b")
-_FMA = re.compile(r"\b(v?fn?m(add|sub)|fml[as])")
 
 
-def line_classes(asm: str) -> dict[str, str]:
+def line_classes(asm: str, syntax: AsmSyntax = ANY_ASM) -> dict[str, str]:
     """Assembly lines to mark: ``fma`` for multiply-adds, ``vec`` for other vector instructions."""
-    marks = {}
-    for no, line in enumerate(asm.splitlines(), 1):
-        code = line.split("#", 1)[0].split("//", 1)[0]
-        if _VECTOR.search(code):
-            marks[str(no)] = "fma" if _FMA.search(code) else "vec"
-    return marks
+    return {str(no): "fma" if syntax.is_fma(line) else "vec"
+            for no, line in enumerate(asm.splitlines(), 1) if syntax.is_vector(line)}
 
 
 def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
@@ -41,6 +36,7 @@ def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
     ``changed``: assembly lines the last step changed."""
     mapping = views.mapping
     hot = views.hot
+    share = views.hot_mapped
     data = {
         # drawn anew when anything shown changes (the same listing for another target or step)
         "key": hashlib.sha1(repr((mapping.source, mapping.asm, changed, views.target)).encode()).hexdigest()[:16],
@@ -48,6 +44,8 @@ def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
         "asm": mapping.asm.splitlines(),
         "a2s": list(mapping.asm_to_source),
         "blocks": [list(b) for b in mapping.blocks],
+        "notes": {str(line): text for line, text in mapping.notes().items()},
+        "share": [share.mapped, share.instructions] if share is not None else None,
         "classes": line_classes(mapping.asm),
         "changed": changed,
         "hot": [hot.first, hot.last] if hot is not None else None,

@@ -1,12 +1,14 @@
 // schedx source <-> assembly view: a kernel's TVMScript and its assembly side by side, each line of
 // the script that became code linked to its instructions, as Compiler Explorer links C to assembly.
-// Hover or click a script line: its instructions light up in the assembly (a loop's line: every
-// instruction of its body), the assembly scrolls to them; hover or click an instruction: its script
-// line lights up. A click pins the selection (click again, or Esc, to release). The assembly opens
-// at the hot loop (the loop with the most FMAs). No library, nothing downloaded.
+// Hover or click a script line: its own instructions light up in the assembly (a loop's line: its
+// loop control, the increment, compare and branch; its body is shaded in the script), the assembly
+// scrolls to them; hover or click an instruction: its script line lights up. A click pins the
+// selection (click again, or Esc, to release). The assembly opens at the hot loop (the innermost
+// loop with the most FMAs). No library, nothing downloaded.
 //
 // Data from Python (st.components.v2, app/source_asm_view.py): {key, source: [lines], asm: [lines],
 // a2s: [script line per assembly line, 0 = none], blocks: [[first, last], ...] (loops, blocks),
+// notes: {script line: what a loop header became}, share: [mapped, instructions] of the hot loop | null,
 // classes: {assembly line: "fma" | "vec"}, changed: [assembly lines changed by the last step],
 // hot: [first, last] | null, titles: [script, assembly]}.
 
@@ -63,6 +65,8 @@ function build(root, data) {
   const hotBtn = el("button", "sa-btn", bar, "Hot loop");
   hotBtn.title = "Scroll the assembly to the loop with the most FMAs";
   const status = el("span", "sa-status", bar);
+  // what the hovered line became, on a line of its own, one text line high: the panes never move under the mouse
+  const said = el("div", "sa-said", wrap);
   const panes = el("div", "sa-panes", wrap);
   const src = pane(panes, (data.titles || [])[0] || "TVMScript");
   const asm = pane(panes, (data.titles || [])[1] || "Assembly");
@@ -72,7 +76,8 @@ function build(root, data) {
   const s2a = new Map(); // script line -> its assembly lines
   a2s.forEach((s, i) => { if (s) { if (!s2a.has(s)) s2a.set(s, []); s2a.get(s).push(i + 1); } });
   const blocks = new Map((data.blocks || []).map(([a, b]) => [a, b]));
-  const state = { wrap, src, asm, a2s, s2a, blocks, lit: [], pinned: null, status, key: data.key };
+  const notes = data.notes || {};
+  const state = { wrap, src, asm, a2s, s2a, blocks, notes, said, lit: [], pinned: null, status, key: data.key };
   for (const [line] of s2a) if (src.rows[line - 1]) src.rows[line - 1].classList.add("m");
   for (const [a, b] of blocks) {
     for (let s = a; s <= b; s++) if (s2a.has(s)) { src.rows[a - 1].classList.add("m"); break; }
@@ -82,7 +87,11 @@ function build(root, data) {
   for (const line of data.changed || []) asm.rows[line - 1]?.classList.add("chg");
   if (data.hot) for (let l = data.hot[0]; l <= data.hot[1]; l++) asm.rows[l - 1]?.classList.add("hot");
   hotBtn.onclick = () => { if (data.hot) scrollTo(asm, data.hot[0]); };
-  status.textContent = s2a.size ? `${s2a.size} script lines became code` : "no line of the script carries a location";
+  const share = data.share && data.share[1] ? `${Math.round((100 * data.share[0]) / data.share[1])}% of the hot ` +
+    `loop's instructions mapped to a line (${data.share[0]} of ${data.share[1]}); ` : "";
+  status.textContent = s2a.size ? `${share}${s2a.size} script lines became code` :
+    "no line of the script carries a location";
+  if (data.share) wrap.dataset.share = String(data.share[0]) + "/" + String(data.share[1]);
   const light = (side, line, scroll) => select(state, side, line, scroll);
   for (const p of [src, asm]) {
     p.lines.addEventListener("mouseover", (ev) => {
@@ -104,6 +113,11 @@ function build(root, data) {
   return state;
 }
 
+function say(state, text) {
+  state.said.textContent = text || "\u00a0";
+  state.said.title = text || "";
+}
+
 function select(state, side, line, scroll) {
   for (const row of state.lit) row.classList.remove("sel", "in");
   state.lit = [];
@@ -111,15 +125,15 @@ function select(state, side, line, scroll) {
   let srcLines = [], asmLines = [];
   if (side === "src") {
     const last = state.blocks.get(line) || line;
-    for (let s = line; s <= last; s++) {
-      const a = state.s2a.get(s);
-      if (a) asmLines = asmLines.concat(a);
-    }
+    asmLines = state.s2a.get(line) || []; // its own instructions only: a loop's are its loop control
     srcLines = [line];
     for (let s = line + 1; s <= last; s++) on(state.src.rows[s - 1], "in");
+    const note = state.notes[String(line)];
+    say(state, note || (asmLines.length ? `line ${line}: ${asmLines.length} instructions` : ""));
   } else {
     const s = state.a2s[line - 1];
     if (s) { srcLines = [s]; asmLines = state.s2a.get(s) || [line]; } else asmLines = [line];
+    say(state, s ? state.notes[String(s)] || `line ${s}` : "no script line");
   }
   srcLines.forEach((l) => on(state.src.rows[l - 1], "sel"));
   asmLines.forEach((l) => on(state.asm.rows[l - 1], "sel"));

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from explorer.errors import ExplorerError, short_tvm_message
-from explorer.schedule.line_map import LineMap, line_map, reparsed
+from explorer.schedule.asm_loops import asm_loops
+from explorer.schedule.line_map import LineMap, MappedShare, Spanned, line_map, reparsed
+from explorer.target.asm import ANY_ASM, AsmSyntax
 
 _X86_WIDTH = {"xmm": 128, "ymm": 256, "zmm": 512}
 _FMA = re.compile(r"^v?f(n)?m(add|sub)|^fmla|^fmls|^vfmadd|^vfnmadd|^vfmsub|^vfnmsub")
@@ -79,6 +81,7 @@ class CodeViews:
     hot: HotLoop | None = None  # the loop that does the work in the listing shown (mapping.asm, else asm)
     # TVMScript <-> assembly lines (CPU targets whose script reads back; see explorer.schedule.line_map)
     mapping: LineMap | None = None
+    hot_mapped: MappedShare | None = None  # how many of the hot loop's instructions have a script line
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -135,30 +138,32 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
     try:
         with tvm_target:
             lowered = _lowering()(tvm.tirx.transform.BindTarget(tvm_target)(mod))
-        built = tvm.compile(parsed if parsed is not None else mod, target=tvm_target).mod
+        built = tvm.compile(parsed.mod if parsed is not None else mod, target=tvm_target).mod
         llvm_ir = built.inspect_source("ll")
         asm = built.inspect_source("asm")
     except Exception as err:  # noqa: BLE001 - a schedule TVM cannot build: say why
         raise ExplorerError(f"TVM could not build this schedule for {target.label}: {short_tvm_message(err, 400)}") \
             from err
-    mapping = _mapping(parsed, llvm_ir)
+    mapping = _mapping(parsed, llvm_ir, target.asm)
+    hot = hot_loop(mapping.asm if mapping is not None else asm, target.asm)
+    share = mapping.share(hot.first, hot.last, target.asm) if mapping is not None and hot is not None else None
     return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
-                     time.perf_counter() - start, hot_loop(mapping.asm if mapping is not None else asm), mapping)
+                     time.perf_counter() - start, hot, mapping, share)
 
 
-def _reparsed_for(mod: tvm.IRModule, target) -> tvm.IRModule | None:
+def _reparsed_for(mod: tvm.IRModule, target) -> Spanned | None:
     """``mod`` read back with spans where its target can be mapped: not one with device code (its
     listing is PTX, which has no line locations from TVM)."""
     return None if target.has_device_code else reparsed(mod)
 
 
-def _mapping(parsed: tvm.IRModule | None, llvm_ir: str) -> LineMap | None:
+def _mapping(parsed: Spanned | None, llvm_ir: str, syntax: AsmSyntax) -> LineMap | None:
     """The TVMScript <-> assembly mapping of a build of ``parsed``, or None: it is an extra the
     views do without."""
     if parsed is None:
         return None
     try:
-        return line_map(parsed, llvm_ir)
+        return line_map(parsed, llvm_ir, syntax)
     except Exception:  # noqa: BLE001 - a kernel whose mended IR fails keeps its plain views
         return None
 
@@ -178,36 +183,23 @@ def _lowering() -> tvm.transform.Pass:
     ], name="schedx_lowered_view")
 
 
-_LABEL = re.compile(r"^\s*(\.L[\w.$]+):")  # local labels: where a loop's back branch goes
-# x86 jumps (jne .LBB0_3), AArch64 branches (b.ne .LBB0_3, cbnz x8, .LBB0_3, tbz w1, #3, .LBB0_3)
-_BRANCH = re.compile(r"^\s*(j\w*|b\.?\w*|cbn?z|tbn?z)\s+(?:[^,\s]+,\s*)*(\.L[\w.$]+)\s*$", re.IGNORECASE)
-
-
-def hot_loop(asm: str) -> HotLoop | None:
-    """The innermost loop with the most FMAs (else vector instructions) in an assembly listing: a
-    label and the last branch back to it. None when the listing has no loop doing either."""
+def hot_loop(asm: str, syntax: AsmSyntax = ANY_ASM) -> HotLoop | None:
+    """The innermost loop with FMAs (else vector instructions) of its own in an assembly
+    listing, the one with most of them among equally deep ones (its lines: the first to the
+    last of its blocks). None when the listing has no loop doing either. A loop around another
+    holds the inner one's FMAs, and a peeled first iteration's: it is not the hot one."""
     lines = asm.splitlines()
-    labels: dict[str, int] = {}
-    best = None
-    for no, line in enumerate(lines, 1):
-        label = _LABEL.match(line)
-        if label:
-            labels[label.group(1)] = no
-            continue
-        branch = _BRANCH.match(line.split("#", 1)[0].split("//", 1)[0])
-        if not branch or branch.group(2) not in labels or labels[branch.group(2)] >= no:
-            continue
-        first = labels[branch.group(2)]
-        body = asm_stats("\n".join(lines[first - 1:no]))
-        loop = HotLoop(first, no, sum(body.fma.values()), sum(body.vector.values()))
-        if (loop.fma or loop.vector) and (best is None or _heat(loop) > _heat(best)):
-            best = loop
+    loops = asm_loops(lines, syntax)
+    best, best_heat = None, None
+    for loop in loops:
+        inner = frozenset().union(*(b.lines for b in loops if loop.holds(b)))
+        mine = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines - inner)))
+        heat = (sum(mine.fma.values()) > 0, loop.depth, sum(mine.fma.values()), sum(mine.vector.values()),
+                -len(loop.lines))
+        if (heat[2] or heat[3]) and (best_heat is None or heat > best_heat):
+            body = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines)))
+            best, best_heat = HotLoop(loop.first, loop.last, sum(body.fma.values()), sum(body.vector.values())), heat
     return best
-
-
-def _heat(loop: HotLoop) -> tuple:
-    """Most FMAs first (else vector instructions), then the innermost (the shortest) of equals."""
-    return (loop.fma, -(loop.last - loop.first)) if loop.fma else (0, loop.vector, -(loop.last - loop.first))
 
 
 def _kernel_asm(asm: str) -> str:

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from explorer.errors import ExplorerError
 from explorer.target.arches import CPU_ARCHES, CpuArch, cpu_intrinsics
+from explorer.target.asm import ANY_ASM, AsmSyntax, asm_syntax
 from explorer.target import features as isa
 from explorer.target.canonical import canonical_target
 from explorer.target.host import host_cpu, llvm_features
@@ -89,6 +90,11 @@ class Target:
     @property
     def vector_width(self) -> int | None:
         return None
+
+    @property
+    def asm(self) -> AsmSyntax:
+        """How its assembly listing reads (see :mod:`explorer.target.asm`)."""
+        return ANY_ASM
 
     def accepts(self, record_target: str) -> bool:
         """Whether a record measured for ``record_target`` (its canonical text) schedules this target."""
@@ -225,6 +231,10 @@ class CpuTarget(Target):
     @property
     def vector_width(self) -> int | None:
         return int(self.config.get("vector-width") or 0) or isa.vector_width(set(self.features), self.arch)
+
+    @property
+    def asm(self) -> AsmSyntax:
+        return asm_syntax(self.arch)
 
     @property
     def isa(self) -> str:
