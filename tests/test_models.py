@@ -143,6 +143,15 @@ def test_torch_route_rejects_non_modules():
         import_torch(object(), ())
 
 
+@pytest.fixture
+def fallback_fold(monkeypatch):
+    """Hold back the shape folding that runs before import (it fixes the printing model), so that
+    TVM's first attempt fails and prints, and the fold after it runs."""
+    import explorer.models.prepare as prepare
+
+    monkeypatch.setattr(prepare, "fold_shape_arithmetic", lambda model: (model, []))
+
+
 def _printing_model() -> onnx.ModelProto:
     """Reshape to a shape TVM sees as a tensor: its importer prints "Error converting operator
     Reshape ..." to stdout, then schedx's folding makes the import succeed."""
@@ -160,7 +169,7 @@ def _printing_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def test_what_tvm_prints_is_kept_off_stdout(capfd):
+def test_what_tvm_prints_is_kept_off_stdout(capfd, fallback_fold):
     from tvm.relax.frontend.onnx import from_onnx
 
     from explorer.models.onnx_import import fix_input_shapes
@@ -196,7 +205,7 @@ def test_capture_takes_c_level_and_python_prints(capfd):
     assert sorted(printed.lines) == ["from C", "from fd 1", "from python"]
 
 
-def test_passes_json_is_valid_on_a_model_whose_import_prints(tmp_path):
+def test_passes_json_is_valid_on_a_model_whose_import_prints(tmp_path, fallback_fold):
     import json
 
     from click.testing import CliRunner
@@ -275,3 +284,48 @@ def test_a_model_path_that_is_no_regular_file_is_named_for_what_it_is(tmp_path, 
     words = "is a folder" if kind == "folder" else "is not a regular file"
     with pytest.raises(ModelLoadError, match=words):
         read_onnx(path)
+
+
+def _graph_reading(name: str, *, branch_reads: str | None = None) -> onnx.ModelProto:
+    """x -> Add(x, NAME) -> y; with ``branch_reads``, y also goes through an If whose branches read
+    that name from the graph around them (as ONNX allows)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Add", ["x", name], ["y"], name="add0")]
+    out = "y"
+    if branch_reads is not None:
+        def branch(tag):
+            return helper.make_graph([helper.make_node("Identity", [branch_reads], [f"b{tag}"], name=f"id_{tag}")],
+                                     f"branch_{tag}", [], [helper.make_tensor_value_info(f"b{tag}", TensorProto.FLOAT,
+                                                                                         [1, 4])])
+        cond = numpy_helper.from_array(np.array(True), "cond")
+        nodes.append(helper.make_node("If", ["cond"], ["z"], name="if0", then_branch=branch("t"),
+                                      else_branch=branch("e")))
+        out, inits = "z", [cond]
+    else:
+        inits = []
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_dangling_input_names_the_node_and_the_missing_tensor(tmp_path):
+    """Issue 49: a node reading a tensor nothing produces gave "TVM could not import the model:
+    'nope'"; the graph is walked before TVM sees it (subgraphs included)."""
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    path = tmp_path / "dangling.onnx"
+    onnx.save(_graph_reading("nope"), path)
+    with pytest.raises(ModelLoadError, match="node 'add0' \\(Add\\) reads the tensor 'nope', which no node produces"):
+        import_onnx(path)
+    result = CliRunner().invoke(cli, ["kernels", "--model", str(path)], obj={})
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "reads the tensor 'nope'" in lines[0] and "TVM could not import" not in lines[0], lines[0]
+    from explorer.models.onnx_import import check_graph
+
+    inner = _graph_reading("x", branch_reads="gone")  # a branch reading a name no graph around it has
+    with pytest.raises(ModelLoadError, match=r"'id_[et]' \(Identity\) reads the tensor 'gone'.* node 'if0' \(If\)"):
+        check_graph(inner)
+    check_graph(_graph_reading("x", branch_reads="y"))  # a branch may read the outer graph's tensors

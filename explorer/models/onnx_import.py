@@ -26,7 +26,7 @@ from pathlib import Path
 import onnx
 
 from explorer.errors import ModelLoadError, ShapeSpecError, short_tvm_message
-from explorer.models.control_flow import fold_constants, runtime_ifs
+from explorer.models.control_flow import fold_constants, pin_scalar_inputs, runtime_ifs
 from explorer.models.onnx_ops import check_operators
 from explorer.models.prepare import prepare_for_tvm
 from explorer.models.quiet import captured_output
@@ -35,8 +35,10 @@ from explorer.models.source import InputSpec, LoadedModel, ModelInfo
 
 
 def read_onnx(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """Parse an ONNX model from a path, raw bytes or an existing proto."""
+    """Parse an ONNX model from a path, raw bytes or an existing proto, and check that its graph is
+    whole (:func:`check_graph`)."""
     if isinstance(source, onnx.ModelProto):
+        check_graph(source, source.graph.name or "the model")
         return source
     if isinstance(source, (bytes, bytearray)):
         data, where = bytes(source), "the uploaded data"
@@ -55,7 +57,43 @@ def read_onnx(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         raise ModelLoadError(f"{where} is not a readable ONNX model ({short_tvm_message(err, 200)})") from err
     if not model.graph.node:
         raise ModelLoadError(f"{where} is not an ONNX model: it has no graph nodes")
+    check_graph(model, where)
     return model
+
+
+def _node_label(node: onnx.NodeProto, index: int) -> str:
+    return f"{node.name!r} ({node.op_type})" if node.name else f"#{index} ({node.op_type}, unnamed)"
+
+
+def _missing_tensor(graph: onnx.GraphProto, outer: frozenset[str]) -> str | None:
+    """What in ``graph`` (or a subgraph of an If, Loop or Scan in it) reads a tensor that nothing
+    defines, in words; None when every tensor read has a source. A subgraph may read the names of
+    the graphs around it (``outer``)."""
+    defined = set(outer) | {i.name for i in graph.input} | {i.name for i in graph.initializer} | \
+        {i.values.name for i in graph.sparse_initializer} | {o for n in graph.node for o in n.output if o}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            if name and name not in defined:  # ("" is an optional input left out)
+                return (f"node {_node_label(node, index)} reads the tensor {name!r}, which no node produces and "
+                        "which is not an input or initializer of the graph")
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found = _missing_tensor(sub, frozenset(defined))
+                if found:
+                    return f"{found} (in the {attr.name!r} graph of node {_node_label(node, index)})"
+    for out in graph.output:
+        if out.name not in defined:
+            return f"the graph's output {out.name!r} is produced by no node"
+    return None
+
+
+def check_graph(model: onnx.ModelProto, where: str = "the model") -> None:
+    """Refuse a graph that reads a tensor nothing defines (a dangling input: TVM's importer fails
+    with only the tensor's name), naming the node and the tensor."""
+    problem = _missing_tensor(model.graph, frozenset())
+    if problem:
+        raise ModelLoadError(f"{where} is not a whole ONNX graph: {problem}. Fix or re-export the model "
+                             "(onnx.checker.check_model(model, full_check=True) reports such problems)")
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -87,7 +125,9 @@ def fix_input_shapes(model: onnx.ModelProto, spec: ShapeSpec) -> tuple[onnx.Mode
         raise ShapeSpecError(f"no input named {', '.join(map(repr, unknown))}; the model's inputs are: {', '.join(names)}")
     params = {d.dim_param for i in model_inputs(model) for d in i.type.tensor_type.shape.dim
               if d.dim_param and not d.HasField("dim_value")}
-    unused = sorted(set(spec.dims) - params)
+    # `--shapes sr=16000`: a name that is no dimension but a scalar input fixes that input's value
+    model, pinned = pin_scalar_inputs(model, {k: v for k, v in spec.dims.items() if k not in params})
+    unused = sorted(set(spec.dims) - params - set(pinned))
     if unused:  # `--shapes batch=100000` on a model whose batch is fixed: refused, not silently ignored
         listed = ", ".join(f"{i.name} [{'x'.join(d.dim_param or str(d.dim_value) for d in i.type.tensor_type.shape.dim)}]"
                            for i in model_inputs(model))
@@ -243,6 +283,9 @@ def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str
     log: list[str] = []
     with captured_output(stderr=True) as printed:  # onnx, onnxscript and TVM's C++ logger too
         prepared, notes = prepare_for_tvm(fixed)
+        pinned = [i.name for i in model_inputs(model) if i.name not in shape_dict]  # `--shapes sr=16000`
+        notes[:0] = [f"input {name!r} fixed to {spec.dims[name]} (--shapes): a constant of the model, the If nodes "
+                     "it decides spliced to the branch taken" for name in pinned if name in spec.dims]
         mod, error = _import_prepared(prepared, shape_dict, dtypes, log, notes)
     log += printed.lines
     if error is not None:
@@ -263,4 +306,5 @@ def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, shapes: str
     return LoadedModel(info=info, mod=mod, onnx_model=fixed)
 
 
-__all__ = ["check_operators", "fix_input_shapes", "import_onnx", "model_inputs", "read_onnx", "symbolic_dims"]
+__all__ = ["check_graph", "check_operators", "fix_input_shapes", "import_onnx", "model_inputs", "read_onnx",
+           "symbolic_dims"]

@@ -7,8 +7,8 @@ table is put to the importer's own check, and those it lets through are handled 
 
 :func:`check_operators` walks the main graph and the branches of every ``If`` (TVM converts
 them too) and raises :class:`UnsupportedOperatorError` naming the first node it cannot import,
-with a reason where schedx knows one (loops, recurrent layers inside a branch, custom domains).
-Recurrent layers of the main graph are not checked here: they are rewritten before import
+with a reason where schedx knows one (loops, recurrent layers inside a loop body, custom domains).
+Recurrent layers of the main graph and of If branches are rewritten before the check
 (:mod:`explorer.models.recurrent`).
 """
 
@@ -28,9 +28,9 @@ _REASONS = {
     "Loop": "TVM's importer has no Loop (a loop whose trip count is known at run time only); "
             "export the model with the loop unrolled, or with static shapes so exporters can fold it",
     "Scan": "TVM's importer has no Scan; export the model with the scan unrolled",
-    "LSTM": "recurrent layers are rewritten for TVM only in the main graph, not inside an If branch",
-    "GRU": "recurrent layers are rewritten for TVM only in the main graph, not inside an If branch",
-    "RNN": "recurrent layers are rewritten for TVM only in the main graph, not inside an If branch",
+    "LSTM": "recurrent layers are rewritten for TVM in the main graph and in If branches, not in a loop body",
+    "GRU": "recurrent layers are rewritten for TVM in the main graph and in If branches, not in a loop body",
+    "RNN": "recurrent layers are rewritten for TVM in the main graph and in If branches, not in a loop body",
 }
 
 
@@ -91,13 +91,17 @@ def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> No
             continue
         if node.domain in _STANDARD and node.op_type in known:
             continue
-        if node.domain == RECURRENCE_DOMAIN and not where:  # schedx's own, left by a rewrite for its importer
+        if node.domain == RECURRENCE_DOMAIN:  # schedx's own, left by a rewrite for its importer (If branches too)
             continue
         op = node.op_type if node.domain in _STANDARD else f"{node.domain}.{node.op_type}"
         name = where + (node.name or (node.output[0] if node.output else ""))
         if node.domain not in _STANDARD:
             detail = (f"it belongs to the custom domain {node.domain!r} (an ONNX Runtime extension); "
                       "TVM imports standard ONNX operators only")
+            if node.domain == "com.microsoft":  # most are ONNX Runtime's fusions of standard operators
+                detail += ("; export the model again without ONNX Runtime's graph optimizations (a model saved "
+                           "with optimized_model_filepath holds its fusions), or as plain ONNX (quantize in QDQ "
+                           "format; schedx rewrites quantize_dynamic's own operators)")
         else:
             detail = _REASONS.get(node.op_type, "")
         found.setdefault(op, ([], detail))[0].append(name)

@@ -9,7 +9,9 @@ model against the original, which is how the tests check them. This module holds
 - :class:`Emitter`: builds replacement nodes and initializers with fresh names, choosing the
   operator form the model's opset expects (``Slice`` and ``Clip`` took attributes before
   opsets 10 and 11 and inputs since);
-- :func:`replace_nodes`: swaps each rewritten node for its replacement, in place in the order.
+- :func:`replace_nodes`: swaps each rewritten node for its replacement, in place in the order,
+  in the main graph and, asked to, in the branches of every ``If`` (a view of a branch sees the
+  constants and shapes of the scopes around it; its new initializers stay in the branch).
 """
 
 from __future__ import annotations
@@ -37,23 +39,36 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 
 class GraphView:
-    """What a rewrite may ask about the main graph of a model: constants, shapes, used names."""
+    """What a rewrite may ask about one graph of a model (the main graph, or ``graph``, a branch
+    inside it, seen from ``outer``, the view of the graph around it): constants, shapes, used
+    names (those of the whole model, so that no new name shadows one in another scope)."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
+    def __init__(self, model: onnx.ModelProto, graph: onnx.GraphProto | None = None, *,
+                 outer: GraphView | None = None, where: str = "") -> None:
+        graph = model.graph if graph is None else graph
         self.opset = default_opset(model)
+        self.outer = outer
+        self.where = where  # "" for the main graph, "If_0/else_branch/" inside a branch
         self._inits = {i.name: i for i in graph.initializer}
         self._const_nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
         self._shapes: dict[str, tuple[int, ...] | None] = {}
+        self._ranks: dict[str, int] = {}
         self.elem_types: dict[str, int] = {}  # ONNX element type of each typed value
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             self._shapes.setdefault(vi.name, _static_shape(vi))
+            if vi.type.tensor_type.HasField("shape"):
+                self._ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
             if vi.type.tensor_type.elem_type:
                 self.elem_types.setdefault(vi.name, vi.type.tensor_type.elem_type)
         for init in graph.initializer:
             self._shapes[init.name] = tuple(int(d) for d in init.dims)
             self.elem_types[init.name] = init.data_type
-        self.names: set[str] = set(self._inits) | {vi.name for vi in graph.input}
+        if outer is not None:
+            self.elem_types = {**outer.elem_types, **self.elem_types}
+            self.names = outer.names  # one set for the whole model
+        else:
+            self.names = _all_names(graph)
+        self.names.update(self._inits, (vi.name for vi in graph.input))
         self._producers: dict[str, onnx.NodeProto] = {}
         self._folded: dict[str, np.ndarray | None] = {}
         for node in graph.node:
@@ -76,6 +91,8 @@ class GraphView:
                 if attr.name == "value":
                     return numpy_helper.to_array(attr.t)
             return None
+        if name not in self._producers and self.outer is not None:
+            return self.outer.constant(name)
         return self._fold(name, depth=0)
 
     def _fold(self, name: str, depth: int) -> np.ndarray | None:
@@ -84,8 +101,8 @@ class GraphView:
         node = self._producers.get(name)
         value = None
         if node is not None and node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and depth < 64:
-            inputs = [self.constant(i) if i in self._inits or i in self._const_nodes else self._fold(i, depth + 1)
-                      for i in node.input if i]
+            inputs = [self._fold(i, depth + 1) if i in self._producers and i not in self._const_nodes
+                      else self.constant(i) for i in node.input if i]
             if all(v is not None for v in inputs):
                 value = self._evaluate(node, inputs).get(name)
         self._folded[name] = value
@@ -109,10 +126,45 @@ class GraphView:
     def shape(self, name: str) -> tuple[int, ...] | None:
         """The static shape of ``name``; ``None`` when unknown or symbolic."""
         shape = self._shapes.get(name)
+        if shape is None and name not in self._shapes and name not in self._producers and self.outer is not None:
+            return self.outer.shape(name)
         if shape is None:
             value = self.constant(name)
             return tuple(value.shape) if value is not None else None
         return shape
+
+    def rank(self, name: str) -> int | None:
+        """The rank of ``name`` when shape inference knows it, even with symbolic dimensions."""
+        shape = self.shape(name)
+        if shape is not None:
+            return len(shape)
+        if name in self._ranks:
+            return self._ranks[name]
+        return self.outer.rank(name) if self.outer is not None and name not in self._producers else None
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor and node name in ``graph`` and the graphs nested in it."""
+    names = {i.name for i in graph.initializer} | {i.name for i in graph.input}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+        if node.name:
+            names.add(node.name)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                names |= _all_names(sub)
+    return names
+
+
+def if_branches(graph: onnx.GraphProto, path: str = "") -> Iterable[tuple[onnx.NodeProto, str, onnx.GraphProto, str]]:
+    """Each ``If`` of ``graph`` (not of its branches) with each of its branches:
+    ``(node, "then_branch", branch, "If_0/then_branch/")`` with ``path`` before the label."""
+    for node in graph.node:
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+            continue
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield node, attr.name, attr.g, f"{path}{node.name or node.output[0]}/{attr.name}/"
 
 
 def _static_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
@@ -197,24 +249,35 @@ class Emitter:
         return self.op("Reshape", [x, self.const(np.array(list(shape), "int64"), "shape")], out=out)
 
 
-def replace_nodes(model: onnx.ModelProto, rewrite: Callable[[onnx.NodeProto, GraphView], Emitter | None]) -> int:
-    """Replace, in place in ``model``'s main graph, every node that ``rewrite`` returns an
-    :class:`Emitter` for by the emitter's nodes (initializers added); returns how many."""
-    view = GraphView(model)
+def replace_nodes(model: onnx.ModelProto, rewrite: Callable[[onnx.NodeProto, GraphView], Emitter | None], *,
+                  branches: bool = False) -> int:
+    """Replace, in place in ``model``'s main graph (and in the branches of its ``If`` nodes, at
+    any depth, when ``branches``), every node that ``rewrite`` returns an :class:`Emitter` for by
+    the emitter's nodes (initializers added to the same graph); returns how many."""
+    return _replace_in(model, model.graph, rewrite, None, "", branches)
+
+
+def _replace_in(model: onnx.ModelProto, graph: onnx.GraphProto, rewrite, outer: GraphView | None, where: str,
+                branches: bool) -> int:
+    view = GraphView(model, graph, outer=outer, where=where)
     new_nodes: list[onnx.NodeProto] = []
     count = 0
-    for node in model.graph.node:
+    for node in graph.node:
         emitted = rewrite(node, view)
         if emitted is None:
             new_nodes.append(node)
             continue
         count += 1
         new_nodes.extend(emitted.nodes)
-        model.graph.initializer.extend(emitted.initializers)
+        graph.initializer.extend(emitted.initializers)
     if count:
-        del model.graph.node[:]
-        model.graph.node.extend(new_nodes)
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+    if branches:
+        inner = GraphView(model, graph, outer=outer, where=where) if count else view  # the rewritten graph
+        for _node, _label, branch, path in list(if_branches(graph, where)):
+            count += _replace_in(model, branch, rewrite, inner, path, branches)
     return count
 
 
-__all__ = ["Emitter", "GraphView", "default_opset", "replace_nodes"]
+__all__ = ["Emitter", "GraphView", "default_opset", "if_branches", "replace_nodes"]

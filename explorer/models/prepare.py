@@ -1,12 +1,15 @@
 """Turn an ONNX model with static input shapes into one TVM's importer takes.
 
 Each step is an ONNX-to-ONNX rewrite that keeps the model's meaning (ONNX Runtime gives the
-same outputs before and after), and each says what it did in a note:
+same outputs before and after), and each says what it did in a note. First, shape arithmetic
+the fixed input shapes decide (``Shape -> Gather -> Range``, sizes of a ``Reshape``, ``Expand``,
+``Split`` or ``Resize``) is folded to constants (:mod:`explorer.models.shape_fold`); then:
 
 1. ``If`` nodes whose condition the shapes or constants fix are folded to the branch taken
    (:mod:`explorer.models.control_flow`);
 2. ONNX Runtime's dynamically quantized LSTMs become LSTMs of their dequantized weights
-   (:mod:`explorer.models.dynamic_lstm`), then LSTM, GRU and RNN layers are unrolled over the
+   (:mod:`explorer.models.dynamic_lstm`), its other dynamic quantization operators standard ones
+   (:mod:`explorer.models.dynamic_quant`), then LSTM, GRU and RNN layers are unrolled over the
    fixed sequence length (:mod:`explorer.models.recurrent`);
 3. quantized operators in ONNX Runtime's QOperator form (QLinearConv, QLinearMatMul) and its
    contrib Quantize/DequantizeLinear become standard QDQ (:mod:`explorer.models.qdq`);
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import onnx
 
-from explorer.models.control_flow import fold_branches, fold_constants
+from explorer.models.control_flow import enclosing_branches, fold_branches, fold_constants
 from explorer.models.dynamic_lstm import dequantize_dynamic_lstm
+from explorer.models.dynamic_quant import rewrite_dynamic_quantization
 from explorer.models.onnx_ops import check_operators
 from explorer.models.qdq import rewrite_qoperators
+from explorer.models.shape_fold import fold_shape_arithmetic
 from explorer.models.spectral import has_spectral_ops, rewrite_spectral
 from explorer.models.recurrent import (
     RecurrentLayerError,
@@ -44,20 +49,30 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     notes on every rewrite made; raises ``UnsupportedOperatorError`` naming a node none of the
     rewrites covers."""
     notes: list[str] = []
-    model = _infer(model)
+    model, shapes_folded = fold_shape_arithmetic(_infer(model))
+    notes += shapes_folded
     model, folded = fold_branches(model)
     notes += folded
     model, dequantized = dequantize_dynamic_lstm(model)
     notes += dequantized
+    model, dynamic = rewrite_dynamic_quantization(model)
+    notes += dynamic
     if has_recurrent_layers(model):
         model = _infer(model, data_prop=True)
         try:
-            model, rewritten = rewrite_recurrent(model)
-        except RecurrentLayerError as err:
-            if "not static" not in str(err):
+            try:
+                model, rewritten = rewrite_recurrent(model)
+            except RecurrentLayerError as err:
+                if "not static" not in str(err):
+                    raise
+                # the sequence length may be computed by shape arithmetic that folding makes static
+                model, rewritten = rewrite_recurrent(_infer(fold_constants(model)))
+        except RecurrentLayerError as err:  # in an If branch: say what chooses the branch
+            context = enclosing_branches(model, err.where) if err.where else ""
+            if not context:
                 raise
-            # the sequence length may be computed by shape arithmetic that folding makes static
-            model, rewritten = rewrite_recurrent(_infer(fold_constants(model)))
+            raise RecurrentLayerError(err.op_type, err.node_name[len(err.where):], f"{err.why}; {context}",
+                                      where=err.where) from err
         notes += rewritten
     model, requant = rewrite_qoperators(model)
     notes += requant

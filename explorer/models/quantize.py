@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from explorer.errors import ModelLoadError, short_tvm_message
 from explorer.models.onnx_import import fix_input_shapes, model_inputs, read_onnx
 from explorer.models.ort_run import ort_latency, ort_outputs, ort_session
 from explorer.models.shapes import ShapeSpec, parse_shape_spec
+from explorer.temp_dirs import private_temp_dir
 
 
 class QuantizeError(ModelLoadError):
@@ -182,7 +182,7 @@ def _quantize(fixed: onnx.ModelProto, calib: list[dict[str, np.ndarray]], *, per
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    with tempfile.TemporaryDirectory(prefix="schedx-quant-") as tmp:
+    with private_temp_dir("schedx-quant-") as tmp:
         src = Path(tmp) / "float.onnx"
         onnx.save(fixed, src)
         done = False

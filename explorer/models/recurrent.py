@@ -37,7 +37,7 @@ from explorer.kernels.recurrence import ACTIVATIONS as SUPPORTED_ACTIVATIONS
 from explorer.kernels.recurrence import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
 from explorer.kernels.recurrence import GATES as _GATES
 from explorer.kernels.recurrence import RecurrenceSpec
-from explorer.models.onnx_rewrite import Emitter, GraphView, replace_nodes
+from explorer.models.onnx_rewrite import Emitter, GraphView, if_branches, replace_nodes
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 RECURRENCE_DOMAIN = "ai.schedx"
@@ -47,11 +47,12 @@ RECURRENCE_OP = "Recurrence"  # a layer's steps as one kernel; attribute ``spec`
 class RecurrentLayerError(UnsupportedOperatorError):
     """A recurrent layer in a form the rewrite does not cover; the message says which and why."""
 
-    def __init__(self, op_type: str, node_name: str, why: str) -> None:
+    def __init__(self, op_type: str, node_name: str, why: str, *, where: str = "") -> None:
         self.op_type = op_type
-        self.node_name = node_name
-        where = f" (node {node_name!r})" if node_name else ""
-        Exception.__init__(self, f"{op_type}{where} cannot be rewritten for TVM: {why}")
+        self.node_name = where + node_name  # where: the If branch it sits in ("" in the main graph)
+        self.why, self.where = why, where
+        named = f" (node {self.node_name!r})" if self.node_name else ""
+        Exception.__init__(self, f"{op_type}{named} cannot be rewritten for TVM: {why}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _inputs(node: onnx.NodeProto, count: int) -> list[str]:
 
 def _describe(node: onnx.NodeProto, view: GraphView) -> _Layer:
     op, name = node.op_type, node.name or (node.output[0] if node.output else "")
-    fail = lambda why: RecurrentLayerError(op, name, why)
+    fail = lambda why: RecurrentLayerError(op, name, why, where=view.where)
     attrs = _attrs(node)
     direction = _text(attrs.get("direction", b"forward"))
     if direction not in ("forward", "reverse", "bidirectional"):
@@ -109,7 +110,13 @@ def _describe(node: onnx.NodeProto, view: GraphView) -> _Layer:
         raise fail(f"its weights W ({w_name!r}) are computed at run time; only constant weights are supported")
     batch_first = bool(attrs.get("layout", 0))
     x_shape = view.shape(x_name)
-    if x_shape is None or len(x_shape) != 3:
+    rank = view.rank(x_name)
+    if rank is not None and rank != 3:
+        branch = (" in this If branch: with these input shapes the branch cannot run (ONNX Runtime would fail "
+                  "in it too); fix the input that chooses the branch so that it is folded away (--shapes NAME=VALUE)"
+                  if view.where else "")
+        raise fail(f"its input {x_name!r} has rank {rank} where a recurrent layer takes rank 3{branch}")
+    if x_shape is None:
         raise fail(f"the shape of its input {x_name!r} is not static, so the sequence length is unknown; "
                    "fix the model's input shapes with --shapes (e.g. 'input:1x16x40' or 'seq=16')")
     seq, batch = (x_shape[1], x_shape[0]) if batch_first else (x_shape[0], x_shape[1])
@@ -324,26 +331,38 @@ def _emit_output(em: Emitter, parts: list[str], name: str, *, axis: int, perm: l
     em.op("Transpose", [joined], out=name, perm=perm)
 
 
+def _layers(graph: onnx.GraphProto, where: str = "") -> list[tuple[onnx.NodeProto, str]]:
+    """The LSTM, GRU and RNN nodes of ``graph`` and of its ``If`` branches, with where they sit."""
+    found = [(n, where) for n in graph.node if n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx")]
+    for _node, _label, branch, path in if_branches(graph, where):
+        found += _layers(branch, path)
+    return found
+
+
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    return list(graph.node) + [n for _, _, branch, _ in if_branches(graph) for n in _nodes(branch)]
+
+
 def has_recurrent_layers(model: onnx.ModelProto) -> bool:
-    """Whether the main graph holds an LSTM, GRU or RNN node."""
-    return any(n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx") for n in model.graph.node)
+    """Whether the main graph or an ``If`` branch in it holds an LSTM, GRU or RNN node."""
+    return bool(_layers(model.graph))
 
 
 def rewrite_recurrent(model: onnx.ModelProto, *, sequence_kernels: bool = True) -> tuple[onnx.ModelProto, list[str]]:
     """A copy of ``model`` whose LSTM/GRU/RNN nodes are rewritten for TVM, and one note per
     rewritten layer: all its steps as one ``Recurrence`` node (float32 layers), or
     unrolled into plain operators (``sequence_kernels=False``, and other dtypes). Needs static
-    input shapes (run shape inference first)."""
+    input shapes (run shape inference first). Layers inside ``If`` branches are rewritten in
+    their branch (the branch stays control flow)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    layers = [f"{n.op_type} {n.name or n.output[0]!r}" for n in model.graph.node
-              if n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx")]
+    layers = [f"{n.op_type} {where + (n.name or n.output[0])!r}" for n, where in _layers(model.graph)]
     if not layers:
         return out, []
-    before = len(out.graph.node)
-    replace_nodes(out, lambda node, view: _rewrite(node, view, sequence_kernels))
+    before = len(_nodes(out.graph))
+    replace_nodes(out, lambda node, view: _rewrite(node, view, sequence_kernels), branches=True)
     # value_info of the old outputs stays valid (the names and shapes are kept)
-    kernels = sum(n.op_type == RECURRENCE_OP and n.domain == RECURRENCE_DOMAIN for n in out.graph.node)
+    kernels = sum(n.op_type == RECURRENCE_OP and n.domain == RECURRENCE_DOMAIN for n in _nodes(out.graph))
     if kernels:
         if all(o.domain != RECURRENCE_DOMAIN for o in out.opset_import):
             out.opset_import.append(helper.make_opsetid(RECURRENCE_DOMAIN, 1))
@@ -351,7 +370,7 @@ def rewrite_recurrent(model: onnx.ModelProto, *, sequence_kernels: bool = True) 
     else:
         how = "unrolled into plain operators"
     note = (f"{len(layers)} recurrent layer(s) rewritten for TVM, {how} ({', '.join(layers)}; "
-            f"{before} -> {len(out.graph.node)} nodes)")
+            f"{before} -> {len(_nodes(out.graph))} nodes)")
     return out, [note]
 
 

@@ -2,7 +2,11 @@
 
 Accepted forms, comma- or semicolon-separated, freely mixed:
   ``input:1x3x224x224``   a whole input shape by input name (``x`` or ``*`` between dims);
-  ``batch=1``             a value for a named symbolic dimension (ONNX ``dim_param``);
+  ``batch=1``             a value for a named symbolic dimension (ONNX ``dim_param``), or, where
+                          the name is a scalar input's (silero-vad's ``sr=16000``), that input's
+                          value: it becomes a constant and the ``If`` nodes it decides fold
+                          (:func:`explorer.models.control_flow.pin_scalar_inputs`; positive
+                          whole numbers only, as for dimensions);
 and the same as a dict: ``{"input": [1, 3, 224, 224], "batch": 1}``.
 """
 
