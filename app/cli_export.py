@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 
-from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
 from app.cli_types import DbPath, FilePath
 from explorer.precision import PRECISIONS
-
-
-@contextmanager
-def _progress(label: str):
-    """A progress bar on stderr fed by the library's ``progress(stage, fraction)`` callback."""
-    with click.progressbar(length=100, label=label, file=click.get_text_stream("stderr"),
-                           item_show_func=lambda stage: stage) as bar:
-        def update(stage: str, fraction: float) -> None:
-            step = int(fraction * 100) - bar.pos
-            bar.update(max(step, 0), stage)
-
-        yield update
-
-
-def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | None):
-    """The best record per task from the database (none with --no-db)."""
-    from export.choose import workload_schedules
-
-    return workload_schedules(db, workload, target, use_records=not no_db, hardware=hardware)
 
 
 @click.command()
@@ -54,7 +34,10 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
               help="Time every record's kernel inside the model against the default schedule's (both builds, "
                    "alternated, three rounds, about a minute on ResNet-18) and keep only the records "
                    "faster there by 2% in the median round. Default: on when records apply and the target "
-                   "runs here (an export never ships a record slower than the default in the model).")
+                   "runs here (an export never ships a record slower than the default in the model). The "
+                   "decision is kept in the database and reused until the records chosen, the machine or the "
+                   "precision change.")
+@recheck_option()
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
@@ -64,7 +47,8 @@ def _schedules(db: str | None, no_db: bool, workload, target, hardware: str | No
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
-           check_in_model: bool | None, sign_key: Path | None, force: bool, precision: str, as_json: bool) -> None:
+           check_in_model: bool | None, recheck: bool, sign_key: Path | None, force: bool, precision: str,
+           as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -72,17 +56,21 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
     from export.entry import ExportSpec, run_export
 
     spec = ExportSpec(workload=workload, out_dir=out_dir, target=target_spec, shapes=shapes, use_records=not no_db,
-                      db=db, hardware=hardware, check_in_model=check_in_model, threads=threads, verify=not no_verify,
-                      layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key, force=force, precision=precision)
-    with _progress(f"exporting {workload}") as progress:
+                      db=db, hardware=hardware, check_in_model=check_in_model, recheck=recheck, threads=threads,
+                      verify=not no_verify, layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key, force=force,
+                      precision=precision)
+    with progress_bar(f"exporting {workload}") as progress:
         result = run_export(spec, progress=progress)
     report = result.report
     if result.signature is not None:
         click.echo(f"signed: {result.signature} (check with: schedx run {report.folder} --trust PUBKEY)", err=True)
     if as_json:
-        echo_json(report.to_dict())
+        echo_json({**report.to_dict(), "in_model": result.shipped.decision.to_dict()
+                   if result.shipped.decision is not None else None})
     else:
         _print_export(report)
+        if result.shipped.decision is not None:
+            click.echo(f"  {result.shipped.summary()}")
     if not report.ok:
         raise SystemExit(1)
 
@@ -156,7 +144,7 @@ def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | Non
         wanted, built_for = parse_target(target_spec), bundle_target(read_manifest(bundle))
         if not wanted.accepts(built_for.key):
             raise TargetError(f"{shown} was built for {built_for.label}, not {wanted.label}")
-    with _progress(f"running {shown}") as progress:
+    with progress_bar(f"running {shown}") as progress:
         progress("timing", 0.1)
         report = bench_bundle(bundle, threads=threads, runs=runs, budget_s=budget, baselines=not no_baselines,
                               rounds=rounds)
@@ -181,14 +169,16 @@ def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | Non
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 100),
               help="Rounds the contenders alternate in (the runs are shared out among them).")
 @click.option("--check-in-model/--no-check-in-model", default=True, show_default=True,
-              help="Use only the records that beat the default inside the model, as `schedx export` ships them.")
-@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+              help="Use only the records that beat the default inside the model, as `schedx export` ships them "
+                   "(the decision the database keeps for these records and this machine, else one taken now).")
+@recheck_option()
+@target_option(scope="here")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: add a row with the default build's weight products in bf16 (fp32 accumulation).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
-          threads: int | None, rounds: int, check_in_model: bool, target_spec: str, precision: str,
+          threads: int | None, rounds: int, check_in_model: bool, recheck: bool, target_spec: str, precision: str,
           as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
     (and PyTorch when the model came from it), and OpenVINO f32 and at its default precision
@@ -196,31 +186,13 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
 
     The contenders run in alternated rounds; each median comes with its 95% confidence interval,
     and each pair of rows is called faster, slower, or no different beyond the noise."""
-    from explorer.target import parse_target
-    from explorer.workload import load_workload
-    from export.bench import bench_workload
+    from export.entry import BenchSpec, run_bench
 
-    target = parse_target(target_spec)
-    target.require_runnable("benchmark")
-    loaded = load_workload(workload, shapes)
-    from export.choose import why_no_schedules
-
-    schedules, choices = _schedules(db, no_db, loaded, target, None)
-    why = "no records used (--no-db)" if no_db else why_no_schedules(choices)
-    dropped: list[str] = []
-    with _progress(f"benchmarking {loaded.name}") as progress:
-        if check_in_model and schedules:  # tuned = what `schedx export` ships
-            from export.in_model import checked_schedules
-
-            progress(f"timing {len(schedules)} record(s) inside the model against the default schedules", 0.0)
-            schedules, dropped = checked_schedules(loaded, target, schedules, threads=threads)
-            if not schedules:
-                why = ("every record lost to the default schedule inside the model (what `schedx export` "
-                       "ships is the default build)")
-        report = bench_workload(loaded, schedules=schedules, threads=threads, runs=runs, budget_s=budget,
-                                progress=progress, target=target, no_schedules_why=why, rounds=rounds,
-                                precision=precision)
-    report.notes.extend(dropped)
+    spec = BenchSpec(workload=workload, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
+                     check_in_model=check_in_model, recheck=recheck, threads=threads, runs=runs, budget_s=budget,
+                     rounds=rounds, precision=precision)
+    with progress_bar(f"benchmarking {workload}") as progress:
+        report = run_bench(spec, progress=progress).report
     if as_json:
         echo_json(report.to_dict())
     else:

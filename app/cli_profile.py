@@ -6,66 +6,65 @@ import shlex
 
 import click
 
-from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
+from app.cli_types import DbPath
 
 
 @click.command()
 @click.argument("model")
-@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+@target_option(scope="here")
 @click.option("--shapes", default=None, help="Input shapes for symbolic dims, e.g. 'input:1x3x224x224'.")
-@click.option("--db", default=None, help="schedx database with records (default: the default database, if any).")
+@click.option("--db", default=None, type=DbPath(),
+              help="schedx database with records (default: the default database, if any).")
 @click.option("--no-db", is_flag=True, help="No records: profile the default schedules.")
+@click.option("--check-in-model/--no-check-in-model", default=None,
+              help="Apply the in-model decision, as `schedx export` ships the records (default: on when records "
+                   "apply): the one the database keeps for these records and this machine, else one taken now "
+                   "(about a minute on ResNet-18).")
+@recheck_option()
 @click.option("--runs", default=10, show_default=True, type=click.IntRange(1, 1000), help="Profiled runs.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Kernels to list (and to suggest tuning).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 @fail_cleanly
-def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no_db: bool, runs: int,
-            threads: int | None, top_k: int, as_json: bool) -> None:
-    """Build MODEL as `schedx export` would (the database's records applied, defaults elsewhere),
+def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no_db: bool,
+            check_in_model: bool | None, recheck: bool, runs: int, threads: int | None, top_k: int,
+            as_json: bool) -> None:
+    """Build MODEL as `schedx export` would (the records it ships applied, defaults elsewhere),
     run it in a fresh process and time every kernel call: seconds per run, share, GFLOPS and % of
     this machine's measured peak, where each schedule came from; ONNX Runtime's slowest nodes
     beside it. Ends with the commands that tune the hottest kernels."""
-    from app.cli_export import _schedules
-    from explorer.measure.calibration import calibration
-    from explorer.target import parse_target
-    from explorer.workload import load_workload
-    from export.profile import profile_workload
+    from export.entry import ProfileSpec, run_profile
 
-    target = parse_target(target_spec)
-    target.require_runnable("profile")
-    workload = load_workload(model, shapes)
-    schedules, choices = _schedules(db, no_db, workload, target, None)
+    spec = ProfileSpec(workload=model, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
+                       check_in_model=check_in_model, recheck=recheck, runs=runs, threads=threads)
+    with progress_bar(f"profiling {model}") as progress:
+        profiled = run_profile(spec, progress=progress)
+    result = profiled.profile
     # tasks with records (a search ran on them; where the default won, its record is the best):
     # "tune the hottest kernels that have no record" leaves them out
-    searched = {c.task.name for c in choices if c.best is not None}
-    with click.progressbar(length=2, label=f"profiling {workload.name}", file=click.get_text_stream("stderr")) as bar:
-        peaks = calibration()
-        bar.update(1)
-        result = profile_workload(workload, target, schedules=schedules, runs=runs, threads=threads,
-                                  peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
-        bar.update(1)
+    searched = {c.task.name for c in profiled.shipped.choices if c.best is not None}
     if as_json:
         echo_json(result.to_dict())
         return
     ort = f", ONNX Runtime {result.ort_s * 1e3:.2f} ms ({result.end_to_end_s / result.ort_s:.2f}x)" \
         if result.ort_s else ""
-    click.echo(f"{workload.name} on {result.target}: {result.end_to_end_s * 1e3:.2f} ms per run{ort}; kernels "
+    click.echo(f"{profiled.workload.name} on {result.target}: {result.end_to_end_s * 1e3:.2f} ms per run{ort}; kernels "
                f"{result.kernels_s * 1e3:.2f} ms, VM builtins {result.other_s * 1e3:.2f} ms")
     if result.headroom_s is not None:
         click.echo(f"headroom: {result.headroom_s * 1e3:.3g} ms ({result.headroom_s / result.kernels_s:.0%} of the kernels' "
                    f"time) if every kernel ran at its roofline ({result.roofline_peak_gflops:.0f} GFLOPS, or "
-                   f"{result.peak_gbps:.0f} GB/s times its FLOPs per byte where lower): about the most a search can "
-                   "take off this model here")
+                   f"{result.peak_gbps:.0f} GB/s times its FLOPs per byte where lower"
+                   + (f", {result.cache_gbps:.0f} GB/s where its bytes fit in the caches"
+                      if result.cache_gbps else "")
+                   + "): about the most a search can take off this model here")
     click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6} {'%roof':>6}  {'schedule':<10} task")
     for k in result.top(top_k):
-        gflops = "-" if k.gflops is None else f"{k.gflops:.1f}"
-        peak_pct = "-" if k.percent_of_peak is None else f"{k.percent_of_peak:.0f}"
-        roof_pct = "-" if k.percent_of_roofline is None else f"{k.percent_of_roofline:.0f}"
+        c = k.cells(result.kernels_s)  # a kernel below the instrument's resolution: "< ms", "≥ GFLOPS"
         source = f"record {k.record_id}" if k.schedule == "record" else k.schedule
-        click.echo(f"{k.seconds * 1e3:9.3f} {k.share:6.1%} {k.calls:>5} {gflops:>8} {peak_pct:>6} {roof_pct:>6}  "
-                   f"{source:<10} {k.task}")
+        click.echo(f"{c['ms']:>9} {c['share']:>6} {k.calls:>5} {c['GFLOPS']:>8} {c['% peak']:>6} "
+                   f"{c['% roofline']:>6}  {source:<10} {k.task}")
     if result.ort:
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:

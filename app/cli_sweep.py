@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 
-from app.cli_common import echo_json, fail_cleanly, target_option
+from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
 from app.cli_types import DbPath, FilePath
 
 
@@ -24,11 +24,15 @@ def _batches(text: str) -> list[int]:
 @click.command()
 @click.argument("model")
 @click.option("--batch", "batch_text", default="1,2,4,8", show_default=True, help="Batch sizes to time.")
-@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
+@target_option(scope="here")
 @click.option("--trials", default=0, show_default=True, type=click.IntRange(0, 10**6),
               help="Tune each shape first with this many trials (0: reuse the records there are).")
 @click.option("--db", default=None, type=DbPath(),
               help="schedx database whose records apply (and where tuning goes).")
+@click.option("--check-in-model/--no-check-in-model", default=None,
+              help="At each batch size, apply the in-model decision, as `schedx export` ships the records "
+                   "(default: on when records apply): the one the database keeps, else one taken now.")
+@recheck_option()
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--runs", default=20, show_default=True, type=click.IntRange(1, 10000), help="Timed runs per point.")
 @click.option("--shapes", default=None, help="The model's symbolic dimensions other than the batch, e.g. "
@@ -37,18 +41,18 @@ def _batches(text: str) -> list[int]:
               help="Also write the chart: .html (interactive) or .png.")
 @click.option("--json", "as_json", is_flag=True, help="Print the points as JSON.")
 @fail_cleanly
-def sweep(model: str, batch_text: str, target_spec: str, trials: int, db: str | None, threads: int | None,
-          runs: int, shapes: str | None, out_file: Path | None, as_json: bool) -> None:
+def sweep(model: str, batch_text: str, target_spec: str, trials: int, db: str | None, check_in_model: bool | None,
+          recheck: bool, threads: int | None, runs: int, shapes: str | None, out_file: Path | None,
+          as_json: bool) -> None:
     """Time MODEL at several batch sizes (every input's first dimension), each with the records
-    tuned at that shape (records only apply to the shapes they were tuned at), beside ONNX
-    Runtime: latency and throughput, and the batch where each peaks."""
-    from export.sweep import sweep as run_sweep
+    tuned at that shape that `schedx export` would ship (records only apply to the shapes they
+    were tuned at), beside ONNX Runtime: latency and throughput, and the batch where each peaks."""
+    from export.entry import SweepSpec, run_sweep
 
-    batches = _batches(batch_text)
-    with click.progressbar(length=100, label=f"sweeping {model}", file=click.get_text_stream("stderr"),
-                           item_show_func=lambda s: s) as bar:
-        result = run_sweep(model, batches, target=target_spec, db=db, trials=trials, threads=threads, runs=runs,
-                           shapes=shapes, progress=lambda stage, frac: bar.update(max(0, int(frac * 100) - bar.pos), stage))
+    spec = SweepSpec(workload=model, batches=tuple(_batches(batch_text)), target=target_spec, db=db, trials=trials,
+                     threads=threads, runs=runs, shapes=shapes, check_in_model=check_in_model, recheck=recheck)
+    with progress_bar(f"sweeping {model}") as progress:
+        result = run_sweep(spec, progress=progress)
     if out_file is not None:
         _write_chart(result, out_file)
     if as_json:

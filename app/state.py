@@ -79,6 +79,7 @@ class ExportKeys:
     DB_INPUT = "ex_db"
     PICK = "ex_pick_"  # + task name
     IN_MODEL = "ex_in_model"
+    RECHECK = "ex_recheck"  # take the in-model decision again instead of reusing the one kept
     BUILD = "ex_build"
     DOWNLOAD = "ex_download"
     RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}

@@ -180,9 +180,9 @@ def bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float 
     return run
 
 
-def _export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
-                budget_s: float, note: str = "") -> BenchRow:
-    """Build ``workload`` and time it once (no rounds): the sweep's row per batch size."""
+def export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
+               budget_s: float, note: str = "") -> BenchRow:
+    """Build ``workload`` with ``schedules`` and time it once (no rounds): the sweep's row per batch size."""
     with private_temp_dir("schedx-bench-") as tmp:
         folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
         return bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
@@ -371,6 +371,7 @@ __all__ = [
     "bench_workload",
     "bundle_row",
     "bundle_target",
+    "export_row",
     "ort_row",
     "time_calls",
     "torch_row",

@@ -88,6 +88,12 @@ class InModelCheck:
     def to_dict(self) -> dict:
         return {**asdict(self), "kept": self.kept, "dropped": self.dropped}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> InModelCheck:
+        """A check read back from :meth:`to_dict`'s JSON (a decision kept in the store)."""
+        return cls(rounds=int(data.get("rounds", 0)), whole=dict(data.get("whole") or {}),
+                   tasks=dict(data.get("tasks") or {}))
+
 
 def _kernel_seconds(child: dict, funcs) -> float | None:
     calls = child["profile"]["calls"]
@@ -213,15 +219,4 @@ def _per_kernel(chosen: dict, seconds: dict, outcomes: dict, rounds: int) -> tup
     return tasks, kept
 
 
-def checked_schedules(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule], *,
-                      threads: int | None = None) -> tuple[dict[str, TaskSchedule], list[str]]:
-    """What an export with the in-model check applies: the records that win inside the model, and
-    one warning per record dropped (for the manifest). The target must run here."""
-    if not schedules:
-        return dict(schedules), []
-    target.require_runnable("time")
-    kept, check = check_in_model(workload, target, schedules, threads=threads)
-    return kept, check.notes()
-
-
-__all__ = ["MARGIN", "InModelCheck", "check_in_model", "checked_schedules"]
+__all__ = ["MARGIN", "InModelCheck", "check_in_model"]

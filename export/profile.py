@@ -11,13 +11,13 @@ literature recommends: search first, then profile, then put human effort where t
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.target import Target, parse_target
+from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
 from export.schedules import TaskSchedule
 
@@ -34,7 +34,13 @@ PEAK_CAP = 1.25
 @dataclass(frozen=True)
 class KernelTime:
     """One task of the model: its seconds per run (all its calls), share of the kernels' time,
-    GFLOPS, % of the measured peak, and where its schedule came from."""
+    GFLOPS, % of the measured peak, and where its schedule came from.
+
+    ``seconds`` is the time as timed (``timed_s``) less the instrument's own cost for its calls.
+    Where that leaves less than was taken out, the kernel ran faster than the instrument can tell
+    apart from its own cost (``resolved`` is False): its time is at most ``timed_s``, and its
+    GFLOPS, % of peak and % of roofline are computed from ``timed_s``, lower bounds, never from a
+    difference near zero (a max-pool read 5145 % of its roofline so)."""
 
     task: str
     funcs: tuple[str, ...]
@@ -46,7 +52,25 @@ class KernelTime:
     percent_of_peak: float | None
     schedule: str  # "record", "default" or "failed" (a record that did not apply)
     record_id: int | None = None
-    roofline_gflops: float | None = None  # what its arithmetic intensity allows: min(peak, AI x copy bandwidth)
+    # what its arithmetic intensity allows: min(peak, AI x the bandwidth of where its bytes fit)
+    roofline_gflops: float | None = None
+    timed_s: float | None = None  # as timed, the instrument's cost included (None: the same as seconds)
+
+    @property
+    def ran(self) -> bool:
+        return self.calls > 0
+
+    @property
+    def resolved(self) -> bool:
+        """Its own time is at least what the instrument's cost took out of it (see the class)."""
+        if self.timed_s is None:
+            return True
+        return self.ran and self.seconds > 0 and self.seconds >= self.timed_s - self.seconds
+
+    @property
+    def upper_s(self) -> float:
+        """The most it can have taken: ``seconds`` where resolved, else the time as timed."""
+        return self.seconds if self.resolved or self.timed_s is None else self.timed_s
 
     @property
     def percent_of_roofline(self) -> float | None:
@@ -59,8 +83,88 @@ class KernelTime:
             return 0.0
         return max(0.0, self.seconds * (1.0 - self.percent_of_roofline / 100.0))
 
+    def cells(self, kernels_s: float) -> dict[str, str]:
+        """The row as the CLI and the page print it (``ms``, ``share``, ``GFLOPS``, ``% peak``,
+        ``% roofline``): a kernel that ran is never "0": one below the instrument's resolution
+        shows its time as timed as a bound ("< 0.0018" ms) and its rates as lower bounds ("≥ 9.1")."""
+        if not self.ran:
+            return {"ms": "not run", "share": "-", "GFLOPS": "-", "% peak": "-", "% roofline": "-"}
+        bound = "" if self.resolved else "≥ "
+
+        def gflops(value: float | None) -> str:
+            return "-" if value is None else f"{bound}{value:.1f}"
+
+        def percent(value: float | None) -> str:  # a tenth where under 10 ("≥ 0.3", not "≥ 0")
+            return "-" if value is None else f"{bound}{value:.1f}" if value < 10 else f"{bound}{value:.0f}"
+
+        share = self.upper_s / kernels_s if kernels_s else 0.0
+        return {"ms": _ms(self.seconds) if self.resolved else f"< {_ms(self.upper_s)}",
+                "share": f"{self.share:.1%}" if self.resolved else f"< {share:.1%}",
+                "GFLOPS": gflops(self.gflops), "% peak": percent(self.percent_of_peak),
+                "% roofline": percent(self.percent_of_roofline)}
+
     def to_dict(self) -> dict:
-        return asdict(self) | {"percent_of_roofline": self.percent_of_roofline, "headroom_s": self.headroom_s}
+        return asdict(self) | {"percent_of_roofline": self.percent_of_roofline, "headroom_s": self.headroom_s,
+                               "resolved": self.resolved}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds >= 1e-5 else f"{seconds * 1e3:.4f}"
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    """What a profile row needs of a task: its name and functions, FLOPs and argument bytes per
+    call, and where its schedule came from."""
+
+    name: str
+    funcs: tuple[str, ...]
+    flops: int
+    nbytes: int
+    schedule: str = "default"
+    record_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The kernels' rows (slowest first), their seconds together, the VM builtins' seconds, and
+    the FLOP peak of their rooflines."""
+
+    kernels: tuple[KernelTime, ...]
+    kernels_s: float
+    other_s: float
+    roofline_peak_gflops: float | None
+
+
+def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: float, *,
+                peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
+                cache_bytes: int = 0) -> Rows:
+    """Rows from the instrument's ``calls`` (function -> seconds and calls, per run) with
+    ``per_call`` seconds of its own cost taken out of every call (a row never below zero; one
+    left with less than was taken out is a bound: see :class:`KernelTime`)."""
+    measured, kernels_s, owned = [], 0.0, set()
+    for task in tasks:
+        count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
+        timed = sum(calls.get(f, {}).get("seconds", 0.0) for f in task.funcs)
+        seconds = max(0.0, timed - per_call * count)
+        owned.update(task.funcs)
+        kernels_s += seconds
+        probe = KernelTime(task=task.name, funcs=task.funcs, calls=count, seconds=seconds, share=0.0,
+                           flops=task.flops, gflops=None, percent_of_peak=None, schedule=task.schedule, timed_s=timed)
+        rate_s = probe.upper_s
+        gflops = task.flops * count / rate_s / 1e9 if count and rate_s > 0 and task.flops else None
+        measured.append((task, probe, gflops))
+    other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
+    roof_peak = roofline_peak(peak_gflops, [(p.seconds, g) for _, p, g in measured])
+    kernels = tuple(sorted(
+        (KernelTime(task=t.name, funcs=t.funcs, calls=p.calls, seconds=p.seconds,
+                    share=p.seconds / kernels_s if kernels_s else 0.0, flops=t.flops, gflops=g,
+                    percent_of_peak=100 * g / peak_gflops if g and peak_gflops else None, schedule=t.schedule,
+                    record_id=t.record_id, timed_s=p.timed_s,
+                    roofline_gflops=roofline_bound(t.flops, t.nbytes, roof_peak, peak_gbps, cache_gbps=cache_gbps,
+                                                   cache_bytes=cache_bytes))
+         for t, p, g in measured), key=lambda k: (-k.seconds, -k.upper_s)))
+    return Rows(kernels, kernels_s, other_s, roof_peak)
 
 
 @dataclass(frozen=True)
@@ -97,6 +201,10 @@ class Profile:
     # share of the time reached in this profile where that is higher (the calibration, a numpy
     # matmul, runs ~10% below the best kernels: headroom against it would miss that much)
     roofline_peak_gflops: float | None = None
+    cache_gbps: float = 0.0  # the bandwidth of kernels whose bytes fit in the cores' caches (0: unknown)
+    cache_bytes: int = 0  # those caches together
+    # OpenVINO f32 and its default precision beside TVM's plain runs (export.openvino_row.Anchor)
+    openvino: tuple = ()
 
     @property
     def busy(self) -> bool:
@@ -105,10 +213,9 @@ class Profile:
     @property
     def headroom_s(self) -> float | None:
         """What the kernels would save, together, if each ran at its roofline (the FLOP peak, or the
-        copy bandwidth where its bytes bind it): about the most any schedule, searched or written
-        by hand, can take off this model on this machine. None without both peaks. An estimate: the
-        calibrated peak is a little below what the best kernels reach, and a kernel whose data stays
-        in the cache can beat the copy bandwidth."""
+        bandwidth of where its bytes fit where they bind it): about the most any schedule, searched
+        or written by hand, can take off this model on this machine. None without both peaks. An
+        estimate: the calibrated peak is a little below what the best kernels reach."""
         if not self.peak_gflops or not self.peak_gbps:
             return None
         return sum(k.headroom_s for k in self.kernels)
@@ -121,30 +228,34 @@ class Profile:
         d["kernels"] = [k.to_dict() for k in self.kernels]
         d["headroom_s"] = self.headroom_s
         d["ort"] = [n.to_dict() for n in self.ort]
+        d["openvino"] = [a.to_dict() for a in self.openvino]
         return d
 
 
 def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
-                     peak_gflops: float | None = None, peak_gbps: float | None = None) -> Profile:
+                     peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
+                     cache_bytes: int = 0) -> Profile:
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``; with the
-    machine's peaks, each kernel's % of the peak and roofline."""
+    machine's peaks (:class:`explorer.measure.calibration.Calibration`'s), each kernel's % of the
+    peak and roofline."""
     from export.flow import export_workload
 
     target = parse_target(target)
     target.require_runnable("profile")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
-    with tempfile.TemporaryDirectory(prefix="schedx-profile-") as tmp:
+    with private_temp_dir("schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads)
         return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
-                              peak_gbps=peak_gbps)
+                              peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
-                   ort: bool = True, peak_gflops: float | None = None, peak_gbps: float | None = None) -> Profile:
+                   ort: bool = True, peak_gflops: float | None = None, peak_gbps: float | None = None,
+                   cache_gbps: float = 0.0, cache_bytes: int = 0) -> Profile:
     """Profile a bundle :func:`export.flow.export_workload` wrote for ``workload`` (its folder must
     still exist): the same figures as :func:`profile_workload`, without building again."""
     import statistics
@@ -158,38 +269,70 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     end_to_end_s = float(statistics.median(child["latencies_s"]))
     calls = child["profile"]["calls"]
     per_call = _instrument_cost(calls, end_to_end_s)
-    outcomes = {o.task.name: o for o in report.built.outcomes}
-    rows, kernels_s = [], 0.0
-    owned = set()
-    for name, outcome in outcomes.items():
-        task = outcome.task
-        count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
-        seconds = max(0.0, sum(calls.get(f, {}).get("seconds", 0.0) for f in task.funcs) - per_call * count)
-        owned.update(task.funcs)
-        kernels_s += seconds
-        gflops = task.flops * count / seconds / 1e9 if seconds > 0 and task.flops else None
-        rows.append((task, outcome, seconds, count, gflops))
-    other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
-    roof_peak = roofline_peak(peak_gflops, [(s, g) for _, _, s, _, g in rows])
-    kernels = tuple(sorted(
-        (KernelTime(task=t.name, funcs=t.funcs, calls=n, seconds=s, share=s / kernels_s if kernels_s else 0.0,
-                    flops=t.flops, gflops=g,
-                    percent_of_peak=100 * g / peak_gflops if g and peak_gflops else None,
-                    schedule=o.schedule, record_id=o.record_id,
-                    roofline_gflops=roofline_gflops(t, roof_peak, peak_gbps))
-         for t, o, s, n, g in rows), key=lambda k: -k.seconds))
+    rows = kernel_rows([task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes], calls, per_call,
+                       peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
+    peak_gflops, peak_note = checked_peak(rows.kernels, peak_gflops)
+    if peak_note:  # a kernel read above the calibrated peak: every row against the peak it was raised to
+        rows = kernel_rows([task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes], calls,
+                           per_call, peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps,
+                           cache_bytes=cache_bytes)
+    rows, unsure = _unsure_above_peak(rows)
+    kernels, kernels_s, other_s = rows.kernels, rows.kernels_s, rows.other_s
     notes = [f"instrumented runs took {child['profile']['instrumented_run_s'] * 1e3:.2f} ms against "
              f"{end_to_end_s * 1e3:.2f} ms plain; the instrument's own cost, {per_call * 1e6:.2f} us per timed "
              f"call, is taken out of every row (rows add up to {(kernels_s + other_s) * 1e3:.3f} ms)"]
+    bounds = [k for k in kernels if k.ran and not k.resolved]
+    if bounds:
+        notes.append(f"{len(bounds)} of {len(kernels)} kernels ran in less time than the instrument's cost took out "
+                     f"of them: their rows show the time as timed, the most they took (< ms), and the rates it "
+                     f"gives, lower bounds (≥); kernels that did not run say so")
+    notes += [peak_note] if peak_note else []
+    if unsure:
+        notes.append(f"{unsure} short kernel(s) read above the peak from a time too short to be sure (under "
+                     f"{PEAK_SHARE:.0%} of the kernels' time): their % peak is left blank")
     if load.busy:
         notes.append(load.note())  # (also the report's busy_note)
     ort_nodes, ort_s = (), None
     if ort and workload.onnx_model is not None:
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
+    anchors = ()
+    if ort and workload.onnx_model is not None:  # OpenVINO's rows, or a note why there are none
+        from explorer.environment import cpu_info
+        from export.openvino_row import openvino_anchors
+
+        anchors, why_not = openvino_anchors(workload.onnx_model, workload.sample_inputs(), child["latencies_s"],
+                                            threads=int(threads or cpu_info()["usable_cores"]), runs=runs)
+        notes += why_not
     return Profile(workload=workload.spec, target=report.manifest["target"]["label"], runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
                    ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call,
-                   peak_gbps=peak_gbps, roofline_peak_gflops=roof_peak)
+                   peak_gbps=peak_gbps, roofline_peak_gflops=rows.roofline_peak_gflops, cache_gbps=cache_gbps,
+                   cache_bytes=cache_bytes, openvino=anchors)
+
+
+def checked_peak(kernels: tuple[KernelTime, ...], peak_gflops: float | None) -> tuple[float | None, str]:
+    """``(peak, note)``: the peak no sure kernel of a profile reads above, from the fastest whose
+    figure is sure (:data:`PEAK_SHARE` of the kernels' time or more, or a lower bound) through
+    :func:`explorer.measure.peak_check.within_peak` (which measures the calibration again or raises
+    it, and says so in the note; "" when no kernel was above ``peak_gflops``)."""
+    sure = [(k.gflops, k.task) for k in kernels if k.gflops and (k.share >= PEAK_SHARE or not k.resolved)]
+    if not peak_gflops or not sure or max(sure)[0] <= peak_gflops:
+        return peak_gflops, ""
+    from explorer.measure.peak_check import within_peak
+
+    check = within_peak(*max(sure), peak_gflops)
+    return check.peak_gflops, check.note
+
+
+def _unsure_above_peak(rows: Rows) -> tuple[Rows, int]:
+    """``rows`` with the % peak of kernels still above 100 % (short ones, not sure) left blank; how many."""
+    from dataclasses import replace
+
+    above = [k for k in rows.kernels if (k.percent_of_peak or 0.0) > 100.0]
+    if not above:
+        return rows, 0
+    return replace(rows, kernels=tuple(replace(k, percent_of_peak=None) if k in above else k
+                                       for k in rows.kernels)), len(above)
 
 
 def roofline_peak(peak_gflops: float | None, kernels: list[tuple[float, float | None]]) -> float | None:
@@ -203,17 +346,40 @@ def roofline_peak(peak_gflops: float | None, kernels: list[tuple[float, float | 
     return max(peak_gflops, min(attained, PEAK_CAP * peak_gflops))
 
 
-def roofline_gflops(task, peak_gflops: float | None, peak_gbps: float | None) -> float | None:
-    """What the roofline allows ``task`` at its arithmetic intensity: its FLOPs over the bytes of its
-    arguments (each read or written once), times the copy bandwidth, at most the FLOP peak. A
-    matrix-vector product over 151 MB of weights is bound by reading them, far below the peak."""
+def task_cost(task, schedule: str = "default", record_id: int | None = None) -> TaskCost:
+    """A task's :class:`TaskCost`: FLOPs per call, and the bytes of its arguments, each read or
+    written once (the compulsory traffic of its roofline)."""
     from explorer.workload.keys import argument_bytes
+
+    return TaskCost(name=task.name, funcs=tuple(task.funcs), flops=task.flops, nbytes=argument_bytes(task.mod),
+                    schedule=schedule, record_id=record_id)
+
+
+def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, peak_gbps: float | None, *,
+                   cache_gbps: float = 0.0, cache_bytes: int = 0) -> float | None:
+    """What the roofline allows a kernel of ``flops`` over ``nbytes`` of arguments: its arithmetic
+    intensity times the bandwidth of where its bytes fit, at most the FLOP peak. Bytes that fit in
+    the cores' caches (``cache_bytes``) move at ``cache_gbps`` (a model's small max-pool reads what
+    the convolution before it wrote there: against the large copy's bandwidth it read 5145 % of its
+    roofline); more move at ``peak_gbps``, the large copy's (a matrix-vector product over 151 MB of
+    weights is bound by reading them, far below the FLOP peak)."""
     from store.plots import roofline_ceiling
 
-    if not peak_gflops or not peak_gbps or not task.flops:
+    if not peak_gflops or not peak_gbps or not flops:
         return None
-    nbytes = argument_bytes(task.mod)
-    return roofline_ceiling(task.flops / nbytes, peak_gflops, peak_gbps) if nbytes else peak_gflops
+    if not nbytes:
+        return peak_gflops
+    gbps = cache_gbps if cache_gbps and nbytes <= cache_bytes else peak_gbps
+    return roofline_ceiling(flops / nbytes, peak_gflops, max(gbps, peak_gbps))
+
+
+def roofline_gflops(task, peak_gflops: float | None, peak_gbps: float | None, *, cache_gbps: float = 0.0,
+                    cache_bytes: int = 0) -> float | None:
+    """:func:`roofline_bound` of a task (its FLOPs and its arguments' bytes)."""
+    from explorer.workload.keys import argument_bytes
+
+    nbytes = argument_bytes(task.mod) if task.flops else 0
+    return roofline_bound(task.flops, nbytes, peak_gflops, peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
 
 
 def _instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:
@@ -244,7 +410,7 @@ def ort_profile(onnx_model, inputs: dict, *, runs: int = 10, threads: int | None
 
     from explorer.models.ort_run import ort_latency, ort_session
 
-    with tempfile.TemporaryDirectory(prefix="schedx-ort-profile-") as tmp:
+    with private_temp_dir("schedx-ort-profile-") as tmp:
         session = ort_session(onnx_model, threads, profile_prefix=os.path.join(tmp, "ort"))
         session.run(None, inputs)  # warm-up (also profiled: left out below)
         for _ in range(runs):
@@ -266,4 +432,5 @@ def ort_profile(onnx_model, inputs: dict, *, runs: int = 10, threads: int | None
     return tuple(nodes), float(plain_s)
 
 
-__all__ = ["KernelTime", "OrtNode", "Profile", "ort_profile", "profile_workload"]
+__all__ = ["KernelTime", "OrtNode", "Profile", "Rows", "TaskCost", "kernel_rows", "ort_profile", "profile_workload",
+           "roofline_bound"]

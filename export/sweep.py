@@ -1,5 +1,6 @@
 """Batch size against latency and throughput: the same model built for several batch sizes (each
-with the records tuned at that shape, optionally tuned first), timed as deployed beside ONNX
+with the schedules an export ships at that shape, :mod:`export.shipping`: the records tuned at
+that shape, optionally tuned first, where they win in the model), timed as deployed beside ONNX
 Runtime. Records are only valid for the shapes they were tuned at, and batching trades latency
 for throughput differently on every target; this measures the trade on this machine.
 """
@@ -79,16 +80,19 @@ def _base_workload(spec: str, shapes: str | None) -> Workload:
 
 def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=None, trials: int = 0,
           threads: int | None = None, runs: int = 20, budget_s: float = 10.0, shapes: str | None = None,
+          check_in_model: bool | None = None, recheck: bool = False,
           progress: Callable[[str, float], None] | None = None) -> Sweep:
-    """Time ``spec`` (a model) at each batch size in ``batches`` (see the module docstring).
+    """Time ``spec`` (a model) at each batch size in ``batches`` (see the module docstring), each
+    built with the schedules that ship at that shape (:func:`export.shipping.shipped_schedules`:
+    ``check_in_model`` and ``recheck`` as an export's).
 
     ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first);
     None: the default database, if there is one. ``shapes``: the model's symbolic dimensions other
     than the batch (a dynamic batch itself needs nothing)."""
     from explorer.environment import cpu_info
     from explorer.errors import ExplorerError
-    from export.bench import _export_row, ort_row
-    from export.choose import best_schedules
+    from export.bench import export_row, ort_row
+    from export.shipping import ShipSpec, shipped_schedules
 
     say = progress or (lambda stage, frac: None)
     target = parse_target(target)
@@ -108,10 +112,17 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
             say(f"batch {batch}: tuning {trials} trials", (i + 0.2) / len(batches))
             done = _tune(workload, tasks, target, db, trials)
         no_file = db is not None and not Path(db).expanduser().is_file()  # a database not made yet: no records
-        schedules = {} if no_file else best_schedules(db, tasks, target)[0]
+
+        def heard(stage: str, frac: float, batch: int = batch, at: float = (i + 0.4) / len(batches)) -> None:
+            say(f"batch {batch}: {stage}", at)
+        shipped = shipped_schedules(ShipSpec(workload, target, db=db, use_records=not no_file,
+                                             check_in_model=check_in_model, recheck=recheck, threads=threads), heard)
+        schedules = shipped.schedules
+        if shipped.decision is not None:
+            notes += [f"batch {batch}: {line}" for line in (shipped.summary(), *shipped.dropped)]
         say(f"batch {batch}: timing", (i + 0.6) / len(batches))
-        row = _export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads, runs=runs,
-                          budget_s=budget_s)
+        row = export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads, runs=runs,
+                         budget_s=budget_s)
         ort_s = None
         if workload.onnx_model is not None:
             try:

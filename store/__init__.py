@@ -15,6 +15,7 @@ _NAMES = {
     "CorruptDatabaseError": "errors", "ForeignDatabaseError": "errors", "ImportFormatError": "errors",
     "ReadOnlyDatabaseError": "errors", "SchemaTooNewError": "errors", "StoreError": "errors",
     "Job": "records", "Record": "records", "Workload": "records",
+    "Decision": "decisions",
     "Outcome": "outcome",
 }
 

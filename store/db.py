@@ -18,6 +18,8 @@ Contract:
   the rows once such text was read, and ``info`` always does (see :mod:`store.text`).
 - A file this process may not write is opened read-only: every read works, every write raises
   :class:`ReadOnlyDatabaseError` and changes nothing.
+- Besides measurements it keeps the in-model decisions an export takes once and every command
+  reuses (:mod:`store.decisions`, schema 4).
 - Every SQLite error becomes a :class:`StoreError` naming the file it concerns
   (:class:`CorruptDatabaseError` for a damaged one); nothing else escapes from SQLite.
 """
@@ -32,8 +34,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store import claims, interop, queries, schema, text
+from store import claims, decisions, interop, queries, schema, text
 from store.compare import compare_records
+from store.decisions import Decision
 from store.errors import ReadOnlyDatabaseError, StoreError, io_reason
 from store.paths import user_path
 from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
@@ -343,6 +346,21 @@ class Store:
         """Live claims per owner."""
         with self._read() as db:
             return claims.claimed(db)
+
+    # in-model decisions: which of the records chosen for a model ship (see store.decisions)
+    def in_model_decision(self, *, workload_key: str, target: str, hardware: str, precision: str,
+                 candidates) -> Decision | None:
+        """The decision kept for this question (model, target, machine, precision, the ids of the
+        records judged), or None: none taken yet, or a read-only database of an older schema."""
+        with self._read() as db:
+            return decisions.find(db, workload_key=workload_key, target=target, hardware=hardware,
+                                  precision=precision, candidates=candidates)
+
+    def save_in_model_decision(self, decision: Decision) -> Decision:
+        """Keep ``decision`` in one transaction, replacing an earlier one to the same question;
+        returns it as stored (id and time filled)."""
+        with self._write() as db:
+            return decisions.save(db, decision)
 
     # the whole database
     def info(self) -> dict:

@@ -37,7 +37,7 @@ from store.text import lenient_text
 
 APP = "schedx"
 APPLICATION_ID = 0x53434458  # "SCDX"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0
 META_TABLE = "schedx_meta"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -144,9 +144,34 @@ def _v3(db: sqlite_utils.Database) -> None:
                [Outcome.INFRA_ERROR.value, len(LEGACY_INFRA_PREFIX), LEGACY_INFRA_PREFIX, Outcome.INFRA_ERROR.value])
 
 
+# Schema 4: the in-model decision (which of the records chosen for a model ship, timed inside the
+# model against the default schedules) is taken once and kept, with its interval, for every later
+# command to reuse (see store.decisions). One row per question: the model's key, the target's key,
+# the machine that timed it, the precision and the ids of the records judged (ascending, as JSON);
+# ``kept`` the ids that ship; ratio, low and high the whole model's time with them over the
+# defaults' and its 95% interval (NULL when none won kernel by kernel); details the figures per task.
+DECISIONS_TABLE = "in_model_decisions"
+_V4 = f"""
+CREATE TABLE IF NOT EXISTS {DECISIONS_TABLE} (
+    id INTEGER PRIMARY KEY,
+    workload_key TEXT NOT NULL,
+    target TEXT NOT NULL,
+    hardware TEXT NOT NULL,
+    precision TEXT NOT NULL,
+    candidates TEXT NOT NULL,
+    kept TEXT NOT NULL DEFAULT '[]',
+    ratio REAL,
+    low REAL,
+    high REAL,
+    details TEXT NOT NULL DEFAULT '{{}}',
+    created TEXT NOT NULL,
+    UNIQUE (workload_key, target, hardware, precision, candidates)
+)
+"""
+
 # MIGRATIONS[v] takes a database at version v-1 to version v (v=1 creates everything): SQL
 # statements, or a function of the database. Each runs inside the caller's write transaction.
-MIGRATIONS: dict[int, str | Callable[[sqlite_utils.Database], None]] = {1: _V1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, str | Callable[[sqlite_utils.Database], None]] = {1: _V1, 2: _v2, 3: _v3, 4: _V4}
 
 # Files this process has checked with quick_check, by (device, inode, ctime) when checked
 _CHECKED: set[tuple[int, int, int]] = set()
@@ -447,6 +472,6 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
         db.conn.execute("COMMIT")
 
 
-__all__ = ["APP", "APPLICATION_ID", "LEGACY_INFRA_PREFIX", "MIGRATIONS", "Opened", "RANKABLE", "SCHEMA_VERSION",
+__all__ = ["APP", "APPLICATION_ID", "DECISIONS_TABLE", "LEGACY_INFRA_PREFIX", "MIGRATIONS", "Opened", "RANKABLE", "SCHEMA_VERSION",
            "check", "check_once", "connect", "damaged", "open_database", "open_readonly", "writable",
            "write_transaction"]

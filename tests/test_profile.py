@@ -212,3 +212,83 @@ def test_a_profile_suggests_searching_where_there_is_headroom_not_the_hottest_ke
     assert [k.task for k in suggested_kernels(result, {"m/searched"})] == ["m/slow"]
     # no rooflines (or nothing below them): the hottest kernels without a record, as before
     assert [k.task for k in suggested_kernels(SimpleNamespace(kernels=(at_peak,)), set())] == ["m/at_peak"]
+
+
+# small_cnn as profiled on a 2-core Xeon (issue 52): seconds per run and calls per function, the
+# instrument's cost 1.53 us a call; FLOPs and argument bytes per call of each task
+_SMALL_CNN_CALLS = {"conv": {"seconds": 17.8e-6, "calls": 1}, "pool": {"seconds": 1.79e-6, "calls": 1},
+                    "mean": {"seconds": 0.9e-6, "calls": 1}, "vm.builtin.alloc": {"seconds": 4e-6, "calls": 2}}
+_PER_CALL = 1.53e-6
+_CACHE = dict(cache_gbps=180.0, cache_bytes=4 * 2**20)
+
+
+def _small_cnn_rows(**peaks):
+    from export.profile import TaskCost, kernel_rows
+
+    tasks = [TaskCost("m/fused_conv2d_add_relu", ("conv",), flops=2_375_680, nbytes=67_712),
+             TaskCost("m/max_pool2d", ("pool",), flops=16_384, nbytes=81_920),
+             TaskCost("m/mean", ("mean",), flops=4_160, nbytes=16_640),
+             TaskCost("m/fused_transpose1_reshape", ("reshape",), flops=0, nbytes=512)]  # a view: never called
+    return kernel_rows(tasks, _SMALL_CNN_CALLS, _PER_CALL, peak_gflops=351.0, peak_gbps=26.0, **peaks)
+
+
+def test_a_kernel_that_ran_is_never_shown_as_zero():
+    """Issue 52: 6 of 9 small_cnn kernels showed 0 ms / 0.0 % once the instrument's cost was taken
+    out (ONNX Runtime times its pooling at ~0.01 ms). A kernel left with less than was taken out
+    shows its time as timed, a bound, and its rates as lower bounds."""
+    rows = _small_cnn_rows(**_CACHE)
+    by = {k.task.split("/")[1]: k for k in rows.kernels}
+    conv, pool, mean, view = by["fused_conv2d_add_relu"], by["max_pool2d"], by["mean"], by["fused_transpose1_reshape"]
+    assert conv.resolved and conv.seconds == pytest.approx(17.8e-6 - _PER_CALL)
+    assert conv.cells(rows.kernels_s)["ms"] == "0.016" and not conv.cells(rows.kernels_s)["GFLOPS"].startswith("≥")
+    # 0.26 us left of 1.79 us: less than the 1.53 us taken out
+    assert not pool.resolved and pool.upper_s == pytest.approx(1.79e-6)
+    assert pool.gflops == pytest.approx(16_384 / 1.79e-6 / 1e9)  # from the time as timed: a lower bound
+    cells = pool.cells(rows.kernels_s)
+    assert cells["ms"] == "< 0.0018" and cells["GFLOPS"] == "≥ 9.2" and cells["share"].startswith("< ")
+    assert mean.seconds == 0.0 and mean.cells(rows.kernels_s)["ms"] == "< 0.0009"  # clamped to 0: shown as a bound
+    assert view.cells(rows.kernels_s)["ms"] == "not run"
+    for k in rows.kernels:  # no row that ran reads 0
+        c = k.cells(rows.kernels_s)
+        assert k.ran <= (c["ms"] not in ("0.000", "0.0000") and c["share"] != "0.0%"), (k.task, c)
+    # the rows still add up to the plain run: the estimates, not the bounds
+    assert rows.kernels_s == pytest.approx(17.8e-6 - _PER_CALL + 1.79e-6 - _PER_CALL)
+    assert rows.other_s == pytest.approx(4e-6 - 2 * _PER_CALL)
+    assert [k.seconds for k in rows.kernels] == sorted((k.seconds for k in rows.kernels), reverse=True)
+
+
+def test_a_max_pool_is_bound_by_the_bandwidth_of_where_its_bytes_are():
+    """Issue 52: small_cnn's max_pool2d read 5145 % of its roofline: its 80 KB (input read once,
+    output written once) were priced at the large copy's 26 GB/s, while the convolution before it
+    had just written them to the cache; and its rate came from a time near zero."""
+    from export.profile import roofline_bound
+
+    # 16384 comparisons over 81920 bytes: 0.2 per byte, at the cache's bandwidth where the bytes fit
+    assert roofline_bound(16_384, 81_920, 351.0, 26.0, **_CACHE) == pytest.approx(0.2 * 180.0)
+    assert roofline_bound(16_384, 81_920, 351.0, 26.0) == pytest.approx(0.2 * 26.0)  # no cache figure: the copy's
+    big = 64 * 2**20  # past the caches: the large copy's bandwidth
+    assert roofline_bound(big // 5, big, 351.0, 26.0, **_CACHE) == pytest.approx(0.2 * 26.0)
+    assert roofline_bound(2 * 512**3, 3 * 4 * 512**2, 351.0, 26.0, **_CACHE) == 351.0  # compute-bound: the peak
+    assert roofline_bound(0, 512, 351.0, 26.0, **_CACHE) is None  # no FLOPs (a transpose): no FLOP roofline
+    pool = next(k for k in _small_cnn_rows(**_CACHE).kernels if k.task == "m/max_pool2d")
+    assert pool.percent_of_roofline is not None and pool.percent_of_roofline <= 100.0, pool  # was 5145
+
+
+def test_small_cnns_max_pool_moves_its_input_and_output():
+    """The bytes of the roofline: the pooling's input read once and its output written once."""
+    from explorer.workload import load_workload
+    from export.profile import task_cost
+
+    pool = next(t for t in load_workload("small_cnn").tasks() if t.name == "small_cnn/max_pool2d")
+    cost = task_cost(pool)
+    assert cost.nbytes == 4 * (32 * 32 * 16 + 16 * 16 * 16) and cost.flops == 16 * 16 * 16 * 4  # 2x2 windows
+
+
+def test_the_caches_bandwidth_is_measured_once_and_cached(tmp_path, monkeypatch):
+    import explorer.measure.cache_peak as cache_peak
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = cache_peak.cache_peak()
+    assert (first.gbps > 0) == (first.nbytes > 0)  # 0 where the OS does not report the L2 cache
+    monkeypatch.setattr(cache_peak, "measure_cache_peak", lambda: pytest.fail("measured twice"))
+    assert cache_peak.cache_peak() == first

@@ -88,7 +88,7 @@ def test_db_env_var(demo, monkeypatch):
     path, _ = demo
     monkeypatch.setenv("SCHEDX_DB", str(path))
     data = json.loads(run("db", "info", "--json").output)
-    assert data["path"] == str(path) and data["records"] == 7 and data["schema_version"] == 3
+    assert data["path"] == str(path) and data["records"] == 7 and data["schema_version"] == 4
 
 
 def test_db_info_text(demo):

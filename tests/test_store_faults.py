@@ -117,7 +117,7 @@ def test_version_1_database_is_migrated_and_keeps_its_search_candidates(tmp_path
     path = tmp_path / "old.db"
     _version_1_database(path)
     store = Store(path)
-    assert store.info()["schema_version"] == SCHEMA_VERSION == 3
+    assert store.info()["schema_version"] == SCHEMA_VERSION == 4
     assert store.measured_candidates("w1", "t", "h") == {"123": (1, [0.002])}
     assert [r.candidate for r in store.records(order="id")] == ["123", None]
     store.close()

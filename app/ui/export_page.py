@@ -18,10 +18,10 @@ from app.state import ExportKeys as K
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
 from explorer.models import ZOO
+from explorer.target import target_choices
 from export import zip_bundle
 
 DEFAULT = "default schedule"
-TARGET_CHOICES = ("cpu:x86-64-v3", "aarch64:cortex-a76", "cuda:sm_80", "cuda:sm_90")
 
 
 def sidebar():
@@ -47,7 +47,7 @@ def sidebar():
                              help="a built-in with shapes, or MODEL/FUSED_KERNEL (see `schedx kernels`)")
     sb.header("Target")
     with sb:
-        target = target_picker(K.TARGET_KIND, choices=TARGET_CHOICES)
+        target = target_picker(K.TARGET_KIND, choices=target_choices())
     sb.header("Records")
     db = sb.text_input("Database", db_path(), key=K.DB_INPUT)
     return spec, shapes, target, db
@@ -117,7 +117,10 @@ def task_table(choices, target) -> dict:
     return picks
 
 
-def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> None:
+def build(workload, target, choices, picks: dict, *, in_model: bool = False, db: str | None = None,
+          recheck: bool = False) -> None:
+    """Export the picks; the in-model decision the database ``db`` keeps for them is reused
+    (``recheck``: taken again), as `schedx export` does."""
     from export.choose import schedules_for
     from export.entry import ExportSpec, run_export
 
@@ -125,10 +128,12 @@ def build(workload, target, choices, picks: dict, *, in_model: bool = False) -> 
     folder = tempfile.mkdtemp(prefix="schedx-export-")
     try:
         spec = ExportSpec(workload=workload, target=target, schedules=schedules_for(choices, picks),
-                          out_dir=f"{folder}/{workload.name.replace('/', '_')}-{target.arch}", check_in_model=in_model)
-        report = run_export(spec, progress=lambda stage, frac: bar.progress(frac, text=stage)).report
+                          out_dir=f"{folder}/{workload.name.replace('/', '_')}-{target.arch}", check_in_model=in_model,
+                          db=db, recheck=recheck)
+        done = run_export(spec, progress=lambda stage, frac: bar.progress(frac, text=stage))
+        report = done.report
         st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
-                                    "zip": zip_bundle(report.folder), "error": ""}
+                                    "zip": zip_bundle(report.folder), "error": "", "in_model": done.shipped.summary()}
     except ExplorerError as err:
         st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)}
     bar.empty()
@@ -143,6 +148,8 @@ def results(result: dict) -> None:
     verdict = st.success if report.verified else (st.error if not report.ok else st.warning)
     verdict(f"{m['workload']['name']} for {m['target']['label']}, built in {report.seconds['build']:.1f} s "
             f"({report.seconds['total']:.1f} s with checks). {report.verdict}")
+    if result.get("in_model"):  # the in-model decision applied: kept in the database, or taken now
+        st.info(result["in_model"])
     for w in report.warnings:
         st.warning(w)
     v = report.verification
@@ -200,8 +207,11 @@ def main() -> None:
                                 "timed alone can win and lose inside the model. A record is kept when it is faster "
                                 "by 2% in the median round (schedx export checks by default; only a target that runs "
                                 "here can be timed).")
+    recheck = st.checkbox("Take the in-model decision again", key=K.RECHECK, value=False, disabled=not in_model,
+                          help="The decision is kept in the database for these records, this machine and "
+                               "precision, and reused by every export, bench and profile; this times them again.")
     if st.button("Build & verify", type="primary", key=K.BUILD):
-        build(workload, target, choices, picks, in_model=in_model)
+        build(workload, target, choices, picks, in_model=in_model, recheck=recheck, db=db or None)
     result = st.session_state.get(K.RESULT)
     if result is not None and result["key"] == (workload.spec, target.spec):
         results(result)

@@ -25,7 +25,8 @@ DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int8": "
                "int64": "i64", "uint8": "u8", "bool": "bool", "float64": "f64"}
 
 
-def _fmt_bytes(n: int) -> str:
+def fmt_bytes(n: int) -> str:
+    """``n`` bytes for a reader: ``512 B``, ``1.5 KB``, ``3.2 MB``."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -40,7 +41,7 @@ def node_label(data: Mapping) -> str:
     if shape is not None:
         lines.append("x".join(map(str, shape)) + (f" {DTYPE_SHORT.get(dtype, dtype)}" if dtype else ""))
     if data.get("const_count"):
-        lines.append(f"+{data['const_count']} const ({_fmt_bytes(data['const_bytes'])})")
+        lines.append(f"+{data['const_count']} const ({fmt_bytes(data['const_bytes'])})")
     return "\n".join(lines)
 
 

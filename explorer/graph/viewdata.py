@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import networkx as nx
 
-from explorer.graph.dot import DTYPE_SHORT, KIND_FILL, STATUS_STYLE, _fmt_bytes
+from explorer.graph.dot import DTYPE_SHORT, KIND_FILL, STATUS_STYLE, fmt_bytes
 from explorer.graph.layout import GraphLayout, layout
 from explorer.graph.onnx_names import OnnxNode, OnnxSources
 
@@ -134,7 +134,7 @@ def _details(g: nx.DiGraph, n: str, d: Mapping, names: list[OnnxNode], becomes: 
     if d.get("attrs"):
         out["attrs"] = dict(d["attrs"])
     if d.get("const_count"):
-        out["consts"] = f"{d['const_count']} ({_fmt_bytes(d['const_bytes'])}): " + ", ".join(d.get("const_shapes", ()))
+        out["consts"] = f"{d['const_count']} ({fmt_bytes(d['const_bytes'])}): " + ", ".join(d.get("const_shapes", ()))
     out["inputs"] = [[titles[p], type_text(g.nodes[p]["shape"], g.nodes[p]["dtype"])]
                      for p in sorted(g.predecessors(n), key=lambda p: g.nodes[p]["order"])]
     if names:

@@ -92,8 +92,10 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
     return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
 
 
-def _tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
-           pixels: bool = True, rank: int = 0) -> tuple[s_tir.Schedule, list[str]]:
+def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
+          pixels: bool = True, rank: int = 0) -> tuple[s_tir.Schedule, list[str]]:
+    """The ``full`` rule: producers and epilogues inlined, the reduction register-tiled (``tails``,
+    ``pixels`` and ``rank`` pick among its variants, :mod:`.variants`), the schedule and its steps."""
     sch = _fresh(func)
     inline_producers(sch)
     inline_epilogues(sch)
@@ -133,18 +135,18 @@ def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[s
 
 def _tiled_whole(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
     """``full`` with tiles that divide the rows, should a tail of rows fail on some kernel."""
-    return _tiled(func, cpu, tails=False)
+    return tiled(func, cpu, tails=False)
 
 
 def _tiled_by_row(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
     """``full`` with the rows of one output row, should running two output axes as one fail."""
-    return _tiled(func, cpu, pixels=False)
+    return tiled(func, cpu, pixels=False)
 
 
-RULES = (("full", _tiled), ("full", _tiled_by_row), ("full", _tiled_whole), ("safe", _safe))
+RULES = (("full", tiled), ("full", _tiled_by_row), ("full", _tiled_whole), ("safe", _safe))
 
 
-def _trace_json(sch: s_tir.Schedule):
+def trace_json(sch: s_tir.Schedule):
     """The schedule as a MetaSchedule trace in plain JSON (it replays on the unscheduled task: a
     search can start from it, a store can keep it as a record), or None if TVM cannot say it."""
     from explorer.plain import to_plain
@@ -189,7 +191,7 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
         except Exception as err:  # noqa: BLE001 - any refusal sends the kernel to the next, simpler rule
             reasons.append(f"{rule}: {_reason(err)}")
             continue
-        return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons), _trace_json(sch))
+        return scheduled, DefaultChoice(rule, tuple(steps), "; ".join(reasons), trace_json(sch))
     return func, DefaultChoice("none", (), "; ".join(reasons))
 
 
@@ -244,4 +246,4 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec, safe: frozenset[str
 
 
 __all__ = ["RULES", "RULE_ATTR", "SCHEDULED_ATTR", "DefaultChoice", "apply_default_schedules", "default_schedule",
-           "safe_default"]
+           "safe_default", "tiled", "trace_json"]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import tvm
 
-from explorer.schedule.defaults.apply import _tiled, _trace_json, default_schedule
+from explorer.schedule.defaults.apply import default_schedule, tiled, trace_json
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.lint import problems
 
@@ -79,14 +79,14 @@ def default_variants(func: tvm.tirx.PrimFunc, cpu: CpuSpec, limit: int = 3) -> l
         if len(found) >= limit:
             break
         try:
-            sch, steps = _tiled(func, cpu, tails=variant.tails, pixels=variant.pixels, rank=variant.rank)
+            sch, steps = tiled(func, cpu, tails=variant.tails, pixels=variant.pixels, rank=variant.rank)
             mod_func = sch.mod["main"]
             if problems(mod_func):
                 continue
         except Exception:  # noqa: BLE001 - a choice that does not apply to this kernel is no variant
             continue
         key = tvm_ffi.structural_hash(mod_func)
-        trace = _trace_json(sch)
+        trace = trace_json(sch)
         if key in seen or trace is None:
             continue
         seen.add(key)
