@@ -8,7 +8,7 @@ import click
 
 
 from app.cli_common import echo_json, fail_cleanly, target_option
-from app.cli_types import FilePath
+from app.cli_types import DbPath, FilePath
 
 
 @click.command()
@@ -46,9 +46,9 @@ def kernels(model: str | None, shapes: str | None, as_json: bool) -> None:
 @click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 100), help="Timed repeats.")
 @click.option("--timeout", default=300, show_default=True, type=click.IntRange(1, 24 * 3600),
               help="Seconds before a build and measurement counts as hung.")
-@target_option(help_text="A CPU target this machine runs: cpu (default), cpu:MCPU, cpu:MCPU+feat,-feat or JSON.")
-@click.option("--db", "db_path", default=None, help="Also save the measurement to this leaderboard database "
-                                                    "(as the Schedule page does).")
+@target_option(scope="here")
+@click.option("--db", "db_path", default=None, type=DbPath(),
+              help="Also save the measurement to this leaderboard database (as the Schedule page does).")
 @click.option("--no-isolate", is_flag=True, help="Measure in this process instead of a child process.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @fail_cleanly
@@ -84,6 +84,8 @@ def measure(kernel: str, steps_file: Path | None, repeat: int, timeout: int, tar
                        f"std {result.std_s * 1e3:.3f} ms  ({result.number} runs x {len(result.latencies)} repeats)")
             click.echo(f"  {result.gflops:.1f} GFLOPS = {result.percent_of_peak:.1f}% of the measured peak "
                        f"{result.peak_gflops:.0f} GFLOPS; verified (max error {result.max_rel_error:.1e})")
+            if result.peak_note:
+                click.echo(f"  {result.peak_note}")
         else:
             click.echo(f"  {result.status}: {result.error}")
         if record_id is not None:

@@ -21,7 +21,7 @@ def _db(path: str | None):
 @click.option("--sample", "samples", default=0, type=click.IntRange(0, 20), help="Also draw N concrete schedules.")
 @click.option("--microkernel", is_flag=True,
               help="Also the sketches tiled around the target's fp32 FMA micro-kernel (as schedx tune --microkernel).")
-@target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, aarch64[:MCPU] or JSON.")
+@target_option(scope="searchable")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_cleanly
 def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, target_spec: str, as_json: bool) -> None:
@@ -83,8 +83,7 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
               help="After the search, each task's fastest schedules and its default are timed again in turns, "
                    "this many rounds; an export applies the winner (0: no confirmation round; schedules an "
                    "earlier search confirmed still come first).")
-@target_option(help_text="A CPU target: cpu (this machine), cpu:MCPU, cpu:MCPU+feat,-feat, or JSON; with "
-                         "--rpc-tracker any CPU the devices have (aarch64:MCPU).")
+@target_option(scope="searchable", note="Without --rpc-tracker, one this machine runs.")
 @click.option("--shapes", default=None, help="Input shapes of an ONNX model with symbolic dims.")
 @click.option("--db", "db_path", default=None, envvar="SCHEDX_DB", type=DbPath(),
               help="The SQLite database (default: user data dir).")

@@ -14,7 +14,8 @@ from app.cli_common import echo_json, fail_cleanly
 @fail_cleanly
 def targets(show_all: bool, as_json: bool) -> None:
     """The host target (its CPU name, the features used and those this machine hides), the CPUs
-    LLVM knows, CUDA architectures and cross targets, each with whether this machine runs it."""
+    LLVM knows, cross targets and each registered device kind (CUDA architectures...), each with
+    whether this machine runs it."""
     from explorer.target import targets_overview
 
     data = targets_overview()
@@ -40,10 +41,11 @@ def targets(show_all: bool, as_json: bool) -> None:
         click.echo(f"  {c['spec']:<28} built only: {c['why_not_here']}")
     if not show_all and len(others) > len(shown):
         click.echo(f"  ... and {len(others) - len(shown)} more that do not run here (--all)")
-    click.echo("\nCUDA (--target cuda:sm_XX; code is checked and compiled with nvcc, run on a GPU machine):")
-    gpu = data["cuda"][0]
-    click.echo(f"  {', '.join(c['spec'].split(':')[1] for c in data['cuda'])}"
-               + ("" if gpu["runs_here"] else f"  ({gpu['why_not_here']})"))
+    for device in data["devices"]:
+        rows = device["rows"]
+        click.echo(f"\n{device['title']}:")
+        blocked = sorted({r["why_not_here"] for r in rows if not r["runs_here"]})
+        click.echo(f"  {', '.join(r['spec'] for r in rows)}" + (f"  ({'; '.join(blocked)})" if blocked else ""))
     for c in data["cross"]:
         state = "installed" if c["compiler_installed"] else "not installed (make system installs it)"
         click.echo(f"\n{c['spec']} (--target {c['spec']}[:CPU], cross-compiled with {c['compiler']}, {state}):")

@@ -4,17 +4,16 @@ current step, diffed against the previous step, vector instructions marked and c
 from __future__ import annotations
 
 import html
-import re
 
 import streamlit as st
 
 from explorer.errors import ExplorerError
 from explorer.schedule.codegen import CodeViews, code_views
 from explorer.schedule.views import changed_lines
+from explorer.target.asm import ANY_ASM, AsmSyntax
 from explorer.workload import module_hash
 
 _CACHE = "codegen_views"  # session-state: {(module hash, target key): CodeViews}
-_VECTOR = re.compile(r"%[xyz]mm\d|\bv\d+\.\d+[bhsd]\b|\bz\d+\.[bhsd]\b")
 _CSS = """<style>
 .sx-asm pre{font-size:12px;line-height:1.35;max-height:640px;overflow:auto;background:#f8fafc;padding:8px;}
 .sx-asm .ln{color:#94a3b8;display:inline-block;width:4em;user-select:none}
@@ -38,19 +37,20 @@ def views_for(mod, target) -> CodeViews | None:
     return cache[key]
 
 
-def listing_html(text: str, changed: list[int], *, mark_vectors: bool = False, lines: tuple[int, int] | None = None
-                 ) -> str:
+def listing_html(text: str, changed: list[int], *, mark_vectors: bool = False, lines: tuple[int, int] | None = None,
+                 syntax: AsmSyntax = ANY_ASM) -> str:
     """A listing with line numbers, lines changed by the last step marked, and (assembly) vector
-    and FMA instructions highlighted; ``lines``: only lines first to last (1-based), numbered as
-    in the whole listing. Long lines scroll sideways; hovering one shows it whole."""
+    and FMA instructions highlighted, as ``syntax`` (the target's) reads them; ``lines``: only
+    lines first to last (1-based), numbered as in the whole listing. Long lines scroll sideways;
+    hovering one shows it whole."""
     marked = set(changed)
     rows = []
     for no, line in enumerate(text.splitlines(), 1):
         if lines is not None and not lines[0] <= no <= lines[1]:
             continue
         classes = []
-        if mark_vectors and _VECTOR.search(line):
-            classes.append("fma" if re.search(r"\b(v?fn?m(add|sub)|fml[as])", line) else "vec")
+        if mark_vectors and syntax.is_vector(line):
+            classes.append("fma" if syntax.is_fma(line) else "vec")
         if no in marked:
             classes.append("chg")
         body = f'<span class="ln">{no}</span>{html.escape(line) or " "}'
@@ -94,14 +94,15 @@ def code_tabs(session, target, tabs) -> None:
                 if hot is not None:  # Compiler Explorer opens where the work is, not at the preamble
                     st.caption(f"Hot loop: lines {hot.first}-{hot.last}, {hot.fma} FMA and {hot.vector} vector "
                                f"instructions per iteration")
-                    st.html(listing_html(text, changed, mark_vectors=True, lines=(hot.first, hot.last)))
+                    st.html(listing_html(text, changed, mark_vectors=True, lines=(hot.first, hot.last),
+                                         syntax=target.asm))
                     with st.expander(f"The whole listing ({len(text.splitlines())} lines)"):
-                        st.html(listing_html(text, changed, mark_vectors=True))
+                        st.html(listing_html(text, changed, mark_vectors=True, syntax=target.asm))
                     continue
             else:
                 st.caption(f"{target.label}: {len(changed)} lines changed by the last step" if before is not None
                            else f"{target.label}: the unscheduled kernel")
-            st.html(listing_html(text, changed, mark_vectors=vectors))
+            st.html(listing_html(text, changed, mark_vectors=vectors, syntax=target.asm))
 
 
 def _linked(now: CodeViews, before: CodeViews | None, target) -> None:
@@ -120,7 +121,7 @@ def _linked(now: CodeViews, before: CodeViews | None, target) -> None:
     # the pane's title names the target in a few words (its CPU, its cores): its whole label, every
     # ISA feature, was cut at the pane's width; the caption above says them all
     short = " ".join(w for w in target.label.split() if not w.startswith(("+", "-")))
-    source_asm_view(dataclasses.replace(now, target=short), changed, key="source_asm")
+    source_asm_view(dataclasses.replace(now, target=short), changed, key="source_asm", syntax=target.asm)
 
 
 __all__ = ["code_tabs", "listing_html", "stats_delta", "views_for"]

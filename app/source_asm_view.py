@@ -31,9 +31,9 @@ def line_classes(asm: str, syntax: AsmSyntax = ANY_ASM) -> dict[str, str]:
             for no, line in enumerate(asm.splitlines(), 1) if syntax.is_vector(line)}
 
 
-def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
+def source_asm_view(views: CodeViews, changed: list[int], *, key: str, syntax: AsmSyntax = ANY_ASM) -> None:
     """Draw ``views``' mapped TVMScript and assembly side by side (``views.mapping`` must be set);
-    ``changed``: assembly lines the last step changed."""
+    ``changed``: assembly lines the last step changed; ``syntax``: the target's assembly vocabulary."""
     mapping = views.mapping
     hot = views.hot
     share = views.hot_mapped
@@ -46,7 +46,7 @@ def source_asm_view(views: CodeViews, changed: list[int], *, key: str) -> None:
         "blocks": [list(b) for b in mapping.blocks],
         "notes": {str(line): text for line, text in mapping.notes().items()},
         "share": [share.mapped, share.instructions] if share is not None else None,
-        "classes": line_classes(mapping.asm),
+        "classes": line_classes(mapping.asm, syntax),
         "changed": changed,
         "hot": [hot.first, hot.last] if hot is not None else None,
         "titles": ["TVMScript (this step)", f"Assembly for {views.target}"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.target import SPEC_HELP, Target, TargetError, host_cpu, host_target, parse_target
+from explorer.target import Target, TargetError, host_cpu, host_target, parse_target, spec_help
 
 HOST = "cpu (this machine)"
 OTHER = "other…"
@@ -26,10 +26,10 @@ def target_picker(key: str, *, choices: tuple[str, ...] = (), cpu_only: bool = F
     ``choices``: spellings offered besides this machine's CPU; ``cpu_only``: refuse GPU targets;
     ``runnable``: refuse targets this machine cannot run (measuring would crash)."""
     options = [HOST, *choices, OTHER]
-    picked = st.selectbox(label, options, key=f"{key}_pick", help=SPEC_HELP)
+    picked = st.selectbox(label, options, key=f"{key}_pick", help=spec_help("cpu" if cpu_only else "all"))
     if picked == OTHER:
         text = st.text_input("Target spelling", key=f"{key}_text", placeholder="cpu:znver3, cpu:-avx512f, aarch64",
-                             help=SPEC_HELP)
+                             help=spec_help("cpu" if cpu_only else "all"))
         if not text.strip():
             return None
     else:
@@ -39,7 +39,7 @@ def target_picker(key: str, *, choices: tuple[str, ...] = (), cpu_only: bool = F
     except TargetError as err:
         st.error(str(err))
         return None
-    if cpu_only and not target.searchable:
+    if cpu_only and not target.cpu_rules:
         st.error(f"{target.label}: this page works on CPU targets")
         return None
     why = target.why_not_here()

@@ -12,10 +12,12 @@ a recurrent kernel (LSTM/GRU steps)         ``explorer/kernels/``
 an ONNX rewrite before import               ``explorer/models/`` (one module per rewrite,
                                             registered in ``models/prepare.py``)
 a Relax graph rewrite                       ``explorer/passes/``
-a CPU architecture                          one entry in ``explorer/target/arches.py`` (vector
-                                            width, features, ISA words) and its assembly
-                                            vocabulary in ``explorer/target/asm.py``
-a device kind                               one module in ``explorer/target/`` with its checks
+a CPU architecture                          one ``CpuArch`` in ``explorer/target/arches.py``
+                                            (vector width, features, ISA words, /proc/cpuinfo
+                                            field, its ``AsmSyntax`` from ``target/asm.py``)
+a device kind                               one module in ``explorer/target/`` (a ``Target``
+                                            subclass with its checks and bundle files, a
+                                            ``TargetKind``), added to ``target/kinds.py``
 a build precision (fp32, bf16)              ``explorer/precision.py``
 what a measurement is, peaks, verification  ``explorer/measure/``
 how Ctrl-C/SIGTERM unwind, temp folders     ``explorer/interrupts.py``, ``explorer/temp_dirs.py``

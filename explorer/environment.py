@@ -16,10 +16,6 @@ import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-_ISA_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "avx_vnni", "avx2", "fma",
-              "neon", "asimd", "sve")
-
-
 # Replaces the CPU flags /proc/cpuinfo reports (space- or comma-separated), to see how schedx
 # behaves on a machine with fewer features than this one (tests use it; so can a user).
 FLAGS_OVERRIDE = "SCHEDX_CPU_FLAGS"
@@ -34,6 +30,25 @@ def cpu_flags() -> set[str]:
     return set(cpu_info()["flags"])
 
 
+def _arch():
+    """This machine's :class:`explorer.target.arches.CpuArch` (None: one schedx does not know)."""
+    from explorer.target.arches import CPU_ARCHES, host_arch
+
+    return CPU_ARCHES.get(host_arch())
+
+
+def read_cpuinfo_flags(text: str, field: str) -> set[str]:
+    """The flags a ``/proc/cpuinfo`` text lists on its ``field`` line (the architecture's
+    :attr:`~explorer.target.arches.CpuArch.cpuinfo_field`: ``flags``, ``Features``)."""
+    m = re.search(rf"^{re.escape(field)}\s*:\s*(.+)$", text, re.M)
+    return set(m.group(1).split()) if m else set()
+
+
+def _kernel_flags() -> tuple[str, ...]:
+    arch = _arch()
+    return arch.kernel_flags if arch is not None else ()
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_info() -> dict:
     """CPU model, vendor, the flags Linux reports, the ISA flags that matter for kernels, logical
@@ -46,8 +61,8 @@ def cpu_info() -> dict:
         model = m.group(1).strip() if m else model
         m = re.search(r"^vendor_id\s*:\s*(.+)$", text, re.M)
         vendor = m.group(1).strip() if m else ""
-        m = re.search(r"^(flags|Features)\s*:\s*(.+)$", text, re.M)
-        flags = set(m.group(2).split()) if m else set()
+        arch = _arch()
+        flags = read_cpuinfo_flags(text, arch.cpuinfo_field if arch is not None else "flags")
     except OSError:
         pass
     logical = os.cpu_count() or 1
@@ -56,7 +71,7 @@ def cpu_info() -> dict:
     except AttributeError:
         usable = logical
     return {"model": model, "vendor": vendor, "arch": platform.machine(), "flags": sorted(flags),
-            "isa": [f for f in _ISA_FLAGS if f in flags], "logical_cores": logical, "usable_cores": usable}
+            "isa": [f for f in _kernel_flags() if f in flags], "logical_cores": logical, "usable_cores": usable}
 
 
 THREADS = "TVM_NUM_THREADS"
@@ -87,7 +102,7 @@ def threads_env(threads: int | None = None) -> dict[str, str]:
 def isa_flags() -> list[str]:
     """The flags that matter for kernels (AVX-512, AVX2, FMA, NEON, SVE, ...) this CPU reports."""
     flags = cpu_flags()
-    return [f for f in _ISA_FLAGS if f in flags]
+    return [f for f in _kernel_flags() if f in flags]
 
 
 def isa_level() -> str:

@@ -52,7 +52,7 @@ def check_precision(name: str, target) -> None:
         return
     from explorer.schedule.bf16_dot import why_not
 
-    why = why_not(target.features, target.arch) if target.searchable else "it is not a CPU target"
+    why = why_not(target.features, target.arch) if target.cpu_rules else "it is not a CPU target"
     if why:
         raise PrecisionError(f"--precision bf16 needs a CPU with AVX512-BF16 or AMX-BF16; {target.label}: {why}. "
                              f"Build it in fp32, or name a CPU that has them (cpu:sapphirerapids, cpu:znver4)")

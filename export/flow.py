@@ -1,10 +1,10 @@
 """One export from start to end: load, build with the chosen schedules, write the bundle, verify.
 
 Verification depends on the target: a CPU bundle runs in a fresh process against the reference;
-a CUDA bundle, without a GPU here, gets the checks of :mod:`export.cuda_check` (and runs
-on the GPU too when one is visible). Models from ONNX are also compared layer by layer
-(:mod:`export.layers`). The verification is added to the manifest afterwards (the
-manifest's own text is not hashed, so the file hashes stay valid).
+a device bundle gets its target's own checks of the device code (``target.device_code``: for CUDA,
+:mod:`explorer.target.cuda_check`) and runs on the device too when one is visible. Models from
+ONNX are also compared layer by layer (:mod:`export.layers`). The verification is added to the
+manifest afterwards (the manifest's own text is not hashed, so the file hashes stay valid).
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from pathlib import Path
 from export import bundle as bundle_io
 from export import folders
 from export.build import Built, Progress, build
-from export.cuda_check import CudaCheck, check_cuda
 from export.elf_check import ElfCheck, check_elf
 from export.layers import LayerReport, compare_layers
 from export.schedules import TaskSchedule
 from export.verify import Verification, verify_folder
 from explorer import interrupts
-from explorer.target import Target, parse_target
+from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
 
 
@@ -38,9 +37,16 @@ class ExportReport:
     built: Built
     verification: Verification | None = None
     layers: LayerReport | None = None
-    cuda: CudaCheck | None = None
+    device: DeviceCode | None = None  # the target's checks of its device code (None: a CPU's library)
     elf: ElfCheck | None = None
     seconds: dict = field(default_factory=dict)
+
+    @property
+    def device_check(self):
+        """The result of the target's device-code checks (``ok``, ``summary()``), None for a CPU."""
+        return self.device.check if self.device is not None else None
+
+    cuda = device_check  # (its name while CUDA was the only device kind; pages and tests still read it)
 
     @property
     def warnings(self) -> list[str]:
@@ -53,7 +59,7 @@ class ExportReport:
         v = self.verification
         checks = [v.ok if v is not None and v.status != "skipped" else True,
                   self.layers.ok if self.layers and not self.layers.error else True,
-                  self.cuda.ok if self.cuda else True,
+                  self.device_check.ok if self.device_check else True,
                   self.elf.ok if self.elf else True]
         return all(checks)
 
@@ -71,7 +77,7 @@ class ExportReport:
             failed = [name for name, check in (("the bundle's outputs", v if v and v.status != "skipped" else None),
                                                ("the layer-by-layer check", self.layers if self.layers and
                                                 not self.layers.error else None),
-                                               ("the CUDA checks", self.cuda),
+                                               (self.device.title if self.device else "", self.device_check),
                                                ("the library check", self.elf)) if check is not None and not check.ok]
             return f"NOT VERIFIED: {' and '.join(failed)} failed{self._evidence()}; do not deploy this bundle"
         if self.verified:
@@ -179,16 +185,12 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     references = workload.reference(inputs, threads=threads)
     seconds["reference"] = time.perf_counter() - mark
 
-    extra: dict[str, tuple[str, bytes]] = {}
-    cuda = None
-    if target.has_device_code:
-        mark = time.perf_counter()
-        say("checking the CUDA kernels (nvcc)", 0.6)
-        cuda, source, cubin = check_cuda(built.lowered, built.executable, target.tvm(), compile_with_nvcc=nvcc)
-        extra["kernels.cu"] = ("cuda-source", source.encode())
-        if cubin:
-            extra[f"kernels_{target.arch}.cubin"] = ("cubin", cubin)
-        seconds["cuda_check"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    say("checking the device code", 0.6)
+    device = target.device_code(built.lowered, built.executable, compile=nvcc)
+    extra: dict[str, tuple[str, bytes]] = dict(device.files) if device is not None else {}
+    if device is not None:
+        seconds["device_check"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
     say("writing the bundle", 0.65)
@@ -214,7 +216,7 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     seconds["write"] = time.perf_counter() - mark
     hold("export.written")  # (the fault-injection suite's kill -9 between writing and publishing)
 
-    report = ExportReport(folder=folder, manifest=manifest, built=built, cuda=cuda, seconds=seconds)
+    report = ExportReport(folder=folder, manifest=manifest, built=built, device=device, seconds=seconds)
     if target.cross:
         report.elf = check_elf(staging / bundle_io.LIB, target.arch)
     if verify:
@@ -244,7 +246,8 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
         seconds["layers"] = time.perf_counter() - mark
     manifest["verification"] = {
         "fresh_process": report.verification.to_dict() if report.verification else None,
-        "layers": _layers_summary(report.layers), "cuda": cuda.to_dict() if cuda else None,
+        "layers": _layers_summary(report.layers),
+        "device": {"title": device.title, **device.check.to_dict()} if device else None,
         "library": report.elf.to_dict() if report.elf else None, "verdict": report.verdict,
     }
     (staging / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))

@@ -7,8 +7,10 @@ streamlit or click. No two modules import each other (at any depth of a function
 is defined twice (one ``Task``, one target parser), and libraries never print.
 
 Behaviour too: no module outside ``explorer/target`` branches on a target's kind or reads a
-target spelling (it asks the target object), and no measurement outcome is a bare string
-outside ``store.outcome.Outcome``."""
+target spelling (it asks the target object), no measurement outcome is a bare string
+outside ``store.outcome.Outcome``, no file imports another file's private names, and every front
+end (export, bench, profile, sweep; command line and pages) ships what one chooser answers
+(``export.shipping.shipped_schedules``)."""
 
 from __future__ import annotations
 
@@ -110,7 +112,8 @@ def test_no_import_cycles():
 @pytest.mark.parametrize("concept, one_home", [("Task", "explorer/workload/task.py"),
                                                ("Target", "explorer/target/model.py"),
                                                ("CpuTarget", "explorer/target/model.py"),
-                                               ("CudaTarget", "explorer/target/model.py"),
+                                               ("CudaTarget", "explorer/target/cuda.py"),
+                                               ("TargetKind", "explorer/target/kind.py"),
                                                ("Outcome", "store/outcome.py"),
                                                ("Workload", None)])
 def test_one_definition_per_concept(concept, one_home):
@@ -219,3 +222,91 @@ def test_outcomes_are_the_enum_not_strings():
             elif isinstance(node, ast.keyword) and node.arg == "status" and _strings(node.value) & values:
                 offenders.append(f"{rel}:{node.value.lineno}: status={ast.unparse(node.value)}")
     assert not offenders, "use store.outcome.Outcome:\n" + "\n".join(offenders)
+
+
+def _schedx_module(name: str) -> bool:
+    return name.split(".")[0] in ROOMS
+
+
+# Private names one file still imports from another, each waiting on the engineer who owns the file
+# (issue 53 counted 21; the others were made public or moved). The list only shrinks: a pair fixed
+# must leave it, and no new pair may join it.
+PRIVATE_IMPORTS_LEFT = {
+    ("explorer/measure/__init__.py", "explorer.measure.worker._measure_job"),  # explorer/measure: being edited
+    ("explorer/models/torch_import.py", "explorer.models.onnx_import._outputs"),  # explorer/models: being edited
+}
+
+
+def test_no_file_imports_another_files_private_names():
+    """``from x import _y`` (or ``x._y`` on an imported module of schedx) reaches into another
+    file's insides: make the name public, or move it where both can use it. TVM's own private
+    names (``_ffi_api``, ``_normalize_mod``) are TVM's business, not checked here."""
+    found = set()
+    for _, path in _sources():
+        rel = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _schedx_module(node.module):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        found.add((rel, f"{node.module}.{a.name}"))
+                    modules.add(a.asname or a.name)
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname or a.name for a in node.names if _schedx_module(a.name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.add((rel, f"{node.value.id}.{node.attr}"))
+    new = sorted(found - PRIVATE_IMPORTS_LEFT)
+    fixed = sorted(PRIVATE_IMPORTS_LEFT - found)
+    assert not new, "make these names public (or move them) instead of importing a private name:\n" + \
+        "\n".join(f"{f}: {n}" for f, n in new)
+    assert not fixed, f"fixed, take them off PRIVATE_IMPORTS_LEFT: {fixed}"
+
+
+# Which schedules ship is answered by one function; every front end reaches it through its entry.
+CHOOSER = ("export/shipping.py", "shipped_schedules")
+# what the chooser is made of: records chosen per task, the in-model timing; nobody else calls them
+CHOOSER_PARTS = {"best_schedules", "workload_schedules", "check_in_model", "checked_schedules"}
+ENTRIES = {"export/entry.py": {"run_export": "shipped_schedules", "run_bench": "shipped_schedules",
+                               "run_profile": "shipped_schedules", "run_sweep": "sweep"},
+           "export/sweep.py": {"sweep": "shipped_schedules"}}
+FRONT_ENDS = {"app/cli_export.py": {"export": "run_export", "bench": "run_bench"},
+              "app/cli_profile.py": {"profile": "run_profile"},
+              "app/cli_sweep.py": {"sweep": "run_sweep"},
+              "app/ui/export_page.py": {"build": "run_export"},
+              "app/ui/profile_page.py": {"profile_tab": "run_profile", "sweep_tab": "run_sweep"}}
+
+
+def _called(func: ast.FunctionDef) -> set[str]:
+    return {n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(func)
+            if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+
+
+def _functions(rel: str) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse((ROOT / rel).read_text())
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_front_end_ships_what_the_one_chooser_answers():
+    """export, bench, profile and sweep (the command line and the pages) each call their
+    spec -> run entry, each entry calls the chooser (export.shipping.shipped_schedules), and no
+    other module chooses records or takes the in-model decision itself."""
+    homes = [str(path.relative_to(ROOT)) for _, path in _sources()
+             if CHOOSER[1] in _functions(str(path.relative_to(ROOT)))]
+    assert homes == [CHOOSER[0]], homes
+    missing = [f"{rel}: {fn} does not call {callee}" for table in (ENTRIES, FRONT_ENDS) for rel, calls in table.items()
+               for fn, callee in calls.items() if callee not in _called(_functions(rel)[fn])]
+    assert not missing, "\n".join(missing)
+    behind = []
+    for _, path in _sources():
+        rel = str(path.relative_to(ROOT))
+        if rel in (CHOOSER[0], "export/choose.py", "export/in_model.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                if name in CHOOSER_PARTS:
+                    behind.append(f"{rel}:{node.lineno}: {name}")
+    assert not behind, "ask export.shipping.shipped_schedules instead:\n" + "\n".join(behind)

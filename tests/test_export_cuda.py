@@ -11,7 +11,7 @@ from explorer.target import parse_target
 from explorer.workload import load_workload
 from export import export_workload
 from export.build import build
-from export.cuda_check import check_cuda, is_thread_bound, unbound_prim_funcs
+from explorer.target.cuda_check import check_cuda, is_thread_bound, unbound_prim_funcs
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

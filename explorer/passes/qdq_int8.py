@@ -268,7 +268,7 @@ def int8_dot_for_current_target() -> str | None:
         target = parse_target(json.dumps(config))
     except (TargetError, TypeError, ValueError):
         return None
-    if not target.searchable:  # a GPU target: its host half is this machine
+    if not target.cpu_rules:  # a device target: its host half is this machine
         return isa_for(host_target())
     if target.cpu_name == "generic":  # a generic llvm target: this machine, unless it names another architecture
         return None if target.cross else isa_for(host_target())

@@ -20,11 +20,6 @@ from explorer.schedule.asm_loops import asm_loops
 from explorer.schedule.line_map import LineMap, MappedShare, Spanned, line_map, reparsed
 from explorer.target.asm import ANY_ASM, AsmSyntax
 
-_X86_WIDTH = {"xmm": 128, "ymm": 256, "zmm": 512}
-_FMA = re.compile(r"^v?f(n)?m(add|sub)|^fmla|^fmls|^vfmadd|^vfnmadd|^vfmsub|^vfnmsub")
-_DOT = re.compile(r"^vpdp|^sdot|^udot|^vpmaddubsw|^vpmaddwd|^vdpbf16|^bfdot|^smmla|^ummla")
-_ARM_VECTOR = re.compile(r"\bv\d+\.(\d+)([bhsd])\b|\bz\d+\.[bhsd]\b")
-
 
 @dataclass(frozen=True)
 class AsmStats:
@@ -89,41 +84,26 @@ class CodeViews:
         return d
 
 
-def _width(operands: str) -> int:
-    """The widest vector register an instruction names (0 when none)."""
-    best = 0
-    for reg, bits in _X86_WIDTH.items():
-        if f"%{reg}" in operands or re.search(rf"\b{reg}\d", operands):
-            best = max(best, bits)
-    for m in _ARM_VECTOR.finditer(operands):
-        if m.group(1):  # NEON: lanes x element size
-            lanes, size = int(m.group(1)), {"b": 8, "h": 16, "s": 32, "d": 64}[m.group(2)]
-            best = max(best, lanes * size)
-        else:  # SVE: scalable
-            best = max(best, 2048)
-    return best
-
-
-def asm_stats(asm: str) -> AsmStats:
-    """Count the instructions of an assembly listing (directives, labels and comments skipped)."""
+def asm_stats(asm: str, syntax: AsmSyntax = ANY_ASM) -> AsmStats:
+    """Count the instructions of an assembly listing (directives, labels and comments skipped),
+    read with ``syntax`` (the target's :attr:`explorer.target.Target.asm`)."""
     total, vector, fma, dot, mnemonics = 0, Counter(), Counter(), Counter(), Counter()
     for line in asm.splitlines():
-        text = line.split("#", 1)[0].split("//", 1)[0].strip()
+        text = syntax.code(line)
         if not text or text.startswith(".") or text.endswith(":"):
             continue
         mnemonic, *rest = re.split(r"\s+", text, maxsplit=1)
-        operands = rest[0] if rest else ""
         mnemonic = mnemonic.lower()
         if not mnemonic or not mnemonic[0].isalpha():
             continue
         total += 1
         mnemonics[mnemonic] += 1
-        width = _width(operands)
+        width = syntax.vector_bits(rest[0] if rest else "")
         if width:
             vector[width] += 1
-        if _FMA.match(mnemonic):
+        if syntax.is_fma(text):
             fma[width] += 1
-        if _DOT.match(mnemonic):
+        if syntax.is_dot(text):
             dot[width] += 1
     return AsmStats(total, dict(vector), dict(fma), dict(dot), tuple(mnemonics.most_common(12)))
 
@@ -147,14 +127,14 @@ def code_views(mod: tvm.IRModule, target) -> CodeViews:
     mapping = _mapping(parsed, llvm_ir, target.asm)
     hot = hot_loop(mapping.asm if mapping is not None else asm, target.asm)
     share = mapping.share(hot.first, hot.last, target.asm) if mapping is not None and hot is not None else None
-    return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm)),
+    return CodeViews(target.label, lowered.script(), llvm_ir, asm, asm_stats(_kernel_asm(asm), target.asm),
                      time.perf_counter() - start, hot, mapping, share)
 
 
 def _reparsed_for(mod: tvm.IRModule, target) -> Spanned | None:
-    """``mod`` read back with spans where its target can be mapped: not one with device code (its
-    listing is PTX, which has no line locations from TVM)."""
-    return None if target.has_device_code else reparsed(mod)
+    """``mod`` read back with spans where its target's listing can be mapped to script lines
+    (:attr:`explorer.target.Target.maps_lines`: not PTX, which has no line locations from TVM)."""
+    return reparsed(mod) if target.maps_lines else None
 
 
 def _mapping(parsed: Spanned | None, llvm_ir: str, syntax: AsmSyntax) -> LineMap | None:
@@ -193,11 +173,11 @@ def hot_loop(asm: str, syntax: AsmSyntax = ANY_ASM) -> HotLoop | None:
     best, best_heat = None, None
     for loop in loops:
         inner = frozenset().union(*(b.lines for b in loops if loop.holds(b)))
-        mine = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines - inner)))
+        mine = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines - inner)), syntax)
         heat = (sum(mine.fma.values()) > 0, loop.depth, sum(mine.fma.values()), sum(mine.vector.values()),
                 -len(loop.lines))
         if (heat[2] or heat[3]) and (best_heat is None or heat > best_heat):
-            body = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines)))
+            body = asm_stats("\n".join(lines[no - 1] for no in sorted(loop.lines)), syntax)
             best, best_heat = HotLoop(loop.first, loop.last, sum(body.fma.values()), sum(body.vector.values())), heat
     return best
 

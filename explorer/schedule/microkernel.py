@@ -63,7 +63,7 @@ MICROKERNEL_NAMES = tuple(MicroKernel(MR, lanes, KR).name for lanes in LANES)
 
 def why_not(target) -> str:
     """Why ``target`` (an :class:`explorer.target.Target`) gets no micro-kernel ("" when it does)."""
-    if not target.searchable:
+    if not target.cpu_rules:
         return f"{target.label} is not a CPU target: {target.default_schedule} apply"
     from explorer.target.arches import CPU_ARCHES
 

@@ -1,13 +1,19 @@
 """What schedx knows of each CPU architecture it builds for, as data: one :class:`CpuArch` per
 architecture in :data:`CPU_ARCHES`. The target objects, the default schedule rules and the
-micro-kernels read their architecture's facts from here instead of testing its name, so a new
-architecture (say ``riscv64``) is one entry here and its ISA table in
-:mod:`explorer.target.features`. Plain data, no imports of schedx or TVM."""
+micro-kernels, the assembly views and the host's reading of ``/proc/cpuinfo`` read their
+architecture's facts from here instead of testing its name, so a new architecture (say
+``riscv64``) is one :class:`CpuArch`: an entry here, or :func:`register_arch` (a test adds a toy
+one and takes it away again). Plain data, no imports of schedx or TVM besides
+:mod:`explorer.target.asm` (data too)."""
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+from explorer.target.asm import AARCH64_ASM, ANY_ASM, X86_ASM, AsmSyntax
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,10 @@ class CpuArch:
     always there); ``int8_dot``: (features, instruction set) for int8 dot products, best first;
     ``bf16_dot``: the same for bf16 products with fp32 accumulation;
     ``narrower``: (feature, spelling) of the same CPU without its widest unit; ``compare_with``:
-    other targets worth comparing its code with."""
+    other targets worth comparing its code with; ``asm``: how its assembly reads;
+    ``cpuinfo_field``: the ``/proc/cpuinfo`` line that lists its flags (``flags`` on x86,
+    ``Features`` on AArch64); ``kernel_flags``: the flags a measurement's environment records
+    (those that change a kernel's speed); ``offered_cpu``: the CPU a target picker offers."""
 
     name: str
     triple: str
@@ -47,6 +56,10 @@ class CpuArch:
     bf16_dot: tuple[tuple[frozenset[str], str], ...] = ()
     narrower: tuple[tuple[str, str], ...] = ()
     compare_with: tuple[str, ...] = ()
+    asm: AsmSyntax = ANY_ASM
+    cpuinfo_field: str = "flags"
+    kernel_flags: tuple[str, ...] = ()
+    offered_cpu: str = ""
 
     @property
     def isa_ranks(self) -> tuple[str, ...]:
@@ -88,12 +101,36 @@ CPU_ARCHES: dict[str, CpuArch] = {a.name: a for a in (
                       (frozenset({"avx2"}), "avx2")),
             bf16_dot=((frozenset({"amx-bf16", "amx-tile", "avx512bf16"}), "amx"),
                       (frozenset({"avx512bf16", "avx512f"}), "avx512bf16")),
-            narrower=(("avx512f", "cpu:-avx512f"),), compare_with=("cpu:x86-64-v2", "aarch64:cortex-a76")),
+            narrower=(("avx512f", "cpu:-avx512f"),), compare_with=("cpu:x86-64-v2", "aarch64:cortex-a76"),
+            asm=X86_ASM, kernel_flags=("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "avx_vnni",
+                                       "avx2", "fma"), offered_cpu="x86-64-v3"),
     CpuArch("aarch64", "aarch64-linux-gnu", "aarch64-linux-gnu-g++", ("aarch64", "arm64"),
             ("generic", "cortex-a55", "cortex-a76", "neoverse-n1", "neoverse-v1", "apple-m1"), 183, _AARCH64,
             (("neon", 128),), (("sve", "sve"), ("neon", "neon")), "arm_cpu", registers=32,
-            compare_with=("cpu:generic", "x86_64:x86-64-v3")),
+            compare_with=("cpu:generic", "x86_64:x86-64-v3"), asm=AARCH64_ASM, cpuinfo_field="Features",
+            kernel_flags=("neon", "asimd", "sve"), offered_cpu="cortex-a76"),
 )}
+
+
+def register_arch(arch: CpuArch) -> None:
+    """Make ``arch`` one of the architectures schedx builds for (parsed, listed, built, read)."""
+    if arch.name in CPU_ARCHES:
+        raise ValueError(f"the CPU architecture {arch.name!r} is already registered")
+    CPU_ARCHES[arch.name] = arch
+
+
+def unregister_arch(name: str) -> None:
+    CPU_ARCHES.pop(name, None)
+
+
+@contextmanager
+def arch_registered(arch: CpuArch) -> Iterator[CpuArch]:
+    """``arch`` registered inside the ``with`` block only (a test's toy architecture)."""
+    register_arch(arch)
+    try:
+        yield arch
+    finally:
+        unregister_arch(arch.name)
 
 
 def arch_of(triple: str) -> str:
@@ -116,4 +153,5 @@ def cpu_intrinsics(arch: str) -> tuple[str, ...]:
     return tuple(a.tensor_intrin for a in known if a.tensor_intrin)
 
 
-__all__ = ["CPU_ARCHES", "CpuArch", "arch_of", "cpu_intrinsics", "host_arch"]
+__all__ = ["CPU_ARCHES", "CpuArch", "arch_of", "arch_registered", "cpu_intrinsics", "host_arch", "register_arch",
+           "unregister_arch"]

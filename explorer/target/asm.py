@@ -1,8 +1,10 @@
 """How each CPU architecture's assembly reads, as LLVM writes it: what starts a comment, which
-lines are labels, instructions and branches, which mnemonics are multiply-adds and which
-operands vector registers. The assembly views (the hot loop, the line mapping) ask a target's
-:class:`AsmSyntax` (``target.asm``) instead of testing its architecture; :data:`ANY_ASM` reads a
-listing whose architecture is unknown. Plain data, no imports of schedx or TVM."""
+lines are labels, instructions and branches, which mnemonics are multiply-adds and dot products,
+which operands vector registers and how wide. The assembly views (the hot loop, the line mapping,
+the instruction counts) ask a target's :class:`AsmSyntax` (``target.asm``: each architecture's is
+in its :class:`explorer.target.arches.CpuArch`) instead of testing its architecture;
+:data:`ANY_ASM` reads a listing whose architecture is unknown. Plain data, no imports of schedx
+or TVM."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ class AsmSyntax:
 
     ``comments``: what starts a comment; ``branches``: branches whose last operand is a local
     label (group ``label``); ``ends``: instructions after which control never falls through (a
-    jump, a return); ``fma``: multiply-add mnemonics; ``vector``: a vector register operand."""
+    jump, a return); ``fma``: multiply-add mnemonics; ``vector``: a vector register operand;
+    ``dot``: dot-product mnemonics; ``registers``: (operand pattern, bits) of its vector
+    registers, bits 0 where the pattern's groups ``lanes`` and ``size`` (b, h, s, d) give them."""
 
     name: str
     comments: tuple[str, ...]
@@ -24,6 +28,8 @@ class AsmSyntax:
     ends: str
     fma: str
     vector: str
+    dot: str = r"(?!)"
+    registers: tuple[tuple[str, int], ...] = ()
 
     def code(self, line: str) -> str:
         """A line without its comment, stripped."""
@@ -57,7 +63,19 @@ class AsmSyntax:
     def is_vector(self, line: str) -> bool:
         return bool(re.search(self.vector, self.code(line)))
 
+    def is_dot(self, line: str) -> bool:
+        return bool(re.match(self.dot, self.code(line), re.IGNORECASE))
 
+    def vector_bits(self, operands: str) -> int:
+        """Bits of the widest vector register ``operands`` name (0 when none)."""
+        best = 0
+        for pattern, bits in self.registers:
+            for m in re.finditer(pattern, operands):
+                best = max(best, bits or int(m.group("lanes")) * _ELEMENT_BITS[m.group("size")])
+        return best
+
+
+_ELEMENT_BITS = {"b": 8, "h": 16, "s": 32, "d": 64}
 _LABEL = re.compile(r"^\s*(\.L[\w.$]+):")
 _LOCAL = r"(?P<label>\.L[\w.$]+)\s*$"
 
@@ -67,6 +85,8 @@ X86_ASM = AsmSyntax(
     ends=r"(jmp\w*|ret\w*|ud2)\b",
     fma=r"v?f(n)?m(add|sub)\w*\s",  # vfmadd231ps, vfnmadd213ss
     vector=r"%[xyz]mm\d",
+    dot=r"(vpdp|vpmaddubsw|vpmaddwd|vdpbf16)\w*\s",
+    registers=((r"\bzmm\d", 512), (r"\bymm\d", 256), (r"\bxmm\d", 128)),
 )
 AARCH64_ASM = AsmSyntax(
     "aarch64", ("//",),
@@ -75,6 +95,8 @@ AARCH64_ASM = AsmSyntax(
     ends=r"(b|br|ret|brk)\b(?!\.)",
     fma=r"(fml[as]|fn?m(add|sub))\s",  # fmla v0.4s, ...; fmadd s0, ...
     vector=r"\bv\d+\.\d+[bhsd]\b|\bz\d+\.[bhsd]\b",
+    dot=r"(sdot|udot|bfdot|smmla|ummla)\s",
+    registers=((r"\bv\d+\.(?P<lanes>\d+)(?P<size>[bhsd])\b", 0), (r"\bz\d+\.[bhsd]\b", 2048)),  # SVE: scalable
 )
 # a listing whose architecture is unknown: either vocabulary (an AArch64 immediate ``#3`` reads as a comment)
 ANY_ASM = AsmSyntax(
@@ -83,13 +105,9 @@ ANY_ASM = AsmSyntax(
     ends=f"(?:{X86_ASM.ends}|{AARCH64_ASM.ends})",
     fma=f"(?:{X86_ASM.fma}|{AARCH64_ASM.fma})",
     vector=f"(?:{X86_ASM.vector}|{AARCH64_ASM.vector})",
+    dot=f"(?:{X86_ASM.dot}|{AARCH64_ASM.dot})",
+    registers=X86_ASM.registers + AARCH64_ASM.registers,
 )
-SYNTAX = {s.name: s for s in (X86_ASM, AARCH64_ASM)}
+# (each CPU architecture's own is :attr:`explorer.target.arches.CpuArch.asm`)
 
-
-def asm_syntax(arch: str) -> AsmSyntax:
-    """The assembly vocabulary of a CPU architecture (:data:`ANY_ASM` for one schedx does not know)."""
-    return SYNTAX.get(arch, ANY_ASM)
-
-
-__all__ = ["AARCH64_ASM", "ANY_ASM", "AsmSyntax", "SYNTAX", "X86_ASM", "asm_syntax"]
+__all__ = ["AARCH64_ASM", "ANY_ASM", "AsmSyntax", "X86_ASM"]

@@ -10,10 +10,25 @@ still calls ``znver4`` (code using it dies with SIGILL).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from explorer.target.arches import CPU_ARCHES, arch_of
 
 
-BY_ARCH = {name: arch.flags for name, arch in CPU_ARCHES.items()}
+class _FlagTables(Mapping):
+    """Each registered architecture's ``flags`` table, read live (a registered one shows at once)."""
+
+    def __getitem__(self, arch: str) -> dict[str, tuple[str, ...]]:
+        return CPU_ARCHES[arch].flags
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CPU_ARCHES)
+
+    def __len__(self) -> int:
+        return len(CPU_ARCHES)
+
+
+BY_ARCH: Mapping[str, dict[str, tuple[str, ...]]] = _FlagTables()
 
 
 def missing(llvm_features: set[str], cpu_flags: set[str], arch: str) -> list[str]:

@@ -1,13 +1,15 @@
-"""The target object: one class per kind of target (:class:`CpuTarget` for x86-64 and AArch64
-CPUs, described by a :class:`CpuArch` each; :class:`CudaTarget` for NVIDIA GPUs), made by the one
-parser (:mod:`explorer.target.parse`). A target knows how it names itself in records, its vector
-width and instructions, the default rules' parameters, how it builds and lowers, whether this
-machine can run its code and what stands in where it cannot. Callers ask it; nothing outside
-this package branches on a target's kind.
+"""The target object: one class per kind of target (:class:`CpuTarget` here, for every CPU
+architecture, each described by a :class:`CpuArch`; each device kind in a module of its own, such
+as :mod:`explorer.target.cuda`), made by the one parser (:mod:`explorer.target.parse`) through the
+registry of kinds (:mod:`explorer.target.kinds`). A target knows how it names itself in records,
+its vector width and instructions, the default rules' parameters, how it builds and lowers, which
+files its bundle carries and what checks them, whether this machine can run its code and what
+stands in where it cannot. Callers ask it; nothing outside this package branches on a target's
+kind.
 
-Adding a target: a :class:`explorer.target.arches.CpuArch` entry (and its ISA table in
-:mod:`explorer.target.features`) for another CPU architecture; a :class:`Target` subclass and
-its spelling in :mod:`explorer.target.parse` for another kind of device.
+Adding a target: a :class:`explorer.target.arches.CpuArch` for another CPU architecture; a
+:class:`Target` subclass with its :class:`explorer.target.kinds.TargetKind` (spellings, parse,
+listing) in one module for another kind of device, registered in :mod:`explorer.target.kinds`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import ClassVar
 
 from explorer.errors import ExplorerError
 from explorer.target.arches import CPU_ARCHES, CpuArch, cpu_intrinsics
-from explorer.target.asm import ANY_ASM, AsmSyntax, asm_syntax
+from explorer.target.asm import ANY_ASM, AsmSyntax
 from explorer.target import features as isa
 from explorer.target.canonical import canonical_target
 from explorer.target.host import host_cpu, llvm_features
@@ -28,12 +30,15 @@ class TargetError(ExplorerError):
     """A target spelling schedx cannot use, or a target this machine cannot run."""
 
 
-DEFAULT_CUDA_ARCH = "sm_80"
-CUDA_INTRINSICS = ("cuda",)  # the submodule of tvm.s_tir.tensor_intrin with NVIDIA's intrinsics
-# Architectures NVIDIA compilers know (CUDA 11-13); nvcc 13 itself builds sm_75 and newer.
-CUDA_ARCHES = ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86",
-               "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101", "sm_103", "sm_110",
-               "sm_120", "sm_121")
+@dataclass(frozen=True)
+class DeviceCode:
+    """What a device kind's own checks found in a build (``check``: ``ok``, ``summary()``,
+    ``to_dict()``), named ``title`` in a verdict, and the files its bundle carries beside the
+    library (name -> (manifest kind, bytes))."""
+
+    title: str
+    check: object
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,10 @@ class Target:
     marks this machine's own CPU target (its records are this machine's measurements).
 
     Class attributes say what a kind of target is and can do: ``kind`` (``cpu``, ``cuda``: what
-    records and JSON say), ``device`` (the TVM runtime device), ``searchable`` (MetaSchedule's CPU
-    search applies), ``has_device_code`` (kernels in a device language the export checks apart),
-    ``default_schedule`` (what a kernel without a record gets, in words)."""
+    records and JSON say), ``device`` (the TVM runtime device), ``searchable`` (schedx's search,
+    MetaSchedule's CPU rules with the default rules' own choices, applies), ``cpu_rules`` (its code
+    runs on a CPU sized by :meth:`cpu_spec`: the default CPU rules, micro-kernels and dot-product
+    kernels apply), ``default_schedule`` (what a kernel without a record gets, in words)."""
 
     spec: str
     arch: str
@@ -57,7 +63,7 @@ class Target:
     kind: ClassVar[str] = ""
     device: ClassVar[str] = ""
     searchable: ClassVar[bool] = False
-    has_device_code: ClassVar[bool] = False
+    cpu_rules: ClassVar[bool] = False
     default_schedule: ClassVar[str] = ""
     runnable_fix: ClassVar[str] = ""  # what to do when this machine cannot run the code
     run_elsewhere: ClassVar[str] = ""  # where a bundle for it runs instead
@@ -95,6 +101,11 @@ class Target:
     def asm(self) -> AsmSyntax:
         """How its assembly listing reads (see :mod:`explorer.target.asm`)."""
         return ANY_ASM
+
+    @property
+    def maps_lines(self) -> bool:
+        """Whether its listing maps back to TVMScript lines (:mod:`explorer.schedule.line_map`)."""
+        return False
 
     def accepts(self, record_target: str) -> bool:
         """Whether a record measured for ``record_target`` (its canonical text) schedules this target."""
@@ -174,6 +185,13 @@ class Target:
         """Whether a kernel whose schedule does not compile can be built again with a simpler rule."""
         return False
 
+    # its bundle
+    def device_code(self, lowered, executable, *, compile: bool = True) -> DeviceCode | None:
+        """The checks of a build's device code that need no device, and the files they add to the
+        bundle (None: a kind whose whole code is the library, checked by running it or by
+        :mod:`export.elf_check`). ``compile``: run the device compiler where the kind has one."""
+        return None
+
     def cpu_spec(self):
         """What the default CPU rules size their tiles from (:class:`explorer.schedule.defaults.CpuSpec`)."""
         raise TargetError(f"{self.label} has no CPU schedule parameters: {self.default_schedule} apply")
@@ -206,6 +224,7 @@ class CpuTarget(Target):
     kind: ClassVar[str] = "cpu"
     device: ClassVar[str] = "cpu"
     searchable: ClassVar[bool] = True
+    cpu_rules: ClassVar[bool] = True
     default_schedule: ClassVar[str] = "schedx's default CPU schedules (tiled, parallel, vectorized; no search)"
     runnable_fix: ClassVar[str] = ("use --target cpu (this machine's own features), or measure on a device that has "
                                    "them through TVM RPC (--rpc-tracker)")
@@ -234,7 +253,12 @@ class CpuTarget(Target):
 
     @property
     def asm(self) -> AsmSyntax:
-        return asm_syntax(self.arch)
+        known = CPU_ARCHES.get(self.arch)
+        return known.asm if known is not None else ANY_ASM
+
+    @property
+    def maps_lines(self) -> bool:
+        return True
 
     @property
     def isa(self) -> str:
@@ -312,67 +336,4 @@ class CpuTarget(Target):
         return replace(self, config={**self.config, "num-cores": int(cores)})
 
 
-@dataclass(frozen=True)
-class CudaTarget(Target):
-    """An NVIDIA GPU of architecture ``sm_XX``, with a generic host CPU half."""
-
-    kind: ClassVar[str] = "cuda"
-    device: ClassVar[str] = "cuda"
-    has_device_code: ClassVar[bool] = True
-    default_schedule: ClassVar[str] = "dlight's default GPU schedules"
-    runnable_fix: ClassVar[str] = "use --target cuda on a machine with a GPU"
-    run_elsewhere: ClassVar[str] = "with `python -m export.gpu_check DIR` on the machine with the GPU"
-    bundle_note: ClassVar[str] = (
-        "The CUDA kernels are carried as source (`kernels.cu`) and as nvcc's build of it for the target's "
-        "architecture (`kernels_sm_XX.cubin`). `run.py` loads that cubin on a GPU of that architecture (no "
-        "compiler needed, a runtime-only TVM will do); on another GPU it compiles the source for it, with "
-        "NVRTC (`pip install cuda-python`) or nvcc (`TVM_CUDA_COMPILE_MODE=nvcc`). On the machine with the "
-        "GPU: `python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.")
-
-    @property
-    def label(self) -> str:
-        return f"cuda {self.arch}"
-
-    def accepts(self, record_target: str) -> bool:
-        """Records of the same GPU architecture, whatever else a GPU target's text holds."""
-        try:
-            config = json.loads(record_target)
-        except (TypeError, ValueError):
-            return False
-        return isinstance(config, dict) and config.get("kind") == self.config["kind"] and config.get("arch") == self.arch
-
-    @property
-    def record_targets(self) -> tuple[str, ...]:
-        return (self.key, self.config["kind"])  # the kind alone: GPU records may carry extra target keys
-
-    def why_not_here(self) -> str:
-        import tvm
-
-        return "" if tvm.cuda(0).exist else "this machine has no CUDA GPU"
-
-    @property
-    def stand_in(self) -> str:
-        return "the CUDA checks stand in; `python -m export.gpu_check DIR` runs it on the GPU machine"
-
-    @property
-    def triple(self) -> str | None:
-        return (self.host or {}).get("mtriple")
-
-    @property
-    def intrinsics(self) -> tuple[str, ...]:
-        return CUDA_INTRINSICS
-
-    def lowering_passes(self, tvm_target) -> list:
-        from tvm.relax.backend.cuda import pipeline
-
-        return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
-
-    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
-        """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.gpu_defaults`)."""
-        from explorer.schedule.gpu_defaults import apply_gpu_defaults
-
-        return apply_gpu_defaults(mod, tvm_target)
-
-
-__all__ = ["CPU_ARCHES", "CUDA_ARCHES", "CUDA_INTRINSICS", "DEFAULT_CUDA_ARCH", "CpuArch", "CpuTarget", "CudaTarget",
-           "Target", "TargetError"]
+__all__ = ["CPU_ARCHES", "CpuArch", "CpuTarget", "DeviceCode", "Target", "TargetError"]

@@ -1,12 +1,15 @@
-"""What ``schedx targets`` shows: the host target, the CPUs LLVM knows, CUDA architectures and
-cross targets, each with whether this machine can run its code."""
+"""What ``schedx targets`` shows: the host target, the CPUs LLVM knows, cross targets (every
+registered CPU architecture but this machine's) and every registered device kind's rows, each
+with whether this machine can run its code."""
 
 from __future__ import annotations
 
-from explorer.target.host import host_cpu
 from explorer.target.arches import CPU_ARCHES
-from explorer.target.model import CUDA_ARCHES, TargetError
-from explorer.target.parse import host_target, known_cpus, parse_target
+from explorer.target.cpu import host_target, known_cpus
+from explorer.target.host import host_cpu
+from explorer.target.kinds import spec_help, target_kinds
+from explorer.target.model import TargetError
+from explorer.target.parse import parse_target
 
 
 def _cpu_row(spec: str) -> dict:
@@ -20,15 +23,14 @@ def _cpu_row(spec: str) -> dict:
 
 def targets_overview() -> dict:
     """Plain data: ``host`` (target, CPU name, features used and left out), ``cpus`` (named CPUs
-    of this architecture), ``cuda`` (architectures), ``cross`` (other architectures)."""
+    of this architecture), ``cross`` (other architectures), ``devices`` (each device kind: its
+    ``kind``, ``title`` and ``rows``; the rows also under the kind's name, e.g. ``cuda``) and
+    ``spellings`` (what ``--target`` takes)."""
     import shutil
-
-    import tvm
 
     host = host_cpu()
     target = host_target()
     cpus = [_cpu_row(f"cpu:{name}") for name in known_cpus(host.triple) if name != "generic"]
-    gpu = bool(tvm.cuda(0).exist)
     cross = []
     for arch, spec in sorted(CPU_ARCHES.items()):
         if arch == host.arch:
@@ -38,8 +40,6 @@ def targets_overview() -> dict:
                       "compiler_installed": shutil.which(compiler) is not None,
                       "cpus": [c for c in known_cpus(triple) if c != "generic"], "runs_here": False,
                       "why_not_here": f"it is {arch} code and this machine is {host.arch}"})
-    return {"host": {**target.to_dict(), "cpu": host.to_dict()},
-            "cpus": cpus,
-            "cuda": [{"spec": f"cuda:{a}", "runs_here": gpu,
-                      "why_not_here": "" if gpu else "this machine has no CUDA GPU"} for a in CUDA_ARCHES],
-            "cross": cross}
+    devices = [{"kind": k.name, "title": k.title, "rows": k.listing()} for k in target_kinds() if k.name != "cpu"]
+    return {"host": {**target.to_dict(), "cpu": host.to_dict()}, "cpus": cpus, "cross": cross, "devices": devices,
+            **{d["kind"]: d["rows"] for d in devices}, "spellings": spec_help()}

@@ -1,4 +1,4 @@
-"""Checks of a CUDA build that need no GPU.
+"""Checks of a CUDA build that need no GPU (what :meth:`explorer.target.cuda.CudaTarget.device_code` runs).
 
 1. Every PrimFunc handed to code generation is thread-bound: an unscheduled one raises no error
    for a cuda target, its loops silently become host code (see the TVM notes).
