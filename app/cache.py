@@ -128,7 +128,8 @@ def fused_kernels(model: str) -> dict:
     return {k.name: k for k in model_kernels(loaded_model(model, ""))}
 
 
-@st.cache_resource(show_spinner="Calibrating this machine's peak FLOP/s and bandwidth (once)...")
+# a minute at most: a calibration measured again on a quiet machine, or raised by a kernel, shows
+@st.cache_resource(show_spinner="Calibrating this machine's peak FLOP/s and bandwidth...", ttl=60)
 def machine_peaks():
     from explorer.measure import calibration
 

@@ -7,13 +7,18 @@ Per model, in a child process of its own (a native crash or a hang fails one row
   - latency: the bundle at 1 and 2 threads against ONNX Runtime at 1 and 2 threads, the four
     alternated ``--rounds`` times (order reversed every other round: ``export.bench.alternate``, as
     ``schedx bench`` does), the median of each one's runs pooled over the rounds;
+  - OpenVINO at 2 threads in the same rounds (``export.openvino_row``): its f32 and its default
+    precision (bf16 on a CPU with AMX or AVX512-BF16), tvm 2t's ratio against each (columns
+    ``/ovf32`` and ``/ovdef``; the 95% intervals in the JSON's ``ratio_ci``); a note where
+    OpenVINO is not installed;
   - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
     matmul through numpy's BLAS, `schedx calibrate`);
   - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only);
   - with ``--busy N``: the timing runs beside N busy processes (``while True: pass``), as on a
     loaded machine (the export and the profile run before and after them).
 A summary line ends the table: verified k/N, the median and worst ratio against ONNX Runtime at
-2 threads, and the kernels over 20% of a model's time that run below 10% of the peak.
+2 threads and against OpenVINO f32 and default, and the kernels over 20% of a model's time that run
+below 10% of the peak.
 
 Run: ``python -m benchmarks.corpus.build`` once (it exports the files), then
 ``python -m benchmarks.bench_corpus [--only a,b] [--cross] [--json out.json] [--markdown]``.
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bench_models import machine, out
@@ -48,11 +54,13 @@ def _error(exc: BaseException) -> str:
 
 def bench_one(entry: dict, folder: Path, opts) -> dict:
     """Import, export, verify, time and profile one corpus model (runs in the child)."""
+    from explorer.measure.cache_peak import cache_peak
     from explorer.measure.calibration import calibration
     from explorer.target import host_target
     from explorer.workload import load_workload
     from export.bench import alternate, bundle_row, ort_row
     from export.flow import export_workload
+    from export.openvino_row import OV_DEFAULT_ROW, OV_F32_ROW, openvino_contenders
     from export.profile import profile_export
 
     result: dict = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
@@ -79,15 +87,30 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
         inputs = workload.sample_inputs()
         contenders = {f"tvm {t}t": (lambda n, b, t=t: bundle_row(report.folder, f"tvm {t}t", threads=t, runs=n,
                                                                   budget_s=b)[0]) for t in (1, 2)}
-        contenders.update({f"ort {t}t": (lambda n, b, t=t: ort_row(workload.onnx_model, inputs, threads=t, runs=n,
-                                                                  budget_s=b)) for t in (1, 2)})
+        contenders.update({f"ort {t}t": (lambda n, b, t=t: replace(ort_row(workload.onnx_model, inputs, threads=t,
+                                                                          runs=n, budget_s=b), name=f"ort {t}t"))
+                           for t in (1, 2)})
+        # OpenVINO at 2 threads: f32 and its default precision (bf16 on AMX / AVX512-BF16), or a note why not
+        anchors, notes = openvino_contenders(workload.onnx_model, inputs, threads=2)
+        if notes:
+            result["openvino_note"] = notes[0]
+        pairs = [("tvm 2t", "ort 2t"), ("tvm 1t", "ort 1t"), *(("tvm 2t", a) for a in anchors)]
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(opts.busy)]
         try:
-            rows, _ = alternate(contenders, rounds=opts.rounds, runs=opts.runs * opts.rounds,
-                                budget_s=opts.budget * opts.rounds)
+            rows, comparisons = alternate({**contenders, **anchors}, rounds=opts.rounds,
+                                          runs=opts.runs * opts.rounds, budget_s=opts.budget * opts.rounds,
+                                          pairs=pairs)
             result["ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
             result["ratio_1t"] = round(rows["tvm 1t"].median_s / rows["ort 1t"].median_s, 2)
             result["ratio_2t"] = round(rows["tvm 2t"].median_s / rows["ort 2t"].median_s, 2)
+            # every ratio with its 95% interval (export.noise.compare_rounds), keyed "tvm 2t / ort 2t"
+            key = {r.name: n for n, r in rows.items()}  # (row names are unique: "ort 2t", "openvino default (bf16)")
+            result["ratio_ci"] = {f"{key[c.a]} / {key[c.b]}": [round(c.low, 3), round(c.high, 3)]
+                                  for c in comparisons}
+            if anchors:
+                result["ratio_ov_f32"] = round(rows["tvm 2t"].median_s / rows[OV_F32_ROW].median_s, 2)
+                result["ratio_ov_default"] = round(rows["tvm 2t"].median_s / rows[OV_DEFAULT_ROW].median_s, 2)
+                result["openvino_default"] = rows[OV_DEFAULT_ROW].name  # "openvino default (bf16)"
         except Exception as exc:  # noqa: BLE001
             result["timing_error"] = _error(exc)
         finally:
@@ -96,9 +119,11 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                 proc.wait()
         try:
             peaks = calibration()
+            l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
             prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops,
-                                  peak_gbps=peaks.peak_gbps)
-            result["peak_gflops"] = round(peaks.peak_gflops, 1)
+                                  peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
+                                  cache_bytes=l2.nbytes)
+            result["peak_gflops"] = round(prof.peak_gflops or peaks.peak_gflops, 1)  # raised where a kernel beat it
             result["peak_gbps"] = round(peaks.peak_gbps, 1)
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
                                   "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
@@ -159,8 +184,8 @@ def row_text(r: dict) -> str:
     state = ("verified" if r.get("verified") else "NOT VERIFIED" if r.get("exported") else
              "no export" if r.get("imports") else "no import")
     line = (f"{r['name'][:28]:<28} {state:<12} {f(ms.get('tvm 2t')):>9} {f(ms.get('ort 2t')):>9} "
-            f"{f(r.get('ratio_2t')):>6} {f(ms.get('tvm 1t')):>9} {f(ms.get('ort 1t')):>9} {f(r.get('ratio_1t')):>6}  "
-            f"{_slowest(r)}")
+            f"{f(r.get('ratio_2t')):>6} {f(ms.get('tvm 1t')):>9} {f(ms.get('ort 1t')):>9} {f(r.get('ratio_1t')):>6} "
+            f"{f(r.get('ratio_ov_f32')):>6} {f(r.get('ratio_ov_default')):>6}  {_slowest(r)}")
     if r.get("cross"):
         line += "  " + " ".join(f"{t.split(':')[0]}:{'ok' if c['ok'] else 'FAIL'}" for t, c in r["cross"].items())
     if r.get("error"):
@@ -171,7 +196,26 @@ def row_text(r: dict) -> str:
 
 
 HEADER = (f"{'model':<28} {'state':<12} {'tvm 2t':>9} {'ort 2t':>9} {'ratio':>6} {'tvm 1t':>9} {'ort 1t':>9} "
-          f"{'ratio':>6}  slowest kernel (share, GFLOPS, % of peak)")
+          f"{'ratio':>6} {'/ovf32':>6} {'/ovdef':>6}  slowest kernel (share, GFLOPS, % of peak)")
+
+
+def _openvino_summary(results: list[dict]) -> list[str]:
+    """The median and worst ratio of tvm 2t against OpenVINO f32 and its default precision, or why
+    there is none (the note of a model that has none)."""
+    lines = []
+    for key, label in (("ratio_ov_f32", "openvino f32"), ("ratio_ov_default", "openvino default")):
+        have = [r for r in results if r.get(key) is not None]
+        if not have:
+            continue
+        worst = max(have, key=lambda r: r[key])
+        precisions = sorted({r["openvino_default"] for r in have if r.get("openvino_default")})
+        label = ", ".join(precisions) if key == "ratio_ov_default" and precisions else label
+        lines.append(f"tvm / {label} at 2 threads: median {statistics.median(r[key] for r in have):.2f}x, worst "
+                     f"{worst[key]:.2f}x ({worst['name']}), {sum(r[key] <= 1.0 for r in have)}/{len(have)} <= 1.0x")
+    if not lines:
+        note = next((r["openvino_note"] for r in results if r.get("openvino_note")), None)
+        lines += [note] if note else []
+    return lines
 
 
 def summary(results: list[dict], peak: float | None) -> list[str]:
@@ -186,6 +230,7 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
         lines.append(f"tvm / onnxruntime at 2 threads: median {statistics.median(ratios):.2f}x, worst "
                      f"{worst['ratio_2t']:.2f}x ({worst['name']}), {sum(x <= 1.5 for x in ratios)}/{len(ratios)} "
                      f"<= 1.5x; at 1 thread: median {statistics.median(ratios1):.2f}x")
+    lines += _openvino_summary(results)
     slow = [(r["name"], k) for r in results for k in r.get("kernels", [])
             if k["share"] > 0.2 and k.get("percent_of_peak") is not None and k["percent_of_peak"] < 10]
     lines.append(f"kernels over 20% of a model's time below 10% of the peak ({peak or '?'} GFLOPS): {len(slow)}"
@@ -201,13 +246,15 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| model | family | verified | tvm 2t ms | ort 2t ms | ratio 2t | ratio 1t | slowest kernel |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| model | family | verified | tvm 2t ms | ort 2t ms | ratio 2t | ratio 1t | / ov f32 | / ov default | "
+             "slowest kernel |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in results:
         ms = r.get("ms", {})
         lines.append(f"| {r['name']} | {r['family']} | {'yes' if r.get('verified') else 'NO'} | "
                      f"{ms.get('tvm 2t', '-')} | {ms.get('ort 2t', '-')} | {r.get('ratio_2t', '-')} | "
-                     f"{r.get('ratio_1t', '-')} | {_slowest(r)} |")
+                     f"{r.get('ratio_1t', '-')} | {r.get('ratio_ov_f32', '-')} | {r.get('ratio_ov_default', '-')} | "
+                     f"{_slowest(r)} |")
     return "\n".join(lines)
 
 

@@ -8,6 +8,9 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
     then only the records whose kernel beats the default inside the model (``export.in_model``,
     as ``schedx export --check-in-model``; ``--no-check-in-model``: every confirmed record);
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
+  - OpenVINO at ``--threads`` (``export.openvino_row``): its f32 and its default precision (bf16 on
+    a CPU with AMX or AVX512-BF16), each TVM row against both under the noise; where OpenVINO is
+    not installed, a one-line note instead;
   - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
 and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
 OpenBLAS pins lifted (the default and numpy alternated ``--rounds`` times, the best run of each, as
@@ -18,8 +21,9 @@ Every contender is timed in ``--rounds`` alternated rounds (``export.bench.alter
 ``schedx bench``: the order reversed every other round, the machine is shared); each figure is the
 median of all its runs with a 95% confidence interval, and tuned against the default (and the
 default against ONNX Runtime) is decided under the noise: faster, slower, or no difference beyond
-it (``export.noise``). The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores)
-heads the output. Run: ``python -m benchmarks.bench_models --minutes M [--models a,b]``.
+it (``export.noise``). The machine (vector width, AVX-512 lines in /proc/cpuinfo, cores) and its
+calibrated peak (the FMA peak kernel and numpy's sgemm, copy bandwidth) head the output.
+Run: ``python -m benchmarks.bench_models --minutes M [--models a,b]``.
 """
 
 from __future__ import annotations
@@ -81,9 +85,11 @@ def bundle(workload, target, folder: Path, schedules) -> Path:
 
 
 def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
+    from explorer.measure.cache_peak import cache_peak
     from explorer.measure.calibration import calibration
     from explorer.workload import load_workload
     from export.bench import alternate, bundle_row, ort_row
+    from export.openvino_row import openvino_contenders
     from export.profile import profile_workload
 
     workload = load_workload(model)
@@ -137,8 +143,13 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     if versus_dir is not None:  # the same tree's defaults for another target of this machine (--versus)
         contenders[versus_row(versus)] = tvm(versus_dir, versus_row(versus))
     contenders.update({"onnxruntime 2 threads": ort(2), "onnxruntime 1 thread": ort(1)})
-    rows, comparisons = alternate(contenders, rounds=opts.rounds, runs=opts.runs * opts.rounds,
-                                  budget_s=opts.budget * opts.rounds)
+    # OpenVINO f32 and its default precision (bf16 where the CPU has AMX or AVX512-BF16), at TVM's threads
+    anchors, result["notes"] = openvino_contenders(workload.onnx_model, inputs, threads=opts.threads)
+    pairs = [*zip(contenders, list(contenders)[1:]), ("tvm default", "onnxruntime 1 thread"),
+             *((n, a) for n in contenders if n.startswith("tvm") for a in anchors)]
+    rows, comparisons = alternate({**contenders, **anchors}, rounds=opts.rounds, runs=opts.runs * opts.rounds,
+                                  budget_s=opts.budget * opts.rounds, pairs=pairs)
+    rows = {(r.name if n in anchors else n): r for n, r in rows.items()}  # "openvino default (bf16)"
     if opts.minutes > 0 and tuned_dir is None:  # no record beat its default: tuned is the default build
         rows["tvm tuned"] = rows["tvm default"]
     result["median_ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
@@ -148,12 +159,18 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     ort1, ort2 = rows["onnxruntime 1 thread"].median_s, rows["onnxruntime 2 threads"].median_s
     result["ratios"] = {f"{n} / ort {k}": round(r.median_s / o, 2) for n, r in rows.items() if n.startswith("tvm")
                         for k, o in (("1t", ort1), ("2t", ort2))}
+    openvino = [r for n, r in rows.items() if n.startswith("openvino")]
+    result["ratios"].update({f"{n} / {o.name}": round(r.median_s / o.median_s, 2) for n, r in rows.items()
+                             if n.startswith("tvm") for o in openvino})
     if versus_dir is not None:
         result["ratios"][f"tvm default / {versus_row(versus)}"] = round(
             rows["tvm default"].median_s / rows[versus_row(versus)].median_s, 2)
     peaks = calibration()
+    l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
-                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
+                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
+                            cache_bytes=l2.nbytes)
+    result["peak_notes"] = [n for n in prof.notes if "above the" in n and "peak" in n]
     # what a search could still take off the model built as shipped (tuned, or the defaults)
     result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
                           "peak_gflops": round(prof.roofline_peak_gflops, 1)} if prof.kernels_s else None
@@ -237,15 +254,19 @@ def show_model(r: dict) -> None:
     for name, ms in r["median_ms"].items():
         low, high = r["ci_ms"].get(name, (None, None))
         ci = f"  (95% CI {low:.2f}-{high:.2f})" if low is not None else ""
-        out(f"  {name:<24} {ms:9.2f} ms{ci}")
+        out(f"  {name:<26} {ms:9.2f} ms{ci}")
     for c in r["comparisons"]:
         out(f"  {c['text']}")
+    for note in r.get("notes") or []:
+        out(f"  note: {note}")
     for name, ratio in r["ratios"].items():
-        out(f"  {name:<24} {ratio:9.2f}x")
+        out(f"  {name:<38} {ratio:9.2f}x")
     h = r.get("headroom")
     if h:
         out(f"  headroom left in the model as shipped: {h['ms']:.3f} ms ({h['share']:.0%} of its kernels' time) if every "
             f"kernel ran at its roofline ({h['peak_gflops']:.0f} GFLOPS peak): about the most more search could gain")
+    for note in r.get("peak_notes") or []:
+        out(f"  {note}")
     out("  top 5 kernels (VM profiler):")
     for k in r["top5"]:
         gf = f"{k['gflops']:7.1f} GFLOPS" if k["gflops"] else " " * 14
@@ -256,7 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=0.0, help="search minutes per model (0: defaults only)")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--threads", type=int, default=2, help="TVM's threads (ONNX Runtime runs at 1 and 2)")
+    parser.add_argument("--threads", type=int, default=2, help="TVM's and OpenVINO's threads (ONNX Runtime runs at 1 and 2)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per contender and round")
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per contender and round")
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds, their runs pooled")
@@ -286,6 +307,11 @@ def main() -> None:
     m = report["machine"]
     out(f"machine: {m['cpu']}, {m['usable_cores']} usable cores, avx512 lines in /proc/cpuinfo: {m['avx512_lines']}, "
         f"target {m['target']}, vector width {m['vector_width']} bits")
+    from explorer.measure.calibration import calibration
+
+    peaks = calibration()
+    report["peak"] = peaks.to_dict()
+    out(f"{peaks.summary()}, machine {m['cpu']}, {m['usable_cores']} cores")
     out(f"TVM builds for {target.label} ({target.vector_width}-bit vectors)"
         + (f"; versus {versus.label} ({versus.vector_width}-bit vectors)" if versus is not None else ""))
     with tempfile.TemporaryDirectory(prefix="schedx-bench-models-") as tmp:
@@ -300,6 +326,10 @@ def main() -> None:
                 if r.get("tuned_gflops") else ""
             out(f"\nmatmul 1024 fp32: numpy (no OpenBLAS pins) {r['numpy_gflops']} GFLOPS, default schedule "
                 f"{r['default_gflops']} GFLOPS ({r['default_gflops'] / r['numpy_gflops']:.2f}x numpy){tuned}")
+    final = calibration()
+    if final != peaks:  # measured again or raised by a kernel during the run
+        report["peak_after"] = final.to_dict()
+        out(f"\n{final.summary()} (after this run)")
     if opts.json_path:
         Path(opts.json_path).write_text(json.dumps(report, indent=2))
 

@@ -15,6 +15,7 @@ from explorer.environment import current_environment
 from explorer.kernels import Kernel
 from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.memory import MemoryLimitError
+from explorer.measure.peak_check import within_peak
 from explorer.measure.result import MeasureResult
 from explorer.target import Target, parse_target
 from store.outcome import Outcome
@@ -29,8 +30,10 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     """Measure ``mod`` (default: the unscheduled kernel) as an implementation of ``kernel``.
 
     The reference is the kernel's numpy function for built-ins, else the unscheduled PrimFunc
-    built by TVM. ``peaks`` defaults to this machine's cached calibration. ``target`` (default: this
-    machine's CPU) must be one this machine runs: :class:`explorer.target.TargetError` otherwise."""
+    built by TVM. ``peaks`` defaults to this machine's cached calibration; a kernel faster than its
+    peak raises it (:func:`explorer.measure.peak_check.within_peak`, said in ``peak_note``).
+    ``target`` (default: this machine's CPU) must be one this machine runs:
+    :class:`explorer.target.TargetError` otherwise."""
     from dataclasses import replace
 
     import numpy as np
@@ -58,9 +61,11 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
 
         result = _measure_job(job)
     cal = peaks or calibration()
+    check = within_peak(result.gflops if result.ok else None, kernel.info.spec or kernel.name, peaks=cal)
+    cal = check.calibration or cal
     env = current_environment(target.key).to_dict()
     env.update(peak_gflops=cal.peak_gflops, peak_gbps=cal.peak_gbps)
-    return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps), environment=env)
+    return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps, check.note), environment=env)
 
 
 def require_memory(kernel: Kernel, doing: str = "measuring") -> None:

@@ -31,6 +31,7 @@ class MeasureResult:
     peak_gflops: float | None = None
     peak_gbps: float | None = None
     arithmetic_intensity: float | None = None
+    peak_note: str = ""  # the kernel read above the calibrated peak: what was done (explorer.measure.peak_check)
 
     @property
     def ok(self) -> bool:
@@ -49,8 +50,8 @@ class MeasureResult:
             return None
         return min(self.peak_gflops, self.arithmetic_intensity * self.peak_gbps)
 
-    def with_peaks(self, peak_gflops: float | None, peak_gbps: float | None) -> MeasureResult:
-        return replace(self, peak_gflops=peak_gflops, peak_gbps=peak_gbps)
+    def with_peaks(self, peak_gflops: float | None, peak_gbps: float | None, note: str = "") -> MeasureResult:
+        return replace(self, peak_gflops=peak_gflops, peak_gbps=peak_gbps, peak_note=note)
 
     def to_dict(self) -> dict:
         d = asdict(self)

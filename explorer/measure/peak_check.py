@@ -1,0 +1,84 @@
+"""No kernel reads above 100 % of the peak: the one place that decides what happens when one does.
+
+A kernel measured faster than the calibrated peak means the calibration is wrong (it was taken on
+a busy machine, or the calibration kernels miss something the machine can do), not that the
+kernel beats the machine. :func:`within_peak` measures the calibration again (at most every
+:data:`RECALIBRATE_EVERY_S` seconds per process);
+if the kernel is still above it, the stored peak is raised to the kernel's figure and the
+returned note says so, for the callers to show. Every "% of peak" (measurements, profiles,
+benchmarks) is computed against the peak this returns.
+
+Only this machine's calibration is measured again or stored; a calibration of another machine (or
+a test's) is raised in the returned value alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from explorer.environment import hardware_fingerprint
+from explorer.measure.calibration import Calibration, calibration, raise_peak
+
+RECALIBRATE_EVERY_S = 600.0  # a process measures the calibration again at most this often
+_recalibrated: dict[str, float] = {}  # hardware -> when this process measured the calibration again
+
+
+@dataclass(frozen=True)
+class PeakCheck:
+    """The peak a figure is to be read against (``peak_gflops``), the calibration behind it, and
+    a note when the figure was above the peak it was given ("" when it was not)."""
+
+    peak_gflops: float | None
+    note: str = ""
+    calibration: Calibration | None = None
+
+    def percent(self, gflops: float | None) -> float | None:
+        """``gflops`` as a % of the peak (None without both)."""
+        return 100.0 * gflops / self.peak_gflops if gflops and self.peak_gflops else None
+
+
+def _ceil_tenth(gflops: float) -> float:
+    """Rounded up to 0.1 GFLOPS, so the figure it came from reads at most 100.0 %."""
+    return math.ceil(gflops * 10.0) / 10.0
+
+
+def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = None, *,
+                peaks: Calibration | None = None) -> PeakCheck:
+    """The peak against which ``gflops``, measured by ``kernel``, reads at most 100 %.
+
+    ``peak_gflops`` (default: ``peaks``, else this machine's calibration) is what the caller
+    holds. Under it, nothing changes. Above it: this machine's stored calibration is measured
+    again (see the module docstring) and, if ``gflops`` still exceeds it, raised to ``gflops``; the note
+    then reads "above the calibrated peak: peak raised to X GFLOPS measured by KERNEL"."""
+    cal = peaks
+    if peak_gflops is None:
+        cal = cal or calibration()
+        peak_gflops = cal.peak_gflops
+    if not gflops or not peak_gflops or gflops <= peak_gflops:
+        return PeakCheck(peak_gflops, "", cal)
+    hw = hardware_fingerprint()
+    if cal is not None and cal.hardware != hw:  # not this machine's: raised here only
+        return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel), kernel)
+    cal = calibration()
+    now = time.monotonic()
+    if gflops > cal.peak_gflops and now - _recalibrated.get(hw, -RECALIBRATE_EVERY_S) >= RECALIBRATE_EVERY_S:
+        _recalibrated[hw] = now
+        cal = calibration(refresh=True)
+        if gflops <= cal.peak_gflops:
+            return PeakCheck(cal.peak_gflops, f"above the calibrated peak of {peak_gflops:.1f} GFLOPS: measured "
+                                              f"again, the peak is now {cal.peak_gflops:.1f} GFLOPS ({cal.source})", cal)
+    if gflops <= cal.peak_gflops:  # the caller's figure was older than the stored one
+        note = f"above the peak of {peak_gflops:.1f} GFLOPS it was read against: the calibrated peak is " \
+               f"{cal.peak_gflops:.1f} GFLOPS ({cal.source})"
+        return PeakCheck(cal.peak_gflops, note, cal)
+    return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel), kernel)
+
+
+def _raised(cal: Calibration, kernel: str) -> PeakCheck:
+    return PeakCheck(cal.peak_gflops, f"above the calibrated peak: peak raised to {cal.peak_gflops:.1f} GFLOPS "
+                                      f"measured by {kernel}", cal)
+
+
+__all__ = ["RECALIBRATE_EVERY_S", "PeakCheck", "within_peak"]
