@@ -142,7 +142,7 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
         echo_json(started.to_dict()) if as_json else click.echo(f"started job {started.id} (pid {started.pid}); "
                                                                 f"follow it with: schedx jobs --db {store.path}")
         return
-    tasks = job.tasks()
+    tasks = job.tasks
     budget = ("no trial limit" if by_time else f"{trials} trials") + (f", {minutes:g} min" if minutes else "")
     click.echo(f"{len(tasks)} task(s) for {job.target.label}, {budget}, database {store.path}", err=True)
     if job.spec.params.defaults_first:
@@ -212,10 +212,8 @@ def gain_lines(confirmed: list[dict], top: int = 12) -> list[str]:
     chosen schedule each alone, caches flushed before every run, in turns, times the calls per run;
     biggest gain first. An estimate of the gain in the model, not a measurement there: in a model
     the last-level cache still holds part of a kernel's weights, and a default that reads them
-    from it runs faster than cold (ResNet-18's 14x14 Winograd product, before its weights were
-    packed: 1.50 ms cold, 0.75 ms per call in the model, where the search's pick ran 0.68 and 0.69
-    ms; the "4.15 ms saved" of a 10-minute search left the model no faster). ``--check-in-model``
-    measures in place."""
+    from it runs faster than cold, so a gain estimated cold may not show in the model (see
+    docs/notes/measurements.md). ``--check-in-model`` measures in place."""
     timed = [c for c in confirmed if c.get("default_s")]
     if not timed:
         return []

@@ -32,7 +32,7 @@ def main(spec: str, dbs: list[str], rounds: int = 5, calls: int = 5) -> None:
     import tvm
 
     from explorer.kernels import load_kernel
-    from explorer.schedule.trace import schedule_from_trace
+    from explorer.schedule.trace import replay
     from explorer.target import host_target
 
     kernel, target = load_kernel(spec), host_target()
@@ -45,7 +45,7 @@ def main(spec: str, dbs: list[str], rounds: int = 5, calls: int = 5) -> None:
         rows = sqlite3.connect(db).execute(
             "select trace, gflops from records where source='search' and status='ok' and verified=1 "
             "order by gflops desc limit 3").fetchall()
-        funcs[db] = [(tvm.compile(schedule_from_trace(kernel.func, json.loads(t)).mod, target=target.tvm())["main"], g)
+        funcs[db] = [(tvm.compile(replay(kernel.func, json.loads(t)).mod, target=target.tvm())["main"], g)
                      for t, g in rows]
     best = {db: [(0.0, 0.0) for _ in funcs[db]] for db in dbs}
     for _ in range(rounds):

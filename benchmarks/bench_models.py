@@ -60,13 +60,14 @@ def machine() -> dict:
 
 def search(tasks, minutes: float, db: Path, name: str, target="cpu"):
     """``minutes`` of search on ``tasks`` for ``target`` into the database at ``db``; the summary."""
+    from search.job_spec import ValidJob
     from search.params import SearchParams
     from search.tune import tune
     from store import Store
 
     with Store(db) as store:
-        return tune(tasks, store=store, target=target, params=SearchParams(trials=1_000_000, minutes=minutes),
-                    source_name=name)
+        return tune(ValidJob.of_tasks(tasks, target, source=name), store,
+                    SearchParams(trials=1_000_000, minutes=minutes))
 
 
 def tuned_schedules(tasks, db: Path, target) -> dict:

@@ -87,13 +87,14 @@ def first_candidate(spec: str, runs: int = 3) -> None:
 
 def schedx_search(spec: str, trials: int, per_batch: int, db: Path):
     from explorer.workload import load_workload
+    from search.job_spec import ValidJob
     from search.params import SearchParams
     from search.tune import tune
     from store import Store
 
     start = time.time()
-    summary = tune(load_workload(spec).tasks(), store=Store(db), target="cpu",
-                   params=SearchParams(trials=trials, per_batch=per_batch))
+    summary = tune(ValidJob.of_tasks(load_workload(spec).tasks(), "cpu"), Store(db),
+                   SearchParams(trials=trials, per_batch=per_batch))
     return summary, time.time() - start
 
 
@@ -143,6 +144,7 @@ def resnet(trials: int) -> None:
     from explorer.models import build_onnx, sample_inputs
     from explorer.target import host_target
     from explorer.workload import load_workload
+    from search.job_spec import ValidJob
     from search.ms_database import StoreDatabase
     from search.params import SearchParams
     from search.tune import tune
@@ -153,7 +155,7 @@ def resnet(trials: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         store = Store(Path(d) / "r18.db")
         start = time.time()
-        tune(loaded.tasks(), store=store, target=target, params=SearchParams(trials=trials, per_batch=32))
+        tune(ValidJob.of_tasks(loaded.tasks(), target), store, SearchParams(trials=trials, per_batch=32))
         tuned_s = time.time() - start
         mod = loaded.fused_module()
         db = StoreDatabase(store, hardware=hardware_fingerprint(), target_filter=target.key)

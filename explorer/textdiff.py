@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from store.values import DictValue
 
 _DEF = re.compile(r"^\s+def ([A-Za-z_][\w]*)\(")
 
@@ -43,7 +45,7 @@ class DiffRow:
 
 
 @dataclass(frozen=True)
-class FunctionDiff:
+class FunctionDiff(DictValue):
     """How one function's text changed: ``status`` is same, changed, added or removed."""
 
     name: str
@@ -51,9 +53,6 @@ class FunctionDiff:
     added: int
     removed: int
     unified: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def unified(before: str, after: str, name: str = "", context: int = 3) -> str:

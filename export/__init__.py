@@ -17,7 +17,7 @@ export.verify_bundle`` pulls in no more than it needs.
 
 from __future__ import annotations
 
-import importlib
+from store.lazy import lazy_names
 
 _NAMES = {
     "ExportError": "errors", "BundleError": "errors",
@@ -37,11 +37,7 @@ _NAMES = {
 }
 
 
-def __getattr__(name: str):
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'export' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"export.{module}"), name)
+__getattr__ = lazy_names(__name__, _NAMES)
 
 
 __all__ = sorted(_NAMES)

@@ -60,17 +60,10 @@ def workload_tasks(workload: Workload) -> list[Task]:
 
 def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -> tvm.tirx.PrimFunc:
     """``func`` scheduled by a record's trace (replayed like MetaSchedule's ApplyDatabase) or steps."""
-    from tvm import s_tir
-
     if schedule.trace is not None:
-        import json
+        from explorer.schedule.trace import replay
 
-        from explorer.schedule.intrinsics import register_for_trace
-
-        register_for_trace(schedule.trace)  # a schedx intrinsic the trace tensorizes with
-        sch = s_tir.Schedule(owned_task_module(func))  # never the fused module's own function
-        s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(schedule.trace)), sch)
-        new = sch.mod["main"]
+        new = replay(owned_task_module(func), schedule.trace).mod["main"]  # never the fused module's own function
     elif schedule.steps:
         from explorer.schedule.session import ScheduleSession
         from explorer.schedule.steps import steps_from_json

@@ -133,8 +133,8 @@ def schedules_for(choices: list[TaskChoice], picks: Mapping[str, int | None] | N
     """Task name -> schedule: the best record, or the record id ``picks`` names for that task
     (None in ``picks``: the default schedule). A record of the default schedule (source
     ``default``: a search measured it first) is the default schedule: the export builds it from
-    the rules, as for a task without a record (replaying its trace left ResNet-18's kernels
-    uncalled by name in the profile and the model 2.15x ONNX Runtime instead of 1.3x)."""
+    the rules, as for a task without a record (replaying its trace left the kernels without their
+    names in the profile, and the model slower than the rules' build: docs/notes/measurements.md)."""
     picks = picks or {}
     out = {}
     for choice in choices:

@@ -11,16 +11,17 @@ run a different copy of the graph (a test perturbs one layer there).
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from explorer.errors import short_tvm_message
 from explorer.interrupts import reraise as reraise_interrupt
+from store.values import DictValue
 
 
 @dataclass(frozen=True)
-class LayerResult:
+class LayerResult(DictValue):
     """One compared tensor: the node that produced it, errors, and whether it is in tolerance."""
 
     node: str
@@ -37,9 +38,6 @@ class LayerResult:
         if self.scale > 0:
             return self.max_abs_error / self.scale
         return 0.0 if self.max_abs_error <= _FLOOR else float("inf")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

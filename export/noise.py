@@ -19,16 +19,18 @@ many processes do, and a few rounds that disagree give no verdict.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
+
+from store.values import DictValue
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
-class Spread:
+class Spread(DictValue):
     """The median of a contender's runs and its confidence interval (seconds)."""
 
     median_s: float
@@ -36,15 +38,12 @@ class Spread:
     high_s: float
     runs: int
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def text(self) -> str:
         return f"{self.median_s * 1e3:.3f} ms (95% CI {self.low_s * 1e3:.3f}-{self.high_s * 1e3:.3f})"
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(DictValue):
     """``a`` against ``b``: the ratio of their medians (below 1: ``a`` is faster), its confidence
     interval, and the verdict: ``faster``, ``slower`` or ``same`` (no difference beyond the noise)."""
 
@@ -54,9 +53,6 @@ class Comparison:
     low: float
     high: float
     verdict: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def text(self) -> str:
         ci = f"ratio {self.ratio:.2f}, 95% CI {self.low:.2f}-{self.high:.2f}"

@@ -20,6 +20,7 @@ from explorer.target import Target, parse_target
 from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
 from export.schedules import TaskSchedule
+from store.values import DictValue
 
 if TYPE_CHECKING:
     from export.flow import ExportReport
@@ -168,15 +169,12 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
 
 
 @dataclass(frozen=True)
-class OrtNode:
+class OrtNode(DictValue):
     """ONNX Runtime's time for one node of the ONNX graph (per run)."""
 
     node: str
     op_type: str
     seconds: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -360,9 +358,9 @@ def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, peak_gbps
     """What the roofline allows a kernel of ``flops`` over ``nbytes`` of arguments: its arithmetic
     intensity times the bandwidth of where its bytes fit, at most the FLOP peak. Bytes that fit in
     the cores' caches (``cache_bytes``) move at ``cache_gbps`` (a model's small max-pool reads what
-    the convolution before it wrote there: against the large copy's bandwidth it read 5145 % of its
-    roofline); more move at ``peak_gbps``, the large copy's (a matrix-vector product over 151 MB of
-    weights is bound by reading them, far below the FLOP peak)."""
+    the convolution before it wrote there: against the large copy's bandwidth it read many times
+    its roofline); more move at ``peak_gbps``, the large copy's (a matrix-vector product over
+    hundreds of MB of weights is bound by reading them, far below the FLOP peak)."""
     from store.plots import roofline_ceiling
 
     if not peak_gflops or not peak_gbps or not flops:

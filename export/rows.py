@@ -7,15 +7,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from export.noise import spread, spread_rounds
+from store.values import DictValue
 
 
 @dataclass(frozen=True)
-class BenchRow:
+class BenchRow(DictValue):
     """One contender: seconds to compile (or create the session), the first run, then the steady state."""
 
     name: str
@@ -29,9 +30,6 @@ class BenchRow:
     ci_high_s: float | None = None
     rounds: int = 1  # rounds alternated with the other contenders that the runs came from
     latencies: tuple[float, ...] = field(default=(), repr=False)  # every timed run's seconds
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def time_calls(fn: Callable[[], object], runs: int, budget_s: float) -> tuple[float, list[float]]:

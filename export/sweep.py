@@ -136,13 +136,14 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
 
 
 def _tune(workload: Workload, tasks, target: Target, db, trials: int) -> int:
+    from search.job_spec import ValidJob
     from search.params import SearchParams
     from search.tune import tune
     from store import Store, default_db_path
 
+    job = ValidJob.of_tasks(tasks, target, source=workload.source, shapes=workload.input_shapes)
     with Store(db or default_db_path()) as store:
-        summary = tune(tasks, store=store, target=target, params=SearchParams(trials=trials),
-                       source_name=workload.source, shapes=workload.input_shapes)
+        summary = tune(job, store, SearchParams(trials=trials))
     return summary.trials
 
 

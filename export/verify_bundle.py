@@ -408,7 +408,7 @@ def profile_calls(vm, args: list, dev, runs: int) -> dict:
     too), timed around every call by a VM instrument, and the end-to-end time of those runs (the
     instrument's own cost is the difference between the two). Each figure is the median over
     ``runs`` runs, after one run that is not counted: a sum over the runs took in every pause of
-    the Python callback (a 30-us model's rows moved 3x between profiles of 5 runs)."""
+    the Python callback, and a small model's rows moved severalfold between profiles."""
     import statistics
 
     totals: dict[str, list] = {}

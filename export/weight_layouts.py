@@ -177,7 +177,7 @@ def mark_weight_padding(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each kernel's padded copy of a weight marked as a layout rewrite, so that it is
     computed once here with the packings: a default schedule pads a vector axis no whole number of
     vectors divides (``pad_einsum``: ``W_pad[k, j] = if_then_else(j < n, W[k, j], 0)``), on every
-    call (GPT-2's 128x1000 logits weights on AVX-512: 0.5 MB copied per call for 4 M multiply-adds).
+    call: the whole weight copied for each call's few multiply-adds per element.
     Only the export marks it: TVM's RemoveWeightLayoutRewriteBlock, which MetaSchedule and the
     search's timing run, takes only plain copies ("Check failed: (load)"), so a kernel timed alone
     still pads per call (its time errs on the slow side)."""

@@ -12,9 +12,10 @@ outcomes, with the second artifact that verifies a schedule that rewrote a weigh
 
 from __future__ import annotations
 
-from search.ledger import BUILD_ERROR, OK, BuildOutcome, Candidate, CandidateBuilder
+from search.ledger import BuildOutcome, Candidate, CandidateBuilder
 from search.pool import WarmPool
 from search.worker_jobs import build as build_job
+from store.outcome import Outcome
 
 
 class FastBuilder(CandidateBuilder):
@@ -28,6 +29,7 @@ class FastBuilder(CandidateBuilder):
     def build_candidates(self, inputs: list, candidates: list[Candidate]) -> list[BuildOutcome]:
         jobs = [(inp.mod, inp.target, self.work_dir) for inp in inputs]
         out = []
-        for result in self.pool.map(build_job, jobs, timeout=self.timeout_sec, failed=BUILD_ERROR):
-            out.append(BuildOutcome(OK, *result.value) if result.ok else BuildOutcome(result.status, error=result.message))
+        for result in self.pool.map(build_job, jobs, timeout=self.timeout_sec, failed=Outcome.BUILD_ERROR):
+            out.append(BuildOutcome(Outcome.OK, *result.value) if result.ok else
+                       BuildOutcome(result.status, error=result.message))
         return out

@@ -16,24 +16,26 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from explorer.workload import Task
 from search.job_spec import JobProgress, estimate_eta_s
-from search.ledger import INFRA_ERROR, OK, CandidateLedger
+from search.ledger import CandidateLedger
 from search.records import candidate_record
 from search.runner import REJECT_FACTOR
 from search.stopping import FAILED, StopRequest
 from store import Record, Store
+from store.outcome import Outcome
+from store.values import DictValue
 
 EARLY_TIMING = f"one run: over {REJECT_FACTOR:g}x slower than the best so far, not timed further"
 
 
 @dataclass(frozen=True)
-class BatchReport:
+class BatchReport(DictValue):
     """What one measured batch changed: for progress bars, job rows and the UI."""
 
     task: str
@@ -50,9 +52,6 @@ class BatchReport:
     phase: str = "search"  # or "confirm": the round after the search (search.confirm_round)
     confirm_done: int = 0  # tasks the confirmation round has finished, of confirm_total
     confirm_total: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -154,7 +153,7 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
             continue
         if c.artifact:
             remove_artifact(c.artifact)
-        if state.stop.hard and c.status == INFRA_ERROR:  # abandoned by an urgent stop: never measured
+        if state.stop.hard and c.status == Outcome.INFRA_ERROR:  # abandoned by an urgent stop: never measured
             continue
         records.append(candidate_record(
             task, c, cand.sch, cand.args_info, predicted=predicted[i] if i < len(predicted) else None,
@@ -165,7 +164,7 @@ def write_batch(state: SearchState, ledger: CandidateLedger, cost_model, context
     if release and state.claims is not None:  # the records answer for this batch now
         state.claims.release()
     for rec, rid in zip(records, ids):
-        if rec.status != INFRA_ERROR:  # not the candidate's fault: tried again on resume
+        if rec.status != Outcome.INFRA_ERROR:  # not the candidate's fault: tried again on resume
             ledger.remember(rec.candidate, str(rid), rec.latencies)
     state.last = _Batch(index, records, cached, len(measure_candidates), elsewhere)
 
@@ -198,7 +197,7 @@ def account(state: SearchState, batch: _Batch) -> None:
     else:
         state.saturated.discard(batch.task)
     now = state.elapsed()
-    failed = [r for r in batch.records if r.status != OK]
+    failed = [r for r in batch.records if r.status != Outcome.OK]
     if s.first_measured_s is None and batch.records:
         s.first_measured_s = now
     s.trials += new  # the budget counts new measurements: a candidate from the store is free
@@ -210,7 +209,7 @@ def account(state: SearchState, batch: _Batch) -> None:
         s.reasons.setdefault(r.status, r.error[:300])
     state.batches += 1
     state.task_trials[task.name] = state.task_trials.get(task.name, 0) + new
-    good = [r.gflops for r in batch.records if r.status == OK and r.gflops and r.verified is not False]
+    good = [r.gflops for r in batch.records if r.status == Outcome.OK and r.gflops and r.verified is not False]
     if good:
         s.best[task.name] = max(good + ([s.best[task.name]] if task.name in s.best else []))
     eta = estimate_eta_s(elapsed_s=now, trials=s.trials, total_trials=state.total_trials,

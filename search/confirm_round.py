@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass
 
 from explorer.workload import Task, tag_task
 from search.callbacks import SearchState, account_confirmation, remove_artifact
-from search.ledger import INFRA_ERROR, OK, TIMEOUT, CandidateLedger, LedgerBuilder, LedgerRunner
+from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner
 from search.records import candidate_record
 from search.runner import COLD_TIMING
 from store import Record
+from store.outcome import Outcome
 
 CONTENDERS = 3  # the fastest schedules re-timed per pass (the default and the previous choice besides)
 PASSES = 3  # passes of one task, while the search timed untried schedules faster than the winner
@@ -163,19 +164,20 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
             rounds: int) -> dict[str, float]:
     """Rebuild ``picked``, time them ``rounds`` times in turns, write one record each; the median
     of each schedule that ran every time it was asked (by :func:`_schedule`), one per record written."""
-    from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from explorer.schedule.steps import ScheduleError
+    from explorer.schedule.trace import replay
 
     task = state.tasks[index]
     ledger = CandidateLedger({task.key: index})  # knows nothing: every contender is built and run
     work = getattr(runner, "work_dir", None) or getattr(builder, "work_dir", None) or "."
     schedules = []
     for r in picked:
-        sch = s_tir.Schedule(tag_task(task.mod, task.key))
         try:
-            s_tir.Trace.apply_json_to_schedule(r.trace, sch)
-        except Exception:  # noqa: BLE001 - a record whose trace no longer replays is not re-timed
+            sch = replay(tag_task(task.mod, task.key), r.trace)
+        except ScheduleError:  # a record whose trace no longer replays is not re-timed
             continue
         schedules.append((r, sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     if len(schedules) < 2:
@@ -196,7 +198,7 @@ def _retime(index: int, picked: list[Record], state: SearchState, tvm_target, bu
         if failure is not None:  # the failure stands: the schedule no longer ranks at its older time
             (c.status, c.error, c.verified, c.max_error), c.secs = failure, ()
         else:
-            c.status, c.secs, c.early = OK, tuple(times), False
+            c.status, c.secs, c.early = Outcome.OK, tuple(times), False
         kept = {k: v for k, v in (r.environment or {}).items() if k in KEPT_ENVIRONMENT}  # what it is stays said
         environment = {**state.environment, **kept, "confirmation": {"rounds": len(times), "contenders": len(ready),
                                                              "retimes": r.id, "timing": COLD_TIMING}}
@@ -227,9 +229,9 @@ def _time_in_turns(ready: list, ledger: CandidateLedger, runner, work: str, roun
                 if c is None:
                     continue
                 _, times, failure = out.get(r.id, (c, [], None))
-                if c.status == OK and c.secs:
+                if c.status == Outcome.OK and c.secs:
                     times.append(statistics.median(c.secs))
-                elif c.status not in (INFRA_ERROR, TIMEOUT) and failure is None:  # the schedule's own fault
+                elif c.status not in (Outcome.INFRA_ERROR, Outcome.TIMEOUT) and failure is None:  # its own fault
                     failure = (c.status, c.error, c.verified, c.max_error)
                 out[r.id] = (c, times, failure)
     return out

@@ -15,20 +15,21 @@ from explorer.target import Target
 from explorer.workload import Task, tag_task
 from search.callbacks import EARLY_TIMING, SearchState, account, write_batch
 from search.ledger import CandidateLedger
-from store import Outcome
+from store.outcome import Outcome
 
 
 def _candidate(task: Task, trace):
     """A schedule's trace (plain JSON) replayed on the task as a MetaSchedule candidate, or None
     when it does not replay."""
-    from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    sch = s_tir.Schedule(tag_task(task.mod, task.key))
+    from explorer.schedule.steps import ScheduleError
+    from explorer.schedule.trace import replay
+
     try:
-        s_tir.Trace.apply_json_to_schedule(trace, sch)
-    except Exception:  # noqa: BLE001 - a schedule that does not replay is simply not measured
+        sch = replay(tag_task(task.mod, task.key), trace)
+    except ScheduleError:  # a schedule that does not replay is simply not measured
         return None
     return ms.MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 

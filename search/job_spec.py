@@ -4,9 +4,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from search.params import UNLIMITED_TRIALS, SearchParams
+from store.values import DictValue
+
+if TYPE_CHECKING:  # (parsed types only: this module loads without TVM, as every front end lists jobs)
+    from explorer.target import Target
+    from explorer.workload import Task, Workload
+    from search.runner import RpcSpec
 
 
 @dataclass(frozen=True)
@@ -42,47 +50,69 @@ class JobSpec:
     def validate(self) -> ValidJob:
         """Parse what the spec names before any work starts (:class:`ValidJob`); raises the
         rooms' own errors (unknown workload, target, bad RPC address) with their messages."""
-        from explorer.target import parse_target
         from explorer.workload import load_workload
-        from search.errors import SearchError
         from search.runner import RpcSpec
 
-        target = parse_target(self.target)
-        if not target.searchable:
-            raise SearchError(f"schedx searches CPU targets (here or on RPC devices); {target.label} uses dlight's "
-                              f"GPU schedules: `schedx export --target {self.target}`")
+        target = _search_target(self.target)
         rpc = RpcSpec.parse(self.rpc_tracker, self.rpc_key or "") if self.rpc_tracker else None
         if rpc is None:
             target.require_runnable("measure")
         workload = load_workload(self.workload, self.shapes)
-        return ValidJob(self, target, workload, rpc)
+        tasks = workload.tasks()
+        searched = _searched(tasks)
+        if tasks and not searched:
+            from explorer.errors import ExplorerError
+
+            raise ExplorerError(f"{workload.name}: its kernel is written whole by schedx for each target "
+                                "(a recurrent layer's steps); there is nothing to search")
+        return ValidJob(target, searched, rpc, workload.source, workload.input_shapes, spec=self, workload=workload)
 
 
 @dataclass(frozen=True)
 class ValidJob:
-    """A :class:`JobSpec` with everything it names parsed: the target
-    (:class:`explorer.target.Target`), the loaded workload (:class:`explorer.workload.Workload`)
-    and the RPC device to measure on (:class:`search.runner.RpcSpec`, None: this machine)."""
+    """A search with everything it names parsed and checked, made once at the search's boundary
+    (:meth:`JobSpec.validate`, or :meth:`of_tasks` for tasks picked by hand): a CPU target this
+    machine runs (or that ``rpc``'s devices run), the tasks to search (without the kernels schedx
+    writes whole), where to measure (None: this machine), and what the workload rows of its
+    tasks say (``source``, ``shapes``). ``spec`` and ``workload`` are None for hand-picked tasks."""
 
-    spec: JobSpec
-    target: object
-    workload: object
-    rpc: object = None
+    target: Target
+    tasks: tuple[Task, ...]
+    rpc: RpcSpec | None = None
+    source: str = ""
+    shapes: str | None = None
+    spec: JobSpec | None = None
+    workload: Workload | None = None
 
-    def tasks(self) -> list:
-        """The workload's tasks a search explores: all but the kernels schedx writes whole."""
-        tasks = self.workload.tasks()
-        searched = [t for t in tasks if not t.hand_written]
-        if tasks and not searched:
-            from explorer.errors import ExplorerError
+    @classmethod
+    def of_tasks(cls, tasks: Sequence[Task], target: Target | str = "cpu", *, rpc: RpcSpec | None = None,
+                 source: str = "", shapes: str | None = None) -> ValidJob:
+        """A job over ``tasks`` as given (a library caller's, a test's; those schedx writes whole
+        left out), its target checked as :meth:`JobSpec.validate` checks a spec's."""
+        target = _search_target(target)
+        if rpc is None:
+            target.require_runnable("measure")
+        return cls(target, _searched(tasks), rpc, source, shapes)
 
-            raise ExplorerError(f"{self.workload.name}: its kernel is written whole by schedx for each target "
-                                "(a recurrent layer's steps); there is nothing to search")
-        return searched
+
+def _search_target(spelling: Target | str) -> Target:
+    from explorer.target import parse_target
+    from search.errors import SearchError
+
+    target = parse_target(spelling)
+    if not target.searchable:
+        raise SearchError(f"schedx searches CPU targets (here or on RPC devices); {target.label} uses dlight's "
+                          f"GPU schedules: `schedx export --target {target.spec}`")
+    return target
+
+
+def _searched(tasks: Sequence[Task]) -> tuple[Task, ...]:
+    """The tasks a search explores: all but the kernels schedx writes whole (nothing to search)."""
+    return tuple(t for t in tasks if not t.hand_written)
 
 
 @dataclass(frozen=True)
-class JobProgress:
+class JobProgress(DictValue):
     """How far a search got, as the job row and every front end read it. ``failures`` counts
     failed candidates by outcome (``run_error``, ``verify_failed``, ...), ``reasons`` keeps one
     message per outcome; ``tasks`` maps task name to its trials, best GFLOPS, weight and FLOPs."""
@@ -103,14 +133,6 @@ class JobProgress:
     confirm_done: int = 0  # tasks it has finished, of confirm_total
     confirm_total: int = 0
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> JobProgress:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
-
 
 def estimate_eta_s(*, elapsed_s: float, trials: int, total_trials: int,
                    time_left_s: float | None = None) -> float | None:
@@ -118,7 +140,7 @@ def estimate_eta_s(*, elapsed_s: float, trials: int, total_trials: int,
     left, where the trials are limited; the rest of its time budget (``time_left_s``), where it has
     one; the sooner of the two where both bind. A time budget with unlimited trials
     (:data:`search.params.UNLIMITED_TRIALS`) is the clock's alone: the pace against ten million
-    trials read 9,790,457 s for a 1-minute search. None when neither is known yet."""
+    trials would read months for a 1-minute search. None when neither is known yet."""
     known = []
     if trials and total_trials < UNLIMITED_TRIALS:
         known.append(elapsed_s / trials * max(0, total_trials - trials))

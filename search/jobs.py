@@ -49,7 +49,7 @@ def job_elapsed_s(job: Job, now: datetime | None = None) -> float | None:
     creation to ``now`` while it runs, to its row's last change (how it ended) once it has ended,
     so the figure never goes back. (The search's own ``JobProgress.elapsed_s`` starts later, once
     the process has imported TVM and extracted its tasks: a page that showed the row's clock while
-    the job ran and that one after went from 44 s to 36 s on a stop.) None for an unreadable time."""
+    the job ran and that one after went back on a stop.) None for an unreadable time."""
     start = _instant(job.created)
     end = (now or datetime.now(timezone.utc)) if job.status in ACTIVE else _instant(job.updated)
     if start is None or end is None:
@@ -126,7 +126,7 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
     :class:`search.tune.TuneSummary`. ``prepared`` is ``spec.validate()``'s :class:`ValidJob` when the
     caller has it already; ``stop`` a :class:`search.stopping.StopRequest` the caller's signal
     handlers set (None: the search handles SIGINT and SIGTERM itself)."""
-    from search.tune import tune
+    from search.tune import SearchHooks, tune
 
     if job_id is None:
         job_id = store.create_job("tune", spec.to_dict()).id
@@ -136,9 +136,7 @@ def run_job(store: Store, spec: JobSpec, *, job_id: int | None = None,
         stop.on_exit.append(last_words)
     try:
         job = prepared or spec.validate()
-        summary = tune(job.tasks(), store=store, target=job.target, params=spec.params, rpc=job.rpc, job_id=job_id,
-                       on_batch=on_batch, source_name=job.workload.source, shapes=job.workload.input_shapes,
-                       stop=stop)
+        summary = tune(job, store, spec.params, SearchHooks(on_batch=on_batch, stop=stop, job_id=job_id))
     except (KeyboardInterrupt, SystemExit):
         record_end(store, job_id, status="stopped")
         raise

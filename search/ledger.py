@@ -26,12 +26,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from explorer.workload import module_hash, task_tag
-from store.records import Outcome
-
-# How a candidate ended: the store's record status.
-OK, BUILD_ERROR, RUN_ERROR, VERIFY_FAILED, TIMEOUT, INFRA_ERROR = (
-    Outcome.OK, Outcome.BUILD_ERROR, Outcome.RUN_ERROR, Outcome.VERIFY_FAILED, Outcome.TIMEOUT, Outcome.INFRA_ERROR)
-OUTCOMES = tuple(Outcome)
+from store.outcome import Outcome
 
 
 @dataclass
@@ -105,12 +100,12 @@ class CandidateLedger:
         c = Candidate(hash=h, task=self.task_index.get(task_tag(mod) or ""))
         if h in self.known:
             c.cached = self.known[h][0]
-            c.status, c.secs = OK, tuple(self.known[h][1])
+            c.status, c.secs = Outcome.OK, tuple(self.known[h][1])
         self._by_hash[h] = c
         return c
 
     def built(self, c: Candidate, outcome: BuildOutcome) -> None:
-        if outcome.status == OK and outcome.artifact:
+        if outcome.status == Outcome.OK and outcome.artifact:
             c.artifact, c.check_artifact = outcome.artifact, outcome.check_artifact
             self._by_artifact[outcome.artifact] = c
         else:
@@ -126,8 +121,8 @@ class CandidateLedger:
 
     def ran(self, c: Candidate, outcome: RunOutcome) -> None:
         c.max_error, c.verified, c.early = outcome.max_error, outcome.verified, outcome.early
-        if outcome.status == OK:
-            c.status, c.secs = OK, tuple(outcome.secs)
+        if outcome.status == Outcome.OK:
+            c.status, c.secs = Outcome.OK, tuple(outcome.secs)
         else:
             c.fail(outcome.status, outcome.error)
 
@@ -181,8 +176,8 @@ class LedgerBuilder(ms.builder.PyBuilder):
         elif isinstance(self.inner, CandidateBuilder):
             outcomes = self.inner.build_candidates(inputs, [candidates[i] for i in todo])
         else:
-            outcomes = [BuildOutcome(OK, str(r.artifact_path)) if r.error_msg is None and r.artifact_path else
-                        BuildOutcome(BUILD_ERROR, error=str(r.error_msg or "no artifact"))
+            outcomes = [BuildOutcome(Outcome.OK, str(r.artifact_path)) if r.error_msg is None and r.artifact_path else
+                        BuildOutcome(Outcome.BUILD_ERROR, error=str(r.error_msg or "no artifact"))
                         for r in self.inner.build(inputs)]
         for i, outcome in zip(todo, outcomes):
             self.ledger.built(candidates[i], outcome)
@@ -228,7 +223,7 @@ class LedgerRunner(ms.runner.PyRunner):
         for i, c, outcome in zip(fresh, fresh_candidates, outcomes):
             if c is not None:
                 self.ledger.ran(c, outcome)
-            out[i] = _Done(ms.runner.RunnerResult(list(outcome.secs), None) if outcome.status == OK else
+            out[i] = _Done(ms.runner.RunnerResult(list(outcome.secs), None) if outcome.status == Outcome.OK else
                            ms.runner.RunnerResult(None, outcome.error or outcome.status))
         return out
 
@@ -236,10 +231,9 @@ class LedgerRunner(ms.runner.PyRunner):
 def _plain_run(future) -> RunOutcome:
     r = future.result() if hasattr(future, "result") else future
     if r.error_msg is None and r.run_secs:
-        return RunOutcome(OK, tuple(float(s) for s in r.run_secs))
-    return RunOutcome(RUN_ERROR, error=str(r.error_msg or "no run time"))
+        return RunOutcome(Outcome.OK, tuple(float(s) for s in r.run_secs))
+    return RunOutcome(Outcome.RUN_ERROR, error=str(r.error_msg or "no run time"))
 
 
-__all__ = ["BUILD_ERROR", "BuildOutcome", "Candidate", "CandidateBuilder", "CandidateLedger", "CandidateRunner",
-           "INFRA_ERROR", "LedgerBuilder", "LedgerRunner", "OK", "OUTCOMES", "RUN_ERROR", "RunOutcome", "TIMEOUT",
-           "VERIFY_FAILED", "cached_path"]
+__all__ = ["BuildOutcome", "Candidate", "CandidateBuilder", "CandidateLedger", "CandidateRunner", "LedgerBuilder",
+           "LedgerRunner", "RunOutcome", "cached_path"]

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from search.errors import SearchError
+from store.values import DictValue
 
 UNLIMITED_TRIALS = 10_000_000  # a time budget (minutes) without a trial limit: the clock decides
 
 
 @dataclass(frozen=True)
-class SearchParams:
+class SearchParams(DictValue):
     """Evolutionary search (Ansor/MetaSchedule) knobs, with MetaSchedule's names in comments."""
 
     trials: int = 64  # max_trials_global
@@ -77,11 +78,3 @@ class SearchParams:
         for ok, message in checks:
             if not ok:
                 raise SearchError(message)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SearchParams:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from store.records import Outcome
+from store.outcome import Outcome
 
 START_TIMEOUT_S = 120.0  # a worker's start-up (imports, intrinsics) on a loaded machine
 

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
 
     import cloudpickle
 
-    from store.records import Outcome
+    from store.outcome import Outcome
 
     # Ctrl-C and `schedx jobs stop` signal the whole process group: the parent decides, and
     # closes the pool (which kills its workers); a worker never dies half-way through a reply.

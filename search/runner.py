@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from explorer.measure.lock import measuring
 from search import worker_jobs
-from search.ledger import INFRA_ERROR, OK, VERIFY_FAILED, Candidate, CandidateRunner, RunOutcome
+from search.ledger import Candidate, CandidateRunner, RunOutcome
 from search.pool import CallResult, WarmPool
+from store.outcome import Outcome
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,7 @@ EVALUATOR = {"number": 3, "repeat": 1, "min_repeat_ms": 40}
 # its weights and output out of the cache (TVM's cache_flush_cpu_non_first_arg before each run:
 # every argument but the first, the input the previous kernel just wrote), one run per repeat.
 # Timed warm, a schedule that reads a large weight in its original layout wins while the weight
-# stays in the cache and loses in the model: ResNet-18's 7x7x512 conv, a search record 3.75 ms
-# warm and 6.00 ms cold, its default (weights packed in panels) 4.63 and 4.57 ms (AVX2, 2 cores).
+# stays in the cache and loses in the model (docs/notes/measurements.md).
 CACHE_FLUSH = "cache_flush_cpu_non_first_arg"
 COLD_EVALUATOR = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "f_preproc": CACHE_FLUSH}
 COLD_TIMING = "cold: weights and output flushed from the cache before each run, as in a model"  # records say so
@@ -119,7 +119,7 @@ class PoolRunner(CandidateRunner):
                                          self.task_specs[task], path, timeout=max(120.0, 4 * self.timeout_sec))
                 ref.path = path if outcome.ok else None
                 ref.why_not = "" if outcome.ok else f"the unscheduled kernel could not run: {outcome.message}"
-                ref.infra = outcome.status == INFRA_ERROR
+                ref.infra = outcome.status == Outcome.INFRA_ERROR
                 ref.done = True
             return ref
 
@@ -199,7 +199,7 @@ class PoolRunner(CandidateRunner):
 
 
 # What a candidate another search claimed comes back as (no record is written for it).
-_ELSEWHERE = RunOutcome(INFRA_ERROR, error="measured by another search running on this database")
+_ELSEWHERE = RunOutcome(Outcome.INFRA_ERROR, error="measured by another search running on this database")
 
 
 def _outcome(outcome: CallResult, *, checked: bool) -> RunOutcome:
@@ -207,9 +207,9 @@ def _outcome(outcome: CallResult, *, checked: bool) -> RunOutcome:
     is None when there was no reference to compare with."""
     if not outcome.ok:
         return RunOutcome(outcome.status, error=outcome.message)
-    value = outcome.value
-    if "verify_failed" in value:
-        return RunOutcome(VERIFY_FAILED, error=f"verify failed: {value['verify_failed']}",
-                          max_error=value.get("max_error"), verified=False)
-    return RunOutcome(OK, tuple(value["secs"]), max_error=value.get("max_error"), verified=True if checked else None,
-                      early=bool(value.get("early")))
+    timed: worker_jobs.Timed = outcome.value
+    if timed.outcome == Outcome.VERIFY_FAILED:
+        return RunOutcome(Outcome.VERIFY_FAILED, error=f"verify failed: {timed.error}", max_error=timed.max_error,
+                          verified=False)
+    return RunOutcome(Outcome.OK, timed.secs, max_error=timed.max_error, verified=True if checked else None,
+                      early=timed.early)

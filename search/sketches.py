@@ -66,9 +66,9 @@ def default_rule_names(target: Target | str | None = None) -> list[str]:
     return [type(r).__name__ for r in ms.ScheduleRule.create(target.tvm().kind.name)]
 
 
-def space_generator(target: Target | str | None, rules: list[str] | None, *, microkernel: bool = False,
-                    int8: bool = False):
-    """MetaSchedule's post-order-apply space generator with the default rules, or only ``rules``;
+def space_generator(target: Target, rules: list[str] | None, *, microkernel: bool = False, int8: bool = False):
+    """MetaSchedule's post-order-apply space generator for a CPU ``target`` (one its caller
+    checked: a search's, :func:`tune_context`'s) with the default rules, or only ``rules``;
     with ``microkernel`` the rules also tile fp32 blocks around the target's FMA micro-kernel
     (:mod:`explorer.schedule.microkernel`), and a target without one is a :class:`SearchError`;
     with ``int8`` (a task holding the int8 kernels of a quantized model) they tile those around
@@ -79,7 +79,6 @@ def space_generator(target: Target | str | None, rules: list[str] | None, *, mic
     from explorer.schedule import microkernel as mk
     from search.pool_rules import register_pool_rules
 
-    target = _cpu_target(target)
     light_tensor_intrin(target.intrinsics)
     register_pool_rules()  # TOPI's pools name custom rules TVM does not register: the default rules, quietly
     dot_rules = int8_dot.schedule_rules(target) if int8 else []
@@ -142,10 +141,10 @@ def sample_schedule(kernel: Kernel, sketch: Sketch, target: Target | str | None,
     target's postprocessors applied (as MetaSchedule does before measuring), as steps."""
     from tvm import s_tir
 
-    from explorer.schedule.trace import schedule_from_trace
+    from explorer.schedule.trace import replay
 
     ctx = tune_context(kernel, target, None, seed, microkernel=microkernel)
-    recorded = schedule_from_trace(kernel.func, sketch.trace).trace
+    recorded = replay(kernel.func, sketch.trace).trace
     for attempt in range(tries):
         sch = s_tir.Schedule(kernel.func, seed=seed * 1000 + attempt + 1)
         recorded.apply_to_schedule(sch, True, lambda inst, inputs, attrs, decision:

@@ -25,21 +25,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
 from explorer.environment import current_environment, hardware_fingerprint
-from explorer.target import Target, host_target, parse_target
+from explorer.target import Target, host_target
 from explorer.tvm_fast import light_tensor_intrin
 from explorer.workload import Task, tag_task
 from search import pool as warm_pool
 from search.builder import FastBuilder
 from search.callbacks import BatchReport, SearchState, report_progress, write_records
 from search.claims import ClaimBook
+from search.job_spec import ValidJob
 from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner
 from search.ms_database import StoreDatabase
 from search.params import SearchParams
 from search.records import task_workload
-from search.runner import COLD_TIMING, PoolRunner, RpcSpec
+from search.runner import COLD_TIMING, PoolRunner
 from search.stopping import StopRequest, signals_stop
 from search.strategy import StoppableSearch
 from search.work_dirs import work_dir
@@ -82,134 +85,167 @@ class TuneSummary:
         return d
 
 
-def tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None = None,
-         job_id: int | None = None, on_batch=None, source_name: str = "", shapes: str | None = None,
-         builder=None, runner=None, stop: StopRequest | None = None, minutes: float | None = None) -> TuneSummary:
-    """Search schedules for ``tasks`` (see the module docstring); returns what it did.
+@dataclass(frozen=True)
+class SearchHooks:
+    """How a caller follows and stops a search: ``on_batch`` gets each written batch's
+    :class:`BatchReport`; ``stop`` is a :class:`search.stopping.StopRequest` the caller's own signal
+    handlers set (None: the search handles SIGINT and SIGTERM itself while it runs in the main
+    thread); ``job_id`` names the job row its progress and records go to (None: no job row)."""
 
-    ``target`` must be a CPU target this machine runs, unless ``rpc`` measures elsewhere
-    (:class:`explorer.target.TargetError` otherwise, before anything starts). ``builder``/``runner``
-    replace the real ones (tests use deterministic fakes: any MetaSchedule builder and runner);
-    candidates the store already measured never reach them.
+    on_batch: Callable[[BatchReport], None] | None = None
+    stop: StopRequest | None = None
+    job_id: int | None = None
 
-    The search ends at the first of: ``params.trials`` new measurements, ``minutes`` (default
-    ``params.minutes``; 0: no time limit) after it started, or a stop request: ``stop`` when the
-    caller handles signals itself, else SIGINT and SIGTERM while this runs in the main thread.
-    ``summary.stopped`` says which early end it was. A batch that cannot be written raises
+
+def tune(job: ValidJob, store: Store, params: SearchParams, hooks: SearchHooks | None = None, *,
+         builder=None, runner=None) -> TuneSummary:
+    """Search schedules for ``job``'s tasks (see the module docstring); returns what it did.
+
+    ``job`` was checked once at the boundary (:meth:`search.job_spec.JobSpec.validate` or
+    :meth:`ValidJob.of_tasks <search.job_spec.ValidJob.of_tasks>`); ``params`` are the search's knobs.
+    ``builder``/``runner`` replace the real ones (tests use deterministic fakes: any MetaSchedule
+    builder and runner); candidates the store already measured never reach them.
+
+    The search ends at the first of: ``params.trials`` new measurements, ``params.minutes`` (0: no
+    time limit) after it started, or a stop request (see :class:`SearchHooks`). ``summary.stopped``
+    says which early end it was. A batch that cannot be written raises
     :class:`search.errors.SearchError` once the search has wound down (that batch rolled back)."""
-    tasks = [t for t in tasks if not t.hand_written]  # schedx writes those whole: nothing to search
-    own_signals = stop is None
-    stop = stop or StopRequest()
-    budget = params.minutes if minutes is None else minutes
-    reserve = _confirm_reserve_s(budget, len(tasks), params) if budget else 0.0
-    deadline = time.monotonic() + budget * 60 if budget else None  # the budget's end
-    if budget:  # the search stops early enough to leave the confirmation round its share
-        stop.set_minutes(budget - reserve / 60)
-    kwargs = dict(store=store, target=target, params=params, rpc=rpc, job_id=job_id, on_batch=on_batch,
-                  source_name=source_name, shapes=shapes, builder=builder, runner=runner, stop=stop,
-                  deadline=deadline, reserve=reserve)
-    if not own_signals:
-        return _tune(tasks, **kwargs)
-    with signals_stop(stop):
-        return _tune(tasks, **kwargs)
+    hooks = hooks or SearchHooks()
+    stop = hooks.stop or StopRequest()
+    with nullcontext() if hooks.stop is not None else signals_stop(stop):
+        budget = _Budget.of(params, len(job.tasks), stop)
+        space = _space_generator(job.target, params)  # refuses --microkernel on a target without one, before any work
+        if runner is None:  # references run here, and local candidates too: refuse what cannot fit
+            _require_memory(job.tasks)
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        with _set_up(job, store, params, hooks, stop, builder, runner) as search:
+            _search(search, params, space, budget)
+        state = search.state
+        state.summary.seconds = state.elapsed()
+        if state.failure is not None:
+            raise _failure(state) from state.failure
+        state.summary.stopped = stop.reason if stop.should_stop() and state.summary.trials < params.trials else ""
+        return state.summary
 
 
-def _tune(tasks: list[Task], *, store: Store, target: Target | str, params: SearchParams, rpc: RpcSpec | None,
-          job_id: int | None, on_batch, source_name: str, shapes: str | None, builder, runner,
-          stop: StopRequest, deadline: float | None, reserve: float) -> TuneSummary:
-    from tvm.s_tir import meta_schedule as ms
+@dataclass(frozen=True)
+class _Budget:
+    """A time budget's end (``deadline``, ``time.monotonic()``; None: no time limit) and the
+    seconds of it kept for the confirmation round; the search itself stops that much earlier."""
 
-    from search.errors import SearchError
+    deadline: float | None = None
+    reserve: float = 0.0
 
-    target = parse_target(target)
-    if not target.searchable:
-        raise SearchError(f"schedx searches CPU targets; {target.label} uses dlight's GPU schedules (schedx export)")
-    if rpc is None and runner is None:
-        target.require_runnable("measure")
-    space = _space_generator(target, params)  # refuses --microkernel on a target without one, before any work
-    if runner is None:  # references run here, and local candidates too: refuse what cannot fit
-        _require_memory(tasks)
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    @classmethod
+    def of(cls, params: SearchParams, n_tasks: int, stop: StopRequest) -> _Budget:
+        if not params.minutes:
+            return cls()
+        reserve = _confirm_reserve_s(params.minutes, n_tasks, params)
+        stop.set_minutes(params.minutes - reserve / 60)  # the search leaves the confirmation round its share
+        return cls(time.monotonic() + params.minutes * 60, reserve)
+
+
+@dataclass
+class _Search:
+    """What a search runs with, set up once: its book-keeping, the ledger, the builder and runner
+    (the caller's or the warm pool's) and the ledger's builder and runner that wrap them."""
+
+    tasks: list[Task]
+    target: Target
+    tgt: object  # tvm.target.Target
+    hardware: str
+    work_dir: str  # the search's scratch folder (MetaSchedule's work_dir)
+    state: SearchState
+    ledger: CandidateLedger
+    builder: object
+    runner: object
+    ledger_builder: LedgerBuilder
+    ledger_runner: LedgerRunner
+    database: StoreDatabase
+
+
+@contextmanager
+def _set_up(job: ValidJob, store: Store, params: SearchParams, hooks: SearchHooks, stop: StopRequest, builder,
+            runner) -> Iterator[_Search]:
+    """The warm pool (taken first: its workers start while this process sets up), the workload
+    rows, the search's state, the ledger, the builder and runner, the claims; all of it closed
+    and released when the search ends, however it ends."""
+    tasks, target, job_id = list(job.tasks), job.target, hooks.job_id
     own_pool = None
-    if builder is None or runner is None:  # first: its workers start while this process sets up
+    if builder is None or runner is None:
         own_pool = warm_pool.take(params.builder_workers or None, target.intrinsics)
-        stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
-    work = work_dir()
-    inner_runner, state = runner, None
-    try:
+    with ExitStack() as cleanup:  # (closed in reverse: runner, claims, pool, scratch folder)
+        work = cleanup.enter_context(work_dir())
+        if own_pool is not None:
+            cleanup.callback(own_pool.close)
+            stop.on_hard.append(own_pool.abandon)  # a second Ctrl-C: the batch in flight ends at once
+            cleanup.callback(stop.on_hard.remove, own_pool.abandon)
         light_tensor_intrin(target.intrinsics)
-        tgt = target.tvm()
-        hardware = hardware_fingerprint() if rpc is None else f"rpc:{rpc.key}"
+        hardware = hardware_fingerprint() if job.rpc is None else f"rpc:{job.rpc.key}"
         for t in tasks:
-            store.add_workload(task_workload(t, source=source_name or "search", shapes=shapes), replace=False)
-        state = _state(store, tasks, target, hardware, job_id, params.trials, on_batch)
-        state.deadline = deadline  # the ETA of a time budget is its rest
+            store.add_workload(task_workload(t, source=job.source or "search", shapes=job.shapes), replace=False)
+        state = _state(store, tasks, target, hardware, job_id, params.trials, hooks.on_batch)
         if params.cold_timing and runner is None:  # how the records were timed (our own runner's evaluator)
             state.environment["timing"] = COLD_TIMING
         state.stop = stop
         ledger = CandidateLedger({t.key: i for i, t in enumerate(tasks)}, _known(store, tasks, target.key, hardware))
         if builder is None:
-            builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work.name)
-        if inner_runner is None:
+            builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work)
+        if runner is None:
             state.claims = ClaimBook(store, target_key=target.key, hardware=hardware,
                                      task_keys=[t.key for t in tasks], job_id=job_id)
-            inner_runner = PoolRunner(own_pool, task_mods=[t.mod for t in tasks],
-                                      task_specs=[_arg_specs(t.mod) for t in tasks],
-                                      best_s=[_best_verified_s(store, t, target.key, hardware) for t in tasks],
-                                      work_dir=work.name, timeout_sec=params.timeout_s, rpc=rpc,
-                                      reference_target=host_target().config,  # references run here
-                                      claims=state.claims, cold=params.cold_timing,
-                                      holder={"what": ", ".join(t.name for t in tasks[:3]) +
-                                              (" ..." if len(tasks) > 3 else ""),
-                                              "job": job_id, "db": str(store.path)})
-            inner_runner.prefetch(0)  # the first task's reference, while the first batch is searched for
+            cleanup.callback(state.claims.release)
+            runner = PoolRunner(own_pool, task_mods=[t.mod for t in tasks],
+                                task_specs=[_arg_specs(t.mod) for t in tasks],
+                                best_s=[_best_verified_s(store, t, target.key, hardware) for t in tasks],
+                                work_dir=work, timeout_sec=params.timeout_s, rpc=job.rpc,
+                                reference_target=host_target().config,  # references run here
+                                claims=state.claims, cold=params.cold_timing,
+                                holder={"what": ", ".join(t.name for t in tasks[:3]) +
+                                        (" ..." if len(tasks) > 3 else ""), "job": job_id, "db": str(store.path)})
+            cleanup.callback(runner.close)
+            runner.prefetch(0)  # the first task's reference, while the first batch is searched for
+        yield _Search(tasks, target, target.tvm(), hardware, work, state, ledger, builder, runner,
+                      LedgerBuilder(builder, ledger, work), LedgerRunner(runner, ledger, work),
+                      StoreDatabase(store, hardware=hardware, target_filter=target.key, source="search", job_id=job_id))
 
-        cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
-            ms.cost_model.RandomModel()
-        trained = _pretrain(cost_model, _contexts(tasks, tgt, params, space=space), tasks, store, target.key,
-                            hardware, stop) \
-            if params.cost_model == "xgb" else 0
-        database = StoreDatabase(store, hardware=hardware, target_filter=target.key, source="search", job_id=job_id)
-        ledger_builder = LedgerBuilder(builder, ledger, work.name)
-        ledger_runner = LedgerRunner(inner_runner, ledger, work.name)
-        if params.defaults_first:  # the baseline a record must beat: what an export would use without one
-            from search.defaults_round import measure_defaults, measure_variants
 
-            default_s = measure_defaults(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner)
-            if params.default_variants:  # the default rules' own design space, heaviest tasks first
-                measure_variants(tasks, target, tgt, state, ledger, ledger_builder, ledger_runner,
-                                 per_task=params.default_variants, default_s=default_s,
-                                 budget=len(tasks) * params.default_variants if params.by_time else
-                                 max(0, params.trials - state.summary.trials) // 2)
-        _run_rounds(tasks, tgt, params, state, ledger, cost_model, fresh=params.cost_model == "xgb" and not trained,
-                    space=space, work_dir=work.name, builder=ledger_builder, runner=ledger_runner, database=database)
-        if params.confirm_rounds and state.failure is None and not (stop.interrupted or stop.signals or stop.hard):
-            from search.confirm_round import confirm_bests
+def _search(search: _Search, params: SearchParams, space, budget: _Budget) -> None:
+    """The search proper: the cost model trained on what the store holds, the defaults round,
+    the evolutionary rounds, then the confirmation round."""
+    from tvm.s_tir import meta_schedule as ms
 
-            started = state.elapsed()
-            if deadline is not None:  # the search's last batch may end past its stop: the round keeps its share
-                deadline = max(deadline, time.monotonic() + reserve)
-            confirmed, state.summary.unconfirmed = confirm_bests(state, tgt, builder, inner_runner,
-                                                                 rounds=params.confirm_rounds, deadline=deadline)
-            state.summary.confirmed = [c.to_dict() for c in confirmed]
-            state.summary.confirm_s = state.elapsed() - started
-        if isinstance(inner_runner, PoolRunner):
-            state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(inner_runner.references)
-                                        if r.done and r.path is None and not (r.infra and stop.interrupted)}
-    finally:
-        if isinstance(inner_runner, PoolRunner):
-            inner_runner.close()
-        if state is not None and state.claims is not None:
-            state.claims.release()
-        if own_pool is not None:
-            stop.on_hard.remove(own_pool.abandon)
-            own_pool.close()
-        work.cleanup()
-    state.summary.seconds = state.elapsed()
-    if state.failure is not None:
-        raise _failure(state) from state.failure
-    state.summary.stopped = stop.reason if stop.should_stop() and state.summary.trials < params.trials else ""
-    return state.summary
+    tasks, state, stop = search.tasks, search.state, search.state.stop
+    state.deadline = budget.deadline  # the ETA of a time budget is its rest
+    cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
+        ms.cost_model.RandomModel()
+    trained = _pretrain(cost_model, _contexts(tasks, search.tgt, params, space=space), tasks, state.store,
+                        search.target.key, search.hardware, stop) if params.cost_model == "xgb" else 0
+    if params.defaults_first:  # the baseline a record must beat: what an export would use without one
+        from search.defaults_round import measure_defaults, measure_variants
+
+        rounds = (tasks, search.target, search.tgt, state, search.ledger, search.ledger_builder, search.ledger_runner)
+        default_s = measure_defaults(*rounds)
+        if params.default_variants:  # the default rules' own design space, heaviest tasks first
+            measure_variants(*rounds, per_task=params.default_variants, default_s=default_s,
+                             budget=len(tasks) * params.default_variants if params.by_time else
+                             max(0, params.trials - state.summary.trials) // 2)
+    _run_rounds(tasks, search.tgt, params, state, search.ledger, cost_model,
+                fresh=params.cost_model == "xgb" and not trained, space=space, work_dir=search.work_dir,
+                builder=search.ledger_builder, runner=search.ledger_runner, database=search.database)
+    if params.confirm_rounds and state.failure is None and not (stop.interrupted or stop.signals or stop.hard):
+        from search.confirm_round import confirm_bests
+
+        started, deadline = state.elapsed(), budget.deadline
+        if deadline is not None:  # the search's last batch may end past its stop: the round keeps its share
+            deadline = max(deadline, time.monotonic() + budget.reserve)
+        confirmed, state.summary.unconfirmed = confirm_bests(state, search.tgt, search.builder, search.runner,
+                                                             rounds=params.confirm_rounds, deadline=deadline)
+        state.summary.confirmed = [c.to_dict() for c in confirmed]
+        state.summary.confirm_s = state.elapsed() - started
+    if isinstance(search.runner, PoolRunner):
+        state.summary.unverified = {tasks[i].name: r.why_not for i, r in enumerate(search.runner.references)
+                                    if r.done and r.path is None and not (r.infra and stop.interrupted)}
 
 
 # Seconds of a time budget kept for the confirmation round, per task (a pass of 4 schedules, 3
@@ -266,7 +302,7 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from explorer.schedule.trace import schedule_from_trace
+    from explorer.schedule.trace import replay
 
     n = 0
     for ctx, task in zip(contexts, tasks):
@@ -277,7 +313,7 @@ def _pretrain(cost_model, contexts: list, tasks: list[Task], store: Store, targe
             if r.status != Outcome.OK or not r.latencies:
                 continue
             try:
-                sch = schedule_from_trace(task.mod["main"], r.trace)
+                sch = replay(task.mod["main"], r.trace)
             except Exception:  # noqa: BLE001 - a trace this TVM cannot replay teaches nothing
                 continue
             cands.append(ms.MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
@@ -410,4 +446,4 @@ def _arg_specs(mod) -> list:
     return [(b.shape, b.dtype, b.is_output) for b in buffer_specs(mod["main"])]
 
 
-__all__ = ["BatchReport", "TuneSummary", "tune"]
+__all__ = ["BatchReport", "SearchHooks", "TuneSummary", "tune"]

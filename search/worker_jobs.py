@@ -18,9 +18,25 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
+
+from store.outcome import Outcome
 
 # (shape, dtype, is_output) per parameter of a task's PrimFunc, in order.
 ArgSpecs = list[tuple[tuple[int, ...], str, bool]]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """What :func:`measure` says of a built candidate: ``Outcome.OK`` with its run times
+    (``early``: one run only, far slower than the task's best), or ``Outcome.VERIFY_FAILED`` with
+    why (``error``); ``max_error`` against the reference (None without one)."""
+
+    outcome: Outcome
+    secs: tuple[float, ...] = ()
+    max_error: float | None = None
+    early: bool = False
+    error: str = ""
 
 _references: dict[str, dict] = {}  # reference path -> arrays, kept while the worker lives
 
@@ -119,7 +135,7 @@ def _run_once(rt_mod, dev, args) -> float:
 
 def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path: str | None,
             reject_above_s: float | None = None, rpc: dict | None = None, device: str = "cpu",
-            check_path: str | None = None, reference_specs: ArgSpecs | None = None) -> dict:
+            check_path: str | None = None, reference_specs: ArgSpecs | None = None) -> Timed:
     """Load a built candidate (here, or on a device of the RPC tracker ``rpc``: host, port,
     key), check its outputs against the reference (when there is one), then time it as
     MetaSchedule's runners do (``evaluator``: ``number``, ``repeat``, ``min_repeat_ms``, and on a
@@ -127,8 +143,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
     rewrote a weight's layout, ``check_path`` is the kernel that still takes the task's
     arguments (``reference_specs``) and is what runs on the reference. A candidate whose first
     run already took longer than ``reject_above_s`` keeps that one run as its time (``"early":
-    True``) instead of being timed again and again: it cannot win. Returns ``{"secs": [...],
-    "max_error": e, "early": b}`` or ``{"error": why}``."""
+    True``) instead of being timed again and again: it cannot win."""
     import numpy as np
     import tvm
 
@@ -156,7 +171,7 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         outs = [i for i, spec in enumerate(check_specs) if spec[2]]
         ok, max_error, _, why = compare([check_args[i].numpy() for i in outs], [ref[f"e{i}"] for i in outs])
         if not ok:
-            return {"verify_failed": why, "max_error": max_error}
+            return Timed(Outcome.VERIFY_FAILED, max_error=max_error, error=why)
         if not check_path:
             args = check_args
     if args is None:
@@ -166,9 +181,9 @@ def measure(artifact_path: str, specs: ArgSpecs, evaluator: dict, reference_path
         if once is None:
             once = _run_once(rt_mod, dev, args)
         if once > reject_above_s:
-            return {"secs": [once], "max_error": max_error, "early": True}
+            return Timed(Outcome.OK, (once,), max_error, early=True)
     flush = evaluator.get("f_preproc", "")  # (a search measures CPUs only: the flush is a CPU's)
     timer = rt_mod.time_evaluator(rt_mod.entry_name, dev, number=evaluator["number"], repeat=evaluator["repeat"],
                                   min_repeat_ms=evaluator["min_repeat_ms"], f_preproc=flush)
     dev.sync()
-    return {"secs": [float(x) for x in timer(*args).results], "max_error": max_error, "early": False}
+    return Timed(Outcome.OK, tuple(float(x) for x in timer(*args).results), max_error)

@@ -8,7 +8,7 @@ nothing, and sqlite-utils (with pandas behind it) loads with the first ``Store``
 
 from __future__ import annotations
 
-import importlib
+from store.lazy import lazy_names
 
 _NAMES = {
     "Store": "db", "default_db_path": "db",
@@ -20,11 +20,7 @@ _NAMES = {
 }
 
 
-def __getattr__(name: str):
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'store' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"store.{module}"), name)
+__getattr__ = lazy_names(__name__, _NAMES)
 
 
 __all__ = sorted(_NAMES)

@@ -18,7 +18,7 @@ import time
 
 import sqlite_utils
 
-from store.records import Outcome
+from store.outcome import Outcome
 
 TABLE = "candidate_claims"
 _CREATE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (

@@ -38,8 +38,9 @@ from store import claims, decisions, interop, queries, schema, text
 from store.compare import compare_records
 from store.decisions import Decision
 from store.errors import ReadOnlyDatabaseError, StoreError, io_reason
+from store.outcome import Outcome
 from store.paths import user_path
-from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Outcome, Record, Workload, gflops_of, median_of, now_iso
+from store.records import JOB_STATUSES, SOURCES, STATUSES, Job, Record, Workload, gflops_of, median_of, now_iso
 from store.schema import SCHEMA_VERSION, open_database, write_transaction
 
 ENV_VAR = "SCHEDX_DB"

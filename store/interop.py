@@ -22,8 +22,9 @@ from pathlib import Path
 import sqlite_utils
 
 from store.errors import ImportFormatError, StoreError
+from store.outcome import Outcome
 from store.queries import record_row, row_record, row_workload, workload_row
-from store.records import Outcome, Record, Workload, gflops_of, median_of, now_iso, split_run_secs
+from store.records import Record, Workload, gflops_of, median_of, now_iso, split_run_secs
 from store.schema import damaged, open_readonly, write_transaction
 
 WORKLOAD_FILE = "database_workload.json"

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 import sqlite_utils
 
 from store.errors import StoreError
-from store.records import Outcome, Record, Workload, iso_since, record_identity
+from store.outcome import Outcome
+from store.records import Record, Workload, iso_since, record_identity
 from store.schema import RANKABLE
 
 _JSON_FIELDS = ("steps", "latencies", "environment")

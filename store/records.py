@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from store.errors import StoreError
 from store.outcome import Outcome
+from store.values import DictValue
 
 
 KINDS = ("kernel", "model_task")
@@ -25,13 +26,8 @@ JOB_STATUSES = ("queued", "running", "done", "failed", "stopped")
 MS_FAILED_SECS = 1e10
 
 
-def _from_dict(cls, data: dict):
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
 @dataclass(frozen=True)
-class Workload:
+class Workload(DictValue):
     """Something to compile, keyed by MetaSchedule's structural hash of its IRModule.
 
     ``key`` is the decimal string MetaSchedule writes in ``database_workload.json``;
@@ -45,16 +41,9 @@ class Workload:
     flops: int = 0
     mod_b64: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Workload:
-        return _from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class Record:
+class Record(DictValue):
     """One measurement of one schedule of one workload, on one target and machine.
 
     ``target`` is the canonical target JSON text (compared by equality); ``hardware`` the
@@ -84,13 +73,6 @@ class Record:
     # (its failure marker 1e10 among them, or an empty list); None: the latencies are the run times
     run_secs: list | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Record:
-        return _from_dict(cls, data)
-
     @property
     def ok(self) -> bool:
         """Whether the record may rank: it ran, and did not fail verification."""
@@ -116,7 +98,7 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Job:
+class Job(DictValue):
     """A background run (search, export) kept in the same database so any process can follow it."""
 
     id: int
@@ -128,13 +110,6 @@ class Job:
     created: str
     updated: str
     error: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Job:
-        return _from_dict(cls, data)
 
 
 def record_identity(workload_key: str, target: str, hardware: str, steps, trace, latencies) -> str:
@@ -227,6 +202,6 @@ def target_short(target: str) -> str:
     return " ".join(words)
 
 
-__all__ = ["JOB_STATUSES", "Job", "KINDS", "MS_FAILED_SECS", "Outcome", "Record", "SOURCES", "STATUSES", "Workload",
+__all__ = ["JOB_STATUSES", "Job", "KINDS", "MS_FAILED_SECS", "Record", "SOURCES", "STATUSES", "Workload",
            "gflops_of", "iso_since", "median_of", "now_iso", "parse_date", "record_identity", "split_run_secs",
            "target_short"]

@@ -32,7 +32,8 @@ import sqlite_utils
 from store.errors import (CorruptDatabaseError, ForeignDatabaseError, ReadOnlyDatabaseError, SchemaTooNewError, StoreError,
                           io_reason)
 from store.paths import check_db_path
-from store.records import Outcome, now_iso
+from store.outcome import Outcome
+from store.records import now_iso
 from store.text import lenient_text
 
 APP = "schedx"

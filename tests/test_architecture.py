@@ -1,8 +1,9 @@
 """Imports point one way: app -> export -> search -> explorer, and export/search/app -> store.
 
 explorer never imports store, search, export or app (but ``store.outcome``, the one vocabulary of
-how a measurement ends, and ``export.verify_bundle``, the one rule that compares outputs, which a
-bundle's run.py carries: both import nothing of schedx); store never imports TVM; only app imports
+how a measurement ends, ``store.values``, the one ``to_dict`` of values that cross rooms, and
+``export.verify_bundle``, the one rule that compares outputs, which a bundle's run.py carries: all
+three import nothing of schedx); store never imports TVM; only app imports
 streamlit or click. No two modules import each other (at any depth of a function), no concept
 is defined twice (one ``Task``, one target parser), and libraries never print.
 
@@ -36,8 +37,9 @@ def _sources():
 
 
 # modules a room may import although their package is forbidden to it: each imports nothing of schedx
-# (export.verify_bundle, the bundle's run.py, is where the output comparison rule is written once)
-ALLOWED = {"explorer": {"store.outcome", "export.verify_bundle"}}
+# (export.verify_bundle, the bundle's run.py, is where the output comparison rule is written once;
+# store.values, the one to_dict/from_dict of values that cross rooms)
+ALLOWED = {"explorer": {"store.outcome", "store.values", "export.verify_bundle"}}
 
 
 def _imports(path: Path, allowed: set[str] = frozenset()) -> set[str]:
@@ -222,6 +224,14 @@ def test_outcomes_are_the_enum_not_strings():
             elif isinstance(node, ast.keyword) and node.arg == "status" and _strings(node.value) & values:
                 offenders.append(f"{rel}:{node.value.lineno}: status={ast.unparse(node.value)}")
     assert not offenders, "use store.outcome.Outcome:\n" + "\n".join(offenders)
+
+
+def test_traces_are_replayed_in_one_place():
+    """A trace is replayed by ``explorer.schedule.trace.replay`` only, which registers schedx's own
+    tensor intrinsics before it replays."""
+    replays = {str(path.relative_to(ROOT)) for _, path in _sources() for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Attribute) and node.attr == "apply_json_to_schedule"}
+    assert replays == {"explorer/schedule/trace.py"}, "call explorer.schedule.trace.replay instead"
 
 
 def _schedx_module(name: str) -> bool:

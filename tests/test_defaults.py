@@ -284,7 +284,7 @@ def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, t
     from tvm import s_tir
 
     from explorer.schedule.defaults import tiling
-    from explorer.schedule.trace import schedule_from_trace
+    from explorer.schedule.trace import replay
     from explorer.workload import load_kernel
 
     monkeypatch.setattr(tiling, "_pixel_rows", lambda *args: None)
@@ -293,7 +293,7 @@ def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, t
     assert choice.rule == "full", choice
     assert f"register tile {tile} " in choice.steps[0] and f"the last {tail} in {tail}x16" in choice.steps[0], choice
     s_tir.Schedule(func)  # raises on a block that uses a loop variable of an outer scope
-    replayed = schedule_from_trace(kernel.func, choice.trace)
+    replayed = replay(kernel.func, choice.trace)
     assert replayed.mod["main"].script() == tvm.IRModule({"main": func})["main"].script()
     _computes_the_reference_on_avx2(kernel, func)
 
@@ -338,7 +338,7 @@ def test_short_rows_run_over_the_outputs_of_several_rows_as_one_axis(spec, tile,
     computes the reference."""
     from tvm import s_tir
 
-    from explorer.schedule.trace import schedule_from_trace
+    from explorer.schedule.trace import replay
     from explorer.workload import load_kernel
 
     kernel = load_kernel(spec)
@@ -348,7 +348,7 @@ def test_short_rows_run_over_the_outputs_of_several_rows_as_one_axis(spec, tile,
     assert f"register tile {tile} " in choice.steps[0] and f"the last {tail} in {tail}x16" in choice.steps[0], choice
     assert f"rows over {height}x{width} outputs as one axis" in choice.steps[0], choice
     s_tir.Schedule(func)
-    assert schedule_from_trace(kernel.func, choice.trace).mod["main"].script() == \
+    assert replay(kernel.func, choice.trace).mod["main"].script() == \
         tvm.IRModule({"main": func})["main"].script()
     _computes_the_reference_on_avx2(kernel, func)
 

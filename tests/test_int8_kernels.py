@@ -180,6 +180,7 @@ def test_a_quantized_cnn_is_searched_around_the_intrinsic_and_exported_verified(
     path, db = tmp_path / "cnn-int8.onnx", tmp_path / "q.db"
     onnx.save(_ort_quantize(tiny_cnn(), tmp_path), path)
     from explorer.workload import load_workload
+    from search.job_spec import ValidJob
     from search.params import SearchParams
     from search.tune import tune
     from store import Store
@@ -187,8 +188,7 @@ def test_a_quantized_cnn_is_searched_around_the_intrinsic_and_exported_verified(
     convs = [t for t in load_workload(str(path)).tasks() if "conv2d_nhwc_int8" in t.name]
     assert convs
     with Store(db) as store:  # the search on the int8 convolution alone (the CLI tunes every task)
-        summary = tune(convs, store=store, target="cpu", params=SearchParams(trials=8, per_batch=8),
-                       source_name="cnn-int8")
+        summary = tune(ValidJob.of_tasks(convs, "cpu", source="cnn-int8"), store, SearchParams(trials=8, per_batch=8))
         assert summary.trials > 0
         records = store.records(source="search")
         assert any(r.trace and int8_dot.NAME_PREFIX in json.dumps(r.trace) for r in records)

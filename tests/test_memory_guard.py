@@ -18,6 +18,7 @@ from explorer.target import host_target
 from explorer.workload import kernel_task
 from search import worker_jobs
 from search.errors import InfrastructureError, SearchError
+from search.job_spec import ValidJob
 from search.params import SearchParams
 from search.tune import tune
 from store import Store
@@ -64,8 +65,8 @@ def test_measure_cli_says_so_in_one_line():
 def test_a_search_too_large_for_memory_is_refused_before_it_starts(tmp_path):
     k = builtin_kernel("matmul", M=2**20, N=2**20, K=2**20)
     with pytest.raises(SearchError, match="needs about"):
-        tune([kernel_task(k)], store=Store(tmp_path / "s.db"), target=host_target(),
-             params=SearchParams(trials=8, per_batch=4))
+        tune(ValidJob.of_tasks([kernel_task(k)], host_target()), Store(tmp_path / "s.db"),
+             SearchParams(trials=8, per_batch=4))
 
 
 def test_an_export_too_large_for_memory_is_refused_before_it_builds(tmp_path):

@@ -169,6 +169,7 @@ def test_search_option_is_off_by_default_and_refused_without_fma():
 @needs_fma
 def test_a_search_with_the_option_records_tensorized_candidates(tmp_path):
     from explorer.workload import kernel_task
+    from search.job_spec import ValidJob
     from search.tune import tune
     from store import Store
     from tests.fake_measure import FakeBuilder, FakeRunner
@@ -176,7 +177,7 @@ def test_a_search_with_the_option_records_tensorized_candidates(tmp_path):
     store = Store(tmp_path / "s.db")
     params = SearchParams(trials=8, per_batch=8, cost_model="random", population=16, generations=1,
                           init_min_unmeasured=8, microkernel=True, defaults_first=False)
-    tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=HOST, params=params,
+    tune(ValidJob.of_tasks([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], HOST), store, params,
          builder=FakeBuilder(), runner=FakeRunner())
     records = store.records()
     assert records and all(microkernel.for_target(HOST).name in str(r.trace) for r in records)

@@ -18,7 +18,8 @@ from search.errors import SearchError
 from search.params import SearchParams
 from search.sketches import default_rule_names, generate_sketches, sample_schedule
 from explorer.workload import kernel_task
-from search.tune import tune
+from search.job_spec import ValidJob
+from search.tune import SearchHooks, tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
@@ -77,8 +78,8 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     store = Store(tmp_path / "s.db")
     params = SearchParams(trials=16, per_batch=8, cost_model="random", **FAST)
     runner, reports = FakeRunner(fail_every=7), []
-    summary = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
-                   runner=runner, on_batch=reports.append)
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store, params,
+                   SearchHooks(on_batch=reports.append), builder=FakeBuilder(), runner=runner)
     records = store.records()
     assert summary.trials == 16 and len(reports) >= 3 and reports[-1].trials == 16  # the default, then batches
     assert reports[0].trials == 1 and [r.source for r in store.records(order="id")][0] == "default"
@@ -89,7 +90,7 @@ def test_search_loop_with_fakes_records_every_batch_and_resumes_without_remeasur
     first = {r.candidate for r in records}
     # resume: the same search again measures nothing it already measured
     runner2 = FakeRunner(fail_every=7)
-    summary2 = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
+    summary2 = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store, params, builder=FakeBuilder(),
                     runner=runner2)
     assert not set(runner2.ran) & first
     hashes = [r.candidate for r in store.records()]
@@ -152,8 +153,8 @@ def test_real_tiny_search_killed_then_resumed_measures_nothing_twice(tmp_path):
     before = store.records(job_id=job.id)
     assert len(before) % 4 == 0  # whole batches only
     assert next(j for j in refresh(store) if j.id == job.id).status == "failed"
-    summary = tune([kernel_task(builtin_kernel("matmul", M=128, N=128, K=128))], store=store,
-                   target=host_target(), params=SearchParams(trials=16, per_batch=4, **FAST))
+    summary = tune(ValidJob.of_tasks([kernel_task(builtin_kernel("matmul", M=128, N=128, K=128))], host_target()),
+                   store, SearchParams(trials=16, per_batch=4, **FAST))
     hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes))
     assert summary.measured + summary.failed == summary.trials == 16
@@ -169,7 +170,7 @@ def test_the_default_schedule_is_measured_first_and_export_takes_the_faster(tmp_
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     store = Store(tmp_path / "d.db")
     params = SearchParams(trials=9, per_batch=8, cost_model="random", **FAST)
-    tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
+    tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store, params, builder=FakeBuilder(),
          runner=FakeRunner())
     records = store.records(order="id")
     default = records[0]
@@ -181,8 +182,9 @@ def test_the_default_schedule_is_measured_first_and_export_takes_the_faster(tmp_
     assert choices[0].best.id == fastest.id  # whichever is faster, default included
     name = workload.tasks()[0].name  # the default's record means the default schedule, built from the rules
     assert (schedules[name].record_id == fastest.id) if fastest.source == "search" else name not in schedules
-    again = tune([kernel_task(k)], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=8,
-                 cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
+    again = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+                 SearchParams(trials=8, per_batch=8, cost_model="random", **FAST), builder=FakeBuilder(),
+                 runner=FakeRunner())
     assert again.cached >= 1 and sum(r.source == "default" for r in store.records()) == 1  # measured once
 
 
@@ -193,7 +195,7 @@ def test_the_defaults_design_space_is_measured_after_the_default_heaviest_task_f
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     store = Store(tmp_path / "v.db")
     params = SearchParams(trials=8, per_batch=4, cost_model="random", **{**FAST, "default_variants": 3})
-    summary = tune([kernel_task(k)], store=store, target=host_target(), params=params, builder=FakeBuilder(),
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store, params, builder=FakeBuilder(),
                    runner=FakeRunner())
     records = store.records(order="id")
     variants = [r for r in records if "default_variant" in r.environment]
@@ -203,8 +205,8 @@ def test_the_defaults_design_space_is_measured_after_the_default_heaviest_task_f
     assert all(r.source == "search" and r.trace and r.steps for r in variants)
     assert len({r.candidate for r in records}) == len(records) == summary.trials == 8  # 4 left to the sketches
     off = Store(tmp_path / "off.db")
-    tune([kernel_task(k)], store=off, target=host_target(), builder=FakeBuilder(), runner=FakeRunner(),
-         params=SearchParams(trials=4, per_batch=4, cost_model="random", **FAST))
+    tune(ValidJob.of_tasks([kernel_task(k)], host_target()), off,
+         SearchParams(trials=4, per_batch=4, cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
     assert not any("default_variant" in r.environment for r in off.records())
     with pytest.raises(SearchError, match="default_variants"):
         SearchParams(default_variants=7)
@@ -223,14 +225,14 @@ def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to
     task = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
     params = dict(trials=8, per_batch=8, cost_model="random", **FAST)
     unconfirmed = Store(tmp_path / "u.db")
-    tune([kernel_task(k)], store=unconfirmed, target=host_target(), builder=FakeBuilder(), runner=LuckyRunner(),
-         params=SearchParams(**params))
+    tune(ValidJob.of_tasks([kernel_task(k)], host_target()), unconfirmed, SearchParams(**params),
+         builder=FakeBuilder(), runner=LuckyRunner())
     best = best_schedules(unconfirmed, [task], parse_target("cpu"))[0][task.name]
     assert best.source == "search" and best.median_s == pytest.approx(5e-5)  # the lucky one ships
 
     store, runner = Store(tmp_path / "c.db"), LuckyRunner()
-    summary = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=runner,
-                   params=SearchParams(**{**params, "confirm_rounds": 3}))
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+                   SearchParams(**{**params, "confirm_rounds": 3}), builder=FakeBuilder(), runner=runner)
     (confirmation,) = summary.confirmed
     assert confirmation["overturned"] and confirmation["before_source"] == "search"
     assert confirmation["after_source"] == "default" and confirmation["after_s"] == pytest.approx(1e-4)
@@ -250,8 +252,8 @@ def test_the_confirmation_round_times_the_best_again_and_a_lucky_record_loses_to
     assert sum(r.source == "default" for r in confirmed) == 3  # the default in every pass
     assert summary.trials == 8 and confirmation["timed"] == len(confirmed)  # the confirmation is not a trial
     # a second search: its new single timings (lucky again) are confirmed against the choice so far
-    again = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=runner,
-                 params=SearchParams(**{**params, "confirm_rounds": 3, "trials": 4}))
+    again = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+                 SearchParams(**{**params, "confirm_rounds": 3, "trials": 4}), builder=FakeBuilder(), runner=runner)
     assert [c["after_source"] for c in again.confirmed] == ["default"] and not again.unconfirmed
     assert best_schedules(store, [task], parse_target("cpu"))[1][0].best.source == "default"
 
@@ -267,9 +269,9 @@ def test_the_confirmation_round_reports_its_progress_to_the_caller_and_the_job_r
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     store, reports = Store(tmp_path / "p.db"), []
     job = store.create_job("search", {})
-    tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=LuckyRunner(),
-         params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}),
-         job_id=job.id, on_batch=reports.append)
+    tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+         SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}),
+         SearchHooks(on_batch=reports.append, job_id=job.id), builder=FakeBuilder(), runner=LuckyRunner())
     phases = [r.phase for r in reports]
     assert phases[0] == "search" and phases[-2:] == ["confirm", "confirm"]
     assert [(r.confirm_done, r.confirm_total) for r in reports if r.phase == "confirm"] == [(0, 1), (1, 1)]
@@ -282,9 +284,9 @@ def test_the_confirmation_round_reports_its_progress_to_the_caller_and_the_job_r
             raise OSError("the progress bar is gone")
 
     with pytest.raises(Exception, match="the progress bar is gone"):
-        tune([kernel_task(k)], store=Store(tmp_path / "q.db"), target=host_target(), builder=FakeBuilder(),
-             runner=LuckyRunner(), on_batch=refuses,
-             params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}))
+        tune(ValidJob.of_tasks([kernel_task(k)], host_target()), Store(tmp_path / "q.db"),
+             SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}),
+             SearchHooks(on_batch=refuses), builder=FakeBuilder(), runner=LuckyRunner())
 
 
 def test_a_schedule_that_fails_its_confirmation_no_longer_ranks(tmp_path):
@@ -310,8 +312,9 @@ def test_a_schedule_that_fails_its_confirmation_no_longer_ranks(tmp_path):
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     task = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
     store = Store(tmp_path / "f.db")
-    summary = tune([kernel_task(k)], store=store, target=host_target(), builder=FakeBuilder(), runner=FailsAgain(),
-                   params=SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}))
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+                   SearchParams(trials=4, per_batch=4, cost_model="random", **{**FAST, "confirm_rounds": 2}),
+                   builder=FakeBuilder(), runner=FailsAgain())
     failed = [r for r in store.records() if "confirmation" in r.environment and r.status != "ok"]
     assert failed and all(r.source == "search" and r.error for r in failed)
     assert summary.confirmed[0]["after_source"] == "default"
@@ -329,8 +332,8 @@ def test_the_confirmation_round_ends_at_the_deadline_and_says_which_tasks_it_lef
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     task = kernel_task(k)
     store = Store(tmp_path / "t.db")
-    tune([task], store=store, target=host_target(), builder=FakeBuilder(), runner=FakeRunner(),
-         params=SearchParams(trials=4, per_batch=4, cost_model="random", **FAST))
+    tune(ValidJob.of_tasks([task], host_target()), store,
+         SearchParams(trials=4, per_batch=4, cost_model="random", **FAST), builder=FakeBuilder(), runner=FakeRunner())
     state = SearchState(store=store, tasks=[task], target_key=store.records()[0].target,
                         hardware=store.records()[0].hardware, job_id=None, total_trials=0, environment={})
     done, left = confirm_bests(state, None, FakeBuilder(), FakeRunner(), rounds=3, deadline=time.monotonic() - 1)

@@ -113,7 +113,8 @@ def test_the_default_rules_variants_stay_claimed_until_each_has_its_record(tmp_p
     from explorer.workload import kernel_task
     from search.callbacks import SearchState
     from search.defaults_round import measure_variants
-    from search.ledger import OK, CandidateLedger, LedgerBuilder, LedgerRunner, RunOutcome
+    from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner, RunOutcome
+    from store.outcome import Outcome
     from search.records import task_workload
     from search.runner import PoolRunner
     from search.tune import TuneSummary
@@ -125,7 +126,7 @@ def test_the_default_rules_variants_stay_claimed_until_each_has_its_record(tmp_p
 
         def _measure(self, inp, candidate):
             self.measured.append(candidate.hash)
-            return RunOutcome(OK, (1e-4,), verified=True)
+            return RunOutcome(Outcome.OK, (1e-4,), verified=True)
 
     task = kernel_task(builtin_kernel("matmul", M=128, N=128, K=128))
     db = tmp_path / "variants.db"

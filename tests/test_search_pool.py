@@ -16,9 +16,10 @@ from explorer.target import host_target
 from search import worker_jobs
 from search.params import SearchParams
 from search.pool import WarmPool
-from store import Outcome
+from store.outcome import Outcome
 from explorer.workload import as_task_module
 from explorer.workload import kernel_task
+from search.job_spec import ValidJob
 from search.tune import _arg_specs, tune
 from store import Store
 
@@ -97,14 +98,14 @@ def test_measure_checks_outputs_against_the_reference_before_timing(tmp_path):
     specs = _arg_specs(mod)
     evaluator = {"number": 1, "repeat": 2, "min_repeat_ms": 1}
     good = worker_jobs.measure(artifact, specs, evaluator, ref)
-    assert len(good["secs"]) == 2 and good["max_error"] == 0.0
+    assert good.outcome == Outcome.OK and len(good.secs) == 2 and good.max_error == 0.0
     arrays = dict(np.load(ref))
     out = max(i for i, s in enumerate(specs) if s[2])
     arrays[f"e{out}"][3, 5] += 1.0
     wrong = str(tmp_path / "wrong.npz")
     np.savez(wrong, **arrays)
     bad = worker_jobs.measure(artifact, specs, evaluator, wrong)
-    assert "(3, 5)" in bad["verify_failed"] and "secs" not in bad
+    assert bad.outcome == Outcome.VERIFY_FAILED and "(3, 5)" in bad.error and not bad.secs
 
 
 def test_the_confirmation_round_times_cold_with_tvms_own_cache_flush(tmp_path):
@@ -119,7 +120,7 @@ def test_the_confirmation_round_times_cold_with_tvms_own_cache_flush(tmp_path):
     assert tvm.get_global_func(CACHE_FLUSH, allow_missing=True) is not None
     mod, artifact, ref = _built_matmul(tmp_path)
     timed = worker_jobs.measure(artifact, _arg_specs(mod), COLD_EVALUATOR, ref)
-    assert len(timed["secs"]) == COLD_EVALUATOR["repeat"] and all(t > 0 for t in timed["secs"]), timed
+    assert len(timed.secs) == COLD_EVALUATOR["repeat"] and all(t > 0 for t in timed.secs), timed
     runner = PoolRunner.__new__(PoolRunner)  # (the attributes confirming() swaps, no pool needed)
     runner.claims, runner.evaluator, runner.reject_factor = "claims", dict(EVALUATOR), 10.0
     with runner.confirming():
@@ -143,7 +144,7 @@ def test_a_schedule_that_drops_the_reduction_init_fails_verification(tmp_path):
     mod, _, ref = _built_matmul(tmp_path)
     artifact, _ = worker_jobs.build(as_task_module(no_init.with_attr("global_symbol", "main")), host_target().tvm())
     bad = worker_jobs.measure(artifact, _arg_specs(mod), {"number": 1, "repeat": 1, "min_repeat_ms": 1}, ref)
-    assert "verify_failed" in bad
+    assert bad.outcome == Outcome.VERIFY_FAILED and not bad.secs
 
 
 def wrong_reference(mod, target, specs, path, seed=0):
@@ -160,7 +161,7 @@ def test_real_search_verifies_every_candidate_and_records_wrong_ones_as_failed(t
     k = builtin_kernel("matmul", M=64, N=64, K=64)
     params = SearchParams(trials=8, per_batch=8, cost_model="random", **FAST)
     good = Store(tmp_path / "good.db")
-    summary = tune([kernel_task(k)], store=good, target=host_target(), params=params)
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), good, params)
     records = [r for r in good.records() if "confirmation" not in r.environment]
     assert summary.measured == 8 and len(records) == 8
     assert all(r.status == "ok" and r.verified is True and r.max_error is not None for r in records)
@@ -172,7 +173,7 @@ def test_real_search_verifies_every_candidate_and_records_wrong_ones_as_failed(t
 
     monkeypatch.setattr(worker_jobs, "reference", wrong_reference)  # the runner looks it up at call time
     bad = Store(tmp_path / "bad.db")
-    summary = tune([kernel_task(k)], store=bad, target=host_target(), params=params)
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), bad, params)
     records = bad.records()
     assert summary.trials == 8 and summary.failed == 8 and summary.best == {}
     assert all(r.status == "verify_failed" and r.verified is False and "differs from the reference" in r.error
@@ -189,8 +190,8 @@ def test_schedules_that_rewrite_a_weight_layout_are_measured_and_verified(tmp_pa
 
     k = builtin_kernel("conv2d_nhwc", N=1, C=16, H=14, W=14, K=16)
     store = Store(tmp_path / "nhwc.db")
-    summary = tune([kernel_task(k)], store=store, target=host_target(),
-                   params=SearchParams(trials=16, per_batch=8, cost_model="random", **FAST))
+    summary = tune(ValidJob.of_tasks([kernel_task(k)], host_target()), store,
+                   SearchParams(trials=16, per_batch=8, cost_model="random", **FAST))
     records = store.records()
     assert any("TransformLayout" in json.dumps(r.trace) for r in records)  # the weight layout was rewritten
     assert len(records) == 16 + summary.confirmed[0]["timed"]  # (timed again after)

@@ -11,6 +11,7 @@ from search.params import SearchParams
 from search.rpc import check_tracker, local_cluster
 from search.runner import RpcSpec
 from explorer.workload import kernel_task
+from search.job_spec import ValidJob
 from search.tune import tune
 from store import Store
 
@@ -43,9 +44,9 @@ def test_search_through_a_tracker_and_two_servers(tmp_path):
         started = [p.pid for p in psutil.Process().children() if p.pid not in before]
         listening = _listening(started)
         assert listening and all(ip in ("127.0.0.1", "::1") for ip in listening), listening  # never 0.0.0.0
-        summary = tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=host_target(),
-                       params=SearchParams(trials=8, per_batch=4, population=32, generations=1,
-                                           init_min_unmeasured=8), rpc=rpc)
+        job = ValidJob.of_tasks([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], host_target(), rpc=rpc)
+        summary = tune(job, store, SearchParams(trials=8, per_batch=4, population=32, generations=1,
+                                                init_min_unmeasured=8))
     every = store.records()
     records = [r for r in every if "confirmation" not in r.environment]
     assert summary.trials == 8 and len(records) == 8

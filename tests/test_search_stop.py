@@ -22,8 +22,8 @@ from explorer.workload import kernel_task
 from search.errors import SearchError
 from search.params import SearchParams
 from search.stopping import StopRequest
-from search.job_spec import JobProgress
-from search.tune import tune
+from search.job_spec import JobProgress, ValidJob
+from search.tune import SearchHooks, tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
@@ -62,13 +62,13 @@ def test_a_stop_request_ends_the_search_at_a_batch_boundary(tmp_path):
         if len(seen) == 2:
             os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: tune turns it into a stop request
 
-    summary = tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
-                   builder=FakeBuilder(), runner=FakeRunner(), on_batch=on_batch)
+    summary = tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=64, per_batch=8, **FAST),
+                   SearchHooks(on_batch=on_batch), builder=FakeBuilder(), runner=FakeRunner())
     assert summary.stopped == "interrupted" and summary.trials == 16 == store.count() and len(seen) == 2
     # a caller's own request (the job runner's signal handlers set it) works the same way
     stop.request("terminated")
-    again = tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
-                 builder=FakeBuilder(), runner=FakeRunner(), stop=stop)
+    again = tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=64, per_batch=8, **FAST),
+                 SearchHooks(stop=stop), builder=FakeBuilder(), runner=FakeRunner())
     assert again.stopped == "terminated" and again.trials == 0 and store.count() == 16
 
 
@@ -76,17 +76,16 @@ def test_time_budget_stops_after_the_batch_in_progress(tmp_path):
     store = Store(tmp_path / "s.db")
     runner = SlowRunner(0.25)
     start = time.monotonic()
-    summary = tune([_task()], store=store, target=host_target(),
-                   params=SearchParams(trials=100_000, per_batch=4, **FAST), builder=FakeBuilder(), runner=runner,
-                   minutes=1.0 / 60)  # one second
+    summary = tune(ValidJob.of_tasks([_task()], host_target()), store,
+                   SearchParams(trials=100_000, per_batch=4, minutes=1.0 / 60, **FAST),  # one second
+                   builder=FakeBuilder(), runner=runner)
     took = time.monotonic() - start
     assert summary.stopped == "time budget" and 0 < summary.trials < 100_000
     # the budget stopped it (not the 100 000 trials): a hang guard, not a speed bound (the machine is shared)
     assert took < 120 and store.count() == summary.trials
     # with --trials as well: whichever comes first
-    few = tune([_task()], store=Store(tmp_path / "t.db"), target=host_target(),
-               params=SearchParams(trials=8, per_batch=4, minutes=10, **FAST), builder=FakeBuilder(),
-               runner=FakeRunner())
+    few = tune(ValidJob.of_tasks([_task()], host_target()), Store(tmp_path / "t.db"),
+               SearchParams(trials=8, per_batch=4, minutes=10, **FAST), builder=FakeBuilder(), runner=FakeRunner())
     assert few.trials == 8 and few.stopped == ""
 
 
@@ -103,8 +102,8 @@ def test_a_batch_the_store_cannot_write_stops_the_search_with_it_rolled_back(tmp
 
     runner = FakeRunner()
     with pytest.raises(SearchError) as info:
-        tune([_task()], store=store, target=host_target(), params=SearchParams(trials=64, per_batch=8, **FAST),
-             builder=FakeBuilder(), runner=runner, on_batch=on_batch)
+        tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=64, per_batch=8, **FAST),
+             SearchHooks(on_batch=on_batch), builder=FakeBuilder(), runner=runner)
     message = str(info.value)
     assert "could not be written" in message and "full" in message and "\n" not in message
     assert "16 trials before it are in the database" in message
@@ -112,7 +111,7 @@ def test_a_batch_the_store_cannot_write_stops_the_search_with_it_rolled_back(tmp
     assert store.count() == 16 and len(runner.ran) == 24  # the third batch was measured, then rolled back
     # resume: the rolled-back batch is measured again, nothing else is
     rerun = FakeRunner()
-    tune([_task()], store=store, target=host_target(), params=SearchParams(trials=16, per_batch=8, **FAST),
+    tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=16, per_batch=8, **FAST),
          builder=FakeBuilder(), runner=rerun)
     hashes = [r.candidate for r in store.records()]
     assert len(hashes) == len(set(hashes)) == 32
@@ -123,9 +122,9 @@ def test_a_callback_that_raises_is_one_search_error_not_a_runtime_error(tmp_path
         raise ValueError("the progress bar broke")
 
     with pytest.raises(SearchError, match="ValueError: the progress bar broke"):
-        tune([_task()], store=Store(tmp_path / "s.db"), target=host_target(),
-             params=SearchParams(trials=16, per_batch=8, **FAST), builder=FakeBuilder(), runner=FakeRunner(),
-             on_batch=on_batch)
+        tune(ValidJob.of_tasks([_task()], host_target()), Store(tmp_path / "s.db"),
+             SearchParams(trials=16, per_batch=8, **FAST), SearchHooks(on_batch=on_batch), builder=FakeBuilder(),
+             runner=FakeRunner())
 
 
 def _start(args: list[str]) -> subprocess.Popen:
@@ -171,7 +170,7 @@ def test_ctrl_c_during_schedx_tune_stops_cleanly_and_the_search_resumes(tmp_path
     assert job.status == "stopped" and before and len(before) == accounted and len(before) < 256
     # resume: nothing measured before is measured again
     runner = FakeRunner()
-    tune([_task()], store=store, target=host_target(), params=SearchParams(trials=8, per_batch=4, **FAST),
+    tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=8, per_batch=4, **FAST),
          builder=FakeBuilder(), runner=runner)
     assert not set(runner.ran) & {r.candidate for r in before}
     hashes = [r.candidate for r in store.records()]

@@ -13,7 +13,7 @@ from explorer.schedule.errors import ScheduleError
 from explorer.schedule.index_map import index_map_text, parse_index_map
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import Step, dump_steps, parse_steps
-from explorer.schedule.trace import schedule_from_trace, trace_to_steps
+from explorer.schedule.trace import replay, trace_to_steps
 from explorer.workload import load_kernel
 
 AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
@@ -38,7 +38,7 @@ def test_a_default_schedule_opens_as_steps_that_rebuild_it(spec, cpu, primitives
     assert primitives <= {s.primitive for s in steps}, [s.describe() for s in steps]
     session = ScheduleSession(kernel.func)
     session.apply_all(parse_steps(dump_steps(steps)))
-    assert tvm_ffi.structural_equal(session.schedule.mod, schedule_from_trace(kernel.func, choice.trace).mod)
+    assert tvm_ffi.structural_equal(session.schedule.mod, replay(kernel.func, choice.trace).mod)
 
 
 def test_blocks_that_share_a_name_are_named_by_their_place():

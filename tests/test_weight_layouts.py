@@ -232,6 +232,7 @@ def test_a_model_kernel_that_packs_is_verified_whole_and_timed_without_the_packi
 def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(small_cnn, tmp_path):
     """The default candidate (its trace packs the weight) is measured, then evolved from: with
     TVM's layout_free_buffers on the task, MetaSchedule's RewriteLayout raised and ended the search."""
+    from search.job_spec import ValidJob
     from search.params import SearchParams
     from search.tune import tune
     from store import Store
@@ -239,8 +240,7 @@ def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(smal
     _matmul_model(tmp_path / "mm.onnx")
     task = _packing_task(load_workload(str(tmp_path / "mm.onnx")), _host_cpu())
     with Store(tmp_path / "s.db") as store:
-        summary = tune([task], store=store, target="cpu", params=SearchParams(trials=16, per_batch=8),
-                       source_name="mm")
+        summary = tune(ValidJob.of_tasks([task], "cpu", source="mm"), store, SearchParams(trials=16, per_batch=8))
         assert summary.trials >= 8
         assert store.records(source="default") and store.records(source="search")
 

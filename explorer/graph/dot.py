@@ -96,7 +96,7 @@ def to_svg(dot_source: str) -> str:
     """Lay out DOT with Graphviz's ``dot`` and return the SVG text (without the XML prolog).
 
     Laying out once on the server and caching the SVG is much faster for the browser than
-    laying out in JavaScript on every switch (about 2 s for two ResNet-18 graphs there)."""
+    laying out in JavaScript on every switch."""
     from explorer.errors import ExplorerError
 
     if not dot_available():

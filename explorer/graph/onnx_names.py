@@ -23,16 +23,18 @@ import contextlib
 import io
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from threading import Lock
 
 import onnx
 import tvm
 from tvm import relax
 
+from store.values import DictValue
+
 
 @dataclass(frozen=True)
-class OnnxNode:
+class OnnxNode(DictValue):
     """One ONNX node: its position in the graph, name (its first output's name when it has
     none), operator type and attributes (as short strings)."""
 
@@ -40,9 +42,6 @@ class OnnxNode:
     name: str
     op_type: str
     attrs: dict[str, str]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def node_name(node: onnx.NodeProto) -> str:

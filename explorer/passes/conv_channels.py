@@ -29,8 +29,8 @@ def padded_channels(channels: int) -> int:
     """The output channels a convolution computes for ``channels`` wanted: ``channels`` itself when
     16 divides it or it is smaller than 8; else the next multiple of 16, or of 8 where 16 would add
     more than an eighth of the work. A multiple of 8 is padded to 16 only where that adds at most
-    1/32 of the work: AVX2's 8 lanes divide it already, AVX-512's 16 do not (SqueezeNet's 1000
-    classes as a 1x1 convolution ran 8-lane tiles there, 54% of the peak: 1008 costs 0.8% more)."""
+    1/32 of the work: AVX2's 8 lanes divide it already, AVX-512's 16 do not (its tiles would run
+    8 lanes wide, half the vector)."""
     if channels < MIN_CHANNELS or channels % 16 == 0:
         return channels
     by16 = -(-channels // 16) * 16

@@ -243,8 +243,8 @@ class _Rewriter(PyExprMutator):
 
 
 def _dequantizes(mod: tvm.IRModule) -> bool:
-    """Whether any Relax function of ``mod`` binds a dequantize (a float model costs a scan, not a
-    rewrite: the mutator took 40 ms on ResNet-18 to change nothing)."""
+    """Whether any Relax function of ``mod`` binds a dequantize (a float model then costs a scan,
+    not a pass of the rewriting mutator that changes nothing)."""
     return any(isinstance(b.value, relax.Call) and b.value.op.same_as(_DEQUANTIZE)
                for f in mod.functions.values() if isinstance(f, relax.Function) for b in iter_bindings(f))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax
@@ -13,10 +13,11 @@ from explorer.relax_walk import (
     callee_name, flatten_args, is_constant, is_primitive, iter_bindings, prim_funcs, relax_functions,
     tensor_bytes,
 )
+from store.values import DictValue
 
 
 @dataclass(frozen=True)
-class ModuleCounts:
+class ModuleCounts(DictValue):
     """Sizes of a module: what a person checks first after a pass."""
 
     relax_functions: int
@@ -29,12 +30,9 @@ class ModuleCounts:
     activation_bytes: int
     planned_bytes: int | None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Snapshot:
+class Snapshot(DictValue):
     """The module after one pass (the module itself lives in :class:`PipelineRun`)."""
 
     index: int
@@ -45,9 +43,6 @@ class Snapshot:
     changed: bool
     composite: bool
     counts: ModuleCounts
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _planned_bytes(mod: tvm.IRModule) -> int | None:

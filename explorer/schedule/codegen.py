@@ -19,10 +19,11 @@ from explorer.errors import ExplorerError, short_tvm_message
 from explorer.schedule.asm_loops import asm_loops
 from explorer.schedule.line_map import LineMap, MappedShare, Spanned, line_map, reparsed
 from explorer.target.asm import ANY_ASM, AsmSyntax
+from store.values import DictValue
 
 
 @dataclass(frozen=True)
-class AsmStats:
+class AsmStats(DictValue):
     """Instructions of the kernel's assembly: all, vector ones by register width (bits), FMAs and
     dot products by width, and the most frequent mnemonics."""
 
@@ -47,9 +48,6 @@ class AsmStats:
         if self.dot:
             parts.append(f"dot products: {widths(self.dot)}")
         return "; ".join(parts)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

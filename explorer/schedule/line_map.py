@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
@@ -33,6 +33,7 @@ from explorer.schedule.asm_loops import close_latches
 from explorer.schedule.ir_lines import mend_debug_info
 from explorer.target.asm import ANY_ASM, AsmSyntax
 from explorer.temp_dirs import private_temp_dir
+from store.values import DictValue
 
 _LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_")
@@ -68,7 +69,7 @@ class MappedShare:
 
 
 @dataclass(frozen=True)
-class LineMap:
+class LineMap(DictValue):
     """A kernel's TVMScript (``source``), its assembly (``asm``, the debug directives taken out)
     and, per assembly line, the TVMScript line it came from (``asm_to_source[i]`` for line i+1;
     0 where none). ``blocks``: each loop, block or branch of the script as (first line, last
@@ -123,9 +124,6 @@ class LineMap:
                 text = f"for {h.var}: no loop control of its own (unrolled, or a single iteration)"
             out[h.line] = text if h.line not in out else f"{out[h.line]}; {text}"
         return out
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

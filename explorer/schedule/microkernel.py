@@ -21,7 +21,7 @@ failed") and that candidate runs untensorized (correct, only not a micro-kernel 
 
 Intrinsics are registered lazily, one per shape, named ``schedx_fma_f32_{MR}x{NR}x{KR}``; the name
 is enough to register it again, so any process that replays a trace calls
-:func:`register_for_trace` first (:func:`explorer.schedule.trace.schedule_from_trace` does).
+:func:`register_for_trace` first (:func:`explorer.schedule.trace.replay` does).
 """
 
 from __future__ import annotations

@@ -81,9 +81,8 @@ def workspace_note(before: tvm.IRModule, after: tvm.IRModule) -> str:
     """A note when the step leaves a small buffer in "local" (or "shared") scope allocated inside a
     loop. On a CPU, TVM allocates such a buffer from the runtime's workspace pool, an allocate and a
     free call every time the loop around it runs; a "global" buffer under 1 KB goes on the stack,
-    where LLVM keeps it in registers. Measured on an AVX2 Zen 3: a 1x1 conv's 4x16 register tile
-    (K = 16) in "local" scope 0.93 ms, in "global" 0.35 ms. On a GPU, "local" is the registers:
-    right there."""
+    where LLVM keeps it in registers: a register tile in "local" scope runs several times slower
+    (docs/notes/measurements.md). On a GPU, "local" is the registers: right there."""
     added = sorted((buffers_allocated_in_loops(after["main"]) - buffers_allocated_in_loops(before["main"])).keys())
     if not added:
         return ""

@@ -36,10 +36,13 @@ def steps_to_trace(func: tvm.tirx.PrimFunc, steps: list[Step]) -> list:
     return to_plain(session.schedule.trace.as_json())
 
 
-def schedule_from_trace(func: tvm.tirx.PrimFunc, trace_json: object) -> s_tir.Schedule:
-    """Replay a trace (plain JSON) on ``func``."""
-    register_for_trace(trace_json)  # a schedx intrinsic it tensorizes with is registered first
-    sch = s_tir.Schedule(func)
+def replay(kernel: tvm.tirx.PrimFunc | tvm.IRModule, trace_json: object) -> s_tir.Schedule:
+    """A trace (plain JSON) replayed on ``kernel``: a PrimFunc, or a task's module as MetaSchedule
+    schedules it. The one replay of every room (an export, a search's candidates, the steps
+    view), so that none forgets to register the schedx intrinsics a trace tensorizes with first.
+    A trace that does not apply is a :class:`ScheduleError`."""
+    register_for_trace(trace_json)
+    sch = s_tir.Schedule(kernel)
     try:
         s_tir.Trace.apply_json_to_schedule(json.loads(json.dumps(trace_json)), sch)
     except Exception as err:
@@ -53,7 +56,7 @@ def trace_to_steps(func: tvm.tirx.PrimFunc, trace_json: object, *, open_samples:
     With ``open_samples``, values a sampling instruction decided are shown as ``"?N"`` (N: the
     decision this trace holds): a sketch's steps with its decisions still open. Such steps are
     for reading, not for applying."""
-    return _convert(schedule_from_trace(func, trace_json).trace, func, open_samples)
+    return _convert(replay(func, trace_json).trace, func, open_samples)
 
 
 def _convert(recorded: s_tir.Trace, func: tvm.tirx.PrimFunc, open_samples: bool) -> list[Step]:

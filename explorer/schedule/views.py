@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import tvm
 from tvm import s_tir, tirx
 
 from explorer.schedule.refs import block_refs, ref_of_block
+from store.values import DictValue
 
 _KIND = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel", tirx.ForKind.VECTORIZED: "vectorized",
          tirx.ForKind.UNROLLED: "unrolled", tirx.ForKind.THREAD_BINDING: "thread"}
@@ -18,7 +19,7 @@ _ITER = {0: "S", 2: "R"}  # IterVar types: data parallel, communicative reduce
 
 
 @dataclass(frozen=True)
-class NestNode:
+class NestNode(DictValue):
     """A loop or a block in the loop nest; loops carry the ``BLOCK/LOOP`` name steps use."""
 
     kind: str  # "loop" or "block"
@@ -29,9 +30,6 @@ class NestNode:
     iters: str = ""  # for blocks: S (spatial) / R (reduction) per block iterator
     annotations: dict = field(default_factory=dict)
     children: tuple = ()
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _int(x) -> int | None:

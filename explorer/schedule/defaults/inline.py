@@ -53,11 +53,11 @@ def _padded_innermost(sch: s_tir.Schedule, pad) -> bool:
 def _keeps_padding(sch: s_tir.Schedule, pad, consumer) -> bool:
     """Whether ``consumer`` (a reduction) should read a padded copy rather than test the border in
     its own loads: yes when it reads the padded buffer as a scalar broadcast across its vector
-    axis (an NHWC conv: one border test per multiply-add, measured 2x slower inlined; a grouped
-    one only with a long reduction, :data:`GROUPED_PAD_MIN_REDUCTION`) or along a
-    padded innermost dimension (an NCHW conv: a border test per vector lane, 4x slower); no when
-    it reads whole vectors along an unpadded dimension (a depthwise conv or pool in NHWC: one test
-    per vector, measured 1.3-1.8x faster inlined)."""
+    axis (an NHWC conv: one border test per multiply-add; a grouped one only with a long
+    reduction, :data:`GROUPED_PAD_MIN_REDUCTION`) or along a padded innermost dimension (an NCHW
+    conv: a border test per vector lane): the tests cost more than the copy; no when it reads
+    whole vectors along an unpadded dimension (a depthwise conv or pool in NHWC: one test per
+    vector, cheaper than the copy). Measurements: docs/notes/measurements.md."""
     facts = block_facts(sch, consumer)
     if facts.is_spatial:
         return False

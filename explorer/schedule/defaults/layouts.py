@@ -21,12 +21,10 @@ def innermost_output_axis(facts: BlockFacts) -> int | None:
 def few_channels_pixel_axis(facts: BlockFacts, lanes: int) -> int | None:
     """The output axis next to the innermost one, when the innermost has fewer elements than a
     vector and no 4 of them make a tile's vector (its widest power-of-two divisor is 1 or 2), and
-    the next one fills vectors: a convolution to an RGB image's 3 channels ran in scalars (a
-    style-transfer net's last 9x9 conv at 7% of the peak, 27% of the model); over its pixels, the
-    3 channels are the tile's rows. Measured per kernel on AVX-512 (2 cores, alternated rounds), a
-    64x64x32 3x3 conv to K channels, pixels against channels: K=2 0.17 vs 0.21 ms, K=3 0.19 vs
-    1.10, K=6 0.37 vs 0.58; but K=4 and K=8 (16x4 and 28x8 tiles over the channels) ran 2-3x
-    faster over their channels than over pixels with the input copied. None otherwise."""
+    the next one fills vectors: a convolution to an RGB image's 3 channels ran in scalars; over
+    its pixels, the 3 channels are the tile's rows. 4 or 8 channels (16x4 and 28x8 tiles over
+    the channels) stay faster over their channels than over pixels with the input copied
+    (measurements: docs/notes/measurements.md). None otherwise."""
     axes = [k for k in reversed(facts.out_dims)
             if k is not None and not facts.reduction[k] and facts.extents[k] > 1]
     if len(axes) < 2 or facts.extents[axes[0]] >= lanes or facts.extents[axes[1]] < lanes:

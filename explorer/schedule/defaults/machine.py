@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from explorer.target.arches import CPU_ARCHES
+from store.values import DictValue
 
 # Registers a micro-kernel leaves to loads and broadcasts besides its accumulators.
 SPARE_REGISTERS = 4
 
 
 @dataclass(frozen=True)
-class CpuSpec:
+class CpuSpec(DictValue):
     """The CPU a default schedule is built for: ``vector_bits`` of its widest vector unit,
     ``registers`` (vector registers), ``cores`` (threads a parallel loop is split over),
     ``int8_dot`` (its int8 dot-product instructions), ``bf16_dot`` (its bf16 ones)."""
@@ -36,8 +37,8 @@ class CpuSpec:
     def broadcast_costs(self) -> bool:
         """Whether broadcasting a scalar to a vector is an instruction of its own before the FMA:
         x86 without AVX-512 (``vbroadcastss``); AVX-512 FMAs take a broadcast memory operand and
-        NEON's a lane of a register. Measured on an AVX2 Zen 3: 12 FMAs with 2 vector loads ran
-        123-137 GFLOPS on one core, with 6 broadcasts as well 45-82. (The architecture's
+        NEON's a lane of a register. Such broadcasts slow a register tile down by more than their
+        loads suggest (docs/notes/measurements.md). (The architecture's
         :attr:`explorer.target.arches.CpuArch.broadcast_below_bits`.)"""
         known = CPU_ARCHES.get(self.arch)
         return known is not None and self.vector_bits < known.broadcast_below_bits
@@ -46,9 +47,6 @@ class CpuSpec:
     def accumulators(self) -> int:
         """Vector registers a register tile may hold as accumulators."""
         return max(2, self.registers - SPARE_REGISTERS)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def of(cls, *, vector_width: int | None, features: Iterable[str], arch: str, cores: int | None) -> CpuSpec:

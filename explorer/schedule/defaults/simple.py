@@ -37,9 +37,8 @@ def aligned_run(facts: BlockFacts) -> int | None:
     """How many consecutive iterations of the block's fused loop every operand reads either
     contiguously or as one element; None where all do so everywhere (same shape as the output, or a
     scalar). A broadcast operand changes pattern at a run's end: a bias over 136 channels read
-    inside 16-lane vectors of the fused loop is gathered lane by lane (``% 136`` indices: a
-    conv epilogue of ShuffleNet v1 spent most of its time in ``vpextrd``/``vinsertps``), so no
-    vector may cross a run (:func:`schedule_spatial`)."""
+    inside 16-lane vectors of the fused loop is gathered lane by lane (``% 136`` indices, one
+    ``vpextrd``/``vinsertps`` per lane), so no vector may cross a run (:func:`schedule_spatial`)."""
     dims = [k for k, e in enumerate(facts.extents) if e > 1]
     run = None
     for access in facts.reads:

@@ -141,8 +141,7 @@ def _cycles_per_fma(rt: int, nv: int, column_bytes: int, reduction: int = 1 << 2
     reduction steps) does not stay in L1, every weight vector comes from L2 and serves ``rt`` rows.
     Each accumulator is a chain of dependent multiply-adds: fewer than ``FMA_CHAINS`` leave the
     FMA units waiting. A broadcast costs ``broadcast`` loads: 2 where it is an instruction of its
-    own (x86 before AVX-512: 12x8 tiles ran at 75 GFLOPS where 6x16 ran at 163, although both load
-    about once per multiply-add).
+    own (x86 before AVX-512: tiles of many rows run slower than their load counts say).
     An accumulator of ``tile_bytes`` too large for the stack costs a workspace allocation per tile,
     spread over its ``reduction * rt * nv`` multiply-adds; counted only from ``ALLOC_SHARE`` of the
     tile's time up (short reductions: 1x1 convs over few channels on AVX-512), below which this
@@ -163,10 +162,7 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     then load the least per multiply-add (``rows * vectors / (rows + vectors)``); on a tie, more
     rows where the FMA takes the row operand as a broadcast for free (AVX-512's embedded broadcast, NEON's lane
     operand), fewer rows where each row costs a broadcast instruction of its own (x86 before
-    AVX-512, :attr:`CpuSpec.broadcast_costs`): matmul 1024 on an AVX2 Zen 3, 2 cores, best of 3
-    alternated rounds, 2x32 148.3 GFLOPS against 4x16 131.1 (numpy 148); ResNet-18 0.99x and
-    MobileNetV2 0.92x in one A/B run. (An older measurement, before weights were packed, had 4x16
-    ahead: 64.6 against 47.5.)
+    AVX-512, :attr:`CpuSpec.broadcast_costs`; measurements: docs/notes/default-tiling.md).
 
     The L2 term is why ResNet-18's last 3x3 convs (7 output columns, 9.4 MB of weights) get tiles
     of several rows (5x16 on AVX2, over the 49 outputs as one axis: :func:`_pixel_rows`; 7x32 on
@@ -277,9 +273,8 @@ def _reads_along_vectors(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int
 
 def _into_panels(sch: s_tir.Schedule, copies: list, packed) -> list:
     """Inline each copy whose only reader is the panels' copy ``packed``, so the operand is copied
-    once, straight into its panels; returns the copies left. NeRF's 4096x128 by 128x3 product
-    (pixels as the vector axis) copied its input twice per call, the first copy a serial transpose:
-    2.3 ms, 37% of the model, for 3 M multiply-adds."""
+    once, straight into its panels, not first into a transposed copy (a serial loop) and then
+    again; returns the copies left."""
     left = []
     for copy in copies:
         readers = sch.get_consumers(copy)
@@ -310,9 +305,8 @@ def _pack_weights(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, rows:
     than the tile: the copy is marked as a layout rewrite and computed once, at build time. Others
     (a product of two activations) are copied on every call, so only when output rows share them
     and their rows are a multiple of 1 KB apart: those all fall into the same few cache sets, the tile's column of
-    weights never stays in cache and every multiply-add waits on memory. Measured on an AVX2 Zen 3
-    (2 cores): matmul 1024 49 -> 113 GFLOPS, a 1040-wide one (no conflicts) 144 without packing;
-    BERT's 768x3072 products 57 -> 89."""
+    weights never stays in cache and every multiply-add waits on memory (measurements:
+    docs/notes/default-tiling.md)."""
     other = {k for k in facts.spatial if k != vec and facts.extents[k] > 1}
     for i, access, buffer, free in _reads_along_vectors(sch, block, facts, vec):
         if len(access.dims) < 2:
@@ -460,16 +454,16 @@ def _pad_vector_axis(sch: s_tir.Schedule, block, facts: BlockFacts, vec: int, cp
     """Pad the vector axis to whole vectors when no multiple of the lanes divides it (attention's
     49 or 197 tokens, GPT-2's 1000-word logits over 32 tokens): the einsum reads zeros past the end (one
     padded copy of the operand the vector axis indexes) and computes into a padded output copied
-    back. Unpadded, such a block got a scalar register tile (swin's 49x49 attention scores: 3% of
-    the peak). False (nothing changed) when the axis already divides, is shorter than a vector, or
+    back. Unpadded, such a block got a scalar register tile. False (nothing changed) when the axis
+    already divides, is shorter than a vector, or
     has fewer than 4 rows to share a padded copy made on every call (a matrix-vector product by
     activations would copy its whole matrix per call: it reads half vectors instead, see
     :func:`choose_tiles`), or the block is not an einsum TVM can pad. A matrix-vector product by
     constant weights that no multiple of half a vector divides is padded all the same: the export
-    pads the weights once, at build time, into their panels (:func:`_pack_weights`). Unpadded, a
-    21841-class head (a prime) ran in scalars at 2% of the peak, 7.1x ONNX Runtime's time, GPT-2's
-    50257-word head for one token 4.4x; 1000 classes keep their unpadded 40-wide tiles (a padded
-    16-wide one, one accumulator, ran 6% slower over 2048 inputs)."""
+    pads the weights once, at build time, into their panels (:func:`_pack_weights`): unpadded, a
+    classifier head of a prime number of classes runs in scalars. 1000 classes keep their unpadded
+    40-wide tiles (a padded 16-wide one has a single accumulator). Measurements:
+    docs/notes/default-tiling.md."""
     lanes = cpu.lanes(facts.dtype)
     ext = facts.extents[vec]
     if lanes <= 1 or ext % lanes == 0 or ext < lanes:
@@ -503,8 +497,8 @@ def _pixel_rows(facts: BlockFacts, vec: int, rows: int | None, tiling: Tiling, c
     by side and every operand alike (an operand that one of them indexes and not the other would
     change under a tile: a batched matmul's weights); taken when it costs at least
     ``PIXEL_GAIN`` less by :func:`choose_tiles`'s model (which does not see that each tile column
-    then streams the whole input: at 56x56 and 28x28 the fusion ran 1-4% slower, within the
-    margin) and leaves two tasks per core at least; only with a tail, whose parts write back in
+    then streams the whole input: the margin covers that) and leaves two tasks per core at least;
+    only with a tail, whose parts write back in
     a pass of their own (whole tiles computing the write-back at each tile gave wrong values)."""
     if rows is None or not tails or not tiling.tail_rows or any(k is None for k in facts.out_dims):
         return None

@@ -16,17 +16,18 @@ default's.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import tvm
 
 from explorer.schedule.defaults.apply import default_schedule, tiled, trace_json
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.lint import problems
+from store.values import DictValue
 
 
 @dataclass(frozen=True)
-class DefaultVariant:
+class DefaultVariant(DictValue):
     """One way the default rules can choose otherwise (all fields at their defaults: the default)."""
 
     rank: int = 0  # the register tile by choose_tiles' ranking (0: the one its model prefers)
@@ -38,9 +39,6 @@ class DefaultVariant:
         parts = ([f"tile ranked {self.rank + 1}"] if self.rank else []) + \
             ([] if self.pixels else ["rows not fused"]) + ([] if self.tails else ["no tail tile"])
         return "default rules, " + ", ".join(parts) if parts else "default rules"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # tried in this order, each once: the tiles the model ranks next first (where it errs most: a few
