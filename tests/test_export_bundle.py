@@ -212,7 +212,7 @@ def test_not_a_bundle(tmp_path):
     with pytest.raises(BundleError, match="no manifest.json"):
         read_manifest(tmp_path)
     (tmp_path / "stuff.txt").write_text("mine")
-    with pytest.raises(BundleError, match="not empty and holds no schedx bundle"):
+    with pytest.raises(BundleError, match="not empty .*holds no schedx bundle"):
         export_workload("matmul:M=8,N=8,K=8", "cpu", tmp_path, verify=False)
     assert (tmp_path / "stuff.txt").read_text() == "mine"  # never deleted
 

@@ -83,8 +83,12 @@ def test_other_input_sizes_fold_to_their_own_constants(detectors):
     np.testing.assert_allclose(tvm_run(loaded, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
+# whole exports: opset 17 in `make test`, the other exporters' variants in `make test-slow` (~18 s each)
+EXPORT_CASES = [c if c.id == "opset17" else pytest.param(*c.values, id=c.id, marks=pytest.mark.slow) for c in CASES]
+
+
 @pytest.mark.heavy
-@pytest.mark.parametrize("opset, dynamo, crop_and_split", CASES)
+@pytest.mark.parametrize("opset, dynamo, crop_and_split", EXPORT_CASES)
 def test_a_detector_with_dynamic_dims_exports_and_verifies(detectors, tmp_path, opset, dynamo, crop_and_split):
     from export import export_workload
 
