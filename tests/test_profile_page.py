@@ -27,9 +27,18 @@ def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["TVM per run"].endswith(" ms") and metrics["TVM / ORT"].endswith("x")
     assert metrics["headroom"].endswith(" ms")  # what the kernels would save at their rooflines
+    if "openvino f32" in metrics:  # OpenVINO installed (the dev extra): f32 and its default precision, as ratios
+        assert metrics["TVM / openvino f32"].endswith(")") and any(k.startswith("TVM / openvino default (")
+                                                                   for k in metrics)
     table = at.dataframe[0].value
     assert table["task"].iloc[0].startswith("small_cnn/") and set(table["schedule"]) <= {"default"} | {
         s for s in table["schedule"] if s.startswith("record")}
+    # issue 52: 6 of 9 kernels read 0 ms / 0.0 %; one that ran below the instrument's resolution
+    # shows the most it took ("< 0.0018"), one that did not run says so
+    ran = table[table["calls"] > 0]
+    assert not any(float(str(v).lstrip("< ")) == 0 for v in ran["ms"]), ran
+    assert not any(str(v) in ("0.0%", "< 0.0%") for v in ran["share"]), ran
+    assert set(table[table["calls"] == 0]["ms"]) <= {"not run"}
 
 
 def test_sweep_and_bad_batches(tmp_path):

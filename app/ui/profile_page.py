@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import state
 from app.charts import ort_nodes_figure, profile_figure, sweep_figure
+from app.layout import sized_columns
 from app.records import db_path
 from app.target_picker import host_caption, target_picker
 from explorer.errors import ExplorerError
@@ -59,22 +60,16 @@ def _start_search(task_name: str, target, shapes: str | None, trials: int) -> No
 
 
 def profile_tab(spec: str, shapes: str | None, target) -> None:
-    from explorer.measure.calibration import calibration
-    from explorer.workload import load_workload
-    from export.choose import best_schedules
-    from export.profile import profile_workload
+    from export.entry import ProfileSpec, run_profile
 
     runs = st.number_input("Profiled runs", 1, 200, 10, key=KEY + "runs")
     if st.button("Profile", type="primary", key=KEY + "run"):
         try:
-            with st.spinner(f"Building {spec} for {target.label} with the database's records and timing every kernel "
-                            "in a fresh process…"):
-                workload = load_workload(spec, shapes)
-                db = Path(db_path()).expanduser()
-                schedules, _ = best_schedules(db, workload.tasks(), target) if db.is_file() else ({}, [])
-                peaks = calibration()
-                result = profile_workload(workload, target, schedules=schedules, runs=int(runs),
-                                          peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps)
+            with st.spinner(f"Building {spec} for {target.label} with the records `schedx export` ships and timing "
+                            "every kernel in a fresh process…"):
+                db = Path(db_path()).expanduser()  # the records and the in-model decision an export ships
+                result = run_profile(ProfileSpec(workload=spec, shapes=shapes, target=target, db=str(db),
+                                                 use_records=db.is_file(), runs=int(runs))).profile
             st.session_state[KEY + "result"] = (spec, shapes, target.key, result)
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
@@ -100,21 +95,30 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                    help="what the kernels would save together if each ran at its roofline (the FLOP peak, or the "
                         "copy bandwidth where its bytes bind it): about the most a search or a hand-written "
                         "schedule can take off this model on this machine (an estimate)")
+    if result.openvino:  # OpenVINO f32 and its default precision (bf16 on AMX / AVX512-BF16 CPUs)
+        cols = st.columns(2 * len(result.openvino))
+        for i, a in enumerate(result.openvino):
+            cols[2 * i].metric(a.row.name, f"{a.row.median_s * 1e3:.2f} ms", help=a.row.note)
+            cols[2 * i + 1].metric(f"TVM / {a.row.name}", f"{a.versus.ratio:.2f}x "
+                                                           f"({a.versus.low:.2f}-{a.versus.high:.2f})",
+                                   help=f"ratio of medians with its 95% CI: {a.versus.text()} (timed one after the "
+                                        "other, not in alternated rounds: `schedx bench` alternates them)")
     left, right = st.columns(2)
     left.plotly_chart(profile_figure(result), width="stretch", key=KEY + "fig")
     if result.ort:
         right.plotly_chart(ort_nodes_figure(result), width="stretch", key=KEY + "ort")
-    st.dataframe([{"task": k.task, "ms": round(k.seconds * 1e3, 3), "share": f"{k.share:.1%}", "calls": k.calls,
-                   "GFLOPS": None if k.gflops is None else round(k.gflops, 1),
-                   "% peak": None if k.percent_of_peak is None else round(k.percent_of_peak, 1),
-                   "% roofline": None if k.percent_of_roofline is None else round(k.percent_of_roofline, 1),
-                   "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule}
-                  for k in result.kernels], hide_index=True, width="stretch")
+    # a kernel faster than the instrument can resolve shows bounds ("< 0.0018" ms, "≥ 9.1" GFLOPS), never 0
+    order = ["task", "ms", "share", "calls", "GFLOPS", "% peak", "% roofline", "schedule"]
+    rows = [{"task": k.task, **k.cells(result.kernels_s), "calls": k.calls,
+             "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule} for k in result.kernels]
+    rows = [{c: r.get(c) for c in order} for r in rows]  # each column as wide as its values (app/layout.py)
+    st.dataframe(rows, hide_index=True, width="stretch", column_order=order, column_config=sized_columns(rows))
     st.markdown("**Hot kernels**: open one in the Schedule page, or search it.")
     trials = st.number_input("Trials per search", 8, 100000, 200, key=KEY + "trials")
     for i, k in enumerate(result.top(3)):
-        c = st.columns([3, 1, 1])
-        c[0].write(f"{k.task} · {k.seconds * 1e3:.3f} ms ({k.share:.0%}) · {k.schedule}")
+        c = st.columns([3, 1.3, 1.1])
+        cells = k.cells(result.kernels_s)
+        c[0].write(f"{k.task} · {cells['ms']} ms ({cells['share']}) · {k.schedule}")
         if c[1].button("Open in Schedule", key=f"{KEY}open_{i}"):
             _open_in_schedule(spec, shapes, k.task)
         if c[2].button("Search it", key=f"{KEY}tune_{i}"):
@@ -127,7 +131,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
 
 
 def sweep_tab(spec: str, target) -> None:
-    from export.sweep import sweep
+    from export.entry import SweepSpec, run_sweep
 
     c = st.columns(3)
     batches = c[0].text_input("Batch sizes", "1,2,4,8", key=KEY + "batches")
@@ -143,8 +147,9 @@ def sweep_tab(spec: str, target) -> None:
             return
         bar = st.progress(0.0, text="starting")
         try:
-            result = sweep(spec, sizes, target=target, db=db_path(), trials=int(trials), runs=int(runs),
-                           progress=lambda stage, frac: bar.progress(min(1.0, frac), text=stage))
+            result = run_sweep(SweepSpec(workload=spec, batches=tuple(sizes), target=target, db=db_path(),
+                                         trials=int(trials), runs=int(runs)),
+                               progress=lambda stage, frac: bar.progress(min(1.0, frac), text=stage))
             st.session_state[KEY + "sweep_result"] = (spec, target.key, result)
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
