@@ -6,9 +6,40 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from search.charts import failed
+from search.charts import batch_groups, failed
 
 _MARGIN = dict(l=10, r=10, t=50, b=10)
+TITLE_CHARS = 36  # a title's line: under 300 px at 14 px, what half of the page has at 1100 px, less the toolbar
+_TITLE_PX, _LINE_PX = 14, 20
+
+
+def framed(fig: go.Figure, title: str, *, height: int, **layout) -> go.Figure:
+    """``fig`` with ``title`` (wrapped to lines of :data:`TITLE_CHARS`, the top margin sized to
+    them) and Plotly's toolbar upright along the right edge, in a margin of its own: across the
+    top it ran over the titles (issue 52). A legend laid flat (``legend_orientation="h"``) goes
+    under the plot, in a bottom margin sized to its entries (two a row): at -0.1 it covered the
+    axis and the plot."""
+    import math
+    import textwrap
+
+    lines = textwrap.wrap(title, TITLE_CHARS) or [""]
+    # the title is centred in the top margin (Plotly misplaces a title of several lines anchored
+    # at the top or the bottom: measured, it ran off the figure or into the plot)
+    # (it puts the first line at the margin's middle and the others under it: measured in chromium)
+    top = max(24 + _LINE_PX * len(lines), 38 * len(lines) - 10)
+    margin = {**_MARGIN, "t": top, "r": 44, **layout.pop("margin", {})}
+    extra = top - _MARGIN["t"]
+    if layout.pop("legend_orientation", None) == "h":
+        entries = sum(1 for t in fig.data if t.showlegend is not False and t.name) + bool(layout.get("legend"))
+        rows = math.ceil(entries / 2)
+        margin["b"] = 52 + 20 * rows
+        extra += 20 * rows
+        layout["legend"] = {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yref": "container",
+                            "yanchor": "bottom", **{k: v for k, v in layout.get("legend", {}).items() if k != "y"}}
+    fig.update_layout(title=dict(text="<br>".join(lines), font=dict(size=_TITLE_PX), x=0, xref="container",
+                                 xanchor="left", yref="container", pad=dict(l=10)),
+                      height=height + extra, margin=margin, modebar=dict(orientation="v"), **layout)
+    return fig
 
 
 def sweep_figure(sweep) -> go.Figure:
@@ -25,9 +56,8 @@ def sweep_figure(sweep) -> go.Figure:
         fig.add_scatter(x=batches, y=[getattr(p, f"{attr}_throughput") for p in pts], name=name, showlegend=False,
                         mode="lines+markers", line=dict(color=color), row=1, col=2)
     fig.update_xaxes(title_text="batch", type="log", tickvals=batches)
-    fig.update_layout(title=f"{sweep.workload} on {sweep.target}, {sweep.threads} thread(s)", height=380,
-                      margin=_MARGIN, legend_orientation="h")
-    return fig
+    return framed(fig, f"{sweep.workload} on {sweep.target}, {sweep.threads} thread(s)", height=380,
+                  legend_orientation="h")
 
 
 def profile_figure(profile, top: int = 15) -> go.Figure:
@@ -43,9 +73,8 @@ def profile_figure(profile, top: int = 15) -> go.Figure:
         customdata=[[c["ms"], c["share"], c["GFLOPS"], k.calls, k.schedule] for k, c in zip(rows, cells)],
         hovertemplate="%{y}<br>%{customdata[0]} ms (%{customdata[1]})<br>%{customdata[2]} GFLOPS, "
                       "x%{customdata[3]}<br>schedule: %{customdata[4]}<extra></extra>"))
-    fig.update_layout(title=f"time per kernel (ms per run): {profile.workload} on {profile.target}",
-                      height=max(300, 24 * len(rows) + 80), margin=_MARGIN, xaxis_title="ms")
-    return fig
+    return framed(fig, f"time per kernel (ms per run): {profile.workload} on {profile.target}",
+                  height=max(300, 24 * len(rows) + 80), xaxis_title="ms")
 
 
 def ort_nodes_figure(profile, top: int = 15) -> go.Figure:
@@ -53,9 +82,8 @@ def ort_nodes_figure(profile, top: int = 15) -> go.Figure:
     rows = list(reversed(profile.ort[:top]))
     fig = go.Figure(go.Bar(y=[f"{n.node} ({n.op_type})" for n in rows], x=[n.seconds * 1e3 for n in rows],
                            orientation="h", marker_color="#f97316"))
-    fig.update_layout(title="ONNX Runtime: time per node (ms per run)", height=max(300, 24 * len(rows) + 80),
-                      margin=_MARGIN, xaxis_title="ms")
-    return fig
+    return framed(fig, "ONNX Runtime: time per node (ms per run)", height=max(300, 24 * len(rows) + 80),
+                  xaxis_title="ms")
 
 
 
@@ -84,9 +112,7 @@ def history_figure(series, task: str | None = None) -> go.Figure:
         for name, (xs, ys) in series.best_so_far.items():
             fig.add_scatter(x=xs, y=ys, mode="lines", name=name.split("/")[-1][:30], line_shape="hv")
         title = "best so far (GFLOPS) by trial, per task"
-    fig.update_layout(title=title, height=340, margin=_MARGIN, xaxis_title="trial", yaxis_title="GFLOPS",
-                      legend_orientation="h")
-    return fig
+    return framed(fig, title, height=340, xaxis_title="trial", yaxis_title="GFLOPS", legend_orientation="h")
 
 
 def candidates_figure(series) -> go.Figure:
@@ -99,21 +125,24 @@ def candidates_figure(series) -> go.Figure:
     if bad:
         fig.add_scatter(x=[pt[0] for pt in bad], y=[0] * len(bad), mode="markers", name="failed",
                         marker=dict(size=7, color="#dc2626", symbol="x"))
-    fig.update_layout(title="measured GFLOPS of every candidate", height=340, margin=_MARGIN, xaxis_title="trial")
-    return fig
+    return framed(fig, "measured GFLOPS of every candidate", height=340, xaxis_title="trial")
 
 
 def cost_model_figure(series) -> go.Figure:
-    """The cost model's predicted score against the measured GFLOPS, coloured by batch."""
+    """The cost model's predicted score against the measured GFLOPS, a colour per batch (or per
+    group of batches: :func:`search.charts.batch_groups`), as categories in the legend."""
+    import plotly.colors
+
     fig = go.Figure()
-    fig.add_scatter(x=[q[0] for q in series.predicted], y=[q[1] for q in series.predicted], mode="markers",
-                    marker=dict(color=[q[2] for q in series.predicted], colorscale="Viridis", showscale=True,
-                                colorbar=dict(title="batch")), name="candidates")
+    palette = plotly.colors.qualitative.Safe
+    for n, (label, points) in enumerate(batch_groups(series.predicted)):
+        fig.add_scatter(x=[p for p, _ in points], y=[m for _, m in points], mode="markers", name=label,
+                        marker=dict(size=7, color=palette[n % len(palette)]))
     corr = [c for _, c in series.batch_corr if c is not None]
     title = "cost model: predicted score vs measured GFLOPS"
-    fig.update_layout(title=f"{title} (last batch rank corr. {corr[-1]:.2f})" if corr else title, height=340,
-                      margin=_MARGIN, xaxis_title="predicted score", yaxis_title="GFLOPS")
-    return fig
+    return framed(fig, f"{title} (last batch rank corr. {corr[-1]:.2f})" if corr else title, height=340,
+                  xaxis_title="predicted score", yaxis_title="GFLOPS", legend_orientation="h",
+                  legend={"title": {"text": "batch"}})
 
 
 def trials_per_task_figure(series) -> go.Figure:
@@ -125,8 +154,7 @@ def trials_per_task_figure(series) -> go.Figure:
         fig.add_scatter(x=pd.to_datetime(times, format="ISO8601"), y=cum, mode="lines", name=task.split("/")[-1][:30],
                         stackgroup="trials")
     title = "trials over time" if len(series.trials_over_time) == 1 else "trials given to each task over time"
-    fig.update_layout(title=title, height=340, margin=_MARGIN, legend_orientation="h")
-    return fig
+    return framed(fig, title, height=340, legend_orientation="h")
 
 
 def task_bests_figure(series) -> go.Figure:
@@ -136,9 +164,8 @@ def task_bests_figure(series) -> go.Figure:
                            customdata=[[r["trials"], r["failed"]] for r in rows], marker_color="#2563eb",
                            hovertemplate="%{x}<br>%{y:.1f} GFLOPS<br>%{customdata[0]} trials, "
                                          "%{customdata[1]} failed<extra></extra>"))
-    fig.update_layout(title="best GFLOPS per task", height=340, margin=_MARGIN)
-    return fig
+    return framed(fig, "best GFLOPS per task", height=340)
 
 
-__all__ = ["candidates_figure", "cost_model_figure", "history_figure", "ort_nodes_figure", "profile_figure",
+__all__ = ["candidates_figure", "framed", "cost_model_figure", "history_figure", "ort_nodes_figure", "profile_figure",
            "sweep_figure", "task_bests_figure", "trials_per_task_figure"]

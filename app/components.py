@@ -66,7 +66,7 @@ def table_html(rows: list[dict], *, max_height: int = 320) -> str:
         for c in cols:
             v = r[c]
             num = isinstance(v, (int, float))
-            cells.append(f'<td style="padding:1px 8px;border-bottom:1px solid #f1f5f9;'
+            cells.append(f'<td style="padding:1px 8px;border-bottom:1px solid #f1f5f9;overflow-wrap:anywhere;'
                          f'text-align:{"right" if num else "left"}">{"" if v is None else html.escape(str(v))}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (f'<div class="sx-table" style="max-height:{max_height}px;overflow:auto"><table style="border-collapse:collapse;'
@@ -123,15 +123,63 @@ div.sx-code span.hl {background: #fef08a; display: inline-block; min-width: 100%
 """
 
 
+LONG_LINE = 90  # characters: a longer line shows whole on hover (its pane scrolls sideways)
+
+
 def code_with_marks(text: str, marked: list[int]) -> str:
-    """TVMScript as HTML with the given (1-based) lines highlighted: what the last step changed."""
+    """TVMScript as HTML with the given (1-based) lines highlighted: what the last step changed.
+    The pane scrolls sideways; a line longer than :data:`LONG_LINE` shows whole on hover."""
     marked_set = set(marked)
     lines = []
     for no, line in enumerate(text.splitlines(), 1):
         body = html.escape(line) or " "
         row = f'<span class="ln">{no}</span>{body}'
-        lines.append(f'<span class="hl">{row}</span>' if no in marked_set else row)
+        tip = f' title="{html.escape(line.strip(), quote=True)}"' if len(line) > LONG_LINE else ""
+        if no in marked_set:
+            lines.append(f'<span class="hl"{tip}>{row}</span>')
+        else:
+            lines.append(f"<span{tip}>{row}</span>" if tip else row)
     return _CODE_CSS + '<div class="sx-code"><pre>' + "\n".join(lines) + "</pre></div>"
+
+
+_DECISIONS_CSS = """<style>
+div.sx-decisions {overflow-x: auto;}
+table.sx-dec {border-collapse: collapse; font-size: 13px; line-height: 1.35;}
+table.sx-dec th, table.sx-dec td {padding: 3px 8px; border-bottom: 1px solid #e2e8f0; text-align: left;
+  vertical-align: top; overflow-wrap: anywhere;}
+table.sx-dec thead th {font-weight: 600; max-width: 13em;}
+table.sx-dec th.name {color: #475569; font-weight: 400; white-space: nowrap;}
+table.sx-dec td.v {font-family: ui-monospace, Menlo, monospace; font-size: 12px;}
+table.sx-dec .default {background: #f1f5f9;}
+table.sx-dec td.diff {background: #fef3c7; font-weight: 600;}
+table.sx-dec .speed {color: #475569; font-weight: 400; font-size: 12px;}
+</style>"""
+
+
+def decisions_html(view) -> str:
+    """A :class:`search.decisions.DecisionView` as a table: a column per schedule (the default
+    first, shaded), a row per choice (tiles, unrolling, compute locations); a winner's choice that
+    differs from the default's is highlighted."""
+    head = ['<th class="name">schedule</th>']
+    speed = ['<th class="name">speed</th>']
+    for n, s in enumerate(view.schedules):
+        cls = ' class="default"' if view.has_default and n == 0 else ""
+        head.append(f"<th{cls}>{html.escape(s.title)}</th>")
+        versus = f" · {s.vs_default:.2f}x the default" if s.vs_default is not None and n else ""
+        speed.append(f'<th{cls}><span class="speed">{s.gflops:.1f} GFLOPS{versus}</span></th>')
+    body = []
+    for name in view.names:
+        cells = [f'<th class="name">{html.escape(name)}</th>']
+        for n in range(len(view.schedules)):
+            classes = ["v"] + (["default"] if view.has_default and n == 0 else []) + \
+                (["diff"] if view.differs(n, name) else [])
+            value = html.escape(view.value(n, name))
+            if value.startswith("["):  # a tile's factors stay on one line
+                value = value.replace(" ", "&nbsp;")
+            cells.append(f'<td class="{" ".join(classes)}">{value}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (_DECISIONS_CSS + '<div class="sx-decisions"><table class="sx-dec"><thead><tr>' + "".join(head)
+            + "</tr><tr>" + "".join(speed) + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
 
 
 KIND_COLOURS = {"serial": "#94a3b8", "parallel": "#2563eb", "vectorized": "#16a34a", "unrolled": "#d97706"}
@@ -160,10 +208,11 @@ def tiling_figure(func, block: str):
                         text=f"{name} ×{extent}", textposition="inside", insidetextanchor="middle",
                         hovertemplate=f"{name}: extent {extent}, {kind}<extra></extra>")
             shown.add(legend)
-    fig.update_layout(barmode="stack", height=90 + 60 * max(1, len(axes)), margin=dict(l=10, r=10, t=30, b=10),
-                      title=f"Tiling of block {block} (outer → inner; width ∝ log2 extent)",
-                      xaxis=dict(visible=False), yaxis=dict(autorange="reversed"), legend_orientation="h")
-    return fig
+    from app.charts import framed
+
+    return framed(fig, f"Tiling of block {block} (outer → inner; width ∝ log2 extent)",
+                  height=90 + 60 * max(1, len(axes)), barmode="stack", xaxis=dict(visible=False),
+                  yaxis=dict(autorange="reversed"), legend_orientation="h")
 
 
 def roofline_figure(result, naive=None):
@@ -185,6 +234,6 @@ def roofline_figure(result, naive=None):
     # one labelled tick per decade: plotly's default log ticks repeated 2 and 5 between the decades
     fig.update_xaxes(type="log", dtick=1, title="arithmetic intensity (FLOP/byte)")
     fig.update_yaxes(type="log", dtick=1, title="GFLOPS")
-    fig.update_layout(height=320, margin=dict(l=10, r=30, t=40, b=10), title="Roofline", legend_orientation="h",
-                      legend_y=-0.25)
-    return fig
+    from app.charts import framed
+
+    return framed(fig, "Roofline", height=320, legend_orientation="h")

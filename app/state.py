@@ -23,6 +23,9 @@ GRAPHS_SENT = "graphs_sent"  # keys of the graph payloads this session's browser
 DIFF_STYLE = "diff_style"
 DIFF_STYLE_KEPT = "diff_style_kept"  # the diff style chosen last, kept while another view is shown
 PASS_TABLE = "pass_table"
+# containers of the Graph & passes page its CSS places (app/layout.py: side_column_css): the two
+# columns, the pass list, the views
+PASSES_LAYOUT, PASS_LIST, PASS_VIEWS = "sx_passes", "sx_pass_list", "sx_pass_view"
 VIEW_TAB = "view_tab"
 OPEN_RECORD = "open_record"  # a record id the Leaderboard asks the Schedule page to open
 DB_PATH = "db_path"

@@ -1,9 +1,9 @@
 """What the Search page draws, computed from a job's records (pure functions, tested apart from
 the drawing in ``app/charts.py``): best-so-far per task, every candidate by trial (overall and
 within its task), predicted vs measured with the rank correlation of each batch, trials per task
-over time, failures by reason, a summary row per task, the trials as a table and the sampled
-decisions of the best schedules beside the default's time (Optuna Dashboard's trial table and
-parameter view)."""
+over time, failures by reason, a summary row per task, the trials as a table (Optuna
+Dashboard's trial table), the cost model's points by groups of batches. The decisions of the best
+schedules beside the default's (the parameter view) are :mod:`search.decisions`."""
 
 from __future__ import annotations
 
@@ -95,42 +95,33 @@ def job_series(records: list[Record], task_names: dict[str, str], per_batch: int
     return out
 
 
-# MetaSchedule's sampling instructions, as the decision columns are headed
-_SAMPLES = {"SamplePerfectTile": "tile", "SampleCategorical": "choice", "SampleComputeLocation": "compute at",
-            "SamplePartitionedTile": "tile"}
-
-
 def trial_rows(records: list[Record], task_names: dict[str, str]) -> list[dict]:
-    """A job's trials, one row per record in the order measured: what the trial table shows."""
+    """A job's trials, one row per record in the order measured: what the trial table shows (a
+    schedule named as :func:`search.decisions.schedule_name` names it: ``default rules, tile
+    ranked 4``, not ``search``); a failure's reason is in the failures' own table."""
+    from search.decisions import schedule_name
+
     return [{"record": r.id, "task": task_names.get(r.workload_key, r.workload_key).split("/")[-1],
-             "source": r.source, "status": r.status,
+             "schedule": schedule_name(r), "status": r.status,
              "ms": None if r.median_s is None else round(r.median_s * 1e3, 4),
-             "GFLOPS": None if r.gflops is None else round(r.gflops, 1),
-             "verified": r.verified, "error": (r.error or "")[:120]}
+             "GFLOPS": None if r.gflops is None else round(r.gflops, 1), "verified": r.verified}
             for r in sorted(records, key=lambda r: r.id or 0)]
 
 
-def decision_rows(records: list[Record], *, k: int = 8) -> list[dict]:
-    """The ``k`` fastest schedules of one task with their sampled decisions (tile sizes,
-    categorical choices such as the unroll depth, compute locations), one column per sampling
-    instruction; the task's default record first, as the baseline each winner is read against."""
-    from store.compare import trace_parts
-
-    ranked = sorted((r for r in records if r.status == Outcome.OK and r.gflops and r.trace),
-                    key=lambda r: -r.gflops)
-    default = next((r for r in ranked if r.source == "default"), None)
-    shown = ([default] if default is not None else []) + [r for r in ranked if r is not default][:k]
-    rows = []
-    for r in shown:
-        insts, decisions = trace_parts(r.trace)
-        row = {"record": r.id, "source": r.source, "GFLOPS": round(r.gflops, 1),
-               "vs default": round(r.gflops / default.gflops, 2) if default is not None else None}
-        seen: dict[str, int] = defaultdict(int)
-        for index in sorted(decisions):
-            kind = insts[index][0] if index < len(insts) and isinstance(insts[index], list) else "?"
-            name = _SAMPLES.get(kind, kind)
-            seen[name] += 1
-            row[f"{name} {seen[name]}"] = str(decisions[index])
-        rows.append(row)
-    return rows
-
+def batch_groups(predicted: list[tuple[float, float, int]], most: int = 8
+                 ) -> list[tuple[str, list[tuple[float, float]]]]:
+    """The cost model's points (predicted score, measured GFLOPS, batch) as at most ``most``
+    groups of consecutive batches, each a category of its own colour: ``batch 3``, or
+    ``batches 1-4`` when there are more batches than groups (a colour bar read 1.2, 1.4... for
+    whole batches)."""
+    batches = sorted({b for *_, b in predicted})
+    if not batches:
+        return []
+    per = -(-len(batches) // most)  # batches per group
+    groups = []
+    for start in range(0, len(batches), per):
+        chunk = batches[start:start + per]
+        label = f"batch {chunk[0]}" if len(chunk) == 1 else f"batches {chunk[0]}-{chunk[-1]}"
+        members = set(chunk)
+        groups.append((label, [(p, m) for p, m, b in predicted if b in members]))
+    return groups

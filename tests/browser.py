@@ -124,13 +124,45 @@ def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 150_000) -> 
                     f"The page showed:\n{shown}\nThe server's log:\n{server_log(url)}")
 
 
-def pick_option(page, label: str, option_text: str) -> None:
+@contextmanager
+def chromium_page(width: int = 1600, height: int = 1000, *, timeout_ms: int = 120_000):
+    """A page of a fresh chromium (Playwright), ``width`` x ``height``; closed after."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(timeout_ms)
+            yield page
+        finally:
+            browser.close()
+
+
+def pick_option(page, label: str, option_text: str, *, type_text: bool = True) -> None:
     """Pick ``option_text`` in the selectbox labelled ``label`` as a user does in a long list: type
     to filter it, then click the option (Streamlit's list renders only the options near the one
-    selected: with 26 passes, LegalizeOps was not among them). Browser tests and benchmarks both."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    page.keyboard.type(option_text)
-    page.get_by_role("option").filter(has_text=option_text).first.click()
+    selected: with 26 passes, LegalizeOps was not among them). Browser tests and benchmarks both.
+    The box is moved to the middle of the window first (at its bottom the list opened with no
+    room), and opened again when its list closed before the option showed (a click while the
+    page was still drawing)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.get_by_role("combobox", name=label, exact=True)
+    option = page.get_by_role("option").filter(has_text=option_text).first
+    for attempt in range(3):
+        box.evaluate("e => e.scrollIntoView({block: 'center'})")
+        box.click()
+        if type_text:
+            page.keyboard.type(option_text)
+        try:
+            option.wait_for(timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(1_000)
+    option.click()
 
 
 def screenshot_dir(tmp_path: Path) -> Path:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, pick_option, schedx_ui, screenshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -22,16 +22,16 @@ def page():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1100})
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
         pg.set_default_timeout(120_000)
         yield pg
         browser.close()
 
 
 def _pick(page, label: str, option_text: str) -> None:
-    """Choose an option in the Streamlit selectbox labelled ``label``."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    page.get_by_role("option").filter(has_text=option_text).first.click()
+    """Choose an option in the Streamlit selectbox labelled ``label`` (its list not filtered)."""
+    _settle(page)
+    pick_option(page, label, option_text, type_text=False)
     _settle(page)
 
 
@@ -70,7 +70,10 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
 
 
 def _apply_step(page, primitive: str, loop: str, factors: str | None = None) -> None:
-    _pick(page, "Primitive", f"{primitive}:")
+    page.get_by_role("combobox", name="Primitive", exact=True).click()
+    page.keyboard.type(primitive)  # the list renders only the options near the one selected
+    page.get_by_role("option", name=primitive, exact=True).click()
+    _settle(page)
     _pick(page, "loop", loop)
     if factors is not None:
         box = page.get_by_label("factors", exact=True)
@@ -113,6 +116,10 @@ def test_start_a_search_from_the_ui_and_see_progress_and_leaderboard_rows(ui_url
     done.first.wait_for(timeout=240_000)
     assert "16/16" in page.locator('[data-testid="stMetric"]').filter(has_text="trials").first.inner_text()
     page.locator(".js-plotly-plot").first.wait_for()
+    _settle(page)
+    # the job watched, from its picker down (the form above it fills a 1000-px window)
+    page.get_by_role("combobox", name="Job", exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)
     page.screenshot(path=str(screenshot_dir(tmp_path) / "search.png"), full_page=False)
     page.goto(f"{ui_url}/leaderboard")
     page.locator('[data-testid="stDataFrame"]').first.wait_for()

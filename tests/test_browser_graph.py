@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, pick_option, schedx_ui, screenshot_dir
+from tests.browser import (CHROMIUM_ARGS, chromium_path, describe_findings, pick_option, readability_findings,
+                           schedx_ui, screenshot_dir)
 
 pytestmark = pytest.mark.browser
 
@@ -27,7 +28,7 @@ def page():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1100})
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
         pg.set_default_timeout(120_000)
         yield pg
         browser.close()
@@ -290,3 +291,92 @@ def test_the_pages_address_opens_it(ui_url, page):
     _wait_drawn(page, "FuseOps")
     _settle(page)
     assert page.url.rstrip("/").endswith("/passes") and page.get_by_text("Page not found").count() == 0
+
+
+def _scale(panel) -> float:
+    return float(panel.locator("g.sx-world").get_attribute("transform").split("scale(")[1].rstrip(")"))
+
+
+@pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
+def test_the_pass_list_shows_name_time_and_change_or_folds_into_the_picker(ui_url, page, width, height):
+    """Issue 52: the pass list was 332 px wide at 1600 px and 183 at 1100: names cut, the times
+    reachable only by scrolling sideways, "changed" a bare glyph. Where it fits, it shows the
+    three whole and a click on a row's box picks the pass; where it does not, it folds away and
+    the "After pass" picker stays."""
+    page.set_viewport_size({"width": width, "height": height})
+    _open(page, ui_url)
+    grid = page.locator('.st-key-sx_pass_list [data-testid="stDataFrame"]')
+    found = readability_findings(page)
+    assert not found, describe_findings(found)
+    if width < 1400:
+        assert not grid.is_visible()  # folded into the picker
+        since = _drawn_at(page)
+        page.get_by_role("combobox", name="After pass", exact=True).click()
+        page.keyboard.type("LegalizeOps")
+        page.get_by_role("option").filter(has_text="LegalizeOps").first.click()
+        _wait_drawn(page, "LegalizeOps", since)
+        return
+    assert grid.is_visible()
+    assert grid.locator("th").all_inner_texts()[:3] == ["pass", "ms", "changed"]
+    words = set(grid.locator('td[aria-colindex="3"]').all_inner_texts())
+    assert words and words <= {"yes", "no"}  # a word, not a glyph
+    cells = grid.locator('td[aria-colindex="1"]')  # the rows drawn (the grid draws those in view)
+    names = [" ".join(t.split()) for t in cells.all_inner_texts()]
+    shown = page.get_by_role("combobox", name="After pass", exact=True).input_value()
+    row = next(k for k in range(len(names) // 2, len(names)) if names[k] not in shown)
+    index = int(cells.nth(row).get_attribute("id").split("-")[-1])  # glide-cell-COL-ROW
+    frame = grid.locator('[data-testid="stDataFrameResizable"]').bounding_box()
+    since = _drawn_at(page)
+    page.mouse.click(frame["x"] + 18, frame["y"] + 35 + 35 * index + 17)  # the row's box, by the mouse
+    _wait_drawn(page, names[row], since)
+    assert names[row] in page.get_by_role("combobox", name="After pass", exact=True).input_value()
+
+
+@pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
+def test_fit_keeps_labels_readable_and_the_details_clear_of_the_panel(ui_url, page, width, height, tmp_path):
+    """Issue 52: after Fit at 1100 px ResNet-18's labels were 4 px tall; the details covered the
+    panel and cut its buttons. Fit now keeps labels at 9 px or more (the height scrolls), and
+    the details sit under the title, above the tools and minimap, beside the node they explain."""
+    page.set_viewport_size({"width": width, "height": height})
+    _open(page, ui_url)
+    after = page.locator('.sx-panel[data-side="after"]')
+    after.locator("button.sx-fit").click()
+    assert _scale(after) >= 0.9
+    small = [f for f in readability_findings(page) if f["kind"] == "small"]
+    assert not small, describe_findings(small)
+    node = _clickable_op(page, "after")
+    page.mouse.click(node["x"], node["y"])
+    info = after.locator(".sx-info")
+    info.wait_for()
+    found = [f for f in readability_findings(page) if f["kind"] in ("overlap", "clipped")]
+    assert not found, describe_findings(found)
+    box = info.bounding_box()
+    for button in info.locator("button.sx-open").all():  # its own buttons whole (it scrolls inside)
+        b = button.bounding_box()
+        assert box["x"] <= b["x"] and b["x"] + b["width"] <= box["x"] + box["width"] + 1
+    for tool in after.locator(".sx-tools button").all():  # the panel's buttons stay clickable
+        b = tool.bounding_box()
+        assert b["y"] >= box["y"] + box["height"] or b["x"] >= box["x"] + box["width"] or \
+            b["x"] + b["width"] <= box["x"]
+    after.locator("button.sx-fit").click()  # a fit with the details open keeps them clear of the node
+    page.wait_for_timeout(300)
+    found = [f for f in readability_findings(page) if f["kind"] in ("overlap", "small")]
+    assert not found, describe_findings(found)
+    page.screenshot(path=str(screenshot_dir(tmp_path) / f"passes-fit-details-{width}.png"), full_page=False)
+
+
+@pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
+def test_a_node_found_below_the_fold_is_scrolled_into_view(ui_url, page, width, height):
+    """Issue 52: a node selected could sit below the window's bottom (the graph is taller than
+    what is left of a 900-px window under the pickers); the page now scrolls to it."""
+    page.set_viewport_size({"width": width, "height": height})
+    _open(page, ui_url)
+    box = page.locator(".sx-search")
+    box.click()
+    page.keyboard.type("fc")  # ResNet-18's classifier, at the graph's bottom
+    page.locator(".sx-btn", has_text="↓").click()  # next match, by the mouse
+    page.wait_for_function("() => !!" + ROOT_JS + ".dataset.selected")
+    page.wait_for_timeout(300)
+    side = page.evaluate("() => " + ROOT_JS + ".dataset.selected").split(":")[0]
+    sel = page.locator(f'.sx-panel[data-side="{side}"] g.n.sel').first.bounding_box()
+    assert 0 <= sel["y"] and sel["y"] + sel["height"] <= height, sel  # whole in the window

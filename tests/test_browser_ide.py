@@ -29,7 +29,7 @@ def page():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1100})
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
         pg.set_default_timeout(120_000)
         yield pg
         browser.close()

@@ -13,7 +13,8 @@ from explorer.kernels import builtin_kernel
 from explorer.target import host_target
 from search.params import SearchParams
 from explorer.workload import kernel_task
-from search.tune import tune
+from search.job_spec import ValidJob
+from search.tune import SearchHooks, tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
 
@@ -38,9 +39,9 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     db = tmp_path / "jobs.db"
     store = Store(db)
     job = store.create_job("tune", {"workload": "matmul:M=64,N=64,K=64", "params": {"per_batch": 8}})
-    tune([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], store=store, target=host_target(),
-         params=SearchParams(trials=16, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
-         builder=FakeBuilder(), runner=FakeRunner(fail_every=5), job_id=job.id)
+    tune(ValidJob.of_tasks([kernel_task(builtin_kernel("matmul", M=64, N=64, K=64))], host_target()), store,
+         SearchParams(trials=16, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
+         SearchHooks(job_id=job.id), builder=FakeBuilder(), runner=FakeRunner(fail_every=5))
     store.update_job(job.id, status="done")
     at = _page(db).run()
     assert not at.exception and not at.error
@@ -54,11 +55,16 @@ def test_a_job_shows_progress_charts_and_failures(tmp_path):
     # the fastest schedules read against the default
     assert any(e.label.startswith("Every trial of this job (") for e in at.expander)
     assert any("Decisions of the fastest schedules" in m.value for m in at.markdown)
-    decisions = next(d.value for d in at.dataframe if "vs default" in d.value.columns)
-    assert any(c.startswith("tile ") for c in decisions.columns)
+    decisions = next(h.proto.body for h in at.get("html") if "sx-dec" in h.proto.body)
+    assert "tile loop 1" in decisions and "GFLOPS" in decisions
     timed_default = [r for r in store.records(job_id=job.id) if r.source == "default" and r.gflops and r.trace]
     if timed_default:  # (the fake runner fails every fifth run: the default's may be one of them)
-        assert decisions.iloc[0]["source"] == "default"
+        first = decisions.split('<th class="default">')[1]
+        assert first.startswith(f"#{max(timed_default, key=lambda r: r.gflops).id} default<")  # the baseline first
+        assert "the default" in decisions  # each winner read against it
+    trials = next(d.value for d in at.dataframe if "schedule" in d.value.columns)  # named, never None
+    assert set(trials["schedule"]) <= {"default", "MetaSchedule sketch"} | {
+        r.environment.get("default_variant") for r in store.records(job_id=job.id)}
 
 
 def test_start_and_stop_a_search_from_the_page(tmp_path):
@@ -120,9 +126,9 @@ def test_a_model_job_shows_every_task_and_the_job_history(tmp_path):
     db = tmp_path / "model.db"
     store = Store(db)
     job = store.create_job("tune", {"workload": "small_cnn", "params": {"per_batch": 8}})
-    tune(load_workload("small_cnn").tasks()[:3], store=store, target=host_target(),
-         params=SearchParams(trials=24, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
-         builder=FakeBuilder(), runner=FakeRunner(), job_id=job.id)
+    tune(ValidJob.of_tasks(load_workload("small_cnn").tasks()[:3], host_target()), store,
+         SearchParams(trials=24, per_batch=8, population=32, generations=1, init_min_unmeasured=8),
+         SearchHooks(job_id=job.id), builder=FakeBuilder(), runner=FakeRunner())
     store.update_job(job.id, status="done")
     at = _page(db).run()
     assert not at.exception and not at.error

@@ -130,7 +130,7 @@ def test_filled_database_shows_table_and_charts(tmp_path):
 def test_the_table_says_where_a_record_came_from_and_how_it_ended_in_few_columns(tmp_path):
     """A variant of the default rules and a confirmation round's timing read in the source column;
     status and verification in one; every column has a width (the table fits 1600 px)."""
-    from app.ui.leaderboard import table_columns, table_rows
+    from app.ui.leaderboard import table_columns, table_rows, table_view
 
     fill_demo(tmp_path / "demo.db")
     with Store(tmp_path / "demo.db") as store:
@@ -144,7 +144,15 @@ def test_the_table_says_where_a_record_came_from_and_how_it_ended_in_few_columns
     assert [r["source"] for r in rows[-2:]] == ["search · tile ranked 2", "search · confirmed: cold, in turns"]
     assert [r["outcome"] for r in rows[-2:]] == ["ok, verified", "ok, NOT verified"]
     assert rows[3]["outcome"] == "build_error"
-    assert set(table_columns()) == set(rows[0])
+    shown, shared = table_view(rows)
+    assert set(table_columns(shown)) == set(shown[0])  # every column shown has a width, sized to its values
+    assert all(isinstance(c["width"], int) for c in table_columns(shown).values())
+    assert "max error" not in shown[0] and "created" not in shown[0]  # in the record's details
+    here = [r for r in rows if r["hardware"] == rows[0]["hardware"]]  # one machine's: its columns said once
+    shown, shared = table_view(here)
+    assert shared["hardware"] == rows[0]["hardware"] and "hardware" not in shown[0]
+    workload = table_columns(shown)["workload"]["width"]
+    assert workload >= max(len(r["workload"]) for r in here) * 6  # no name cut (about 6-7 px a character)
 
 
 def test_all_records_view_and_compare(tmp_path):

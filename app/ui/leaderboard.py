@@ -14,6 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import state
+from app.layout import sized_columns
 from app.leaderboard_charts import gflops_chart, history_chart, roofline_chart
 from app.state import LeaderboardKeys as K
 from store import Outcome, Record, Store, StoreError, default_db_path
@@ -89,8 +90,7 @@ def _outcome(r: Record) -> str:
 
 
 def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
-    """The table's rows: few columns, each as wide as its content needs (:func:`table_columns`), so
-    that the table fits a 1600-px window without scrolling sideways; the rest is in the details."""
+    """Everything the table can show of each record (:func:`table_view` picks what it shows)."""
     memo: dict = {}
     return [{"id": r.id, "workload": names.get(r.workload_key, r.workload_key),
              "GFLOPS": None if r.gflops is None else round(r.gflops, 3),
@@ -101,15 +101,32 @@ def table_rows(records: list[Record], names: dict[str, str]) -> list[dict]:
              "created": r.created[:16].replace("T", " "), "error": r.error[:120]} for r in records]
 
 
-def table_columns() -> dict:
-    """Widths (pixels) of the table's columns: 1121 in all, within the main frame's width (1138) at 1600 px with
-    the sidebar open; a cut cell shows whole on hover."""
+SHARED = ("target", "hardware", "target fits hardware", "error")  # said once above the table when every row agrees
+DETAIL_ONLY = ("max error", "created")  # in the record's details below the table
+
+
+def table_view(rows: list[dict]) -> tuple[list[dict], dict[str, str]]:
+    """The table's rows as shown, and what every row shares (said once above the table): few
+    columns, each as wide as its content (:func:`table_columns`), none cut, and no scrolling
+    sideways at 1100 px on one machine's records (the target, the hardware and their fit are the
+    same in every row there; at 1600 px they were cut to 84-99 px of the 261-291 they need)."""
+    shared = {c: rows[0][c] for c in SHARED if rows and all(r[c] == rows[0][c] for r in rows)}
+    return [{k: v for k, v in r.items() if k not in shared and k not in DETAIL_ONLY} for r in rows], shared
+
+
+def table_columns(rows: list[dict]) -> dict:
+    """The shown columns (:func:`table_view`), each as wide as its widest value or header."""
     num = st.column_config.NumberColumn
-    text = st.column_config.TextColumn
-    return {"id": num(width=56), "workload": text(width=160), "GFLOPS": num(format="%.2f", width=72),
-            "median ms": num(format="%.4f", width=80), "source": text(width=130), "outcome": text(width=100),
-            "max error": num(format="%.1e", width=68), "target": text(width=100), "hardware": text(width=115),
-            "target fits hardware": text("fits", width=50), "created": text(width=110), "error": text(width=80)}
+    return sized_columns(rows, {"id": num(), "GFLOPS": num(format="%.2f"), "median ms": num(format="%.4f"),
+                                "target fits hardware": st.column_config.TextColumn("fits")})
+
+
+def _shared_caption(shared: dict[str, str]) -> str:
+    said = [f"{name} **{value}**" for name, value in shared.items() if value and name not in ("target fits hardware",
+                                                                                                "error")]
+    if shared.get("target fits hardware", "yes") != "yes":
+        said.append(f"the target does not fit the hardware: {shared['target fits hardware']}")
+    return "Every record here: " + ", ".join(said) if said else ""
 
 
 def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
@@ -173,8 +190,8 @@ def record_detail(store: Store, labels: dict[int, str], names: dict[str, str]) -
     cols[1].metric("median", "-" if r.median_s is None else f"{r.median_s * 1e3:.4f} ms")
     cols[2].metric("status", r.status)
     cols[3].metric("verified", {None: "-", True: "yes", False: "no"}[r.verified])
-    st.caption(f"{names.get(r.workload_key, r.workload_key)} · {r.source} · {target_short(r.target)} · "
-               f"{r.hardware} · {r.created}")
+    st.caption(f"{names.get(r.workload_key, r.workload_key)} · {_origin(r)} · {target_short(r.target)} · "
+               f"{r.hardware} · {r.created}" + ("" if r.max_error is None else f" · max error {r.max_error:.1e}"))
     if r.error:
         st.error(r.error)
     if st.button("Open in Schedule page", key=f"lb_open_{rid}", disabled=not (r.steps or r.trace),
@@ -261,7 +278,11 @@ def show(store: Store, path: Path) -> None:
         st.warning("No record matches these filters" + (" on this machine: try 'Any machine'."
                                                         if filters["hardware"] else "."))
         return
-    st.dataframe(table_rows(records, names), hide_index=True, width="stretch", column_config=table_columns())
+    rows, shared = table_view(table_rows(records, names))
+    said = _shared_caption(shared)
+    if said:
+        st.caption(said)
+    st.dataframe(rows, hide_index=True, width="stretch", column_config=table_columns(rows))
     charts(store, filters, names)
     labels = record_labels(records, names)
     detail = st.segmented_control("Detail", DETAILS, default=DETAILS[0], key=K.DETAIL) or DETAILS[0]

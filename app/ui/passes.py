@@ -20,12 +20,14 @@ from app.cache import (
 )
 from app.components import legend_html, side_by_side_html, table_html, time_bars_html
 from app.graph_view import graph_view
+from app.layout import ROW_MARKER_PX, columns_px, side_column_css, sized_columns
 from app.uploads import display_name
 from explorer.errors import ExplorerError
 from explorer.models import DEFAULT_MODEL, ZOO, example_names
 from explorer.passes import PASS_CATALOG, PIPELINES
 
 VIEWS = ["Graph", "TVMScript", "Counts & time"]
+_SHARE = 0.34  # of the page's width, for the pass list beside the views (ResNet-18's needs about 400 px)
 
 
 def choose_model() -> RunKey | None:
@@ -56,8 +58,10 @@ def choose_model() -> RunKey | None:
                                 "DIM=1 for a named dimension; separate several with commas.")
     sb.header("Pipeline")
     options = list(PIPELINES) + ["custom"]
+    # the title's first words (its details in brackets were cut at the sidebar's width; the caption says them)
     pipeline = sb.selectbox("Pipeline", options, key=state.PIPELINE,
-                            format_func=lambda n: PIPELINES[n].title if n in PIPELINES else "Custom list of passes")
+                            format_func=lambda n: PIPELINES[n].title.split(" (")[0] if n in PIPELINES
+                            else "Custom list of passes")
     passes: tuple[str, ...] = ()
     if pipeline == "custom":
         chosen = sb.multiselect("Passes, in order", list(PASS_CATALOG), key=state.CUSTOM_PASSES,
@@ -68,7 +72,7 @@ def choose_model() -> RunKey | None:
             sb.info("Pick at least one pass.")
             return None
     else:
-        sb.caption(PIPELINES[pipeline].description)
+        sb.caption(f"**{PIPELINES[pipeline].title}**: {PIPELINES[pipeline].description}")
     if not model:
         return None
     return RunKey(model=model, shapes=shapes.strip(), pipeline=pipeline, passes=passes)
@@ -93,11 +97,12 @@ def load_run(key: RunKey | None):
 
 
 def _label(run, index: int) -> str:
+    """``#12 FuseOps · 1.2 ms · changed``: whether the pass changed the module said in a word."""
     if index < 0:
         return "input module"
     s = run.snapshots[index]
-    mark = "●" if s.changed else "○"
-    return f"{mark} #{index} {'  ' * (s.depth - 1)}{s.name}  ({s.seconds * 1000:.1f} ms)"
+    return f"#{index} {'  ' * (s.depth - 1)}{s.name} · {s.seconds * 1000:.1f} ms · " \
+        + ("changed" if s.changed else "no change")
 
 
 def run_keys(key: RunKey) -> dict[str, str]:
@@ -115,20 +120,32 @@ def _pick_row(keys: dict[str, str], shown_indices: list[int]) -> None:
         st.session_state[keys["snapshot"]] = shown_indices[rows[0]]
 
 
-def pass_table(run, shown, keys: dict[str, str]) -> None:
-    """The pass list, Compiler Explorer style: click a row to see the module after that pass."""
-    rows = [{"pass": ("\u25cf " if s.changed else "\u25cb ") + "\u2003" * (s.depth - 1) + s.name,
-             "ms": round(s.seconds * 1000, 2)} for s in shown]
-    top = max((s.seconds for s in shown), default=0) * 1000 or 1
+def pass_rows(shown) -> list[dict]:
+    """The pass list's rows: each pass's name (indented by its depth), time, and whether it
+    changed the module, in a word."""
+    return [{"pass": "\u2003" * (s.depth - 1) + s.name, "ms": round(s.seconds * 1000, 2),
+             "changed": "yes" if s.changed else "no"} for s in shown]
+
+
+def pass_columns(rows: list[dict]) -> dict:
+    """The pass list's columns, each as wide as its content (app/layout.py)."""
+    top = max((r["ms"] for r in rows), default=0)
+    return sized_columns(rows, {
+        "pass": st.column_config.TextColumn("pass"),
+        "ms": st.column_config.NumberColumn("ms", format="%.1f",
+                                            help=f"time of the pass; the slowest took {top:.1f} ms"),
+        "changed": st.column_config.TextColumn("changed",
+                                               help="yes: the pass changed the module; no: it left it as it was")})
+
+
+def pass_table(shown, rows: list[dict], columns: dict, keys: dict[str, str]) -> None:
+    """The pass list, Compiler Explorer style: click a row to see the module after that pass.
+    Name, time and whether it changed the module, each column as wide as its content; where the
+    page is too narrow for it beside the views, it folds away and the "After pass" picker above
+    stays (:func:`app.layout.side_column_css`)."""
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(640, 38 + 35 * len(rows)),
                  key=keys["table"], on_select=functools.partial(_pick_row, keys, [s.index for s in shown]),
-                 selection_mode="single-row", column_config={
-                     # the names get the room (a number column and a time bar took half of it: names
-                     # were cut to two letters at 1100 px); the Counts & time view has the bars
-                     "pass": st.column_config.TextColumn("pass", width="large",
-                                                         help="\u25cf changed the module, \u25cb left it as it was"),
-                     "ms": st.column_config.NumberColumn("ms", format="%.1f", width="small",
-                                                         help=f"time of the pass; the slowest took {top:.1f} ms")})
+                 selection_mode="single-row", column_config=columns)
 
 
 def snapshot_pickers(run, keys: dict[str, str]) -> tuple[int, int, list]:
@@ -259,11 +276,17 @@ def explore(key: RunKey, run) -> None:
     """Everything below the model choice. A fragment: picking another snapshot reruns only this."""
     keys = run_keys(key)
     before, after, shown = snapshot_pickers(run, keys)
-    left, right = st.columns([1.7, 4])
-    with left:
+    rows = pass_rows(shown)
+    columns = pass_columns(rows)
+    # the list beside the views where it fits whole, else folded away (the picker above stays)
+    need = columns_px(columns) + ROW_MARKER_PX + 2  # the rows' checkboxes, the frame
+    st.html(side_column_css(state.PASSES_LAYOUT, state.PASS_LIST, state.PASS_VIEWS, need_px=need, share=_SHARE))
+    with st.container(key=state.PASSES_LAYOUT):
+        left, right = st.columns([_SHARE, 1 - _SHARE])
+    with left, st.container(key=state.PASS_LIST):
         st.markdown(f"**Passes** ({len(shown)} of {len(run.snapshots)})")
-        pass_table(run, shown, keys)
-    with right:
+        pass_table(shown, rows, columns, keys)
+    with right, st.container(key=state.PASS_VIEWS):
         # One view at a time: only it runs and is sent, which keeps switching snapshots quick (a
         # segmented control costs the browser less than lazy tabs on every switch).
         view = st.segmented_control("View", VIEWS, key=state.VIEW_TAB, default=VIEWS[0], label_visibility="collapsed")

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import state
 from app.cache import fused_kernels, machine_peaks
-from app.components import code_with_marks, roofline_figure, side_by_side_html, tiling_figure
+from app.components import code_with_marks, roofline_figure, side_by_side_html, table_html, tiling_figure
 from app.records import best_known, open_requested_record, save_measurement
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -20,6 +20,7 @@ from explorer.schedule.primitives import PRIMITIVES, Param
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, parse_steps, steps_from_json
 from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text
+from search.decisions import schedule_name
 
 
 def choose_kernel() -> Kernel | None:
@@ -44,8 +45,9 @@ def choose_kernel() -> Kernel | None:
         model = sb.selectbox("Model", list(ZOO), key=state.KERNEL_MODEL, format_func=lambda n: ZOO[n].title)
         kernels = fused_kernels(model)
         pick = sb.selectbox("Fused kernel (most FLOPs first)", list(kernels), key=state.KERNEL_FUSED,
-                            format_func=lambda n: f"{n.split('/', 1)[1]} ({kernels[n].info.flops / 1e6:.1f} MFLOP"
-                                                  f" x{kernels[n].info.params['calls']})")
+                            format_func=lambda n: n.split("/", 1)[1])
+        sb.caption(f"{kernels[pick].info.flops / 1e6:.1f} MFLOP, called {kernels[pick].info.params['calls']} "
+                   "time(s) per inference")
         return kernels[pick]
     except ExplorerError as err:
         sb.error(str(err))
@@ -128,8 +130,9 @@ def _divisors(n: int) -> list[int]:
 
 def step_form(session: ScheduleSession) -> None:
     st.subheader("Next step")
-    prim = st.selectbox("Primitive", list(PRIMITIVES), key=state.PRIMITIVE,
-                        format_func=lambda p: f"{p}: {PRIMITIVES[p].summary}")
+    # the name in the picker, what it does under it (a summary of up to 1000 px was cut in it)
+    prim = st.selectbox("Primitive", list(PRIMITIVES), key=state.PRIMITIVE)
+    st.caption(PRIMITIVES[prim].summary)
     args = {}
     for param in PRIMITIVES[prim].params:
         args[param.name] = _param_widget(param, session, prim, st)
@@ -169,24 +172,25 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
         st.session_state[state.JUMP] = session.cursor  # the slider always shows where the session is
         st.select_slider("Jump to step", list(range(len(session.history) + 1)), key=state.JUMP,
                          on_change=lambda: session.jump(st.session_state[state.JUMP]))
-    d1, d2 = st.columns(2)
-    d1.download_button("Steps (JSON)", json.dumps({"kernel": kernel.info.spec,
-                                                   "steps": [s.to_dict() for s in session.steps]}, indent=2),
-                       file_name=f"{kernel.info.name.replace('/', '_')}.steps.json", mime="application/json",
-                       width="stretch")
-    d2.download_button("Python (trace)", "\n".join(session.schedule.trace.as_python()),
-                       file_name=f"{kernel.info.name.replace('/', '_')}_schedule.py", width="stretch")
-    upload = st.file_uploader("Load steps (JSON)", type=["json"], key=f"steps_upload_{kernel.info.spec}")
-    if upload is not None and st.button("Replace steps with the file", key="load_steps"):
-        try:
-            steps = parse_steps(upload.getvalue(), upload.name)  # bounded: size, steps, UTF-8, nesting
-            trial = ScheduleSession(kernel.func)
-            trial.apply_all(steps)
-            st.session_state[state.SCHEDULE_SESSIONS][kernel.info.spec] = trial
-            st.session_state.pop(state.STEP_ERROR, None)
-        except (ExplorerError, ValueError) as err:
-            st.session_state[state.STEP_ERROR] = (f"steps file refused: {err}", "")
-        st.rerun()
+    with st.expander("Save or load the steps"):  # folded: the code below starts higher on the page
+        d1, d2 = st.columns(2)
+        d1.download_button("Steps (JSON)", json.dumps({"kernel": kernel.info.spec,
+                                                       "steps": [s.to_dict() for s in session.steps]}, indent=2),
+                           file_name=f"{kernel.info.name.replace('/', '_')}.steps.json", mime="application/json",
+                           width="stretch")
+        d2.download_button("Python (trace)", "\n".join(session.schedule.trace.as_python()),
+                           file_name=f"{kernel.info.name.replace('/', '_')}_schedule.py", width="stretch")
+        upload = st.file_uploader("Load steps (JSON)", type=["json"], key=f"steps_upload_{kernel.info.spec}")
+        if upload is not None and st.button("Replace steps with the file", key="load_steps"):
+            try:
+                steps = parse_steps(upload.getvalue(), upload.name)  # bounded: size, steps, UTF-8, nesting
+                trial = ScheduleSession(kernel.func)
+                trial.apply_all(steps)
+                st.session_state[state.SCHEDULE_SESSIONS][kernel.info.spec] = trial
+                st.session_state.pop(state.STEP_ERROR, None)
+            except (ExplorerError, ValueError) as err:
+                st.session_state[state.STEP_ERROR] = (f"steps file refused: {err}", "")
+            st.rerun()
 
 
 def _other_targets() -> tuple[str, ...]:
@@ -251,15 +255,15 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
         st.caption(f"{kernel.info.flops / 1e9:.3f} GFLOP per run; results are verified against "
                    f"{'numpy' if kernel.reference else 'the unscheduled kernel'} before they are timed.")
         return
-    st.caption(f"Last measurement built for `{result.target}`")
+    st.caption(f"Last measurement built for **{_target_label(result.target)}**")
     if not result.ok:
         st.error(f"{result.status}: {result.error}")
     else:
-        m = st.columns(2) + st.columns(2)  # two rows: four across the narrow column cut the figures ("43.…")
+        m = st.columns(4)
         m[0].metric("median", f"{result.median_s * 1e3:.3f} ms", help=f"{result.number} runs x {len(result.latencies)}")
         m[1].metric("GFLOPS", f"{result.gflops:.1f}")
         m[2].metric("% of peak", f"{result.percent_of_peak:.1f}%",
-                    help=f"measured peak {result.peak_gflops:.0f} GFLOPS (numpy fp32 matmul on this machine)")
+                    help=result.peak_note or f"calibrated peak {result.peak_gflops:.0f} GFLOPS on this machine")
         m[3].metric("verified", "yes" if result.verified else "no", help=f"max error {result.max_rel_error:.1e}")
     rows = []
     naive = store.get("naive")
@@ -272,15 +276,25 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
                          "% peak": round(r.percent_of_peak, 1) if r.ok else None})
     known = best_known(kernel, result.target)
     if known is not None and known.gflops:
-        rows.append({"schedule": f"best known (record {known.id}, {known.source})", "status": known.status,
+        rows.append({"schedule": f"best known (record {known.id}, {schedule_name(known)})", "status": known.status,
                      "median ms": round(known.median_s * 1e3, 3), "GFLOPS": round(known.gflops, 2),
                      "% peak": round(100 * known.gflops / result.peak_gflops, 1) if result.peak_gflops else None})
-    narrow = {name: st.column_config.NumberColumn(width="small") for name in ("median ms", "GFLOPS", "% peak")}
-    st.dataframe(rows, hide_index=True, width="stretch",
-                 column_config={"schedule": st.column_config.TextColumn(width="medium"),
-                                "status": st.column_config.TextColumn(width="small"), **narrow})
+    table, chart = st.columns([1, 1])
+    # a few rows: a plain table, every column whole at any width (a grid hid "% peak" at 1600 px)
+    table.html(table_html(rows))
     if result.ok and result.peak_gbps:
-        st.plotly_chart(roofline_figure(result, naive), width="stretch")
+        chart.plotly_chart(roofline_figure(result, naive), width="stretch")
+
+
+def _target_label(key: str) -> str:
+    """A measurement's target in words (its label), not the canonical JSON records carry."""
+    from explorer.target import TargetError, parse_target
+    from store.records import target_short
+
+    try:
+        return parse_target(key).label
+    except TargetError:
+        return target_short(key)
 
 
 def open_record_into_session() -> None:
@@ -328,14 +342,16 @@ def main() -> None:
                f"{info.arithmetic_intensity:.1f} FLOP/byte · " + ", ".join(
                    f"{b.name}{' (out)' if b.is_output else ''} {'x'.join(map(str, b.shape))} {b.dtype}"
                    for b in info.buffers))
-    left, right = st.columns([1, 1.6])
-    with right:
-        target = target_picker("schedule_target", cpu_only=True, choices=_other_targets())
-        views(session, target)
-    with left:
+    # the step form and the steps side by side, then the code over the whole width (the source and
+    # assembly panes side by side were 300 px each beside the form), then the measurements
+    form, steps = st.columns([1, 1.3], gap="large")
+    with form:
         step_form(session)
+    with steps:
         history(session, kernel)
-        measure_panel(session, kernel, target)
+    target = target_picker("schedule_target", cpu_only=True, choices=_other_targets())
+    views(session, target)
+    measure_panel(session, kernel, target)
 
 
 main()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app import state
+from app.components import table_html
+from app.layout import sized_columns
 from app.records import db_path
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -178,20 +179,23 @@ def _charts(series) -> str | None:
         left.plotly_chart(charts.cost_model_figure(series), width="stretch")
     if len(tasks) > 1:
         right.plotly_chart(charts.trials_per_task_figure(series), width="stretch")
-        st.dataframe(series.task_rows(), hide_index=True, width="stretch")
+        rows = series.task_rows()
+        st.dataframe(rows, hide_index=True, width="stretch", column_config=sized_columns(rows, {
+            "best GFLOPS": st.column_config.NumberColumn(format="%.1f")}))
     if series.failures:
         st.markdown(f"**Failed candidates ({len(series.failures)})**: " + ", ".join(
             f"{n} {status}" for status, n in series.failure_counts.items()))
-        st.dataframe(pd.DataFrame([{"record": r.id, "status": r.status, "error": r.error[:200],
-                                    "steps": "; ".join(f"{s['primitive']}" for s in r.steps)[:200]}
-                                   for r in series.failures]), hide_index=True, width="stretch")
+        # plain HTML: a reason is a sentence, and wraps there (a grid cut it at its column's width)
+        st.html(table_html([{"record": r.id, "status": r.status, "error": r.error[:300]} for r in series.failures]))
     return one
 
 
 def _trials(records, names: dict, task: str | None) -> None:
-    """The trial table and the decisions of the best schedules (of ``task``, else the task with
-    the most trials)."""
-    from search.charts import decision_rows, trial_rows
+    """The decisions of the best schedules (of ``task``, else the task with the most trials)
+    beside the default's, and the trial table."""
+    from app.components import decisions_html
+    from search.charts import trial_rows
+    from search.decisions import decision_view
 
     if task is None:
         counts: dict = {}
@@ -201,27 +205,36 @@ def _trials(records, names: dict, task: str | None) -> None:
     else:
         key = next((k for k, n in names.items() if n == task), None)
     mine = [r for r in records if r.workload_key == key]
-    rows = decision_rows(mine)
-    if rows:
-        st.markdown(f"**Decisions of the fastest schedules** of {names.get(key, key).split('/')[-1]}: the default "
-                    "first (what an export uses without a record), then the search's best, with the tile sizes, "
-                    "choices and compute locations MetaSchedule sampled for each")
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    view = decision_view(mine, k=4)
+    if view.schedules:
+        st.markdown(f"**Decisions of the fastest schedules** of {names.get(key, key).split('/')[-1]}: "
+                    + ("the default first (what an export uses without a record), then the fastest others; a "
+                       "choice that differs from the default's is highlighted. " if view.has_default else
+                       "the default schedule was not timed, so there is nothing to read them against. ")
+                    + "Tiles are a loop's factors, outer to inner (loop N: the N-th loop of the kernel's main "
+                      "block; * the rest of the loop); - a choice the schedule does not make.")
+        st.html(decisions_html(view))
+    rows = trial_rows(records, names)
     with st.expander(f"Every trial of this job ({len(records)})"):
-        st.dataframe(pd.DataFrame(trial_rows(records, names)), hide_index=True, width="stretch")
+        st.dataframe(rows, hide_index=True, width="stretch", column_config=sized_columns(rows, {
+            "ms": st.column_config.NumberColumn(format="%.4f"),
+            "GFLOPS": st.column_config.NumberColumn(format="%.1f")}))
 
 
 def _history(jobs) -> None:
     from search.job_spec import JobProgress, JobSpec
+    from store.records import target_short
 
     with st.expander(f"All jobs ({len(jobs)})"):
         rows = []
         for j in reversed(jobs):
             p, spec = JobProgress.from_dict(j.progress), JobSpec.from_dict(j.params)
-            rows.append({"job": j.id, "status": j.status, "workload": spec.workload, "target": spec.target,
-                         "trials": p.trials, "best GFLOPS": None if p.best_gflops is None else round(p.best_gflops, 1),
-                         "failed": p.failed, "started": j.created, "error": j.error[:80]})
-        st.dataframe(rows, hide_index=True, width="stretch")
+            rows.append({"job": j.id, "status": j.status, "workload": spec.workload,
+                         "target": target_short(spec.target), "trials": p.trials,
+                         "best GFLOPS": None if p.best_gflops is None else round(p.best_gflops, 1),
+                         "failed": p.failed, "started": j.created[:16].replace("T", " "), "error": j.error[:80]})
+        st.dataframe(rows, hide_index=True, width="stretch", column_config=sized_columns(rows, {
+            "best GFLOPS": st.column_config.NumberColumn(format="%.1f")}))
 
 
 @st.fragment(run_every=2.0)
