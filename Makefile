@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8501
 
-.PHONY: ui test test-fast test-slow test-all test-faults bench corpus bench-corpus outside bench-outside screenshots setup setup-dev system clean
+.PHONY: ui test test-fast test-slow test-all test-faults bench corpus bench-corpus outside bench-outside exporters bench-exporters screenshots setup setup-dev system clean
 
 ui: setup
 	$(BIN)/schedx ui --port $(PORT)
@@ -51,6 +51,16 @@ outside: setup-dev
 
 bench-outside: outside system
 	$(BIN)/python -m benchmarks.bench_corpus --set outside
+
+# the files each exporter writes (tf2onnx/Keras, Paddle2ONNX, ONNX Runtime's quantizer, fp16, scripted
+# PyTorch, optimum) in ~/.cache/schedx/exporters: TensorFlow and Paddle in builder venvs of their own
+# (~/.cache/schedx/exporter-venvs, python3.11), then benched like the corpus
+exporters: setup-dev
+	$(BIN)/python -m pip install -q -e ".[corpus]"
+	$(BIN)/python -m benchmarks.exporters.build
+
+bench-exporters: exporters system
+	$(BIN)/python -m benchmarks.bench_corpus --set exporters
 
 screenshots: setup-dev system
 	SCHEDX_SCREENSHOT_DIR=assets/screenshots $(BIN)/python -m pytest -q tests/test_browser.py \

@@ -44,12 +44,20 @@ CROSS_TARGETS = ("cuda:sm_80", "aarch64")
 
 
 def _shapes(entry: dict) -> str | None:
-    return ",".join(f"{k}:{v}" for k, v in entry.get("shapes", {}).items()) or None
+    shapes = entry.get("shapes")
+    if isinstance(shapes, str) or shapes is None:  # the exporter set keeps the --shapes string itself
+        return shapes or None
+    return ",".join(f"{k}:{v}" for k, v in shapes.items()) or None
 
 
 def _error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _base(entry: dict) -> dict:
+    base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
+    return {**base, "exporter": entry["exporter"]} if entry.get("exporter") else base
 
 
 def bench_one(entry: dict, folder: Path, opts) -> dict:
@@ -63,7 +71,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
     from export.openvino_row import OV_DEFAULT_ROW, OV_F32_ROW, openvino_contenders
     from export.profile import profile_export
 
-    result: dict = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
+    result: dict = _base(entry)
     path = folder / entry["file"]
     start = time.perf_counter()
     try:
@@ -154,7 +162,7 @@ def _child(entry: dict, folder: Path, opts) -> dict:
            "--set", opts.which,
            "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
            "--threads", str(opts.threads), "--busy", str(opts.busy)] + (["--cross"] if opts.cross else [])
-    base = {"name": entry["name"], "family": entry["family"], "source": entry["source"]}
+    base = _base(entry)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -218,6 +226,23 @@ def _openvino_summary(results: list[dict]) -> list[str]:
     return lines
 
 
+def exporter_lines(results: list[dict]) -> list[str]:
+    """One line per exporter (the exporter set): imports, verified, median and worst ratio to ONNX
+    Runtime at 2 threads."""
+    lines = []
+    for name in dict.fromkeys(r["exporter"] for r in results if r.get("exporter")):
+        rows = [r for r in results if r.get("exporter") == name]
+        timed = [r for r in rows if r.get("ratio_2t") is not None]
+        line = (f"  {name:<16} imports {sum(bool(r.get('imports')) for r in rows)}/{len(rows)}, "
+                f"verified {sum(bool(r.get('verified')) for r in rows)}/{len(rows)}")
+        if timed:
+            worst = max(timed, key=lambda r: r["ratio_2t"])
+            line += (f", tvm / ort 2t median {statistics.median(r['ratio_2t'] for r in timed):.2f}x, "
+                     f"worst {worst['ratio_2t']:.2f}x ({worst['name']})")
+        lines.append(line)
+    return ["per exporter:", *lines] if lines else []
+
+
 def summary(results: list[dict], peak: float | None) -> list[str]:
     n = len(results)
     verified = sum(bool(r.get("verified")) for r in results)
@@ -230,6 +255,7 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
         lines.append(f"tvm / onnxruntime at 2 threads: median {statistics.median(ratios):.2f}x, worst "
                      f"{worst['ratio_2t']:.2f}x ({worst['name']}), {sum(x <= 1.5 for x in ratios)}/{len(ratios)} "
                      f"<= 1.5x; at 1 thread: median {statistics.median(ratios1):.2f}x")
+    lines += exporter_lines(results)
     lines += _openvino_summary(results)
     slow = [(r["name"], k) for r in results for k in r.get("kernels", [])
             if k["share"] > 0.2 and k.get("percent_of_peak") is not None and k["percent_of_peak"] < 10]
@@ -263,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated corpus model names")
     ap.add_argument("--dir", help="the corpus folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus)")
     ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
-                    help="the corpus, or the held-out models of benchmarks/outside (built with --set outside)")
+                    help="the corpus, the held-out models of benchmarks/outside (built with --set outside), "
+                         "or the files of each exporter (--set exporters, built by benchmarks.exporters.build)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
@@ -276,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     folder = corpus_dir(opts.dir, opts.which)
-    entries = json.loads(manifest_path(opts.which).read_text())["models"]
+    manifest = json.loads(manifest_path(opts.which).read_text())
+    entries = manifest["models"]
     if opts.one:
         entry = next(e for e in entries if e["name"] == opts.one)
         out(json.dumps(bench_one(entry, folder, opts)))
@@ -286,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         entries = [e for e in entries if e["name"] in wanted]
     missing = [e["name"] for e in entries if not (folder / e["file"]).exists()]
     if missing:
-        out(f"not built yet (python -m benchmarks.corpus.build): {', '.join(missing)}")
+        out(f"not built yet (python -m benchmarks.corpus.build --set {opts.which}): {', '.join(missing)}")
+    for failure in manifest.get("failures", []):  # the exporter set: models their exporter could not write
+        out(f"not built: {failure['module']}/{failure['name'] or '*'}: {failure['error']}")
     entries = [e for e in entries if e["name"] not in missing]
     m = machine()
     out(f"machine: {m['cpu']}, {m['usable_cores']} cores, AVX-512 lines {m['avx512_lines']}, "

@@ -197,13 +197,16 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     out_tolerance = tolerance(workload.outputs[0][2]) if workload.outputs else 1e-4
     if _dynamic_quantized(workload):  # ONNX Runtime quantizes the activations on the fly; TVM computes in float
         out_tolerance = max(out_tolerance, DYNAMIC_QUANT_TOLERANCE)
-    if _float16_inside(workload):  # float32 inputs and outputs around float16 work: float16's rule
+    float16 = _float16_inside(workload)
+    if float16:  # float32 inputs and outputs around float16 work: float16's rule
         out_tolerance = max(out_tolerance, tolerance("float16"))
     if built.precision is not None and built.precision.tolerance:  # bf16: held to its own stated bound, per output
         out_tolerance = max(out_tolerance, built.precision.tolerance)
     manifest = _manifest(workload, target, built, tolerance=out_tolerance)
     if built.precision is not None:
         manifest["precision"] = built.precision.to_dict()
+    if float16:  # the model's own float16 tensors stay float16: TVM computes them in float16, as written
+        manifest["computed_in"] = "float16"
     atols = _int8_atols(workload)
     if atols:
         manifest["output_atol"] = atols

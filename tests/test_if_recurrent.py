@@ -145,3 +145,5 @@ def test_the_bundles_verify(two_rate, two_rate_fp16, tmp_path, precision, shapes
     onnx.save(two_rate if precision == "fp32" else two_rate_fp16, str(path))
     report = export_workload(load_workload(str(path), shapes), "cpu", tmp_path / "b")
     assert report.ok and report.verified, report.verdict
+    # the manifest (and `schedx export`'s report) says what the bundle computes in
+    assert report.manifest.get("computed_in") == ("float16" if precision == "fp16" else None)

@@ -2,7 +2,8 @@
 and write its manifest (``benchmarks/corpus/manifest.json``, committed: what each file is).
 
 Run: ``python -m benchmarks.corpus.build [--set outside] [--out DIR] [--only a,b] [--force]``
-(``--set outside``: the held-out models of ``benchmarks/outside``, into ``~/.cache/schedx/outside``). Needs the corpus
+(``--set outside``: the held-out models of ``benchmarks/outside``, into ``~/.cache/schedx/outside``;
+``--set exporters``: the files of each exporter, ``benchmarks/exporters/build.py``). Needs the corpus
 extra (``pip install -e .[corpus]``: torchvision, timm, transformers). Files that exist are kept
 (``--force`` rebuilds); a model that fails to export is listed with its error and the others go on.
 The folder: ``--out``, else ``$SCHEDX_CORPUS``, else ``~/.cache/schedx/corpus``.
@@ -24,17 +25,18 @@ from benchmarks.corpus.architectures import ARCHITECTURES, Arch, by_name
 
 MANIFEST = Path(__file__).with_name("manifest.json")
 OUTSIDE_MANIFEST = Path(__file__).parent.parent / "outside" / "manifest.json"
-SETS = ("corpus", "outside")
+EXPORTERS_MANIFEST = Path(__file__).parent.parent / "exporters" / "manifest.json"
+SETS = ("corpus", "outside", "exporters")
 
 
 def corpus_dir(out: str | None = None, which: str = "corpus") -> Path:
-    if which == "outside":
-        return Path(out or Path.home() / ".cache" / "schedx" / "outside")
+    if which in ("outside", "exporters"):
+        return Path(out or Path.home() / ".cache" / "schedx" / which)
     return Path(out or os.environ.get("SCHEDX_CORPUS") or Path.home() / ".cache" / "schedx" / "corpus")
 
 
 def manifest_path(which: str = "corpus") -> Path:
-    return OUTSIDE_MANIFEST if which == "outside" else MANIFEST
+    return {"outside": OUTSIDE_MANIFEST, "exporters": EXPORTERS_MANIFEST}.get(which, MANIFEST)
 
 
 def architectures(which: str = "corpus") -> tuple[Arch, ...]:
@@ -188,12 +190,18 @@ def _read_manifest(manifest: Path = MANIFEST) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
-                    help="the corpus, or the held-out models of benchmarks/outside")
+                    help="the corpus, the held-out models of benchmarks/outside, or the files of each "
+                         "exporter (benchmarks/exporters)")
     ap.add_argument("--out", help="the folder (default $SCHEDX_CORPUS or ~/.cache/schedx/corpus; "
                                   "~/.cache/schedx/outside for --set outside)")
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--force", action="store_true", help="export again files that exist")
     opts = ap.parse_args(argv)
+    if opts.which == "exporters":  # each exporter in its own builder venv: benchmarks/exporters/build.py
+        from benchmarks.exporters.build import main as build_exporters
+
+        return build_exporters((["--out", opts.out] if opts.out else []) + (["--only", opts.only] if opts.only else [])
+                               + (["--force"] if opts.force else []))
     folder = corpus_dir(opts.out, opts.which)
     folder.mkdir(parents=True, exist_ok=True)
     every, manifest = architectures(opts.which), manifest_path(opts.which)

@@ -152,8 +152,9 @@ def _without_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _scalar_sources(cond: str, nodes: dict[str, onnx.NodeProto], scalars: set[str]) -> tuple[str, ...]:
-    """The scalar graph inputs among what ``cond`` is computed from."""
+def input_sources(cond: str, nodes: dict[str, onnx.NodeProto], scalars: set[str]) -> tuple[str, ...]:
+    """The graph inputs among ``scalars`` that ``cond`` is computed from (``nodes``: each output's
+    producer): which inputs decide an If's condition or a Loop's trip count."""
     found, seen, todo = [], set(), [cond]
     while todo:
         name = todo.pop()
@@ -186,7 +187,7 @@ def runtime_ifs(model: onnx.ModelProto) -> list[BranchPoint]:
         source = producers.get(cond) or ("the graph input" if cond in inputs else "a value from an outer scope")
         points.append(BranchPoint(node=node.name or (node.output[0] if node.output else "If"), condition=cond,
                                   producer=f"computed by {source}" if cond in producers else source, where=where,
-                                  scalar_inputs=_scalar_sources(cond, nodes, scalars)))
+                                  scalar_inputs=input_sources(cond, nodes, scalars)))
     return points
 
 
@@ -202,4 +203,4 @@ def enclosing_branches(model: onnx.ModelProto, where: str) -> str:
 
 
 __all__ = ["FOLD_CONSTANT_OF_SHAPE", "BranchPoint", "count_ifs", "enclosing_branches", "fold_branches",
-           "fold_constants", "pin_scalar_inputs", "runtime_ifs"]
+           "fold_constants", "input_sources", "pin_scalar_inputs", "runtime_ifs"]

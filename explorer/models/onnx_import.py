@@ -183,7 +183,7 @@ def _example_shape(dims) -> str:
 
 
 def _outputs(mod) -> tuple[InputSpec, ...]:
-    from explorer.relax_walk import tensor_info
+    from explorer.ir.relax_walk import tensor_info
 
     ty = mod["main"].body.body.ty
     fields = getattr(ty, "fields", None) or [ty]

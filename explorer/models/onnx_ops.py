@@ -97,7 +97,7 @@ def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> No
         name = where + (node.name or (node.output[0] if node.output else ""))
         if node.domain not in _STANDARD:
             detail = (f"it belongs to the custom domain {node.domain!r} (an ONNX Runtime extension); "
-                      "TVM imports standard ONNX operators only")
+                      "TVM imports standard ONNX operators only: export the model again with standard ones")
             if node.domain == "com.microsoft":  # most are ONNX Runtime's fusions of standard operators
                 detail += ("; export the model again without ONNX Runtime's graph optimizations (a model saved "
                            "with optimized_model_filepath holds its fusions), or as plain ONNX (quantize in QDQ "
@@ -106,8 +106,20 @@ def check_operators(model: onnx.ModelProto, *, skip: tuple[str, ...] = ()) -> No
             detail = _REASONS.get(node.op_type, "")
         found.setdefault(op, ([], detail))[0].append(name)
     if found:
+        by = written_by(model)  # which exporter wrote it: the fix is often an option of that exporter
+        found = {op: (nodes, f"{detail or _NO_REWRITE}; {by}") for op, (nodes, detail) in found.items()}
         op, (nodes, detail) = next(iter(found.items()))
         raise UnsupportedOperatorError(op, nodes[0], detail, others=found)
 
 
-__all__ = ["check_operators", "directly_handled_ops", "importable_ops", "walk_nodes"]
+_NO_REWRITE = ("no rewrite of schedx covers it: export the model again with it decomposed (another opset, or the "
+               "exporter's option to write plain operators), or add a rewrite in explorer/models/")
+
+
+def written_by(model: onnx.ModelProto) -> str:
+    """Which exporter wrote ``model``, from its ``producer_name`` and ``producer_version``."""
+    text = f"{model.producer_name} {model.producer_version}".strip()
+    return f"written by {text}" if text else "the file names no exporter (no producer_name)"
+
+
+__all__ = ["check_operators", "directly_handled_ops", "importable_ops", "walk_nodes", "written_by"]

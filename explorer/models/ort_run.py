@@ -19,7 +19,7 @@ def ort_session(model: onnx.ModelProto, threads: int | None = None, *, profile_p
     file there)."""
     import onnxruntime as ort
 
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads or cpu_info()["usable_cores"])

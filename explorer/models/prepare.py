@@ -1,12 +1,17 @@
 """Turn an ONNX model with static input shapes into one TVM's importer takes.
 
 Each step is an ONNX-to-ONNX rewrite that keeps the model's meaning (ONNX Runtime gives the
-same outputs before and after), and each says what it did in a note. First, shape arithmetic
+same outputs before and after), and each says what it did in a note. First, ``Identity`` nodes
+are bypassed (:mod:`explorer.models.identity_bypass`: paddle2onnx puts one behind every constant)
+and empty ``Resize`` inputs left out (:mod:`explorer.models.resize_inputs`); then shape arithmetic
 the fixed input shapes decide (``Shape -> Gather -> Range``, sizes of a ``Reshape``, ``Expand``,
 ``Split`` or ``Resize``) is folded to constants (:mod:`explorer.models.shape_fold`); then:
 
 1. ``If`` nodes whose condition the shapes or constants fix are folded to the branch taken
-   (:mod:`explorer.models.control_flow`);
+   (:mod:`explorer.models.control_flow`), and ``Loop`` nodes whose trip count they fix are unrolled
+   (:mod:`explorer.models.loop_unroll`; the others are refused, naming what sets the count), a
+   ``while`` loop whose condition is a counter (tf2onnx's ``tf.while_loop``) first given the trip
+   count its condition gives (:mod:`explorer.models.while_count`);
 2. ONNX Runtime's dynamically quantized LSTMs become LSTMs of their dequantized weights
    (:mod:`explorer.models.dynamic_lstm`), its other dynamic quantization operators standard ones
    (:mod:`explorer.models.dynamic_quant`), then LSTM, GRU and RNN layers are unrolled over the
@@ -26,6 +31,10 @@ import onnx
 from explorer.models.control_flow import enclosing_branches, fold_branches, fold_constants
 from explorer.models.dynamic_lstm import dequantize_dynamic_lstm
 from explorer.models.dynamic_quant import rewrite_dynamic_quantization
+from explorer.models.identity_bypass import bypass_identities
+from explorer.models.loop_unroll import unroll_loops
+from explorer.models.resize_inputs import drop_empty_resize_inputs
+from explorer.models.while_count import count_while_loops
 from explorer.models.onnx_ops import check_operators
 from explorer.models.qdq import rewrite_qoperators
 from explorer.models.shape_fold import fold_shape_arithmetic
@@ -49,10 +58,18 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     notes on every rewrite made; raises ``UnsupportedOperatorError`` naming a node none of the
     rewrites covers."""
     notes: list[str] = []
+    model, bypassed = bypass_identities(model)  # paddle2onnx's Identity(Constant): shapes flow through
+    notes += bypassed
+    model, resized = drop_empty_resize_inputs(model)  # Resize(x, [], [], sizes): paddle2onnx's
+    notes += resized
     model, shapes_folded = fold_shape_arithmetic(_infer(model))
     notes += shapes_folded
     model, folded = fold_branches(model)
     notes += folded
+    model, counted = count_while_loops(model)  # tf2onnx's tf.while_loop: a counter, its trip count found
+    notes += counted
+    model, unrolled = unroll_loops(model)
+    notes += unrolled
     model, dequantized = dequantize_dynamic_lstm(model)
     notes += dequantized
     model, dynamic = rewrite_dynamic_quantization(model)

@@ -6,8 +6,11 @@ two operators, so a QDQ model imports as it is. **QOperator** uses fused integer
 (QLinearConv, QLinearMatMul, and ``com.microsoft`` QGemm) that TVM's importer lacks;
 :func:`rewrite_qoperators` writes each as DequantizeLinear -> float op -> QuantizeLinear, which
 computes the same values (the fused kernels are defined that way). ``com.microsoft``
-Quantize/DequantizeLinear become the standard ones. Other contrib quantized operators
-(QLinearAdd, QLinearConcat, ...) are refused with a pointer to the QDQ form.
+Quantize/DequantizeLinear become the standard ones, and so do its contrib element-wise quantized
+operators (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
+QLinearAveragePool, a last-axis QLinearSoftmax, QLinearConcat: ONNX Runtime
+defines each as dequantize, float op, quantize). Other contrib quantized operators (QLinearWhere,
+channels-last pools, ...) are refused with a pointer to the QDQ form.
 
 **int8 tolerance.** TVM and ONNX Runtime round every QuantizeLinear the same way (half to
 even), but they sum a convolution's products in different orders (ONNX Runtime in integers
@@ -112,12 +115,63 @@ def _contrib_qdq(node: onnx.NodeProto, em: Emitter) -> None:
     em.op(node.op_type, list(node.input), out=node.output[0], **_attrs(node))
 
 
+def _qlinear_binary(float_op: str):
+    """``com.microsoft`` QLinearAdd / QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    def rewrite(node: onnx.NodeProto, em: Emitter) -> None:
+        a, a_s, az, b, bs, bz, cs, cz = (list(node.input) + [""] * 8)[:8]
+        y = em.op(float_op, [_dequant(em, a, a_s, az, None), _dequant(em, b, bs, bz, None)])
+        _quant(em, y, cs, cz, node.output[0])
+    return rewrite
+
+
+def _qlinear_unary(float_op: str, keep: tuple[str, ...] = ()):
+    """``com.microsoft`` QLinear ops of one tensor: (X, X_scale, X_zp, Y_scale, Y_zp), the float
+    operator given the attributes named in ``keep``."""
+    def rewrite(node: onnx.NodeProto, em: Emitter) -> None:
+        x, xs, xz, ys, yz = (list(node.input) + [""] * 5)[:5]
+        attrs = _attrs(node)
+        if attrs.get("channels_last"):
+            raise UnsupportedOperatorError(f"{_CONTRIB}.{node.op_type}", node.name or node.output[0],
+                                           "channels_last=1 (NHWC) is not rewritten; quantize in QDQ format")
+        y = em.op(float_op, [_dequant(em, x, xs, xz, None)], **{k: v for k, v in attrs.items() if k in keep})
+        _quant(em, y, ys, yz, node.output[0])
+    return rewrite
+
+
+def _qlinear_softmax(node: onnx.NodeProto, em: Emitter) -> None:
+    """QLinearSoftmax (X, X_scale, X_zp, Y_scale, Y_zp; ``axis``, and ``opset``: the Softmax
+    semantics, flattening to 2-D below 13). Only a last-axis softmax, where both agree, is taken."""
+    x, xs, xz, ys, yz = (list(node.input) + [""] * 5)[:5]
+    axis = int(_attrs(node).get("axis", -1))
+    rank = em.view.rank(x)
+    if axis != -1 and (rank is None or axis != rank - 1):
+        raise UnsupportedOperatorError(f"{_CONTRIB}.QLinearSoftmax", node.name or node.output[0],
+                                       f"a softmax over axis {axis} that is not the last; quantize in QDQ format")
+    _quant(em, em.op("Softmax", [_dequant(em, x, xs, xz, None)], axis=-1), ys, yz, node.output[0])
+
+
+def _qlinear_concat(node: onnx.NodeProto, em: Emitter) -> None:
+    """QLinearConcat (Y_scale, Y_zp, then X, X_scale, X_zp per input; ``axis``)."""
+    ys, yz, *rest = list(node.input)
+    parts = [_dequant(em, rest[i], rest[i + 1], rest[i + 2], None) for i in range(0, len(rest), 3)]
+    _quant(em, em.op("Concat", parts, axis=int(_attrs(node)["axis"])), ys, yz, node.output[0])
+
+
 _REWRITES = {
     ("", "QLinearConv"): _qlinear_conv,
     ("", "QLinearMatMul"): _qlinear_matmul,
     (_CONTRIB, "QGemm"): _qgemm,
     (_CONTRIB, "QuantizeLinear"): _contrib_qdq,
     (_CONTRIB, "DequantizeLinear"): _contrib_qdq,
+    (_CONTRIB, "QLinearAdd"): _qlinear_binary("Add"),
+    (_CONTRIB, "QLinearMul"): _qlinear_binary("Mul"),
+    (_CONTRIB, "QLinearSigmoid"): _qlinear_unary("Sigmoid"),
+    (_CONTRIB, "QLinearLeakyRelu"): _qlinear_unary("LeakyRelu", ("alpha",)),
+    (_CONTRIB, "QLinearGlobalAveragePool"): _qlinear_unary("GlobalAveragePool"),
+    (_CONTRIB, "QLinearAveragePool"): _qlinear_unary(
+        "AveragePool", ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")),
+    (_CONTRIB, "QLinearSoftmax"): _qlinear_softmax,
+    (_CONTRIB, "QLinearConcat"): _qlinear_concat,
 }
 
 

@@ -171,7 +171,7 @@ def needs_reduced_range(activations: str) -> bool:
     micro-kernel, so 7 bits there too."""
     import platform
 
-    from explorer.environment import cpu_flags
+    from explorer.target.environment import cpu_flags
 
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
     return activations == "uint8" and x86 and "avx512_vnni" not in cpu_flags()
@@ -280,7 +280,7 @@ def quantize_model(source: str | os.PathLike | bytes | onnx.ModelProto, *, shape
     step("timing both models")
     f_ms = ort_latency(f_sess, held[0], runs=runs, budget_s=budget_s) * 1e3
     q_ms = ort_latency(q_sess, held[0], runs=runs, budget_s=budget_s) * 1e3
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
 
     label_name = name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else (model.graph.name or "model"))
     report = QuantizeReport(

@@ -11,7 +11,7 @@ original one; the identical per-step kernels fuse into a few tasks that tune lik
 By default (float32 layers) a layer is one MatMul for the input projections of all its
 directions, then one node of schedx's own (``ai.schedx`` ``Recurrence``, :data:`RECURRENCE_OP`)
 that the importer turns into one kernel running every step of every direction
-(:mod:`explorer.kernels.recurrence`): unrolled, a step is two or three kernels, each a call of the
+(:mod:`explorer.schedule.defaults.recurrence`): unrolled, a step is two or three kernels, each a call of the
 VM that costs about a microsecond, more than a narrow step computes. ``sequence_kernels=False``
 unrolls the steps into plain operators (which ONNX Runtime can run: the tests check the cell
 arithmetic that way).
@@ -33,10 +33,10 @@ import onnx
 from onnx import helper
 
 from explorer.errors import UnsupportedOperatorError
-from explorer.kernels.recurrence import ACTIVATIONS as SUPPORTED_ACTIVATIONS
-from explorer.kernels.recurrence import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
-from explorer.kernels.recurrence import GATES as _GATES
-from explorer.kernels.recurrence import RecurrenceSpec
+from explorer.schedule.defaults.recurrence import ACTIVATIONS as SUPPORTED_ACTIVATIONS
+from explorer.schedule.defaults.recurrence import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
+from explorer.schedule.defaults.recurrence import GATES as _GATES
+from explorer.schedule.defaults.recurrence import RecurrenceSpec
 from explorer.models.onnx_rewrite import Emitter, GraphView, if_branches, replace_nodes
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")

@@ -39,8 +39,10 @@ def concat_by_copies(shapes: list[list[int]], axis: int, dtype: str) -> tvm.tirx
             with T.sblock("root"):
                 for i, (x, shape) in enumerate(zip(inputs, shapes)):
                     with T.grid(*as_i64(shape)) as loops:
+                        loops = [loops] if isinstance(loops, tvm.tirx.Var) else loops  # one dim: one Var
                         with T.sblock(f"copy_{i}"):
                             v = T.axis.remap("S" * len(shape), loops)
+                            v = [v] if isinstance(v, tvm.tirx.Var) else v
                             at = list(v)
                             at[axis] = v[axis] + tvm.tirx.IntImm("int64", offset)
                             T.reads(x[tuple(v)])

@@ -86,12 +86,17 @@ class Workload:
             if all(zoo.get(name) is not None and zoo[name].shape == tuple(shape) for name, shape, _ in self.inputs):
                 return zoo  # the zoo's own inputs, unless --shapes changed them
         rng = np.random.default_rng(seed)
+        limits = {}
+        if self.onnx_model is not None:  # token ids index an embedding table: stay inside it
+            from explorer.models.index_inputs import index_limits
+
+            limits = index_limits(self.onnx_model)
         out = {}
         for name, shape, dtype in self.inputs:
             if "float" in dtype:
                 out[name] = rng.standard_normal(shape).astype(dtype)
             else:
-                out[name] = rng.integers(0, 8, shape).astype(dtype)
+                out[name] = rng.integers(0, min(8, limits.get(name, 8)), shape).astype(dtype)
         return out
 
     def reference(self, inputs: dict[str, np.ndarray], *, threads: int | None = None) -> list[np.ndarray]:
