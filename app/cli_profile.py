@@ -8,6 +8,7 @@ import click
 
 from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
 from app.cli_types import DbPath
+from explorer.precision import PRECISIONS
 
 
 @click.command()
@@ -26,11 +27,14 @@ from app.cli_types import DbPath
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="CPU threads (default: the usable cores).")
 @click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Kernels to list (and to suggest tuning).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="bf16: profile the model as `schedx export --precision bf16` builds it (convolutions and weight "
+                   "products in bf16, fp32 accumulation; needs AVX512-BF16 or AMX-BF16).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 @fail_cleanly
 def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no_db: bool,
             check_in_model: bool | None, recheck: bool, runs: int, threads: int | None, top_k: int,
-            as_json: bool) -> None:
+            precision: str, as_json: bool) -> None:
     """Build MODEL as `schedx export` would (the records it ships applied, defaults elsewhere),
     run it in a fresh process and time every kernel call: seconds per run, share, GFLOPS and % of
     this machine's measured peak, where each schedule came from; ONNX Runtime's slowest nodes
@@ -38,7 +42,8 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     from export.entry import ProfileSpec, run_profile
 
     spec = ProfileSpec(workload=model, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
-                       check_in_model=check_in_model, recheck=recheck, runs=runs, threads=threads)
+                       check_in_model=check_in_model, recheck=recheck, runs=runs, threads=threads,
+                       precision=precision)
     with progress_bar(f"profiling {model}") as progress:
         profiled = run_profile(spec, progress=progress)
     result = profiled.profile

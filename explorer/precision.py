@@ -1,10 +1,13 @@
 """The precision of a build, a property of it as its target is: ``fp32`` (the model as written)
 or ``bf16`` (the products with weights in bf16, fp32 accumulation, the rest in fp32).
 
-``bf16`` rewrites a model's matmuls with constant weights (:mod:`explorer.passes.bf16_dense`:
-weights rounded and packed once, at build time; activations rounded inside each kernel) and
+``bf16`` rewrites a model's 2-D convolutions (:mod:`explorer.passes.bf16_conv`: an implicit GEMM
+over the output pixels) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
+weights rounded and packed once, at build time; activations rounded once per kernel; and
 needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
-with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`.
+with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`, and
+the convolutions whose reduction is too short for bf16 to pay (listed, with why, per build:
+:func:`explorer.passes.bf16_conv.why_fp32`).
 
 A bf16 build is verified against the fp32 reference at :data:`BF16_TOLERANCE` per output
 (relative to that output's largest magnitude): rounding both operands of a product to bf16's 8
@@ -21,7 +24,7 @@ from explorer.errors import ExplorerError
 PRECISIONS = ("fp32", "bf16")
 BF16_TOLERANCE = 1e-2
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
-             "reductions and pooling", "recurrent state", "convolutions (not converted yet)",
+             "reductions and pooling", "recurrent state", "depthwise and grouped convolutions",
              "products of two activations (attention's QK^T and PV)")
 
 
@@ -67,12 +70,28 @@ def for_precision(workload, target, name: str = "fp32"):
     if workload.kind != "model":
         raise PrecisionError(f"--precision bf16 applies to models (their products with constant weights); "
                              f"{workload.name} is a single kernel, built in fp32 as written")
+    from explorer.passes.bf16_conv import bf16_convs
     from explorer.passes.bf16_dense import bf16_products
 
-    mod, converted = bf16_products(workload.mod)
+    mod, convs, short = bf16_convs(workload.mod)
+    mod, products = bf16_products(mod)
+    converted = convs + products
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note),
-            Precision("bf16", BF16_TOLERANCE, KEPT_FP32, converted))
+            Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + _short_convs(short), converted))
+
+
+def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
+    """One line for the convolutions :func:`explorer.passes.bf16_conv.why_fp32` kept in fp32."""
+    if not why:
+        return ()
+    from collections import Counter
+
+    from explorer.passes.bf16_conv import MIN_REDUCTION
+
+    shapes = ", ".join(f"{w.split(':')[0]}" + (f" x{n}" if n > 1 else "") for w, n in Counter(why).items())
+    return (f"{len(why)} convolution(s) with a reduction C_in*kh*kw < {MIN_REDUCTION}, too short for bf16 to pay: "
+            f"{shapes}",)
 
 
 __all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "check_precision",

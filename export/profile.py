@@ -234,10 +234,10 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
                      peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
-                     cache_bytes: int = 0) -> Profile:
-    """Profile ``workload`` built for ``target`` (which must run here) with ``schedules``; with the
-    machine's peaks (:class:`explorer.measure.calibration.Calibration`'s), each kernel's % of the
-    peak and roofline."""
+                     cache_bytes: int = 0, precision: str = "fp32") -> Profile:
+    """Profile ``workload`` built for ``target`` (which must run here) with ``schedules`` at
+    ``precision`` (:mod:`explorer.precision`); with the machine's peaks
+    (:class:`explorer.measure.calibration.Calibration`'s), each kernel's % of the peak and roofline."""
     from export.flow import export_workload
 
     target = parse_target(target)
@@ -246,7 +246,7 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
         workload = load_workload(workload, shapes)
     with private_temp_dir("schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
-                                 layers=False, threads=threads)
+                                 layers=False, threads=threads, precision=precision)
         return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
                               peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
 
@@ -258,7 +258,7 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     still exist): the same figures as :func:`profile_workload`, without building again."""
     import statistics
 
-    from explorer.machine_load import machine_load
+    from explorer.measure.machine_load import machine_load
     from export.verify import run_in_child
 
     load = machine_load()
@@ -295,7 +295,7 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
         ort_nodes, ort_s = ort_profile(workload.onnx_model, workload.sample_inputs(), runs=runs, threads=threads)
     anchors = ()
     if ort and workload.onnx_model is not None:  # OpenVINO's rows, or a note why there are none
-        from explorer.environment import cpu_info
+        from explorer.target.environment import cpu_info
         from export.openvino_row import openvino_anchors
 
         anchors, why_not = openvino_anchors(workload.onnx_model, workload.sample_inputs(), child["latencies_s"],

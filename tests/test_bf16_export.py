@@ -93,3 +93,10 @@ def test_bf16_bundle_verifies_against_onnx_runtime_fp32_at_the_stated_tolerance(
     assert report.manifest["tolerance"] == BF16_TOLERANCE
     assert report.manifest["precision"]["name"] == "bf16" and "softmax" in report.manifest["precision"]["kept_fp32"]
     assert "1e-02 x max |ref|" in report.verdict  # the rule it was held to is said, not fp32's
+
+
+def test_profile_cli_takes_a_precision_and_refuses_bf16_on_an_avx2_target(mlp_path):
+    from app.cli import cli
+
+    result = CliRunner().invoke(cli, ["profile", mlp_path, "--target", "cpu:x86-64-v3", "--no-db", "--precision", "bf16"])
+    assert result.exit_code != 0 and "AVX512-BF16" in result.output, result.output

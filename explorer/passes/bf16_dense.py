@@ -13,9 +13,10 @@ rounds its fp32 activations to bf16 in a packing block of its own, then multipli
 accumulates in fp32.
 
 Kept in fp32 (unchanged): everything else, i.e. element-wise work, bias adds, activations,
-softmax, layer and batch normalisation, reductions, recurrent state, convolutions (not yet
-converted), and products of two activations (attention's ``Q K^T`` and ``P V``: no weights to
-convert at build time). A matmul whose K is odd, or whose weights are not constants, is left too.
+softmax, layer and batch normalisation, reductions, recurrent state, convolutions (their own
+pass: :mod:`explorer.passes.bf16_conv`), and products of two activations (attention's ``Q K^T``
+and ``P V``: no weights to convert at build time). A matmul whose K is odd, or whose weights
+are not constants, is left too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.relax_walk import is_constant, tensor_info
+from explorer.ir.relax_walk import is_constant, tensor_info
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
@@ -66,7 +67,8 @@ def dense_bf16(x: te.Tensor, w: te.Tensor) -> te.Tensor:
         name="dense_bf16", attrs={BF16_ATTR: panels})
 
 
-def _const(expr) -> np.ndarray | None:
+def constant_value(expr) -> np.ndarray | None:
+    """The value of ``expr`` where it is a Relax constant (else None)."""
     value = getattr(expr, "value", None) if is_constant(expr) else None
     return value.numpy() if hasattr(value, "numpy") else None
 
@@ -86,12 +88,12 @@ class _Rewriter(PyExprMutator):
 
     def _weights(self, expr) -> np.ndarray | None:
         """The ``[K, N]`` fp32 weights ``expr`` stands for (a constant, or a constant's transpose)."""
-        w = _const(expr)
+        w = constant_value(expr)
         if w is None:
             rhs = self._bound(expr)
             if isinstance(rhs, relax.Call) and rhs.op.same_as(_PERMUTE) and rhs.attrs.axes is not None \
                     and [int(a) for a in rhs.attrs.axes] == [1, 0]:
-                inner = _const(rhs.args[0])
+                inner = constant_value(rhs.args[0])
                 w = None if inner is None else inner.T
         if w is None or w.ndim != 2 or w.dtype != np.float32 or w.shape[0] % PAIR:
             return None
@@ -136,4 +138,5 @@ def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_products(mod)[0]
 
 
-__all__ = ["Bf16Products", "bf16_bits", "bf16_products", "bf16_round", "dense_bf16", "pack_weights"]
+__all__ = ["Bf16Products", "bf16_bits", "bf16_products", "bf16_round", "constant_value", "dense_bf16",
+           "pack_weights"]

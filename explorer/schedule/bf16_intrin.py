@@ -102,8 +102,10 @@ def amx_funcs(dot):
         with T.sblock("root"):
             T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:half, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
-            T.evaluate(T.call_extern("int32", dot.function, C.access_ptr("rw"), T.Cast("int64", sc * 4),
-                                     A.access_ptr("r"), T.Cast("int64", sa * 2), B.access_ptr("r"),
+            # address_of, not access_ptr: TVM's storage rewrite may give C the memory of a dead
+            # uint16 buffer (a convolution's packed input), and access_ptr's lowering then refuses
+            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
+                                     T.address_of(A[0, 0]), T.Cast("int64", sa * 2), T.address_of(B[0, 0, 0, 0]),
                                      T.Cast("int64", sb * 2), T.int64(k * 2)))
 
     return desc, impl

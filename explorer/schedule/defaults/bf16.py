@@ -16,7 +16,9 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
   multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has AVX512-BF16).
 
 The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
-vectorized by the general rules; the epilogue after the product (bias, activation) too.
+vectorized by the general rules; the epilogue after the product (bias, activation) too. A
+convolution (:mod:`explorer.passes.bf16_conv`: the same loops, channels as rows and pixels as
+columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tvm import s_tir
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.analysis import root_blocks
+from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.tiling import NotApplicable
 
@@ -55,8 +58,10 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         raise NotApplicable("channels not padded to the 16-channel panel")
     if cpu.bf16_dot == "amx" and rows % 16 == 0 and (2 * half) % AMX_K == 0:
         grid = 2 if rows % 32 == 0 and cols % (2 * PANEL) == 0 else 1
-        return _tile_amx(sch, block, loops, AmxBf16(2 * half, grid, grid))
-    return _tile_avx512(sch, block, loops, rows, cols, cpu)
+        step = _tile_amx(sch, block, loops, AmxBf16(2 * half, grid, grid))
+    else:
+        step = _tile_avx512(sch, block, loops, rows, cols, cpu)
+    return "; ".join([step] + schedule_conv_packing(sch))  # a convolution's im2col: its own schedule
 
 
 def _tile_avx512(sch: s_tir.Schedule, block, loops, rows: int, cols: int, cpu: CpuSpec) -> str:

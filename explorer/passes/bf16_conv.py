@@ -1,0 +1,209 @@
+"""``Bf16Convs``: a bf16 build's 2-D convolutions with constant weights as bf16 products, fp32
+accumulation, through the same micro-kernels as the weight products of
+:mod:`explorer.passes.bf16_dense` (one design: AVX512-BF16 ``vdpbf16ps`` or AMX-BF16 tiles).
+
+A convolution ``y = conv2d(x, W)`` (NCHW data, OIHW weights, ``groups == 1``, any stride, padding
+and dilation) is an implicit GEMM over the output pixels ``p = (n, oh, ow)`` and the reduction
+``k = (kh, kw, ic)`` (input channels in pairs):
+
+    Y[oc, p] = sum_k f32(Wb[oc, k]) * f32(Xp[p // 16, k // 2, p % 16, k % 2])
+
+- ``Wb``: the weights rounded to bf16 (nearest even) **once, here**, as their 16 bits (uint16),
+  ``[OC, K]`` with the output channels padded to 16 and K to 32 (zero weights: AMX takes 16
+  channels x 32 K a tile);
+- ``Xp``: the activations rounded to bf16 **once per layer**, in two packing blocks of the kernel:
+  the input padded, channels in pairs and columns split by the stride's phase (``bf16_input``:
+  ``[N, IC/2, H', stride, W'/stride, 2]``), then an im2col in panels of 16 pixels x pairs along K
+  (``bf16_im2col``, zeros for the K tail): the panel that both ``vdpbf16ps`` (16 pixels as fp32
+  lanes, one broadcast weight pair) and an AMX B tile (16 rows of 64 bytes) read. Where an output
+  row padded to whole panels costs at most 1/7 more (:func:`row_panels`: 56 -> 64 pixels), each
+  panel is 16 pixels of one row and each of its rows 64 contiguous bytes of ``bf16_input`` at any
+  stride; else (7 x 7 maps) panels run across rows and are gathered;
+- ``Y`` lands in NCHW order (channels are rows, pixels contiguous) and a copy block of the same
+  kernel writes the ``[N, OC, OH, OW]`` output; bias, batch-norm (already folded into the
+  weights), activation and residual adds stay fp32 operations after it.
+
+The output channels are the product's rows and the pixels its columns, so the kernel's loops are
+those of ``dense_bf16`` (``i, j, k2, kk``) and :mod:`explorer.schedule.defaults.bf16` tiles both.
+
+Kept in fp32: depthwise and other grouped convolutions (a group's few channels make short
+products with little to gain), convolutions of other layouts or ranks (1-D, 3-D, transposed),
+those whose weights are not constants, and **those whose reduction** ``K = C_in * kh * kw`` **is
+shorter than** :data:`MIN_REDUCTION` (:func:`why_fp32`, the one rule of where bf16 pays). A short
+reduction is little work per output for the rounding of every input and output pixel (the
+packing blocks and the output copy cost the same per pixel at any K), and every converted layer
+adds its ~2-3e-3 of rounding error to the model's: MobileNetV2 with its 52 convolutions (K 16 to
+960, most 1x1 around fp32 depthwise ones, which then need transposes: the bf16 kernels are
+NCHW, the fp32 graph NHWC) ran 2.4x slower than fp32 and missed the 1e-2 tolerance (2.24e-2)
+with all of them in bf16. :func:`bf16_convs` says which stayed fp32 and why.
+
+The pass first folds batch-norm into the convolutions' weights (the pipeline's own passes, run
+early: after this rewrite a convolution is a kernel call they cannot see into).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from explorer.ir.relax_walk import tensor_info
+from explorer.passes.bf16_dense import bf16_bits, constant_value
+from explorer.passes.call_rewrite import rewrite_calls, static_ints
+from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+
+_CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_CONV_NAME = "R.nn.conv2d("
+_FLOAT_OUT = ("", "None", "void", "float32")
+# the pipeline's own passes that fold batch-norm into a convolution's constant weights
+# (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
+# the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for; measured one conv
+# (+ReLU) at a time, default fp32 build against bf16 build, alternated (load ~14 on 2 cores):
+# bf16/fp32 0.93-1.02 at K 144-576 (MobileNetV2's 1x1 projections, ResNet-18's first 3x3), a
+# 3.2x loss at K 24 (MobileNetV2's 24 -> 144 expansion); the gains are at long reductions
+MIN_REDUCTION = 512
+FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference",
+              "CanonicalizeBindings", "FoldConstantNumpy")
+
+
+def _ceil(v: int, m: int) -> int:
+    return -(-v // m) * m
+
+
+def pack_conv_weights(w_oihw: np.ndarray) -> np.ndarray:
+    """``[OC, IC, KH, KW]`` fp32 weights as bf16 bits ``[OC padded to 16, K padded to 32]``, K in
+    the order (kh, kw, ic) with the input channels padded to pairs (the activations' order)."""
+    oc, ic, kh, kw = w_oihw.shape
+    hwio = np.zeros((oc, kh, kw, ic + ic % PAIR), np.float32)
+    hwio[:, :, :, :ic] = w_oihw.transpose(0, 2, 3, 1)
+    k = hwio[0].size
+    wp = np.zeros((_ceil(oc, PANEL), _ceil(k, AMX_K)), np.float32)
+    wp[:oc, :k] = hwio.reshape(oc, k)
+    return bf16_bits(wp)
+
+
+def conv2d_bf16(x: te.Tensor, w: te.Tensor, *, kernel: tuple[int, int], out_shape: tuple[int, int, int, int],
+                strides=(1, 1), padding=(0, 0), dilation=(1, 1)) -> te.Tensor:
+    """The NCHW convolution of fp32 ``x`` by the bf16 weights ``w`` (:func:`pack_conv_weights`),
+    fp32 accumulation (module docstring); ``out_shape``: ``[N, OC, OH, OW]``, ``padding``: the top
+    and left padding (the bottom and right are implied by the output size)."""
+    n, c, h, wd = (int(v) for v in x.shape)
+    _, oc, oh, ow = out_shape
+    kh, kw = kernel
+    (sh, sw), (ph, pw), (dh, dw) = strides, padding, dilation
+    rows, kpad = (int(v) for v in w.shape)
+    pairs = -(-c // PAIR)
+    owp = _ceil(ow, PANEL) if row_panels(ow) else ow  # pixels per output row, as the product sees them
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    ws = owp + (kw - 1) * dw // sw  # input columns per phase: column xx is phase xx % sw, column xx // sw
+    pixels, taps = n * oh * owp, kh * kw * pairs
+    panels = -(-pixels // PANEL)
+    zero = tvm.tirx.const(0, "uint16")
+
+    def convert(b, c2, yy, phase, xs, kk):  # the input rounded once: padded, channels in pairs, columns by phase
+        ci, iy, ix = c2 * PAIR + kk, yy - ph, xs * sw + phase - pw
+        inside = tvm.tirx.all(ci < c, iy >= 0, iy < h, ix >= 0, ix < wd)
+        return tvm.tirx.if_then_else(inside, to_bits(x[b, ci, iy, ix]), zero)
+
+    xb = te.compute((n, pairs, hp, sw, ws, PAIR), convert, name="bf16_input", attrs={PACK_ATTR: 1})
+
+    def gather(pp, k2, lane, kk):  # im2col into panels of 16 pixels x pairs
+        if owp != ow:  # whole panels per output row: a panel row is 64 contiguous bytes of the input
+            q = owp // PANEL
+            b, y, xx = pp // q // oh, pp // q % oh, pp % q * PANEL + lane
+        else:  # panels across rows (a tail pixel repeats the last one, its column is never read)
+            p = tvm.te.min(pp * PANEL + lane, pixels - 1)
+            b, y, xx = p // (oh * ow), p // ow % oh, p % ow
+        tap = tvm.te.min(k2 // pairs, kh * kw - 1)
+        ty, tx, c2 = tap // kw, tap % kw, k2 % pairs
+        phase, shift = tx * dw % sw, tx * dw // sw
+        return tvm.tirx.if_then_else(k2 < taps, xb[b, c2, y * sh + ty * dh, phase, xx + shift, kk], zero)
+
+    xp = te.compute((panels, kpad // PAIR, PANEL, PAIR), gather, name="bf16_im2col", attrs={PACK_ATTR: 1})
+    k2, kk = te.reduce_axis((0, kpad // PAIR), "k2"), te.reduce_axis((0, PAIR), "kk")
+    y = te.compute(
+        (rows, panels * PANEL),
+        lambda i, j: te.sum(widen(w[i, k2 * PAIR + kk]) * widen(xp[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk]),
+        name="conv2d_bf16", attrs={BF16_ATTR: panels})
+    return te.compute((n, oc, oh, ow), lambda b, o, yy, xx: y[o, (b * oh + yy) * owp + xx], name="conv2d_bf16_out")
+
+
+def row_panels(width: int) -> bool:
+    """Whether an output row of ``width`` pixels is padded to whole 16-pixel panels (each panel row
+    then a strided read of the input, not a gather): where that adds at most 1/7 (56 -> 64 pixels;
+    7 -> 16 would more than double the product)."""
+    return _ceil(width, PANEL) * 7 <= width * 8
+
+
+def why_fp32(weight_shape: tuple[int, ...]) -> str | None:
+    """Why a convolution with OIHW weights of ``weight_shape`` stays fp32 (None: it is computed
+    in bf16): a reduction ``K = C_in * kh * kw`` shorter than :data:`MIN_REDUCTION`."""
+    oc, ic, kh, kw = (int(v) for v in weight_shape)
+    k = ic * kh * kw
+    if k < MIN_REDUCTION:
+        return f"{ic}x{kh}x{kw} -> {oc}: reduction K = {k} < {MIN_REDUCTION}, too short for bf16 to pay"
+    return None
+
+
+def _rewritable(call: relax.Call) -> bool:
+    a = call.attrs
+    return (int(a.groups) == 1 and str(a.data_layout) == "NCHW" and str(a.kernel_layout) == "OIHW"
+            and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
+
+
+def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str]):
+    """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
+    (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32)."""
+    if not call.op.same_as(_CONV2D) or not _rewritable(call):
+        return None
+    shape, dtype = tensor_info(call.args[0].ty)
+    out_shape, _ = tensor_info(call.ty)
+    w = constant_value(call.args[1])
+    if w is None or w.dtype != np.float32 or w.ndim != 4 or dtype != "float32" or shape is None \
+            or out_shape is None or len(shape) != 4 or static_ints([*shape, *out_shape]) is None:
+        return None
+    why = why_fp32(w.shape)
+    if why is not None:
+        kept.append(why)
+        return None
+    a = call.attrs
+    pad = [int(v) for v in a.padding]
+    return builder.call_te(
+        conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
+        out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
+        padding=(pad[0], pad[1]), dilation=tuple(int(v) for v in a.dilation), primfunc_name_hint="conv2d_bf16")
+
+
+def fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with batch-norm folded into its convolutions' constant weights (:data:`FOLD_FIRST`)."""
+    from explorer.passes.catalog import make_pass
+
+    return tvm.transform.Sequential([make_pass(name) for name in FOLD_FIRST])(mod)
+
+
+def bf16_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
+    """``mod`` with its 2-D convolutions as bf16 kernels (module docstring), how many, and the
+    convolutions :func:`why_fp32` kept in fp32 (why, one line each)."""
+    if not any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values()):
+        return mod, 0, ()
+    converted, kept = [], []
+
+    def counted(call, builder):
+        new = _rewrite(call, builder, kept)
+        converted.extend([call] if new is not None else [])
+        return new
+
+    rewritten = rewrite_calls(fold_batch_norms(mod), counted)
+    if not converted:
+        return mod, 0, tuple(kept)
+    return relax.transform.DeadCodeElimination()(rewritten), len(converted), tuple(kept)
+
+
+@tvm.transform.module_pass(opt_level=0, name="Bf16Convs")
+def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """2-D convolutions with constant weights as bf16 kernels with fp32 accumulation (module docstring)."""
+    return bf16_convs(mod)[0]
+
+
+__all__ = ["FOLD_FIRST", "MIN_REDUCTION", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
+           "pack_conv_weights", "row_panels", "why_fp32"]

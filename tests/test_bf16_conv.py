@@ -1,0 +1,174 @@
+"""bf16 convolutions: the implicit-GEMM kernel of :mod:`explorer.passes.bf16_conv` on the same
+AVX512-BF16 / AMX-BF16 micro-kernels as the weight products. Compile-only per target (any host);
+the numeric runs only where /proc/cpuinfo lists the instructions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from explorer.passes.bf16_conv import MIN_REDUCTION, bf16_convs, conv2d_bf16, pack_conv_weights, row_panels, why_fp32
+from explorer.passes.bf16_dense import bf16_round
+from explorer.precision import BF16_TOLERANCE
+from explorer.schedule.defaults import default_schedule
+from explorer.target import parse_target
+from tests.test_bf16_kernels import NEEDS_AMX, NEEDS_BF16
+
+# n, c, h, w, oc, kernel, stride, pad: rows of pixels in whole panels (28, 14 wide), across rows
+# (10, 5 wide), odd input channels, output channels not a multiple of 16, a batch of 2
+SHAPES = [(1, 8, 28, 28, 32, 3, 1, 1), (1, 3, 20, 20, 32, 7, 2, 3), (2, 6, 14, 14, 24, 1, 1, 0),
+          (1, 16, 10, 10, 16, 3, 2, 1)]
+
+
+def _out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
+    x = te.placeholder((n, c, h, w), "float32", "x")
+    wb = te.placeholder(pack_conv_weights(np.zeros((oc, c, k, k), np.float32)).shape, "uint16", "w")
+    y = conv2d_bf16(x, wb, kernel=(k, k), out_shape=(n, oc, _out(h, k, s, p), _out(w, k, s, p)),
+                    strides=(s, s), padding=(p, p))
+    return te.create_prim_func([x, wb, y])
+
+
+def _built(spec: str, shape, isa: str | None = None):
+    target = parse_target(spec)
+    cpu = target.cpu_spec() if isa is None else dataclasses.replace(target.cpu_spec(), bf16_dot=isa)
+    func, choice = default_schedule(_func(*shape), cpu)
+    return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()), choice
+
+
+def _asm(lib) -> str:
+    return lib.mod.inspect_source("asm")
+
+
+def test_weights_pack_in_tap_then_channel_pair_order_padded_to_amx_tiles():
+    w = np.arange(24 * 3 * 2 * 2, dtype=np.float32).reshape(24, 3, 2, 2)
+    packed = pack_conv_weights(w)
+    assert packed.shape == (32, 32) and packed.dtype == np.uint16  # 24 -> 32 channels; 2x2 taps x 4 -> 16 -> 32 K
+    widened = (packed.astype(np.uint32) << 16).view(np.float32)
+    assert widened[5, 4 * 1 + 2] == bf16_round(w[5, 2, 0, 1:2])[0]  # tap (0, 1), channel 2
+    assert widened[5, 3] == 0 and widened[24:].max() == 0 and widened[:, 16:].max() == 0  # padding is zero
+
+
+def test_rows_are_padded_to_whole_panels_only_where_that_costs_at_most_a_seventh():
+    assert row_panels(56) and row_panels(112) and row_panels(14) and not row_panels(7) and not row_panels(10)
+
+
+@pytest.mark.parametrize("spec, isa, instruction", [("cpu:znver4", None, "vdpbf16ps"),
+                                                    ("cpu:sapphirerapids", "avx512bf16", "vdpbf16ps")])
+def test_avx512_bf16_targets_get_vdpbf16ps_in_the_conv_kernel(spec, isa, instruction):
+    lib, choice = _built(spec, SHAPES[0], isa)
+    assert choice.rule == "full" and "vdpbf16ps" in choice.steps[0] and "bf16_im2col" in choice.steps[0], choice
+    assert instruction in _asm(lib) and "tdpbf16ps" not in _asm(lib)
+
+
+def test_sapphirerapids_conv_runs_on_amx_tiles_and_asks_linux_for_tile_state():
+    lib, choice = _built("cpu:sapphirerapids", SHAPES[0])
+    assert "AMX" in choice.steps[0], choice
+    asm = _asm(lib)
+    assert "tdpbf16ps" in asm and "tileloadd" in asm and "ldtilecfg" in asm
+    assert "syscall" in asm and "$158" in asm and "$4131" in asm  # arch_prctl(ARCH_REQ_XCOMP_PERM, ...)
+
+
+def test_avx2_target_keeps_no_bf16_kernel_and_says_why():
+    func, choice = default_schedule(_func(*SHAPES[0]), parse_target("cpu:x86-64-v3").cpu_spec())
+    assert "no dot-product intrinsic" in " ".join(choice.steps) and "AVX512-BF16" in " ".join(choice.steps)
+
+
+def test_long_reductions_become_bf16_kernels_short_ones_and_depthwise_ones_stay_fp32():
+    from tvm import relax
+    from tvm.script import relax as R
+
+    rng = np.random.default_rng(0)
+    short = relax.const(rng.standard_normal((64, 8, 3, 3)).astype("float32"))  # K = 72: fp32
+    long = relax.const(rng.standard_normal((16, 64, 3, 3)).astype("float32"))  # K = 576 >= MIN_REDUCTION: bf16
+    dw = relax.const(rng.standard_normal((16, 1, 3, 3)).astype("float32"))
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 6, 6), "float32")):
+        with R.dataflow():
+            y = R.nn.conv2d(x, short, padding=[1, 1, 1, 1])
+            z = R.nn.conv2d(y, long, padding=[1, 1, 1, 1])
+            d = R.nn.conv2d(z, dw, padding=[1, 1, 1, 1], groups=16)
+            R.output(d)
+        return d
+
+    mod, converted, kept = bf16_convs(tvm.IRModule({"main": main}))
+    text = mod.script()
+    assert converted == 1 and "conv2d_bf16" in text and text.count("R.nn.conv2d(") == 2  # the short and depthwise
+    assert kept == (f"8x3x3 -> 64: reduction K = 72 < {MIN_REDUCTION}, too short for bf16 to pay",)
+    assert why_fp32((16, 64, 3, 3)) is None and why_fp32((960, 160, 1, 1)) is not None
+
+
+def test_a_model_whose_reductions_are_all_short_keeps_its_module_and_the_precision_says_why():
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from explorer.precision import for_precision
+    from explorer.workload.loaded import Workload
+
+    w = relax.const(np.ones((16, 8, 1, 1), "float32"))
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 4, 4), "float32")):
+        with R.dataflow():
+            y = R.nn.conv2d(x, w)
+            R.output(y)
+        return y
+
+    mod = tvm.IRModule({"main": main})
+    workload = Workload("tiny", "model", "tiny", mod, (("x", (1, 8, 4, 4), "float32"),),
+                        (("y", (1, 16, 4, 4), "float32"),))
+    built, precision = for_precision(workload, parse_target("cpu:sapphirerapids"), "bf16")
+    assert built.mod.script() == mod.script() and precision.converted == 0
+    assert any("1 convolution(s) with a reduction" in line and "8x1x1 -> 16" in line for line in precision.kept_fp32)
+
+
+def _run(lib, shape, seed: int = 0):
+    n, c, h, w, oc, k, s, p = shape
+    rng = np.random.default_rng(seed)
+    x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((n, oc, _out(h, k, s, p), _out(w, k, s, p)), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_conv_weights(wt)), out)
+    return out.numpy(), x, wt
+
+
+def _conv(x, w, s, p):
+    """NCHW x OIHW in float64 (numpy: the reference)."""
+    k = w.shape[2]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
+    oh, ow = _out(x.shape[2], k, s, p), _out(x.shape[3], k, s, p)
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for i in range(k):
+        for j in range(k):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + s * oh:s, j:j + s * ow:s], w[:, :, i, j])
+    return out
+
+
+def _check(got, x, w, shape):
+    s, p = shape[6], shape[7]
+    exact = _conv(bf16_round(x), bf16_round(w), s, p)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
+    ref = _conv(x, w, s, p)
+    assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()  # the bf16 tolerance against fp32
+
+
+@NEEDS_BF16
+@pytest.mark.parametrize("shape", SHAPES)
+def test_vdpbf16ps_conv_matches_numpy_at_the_bf16_tolerance(shape):
+    lib, _ = _built("cpu", shape, "avx512bf16")
+    _check(*_run(lib, shape), shape)
+
+
+@NEEDS_AMX
+@pytest.mark.parametrize("shape", SHAPES)
+def test_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
+    lib, choice = _built("cpu", shape, "amx")
+    assert "AMX" in choice.steps[0] or shape[4] % 16, choice
+    _check(*_run(lib, shape), shape)
