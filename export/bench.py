@@ -26,6 +26,7 @@ from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
 from explorer.workload.reference import ort_session
 from export.build import Progress
+from export.busy_load import busy_processes
 from export.choose import NO_RECORDS
 from export.noise import Comparison, compare_rounds
 from export.rows import BenchRow, latency_row, time_calls
@@ -191,7 +192,8 @@ def export_row(workload: Workload, target: Target, name: str, schedules, *, thre
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
-                   no_schedules_why: str = NO_RECORDS, rounds: int = 3, precision: str = "fp32") -> BenchReport:
+                   no_schedules_why: str = NO_RECORDS, rounds: int = 3, precision: str = "fp32",
+                   busy: int = 0) -> BenchReport:
     """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch and OpenVINO
     (f32 and its default precision, :mod:`export.openvino_row`; a note where it is not installed),
     side by side (``no_schedules_why``: what to say when there are no schedules, see
@@ -203,12 +205,14 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     ships (tuned, else default) against each OpenVINO row. ``precision="bf16"`` adds a row
     (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`) right after
     ``tvm default``, so the two are compared; the other rows stay fp32.
+    ``busy``: the timing runs beside that many busy processes that the benchmark starts and stops
+    (:mod:`export.busy_load`), as on a machine where other work runs.
 
     ``target`` must run here (threads are set at run time with TVM_NUM_THREADS, so records keep
     matching the target's cores)."""
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
 
-    from explorer.machine_load import machine_load
+    from explorer.measure.machine_load import machine_load
 
     say = progress or (lambda stage, frac: None)
     threads = int(threads or cpu_info()["usable_cores"])
@@ -243,8 +247,9 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         if precision != "fp32":
             say(f"building TVM without records at {precision}", 0.3)
             folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / precision, threads, precision)
-            contenders[BF16_ROW] = bundle_contender(folder, BF16_ROW, threads=threads, compile_s=compile_s,
-                                                    note="no records; weight products in bf16, fp32 accumulation")
+            contenders[BF16_ROW] = bundle_contender(
+                folder, BF16_ROW, threads=threads, compile_s=compile_s,
+                note="no records; convolutions and weight products in bf16, fp32 accumulation")
         anchors: dict[str, Callable[[int, float], BenchRow]] = {}
         if workload.onnx_model is not None:
             from export.openvino_row import openvino_contenders
@@ -279,8 +284,11 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
 
         def timing(stage: str, frac: float) -> None:
             say(stage, 0.4 + 0.6 * frac)
-        rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=timing,
-                                             pairs=pairs)
+        with busy_processes(busy):  # --busy: the load is started here, so every contender runs beside it
+            rows, report.comparisons = alternate(contenders, rounds=rounds, runs=runs, budget_s=budget_s,
+                                                 say=timing, pairs=pairs)
+        if busy:
+            report.notes.append(f"timed beside {busy} busy process(es) started by the benchmark (--busy)")
     report.rows.extend(rows.values())
     load = load.worst(machine_load())
     if load.busy:
@@ -293,7 +301,7 @@ def bench_bundle(folder: str | Path, *, threads: int | None = None, runs: int = 
                  baselines: bool = True, rounds: int = 3) -> BenchReport:
     """Time a bundle (fresh process each round) and, when its workload can be rebuilt here, ONNX
     Runtime on the same inputs and threads, in alternated rounds (:func:`alternate`)."""
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
     from export.bundle import read_manifest
     from export.errors import ExportError
 

@@ -120,6 +120,16 @@ def _runnable(spec: BenchSpec | ProfileSpec, action: str) -> tuple[Target, Workl
     return target, _loaded(spec.workload, spec.shapes)
 
 
+def _check_precision(precision: str, target: Target) -> None:
+    from explorer.precision import PrecisionError, check_precision
+    from export.errors import ExportError
+
+    try:
+        check_precision(precision, target)
+    except PrecisionError as err:
+        raise ExportError(str(err)) from err
+
+
 def _ship_spec(spec: BenchSpec | ProfileSpec, workload: Workload, target: Target) -> ShipSpec:
     """The question a bench or a profile asks the chooser (fp32: a bench's bf16 row is a default build)."""
     return ShipSpec(workload, target, db=spec.db, use_records=spec.use_records, check_in_model=spec.check_in_model,
@@ -147,6 +157,7 @@ class BenchSpec:
     budget_s: float = 20.0
     rounds: int = 3
     precision: str = "fp32"
+    busy: int = 0  # time beside this many busy processes the benchmark starts (export.busy_load)
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,7 @@ def run_bench(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
     shipped = shipped_schedules(_ship_spec(spec, workload, target), say)
     report = bench_workload(workload, schedules=shipped.schedules, threads=spec.threads, runs=spec.runs,
                             budget_s=spec.budget_s, progress=say, target=target, no_schedules_why=shipped.why_none,
-                            rounds=spec.rounds, precision=spec.precision)
+                            rounds=spec.rounds, precision=spec.precision, busy=spec.busy)
     if shipped.decision is not None:
         report.notes.extend([shipped.summary(), *shipped.dropped])
     return BenchResult(report, shipped)
@@ -188,6 +199,7 @@ class ProfileSpec:
     recheck: bool = False
     runs: int = 10
     threads: int | None = None
+    precision: str = "fp32"  # fp32 or bf16 (explorer.precision), built as `schedx export --precision` builds it
 
 
 @dataclass(frozen=True)
@@ -210,14 +222,15 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
 
     say = progress or (lambda stage, frac: None)
     target, workload = _runnable(spec, "profile")
-    shipped = shipped_schedules(_ship_spec(spec, workload, target), say)
+    _check_precision(spec.precision, target)  # refused before the peaks are measured (seconds)
+    shipped = shipped_schedules(replace(_ship_spec(spec, workload, target), precision=spec.precision), say)
     say("measuring this machine's peaks", 0.3)
     peaks = calibration()
     l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
     say(f"profiling {workload.name}", 0.5)
     profile = profile_workload(workload, target, schedules=shipped.schedules, runs=spec.runs, threads=spec.threads,
                                peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                               cache_bytes=l2.nbytes)
+                               cache_bytes=l2.nbytes, precision=spec.precision)
     if shipped.decision is not None:
         profile = replace(profile, notes=(shipped.summary(), *shipped.dropped, *profile.notes))
     say("done", 1.0)
