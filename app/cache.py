@@ -16,7 +16,7 @@ from explorer.graph.run_views import RunGraphs
 from explorer.kernels import Kernel
 from explorer.models import LoadedModel, load_model
 from explorer.passes import PipelineRun, run_pipeline
-from explorer.textdiff import diff_scripts
+from explorer.passes.textdiff import diff_scripts
 
 
 @dataclass(frozen=True)

@@ -339,7 +339,7 @@ cli.add_command(_sweep)
 def main() -> None:
     import os
 
-    from explorer.environment import BIND_THREADS
+    from explorer.target.environment import BIND_THREADS
 
     os.environ.setdefault(BIND_THREADS, "0")  # kernels this process runs: unpinned TVM workers (see there)
     cli(obj={})

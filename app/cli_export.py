@@ -41,8 +41,8 @@ from explorer.precision import PRECISIONS
 @click.option("--sign", "sign_key", default=None, type=FilePath(dir_okay=False, path_type=Path),
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-              help="bf16: weight products in bf16 with fp32 accumulation (needs AVX512-BF16 or AMX-BF16), the rest "
-                   "in fp32; verified at the bf16 tolerance the manifest states.")
+              help="bf16: convolutions and matmuls with constant weights in bf16 with fp32 accumulation (needs "
+                   "AVX512-BF16 or AMX-BF16), the rest in fp32; verified at the bf16 tolerance the manifest states.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
@@ -83,6 +83,9 @@ def _print_export(report) -> None:
                f"(built in {report.seconds['build']:.1f} s, {report.seconds['total']:.1f} s in all)")
     click.echo(f"  kernels: {len(tasks)}, {from_records} from records"
                + (f" (records {', '.join(str(r) for r in m['records'].values())})" if m["records"] else ""))
+    if m.get("computed_in") == "float16":
+        click.echo("  computed in: float16, as the model is written (its float16 weights and casts kept; "
+                   "judged by float16's tolerance)")
     for w in report.warnings:
         click.echo(f"  warning: {w}")
     if report.verification is not None:
@@ -174,12 +177,16 @@ def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | Non
 @recheck_option()
 @target_option(scope="here")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-              help="bf16: add a row with the default build's weight products in bf16 (fp32 accumulation).")
+              help="bf16: add a row with the default build's convolutions and weight products in bf16 (fp32 "
+                   "accumulation).")
+@click.option("--busy", default=0, show_default=True, type=click.IntRange(0, 64),
+              help="Time beside this many busy processes (`while True: pass`) that the benchmark starts and stops: "
+                   "latency on a machine where other work runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
           threads: int | None, rounds: int, check_in_model: bool, recheck: bool, target_spec: str, precision: str,
-          as_json: bool) -> None:
+          busy: int, as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
     (and PyTorch when the model came from it), and OpenVINO f32 and at its default precision
     (bf16 on AMX / AVX512-BF16 CPUs; where it is installed), side by side, on the same input and threads.
@@ -190,7 +197,7 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
 
     spec = BenchSpec(workload=workload, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
                      check_in_model=check_in_model, recheck=recheck, threads=threads, runs=runs, budget_s=budget,
-                     rounds=rounds, precision=precision)
+                     rounds=rounds, precision=precision, busy=busy)
     with progress_bar(f"benchmarking {workload}") as progress:
         report = run_bench(spec, progress=progress).report
     if as_json:

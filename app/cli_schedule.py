@@ -96,8 +96,8 @@ def measure(kernel: str, steps_file: Path | None, repeat: int, timeout: int, tar
 
 def _save(db_path: str, kernel, session, result) -> int:
     """The measurement as a manual record (the unscheduled kernel's as a default one)."""
-    from explorer.environment import hardware_fingerprint
-    from explorer.plain import to_plain
+    from explorer.target.environment import hardware_fingerprint
+    from explorer.ir.plain import to_plain
     from search.records import manual_record
     from store import Store
 

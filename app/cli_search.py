@@ -103,10 +103,12 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
     Ctrl-C (or SIGTERM) stops it after the batch in progress, keeping every finished batch (a
     second Ctrl-C stops at once); exit status 130 (143 for SIGTERM). Exits 1 when no candidate
     could be measured, with the failures grouped by reason."""
+    from search.stopping import StopRequest, signals_stop
+
+    stop = StopRequest()  # its birth is the command's start: --minutes is wall time from here
     from search.entry import cool_down
     from search.job_spec import JobSpec
     from search.params import UNLIMITED_TRIALS, SearchParams
-    from search.stopping import StopRequest, signals_stop
 
     by_time = trials is None and bool(minutes)  # the progress bar follows the clock
     if trials is None:
@@ -118,7 +120,6 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
                           confirm_rounds=confirm_rounds)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
                    rpc_key=rpc_key)
-    stop = StopRequest()
     with signals_stop(stop):  # from here on Ctrl-C asks for a stop; nothing raises through TVM
         try:
             _tune(spec, by_time, minutes, db_path, background, as_json, stop)
@@ -185,6 +186,9 @@ def _print_summary(summary) -> None:
     ended = " (time budget spent)" if summary.stopped == "time budget" else ""
     click.echo(f"{summary.trials} trials in {summary.seconds:.0f} s{ended}: {summary.measured} measured, "
                f"{summary.cached} already in the database (not measured again), {summary.failed} failed")
+    search_s = max(0.0, summary.seconds - summary.startup_s - summary.confirm_s)
+    click.echo(f"wall time from the command's start: start-up {summary.startup_s:.0f} s (TVM, the workload, the "
+               f"workers), search {search_s:.0f} s, confirmation round {summary.confirm_s:.0f} s")
     for outcome, count in sorted(summary.failures.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {count:>5} {outcome:<14} e.g. {summary.reasons.get(outcome, '')[:150]}")
     for task, why in summary.unverified.items():

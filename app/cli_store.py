@@ -66,7 +66,7 @@ def _exists(path: Path, given: bool = True) -> bool:
 
 
 def _this_machine() -> str:
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
 
     return hardware_fingerprint()
 

@@ -7,13 +7,13 @@ import html
 
 import streamlit as st
 
+from app import state
 from explorer.errors import ExplorerError
 from explorer.schedule.codegen import CodeViews, code_views
 from explorer.schedule.views import changed_lines
 from explorer.target.asm import ANY_ASM, AsmSyntax
 from explorer.workload import module_hash
 
-_CACHE = "codegen_views"  # session-state: {(module hash, target key): CodeViews}
 _CSS = """<style>
 .sx-asm pre{font-size:12px;line-height:1.35;max-height:640px;overflow:auto;background:#f8fafc;padding:8px;}
 .sx-asm .ln{color:#94a3b8;display:inline-block;width:4em;user-select:none}
@@ -24,7 +24,7 @@ _CSS = """<style>
 
 def views_for(mod, target) -> CodeViews | None:
     """The code views of ``mod`` for ``target``, built once per schedule and target."""
-    cache = st.session_state.setdefault(_CACHE, {})
+    cache = state.kept(state.CODE_VIEWS, dict)
     key = (module_hash(mod), target.key)
     if key not in cache:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from explorer.graph.dot import STATUS_STYLE
-from explorer.textdiff import inline_changes, side_by_side
+from explorer.passes.textdiff import inline_changes, side_by_side
 
 _ROW_BG = {"equal": "", "replace": "#fef3c7", "delete": "#fee2e2", "insert": "#dcfce7", "skip": "#f1f5f9"}
 
@@ -99,7 +99,9 @@ def legend_html() -> str:
     for status, (border, fill) in STATUS_STYLE.items():
         chips.append(f'<span style="border:1.5px solid {border};background:{fill};border-radius:4px;'
                      f'padding:0 5px;margin-right:5px;font-size:11px;white-space:nowrap">{status}: {meaning[status]}</span>')
-    return '<div style="line-height:20px">' + "".join(chips) + "</div>"
+    # a flex row that wraps: the chips take as many lines as the width needs (st.html keeps inline
+    # content on one line: at 1100 px the last chip ran 148 px past the page)
+    return '<div style="display:flex;flex-wrap:wrap;row-gap:2px;line-height:20px">' + "".join(chips) + "</div>"
 
 
 def coming_next(title: str, what: str, steps: list[str]) -> None:

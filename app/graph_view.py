@@ -31,7 +31,7 @@ _STYLE = style_table()
 
 
 def _sent() -> set[str]:
-    return st.session_state.setdefault(state.GRAPHS_SENT, set())
+    return state.kept(state.GRAPHS_SENT, set)
 
 
 def _resend() -> None:

@@ -9,17 +9,17 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from explorer.kernels import Kernel
 from explorer.measure import MeasureResult
 from explorer.schedule.session import ScheduleSession
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 from store import Record, Store, StoreError, default_db_path
 
 
 def db_path() -> str:
     """The database the UI uses: the one chosen on the Leaderboard page, else the default."""
-    chosen = st.session_state.get(state.DB_PATH)
+    chosen = state.read(state.DB_PATH)
     if chosen:
         return chosen
     try:
@@ -64,10 +64,10 @@ def open_requested_record() -> tuple[str, list] | None:
     from explorer.schedule.trace import trace_to_steps
     from explorer.workload import module_from_b64
 
-    steps_sent = st.session_state.pop(state.OPENED, None)  # (spec, steps) from the Search page's sketches
+    steps_sent = state.take(state.OPENED)  # (spec, steps) from the Search page's sketches
     if steps_sent is not None:
         return steps_sent
-    record_id = st.session_state.pop(state.OPEN_RECORD, None)
+    record_id = state.take(state.OPEN_RECORD)
     if record_id is None:
         return None
     try:
@@ -88,7 +88,7 @@ def open_requested_record() -> tuple[str, list] | None:
             st.error(f"Record {record_id}'s workload keeps no module to open.")
             return None
         spec = f"record:{record_id}"
-        st.session_state.setdefault(state.RECORD_KERNELS, {})[spec] = (workload.name, func)
+        state.kept(state.RECORD_KERNELS, dict)[spec] = (workload.name, func)
     if not steps and record.trace is not None:
         try:
             steps = [s.to_dict() for s in trace_to_steps(func, record.trace)]

@@ -1,4 +1,15 @@
-"""Session-state keys, in one place, so pages never disagree on a spelling."""
+"""Session state, in one place: every key a named constant, every access one of the small functions
+at the end of this file, so pages never disagree on a spelling and no page touches
+``st.session_state`` itself (tests/test_architecture.py checks it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import streamlit as st
+
+T = TypeVar("T")
 
 MODEL_SOURCE = "model_source"  # "Zoo" | "ONNX example" | "ONNX file"
 MODEL_NAME = "model_name"
@@ -46,9 +57,17 @@ JOB_PICK = "job_pick"  # the Search page's job picker (the Profile page sets it 
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
 
 
+CODE_VIEWS = "codegen_views"  # {(module hash, target key): CodeViews} built for the Schedule page
+
+
 def param_key(kernel: str, param: str) -> str:
     """The Schedule page's input for parameter ``param`` of built-in kernel ``kernel``."""
     return f"param_{kernel}_{param}"
+
+
+def step_arg_key(primitive: str, arg: str) -> str:
+    """The Schedule page's input for argument ``arg`` of the next step's ``primitive``."""
+    return f"arg_{primitive}_{arg}"
 
 
 class LeaderboardKeys:
@@ -70,6 +89,15 @@ class LeaderboardKeys:
     DETAIL = "lb_detail"
 
 
+class ProfileKeys:
+    """Widget keys of the Profile page (``PREFIX`` + a name for its many inputs and buttons)."""
+
+    PREFIX = "profile_"
+    RESULT = PREFIX + "result"  # (spec, shapes, target key, ProfileResult)
+    SWEEP_RESULT = PREFIX + "sweep_result"  # (spec, target key, SweepResult)
+    QDQ = PREFIX + "qdq"  # (spec, QDQ model bytes, QuantizeReport)
+
+
 class ExportKeys:
     """Widget keys of the Export page."""
 
@@ -87,3 +115,31 @@ class ExportKeys:
     DOWNLOAD = "ex_download"
     RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}
     WORKLOADS = "ex_workloads"  # {(spec, shapes): (ExportWorkload, [Task])}: loaded once per session
+
+
+def read(key: str, default: Any = None) -> Any:
+    """The value kept under ``key`` in this browser session, else ``default``."""
+    return st.session_state.get(key, default)
+
+
+def write(key: str, value: Any) -> None:
+    """Keep ``value`` under ``key`` (a widget's key sets what that widget shows on the next run)."""
+    st.session_state[key] = value
+
+
+def take(key: str, default: Any = None) -> Any:
+    """The value under ``key``, forgotten as it is read (a request one page hands another once)."""
+    return st.session_state.pop(key, default)
+
+
+def forget(key: str) -> None:
+    """Drop ``key`` if it is kept."""
+    st.session_state.pop(key, None)
+
+
+def kept(key: str, make: Callable[[], T]) -> T:
+    """The container kept under ``key`` (a dict or set the session fills), made by ``make`` the
+    first time."""
+    if key not in st.session_state:
+        st.session_state[key] = make()
+    return st.session_state[key]

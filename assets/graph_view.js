@@ -497,13 +497,20 @@ function select(state, side, i, centre) {
   const twins = counterparts(panel, other, i);
   twins.forEach((j) => other.nodeEls[j].classList.add("twin"));
   if (centre) centreOn(panel, i, READABLE_SCALE, true);
-  if (twins.length) centreOn(other, twins[0], Math.max(other.view.s, centre ? READABLE_SCALE : 0));
   state.selected = [side, i];
   panel.sel = i;
   other.sel = null;
   state.wrap.dataset.selected = `${side}:${panel.graph.nodes[i].t[0]}`;
   showInfo(state, panel, i, twins.map((j) => other.graph.nodes[j].t[0]));
   revealInPage(panel.nodeEls[i]);
+  // the other panel comes to the node's counterpart a frame later: redrawing it (a 1000-node graph:
+  // hundreds of ms) no longer holds back the details the user clicked for
+  if (twins.length) {
+    const scale = Math.max(other.view.s, centre ? READABLE_SCALE : 0);
+    requestAnimationFrame(() => setTimeout(() => {  // (a frame's callbacks run before its paint: after it)
+      if (state.selected && state.selected[0] === side && state.selected[1] === i) centreOn(other, twins[0], scale);
+    }, 0));
+  }
 }
 
 // The page scrolls to show ``el`` (the node selected) when it sits above or below the window: the

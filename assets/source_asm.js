@@ -95,8 +95,10 @@ function build(root, data) {
   const light = (side, line, scroll) => select(state, side, line, scroll);
   for (const p of [src, asm]) {
     p.lines.addEventListener("mouseover", (ev) => {
-      if (state.pinned) return;
       const row = ev.target.closest(".sa-line");
+      // a line longer than its pane shows shows itself whole on hover (the pane scrolls sideways too)
+      if (row && !row.title && row.offsetWidth > p.lines.clientWidth) row.title = row.lastChild.textContent.trim();
+      if (state.pinned) return;
       if (row) light(row.dataset.side, Number(row.dataset.line), true);
     });
     p.lines.addEventListener("click", (ev) => {

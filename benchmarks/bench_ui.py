@@ -9,7 +9,9 @@ Prints, per model, figures measured in this run (not a test: machines here are s
      (the graphs of every snapshot the page shows are laid out once; the first visit of a
      snapshot and later visits are reported apart; target <= 300 ms);
   3. the Counts & time tab: from the click on the tab to its chart drawn, first open (target <= 1 s);
-  4. on the graph itself (the after panel, as Netron is judged): a zoom step (the "+" button: the
+  4. a node clicked with the mouse (a real press at its centre, as a user clicks): from the press
+     to its details box painted (target <= 100 ms);
+  5. on the graph itself (the after panel, as Netron is judged): a zoom step (the "+" button: the
      script's work and the frame drawn, target <= 100 ms), a pan step (a drag of 40 px), Fit; and
      the redraw once a zoom or pan gesture rests (steps move the drawn picture, the rest lays the
      labels out again at the new scale: assets/graph_view.js, live()).
@@ -125,6 +127,36 @@ def counts_tab(page) -> float:
     return seconds
 
 
+# Set before a click: the time (page clock) of the first frame painted with the details box of the
+# before panel shown, from the moment its ``hidden`` flag drops.
+_WATCH_INFO_JS = """() => { const root = %s;
+  const info = root.querySelector('.sx-panel[data-side="before"] .sx-info');
+  window.__sxInfoAt = null;
+  const seen = new MutationObserver(() => {
+    if (!info.hidden) { seen.disconnect(); requestAnimationFrame(() => { window.__sxInfoAt = performance.now(); }); }
+  });
+  seen.observe(info, {attributes: true, attributeFilter: ['hidden']});
+}""" % ROOT_JS
+
+
+def node_clicks(page, n: int = 3) -> list[float]:
+    """Seconds from a mouse press on a node of the before panel to its details painted, ``n`` times
+    (a different node each time where there are several; the details closed in between)."""
+    from tests.test_browser_graph import clickable_op
+
+    _watch_clicks(page)
+    times = []
+    for k in range(n):
+        page.evaluate("() => { const i = " + ROOT_JS + ".querySelector('.sx-panel[data-side=\"before\"] .sx-info');"
+                      " i.hidden = true; }")
+        page.evaluate(_WATCH_INFO_JS)
+        node = clickable_op(page, "before", k)
+        page.mouse.click(node["x"], node["y"])
+        page.wait_for_function("() => window.__sxInfoAt !== null", timeout=30_000)
+        times.append(page.evaluate("() => (window.__sxInfoAt - window.__sxClicks[window.__sxClicks.length - 1]) / 1000"))
+    return times
+
+
 _STEP_JS = """async ([what, n]) => {
   const root = %s;
   const panel = root.querySelector('.sx-panel[data-side="after"]');
@@ -183,6 +215,9 @@ def report(name: str, figures: dict) -> None:
     print(f"  switch pass, again         median {statistics.median(a) * 1000:5.0f} ms, max {max(a) * 1000:5.0f} ms"
           f"   (target <= 300 ms, {len(a)} switches)")
     print(f"  Counts & time tab          {figures['counts'] * 1000:5.0f} ms   (first open, target <= 1 s)")
+    c = figures["clicks"]
+    print(f"  node click to details      median {statistics.median(c) * 1000:5.0f} ms, max {max(c) * 1000:5.0f} ms"
+          f"   (target <= 100 ms, {len(c)} clicks, a real mouse press)")
     for what, times in figures.get("steps", {}).items():
         if what.endswith(" rest"):  # once per gesture, after it rests: the labels laid out at the new view
             print(f"  graph {what:<10} redraw    {times[0]:5.0f} ms   (once, {what.split()[0]} gesture at rest)")
@@ -239,6 +274,8 @@ def main() -> None:
                 figures = {"first_page": first_page(page, url)}
                 _settle(page)
                 figures["load"] = load_model_in_page(page, model)
+                _settle(page)
+                figures["clicks"] = node_clicks(page)
                 _settle(page)
                 figures["steps"] = graph_steps(page)
                 figures["counts"] = counts_tab(page)

@@ -189,6 +189,7 @@ def report_progress(state: SearchState):
 
 def account(state: SearchState, batch: _Batch) -> None:
     task, s = state.tasks[batch.task], state.summary
+    state.stop.batch_done()  # the time budget's pace (search.stopping.StopRequest.batch_starting)
     new = len(batch.records)  # measured here now (not answered by the store, not abandoned by a stop)
     # a batch the store answered whole: the space is used up (a reshape's single schedule); one
     # another search claimed is not (it drew the same seeded candidates): top-ups draw others

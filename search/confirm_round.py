@@ -43,6 +43,7 @@ from search.callbacks import SearchState, account_confirmation, remove_artifact
 from search.ledger import CandidateLedger, LedgerBuilder, LedgerRunner
 from search.records import candidate_record
 from search.runner import COLD_TIMING
+from search.stopping import worth_starting
 from store import Record
 from store.outcome import Outcome
 
@@ -250,11 +251,13 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
     task a confirmation could not be made for, why (the search's records stand for it)."""
     out, problems = [], {}
     order = sorted(range(len(state.tasks)), key=lambda i: -_share(state, state.tasks[i]))  # the heaviest first
+    last_s = 0.0  # how long the last task's confirmation took: one starts only when it ends nearer the deadline
     for n, i in enumerate(order):
         task = state.tasks[i]
+        began = time.monotonic()
         if not _ended(state, deadline):
             _progress(state, task, n, len(order))
-        if _ended(state, deadline):
+        if _ended(state, deadline) or not worth_starting(last_s, deadline):
             problems.update({state.tasks[j].name: "the time budget was spent or the search was stopped"
                              for j in order[n:]})
             break
@@ -267,6 +270,7 @@ def confirm_bests(state: SearchState, tvm_target, builder, runner, *, rounds: in
             continue
         if done is not None:
             out.append(done)
+        last_s = time.monotonic() - began
     else:  # every task had its turn
         if order:
             _progress(state, state.tasks[order[-1]], len(order), len(order))

@@ -52,7 +52,14 @@ class StopRequest:
         self.reason = ""
         self.hard = False
         self.signals = 0
-        self.deadline = time.monotonic() + minutes * 60 if minutes else None
+        self.started = time.monotonic()  # the command's start: a time budget (--minutes) counts from here
+        self.deadline = self.started + minutes * 60 if minutes else None
+        # batches the search asked for and those measured since its first: MetaSchedule asks for
+        # several before the first is measured (a round over every task), so a batch's length is
+        # the search's time over the batches measured, and those in flight are still to come
+        self._batches = [0, 0]  # started, done
+        self._search_began: float | None = None
+        self._last_done = 0.0
         self.on_hard: list[Callable[[], None]] = []
         self.on_exit: list[Callable[[], None]] = []  # last words before a watchdog's exit
         self.exit_after_s: float | None = None  # set by signals_stop: the watchdog's delay
@@ -98,9 +105,38 @@ class StopRequest:
         last_words.join(LAST_WORDS_S)
         os._exit(_EXIT_STATUS.get(self.reason, 143))
 
-    def set_minutes(self, minutes: float | None) -> None:
-        """A time budget from now (None or 0: none)."""
-        self.deadline = time.monotonic() + minutes * 60 if minutes else None
+    def set_minutes(self, minutes: float | None, *, since: float | None = None) -> None:
+        """A time budget of ``minutes`` from ``since`` (a ``time.monotonic()``; default now; None or
+        0 minutes: none)."""
+        start = time.monotonic() if since is None else since
+        self.deadline = start + minutes * 60 if minutes else None
+
+    def batch_starting(self) -> bool:
+        """Called before each batch is generated: whether to stop instead (the stop is then
+        requested). Under a time budget a batch starts only when, after the batches still in
+        flight, it would end nearer the deadline than stopping now does, a batch's length being
+        the search's seconds per batch measured so far: the budget is kept to within about half a
+        batch instead of overrun by a whole round of them."""
+        now = time.monotonic()
+        if self.should_stop():
+            return True
+        if self._search_began is None:
+            self._search_began = now
+        started, done = self._batches
+        if done and self.deadline is not None:
+            per_batch = (self._last_done - self._search_began) / done
+            in_flight = max(0, started - done)
+            if not worth_starting(per_batch, self.deadline - in_flight * per_batch, now):
+                self.request(TIME_UP)
+                return True
+        self._batches[0] += 1
+        return False
+
+    def batch_done(self) -> None:
+        """A batch asked for by :meth:`batch_starting` was measured (batches before it are not counted)."""
+        if self._search_began is not None:
+            self._batches[1] += 1
+            self._last_done = time.monotonic()
 
     def should_stop(self) -> bool:
         if self._event.is_set():
@@ -122,6 +158,15 @@ class StopRequest:
             self.request(_REASON_OF_SIGNAL.get(signum, TERMINATED))
         else:
             self.urgent()
+
+
+def worth_starting(seconds: float, deadline: float | None, now: float | None = None) -> bool:
+    """Whether a piece of work expected to take ``seconds`` (the last one's length) should start
+    before ``deadline`` (a ``time.monotonic()``; None: no deadline): only when it would end nearer
+    the deadline than stopping now does, that is when more than half of it fits."""
+    if deadline is None:
+        return True
+    return deadline - (time.monotonic() if now is None else now) >= seconds / 2
 
 
 def _call_all(callbacks: list[Callable[[], None]]) -> None:

@@ -29,7 +29,7 @@ class StoppableSearch(ms.search_strategy.PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self):
-        if self.stop.should_stop():
+        if self.stop.batch_starting():
             return None
         return self.inner.generate_measure_candidates()
 

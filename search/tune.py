@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
-from explorer.environment import current_environment, hardware_fingerprint
+from explorer.target.environment import current_environment, hardware_fingerprint
 from explorer.target import Target, host_target
 from explorer.tvm_fast import light_tensor_intrin
 from explorer.workload import Task, tag_task
@@ -69,6 +69,7 @@ class TuneSummary:
     confirmed: list = field(default_factory=list)  # per task re-timed: search.confirm_round.Confirmation dicts
     unconfirmed: dict = field(default_factory=dict)  # task -> why its confirmation was not made
     confirm_s: float = 0.0  # seconds the confirmation round took (part of the budget)
+    startup_s: float = 0.0  # seconds from the command's start to the search's first step (part of the budget)
 
     @property
     def problem(self) -> str:
@@ -107,7 +108,8 @@ def tune(job: ValidJob, store: Store, params: SearchParams, hooks: SearchHooks |
     builder and runner); candidates the store already measured never reach them.
 
     The search ends at the first of: ``params.trials`` new measurements, ``params.minutes`` (0: no
-    time limit) after it started, or a stop request (see :class:`SearchHooks`). ``summary.stopped``
+    time limit) of wall time from the command's start (``hooks.stop``'s birth, else this call), with
+    the confirmation round inside it, or a stop request (see :class:`SearchHooks`). ``summary.stopped``
     says which early end it was. A batch that cannot be written raises
     :class:`search.errors.SearchError` once the search has wound down (that batch rolled back)."""
     hooks = hooks or SearchHooks()
@@ -141,8 +143,10 @@ class _Budget:
         if not params.minutes:
             return cls()
         reserve = _confirm_reserve_s(params.minutes, n_tasks, params)
-        stop.set_minutes(params.minutes - reserve / 60)  # the search leaves the confirmation round its share
-        return cls(time.monotonic() + params.minutes * 60, reserve)
+        # wall time from the command's start (the StopRequest's birth), start-up included; the search
+        # leaves the confirmation round its share
+        stop.set_minutes(params.minutes - reserve / 60, since=stop.started)
+        return cls(stop.started + params.minutes * 60, reserve)
 
 
 @dataclass
@@ -188,6 +192,7 @@ def _set_up(job: ValidJob, store: Store, params: SearchParams, hooks: SearchHook
         if params.cold_timing and runner is None:  # how the records were timed (our own runner's evaluator)
             state.environment["timing"] = COLD_TIMING
         state.stop = stop
+        state.start = time.perf_counter() - (time.monotonic() - stop.started)  # elapsed: from the command's start
         ledger = CandidateLedger({t.key: i for i, t in enumerate(tasks)}, _known(store, tasks, target.key, hardware))
         if builder is None:
             builder = FastBuilder(own_pool, timeout_sec=params.timeout_s, work_dir=work)
@@ -216,6 +221,7 @@ def _search(search: _Search, params: SearchParams, space, budget: _Budget) -> No
     from tvm.s_tir import meta_schedule as ms
 
     tasks, state, stop = search.tasks, search.state, search.state.stop
+    state.summary.startup_s = state.elapsed()  # TVM, the workload, the workers: from the command's start
     state.deadline = budget.deadline  # the ETA of a time budget is its rest
     cost_model = ms.cost_model.XGBModel(num_warmup_samples=0) if params.cost_model == "xgb" else \
         ms.cost_model.RandomModel()

@@ -238,11 +238,12 @@ _CLICKABLE_JS = """(side) => { const r = %s; const p = r.querySelector(`.sx-pane
   return out; }""" % ROOT_JS
 
 
-def _clickable_op(page, side: str) -> dict:
-    """A node that stands for an operator (title, call, type), with its centre on the screen."""
+def clickable_op(page, side: str, which: int = 0) -> dict:
+    """A node that stands for an operator (title, call, type), with its centre on the screen: the
+    ``which``-th of them (wrapping round). The browser tests and ``benchmarks.bench_ui`` click it."""
     nodes = [n for n in page.evaluate(_CLICKABLE_JS, side) if len(n["lines"]) == 3]
     assert nodes, f"no operator node of the {side} panel can be clicked"
-    return nodes[0]
+    return nodes[which % len(nodes)]
 
 
 @pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
@@ -255,7 +256,7 @@ def test_a_mouse_click_on_a_node_shows_its_details_and_a_drag_pans(ui_url, page,
     before = page.locator('.sx-panel[data-side="before"]')
     world = before.locator("g.sx-world")
     selected = "() => " + ROOT_JS + ".dataset.selected || null"
-    node = _clickable_op(page, "before")
+    node = clickable_op(page, "before")
     view = world.get_attribute("transform")
     page.mouse.move(node["x"], node["y"])
     page.mouse.down()
@@ -264,7 +265,7 @@ def test_a_mouse_click_on_a_node_shows_its_details_and_a_drag_pans(ui_url, page,
     page.wait_for_function("(v) => " + ROOT_JS + ".querySelector('.sx-panel[data-side=\"before\"] g.sx-world')"
                            ".getAttribute('transform') !== v", arg=view)  # the view moved, once at rest
     assert page.evaluate(selected) is None and before.locator(".sx-info").is_hidden()  # a drag selects nothing
-    node = _clickable_op(page, "before")  # where it is now
+    node = clickable_op(page, "before")  # where it is now
     title, call = node["lines"][0], node["lines"][1]
     page.mouse.click(node["x"], node["y"])
     page.wait_for_function("(want) => " + ROOT_JS + ".dataset.selected === want", arg=f"before:{title}",
@@ -344,7 +345,7 @@ def test_fit_keeps_labels_readable_and_the_details_clear_of_the_panel(ui_url, pa
     assert _scale(after) >= 0.9
     small = [f for f in readability_findings(page) if f["kind"] == "small"]
     assert not small, describe_findings(small)
-    node = _clickable_op(page, "after")
+    node = clickable_op(page, "after")
     page.mouse.click(node["x"], node["y"])
     info = after.locator(".sx-info")
     info.wait_for()

@@ -150,6 +150,7 @@ def test_every_page_is_readable_at_1100_and_1600(ui, page, tmp_path):
         _check(page, found, "schedule", width, height, shots)
     page.get_by_role("tab", name="Assembly").click()
     page.get_by_text("instructions", exact=False).first.wait_for()
+    page.locator('.sa-root[data-ready="1"]:visible').wait_for()  # the source <-> assembly view drawn, not only its caption
     for width, height in SIZES:
         _check(page, found, "schedule-assembly", width, height, shots)
 
@@ -259,5 +260,49 @@ def test_schedule_code_spans_the_page_and_results_show_every_column(ui, page, wi
     panes = page.locator('[data-testid="stBidiComponentIsolated"]').last
     panes.wait_for()
     assert panes.bounding_box()["width"] >= 0.9 * (main["width"] - 48)
+    # the source <-> assembly view itself drawn (in its shadow root), not only its caption, before the check
+    page.locator('.sa-root[data-ready="1"]:visible').wait_for()
+    _settle(page)
+    shown = page.evaluate(_PANE_CHARS_JS)
+    print(f"source <-> assembly at {width}px: {shown}")
+    # each pane side by side shows more than the ~35 characters of the issue; a longer line scrolls
+    # sideways in its pane and shows itself whole when the mouse rests on it
+    assert len(shown) == 2 and all(p["chars"] >= 45 for p in shown), shown
+    for side, pane in zip(("src", "asm"), shown):
+        if pane["cut"] is None:
+            continue
+        line = page.locator(f'.sa-line[data-side="{side}"][data-line="{pane["cut"]}"]')
+        line.hover(position={"x": 20, "y": 5})  # on its number, by the mouse
+        whole = line.evaluate("e => e.lastChild.textContent.trim()")
+        assert line.get_attribute("title") == whole, (side, pane["cut"])
     found = readability_findings(page)
+    print(f"schedule source <-> assembly at {width}x{height}: {len(found)} found\n{describe_findings(found)}")
     assert not found, describe_findings(found)
+
+
+# Characters of code each pane of the source <-> assembly view shows across (its lines' box over
+# the width of one character of its font), the longest line it holds, and the first line longer
+# than the pane shows (null: none).
+_PANE_CHARS_JS = """() => {
+  const out = [];
+  const walk = (root) => root.querySelectorAll('*').forEach((e) => {
+    if (e.shadowRoot) walk(e.shadowRoot);
+    if (e.classList && e.classList.contains('sa-lines') && e.offsetParent !== null) {
+      const line = e.querySelector('.sa-line');
+      const probe = document.createElement('span');
+      probe.textContent = 'x'.repeat(100);
+      probe.style.font = getComputedStyle(line || e).font;
+      probe.style.whiteSpace = 'pre';
+      e.appendChild(probe);
+      const ch = probe.getBoundingClientRect().width / 100;
+      probe.remove();
+      const rows = Array.from(e.querySelectorAll('.sa-line'));
+      const longest = Math.max(0, ...rows.map((l) => l.textContent.length));
+      const cut = rows.find((l) => l.offsetWidth > e.clientWidth);  // a line longer than the pane shows
+      out.push({px: e.clientWidth, chars: Math.floor(e.clientWidth / ch), longest,
+                cut: cut ? Number(cut.dataset.line) : null});
+    }
+  });
+  walk(document);
+  return out;
+}"""

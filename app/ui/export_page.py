@@ -14,6 +14,7 @@ import tempfile
 
 import streamlit as st
 
+from app import state
 from app.state import ExportKeys as K
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -58,7 +59,7 @@ def load(spec: str, shapes: str | None = None):
     from explorer.workload import load_workload
     from export import workload_tasks
 
-    memo = st.session_state.setdefault(K.WORKLOADS, {})
+    memo = state.kept(K.WORKLOADS, dict)
     if (spec, shapes) not in memo:
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
             workload = load_workload(spec, shapes)
@@ -132,10 +133,10 @@ def build(workload, target, choices, picks: dict, *, in_model: bool = False, db:
                           db=db, recheck=recheck)
         done = run_export(spec, progress=lambda stage, frac: bar.progress(frac, text=stage))
         report = done.report
-        st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": report,
-                                    "zip": zip_bundle(report.folder), "error": "", "in_model": done.shipped.summary()}
+        state.write(K.RESULT, {"key": (workload.spec, target.spec), "report": report,
+                               "zip": zip_bundle(report.folder), "error": "", "in_model": done.shipped.summary()})
     except ExplorerError as err:
-        st.session_state[K.RESULT] = {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)}
+        state.write(K.RESULT, {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)})
     bar.empty()
 
 
@@ -212,7 +213,7 @@ def main() -> None:
                                "precision, and reused by every export, bench and profile; this times them again.")
     if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks, in_model=in_model, recheck=recheck, db=db or None)
-    result = st.session_state.get(K.RESULT)
+    result = state.read(K.RESULT)
     if result is not None and result["key"] == (workload.spec, target.spec):
         results(result)
 

@@ -35,7 +35,7 @@ EMPTY_HELP = """This database holds no records yet. Fill it by
 
 
 def this_machine() -> str:
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
 
     return hardware_fingerprint()
 
@@ -163,7 +163,7 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
 
 
 def open_in_schedule(record_id: int) -> None:
-    st.session_state[state.OPEN_RECORD] = record_id
+    state.write(state.OPEN_RECORD, record_id)
     try:
         st.switch_page("ui/schedule.py")
     except Exception:  # noqa: BLE001 - this page running alone (tests) has no navigation to switch in
@@ -240,13 +240,13 @@ def main() -> None:
     except StoreError as err:  # SCHEDX_DB set but empty: say so, and let a path be typed
         st.error(str(err))
         default = ""
-    text = st.sidebar.text_input("Database", value=st.session_state.get(state.DB_PATH) or default, key=K.DB_INPUT,
+    text = st.sidebar.text_input("Database", value=state.read(state.DB_PATH) or default, key=K.DB_INPUT,
                                  help="A schedx SQLite file ($SCHEDX_DB or --db elsewhere).")
     if not text.strip():
         st.info("Type the path of a schedx database in the sidebar.\n\n" + EMPTY_HELP)
         return
     path = Path(text).expanduser()
-    st.session_state[state.DB_PATH] = str(path)
+    state.write(state.DB_PATH, str(path))
     try:
         if not path.exists():
             st.info(f"No database at `{path}` yet.\n\n" + EMPTY_HELP)

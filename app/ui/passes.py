@@ -83,11 +83,11 @@ def load_run(key: RunKey | None):
     if key is not None:
         try:
             run = pipeline_run(key)
-            st.session_state[state.LOADED] = key
+            state.write(state.LOADED, key)
             return key, run
         except ExplorerError as err:
             st.error(f"**{display_name(key.model)}**: {err}")
-    previous = st.session_state.get(state.LOADED)
+    previous = state.read(state.LOADED)
     if previous is None:
         st.info("Choose a model in the sidebar.")
         st.stop()
@@ -115,9 +115,9 @@ def run_keys(key: RunKey) -> dict[str, str]:
 
 def _pick_row(keys: dict[str, str], shown_indices: list[int]) -> None:
     """Pass-list row clicked: make it the snapshot shown (runs before the page reruns)."""
-    rows = st.session_state[keys["table"]].selection.rows
+    rows = state.read(keys["table"]).selection.rows
     if rows:
-        st.session_state[keys["snapshot"]] = shown_indices[rows[0]]
+        state.write(keys["snapshot"], shown_indices[rows[0]])
 
 
 def pass_rows(shown) -> list[dict]:
@@ -160,9 +160,9 @@ def snapshot_pickers(run, keys: dict[str, str]) -> tuple[int, int, list]:
         st.warning("No pass of this pipeline changed the module.")
         st.stop()
     indices = [s.index for s in shown]
-    if st.session_state.get(keys["snapshot"]) not in indices:
+    if state.read(keys["snapshot"]) not in indices:
         fuse = run.find("FuseOps")
-        st.session_state[keys["snapshot"]] = fuse.index if fuse is not None and fuse.index in indices else indices[0]
+        state.write(keys["snapshot"], fuse.index if fuse is not None and fuse.index in indices else indices[0])
     after = c1.selectbox("After pass", indices, key=keys["snapshot"], format_func=lambda i: _label(run, i))
     received = run.input_index(after)
     compare_opts = [received] + [i for i in [-1] + [s.index for s in run.snapshots] if i != received]
@@ -177,7 +177,7 @@ def graph_tab(key: RunKey, run, before: int, after: int) -> None:
     graphs = run_graphs(key)
     with st.spinner("Laying out the graphs..."):
         payload_b, payload_a = graphs.payload(before), graphs.payload(after)
-    st.markdown(legend_html(), unsafe_allow_html=True)
+    st.html(legend_html())  # st.html: no markdown parser (rehype-raw) loaded and run for it
     statuses = graphs.statuses(before, after)
     token = run_keys(key)["snapshot"]
     opened = graph_view((f"{token}:{graphs.representative(before)}", payload_b),
@@ -196,8 +196,8 @@ def open_kernel(key: RunKey, request: dict) -> None:
     except (KeyError, ValueError, ExplorerError) as err:
         st.error(f"Could not open {request.get('name')}: {err}")
         return
-    st.session_state[state.GRAPH_KERNEL] = kernel
-    st.session_state[state.USE_GRAPH_KERNEL] = True
+    state.write(state.GRAPH_KERNEL, kernel)
+    state.write(state.USE_GRAPH_KERNEL, True)
     try:
         st.switch_page("ui/schedule.py")
     except Exception:  # noqa: BLE001 - this page running alone (tests) has no navigation to switch in
@@ -213,17 +213,17 @@ def script_tab(key: RunKey, run, before: int, after: int) -> None:
     styles = ["Unified", "Side by side", "Full text after"]
     # the choice outlives the radio: Streamlit drops a widget's state in a run that does not draw it
     # (another view), which reset it to Unified
-    kept = st.session_state.get(state.DIFF_STYLE_KEPT, styles[0])
+    kept = state.read(state.DIFF_STYLE_KEPT, styles[0])
     style = st.radio("Diff style", styles, index=styles.index(kept) if kept in styles else 0, horizontal=True,
                      key=state.DIFF_STYLE)
-    st.session_state[state.DIFF_STYLE_KEPT] = style
+    state.write(state.DIFF_STYLE_KEPT, style)
     if style == "Full text after":
         st.code(script_text(key, after), language="python", line_numbers=True)
         return
     if not changed:
         st.info("The module text is identical.")
         return
-    from explorer.textdiff import split_functions
+    from explorer.passes.textdiff import split_functions
 
     before_fns = split_functions(script_text(key, before)) if style == "Side by side" else {}
     after_fns = split_functions(script_text(key, after)) if style == "Side by side" else {}

@@ -12,12 +12,13 @@ from app import state
 from app.charts import ort_nodes_figure, profile_figure, sweep_figure
 from app.layout import sized_columns
 from app.records import db_path
+from app.state import ProfileKeys as P
 from app.target_picker import host_caption, target_picker
 from explorer.errors import ExplorerError
 from explorer.models import ZOO
 from store import StoreError
 
-KEY = "profile_"
+KEY = P.PREFIX
 
 
 def sidebar():
@@ -40,8 +41,8 @@ def _open_in_schedule(spec: str, shapes: str | None, task_name: str) -> None:
     from explorer.workload import load_kernel
 
     kernel = load_kernel(task_name, shapes=shapes)
-    st.session_state[state.GRAPH_KERNEL] = kernel  # the Schedule page offers it at the top of its sidebar
-    st.session_state[state.USE_GRAPH_KERNEL] = True
+    state.write(state.GRAPH_KERNEL, kernel)  # the Schedule page offers it at the top of its sidebar
+    state.write(state.USE_GRAPH_KERNEL, True)
     st.switch_page("ui/schedule.py")
 
 
@@ -54,8 +55,8 @@ def _start_search(task_name: str, target, shapes: str | None, trials: int) -> No
     valid = prepare(JobSpec(workload=task_name, target=target.spec, params=SearchParams(trials=trials), shapes=shapes))
     with Store(db_path()) as store:
         job = start(store, valid)
-    st.session_state[state.SEARCH_JOB] = job.id
-    st.session_state[state.JOB_PICK] = job.id
+    state.write(state.SEARCH_JOB, job.id)
+    state.write(state.JOB_PICK, job.id)
     st.toast(f"Started search job {job.id} on {task_name.split('/')[-1]} ({trials} trials): see the Search page")
 
 
@@ -70,11 +71,11 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                 db = Path(db_path()).expanduser()  # the records and the in-model decision an export ships
                 result = run_profile(ProfileSpec(workload=spec, shapes=shapes, target=target, db=str(db),
                                                  use_records=db.is_file(), runs=int(runs))).profile
-            st.session_state[KEY + "result"] = (spec, shapes, target.key, result)
+            state.write(P.RESULT, (spec, shapes, target.key, result))
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
             return
-    found = st.session_state.get(KEY + "result")
+    found = state.read(P.RESULT)
     if found is None or found[:3] != (spec, shapes, target.key):
         st.caption("Builds the model as `schedx export` would (records applied, defaults elsewhere), then times "
                    "every kernel call in a fresh process.")
@@ -150,11 +151,11 @@ def sweep_tab(spec: str, target) -> None:
             result = run_sweep(SweepSpec(workload=spec, batches=tuple(sizes), target=target, db=db_path(),
                                          trials=int(trials), runs=int(runs)),
                                progress=lambda stage, frac: bar.progress(min(1.0, frac), text=stage))
-            st.session_state[KEY + "sweep_result"] = (spec, target.key, result)
+            state.write(P.SWEEP_RESULT, (spec, target.key, result))
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
         bar.empty()
-    found = st.session_state.get(KEY + "sweep_result")
+    found = state.read(P.SWEEP_RESULT)
     if found is not None and found[:2] == (spec, target.key):
         st.plotly_chart(sweep_figure(found[2]), width="stretch", key=KEY + "sweep_fig")
         st.dataframe([p.to_dict() for p in found[2].points], hide_index=True, width="stretch")
@@ -173,11 +174,11 @@ def quantize_tab(spec: str, shapes: str | None) -> None:
             with st.spinner("Calibrating with ONNX Runtime's quantizer, then timing both models…"):
                 qdq, report = quantize_model(model_onnx(spec)[0], shapes=shapes, calibrate=int(calibrate),
                                              eval_samples=int(evaluate), activations=activations)
-            st.session_state[KEY + "qdq"] = (spec, qdq.SerializeToString(), report)
+            state.write(P.QDQ, (spec, qdq.SerializeToString(), report))
         except ExplorerError as err:
             st.error(str(err))
             return
-    found = st.session_state.get(KEY + "qdq")
+    found = state.read(P.QDQ)
     if found is None or found[0] != spec:
         return
     _, data, report = found

@@ -26,7 +26,7 @@ from search.decisions import schedule_name
 def choose_kernel() -> Kernel | None:
     sb = st.sidebar
     sb.header("Kernel")
-    handed = st.session_state.get(state.GRAPH_KERNEL)  # a kernel opened from the Graph & passes page
+    handed = state.read(state.GRAPH_KERNEL)  # a kernel opened from the Graph & passes page
     if handed is not None and sb.toggle(_handed_label(handed), key=state.USE_GRAPH_KERNEL):
         return handed
     source = sb.radio("Source", ["Built-in", "From a model"], key=state.KERNEL_SOURCE, horizontal=True)
@@ -63,7 +63,7 @@ def _handed_label(kernel: Kernel) -> str:
 
 
 def session_for(kernel: Kernel) -> ScheduleSession:
-    sessions = st.session_state.setdefault(state.SCHEDULE_SESSIONS, {})
+    sessions = state.kept(state.SCHEDULE_SESSIONS, dict)
     if kernel.info.spec not in sessions:
         sessions[kernel.info.spec] = ScheduleSession(kernel.func)
     return sessions[kernel.info.spec]
@@ -71,7 +71,7 @@ def session_for(kernel: Kernel) -> ScheduleSession:
 
 def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
     """One input for one argument, offering only what exists in the current schedule."""
-    key = f"arg_{prim}_{param.name}"
+    key = state.step_arg_key(prim, param.name)
     choices = block_choices(session.schedule)
     loops = all_loops(choices)
     labels = {lp.ref: lp.label for lp in loops}
@@ -93,7 +93,7 @@ def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
         options = [b.name for b in choices] + list(labels)
         return container.selectbox(param.name, options, key=key, format_func=lambda r: labels.get(r, f"block {r}"))
     if param.kind == "factors":
-        loop = next((lp for lp in loops if lp.ref == st.session_state.get(f"arg_{prim}_loop")), None)
+        loop = next((lp for lp in loops if lp.ref == state.read(state.step_arg_key(prim, "loop"))), None)
         text = container.text_input(param.name, "None, 32", key=key, help="comma-separated; one may be None (inferred)"
                                     + (f". {loop.ref} has {loop.extent} iterations; exact factors: "
                                        f"{', '.join(map(str, _divisors(loop.extent))) or 'none (a prime)'}"
@@ -111,7 +111,7 @@ def _param_widget(param: Param, session: ScheduleSession, prim: str, container):
         return container.selectbox(param.name, opts, index=opts.index(param.default) if param.default in opts else 0,
                                    key=key)
     if param.kind == "buffer":
-        block = st.session_state.get(f"arg_{prim}_block") or (choices[0].name if choices else "")
+        block = state.read(state.step_arg_key(prim, "block")) or (choices[0].name if choices else "")
         b = next((c for c in choices if c.name == block), None)
         opts = ([f"read:{i}" for i in range(len(b.reads))] + [f"write:{i}" for i in range(len(b.writes))]) if b else []
         names = {f"read:{i}": f"read:{i} ({n})" for i, n in enumerate(b.reads)} if b else {}
@@ -139,11 +139,11 @@ def step_form(session: ScheduleSession) -> None:
     if st.button("Apply", type="primary", key="apply_step"):
         try:
             session.apply(Step(prim, args))
-            st.session_state.pop(state.STEP_ERROR, None)
+            state.forget(state.STEP_ERROR)
         except (ScheduleError, StepsFileError) as err:
-            st.session_state[state.STEP_ERROR] = (str(err), getattr(err, "tvm_message", ""))
+            state.write(state.STEP_ERROR, (str(err), getattr(err, "tvm_message", "")))
         st.rerun()
-    error = st.session_state.get(state.STEP_ERROR)
+    error = state.read(state.STEP_ERROR)
     if not error and session.cursor and session.last_note:
         st.info(f"Applied. Note: {session.last_note}")
     if error:
@@ -169,9 +169,9 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
                                     f"{'' if i < session.cursor else '~~'}" for i, s in enumerate(session.history)]
     st.markdown("\n".join(f"- {ln}" for ln in lines))
     if session.history:
-        st.session_state[state.JUMP] = session.cursor  # the slider always shows where the session is
+        state.write(state.JUMP, session.cursor)  # the slider always shows where the session is
         st.select_slider("Jump to step", list(range(len(session.history) + 1)), key=state.JUMP,
-                         on_change=lambda: session.jump(st.session_state[state.JUMP]))
+                         on_change=lambda: session.jump(state.read(state.JUMP)))
     with st.expander("Save or load the steps"):  # folded: the code below starts higher on the page
         d1, d2 = st.columns(2)
         d1.download_button("Steps (JSON)", json.dumps({"kernel": kernel.info.spec,
@@ -186,10 +186,10 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
                 steps = parse_steps(upload.getvalue(), upload.name)  # bounded: size, steps, UTF-8, nesting
                 trial = ScheduleSession(kernel.func)
                 trial.apply_all(steps)
-                st.session_state[state.SCHEDULE_SESSIONS][kernel.info.spec] = trial
-                st.session_state.pop(state.STEP_ERROR, None)
+                state.kept(state.SCHEDULE_SESSIONS, dict)[kernel.info.spec] = trial
+                state.forget(state.STEP_ERROR)
             except (ExplorerError, ValueError) as err:
-                st.session_state[state.STEP_ERROR] = (f"steps file refused: {err}", "")
+                state.write(state.STEP_ERROR, (f"steps file refused: {err}", ""))
             st.rerun()
 
 
@@ -233,7 +233,7 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     why = "choose a valid target" if target is None else target.why_not_here()
     if why:
         st.caption(f"Measuring needs a target this machine runs ({why}); the code views still show the target's code.")
-    store = st.session_state.setdefault(state.MEASUREMENTS, {}).setdefault(kernel.info.spec, {"history": []})
+    store = state.kept(state.MEASUREMENTS, dict).setdefault(kernel.info.spec, {"history": []})
     if st.button("Build & measure", type="primary", key="measure", disabled=bool(why)):
         peaks = machine_peaks()
         with st.spinner(f"Building for {target.label}, verifying and timing in a separate process..."):
@@ -306,24 +306,26 @@ def open_record_into_session() -> None:
     try:
         model = kernel_model(spec)
         if model is not None:
-            st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_MODEL] = "From a model", model
-            st.session_state[state.KERNEL_FUSED] = spec
+            state.write(state.KERNEL_SOURCE, "From a model")
+            state.write(state.KERNEL_MODEL, model)
+            state.write(state.KERNEL_FUSED, spec)
             kernel = fused_kernels(model)[spec]
         elif not spec.startswith("record:"):
             name, params = parse_spec(spec)
-            st.session_state[state.KERNEL_SOURCE], st.session_state[state.KERNEL_NAME] = "Built-in", name
+            state.write(state.KERNEL_SOURCE, "Built-in")
+            state.write(state.KERNEL_NAME, name)
             for p, v in params.items():
                 if p != "dtype":
-                    st.session_state[state.param_key(name, p)] = v
+                    state.write(state.param_key(name, p), v)
             kernel = load_kernel(spec)
         else:  # a search task's or an imported record's kernel: its own module, handed to the sidebar
-            name, func = st.session_state[state.RECORD_KERNELS][spec]
+            name, func = state.kept(state.RECORD_KERNELS, dict)[spec]
             kernel = make_kernel(func, name=name, title=f"{name} ({spec})", source=spec, spec=spec, params={})
-            st.session_state[state.GRAPH_KERNEL] = kernel
-            st.session_state[state.USE_GRAPH_KERNEL] = True
+            state.write(state.GRAPH_KERNEL, kernel)
+            state.write(state.USE_GRAPH_KERNEL, True)
         session = ScheduleSession(kernel.func)
         session.apply_all(steps_from_json(steps))
-        st.session_state.setdefault(state.SCHEDULE_SESSIONS, {})[kernel.info.spec] = session
+        state.kept(state.SCHEDULE_SESSIONS, dict)[kernel.info.spec] = session
         st.success(f"Opened the record's {len(steps)} steps on {kernel.info.spec}.")
     except (ExplorerError, KeyError) as err:
         st.error(f"Could not open the record: {err}")

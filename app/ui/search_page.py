@@ -64,8 +64,8 @@ def start_form(store: Store) -> None:
                 with st.spinner("Checking the workload and target…"):
                     valid = prepare(spec)  # the same checks as the CLI: a bad spec never becomes a job
                 job = start(store, valid)
-                st.session_state[state.SEARCH_JOB] = job.id
-                st.session_state[state.JOB_PICK] = job.id  # the picker follows the job just started
+                state.write(state.SEARCH_JOB, job.id)
+                state.write(state.JOB_PICK, job.id)  # the picker follows the job just started
                 st.toast(f"Started job {job.id}")
             except (ExplorerError, StoreError) as err:
                 st.error(str(err))
@@ -81,10 +81,10 @@ def sketches_panel() -> None:
         if st.button("Generate sketches", key="gen_sketches"):
             try:
                 kernel = load_kernel(spec)
-                st.session_state[state.SKETCHES] = (spec, generate_sketches(kernel, host_target()))
+                state.write(state.SKETCHES, (spec, generate_sketches(kernel, host_target())))
             except ExplorerError as err:
                 st.error(str(err))
-        found = st.session_state.get(state.SKETCHES)
+        found = state.read(state.SKETCHES)
         if not found:
             return
         spec, sketches = found
@@ -95,7 +95,7 @@ def sketches_panel() -> None:
             if st.button(f"Sample a schedule from sketch {sk.index} and open it", key=f"sample_{sk.index}"):
                 kernel = load_kernel(spec)
                 steps = sample_schedule(kernel, sk, host_target(), seed=sk.index)
-                st.session_state[state.OPENED] = (kernel.info.spec, [s.to_dict() for s in steps])
+                state.write(state.OPENED, (kernel.info.spec, [s.to_dict() for s in steps]))
                 st.switch_page("ui/schedule.py")
 
 
@@ -117,12 +117,12 @@ def _read(path: str):
         if not jobs:
             return jobs, None, [], {}
         ids = [j.id for j in reversed(jobs)]
-        chosen = st.session_state.get(state.SEARCH_JOB)
-        if st.session_state.get(state.JOB_PICK) not in ids:
-            st.session_state.pop(state.JOB_PICK, None)
+        chosen = state.read(state.SEARCH_JOB)
+        if state.read(state.JOB_PICK) not in ids:
+            state.forget(state.JOB_PICK)
         job_id = st.selectbox("Job", ids, index=ids.index(chosen) if chosen in ids else 0,
                               format_func=lambda i: _job_label(next(j for j in jobs if j.id == i)), key=state.JOB_PICK)
-        st.session_state[state.SEARCH_JOB] = job_id
+        state.write(state.SEARCH_JOB, job_id)
         job = next(j for j in jobs if j.id == job_id)  # the same read as the picker's label
         return jobs, job, store.records(job_id=job_id, order="id"), {w.key: w.name for w in store.workloads()}
 
