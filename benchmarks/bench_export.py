@@ -40,7 +40,7 @@ def out(text: str = "") -> None:
 def hand_records(db_path: Path, model: str) -> int:
     """Measure the hand schedule on every convolution of ``model`` it applies to; store the
     verified ones as manual records. Returns how many were stored."""
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
     from explorer.kernels.kernel import make_kernel
     from explorer.measure import measure
     from explorer.schedule.session import ScheduleSession
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     opts = parser.parse_args()
 
-    from explorer.environment import cpu_info, hardware_fingerprint
+    from explorer.target.environment import cpu_info, hardware_fingerprint
     from export import export_workload
     from export.bench import bench_workload
 

@@ -47,7 +47,7 @@ def out(text: str = "") -> None:
 
 
 def machine() -> dict:
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
     from explorer.target import host_target
 
     avx512_lines = subprocess.run(["grep", "-c", "avx512", "/proc/cpuinfo"], capture_output=True, text=True,

@@ -140,7 +140,7 @@ def resnet(trials: int) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
     from explorer.models import build_onnx, sample_inputs
     from explorer.target import host_target
     from explorer.workload import load_workload

@@ -6,7 +6,7 @@ Layout (``schedx export ... -o DIR``)::
     params.bin      parameters (tvm.runtime.save_param_dict), models only
     inputs.npz      sample inputs, by input name
     reference.npz   the reference's outputs on them (output0, ...)
-    run.py          a loader that needs only apache-tvm and numpy (export/verify_bundle.py)
+    run.py          a loader that needs only apache-tvm and numpy (export/runner/, joined into one file)
     kernels.cu      CUDA bundles: the generated CUDA source (and kernels_sm_XX.cubin from nvcc)
     README.md       how to load and run it
     manifest.json   workload, signature, target, TVM version, records per task, sha256 of each file
@@ -32,6 +32,7 @@ import numpy as np
 
 from export import verify_bundle
 from export.errors import BundleError
+from export.runner.source import write_runner
 
 LIB, PARAMS, INPUTS, REFERENCE, RUNNER, README = "lib.so", "params.bin", "inputs.npz", "reference.npz", "run.py", "README.md"
 MANIFEST = verify_bundle.MANIFEST
@@ -85,6 +86,7 @@ if not os.environ.get("TVM_NUM_THREADS") and not os.environ.get("OMP_NUM_THREADS
     os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                         else os.cpu_count())
 os.environ.setdefault("TVM_BIND_THREADS", "0")  # see below
+# os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")  # where other work keeps the cores busy: see below
 import numpy as np
 import tvm
 from tvm.runtime.vm import VirtualMachine  # TVM's runtime alone is enough (no compiler needed)
@@ -107,6 +109,13 @@ on 2 cores). `run.py` sets it to the cores this process may use unless you set i
 parallel kernel is cut into one fixed chunk per thread, so a pinned worker whose core another
 process holds makes every kernel wait for it (on a busy 2-core machine, 10-100x slower); unpinned,
 the OS runs it on whichever core frees first. On a quiet machine the two are alike.
+
+`TVM_THREAD_POOL_SPIN_COUNT=0` lets an idle worker sleep at once instead of spinning (TVM's default:
+300000 yields) between kernels. Where other processes keep the cores busy, a spinning worker uses up
+its share of the CPU and is run last when a kernel waits for it; a sleeping one is woken promptly
+(MobileNetV2 beside three busy processes on 2 cores: 244 ms with TVM's spin, 69 ms without; ONNX
+Runtime 56 ms). On a quiet machine spinning is faster (7.3 against 9.8 ms), so `run.py` sets it only
+when other processes' threads are runnable as it starts (unless you set it); TVM reads it once.
 
 `main` takes the inputs, then the parameters in the order `manifest.json` lists them. Some are not the
 model's weights as the ONNX file has them: batch-norm folded in (`folded`), or a weight already in the
@@ -153,7 +162,7 @@ def write_bundle(folder: str | Path, *, executable, manifest: dict, inputs: dict
     np.savez(folder / INPUTS, **inputs)
     if references is not None:
         np.savez(folder / REFERENCE, **{f"output{k}": np.asarray(r) for k, r in enumerate(references)})
-    shutil.copyfile(verify_bundle.__file__, folder / RUNNER)
+    write_runner(folder / RUNNER)
     roles = dict(ROLES)
     for name, (role, data) in (extra_files or {}).items():
         (folder / name).write_bytes(data)

@@ -68,7 +68,7 @@ def hardware_for(target: Target, hardware: str | None = AUTO) -> str | None:
     if hardware != AUTO:
         return hardware
     if target.is_host:
-        from explorer.environment import hardware_fingerprint
+        from explorer.target.environment import hardware_fingerprint
 
         return hardware_fingerprint()
     return None

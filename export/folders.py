@@ -23,23 +23,31 @@ destination is missing) or removed (when the new one is in place) by the next ex
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 import os
 import shutil
 from pathlib import Path
 
 from export import verify_bundle
+from export.bundle import ROLES
 from export.errors import BundleError
 
 MANIFEST, SIGNATURE = verify_bundle.MANIFEST, verify_bundle.SIGNATURE
-# names an export may write: a user's file with one of them is never overwritten
-BUNDLE_NAMES = frozenset({"lib.so", "params.bin", "inputs.npz", "reference.npz", "run.py", "README.md", "kernels.cu",
-                          MANIFEST, SIGNATURE})
 _STAGING, _ASIDE = ".partial-", ".replaced-"
 
 
+def bundle_names() -> tuple[str, ...]:
+    """Names (glob patterns) an export may write, a user's file with one of them is never
+    overwritten: every bundle's files, and those each registered target kind's bundle carries
+    (:attr:`explorer.target.Target.bundle_files`: a CUDA bundle's ``kernels.cu``, ...)."""
+    from explorer.target.kinds import target_kinds
+
+    return (*ROLES, MANIFEST, SIGNATURE, *(p for k in target_kinds() for p in k.target_class.bundle_files))
+
+
 def _is_bundle_name(name: str) -> bool:
-    return name in BUNDLE_NAMES or (name.startswith("kernels_") and name.endswith(".cubin"))
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in bundle_names())
 
 
 def bundle_owned(folder: Path) -> set[str]:
@@ -162,4 +170,4 @@ def publish(staging: Path, folder: Path, *, force: bool = False) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-__all__ = ["BUNDLE_NAMES", "bundle_owned", "check_destination", "publish", "staging_folder"]
+__all__ = ["bundle_names", "bundle_owned", "check_destination", "publish", "staging_folder"]

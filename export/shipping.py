@@ -194,7 +194,7 @@ def _why_none(spec: ShipSpec, choices: tuple[TaskChoice, ...], schedules: Mappin
 def _decide(spec: ShipSpec, chosen: dict[str, TaskSchedule], say: Progress, timer: InModelTimer | None
             ) -> DecisionUsed:
     """The kept decision for this question, else one taken now (and kept where the database can)."""
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
 
     ids = [s.record_id for s in chosen.values()]
     question = {"workload_key": spec.workload.workload_hash(), "target": spec.target.key,

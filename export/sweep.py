@@ -89,7 +89,7 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
     ``db``: the database whose records apply (and where ``trials`` > 0 tunes each shape first);
     None: the default database, if there is one. ``shapes``: the model's symbolic dimensions other
     than the batch (a dynamic batch itself needs nothing)."""
-    from explorer.environment import cpu_info
+    from explorer.target.environment import cpu_info
     from explorer.errors import ExplorerError
     from export.bench import export_row, ort_row
     from export.shipping import ShipSpec, shipped_schedules

@@ -71,7 +71,7 @@ class Verification:
 
 def child_env(threads: int | None) -> dict:
     """The bundle's process environment: ``threads`` TVM threads (default: the usable cores)."""
-    from explorer.environment import threads_env
+    from explorer.target.environment import threads_env
 
     return threads_env(threads)
 

@@ -31,8 +31,8 @@ from tvm import relax, s_tir
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.errors import short_tvm_message
-from explorer.relax_walk import is_constant, kernel_call
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks, weight_positions
+from explorer.ir.relax_walk import is_constant, kernel_call
+from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks, weight_positions
 from export.errors import ExportError
 from export.params import value_digest
 
@@ -147,7 +147,7 @@ def _used_prim_funcs(mod: tvm.IRModule) -> set[str]:
 def _stubbed(mod: tvm.IRModule, held: Mapping[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
     """``mod`` with the kernels in ``held`` emptied: TVM's split of layout rewrites visits every
     kernel and refuses some that have nothing to split: a hand-written one (a recurrent layer's,
-    from :mod:`explorer.kernels.recurrence`: "There should be at least a block in the subtree", from
+    from :mod:`explorer.schedule.defaults.recurrence`: "There should be at least a block in the subtree", from
     its buffers allocated in blocks, though ``s_tir.Schedule`` takes it), an extern call with no
     block at all (TOPI's topk and sort on CPU: "There should be a compute block if there is only
     one subtree under the root"); they have no layout rewrite, and go back in unchanged."""

@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord
 from tvm.s_tir.meta_schedule.database import Workload as MSWorkload
 from tvm.target import Target
 
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 from explorer.target import canonical_target
 from explorer.workload import module_hash, untagged
 from search.records import metaschedule_record, store_workload
@@ -32,7 +32,7 @@ class StoreDatabase(PyDatabase):
     """A MetaSchedule database whose tables are the schedx store.
 
     ``store``: a :class:`store.Store` or a path. ``hardware``: this machine's fingerprint
-    (``explorer.environment.hardware_fingerprint()``); records committed here carry it, and
+    (``explorer.target.environment.hardware_fingerprint()``); records committed here carry it, and
     ``get_top_k`` returns only records measured on it unless ``any_hardware``. ``target_filter``:
     canonical target text that ``get_top_k``/``get_all_tuning_records`` keep to (pass the tuning
     target so a search never warm-starts from another target's records). Committed records get
@@ -105,7 +105,7 @@ class StoreDatabase(PyDatabase):
         if self._environment is not None:
             return self._environment
         if target_text not in self._envs:
-            from explorer.environment import current_environment, hardware_fingerprint
+            from explorer.target.environment import current_environment, hardware_fingerprint
 
             env = current_environment(target_text).to_dict() if self.hardware == hardware_fingerprint() else {}
             self._envs[target_text] = {**env, "hardware": self.hardware}

@@ -84,7 +84,7 @@ class _Worker:
             return
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        from explorer.environment import threads_env  # (imports no TVM)
+        from explorer.target.environment import threads_env  # (imports no TVM)
 
         self.proc = subprocess.Popen([sys.executable, "-m", "search.pool_worker", str(to_child_r), str(from_child_w)],
                                      env=threads_env(),

@@ -11,7 +11,6 @@ warning on every model with a pool)."""
 from __future__ import annotations
 
 POOL_RULES = ("pool_max", "pool_avg", "adaptive_pool_max", "adaptive_pool_avg")
-TARGET_KEYS = ("cpu", "cuda", "gpu")
 
 
 def _default_rules(sch, block):
@@ -21,10 +20,13 @@ def _default_rules(sch, block):
 
 
 def register_pool_rules() -> None:
-    """Register the fallback for every pool rule and target key that has no function yet (idempotent)."""
+    """Register the fallback for every pool rule and every registered target kind's TVM keys
+    (:func:`explorer.target.kinds.tvm_target_keys`) that has no function yet (idempotent)."""
     import tvm_ffi
 
-    for key in TARGET_KEYS:
+    from explorer.target.kinds import tvm_target_keys
+
+    for key in tvm_target_keys():
         for rule in POOL_RULES:
             name = f"s_tir.meta_schedule.{key}.meta_schedule.{rule}"
             if tvm_ffi.get_global_func(name, allow_missing=True) is None:

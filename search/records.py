@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.ir import IRModule
 from tvm.tirx import PrimFunc
 
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 from explorer.workload import as_task_module, describe_module, module_from_b64, module_to_b64
 from search.ledger import Candidate
 from store import Record, Workload

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import tvm
 
 from explorer.kernels import Kernel
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import trace_to_steps
 from explorer.target import Target, parse_target

@@ -1,10 +1,10 @@
-"""numpy reference of a recurrence kernel (explorer.kernels.recurrence), ONNX's equations."""
+"""numpy reference of a recurrence kernel (explorer.schedule.defaults.recurrence), ONNX's equations."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from explorer.kernels.recurrence import RecurrenceSpec
+from explorer.schedule.defaults.recurrence import RecurrenceSpec
 
 
 def _act(name: str, x: np.ndarray, clip: float | None) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 explorer never imports store, search, export or app (but ``store.outcome``, the one vocabulary of
 how a measurement ends, ``store.values``, the one ``to_dict`` of values that cross rooms, and
-``export.verify_bundle``, the one rule that compares outputs, which a bundle's run.py carries: all
+``export.runner.compare``, the one rule that compares outputs, which a bundle's run.py carries: all
 three import nothing of schedx); store never imports TVM; only app imports
 streamlit or click. No two modules import each other (at any depth of a function), no concept
 is defined twice (one ``Task``, one target parser), and libraries never print.
@@ -37,9 +37,9 @@ def _sources():
 
 
 # modules a room may import although their package is forbidden to it: each imports nothing of schedx
-# (export.verify_bundle, the bundle's run.py, is where the output comparison rule is written once;
-# store.values, the one to_dict/from_dict of values that cross rooms)
-ALLOWED = {"explorer": {"store.outcome", "store.values", "export.verify_bundle"}}
+# (export.runner.compare, part of every bundle's run.py, is where the output comparison rule is written once;
+# store.values, the one to_dict/from_dict of values that cross rooms; store.lazy, the one lazy loader)
+ALLOWED = {"explorer": {"store.outcome", "store.values", "store.lazy", "export.runner.compare"}}
 
 
 def _imports(path: Path, allowed: set[str] = frozenset()) -> set[str]:
@@ -147,7 +147,7 @@ def test_libraries_never_print():
     offenders = []
     for room in ("explorer", "search", "store", "export"):
         for path in (ROOT / room).rglob("*.py"):
-            if path.name == "verify_bundle.py":  # copied into bundles as run.py: a program, not a library
+            if path.parent == ROOT / "export" / "runner":  # joined into bundles as run.py: a program, not a library
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
@@ -158,8 +158,9 @@ def test_libraries_never_print():
 # words that name a kind of target (or its runtime device) when a string is compared with them
 TARGET_WORDS = {"cpu", "cuda", "llvm", "gpu", "aarch64", "arm64", "x86_64", "x86-64", "rocm", "metal", "vulkan",
                 "opencl", "riscv64"}
-# programs copied into bundles or run beside them without schedx: they read the manifest themselves
-STANDALONE = {"export/verify_bundle.py", "export/gpu_check.py"}
+# programs joined into bundles (a bundle's run.py: export/runner/) or run beside them without schedx: they
+# read the manifest themselves
+STANDALONE = {"export/gpu_check.py", *(f"export/runner/{p.name}" for p in (ROOT / "export" / "runner").glob("*.py"))}
 
 
 def _outside_target_package():
@@ -320,3 +321,59 @@ def test_every_front_end_ships_what_the_one_chooser_answers():
                 if name in CHOOSER_PARTS:
                     behind.append(f"{rel}:{node.lineno}: {name}")
     assert not behind, "ask export.shipping.shipped_schedules instead:\n" + "\n".join(behind)
+
+
+def test_session_state_is_touched_only_in_app_state():
+    """Every session-state key is a named constant and every access one of app/state.py's small
+    functions: a page that reads ``st.session_state`` itself fails here."""
+    raw = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        if path == ROOT / "app" / "state.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = (isinstance(node, ast.Attribute) and node.attr == "session_state") or \
+                (isinstance(node, ast.Constant) and node.value == "session_state")
+            if named:
+                raw.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not raw, "use app/state.py's read/write/take/forget/kept instead:\n" + "\n".join(raw)
+
+
+# explorer's top level holds only what every room of schedx uses; the rest lives in the room that owns it
+# (the where-to-put-what map in explorer/__init__.py)
+EXPLORER_TOP = {"__init__.py", "errors.py", "precision.py", "interrupts.py", "temp_dirs.py", "processes.py",
+                "fault_points.py", "tvm_fast.py"}
+DEFAULTS = "explorer/schedule/defaults/"
+
+
+def test_explorer_top_level_holds_only_cross_cutting_modules():
+    loose = sorted({p.name for p in (ROOT / "explorer").glob("*.py")} - EXPLORER_TOP)
+    assert not loose, f"move {loose} to the room of explorer that owns it (explorer/__init__.py says where)"
+
+
+def test_every_default_rule_lives_in_the_defaults_package():
+    """A default schedule rule (CPU, GPU, int8, bf16, recurrent) is in ``explorer/schedule/defaults/``:
+    nothing else uses dlight's rules, defines a table of ``RULES`` or a function that applies or
+    picks a default schedule, or writes a recurrent layer's kernel for a target."""
+    offenders = []
+    for _, path in _sources():
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(DEFAULTS):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and "dlight" in node.module.split(".") + \
+                    [a.name for a in node.names]:
+                offenders.append(f"{rel}:{node.lineno}: imports dlight")
+            if isinstance(node, ast.ImportFrom) and node.module == "explorer.schedule.defaults.recurrence" and \
+                    any(a.name in ("for_target", "cpu_recurrence") for a in node.names) and \
+                    not rel.startswith("explorer/models/"):  # the importer emits the kernel of a spec
+                offenders.append(f"{rel}:{node.lineno}: writes a recurrent kernel")
+        for node in tree.body:
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            names += [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else []
+            if "RULES" in names:
+                offenders.append(f"{rel}:{node.lineno}: a table of default RULES")
+            if isinstance(node, ast.FunctionDef) and (node.name in ("default_schedule", "safe_default") or
+                                                      (node.name.startswith("apply_") and "default" in node.name)):
+                offenders.append(f"{rel}:{node.lineno}: {node.name}")
+    assert not offenders, f"default rules belong in {DEFAULTS}:\n" + "\n".join(offenders)

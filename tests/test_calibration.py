@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from explorer.machine_load import MachineLoad
+from explorer.measure.machine_load import MachineLoad
 from explorer.measure import peak_check, peak_kernel
 from explorer.schedule.codegen import asm_stats, hot_loop
 from explorer.target import host_target, parse_target
@@ -85,7 +85,7 @@ def test_the_peak_kernel_is_timed_in_a_child_with_its_label():
 # -- the calibration: provisional on a busy machine, measured again when quiet ---------------------
 
 def _load(monkeypatch, other_cores: float) -> None:
-    import explorer.machine_load as ml
+    import explorer.measure.machine_load as ml
 
     monkeypatch.setattr(ml, "machine_load", lambda sample_s=0.3: MachineLoad(other_cores, 2))
 
@@ -145,7 +145,7 @@ def test_the_summary_names_the_fma_kernel_numpy_and_the_copy():
 
 def _fixed_peaks(monkeypatch, *figures: float) -> list:
     """Calibrations measure ``figures`` in turn (this machine's fingerprint, quiet)."""
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
 
     calls = []
 

@@ -26,8 +26,9 @@ from explorer.schedule.defaults import (
 )
 from explorer.schedule.defaults import apply as defaults_apply
 from explorer.schedule.defaults.apply import RULE_ATTR, SCHEDULED_ATTR
+from explorer.schedule.defaults.variant import DefaultVariant
 from explorer.target import host_target, parse_target
-from explorer.tir_walk import blocks
+from explorer.ir.tir_walk import blocks
 from explorer.workload import load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,14 +102,14 @@ def test_any_kernel_gets_a_schedule_that_computes_right():
 def test_a_rule_that_fails_falls_back_to_a_simpler_one(monkeypatch):
     func = load_workload("small_cnn").tasks()[0].mod["main"]
 
-    def broken(func, cpu):
+    def broken(func, cpu, variant=None):
         raise tvm.s_tir.ScheduleError("a rule that does not fit")
 
-    monkeypatch.setattr(defaults_apply, "RULES", (("full", broken), ("safe", defaults_apply._safe)))
+    monkeypatch.setattr(defaults_apply, "tiled", broken)  # every row of the full rule
     scheduled, choice = default_schedule(func, AVX512)
     assert choice.rule == "safe" and "a rule that does not fit" in choice.fallback_reason
     assert "parallel" in scheduled.script()
-    monkeypatch.setattr(defaults_apply, "RULES", (("full", broken),))
+    monkeypatch.setattr(defaults_apply, "RULES", (("full", DefaultVariant()),))
     scheduled, choice = default_schedule(func, AVX512)
     assert choice.rule == "none" and scheduled.same_as(func)
 

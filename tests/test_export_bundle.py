@@ -130,7 +130,7 @@ def test_bundle_runner_leaves_tvm_workers_unpinned_unless_told(cnn_bundle):
     and keep a value the user set."""
     import os
 
-    from explorer.environment import BIND_THREADS, threads_env
+    from explorer.target.environment import BIND_THREADS, threads_env
 
     env = {k: v for k, v in os.environ.items() if k != BIND_THREADS}
     runner = [sys.executable, "-I", str(cnn_bundle.folder / "run.py"), "--json", "--without-torch"]

@@ -141,7 +141,7 @@ def test_a_dlight_schedule_that_does_not_build_falls_back_to_the_next_rule():
     import tvm
     from tvm import te, topi
 
-    from explorer.schedule.gpu_defaults import apply_gpu_defaults
+    from explorer.schedule.defaults.gpu import apply_gpu_defaults
 
     x = te.placeholder((1, 7, 7, 544), name="x")
     w = te.placeholder((1, 1, 136, 544), name="w")

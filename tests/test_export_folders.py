@@ -137,3 +137,30 @@ def test_a_real_re_export_keeps_the_users_files(tmp_path):
     export_workload("matmul:M=8,N=16,K=8", "llvm", out, verify=False, layers=False)
     assert read_manifest(out)["workload"]["spec"] == "matmul:M=8,N=16,K=8"
     assert (out / "results" / "run1.csv").read_text() == "a,b\n1,2\n" and (out / "my_notes.txt").read_text() == "mine"
+
+
+def test_the_files_a_registered_kinds_bundle_carries_are_never_overwritten(tmp_path):
+    """The protected names come from the target kinds (a CUDA bundle's ``kernels_sm_XX.cubin``; a
+    new device kind's own files once it is registered), not from a list in export/folders.py."""
+    from typing import ClassVar
+
+    from explorer.target import Target, TargetKind
+    from explorer.target.kinds import kind_registered
+
+    class ToyTarget(Target):
+        bundle_files: ClassVar[tuple[str, ...]] = ("toy_*.bin",)
+
+    class ToyKind(TargetKind):
+        name, target_class, words, json_kinds = "toy-device", ToyTarget, ("toydev",), ("toydev",)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "toy_kernels.bin").write_text("mine")
+    check_destination(out, force=True)  # no kind writes it: forced, the export goes beside it
+    (out / "kernels_sm_90.cubin").write_text("mine")
+    with pytest.raises(BundleError, match="kernels_sm_90.cubin"):
+        check_destination(out, force=True)
+    (out / "kernels_sm_90.cubin").unlink()
+    with kind_registered(ToyKind()), pytest.raises(BundleError, match="toy_kernels.bin"):
+        check_destination(out, force=True)
+    assert (out / "toy_kernels.bin").read_text() == "mine"

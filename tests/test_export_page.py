@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
 from explorer.target import canonical_target, host_target

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
 from explorer.target import canonical_target, host_target, parse_target

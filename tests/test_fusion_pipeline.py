@@ -104,7 +104,7 @@ def test_resnet18_kernels_have_weights_prepared_at_build_time():
 
 
 def _constants(func) -> list[np.ndarray]:
-    from explorer.relax_walk import iter_bindings
+    from explorer.ir.relax_walk import iter_bindings
 
     out = []
     for b in iter_bindings(func):
@@ -162,7 +162,7 @@ def test_numpy_folding_equals_tvms_fold_constant():
 
 
 def _constants_of(mod: tvm.IRModule) -> list[np.ndarray]:
-    from explorer.relax_walk import iter_bindings
+    from explorer.ir.relax_walk import iter_bindings
 
     out = []
     for b in iter_bindings(mod["main"]):

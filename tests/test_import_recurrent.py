@@ -1,6 +1,6 @@
 """LSTM, GRU and RNN rewritten for TVM. Unrolled into plain operators, the rewrite is checked
 against ONNX Runtime (ONNX to ONNX, many variants, cheap); as imported (every step of a layer in
-one kernel, :mod:`explorer.kernels.recurrence`), models are built with TVM and checked too."""
+one kernel, :mod:`explorer.schedule.defaults.recurrence`), models are built with TVM and checked too."""
 
 from __future__ import annotations
 

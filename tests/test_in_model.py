@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import cli
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
 from explorer.target import canonical_target, host_target

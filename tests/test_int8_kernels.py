@@ -159,7 +159,7 @@ def test_a_strided_convolution_is_offered_only_the_one_row_intrinsic():
 
 
 def _blocks(func):
-    from explorer.tir_walk import blocks
+    from explorer.ir.tir_walk import blocks
 
     return blocks(func)
 

@@ -109,8 +109,8 @@ def test_a_weight_wider_than_the_tile_is_packed_at_build_time_for_every_target(i
     """A MatMul by a 256x1024 initializer: its kernel reads the weight in panels one register tile
     wide (16 floats on AVX2 and NEON, 64 on AVX-512), folded into the parameter at build
     time: no packing is left in the kernels, whatever the target."""
-    from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
-    from explorer.relax_walk import prim_funcs
+    from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
+    from explorer.ir.relax_walk import prim_funcs
     from export.build import prepare
     from tests.test_weight_layouts import _matmul_model
 

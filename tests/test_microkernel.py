@@ -116,7 +116,7 @@ def _spaces(kernel):
 def test_the_rule_makes_sketches_around_the_kernel_and_samples_verify():
     from tvm import s_tir
 
-    from explorer.plain import to_plain
+    from explorer.ir.plain import to_plain
     from explorer.schedule.session import ScheduleSession
     from explorer.schedule.trace import trace_to_steps
 

@@ -129,7 +129,7 @@ def test_a_product_to_three_columns_copies_its_input_once_straight_into_panels(i
     """Rows as the vector axis read the input across its rows: the copy laid out for them was
     then packed into panels, a second copy per call (the first one a serial transpose: 2.3 ms of
     a NeRF's 6.3). The two are one copy now, parallel and vectorized."""
-    from explorer.tir_walk import blocks
+    from explorer.ir.tir_walk import blocks
 
     target = parse_target(TARGETS[isa])
     cpu = target.cpu_spec()

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
+from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from explorer.workload import load_workload
 from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
 

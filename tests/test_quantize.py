@@ -192,7 +192,7 @@ def test_weights_are_7_bit_wherever_the_int8_kernels_add_products_in_pairs(monke
     8-bit weights kept every convolution off the micro-kernel (none fits the pairwise int16 sum)."""
     import platform
 
-    from explorer.environment import FLAGS_OVERRIDE
+    from explorer.target.environment import FLAGS_OVERRIDE
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("reduce_range is an x86 matter")

@@ -1,4 +1,4 @@
-"""A recurrent layer's sequence kernel (explorer.kernels.recurrence): its values against numpy,
+"""A recurrent layer's sequence kernel (explorer.schedule.defaults.recurrence): its values against numpy,
 the register tiles a target's vector width decides (AVX2 and AVX-512 builds, compile only), the
 GPU variant through nvcc-free CUDA code generation, and the swaps a build makes."""
 
@@ -11,7 +11,7 @@ import pytest
 import tvm
 
 from explorer.errors import ExplorerError
-from explorer.kernels.recurrence import (
+from explorer.schedule.defaults.recurrence import (
     RecurrenceSpec,
     cpu_recurrence,
     for_target,

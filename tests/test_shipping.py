@@ -69,7 +69,7 @@ def db(tmp_path):
 @pytest.fixture
 def this_machine(monkeypatch):
     """The hardware fingerprint decisions are keyed by, set by the test (``set(name)``)."""
-    import explorer.environment as environment
+    import explorer.target.environment as environment
 
     def use(name: str) -> None:
         monkeypatch.setattr(environment, "hardware_fingerprint", lambda: name)

@@ -15,7 +15,7 @@ from tvm import te  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from explorer.plain import to_plain  # noqa: E402
+from explorer.ir.plain import to_plain  # noqa: E402
 from explorer.target import canonical_target  # noqa: E402
 from explorer.workload import as_task_module, workload_key  # noqa: E402
 from search.ms_database import StoreDatabase  # noqa: E402

@@ -56,7 +56,7 @@ def test_leaderboard_shows_records(tmp_path):
 def _search_record_db(path) -> int:
     """A database as `schedx tune matmul:...` leaves it: the task's workload (its module, no kernel
     spec) and a search record that holds only a MetaSchedule trace."""
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
     from explorer.schedule.defaults import CpuSpec, default_schedule
     from explorer.workload import kernel_task, load_kernel
     from search.records import task_workload

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import state
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from store import Record, Store, Workload
 from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
 

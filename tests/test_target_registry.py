@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from explorer.environment import read_cpuinfo_flags
+from explorer.target.environment import read_cpuinfo_flags
 from explorer.target import (CPU_ARCHES, CpuArch, DeviceCode, Target, TargetError, TargetKind, arch_registered,
                              intrinsics_of, kind_registered, parse_target, spec_help, target_choices,
                              targets_overview)

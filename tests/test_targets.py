@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from explorer.environment import cpu_flags
+from explorer.target.environment import cpu_flags
 from explorer.errors import ExplorerError
 from explorer.target import TargetError, detect_host, host_cpu, host_target, parse_target
 from explorer.target import features as isa
@@ -49,7 +49,7 @@ def test_a_machine_that_hides_features_gets_a_target_without_them(hidden, gone):
 
 @needs_x86
 def test_host_override_through_the_environment_changes_target_and_fingerprint(monkeypatch):
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
 
     monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(_without(("avx512",))))
     t = host_target()

@@ -1,5 +1,5 @@
 from explorer.passes import run_pipeline
-from explorer.textdiff import diff_scripts, side_by_side, split_functions, unified
+from explorer.passes.textdiff import diff_scripts, side_by_side, split_functions, unified
 
 
 def test_split_and_diff_per_function(tiny_module):
@@ -33,7 +33,7 @@ def test_side_by_side_rows():
 
 
 def test_inline_changes_mark_only_what_differs():
-    from explorer.textdiff import inline_changes
+    from explorer.passes.textdiff import inline_changes
 
     left, right = inline_changes("x = T.int64(64) + y", "x = T.int64(56) + y")
     assert "".join(t for t, _ in left) == "x = T.int64(64) + y"

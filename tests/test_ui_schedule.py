@@ -105,7 +105,7 @@ def test_a_default_record_opens_as_the_steps_of_its_trace(tmp_path):
     """A default schedule the search measured is stored with its trace only (a tail of rows:
     loop_partition, caches that share a name); the Leaderboard's "open" shows it as steps that
     rebuild it, with the partitioned nest in the loop tree."""
-    from explorer.environment import hardware_fingerprint
+    from explorer.target.environment import hardware_fingerprint
     from explorer.schedule.defaults import CpuSpec, default_schedule
     from explorer.workload import load_kernel
     from search.records import store_workload

@@ -9,10 +9,10 @@ import pytest
 import tvm
 from tvm import relax, topi
 
-from explorer.relax_walk import iter_bindings, prim_funcs
+from explorer.ir.relax_walk import iter_bindings, prim_funcs
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.target import host_target, parse_target
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
+from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from explorer.workload import load_kernel, load_workload
 from explorer.passes.weight_buffers import WEIGHTS_ATTR, constant_arguments, mark_weights, weight_positions
 

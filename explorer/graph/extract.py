@@ -23,7 +23,7 @@ import networkx as nx
 import tvm
 from tvm import relax
 
-from explorer.relax_walk import (
+from explorer.ir.relax_walk import (
     callee_name,
     flatten_args,
     is_constant,

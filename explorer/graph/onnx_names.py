@@ -237,7 +237,7 @@ def traced_from_onnx(model: onnx.ModelProto, shape_dict: Mapping | None = None,
 
 def _same_bindings(a: tvm.IRModule, b: tvm.IRModule) -> bool:
     """Both ``main`` functions bind the same names to calls of the same operators, in order."""
-    from explorer.relax_walk import callee_name
+    from explorer.ir.relax_walk import callee_name
 
     def sig(mod):
         return [(x.var.name, callee_name(x.value) if isinstance(x.value, relax.Call) else type(x.value).__name__)

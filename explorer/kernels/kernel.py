@@ -10,8 +10,8 @@ import numpy as np
 import tvm
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from explorer.relax_walk import dtype_bytes
-from explorer.tir_walk import blocks
+from explorer.ir.relax_walk import dtype_bytes
+from explorer.ir.tir_walk import blocks
 
 
 MODEL_SOURCE = "model:"  # a model's fused kernel: source "model:NAME"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tvm
 
-from explorer.environment import current_environment
+from explorer.target.environment import current_environment
 from explorer.kernels import Kernel
 from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.memory import MemoryLimitError

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 
 VERSION = 1
 

@@ -9,7 +9,7 @@ on an fp32 matmul (2048^3, all cores, OpenBLAS pins lifted). Peak bandwidth is a
 Cache contract: one JSON file per hardware fingerprint in ``$XDG_CACHE_HOME/schedx/calibration``,
 written atomically (other processes on the machine read it meanwhile). A calibration of another
 :data:`CALIBRATION_VERSION` is measured again. One taken while other work kept the machine busy
-(:class:`explorer.machine_load.MachineLoad`) is *provisional*: it is measured again the first
+(:class:`explorer.measure.machine_load.MachineLoad`) is *provisional*: it is measured again the first
 time it is asked for on a quiet machine. A kernel measured above the peak raises it
 (:func:`explorer.measure.peak_check.within_peak`): the raised figure names that kernel and
 survives later measurements that come out lower.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 
 # 2: numpy measured without OpenBLAS core pins; 3: the FMA peak kernel beside numpy (best of
 # both), the load at calibration time, provisional when busy, raised by kernels measured above it
@@ -134,7 +134,7 @@ def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int 
     """Run the calibration benchmarks (several seconds on two cores): the FMA peak kernel (in a
     child process; ``fma=False`` skips it), numpy's sgemm and an array copy, each the best of
     ``repeats`` runs, with the machine's load sampled before and after."""
-    from explorer.machine_load import machine_load
+    from explorer.measure.machine_load import machine_load
     from explorer.measure.peak_kernel import measure_in_child
 
     load = machine_load()
@@ -196,7 +196,7 @@ def calibration(*, refresh: bool = False) -> Calibration:
     if cached is None or refresh:
         return _remeasured(cached)
     if cached.provisional and time.monotonic() - _quiet_checked.get(hw, -QUIET_RECHECK_S) >= QUIET_RECHECK_S:
-        from explorer.machine_load import machine_load
+        from explorer.measure.machine_load import machine_load
 
         _quiet_checked[hw] = time.monotonic()
         if not machine_load().busy:

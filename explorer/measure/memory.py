@@ -80,7 +80,7 @@ def search_bytes(input_bytes: int, output_bytes: int) -> int:
 
 def buffer_bytes(specs: Iterable[tuple[tuple[int, ...], str, bool]]) -> tuple[int, int]:
     """``(input bytes, output bytes)`` of ``(shape, dtype, is_output)`` buffer specs."""
-    from explorer.relax_walk import dtype_bytes
+    from explorer.ir.relax_walk import dtype_bytes
 
     inputs = outputs = 0
     for shape, dtype, is_output in specs:

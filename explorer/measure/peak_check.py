@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from explorer.environment import hardware_fingerprint
+from explorer.target.environment import hardware_fingerprint
 from explorer.measure.calibration import Calibration, calibration, raise_peak
 
 RECALIBRATE_EVERY_S = 600.0  # a process measures the calibration again at most this often

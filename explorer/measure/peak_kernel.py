@@ -139,7 +139,7 @@ def measure_in_child(repeats: int = 5, timeout: float = 300.0) -> dict:
     import subprocess
     from pathlib import Path
 
-    from explorer.environment import threads_env
+    from explorer.target.environment import threads_env
 
     try:
         proc = subprocess.run([sys.executable, "-m", "explorer.measure.peak_kernel", str(repeats)],

@@ -10,7 +10,7 @@ of exact zeros accept denormal noise. Earlier schedx divided the error by ``max(
 so a model whose outputs are ~1e-9 passed a 1e-4 tolerance whatever it computed, zeros included.
 Integers compare exactly.
 
-The rule itself is written once, in :mod:`export.verify_bundle` (a bundle's ``run.py``, which
+The rule itself is written once, in :mod:`export.runner.compare` (a bundle's ``run.py``, which
 runs where schedx is not installed, applies it too); this module is its kernel-side face.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from export.verify_bundle import TOLERANCES, compare_outputs, tolerances
+from export.runner.compare import TOLERANCES, compare_outputs, tolerances
 
 # The relative bounds alone, as older callers (and bundle manifests) read them.
 TOLERANCE = {k: v[0] for k, v in TOLERANCES.items()}

@@ -24,7 +24,7 @@ def run_in_child(job: dict, timeout: float) -> MeasureResult:
     """Run :func:`_measure_job` on ``job`` in a fresh interpreter; failures come back as data."""
     base = {"flops": job["flops"], "target": job["target_text"]}
     try:
-        from explorer.environment import threads_env
+        from explorer.target.environment import threads_env
 
         proc = subprocess.run([sys.executable, "-m", "explorer.measure.worker"], input=pickle.dumps(job),
                               capture_output=True, timeout=timeout, check=False, env=threads_env())

@@ -20,7 +20,7 @@ from tvm import relax, tirx
 from tvm.ir import TensorLoad  # what tirx.BufferLoad(...) builds
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.tir_walk import blocks
+from explorer.ir.tir_walk import blocks
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CLIP = tvm.ir.Op.get("relax.clip")

@@ -87,7 +87,7 @@ def _channels_last(call: relax.Call, bb: relax.BlockBuilder) -> relax.Expr | Non
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:
-    from explorer.relax_walk import iter_bindings
+    from explorer.ir.relax_walk import iter_bindings
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):

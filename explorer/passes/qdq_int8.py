@@ -38,7 +38,7 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.relax_walk import is_constant, iter_bindings, tensor_info
+from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.schedule.int8_dot import PANEL, ROW_STRIDE_ATTR, WEIGHT_MAX_ATTR
 
 _OP = tvm.ir.Op.get

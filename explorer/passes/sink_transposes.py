@@ -24,7 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.relax_walk import is_constant
+from explorer.ir.relax_walk import is_constant
 
 _PERMUTE = "relax.permute_dims"
 _UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "nn.leakyrelu", "sigmoid", "tanh", "exp", "round", "floor",

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 from explorer.graph.extract import op_family
-from explorer.relax_walk import (
+from explorer.ir.relax_walk import (
     callee_name, flatten_args, is_constant, is_primitive, iter_bindings, prim_funcs, relax_functions,
     tensor_bytes,
 )

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import tvm
 
-from explorer.relax_walk import is_constant, iter_bindings, kernel_call, relax_functions
-from explorer.tir_walk import WEIGHTS_ATTR, weight_positions
+from explorer.ir.relax_walk import is_constant, iter_bindings, kernel_call, relax_functions
+from explorer.ir.tir_walk import WEIGHTS_ATTR, weight_positions
 
 
 def _kernel_calls(mod: tvm.IRModule):

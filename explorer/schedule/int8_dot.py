@@ -237,7 +237,7 @@ def _only_fitting(dot: Int8Dot, inner):
 
 def has_int8_kernel(func) -> bool:
     """Whether a PrimFunc holds a block the QDQ pass made (one a search tiles around these)."""
-    from explorer.tir_walk import blocks
+    from explorer.ir.tir_walk import blocks
 
     return any(weight_max(b) is not None for b in blocks(func))
 

@@ -78,7 +78,7 @@ def _decompose_reduction(sch, a):
     from tvm.tirx.analysis import undefined_vars
 
     from explorer.schedule.errors import ScheduleError
-    from explorer.tir_walk import walk
+    from explorer.ir.tir_walk import walk
 
     block, loop = resolve_block(sch, a["block"]), resolve_loop(sch, a["loop"])
     loops, target = sch.get_loops(block), sch.get(loop)

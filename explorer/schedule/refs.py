@@ -15,7 +15,7 @@ def block_refs(func) -> list[tuple[s_tir.SBlock, str]]:
     each part gets the same name)."""
     from collections import Counter
 
-    from explorer.tir_walk import blocks
+    from explorer.ir.tir_walk import blocks
 
     found = blocks(func)
     counts, seen, out = Counter(b.name_hint for b in found), Counter(), []

@@ -17,7 +17,7 @@ from tvm import s_tir, tirx
 
 from explorer.schedule.defaults.tiling import STACK_BYTES
 from explorer.schedule.steps import Step
-from explorer.tir_walk import children
+from explorer.ir.tir_walk import children
 
 # Scopes that are only memory on a CPU: the code generator keeps a "global" buffer under
 # kMaxStackAlloca (STACK_BYTES) on the stack and allocates any other from the workspace.

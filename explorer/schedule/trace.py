@@ -15,7 +15,7 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir.schedule import ExprRV, LoopRV, SBlockRV
 
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 from explorer.schedule.index_map import index_map_text
 from explorer.schedule.intrinsics import register_for_trace
 from explorer.schedule.refs import block_ref, loop_ref

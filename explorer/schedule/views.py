@@ -165,7 +165,7 @@ def tiling(func: tirx.PrimFunc, block_name: str) -> list[AxisTiling]:
 def main_block(func: tirx.PrimFunc) -> str | None:
     """The block worth looking at first: the one with the largest iteration space (a reduction
     breaks ties), e.g. ``C`` of a matmul or ``conv2d_nchw`` of a conv."""
-    from explorer.tir_walk import blocks
+    from explorer.ir.tir_walk import blocks
 
     best, best_key, refs = None, None, block_refs(func)
     for b in blocks(func):

@@ -14,7 +14,7 @@ _ALWAYS_KEPT = ("kind", "mcpu", "arch")  # identify the hardware even when equal
 def _kind_defaults(kind: str) -> dict:
     import tvm
 
-    from explorer.plain import to_plain
+    from explorer.ir.plain import to_plain
 
     return to_plain(tvm.target.Target({"kind": kind}).export())
 
@@ -35,7 +35,7 @@ def _strip_defaults(config: dict) -> dict:
 def _canonical_text(config_text: str) -> str:
     import tvm
 
-    from explorer.plain import to_plain
+    from explorer.ir.plain import to_plain
 
     config = to_plain(tvm.target.Target(json.loads(config_text)).export())
     return json.dumps(_strip_defaults(config), sort_keys=True)
@@ -46,7 +46,7 @@ def canonical_target(target: object) -> str:
     target of its kind has (``tag``, default ``keys``, the default triple):
     ``{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}``. Equal targets give equal text, however
     they were written (a :class:`explorer.target.Target`, TVM's object, a dict or JSON text)."""
-    from explorer.plain import to_plain
+    from explorer.ir.plain import to_plain
 
     if isinstance(target, Mapping):
         config = to_plain(target)

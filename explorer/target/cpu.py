@@ -189,6 +189,7 @@ class CpuKind(TargetKind):
     name = "cpu"
     target_class = CpuTarget
     json_kinds = ("llvm",)
+    tvm_keys = ("cpu",)  # every CPU target's last key (aarch64's are arm_cpu, cpu)
     title = "CPUs"
     help_here = "cpu (this machine, the default), cpu:MCPU, cpu:MCPU+feat,-feat"
 

@@ -36,6 +36,7 @@ class CudaTarget(Target):
         "compiler needed, a runtime-only TVM will do); on another GPU it compiles the source for it, with "
         "NVRTC (`pip install cuda-python`) or nvcc (`TVM_CUDA_COMPILE_MODE=nvcc`). On the machine with the "
         "GPU: `python -m export.gpu_check .` (schedx) or `python run.py --device cuda`.")
+    bundle_files: ClassVar[tuple[str, ...]] = ("kernels.cu", "kernels_*.cubin")  # what device_code adds
 
     @property
     def label(self) -> str:
@@ -76,8 +77,8 @@ class CudaTarget(Target):
         return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
 
     def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
-        """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.gpu_defaults`)."""
-        from explorer.schedule.gpu_defaults import apply_gpu_defaults
+        """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.defaults.gpu`)."""
+        from explorer.schedule.defaults.gpu import apply_gpu_defaults
 
         return apply_gpu_defaults(mod, tvm_target)
 
@@ -98,6 +99,7 @@ class CudaKind(TargetKind):
     target_class = CudaTarget
     words = ("cuda",)
     json_kinds = ("cuda",)
+    tvm_keys = ("cuda", "gpu")
     help = "cuda, cuda:sm_XX"
     choices = ("cuda:sm_80", "cuda:sm_90")
     title = "CUDA (--target cuda:sm_XX; code is checked and compiled with nvcc, run on a GPU machine)"

@@ -18,7 +18,7 @@ import tvm
 from tvm import tirx
 
 from explorer.errors import short_tvm_message
-from explorer.tir_walk import walk
+from explorer.ir.tir_walk import walk
 
 _KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\(\s*\d+\s*\)\s+)?(\w+)\s*\(")
 

@@ -17,7 +17,7 @@ import functools
 import os
 from dataclasses import asdict, dataclass
 
-from explorer.environment import cpu_flags, cpu_info
+from explorer.target.environment import cpu_flags, cpu_info
 from explorer.target import features as isa
 
 

@@ -14,7 +14,8 @@ class TargetKind:
     ``cuda:sm_80``); ``json_kinds``: TVM's kinds in a JSON target; ``help``: its spellings for
     ``--target`` help, ``help_here``: those whose code this machine may run ("": none);
     ``choices``: spellings a picker offers; ``title``: its heading in ``schedx targets``;
-    ``intrinsic_modules``: the ``tvm.s_tir.tensor_intrin`` submodules its code may use."""
+    ``intrinsic_modules``: the ``tvm.s_tir.tensor_intrin`` submodules its code may use;
+    ``tvm_keys``: the keys TVM gives its targets (what MetaSchedule looks custom rules up by)."""
 
     name: str = ""
     target_class: type[Target] = Target
@@ -25,6 +26,7 @@ class TargetKind:
     choices: tuple[str, ...] = ()
     title: str = ""
     intrinsic_modules: tuple[str, ...] = ()
+    tvm_keys: tuple[str, ...] = ()
 
     def parse(self, text: str, head: str, arg: str, *, cores: int | None) -> Target:
         """The target ``text`` names (``head:arg``); raise :class:`TargetError` naming what is wrong."""

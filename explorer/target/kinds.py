@@ -79,10 +79,15 @@ def spec_help(scope: str = "all") -> str:
     return ", ".join(k.help_here if scope == "here" else k.help for k in kinds) + ", or a JSON target"
 
 
+def tvm_target_keys() -> tuple[str, ...]:
+    """The keys TVM gives the targets of every registered kind (``cpu``, ``cuda``, ``gpu``), each once."""
+    return tuple(dict.fromkeys(key for k in target_kinds() for key in k.tvm_keys))
+
+
 def target_choices() -> tuple[str, ...]:
     """Spellings a target picker offers besides this machine's CPU."""
     return tuple(c for k in target_kinds() for c in k.choices)
 
 
 __all__ = ["SCOPES", "TargetKind", "kind_named", "kind_of_json", "kind_of_word", "kind_registered", "register_kind",
-           "spec_help", "target_choices", "target_kinds", "unregister_kind"]
+           "spec_help", "target_choices", "target_kinds", "tvm_target_keys", "unregister_kind"]

@@ -68,6 +68,7 @@ class Target:
     runnable_fix: ClassVar[str] = ""  # what to do when this machine cannot run the code
     run_elsewhere: ClassVar[str] = ""  # where a bundle for it runs instead
     bundle_note: ClassVar[str] = ""  # what a bundle's README says of this kind of target
+    bundle_files: ClassVar[tuple[str, ...]] = ()  # the files (glob patterns) its bundle carries beside every bundle's
 
     # what it is
     @property

@@ -58,7 +58,7 @@ def record_mismatch(target_text: str, hardware: str) -> str:
     """Why a record's target cannot have run on the machine its fingerprint names ("" when it
     can): AVX-512 code measured on a machine whose fingerprint says avx2, or another
     architecture. RPC devices and malformed fingerprints are not judged."""
-    from explorer.environment import read_fingerprint
+    from explorer.target.environment import read_fingerprint
 
     machine = read_fingerprint(hardware)
     if machine is None:

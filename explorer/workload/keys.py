@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm.ir import IRModule
 from tvm.tirx import PrimFunc
 
-from explorer.plain import to_plain
+from explorer.ir.plain import to_plain
 
 # A search tags each task's PrimFunc with its workload key, so that the builder and runner can
 # tell which task a candidate belongs to (scheduling keeps function attributes). Hashes ignore it.

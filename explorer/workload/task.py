@@ -39,7 +39,7 @@ class Task:
     def hand_written(self) -> bool:
         """Written whole by schedx (a recurrent layer's sequence kernel): no search space, and a
         build writes it again for its target."""
-        from explorer.kernels.recurrence import spec_of
+        from explorer.schedule.defaults.recurrence import spec_of
 
         return spec_of(self.mod["main"]) is not None
 
@@ -61,7 +61,7 @@ class Task:
 def _flops(mod: tvm.IRModule) -> int:
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from explorer.kernels.recurrence import spec_of
+    from explorer.schedule.defaults.recurrence import spec_of
 
     spec = spec_of(mod["main"])
     if spec is not None:  # a recurrent layer's: its matrix-vector products (TVM's estimate counts every exp's polynomial)
@@ -76,7 +76,7 @@ def call_counts(mod: tvm.IRModule) -> Counter:
     """How many times ``main`` calls each PrimFunc."""
     from tvm import relax
 
-    from explorer.relax_walk import callee_name, iter_bindings
+    from explorer.ir.relax_walk import callee_name, iter_bindings
 
     counts: Counter = Counter()
     if "main" not in [g.name_hint for g in mod.get_global_vars()]:
@@ -90,7 +90,7 @@ def call_counts(mod: tvm.IRModule) -> Counter:
 def module_tasks(mod: tvm.IRModule, prefix: str = "") -> list[Task]:
     """The tasks of a fused module (the PrimFuncs ``main`` calls, equal ones merged), most work
     first. Task names are ``prefix/func`` with the first such PrimFunc's name."""
-    from explorer.relax_walk import prim_funcs
+    from explorer.ir.relax_walk import prim_funcs
 
     calls = call_counts(mod)
     groups: dict[str, dict] = {}

@@ -1,16 +1,26 @@
-"""Default CPU schedules: what a kernel without a record gets instead of a naive loop nest.
+"""Default schedules: what a kernel without a record gets instead of a naive loop nest, every
+rule in this package, one question per module.
 
-Rules per kind of block, written with :class:`tvm.s_tir.Schedule` primitives and sized from the
-target's vector width, vector registers and cores (:class:`CpuSpec`): cheap blocks inlined,
-reductions register-tiled with their epilogue, everything else parallel and vectorized, and a
-safe fallback for kernels a rule does not fit. See :mod:`.apply` for the order they are tried in.
+- CPU (:mod:`.apply`: the order rules are tried in, as rows of :class:`.variant.DefaultVariant`):
+  cheap blocks inlined (:mod:`.inline`), the biggest reduction register-tiled with its epilogue
+  (:mod:`.tiling`, :mod:`.layouts`, :mod:`.groups`), an int8 kernel around the CPU's dot-product
+  instruction (:mod:`.int8`), a bf16 one around its bf16 instruction (:mod:`.bf16`), every other
+  block parallel and vectorized (:mod:`.simple`), sized from :class:`.machine.CpuSpec`; the
+  variants a search measures beside the default (:mod:`.variants`).
+- a recurrent layer's kernel (LSTM/GRU/RNN steps), written for the target before any rule is
+  tried (:mod:`.recurrence`);
+- GPU: dlight's rules kernel by kernel (:mod:`.gpu`).
+- every kernel's decision as plain data, to compare before and after a change (:mod:`.dump`).
+
+Tensor intrinsics the rules and the search tile around stay beside the schedule primitives
+(``explorer/schedule/int8_dot.py``, ``bf16_dot.py``, ``microkernel.py``). Names load on first use:
+importing a module of this package (a recurrence spec, say) does not import every rule.
 """
 
-from explorer.schedule.defaults.apply import (
-    DefaultChoice,
-    apply_default_schedules,
-    default_schedule,
-)
-from explorer.schedule.defaults.machine import CpuSpec
+from store.lazy import lazy_names
 
-__all__ = ["CpuSpec", "DefaultChoice", "apply_default_schedules", "default_schedule"]
+__getattr__ = lazy_names(__name__, {"CpuSpec": "machine", "DefaultChoice": "apply",
+                                    "apply_default_schedules": "apply", "default_schedule": "apply",
+                                    "DefaultVariant": "variant"})
+
+__all__ = ["CpuSpec", "DefaultChoice", "DefaultVariant", "apply_default_schedules", "default_schedule"]

@@ -16,7 +16,7 @@ nothing wrong with is kept:
 
 A module (:func:`apply_default_schedules`) gets this for each PrimFunc that has no schedule yet
 (no ``tirx.is_scheduled``); equal PrimFuncs are scheduled once. A recurrent layer's kernel
-(:mod:`explorer.kernels.recurrence`) is written again for the CPU's vector width. It takes seconds for ResNet-18.
+(:mod:`.recurrence`) is written again for the CPU's vector width. It takes seconds for ResNet-18.
 """
 
 from __future__ import annotations
@@ -27,19 +27,21 @@ import tvm
 from tvm import s_tir
 
 from explorer.errors import short_tvm_message
-from explorer.kernels.recurrence import for_target as recurrence_for_target
-from explorer.kernels.recurrence import spec_of as recurrence_spec
+from explorer.schedule.defaults.recurrence import for_target as recurrence_for_target
+from explorer.schedule.defaults.recurrence import spec_of as recurrence_spec
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
 from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
+from explorer.schedule.defaults.bf16_conv import scheduled_already
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
 from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
+from explorer.schedule.defaults.variant import DefaultVariant
 from explorer.schedule.lint import problems
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
-RECURRENCE_STEP = "recurrent layer: every step in one kernel, written for the CPU's vector width (explorer.kernels.recurrence)"
+RECURRENCE_STEP = "recurrent layer: every step in one kernel, written for the CPU's vector width (explorer.schedule.defaults.recurrence)"
 RULE_ATTR = "schedx.default_rule"
 
 
@@ -92,10 +94,10 @@ def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
     return not (loops and anchor_loops and sch.get(loops[0]).same_as(sch.get(anchor_loops[0])))
 
 
-def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
-          pixels: bool = True, rank: int = 0) -> tuple[s_tir.Schedule, list[str]]:
-    """The ``full`` rule: producers and epilogues inlined, the reduction register-tiled (``tails``,
-    ``pixels`` and ``rank`` pick among its variants, :mod:`.variants`), the schedule and its steps."""
+def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = DefaultVariant()
+          ) -> tuple[s_tir.Schedule, list[str]]:
+    """The ``full`` rule: producers and epilogues inlined, the reduction register-tiled (``variant``
+    picks among its choices, :mod:`.variant`), the schedule and its steps."""
     sch = _fresh(func)
     inline_producers(sch)
     inline_epilogues(sch)
@@ -112,14 +114,15 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, tails: bool = True,
         except NotApplicable as why:
             steps.append(f"{name}: no dot-product intrinsic ({why})")
         else:
-            names.remove(name)
+            names = [n for n in names if n != name and not scheduled_already(sch, n)]  # (a bf16 conv's packing)
             anchor = None
     if anchor is not None:
         name = sch.get(anchor).name_hint
         try:
-            steps.append(tile_reduction(sch, anchor, cpu, tails=tails, pixels=pixels, rank=rank))
+            steps.append(tile_reduction(sch, anchor, cpu, tails=variant.tails, pixels=variant.pixels,
+                                        rank=variant.rank))
         except NotApplicable:
-            if rank:  # a tile the ranking does not have: no such variant (the best one stays the default)
+            if variant.rank:  # a tile the ranking does not have: no such variant (the best one stays the default)
                 raise
         else:  # the epilogue it took in is under its loops now (a padding stays at the root); the rest remain
             names.remove(name)
@@ -133,23 +136,24 @@ def _safe(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[s
     return sch, [safe_schedule(sch, b, cpu) for b in root_blocks(sch)]
 
 
-def _tiled_whole(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
-    """``full`` with tiles that divide the rows, should a tail of rows fail on some kernel."""
-    return tiled(func, cpu, tails=False)
+# The rules by row, tried in order: ``full`` as its model chooses, then with the rows of one output
+# row (should running two output axes as one fail on a kernel), then with tiles that divide the
+# rows (should a tail of rows fail); ``safe`` (no variant) last. Rows of the same type as the
+# variants a search measures (:data:`explorer.schedule.defaults.variants.VARIANTS`).
+RULES: tuple[tuple[str, DefaultVariant | None], ...] = (
+    ("full", DefaultVariant()), ("full", DefaultVariant(pixels=False)), ("full", DefaultVariant(tails=False)),
+    ("safe", None))
 
 
-def _tiled_by_row(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[s_tir.Schedule, list[str]]:
-    """``full`` with the rows of one output row, should running two output axes as one fail."""
-    return tiled(func, cpu, pixels=False)
-
-
-RULES = (("full", tiled), ("full", _tiled_by_row), ("full", _tiled_whole), ("safe", _safe))
+def _make(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant | None) -> tuple[s_tir.Schedule, list[str]]:
+    """The schedule of one row of :data:`RULES`: the ``full`` rule with ``variant``, else ``safe``."""
+    return _safe(func, cpu) if variant is None else tiled(func, cpu, variant)
 
 
 def trace_json(sch: s_tir.Schedule):
     """The schedule as a MetaSchedule trace in plain JSON (it replays on the unscheduled task: a
     search can start from it, a store can keep it as a record), or None if TVM cannot say it."""
-    from explorer.plain import to_plain
+    from explorer.ir.plain import to_plain
 
     try:
         return to_plain(sch.trace.as_json())
@@ -181,9 +185,9 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
     if sequence is not None:
         return sequence
     reasons = []
-    for rule, make in RULES:
+    for rule, variant in RULES:
         try:
-            sch, steps = make(func, cpu)
+            sch, steps = _make(func, cpu, variant)
             scheduled = sch.mod["main"]
             found = problems(scheduled)
             if found:
@@ -198,9 +202,9 @@ def default_schedule(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.Pr
 def safe_default(func: tvm.tirx.PrimFunc, cpu: CpuSpec) -> tuple[tvm.tirx.PrimFunc, DefaultChoice]:
     """``func`` with the last rule alone (outer loop parallel, inner loop vectorized where TVM
     agrees), or unchanged where even that fails."""
-    rule, make = RULES[-1]
+    rule, variant = RULES[-1]
     try:
-        sch, steps = make(func, cpu)
+        sch, steps = _make(func, cpu, variant)
     except Exception as err:  # noqa: BLE001
         return func, DefaultChoice("none", (), f"{rule}: {_reason(err)}")
     return sch.mod["main"], DefaultChoice(rule, tuple(steps), "its first choice did not compile")

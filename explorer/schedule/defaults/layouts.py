@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import BlockFacts
-from explorer.tir_walk import weight_positions
+from explorer.ir.tir_walk import weight_positions
 
 
 def innermost_output_axis(facts: BlockFacts) -> int | None:

@@ -27,7 +27,7 @@ from explorer.schedule.defaults.layouts import (accumulate_along_vectors, few_ch
                                                 innermost_output_axis, is_weight, relayout)
 from explorer.schedule.defaults.machine import CpuSpec, dtype_bits
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
-from explorer.tir_walk import LAYOUT_REWRITE_PREPROC
+from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC
 
 # Weights larger than this (a typical L2) are walked one tile column at a time, for all the rows
 # (ResNet-18's last 3x3 conv: 9.4 MB of weights were read again for each of its 7 output rows);

@@ -22,23 +22,8 @@ import tvm
 
 from explorer.schedule.defaults.apply import default_schedule, tiled, trace_json
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.variant import DefaultVariant
 from explorer.schedule.lint import problems
-from store.values import DictValue
-
-
-@dataclass(frozen=True)
-class DefaultVariant(DictValue):
-    """One way the default rules can choose otherwise (all fields at their defaults: the default)."""
-
-    rank: int = 0  # the register tile by choose_tiles' ranking (0: the one its model prefers)
-    pixels: bool = True  # two output axes as one axis of rows, where the model gains
-    tails: bool = True  # the rows a tile leaves over in a tile of their own (else tiles that divide them)
-
-    @property
-    def label(self) -> str:
-        parts = ([f"tile ranked {self.rank + 1}"] if self.rank else []) + \
-            ([] if self.pixels else ["rows not fused"]) + ([] if self.tails else ["no tail tile"])
-        return "default rules, " + ", ".join(parts) if parts else "default rules"
 
 
 # tried in this order, each once: the tiles the model ranks next first (where it errs most: a few
@@ -77,7 +62,7 @@ def default_variants(func: tvm.tirx.PrimFunc, cpu: CpuSpec, limit: int = 3) -> l
         if len(found) >= limit:
             break
         try:
-            sch, steps = tiled(func, cpu, tails=variant.tails, pixels=variant.pixels, rank=variant.rank)
+            sch, steps = tiled(func, cpu, variant)
             mod_func = sch.mod["main"]
             if problems(mod_func):
                 continue

@@ -14,7 +14,7 @@ import tvm
 from tvm import s_tir, tirx
 
 from explorer.errors import short_tvm_message
-from explorer.kernels.recurrence import for_target as recurrence_for_target
+from explorer.schedule.defaults.recurrence import for_target as recurrence_for_target
 
 RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")  # dlight's order
 
