@@ -61,7 +61,9 @@ def test_the_pipelines_rewrite_after_the_layout_conversion():
     assert INFERENCE_PASSES.index("ConvertLayoutNHWC") < INFERENCE_PASSES.index("FastMathTransform")
 
 
-@pytest.mark.parametrize("spec", ["cpu:x86-64-v3", "cpu:x86-64-v4", "aarch64:cortex-a76"])
+# one target in make test, the other two (about 60 s each) in make test-slow
+@pytest.mark.parametrize("spec", [pytest.param("cpu:x86-64-v3", marks=pytest.mark.slow), "cpu:x86-64-v4",
+                                  pytest.param("aarch64:cortex-a76", marks=pytest.mark.slow)])
 def test_the_model_kernels_call_no_libm_per_element(tmp_path, spec):
     """Each kernel of the model, default-scheduled for the target and compiled (not run): no call
     to expf/erff/tanhf in its assembly, and no transpose kernel around the activations."""

@@ -61,7 +61,8 @@ def test_records_keyed_by_workload_key_are_checked_and_one_that_does_not_apply_i
     assert check.tasks[TASK]["verdict"] in ("kept", "dropped") and check.tasks[TASK]["record_s"]
 
 
-@pytest.mark.parametrize("flag, applied", [((), "default"), (("--check-in-model",), "default"),
+@pytest.mark.parametrize("flag, applied", [((), "default"),
+                                           pytest.param(("--check-in-model",), "default", marks=pytest.mark.slow),
                                            (("--no-check-in-model",), "record")])
 def test_export_check_in_model_uses_the_default_where_the_record_loses(tmp_path, flag, applied):
     """The check is on by default (a plain export never ships a record slower than the default in
@@ -105,7 +106,9 @@ def test_a_record_is_kept_when_it_wins_by_the_margin_in_the_median_round():
     assert verdict([], [1.0]) == verdict([1.0], [None], 1) == "unchecked"
 
 
-@pytest.mark.parametrize("verdict", ["same", "slower", "faster"])
+# "slower" in make test; "same" and "faster" (about 45 s each) in make test-slow
+@pytest.mark.parametrize("verdict", [pytest.param("same", marks=pytest.mark.slow), "slower",
+                                     pytest.param("faster", marks=pytest.mark.slow)])
 def test_records_that_win_kernel_by_kernel_ship_only_if_the_whole_model_is_faster(monkeypatch, verdict):
     """After a 10-minute ResNet-18 search 10 records won kernel by kernel and the model ran 1.01x its
     defaults: the kept records are timed together, the whole model against the defaults (plain

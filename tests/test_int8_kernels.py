@@ -170,6 +170,7 @@ def _run(*args: str) -> str:
     return result.output
 
 
+@pytest.mark.slow  # about 60 s: a real search; the int8 kernels and their export are tested above
 def test_a_quantized_cnn_is_searched_around_the_intrinsic_and_exported_verified(tmp_path):
     """The journey: QDQ model -> int8 kernels -> search (records tensorized) -> export replays them,
     verified in a fresh process against ONNX Runtime."""

@@ -48,6 +48,7 @@ def _json(output: str):
     return json.loads(output[output.index("{"):])
 
 
+@pytest.mark.slow  # 60-120 s: the If/LSTM bundles verify in test_if_recurrent; the whole journey in make test-slow
 @pytest.mark.parametrize("make", [_sequence_model], ids=["if_then_lstm"])
 def test_a_sequence_model_goes_through_passes_tune_export_and_verify(tmp_path, make):
     path = tmp_path / "seq.onnx"

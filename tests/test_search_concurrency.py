@@ -213,6 +213,7 @@ def test_two_concurrent_searches_measure_nothing_twice_and_never_time_together(l
     assert _overlaps(timed) == []  # no two timed runs at the same moment, confirmation rounds included
 
 
+@pytest.mark.slow  # two real searches (about 16 s); claims are also tested by the test above
 def test_a_search_whose_whole_batch_another_search_claimed_measures_others(lock_env):
     """CI, once: two searches drew the same seeded batch, one claimed all of it, and the other
     took that for a used-up search space and ended with nothing measured. Here another search

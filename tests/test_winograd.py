@@ -133,7 +133,7 @@ def test_winograd_models_match_onnx_runtime(tmp_path, args):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("spec", ["cuda:sm_80", "aarch64:cortex-a76"])
+@pytest.mark.parametrize("spec", [pytest.param("cuda:sm_80", marks=pytest.mark.slow), "aarch64:cortex-a76"])
 def test_winograd_kernels_build_for_the_gpu_and_arm(tmp_path, spec):
     """Built and checked, not run: every kernel bound to GPU threads and compiled by nvcc; the
     aarch64 library cross-compiled."""
