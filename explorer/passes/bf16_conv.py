@@ -32,10 +32,8 @@ those whose weights are not constants, and **those whose reduction** ``K = C_in 
 shorter than** :data:`MIN_REDUCTION` (:func:`why_fp32`, the one rule of where bf16 pays). A short
 reduction is little work per output for the rounding of every input and output pixel (the
 packing blocks and the output copy cost the same per pixel at any K), and every converted layer
-adds its ~2-3e-3 of rounding error to the model's: MobileNetV2 with its 52 convolutions (K 16 to
-960, most 1x1 around fp32 depthwise ones, which then need transposes: the bf16 kernels are
-NCHW, the fp32 graph NHWC) ran 2.4x slower than fp32 and missed the 1e-2 tolerance (2.24e-2)
-with all of them in bf16. :func:`bf16_convs` says which stayed fp32 and why.
+adds its own rounding error to the model's (the figures: docs/notes/measurements.md, "bf16
+convolutions"). :func:`bf16_convs` says which stayed fp32 and why.
 
 The pass first folds batch-norm into the convolutions' weights (the pipeline's own passes, run
 early: after this rewrite a convolution is a kernel call they cannot see into).
@@ -55,13 +53,11 @@ from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL,
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _CONV_NAME = "R.nn.conv2d("
 _FLOAT_OUT = ("", "None", "void", "float32")
+# the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for: measured one conv
+# at a time against the default fp32 build (docs/notes/measurements.md, "bf16 convolutions")
+MIN_REDUCTION = 512
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
 # (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
-# the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for; measured one conv
-# (+ReLU) at a time, default fp32 build against bf16 build, alternated (load ~14 on 2 cores):
-# bf16/fp32 0.93-1.02 at K 144-576 (MobileNetV2's 1x1 projections, ResNet-18's first 3x3), a
-# 3.2x loss at K 24 (MobileNetV2's 24 -> 144 expansion); the gains are at long reductions
-MIN_REDUCTION = 512
 FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference",
               "CanonicalizeBindings", "FoldConstantNumpy")
 

@@ -7,20 +7,16 @@ waits for every chunk; between kernels an idle worker spins (300000 ``sched_yiel
 default) before it sleeps. On a machine where other processes keep the cores busy, a spinning
 worker spends its share of the CPU spinning, and the scheduler then runs it last when a chunk is
 waiting for it; a worker that sleeps at once is woken as an interactive task and runs promptly.
-Beside three busy processes on 2 cores (load average 14 from other work as well; 3 alternated
-rounds, provisional), MobileNetV2's default bundle at 2 threads ran a median 777 ms (95% CI
-734-1536) with TVM's default spin and 32 ms (29-223) with none; ONNX Runtime 187 ms (165-230);
-1 thread 164 ms (154-196). A later shorter run (load 8-13): no spin 38/98/29 ms a round, TVM's
-spin 464/247, ONNX Runtime 42/38. But with no load started (load average 2.7) no spin cost a
-third: 9.83 ms (9.62-10.50) against 7.31 (6.83-8.70) with TVM's spin. So ``run.py`` reads the load
+On a quiet machine, though, spinning workers answer the next kernel sooner (the figures:
+docs/notes/measurements.md, "Busy machine"). So ``run.py`` reads the load
 as it starts (``procs_running`` less its own threads) and lets workers sleep at once only when
 other threads are runnable then (:func:`spin_count_for`; TVM reads the spin count once per
 process). ``benchmarks/bench_busy.py`` measures it again. A user's own value of
 ``TVM_THREAD_POOL_SPIN_COUNT`` is kept.
 
 :class:`ThreadChoice` (``run.py --adapt-threads``, off by default) also drops to the cores other
-processes leave free while timing; it was not measured better than sleeping workers (rounds of
-45-156 ms against 29-98 ms in the same run), so it stays opt-in.
+processes leave free while timing; it was not measured better than sleeping workers, so it stays
+opt-in.
 """
 
 from __future__ import annotations
@@ -35,8 +31,7 @@ SPIN_COUNT = 0  # TVM_THREAD_POOL_SPIN_COUNT a bundle starts with beside other r
 def spin_count_for(others: int | None) -> str | None:
     """The spin count for a process that starts while ``others`` threads of other processes are
     runnable: :data:`SPIN_COUNT` when any are, else None (TVM's default: on a quiet machine spinning
-    workers answer the next kernel sooner; MobileNetV2 with no load started ran 7.3 ms with
-    TVM's spin, 9.8 ms without)."""
+    workers answer the next kernel sooner)."""
     return str(SPIN_COUNT) if others else None
 
 
