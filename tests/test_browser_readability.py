@@ -19,6 +19,21 @@ ROOT_JS = ("(document.querySelector('[data-testid=\"stBidiComponentIsolated\"]')
            "?.querySelector('.sx-root')")
 
 
+
+def _scroll_to(locator, tries: int = 3) -> None:
+    """Scroll ``locator`` into view, finding it again if Streamlit re-rendered it meanwhile
+    ("Element is not attached to the DOM" between the find and the scroll)."""
+    from playwright.sync_api import Error
+
+    for n in range(tries):
+        try:
+            locator.scroll_into_view_if_needed()
+            return
+        except Error:
+            if n == tries - 1:
+                raise
+            locator.page.wait_for_timeout(300)
+
 def small_cnn_search(path) -> None:
     """A finished search of small_cnn in ``path`` (a minute's budget, as the issue's), its
     candidates built and timed by the fake builder and runner: real traces (the default's, its
@@ -190,7 +205,7 @@ def test_search_decisions_show_the_default_beside_named_winners(ui, page, width,
     _settle(page)
     table = page.locator("table.sx-dec")
     table.wait_for()
-    table.scroll_into_view_if_needed()
+    _scroll_to(table)
     heads = table.locator("thead tr").first.locator("th").all_inner_texts()[1:]
     assert heads[0].endswith(" default"), heads  # the baseline first
     assert all(" search" not in h and "None" not in h for h in heads), heads  # each named
@@ -205,7 +220,7 @@ def test_search_decisions_show_the_default_beside_named_winners(ui, page, width,
     pick_option(page, "Task", "all tasks")
     _settle(page)
     cost = page.locator(".js-plotly-plot").filter(has_text="cost model")
-    cost.scroll_into_view_if_needed()
+    _scroll_to(cost)
     assert cost.locator(".colorbar").count() == 0  # no continuous colour bar ...
     assert cost.locator(".legend .traces").filter(has_text="batch").count() >= 1  # ... batches in the legend
     overlaps = [f for f in readability_findings(page) if f["kind"] == "overlap"]
@@ -246,7 +261,7 @@ def test_schedule_code_spans_the_page_and_results_show_every_column(ui, page, wi
     caption = page.get_by_text("Last measurement built for").first.inner_text()
     assert "{" not in caption and "llvm" in caption, caption  # the target's label, not its JSON
     table = page.locator("div.sx-table").last
-    table.scroll_into_view_if_needed()
+    _scroll_to(table)
     heads = table.locator("th")
     assert heads.all_inner_texts() == ["schedule", "status", "median ms", "GFLOPS", "% peak"]
     frame = table.bounding_box()
