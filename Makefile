@@ -7,6 +7,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8501
+# test processes (pytest-xdist): one per core, at most 4; each test file runs whole in one of them
+JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST  := -n $(JOBS) --dist loadfile
 
 .PHONY: ui test test-fast test-slow test-all test-faults bench corpus bench-corpus outside bench-outside exporters bench-exporters screenshots setup setup-dev system clean
 
@@ -14,21 +17,21 @@ ui: setup
 	$(BIN)/schedx ui --port $(PORT)
 
 test: setup-dev system
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 # the edit loop: no browser, no whole-model builds or real searches (marked heavy), no apt-get
 test-fast: setup-dev
-	$(BIN)/python -m pytest -q -m "not slow and not browser and not heavy"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not browser and not heavy"
 
 # kill -9, full disk, concurrent writers, signals at start-up, CLI fuzz: real processes (about 3 min)
 test-faults: setup-dev system
 	$(BIN)/python -m tests.fault_suite
 
 test-slow: setup-dev system
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q $(XDIST) -m slow
 
 test-all: setup-dev system
-	$(BIN)/python -m pytest -q -m "slow or not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "slow or not slow"
 
 bench: setup-dev system
 	$(BIN)/python -m benchmarks.bench_passes

@@ -68,8 +68,13 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """No process this run started may outlive it: kill any that did, and fail the run."""
+    """No process this run started may outlive it: kill any that did, and fail the run. Under
+    pytest-xdist only the controller looks, after every worker finished (a worker finishing first
+    would take a neighbour's live UI server for a leftover)."""
     import os
+
+    if hasattr(session.config, "workerinput"):
+        return
 
     from tests.processes import RUN_MARKER, kill_marked, leftovers
 
