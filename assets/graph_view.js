@@ -75,7 +75,6 @@ function buildShell(root) {
     const zall = el("button", "sx-btn sx-whole", tools, "Whole");
     zall.title = "The whole graph in the panel (small on a deep graph)";
     const info = el("div", "sx-info", p);
-    info.hidden = true;
     state.panels[side] = {
       side, el: p, title, stage, svg, world: svg.querySelector(".sx-world"), mini, tools, info, sel: null,
       view: { s: 1, x: 0, y: 0 }, graph: null, key: null, nodeEls: [], edgeEls: [], status: [],
@@ -160,12 +159,12 @@ function showGraph(panel, key, entry) {
   panel.key = key;
   panel.nodeEls = built.nodeEls;
   panel.edgeEls = built.edgeEls;
-  panel.nodeEls.forEach((e) => e.classList.remove("sel", "twin", "hit"));
-  panel.edgeEls.forEach((e) => e.classList.remove("hot"));
+  unmark(built);
+  unmark(built, "hits");
   panel.el.dataset.key = key;
   panel.el.dataset.nodes = String(entry.graph.nodes.length);
   panel.statusKey = built.statusKey;
-  panel.info.hidden = true;
+  openInfo(panel.info, false);
   panel.sel = null;
   return built.view;
 }
@@ -451,13 +450,13 @@ function runSearch(state) {
   for (const side of SIDES) {
     const panel = state.panels[side];
     if (!panel.graph) continue;
-    panel.nodeEls.forEach((e) => e.classList.remove("hit"));
+    unmark(panel.built, "hits");
     if (!q) continue;
     panel.graph.nodes.forEach((n, i) => {
       // one node per ONNX node and per fused group it stands for (explorer.graph.viewdata.search_text)
       if (n.s.includes(q) || (n.g && (n.g.startsWith(q) || n.g.replace(/^fused_/, "").startsWith(q)))) {
         state.matches.push([side, i]);
-        panel.nodeEls[i].classList.add("hit");
+        mark(panel.built, panel.nodeEls[i], "hit", "hits");
       }
     });
   }
@@ -482,20 +481,34 @@ function counterparts(panel, other, i) {
   return out;
 }
 
+// A graph's marked elements (selected, twin, search hit, hot edge), kept so that unmarking touches
+// only them: removing a class from every element of a 1000-node graph writes every element's class
+// attribute and restyles them all (hundreds of ms between a click and its details).
+// A search's hits are kept apart (``set`` "hits"): selecting a hit keeps the others lit.
+function mark(built, e, cls, set = "marked") {
+  e.classList.add(cls);
+  (built[set] || (built[set] = new Set())).add(e);
+}
+
+function unmark(built, set = "marked") {
+  if (!built || !built[set]) return;
+  built[set].forEach((e) => e.classList.remove(...(set === "hits" ? ["hit"] : ["sel", "twin", "hot"])));
+  built[set].clear();
+}
+
 function select(state, side, i, centre) {
   for (const s of SIDES) {
     const p = state.panels[s];
-    p.nodeEls.forEach((e) => e.classList.remove("sel", "twin"));
-    p.edgeEls.forEach((e) => e.classList.remove("hot"));
-    p.info.hidden = true;
+    unmark(p.built);
+    openInfo(p.info, false);
   }
   const panel = state.panels[side];
   const other = state.panels[side === "before" ? "after" : "before"];
   if (!panel.graph || !panel.nodeEls[i]) return;
-  panel.nodeEls[i].classList.add("sel");
-  panel.graph.edges.forEach(([t, h], k) => { if (t === i || h === i) panel.edgeEls[k].classList.add("hot"); });
+  mark(panel.built, panel.nodeEls[i], "sel");
+  panel.graph.edges.forEach(([t, h], k) => { if (t === i || h === i) mark(panel.built, panel.edgeEls[k], "hot"); });
   const twins = counterparts(panel, other, i);
-  twins.forEach((j) => other.nodeEls[j].classList.add("twin"));
+  twins.forEach((j) => mark(other.built, other.nodeEls[j], "twin"));
   if (centre) centreOn(panel, i, READABLE_SCALE, true);
   state.selected = [side, i];
   panel.sel = i;
@@ -548,6 +561,17 @@ function kernelButton(state, parent, label, index, name) {
   b.onclick = () => state.trigger("open_kernel", { index, name });
 }
 
+// The details box opens and closes by its visibility, never its display: taking it in or out of
+// the layout (the ``hidden`` attribute) laid the whole panel out again, SVG and all (75-90 ms of a
+// click on a 1000-node graph); a box kept in the layout and made visible costs under a millisecond.
+function openInfo(info, open) {
+  info.classList.toggle("sx-open", open);
+}
+
+function isOpen(info) {
+  return info.classList.contains("sx-open");
+}
+
 function showInfo(state, panel, i, twins) {
   const n = panel.graph.nodes[i];
   const d = n.d;
@@ -558,7 +582,7 @@ function showInfo(state, panel, i, twins) {
   const close = el("button", "sx-close", head, "×");
   close.title = "Close the details";
   close.setAttribute("aria-label", "Close the details");
-  close.onclick = () => { info.hidden = true; };
+  close.onclick = () => openInfo(info, false);
   row(info, "op", d.op);
   row(info, "kind", n.k);
   row(info, "output", `${d.type}`);
@@ -592,7 +616,7 @@ function showInfo(state, panel, i, twins) {
   if (!d.kernel && !becomes.length && n.k !== "input" && n.k !== "output") {
     el("div", "sx-attrs", acts, "Not lowered to a kernel by this pipeline.");
   }
-  info.hidden = false;
+  openInfo(info, true);
   besideNode(panel, i);
 }
 
@@ -640,7 +664,7 @@ function besideNode(panel, i) {
 
 // After a fit or a resize, the details open: placed again (a fit may bring the node under them).
 function keepInfoClear(panel) {
-  if (panel.info.hidden || panel.sel === null || !panel.nodeEls[panel.sel]) return;
+  if (!isOpen(panel.info) || panel.sel === null || !panel.nodeEls[panel.sel]) return;
   besideNode(panel, panel.sel);
 }
 

@@ -128,14 +128,16 @@ def counts_tab(page) -> float:
 
 
 # Set before a click: the time (page clock) of the first frame painted with the details box of the
-# before panel shown, from the moment its ``hidden`` flag drops.
+# before panel shown, from the moment it opens (its class ``sx-open``).
 _WATCH_INFO_JS = """() => { const root = %s;
   const info = root.querySelector('.sx-panel[data-side="before"] .sx-info');
   window.__sxInfoAt = null;
   const seen = new MutationObserver(() => {
-    if (!info.hidden) { seen.disconnect(); requestAnimationFrame(() => { window.__sxInfoAt = performance.now(); }); }
+    if (info.classList.contains('sx-open')) {
+      seen.disconnect(); requestAnimationFrame(() => { window.__sxInfoAt = performance.now(); });
+    }
   });
-  seen.observe(info, {attributes: true, attributeFilter: ['hidden']});
+  seen.observe(info, {attributes: true, attributeFilter: ['class']});
 }""" % ROOT_JS
 
 
@@ -148,7 +150,7 @@ def node_clicks(page, n: int = 3) -> list[float]:
     times = []
     for k in range(n):
         page.evaluate("() => { const i = " + ROOT_JS + ".querySelector('.sx-panel[data-side=\"before\"] .sx-info');"
-                      " i.hidden = true; }")
+                      " i.classList.remove('sx-open'); }")
         page.evaluate(_WATCH_INFO_JS)
         node = clickable_op(page, "before", k)
         page.mouse.click(node["x"], node["y"])
