@@ -57,10 +57,12 @@ def test_hovering_a_loop_header_lights_only_its_own_loop_control(page, tmp_path)
     open_page(pg, f"{url}/schedule", "Next step")
     steps = tmp_path / "five.json"
     steps.write_text(json.dumps({"kernel": "matmul:M=512,N=512,K=512", "steps": STEPS}), encoding="utf-8")
-    folded = pg.locator('[data-testid="stExpander"] summary').filter(has_text="load the steps")
-    if folded.count():  # the steps file's controls may sit in an expander
-        folded.first.click()
-        _settle(pg)
+    # the steps file's controls sit in a folded expander: waited for, then opened (a count() taken
+    # before the page drew it left it folded, and the file's button hidden: CI's failure)
+    folded = pg.locator('[data-testid="stExpander"] summary').filter(has_text="load the steps").first
+    folded.wait_for()
+    folded.click()
+    _settle(pg)
     pg.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(steps))
     _settle(pg)
     pg.get_by_role("button", name="Replace steps with the file").click()
