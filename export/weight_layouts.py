@@ -1,7 +1,7 @@
 """Weights packed once, at build time: MetaSchedule's layout rewrite folded into the parameters.
 
 A schedule may read a weight in another layout than the graph's (panels as wide as its register
-tile: :func:`explorer.schedule.defaults.tiling._pack_weights`, or MetaSchedule's
+tile: :func:`explorer.schedule.defaults.panels.pack_weights`, or MetaSchedule's
 ``RewriteLayout``). It then copies the weight into that layout in a block marked
 ``meta_schedule.layout_rewrite_preproc``. Left in the kernel, that copy runs on every call: 9.4 MB
 of weights for each of ResNet-18's last 3x3 convolutions. Here, as TVM's ``static_shape_tuning``

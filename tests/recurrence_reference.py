@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.schedule.defaults.recurrence import RecurrenceSpec
+from explorer.schedule.defaults.recurrence_spec import RecurrenceSpec
 
 
 def _act(name: str, x: np.ndarray, clip: float | None) -> np.ndarray:

@@ -343,6 +343,8 @@ def test_session_state_is_touched_only_in_app_state():
 EXPLORER_TOP = {"__init__.py", "errors.py", "precision.py", "interrupts.py", "temp_dirs.py", "processes.py",
                 "fault_points.py", "tvm_fast.py"}
 DEFAULTS = "explorer/schedule/defaults/"
+# the modules that write a recurrent layer's kernel (for a target: recurrence.for_target)
+RECURRENCE_WRITERS = {f"explorer.schedule.defaults.{m}" for m in ("recurrence", "recurrence_cpu", "recurrence_gpu")}
 
 
 def test_explorer_top_level_holds_only_cross_cutting_modules():
@@ -364,8 +366,8 @@ def test_every_default_rule_lives_in_the_defaults_package():
             if isinstance(node, ast.ImportFrom) and node.module and "dlight" in node.module.split(".") + \
                     [a.name for a in node.names]:
                 offenders.append(f"{rel}:{node.lineno}: imports dlight")
-            if isinstance(node, ast.ImportFrom) and node.module == "explorer.schedule.defaults.recurrence" and \
-                    any(a.name in ("for_target", "cpu_recurrence") for a in node.names) and \
+            if isinstance(node, ast.ImportFrom) and node.module in RECURRENCE_WRITERS and \
+                    any(a.name in ("for_target", "cpu_recurrence", "gpu_recurrence") for a in node.names) and \
                     not rel.startswith("explorer/models/"):  # the importer emits the kernel of a spec
                 offenders.append(f"{rel}:{node.lineno}: writes a recurrent kernel")
         for node in tree.body:

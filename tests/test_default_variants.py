@@ -13,7 +13,8 @@ from explorer.kernels import load_kernel
 from explorer.schedule.codegen import code_views
 from explorer.schedule.defaults import default_schedule
 from explorer.schedule.defaults.analysis import block_facts, root_blocks
-from explorer.schedule.defaults.tiling import NotApplicable, choose_tiles, row_axis, vector_axis
+from explorer.schedule.defaults.analysis import NotApplicable
+from explorer.schedule.defaults.tile_choice import choose_tiles, row_axis, vector_axis
 from explorer.schedule.defaults.variants import DefaultVariant, default_variants
 from explorer.target import host_target, parse_target
 

@@ -233,7 +233,7 @@ def test_a_register_tile_accumulates_on_the_stack_not_in_the_runtime_workspace(c
     for the stack."""
     from explorer.workload import load_kernel
 
-    from explorer.schedule.defaults.tiling import STACK_BYTES
+    from explorer.schedule.defaults.tile_cost import STACK_BYTES
 
     kernel = load_kernel("conv2d_nhwc:N=1,C=16,H=112,W=112,K=96,R=1,S=1,stride=1,pad=0")
     func, choice = default_schedule(kernel.func, cpu)
@@ -288,7 +288,7 @@ def test_rows_without_a_factor_of_six_get_twelve_accumulators_and_a_tail(spec, t
     from explorer.schedule.trace import replay
     from explorer.workload import load_kernel
 
-    monkeypatch.setattr(tiling, "_pixel_rows", lambda *args: None)
+    monkeypatch.setattr(tiling, "pixel_rows", lambda *args: None)
     kernel = load_kernel(spec)
     func, choice = default_schedule(kernel.func, AVX2)
     assert choice.rule == "full", choice
@@ -320,7 +320,7 @@ def test_a_kernel_whose_tail_of_rows_fails_keeps_whole_register_tiles(monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("a TVM refusal")
 
-    monkeypatch.setattr(tiling, "_tile_with_tail", broken)
+    monkeypatch.setattr(tiling, "tile_with_tail", broken)
     kernel = load_kernel("conv2d_nhwc:N=1,C=64,H=14,W=14,K=64,R=3,S=3,stride=1,pad=1")
     _, choice = default_schedule(kernel.func, AVX2)
     assert choice.rule == "full" and "register tile" in choice.steps[0], choice
@@ -381,7 +381,7 @@ def test_a_kernel_whose_fused_rows_fail_keeps_its_tail_of_rows(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a TVM refusal")
 
-    monkeypatch.setattr(tiling, "_fuse_rows", broken)
+    monkeypatch.setattr(tiling, "fuse_rows", broken)
     _, choice = default_schedule(load_kernel("conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1").func, AVX2)
     assert choice.rule == "full" and "register tile 5x16 " in choice.steps[0], choice
     assert "the last 2 in 2x16" in choice.steps[0] and "a TVM refusal" in choice.fallback_reason, choice

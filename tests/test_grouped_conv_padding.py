@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from explorer.schedule.defaults import default_schedule
 from explorer.schedule.defaults.inline import GROUPED_PAD_MIN_REDUCTION
-from explorer.schedule.defaults.tiling import L1_BYTES, _cycles_per_fma
+from explorer.schedule.defaults.tile_cost import L1_BYTES, cycles_per_fma
 from explorer.target import parse_target
 from explorer.workload import load_workload
 from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
@@ -80,7 +80,7 @@ def test_a_two_row_tile_streaming_its_weights_from_l2_costs_more_than_the_fma_bo
     weights left L1 (one vector per two multiply-adds) no longer ties with a 7-row one (ResNeSt's
     last conv: 2x128 ran 11.0 ms, 7x32 8.2)."""
     column = 4 * L1_BYTES
-    assert _cycles_per_fma(2, 8, column) > _cycles_per_fma(7, 2, column) == 0.5
+    assert cycles_per_fma(2, 8, column) > cycles_per_fma(7, 2, column) == 0.5
 
 
 @pytest.mark.heavy

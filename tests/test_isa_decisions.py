@@ -136,7 +136,7 @@ def test_a_weight_whose_row_one_tile_spans_is_left_in_place(isa):
     whose schedule says so (a weight under ``PACK_MIN_BYTES`` stays in place: its rows stay in cache)."""
     import math
 
-    from explorer.schedule.defaults.tiling import PACK_MIN_BYTES
+    from explorer.schedule.defaults.panels import PACK_MIN_BYTES
     from export.build import prepare
 
     target = parse_target(TARGETS[isa])

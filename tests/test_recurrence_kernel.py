@@ -11,14 +11,10 @@ import pytest
 import tvm
 
 from explorer.errors import ExplorerError
-from explorer.schedule.defaults.recurrence import (
-    RecurrenceSpec,
-    cpu_recurrence,
-    for_target,
-    gpu_recurrence,
-    gpu_recurrence_source,
-    spec_of,
-)
+from explorer.schedule.defaults.recurrence import for_target
+from explorer.schedule.defaults.recurrence_cpu import cpu_recurrence
+from explorer.schedule.defaults.recurrence_gpu import gpu_recurrence, gpu_recurrence_source
+from explorer.schedule.defaults.recurrence_spec import RecurrenceSpec, spec_of
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.target import parse_target
 from tests.recurrence_reference import reference

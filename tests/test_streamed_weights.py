@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from explorer.schedule.defaults import default_schedule
-from explorer.schedule.defaults.tiling import STREAM_STEP_BYTES
+from explorer.schedule.defaults.tile_choice import STREAM_STEP_BYTES
 from explorer.target import parse_target
 from explorer.workload import load_workload
 from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from tvm import relax
 
-from explorer.schedule.defaults.recurrence import RecurrenceSpec, cpu_recurrence
+from explorer.schedule.defaults.recurrence_cpu import cpu_recurrence
+from explorer.schedule.defaults.recurrence_spec import RecurrenceSpec
 from explorer.models.recurrent import RECURRENCE_OP
 
 CUSTOM_OPS = frozenset({RECURRENCE_OP})

@@ -33,10 +33,10 @@ import onnx
 from onnx import helper
 
 from explorer.errors import UnsupportedOperatorError
-from explorer.schedule.defaults.recurrence import ACTIVATIONS as SUPPORTED_ACTIVATIONS
-from explorer.schedule.defaults.recurrence import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
-from explorer.schedule.defaults.recurrence import GATES as _GATES
-from explorer.schedule.defaults.recurrence import RecurrenceSpec
+from explorer.schedule.defaults.recurrence_spec import ACTIVATIONS as SUPPORTED_ACTIVATIONS
+from explorer.schedule.defaults.recurrence_spec import DEFAULT_ACTIVATIONS as _DEFAULT_ACTIVATIONS
+from explorer.schedule.defaults.recurrence_spec import GATES as _GATES
+from explorer.schedule.defaults.recurrence_spec import RecurrenceSpec
 from explorer.models.onnx_rewrite import Emitter, GraphView, if_branches, replace_nodes
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")

@@ -15,7 +15,7 @@ from collections import Counter
 import tvm
 from tvm import s_tir, tirx
 
-from explorer.schedule.defaults.tiling import STACK_BYTES
+from explorer.schedule.defaults.tile_cost import STACK_BYTES
 from explorer.schedule.steps import Step
 from explorer.ir.tir_walk import children
 

@@ -39,7 +39,7 @@ class Task:
     def hand_written(self) -> bool:
         """Written whole by schedx (a recurrent layer's sequence kernel): no search space, and a
         build writes it again for its target."""
-        from explorer.schedule.defaults.recurrence import spec_of
+        from explorer.schedule.defaults.recurrence_spec import spec_of
 
         return spec_of(self.mod["main"]) is not None
 
@@ -61,7 +61,7 @@ class Task:
 def _flops(mod: tvm.IRModule) -> int:
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from explorer.schedule.defaults.recurrence import spec_of
+    from explorer.schedule.defaults.recurrence_spec import spec_of
 
     spec = spec_of(mod["main"])
     if spec is not None:  # a recurrent layer's: its matrix-vector products (TVM's estimate counts every exp's polynomial)

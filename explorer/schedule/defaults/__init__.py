@@ -3,12 +3,12 @@ rule in this package, one question per module.
 
 - CPU (:mod:`.apply`: the order rules are tried in, as rows of :class:`.variant.DefaultVariant`):
   cheap blocks inlined (:mod:`.inline`), the biggest reduction register-tiled with its epilogue
-  (:mod:`.tiling`, :mod:`.layouts`, :mod:`.groups`), an int8 kernel around the CPU's dot-product
-  instruction (:mod:`.int8`), a bf16 one around its bf16 instruction (:mod:`.bf16`), every other
-  block parallel and vectorized (:mod:`.simple`), sized from :class:`.machine.CpuSpec`; the
-  variants a search measures beside the default (:mod:`.variants`).
+  (:mod:`.tiling` and the modules it names, :mod:`.layouts`, :mod:`.groups`), an int8 kernel
+  around the CPU's dot-product instruction (:mod:`.int8`), a bf16 one around its bf16 instruction
+  (:mod:`.bf16`), every other block parallel and vectorized (:mod:`.simple`), sized from
+  :class:`.machine.CpuSpec`; the variants a search measures beside the default (:mod:`.variants`).
 - a recurrent layer's kernel (LSTM/GRU/RNN steps), written for the target before any rule is
-  tried (:mod:`.recurrence`);
+  tried (:mod:`.recurrence`; its spec in :mod:`.recurrence_spec`);
 - GPU: dlight's rules kernel by kernel (:mod:`.gpu`).
 - every kernel's decision as plain data, to compare before and after a change (:mod:`.dump`).
 

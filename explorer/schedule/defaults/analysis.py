@@ -79,7 +79,7 @@ class BlockFacts:
     padding: bool
     # buffers read through a border test (a padding inlined into a convolution): where the tile
     # broadcasts such a read, the padded value and the test take registers of its own (see
-    # tiling.choose_tiles)
+    # tile_choice.choose_tiles)
     bordered: frozenset[str] = frozenset()
 
     @property

@@ -28,15 +28,15 @@ from tvm import s_tir
 
 from explorer.errors import short_tvm_message
 from explorer.schedule.defaults.recurrence import for_target as recurrence_for_target
-from explorer.schedule.defaults.recurrence import spec_of as recurrence_spec
-from explorer.schedule.defaults.analysis import block_facts, root_blocks
+from explorer.schedule.defaults.recurrence_spec import spec_of as recurrence_spec
+from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
 from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
 from explorer.schedule.defaults.bf16_conv import scheduled_already
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
-from explorer.schedule.defaults.tiling import NotApplicable, tile_reduction
+from explorer.schedule.defaults.tiling import tile_reduction
 from explorer.schedule.defaults.variant import DefaultVariant
 from explorer.schedule.lint import problems
 

@@ -27,10 +27,9 @@ from tvm import s_tir
 
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
-from explorer.schedule.defaults.analysis import root_blocks
+from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.tiling import NotApplicable
 
 IMPORT_PRAGMA = "pragma_import_llvm"
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import s_tir
 from tvm.tirx.analysis import undefined_vars
 
 from explorer.schedule.bf16_dot import PACK_ATTR
-from explorer.schedule.defaults.analysis import block_facts, root_blocks
-from explorer.schedule.defaults.tiling import NotApplicable, fold_into_producer, vector_axis
+from explorer.schedule.defaults.analysis import NotApplicable, block_facts, covers_its_producers, root_blocks
+from explorer.schedule.defaults.tile_choice import vector_axis
 
 
 # A grouped conv reads its input as one element across a tile of output channels, as an NHWC conv
@@ -96,6 +97,20 @@ def inline_producers(sch: s_tir.Schedule) -> int:
     return done
 
 
+def fold_into_producer(sch: s_tir.Schedule, block) -> bool:
+    """``reverse_compute_inline`` ``block`` if TVM accepts it and it covers what its producer writes
+    (a slice of it would be written whole: :func:`covers_its_producers`); whether it was folded."""
+    if not covers_its_producers(sch, block):
+        return False
+    try:
+        sch.reverse_compute_inline(block)
+    except (s_tir.ScheduleError, tvm.error.InternalError):
+        # InternalError: TVM 0.27 fails a check instead of refusing a consumer that broadcasts
+        # its producer (an SE block's 1x1xC gate times the 7x7xC map); nothing was changed yet
+        return False
+    return True
+
+
 def inline_epilogues(sch: s_tir.Schedule) -> int:
     """``reverse_compute_inline`` spatial blocks into their one spatial producer; returns how many."""
     done = 0
@@ -118,4 +133,4 @@ def inline_epilogues(sch: s_tir.Schedule) -> int:
     return done
 
 
-__all__ = ["inline_epilogues", "inline_producers"]
+__all__ = ["fold_into_producer", "inline_epilogues", "inline_producers"]

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from explorer.schedule.defaults.analysis import root_blocks
+from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.tiling import NotApplicable
 from explorer.schedule.int8_dot import ROWS, Int8Dot, fits, register, weight_max
 
 

@@ -2,7 +2,7 @@
 their choices goes the other way, for a search to measure beside MetaSchedule's sketches.
 
 The default schedule (:func:`explorer.schedule.defaults.default_schedule`) takes, for the
-biggest reduction of a kernel, the register tile :func:`~explorer.schedule.defaults.tiling.choose_tiles`
+biggest reduction of a kernel, the register tile :func:`~explorer.schedule.defaults.tile_choice.choose_tiles`
 models as cheapest, runs two output axes as one axis of pixels where the model gains
 (``pixels``), and lets the rows a tile leaves over run in a tile of their own (``tails``). The
 model is a model: on ResNet-18 it is right within a few percent, but it sees neither the
