@@ -6,6 +6,7 @@ import click
 
 from app.cli_common import echo_json, fail_cleanly, target_option
 from app.cli_types import Count, DbPath
+from explorer.precision import PRECISIONS
 
 
 
@@ -89,14 +90,18 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
               help="The SQLite database (default: user data dir).")
 @click.option("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure through.")
 @click.option("--rpc-key", default=None, help="Device key the RPC servers registered with the tracker.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+              help="bf16: search the model's kernels as `schedx export --precision bf16` builds them (convolutions "
+                   "and matmuls with constant weights in bf16, fp32 accumulation; needs AVX512-BF16 or AMX-BF16), "
+                   "so that export ships the records found.")
 @click.option("--background", is_flag=True, help="Start as a background job and print its id.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @fail_cleanly
 def tune(workload: str, trials: int | None, minutes: float | None, per_batch: int, population: int, generations: int,
          mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, microkernel: bool,
          default_variants: int, warm_timing: bool, confirm_rounds: int, target_spec: str,
-         shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, background: bool,
-         as_json: bool) -> None:
+         shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, precision: str,
+         background: bool, as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
     leaderboard. Running it again on the same database resumes: nothing is measured twice.
 
@@ -119,7 +124,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
                           default_variants=default_variants, cold_timing=not warm_timing,
                           confirm_rounds=confirm_rounds)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
-                   rpc_key=rpc_key)
+                   rpc_key=rpc_key, precision=precision)
     with signals_stop(stop):  # from here on Ctrl-C asks for a stop; nothing raises through TVM
         try:
             _tune(spec, by_time, minutes, db_path, background, as_json, stop)
@@ -145,7 +150,8 @@ def _tune(spec, by_time: bool, minutes: float | None, db_path: str | None, backg
         return
     tasks = job.tasks
     budget = ("no trial limit" if by_time else f"{trials} trials") + (f", {minutes:g} min" if minutes else "")
-    click.echo(f"{len(tasks)} task(s) for {job.target.label}, {budget}, database {store.path}", err=True)
+    at = f" at {job.spec.precision}" if job.spec.precision != "fp32" else ""
+    click.echo(f"{len(tasks)} task(s){at} for {job.target.label}, {budget}, database {store.path}", err=True)
     if job.spec.params.defaults_first:
         variants = f", then up to {job.spec.params.default_variants} variants of it per task" \
             if job.spec.params.default_variants else ""
@@ -271,9 +277,13 @@ def jobs(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
                 state += f"  [confirming {p.confirm_done}/{p.confirm_total} tasks]"
             click.echo(f"{j.id:>4}  {j.status:<8} {_budget(spec.params, p.trials, p.total)}"
                        f"  {best:>11}  "
-                       f"{p.failed:>6}  {spec.workload} ({spec.target}){state}"
+                       f"{p.failed:>6}  {spec.workload} ({spec.target}{_at(spec.precision)}){state}"
                        + (f"  ({j.error[:80]})" if j.error else ""))
     _print_lock(machine, store_path)
+
+
+def _at(precision: str) -> str:
+    return "" if precision == "fp32" else f", {precision}"
 
 
 def _budget(params, done: int, total: int) -> str:

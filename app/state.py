@@ -55,6 +55,7 @@ OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
 SEARCH_JOB = "search_job"  # the job the Search page shows
 JOB_PICK = "job_pick"  # the Search page's job picker (the Profile page sets it to the job it starts)
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
+SEARCH_PRECISION = "search_precision"  # fp32 | bf16: the precision the Search page starts a job at
 
 
 CODE_VIEWS = "codegen_views"  # {(module hash, target key): CodeViews} built for the Schedule page
@@ -110,11 +111,12 @@ class ExportKeys:
     DB_INPUT = "ex_db"
     PICK = "ex_pick_"  # + task name
     IN_MODEL = "ex_in_model"
+    PRECISION = "ex_precision"  # fp32 | bf16 (explorer.precision)
     RECHECK = "ex_recheck"  # take the in-model decision again instead of reusing the one kept
     BUILD = "ex_build"
     DOWNLOAD = "ex_download"
-    RESULT = "ex_result"  # {"key": ..., "report": ExportReport, "zip": bytes, "error": str}
-    WORKLOADS = "ex_workloads"  # {(spec, shapes): (ExportWorkload, [Task])}: loaded once per session
+    RESULT = "ex_result"  # {"key": (spec, target, precision), "report": ExportReport, "zip": bytes, "error": str}
+    WORKLOADS = "ex_workloads"  # {(spec, shapes, precision): (Workload, [Task] as built at it)}: once per session
 
 
 def read(key: str, default: Any = None) -> Any:

@@ -61,15 +61,28 @@ def check_precision(name: str, target) -> None:
                              f"Build it in fp32, or name a CPU that has them (cpu:sapphirerapids, cpu:znver4)")
 
 
+def refusal(name: str, target, kind: str = "model", what: str = "the workload") -> str:
+    """Why a workload of ``kind`` (``model`` or ``kernel``; ``what``: its name) cannot be built for
+    ``target`` at precision ``name``: the message :class:`PrecisionError` carries, "" where it can
+    (what a page shows beside a disabled choice, before anything is loaded)."""
+    try:
+        check_precision(name, target)
+    except PrecisionError as err:
+        return str(err)
+    if name != "fp32" and kind != "model":
+        return (f"--precision {name} applies to models (their products with constant weights); "
+                f"{what} is a single kernel, built in fp32 as written")
+    return ""
+
+
 def for_precision(workload, target, name: str = "fp32"):
     """``(workload, precision)``: ``workload`` as built at precision ``name`` for ``target`` (a new
     workload for bf16: its weight products rewritten), and what that precision means."""
-    check_precision(name, target)
+    why = refusal(name, target, workload.kind, workload.name)
+    if why:
+        raise PrecisionError(why)
     if name == "fp32":
         return workload, Precision("fp32", None)
-    if workload.kind != "model":
-        raise PrecisionError(f"--precision bf16 applies to models (their products with constant weights); "
-                             f"{workload.name} is a single kernel, built in fp32 as written")
     from explorer.passes.bf16_conv import bf16_convs
     from explorer.passes.bf16_dense import bf16_products
 
@@ -95,4 +108,4 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
 
 
 __all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "check_precision",
-           "for_precision"]
+           "for_precision", "refusal"]

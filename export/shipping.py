@@ -9,6 +9,10 @@ For a workload built for a target at a precision on this machine, :func:`shipped
    here unless the caller says otherwise;
 3. the default schedule for every task left without a record (the tasks the answer leaves out).
 
+The tasks are those of the workload as built at the precision (:func:`explorer.precision.for_precision`:
+at bf16, the bf16 kernels ``schedx tune --precision bf16`` searched), so a record found for one
+precision never applies to the other's kernel of the same name.
+
 The in-model decision is taken once and kept in the database with its interval
 (:mod:`store.decisions`), for the model (its structural hash), the target (its key), this machine
 (its hardware fingerprint), the precision and the ids of the records judged. Every later call
@@ -153,6 +157,7 @@ def shipped_schedules(spec: ShipSpec, progress: Progress | None = None, *,
     from export.schedules import pick
 
     say = progress or (lambda stage, frac: None)
+    spec = replace(spec, workload=_as_built(spec))
     schedules, choices, warnings = _chosen(spec)
     check = spec.check_in_model if spec.check_in_model is not None else spec.target.runs_here
     if not (check and schedules):
@@ -165,6 +170,20 @@ def shipped_schedules(spec: ShipSpec, progress: Progress | None = None, *,
     kept = set(used.check.kept)
     shipped = {name: s for name, s in chosen.items() if name in kept}
     return Shipped(shipped, choices, warnings, used, "" if shipped else ALL_DROPPED)
+
+
+def _as_built(spec: ShipSpec) -> Workload:
+    """The workload as the build at ``spec.precision`` compiles it: its tasks are the ones records
+    are chosen for and the in-model timing builds (bf16: the weight products rewritten)."""
+    if spec.precision == "fp32":
+        return spec.workload
+    from explorer.precision import PrecisionError, for_precision
+    from export.errors import ExportError
+
+    try:
+        return for_precision(spec.workload, spec.target, spec.precision)[0]
+    except PrecisionError as err:
+        raise ExportError(str(err)) from err
 
 
 def _chosen(spec: ShipSpec) -> tuple[dict[str, TaskSchedule], tuple[TaskChoice, ...], tuple[str, ...]]:

@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # (parsed types only: this module loads without TVM, as every
 class JobSpec:
     """What a search job searches: a workload spec (and ``shapes`` for a model's symbolic
     dimensions), a target spelling (see :func:`explorer.target.parse_target`), the search
-    parameters, and an RPC tracker to measure through (``HOST:PORT`` and device key) or none."""
+    parameters, an RPC tracker to measure through (``HOST:PORT`` and device key) or none, and the
+    ``precision`` the workload is searched at (:mod:`explorer.precision`: at ``bf16`` the tasks are
+    the bf16 kernels ``schedx export --precision bf16`` builds, so its records are the ones it ships)."""
 
     workload: str
     target: str = "cpu"
@@ -29,6 +31,7 @@ class JobSpec:
     shapes: str | None = None
     rpc_tracker: str | None = None
     rpc_key: str | None = None
+    precision: str = "fp32"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -37,7 +40,8 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> JobSpec:
-        """Read a job's params (also those older schedx versions wrote: a target dict, an rpc dict)."""
+        """Read a job's params (also those older schedx versions wrote: a target dict, an rpc dict, no
+        precision: fp32)."""
         data = dict(data)
         target = data.get("target", "cpu")
         if isinstance(target, dict):
@@ -45,11 +49,14 @@ class JobSpec:
         rpc = data.get("rpc") or {}
         return cls(workload=str(data["workload"]), target=str(target),
                    params=SearchParams.from_dict(data.get("params") or {}), shapes=data.get("shapes"),
-                   rpc_tracker=data.get("rpc_tracker", rpc.get("tracker")), rpc_key=data.get("rpc_key", rpc.get("key")))
+                   rpc_tracker=data.get("rpc_tracker", rpc.get("tracker")), rpc_key=data.get("rpc_key", rpc.get("key")),
+                   precision=str(data.get("precision") or "fp32"))
 
     def validate(self) -> ValidJob:
         """Parse what the spec names before any work starts (:class:`ValidJob`); raises the
-        rooms' own errors (unknown workload, target, bad RPC address) with their messages."""
+        rooms' own errors (unknown workload, target, bad RPC address, a precision the target or the
+        workload cannot have: :class:`explorer.precision.PrecisionError`) with their messages."""
+        from explorer.precision import check_precision, for_precision
         from explorer.workload import load_workload
         from search.runner import RpcSpec
 
@@ -57,7 +64,8 @@ class JobSpec:
         rpc = RpcSpec.parse(self.rpc_tracker, self.rpc_key or "") if self.rpc_tracker else None
         if rpc is None:
             target.require_runnable("measure")
-        workload = load_workload(self.workload, self.shapes)
+        check_precision(self.precision, target)  # before the model loads: a target without bf16 fails at once
+        workload, _ = for_precision(load_workload(self.workload, self.shapes), target, self.precision)
         tasks = workload.tasks()
         searched = _searched(tasks)
         if tasks and not searched:

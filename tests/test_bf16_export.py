@@ -83,7 +83,7 @@ def test_bf16_model_builds_with_the_targets_bf16_instruction(mlp_path, spec, ins
     assert built.precision.converted == 2
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in /proc/cpuinfo): the bf16 "
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bf16 "
                                          "bundle cannot run here")
 def test_bf16_bundle_verifies_against_onnx_runtime_fp32_at_the_stated_tolerance(mlp_path, tmp_path):
     from export.flow import export_workload

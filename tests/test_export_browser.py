@@ -8,7 +8,8 @@ import zipfile
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_page, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.test_bf16_kernels import HAS_BF16
 
 pytestmark = pytest.mark.browser
 
@@ -39,3 +40,24 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
         assert {"lib.so", "params.bin", "manifest.json", "README.md", "run.py", "inputs.npz"} <= names
         manifest = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("manifest.json"))))
     assert manifest["workload"]["spec"] == "small_cnn" and manifest["verification"]["fresh_process"]["ok"]
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): a bf16 "
+                                         "bundle cannot be verified here, and the choice is disabled")
+def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(tmp_path):
+    with schedx_ui(env={"SCHEDX_DB": str(tmp_path / "empty.db")}) as url, chromium_page(1600, 1100,
+                                                                                       timeout_ms=180_000) as page:
+        open_page(page, f"{url}/export", "Kernels (9, 0 with records)")
+        sidebar = page.locator('section[data-testid="stSidebar"]')
+        sidebar.get_by_text("bf16", exact=True).click()  # the Precision choice, by the mouse
+        page.get_by_role("radio", name="bf16", exact=True).wait_for(state="attached")
+        assert page.get_by_role("radio", name="bf16", exact=True).is_checked()
+        page.get_by_role("button", name="Build & verify").click()
+        page.get_by_role("button", name="Download small_cnn").wait_for()
+        note = page.get_by_text("Precision: bf16").first
+        note.wait_for()
+        text = page.locator('[data-testid="stAlert"]').filter(has_text="Precision: bf16").inner_text()
+        assert "1 product(s) with constant weights computed in bf16" in text and "0.01 x each output" in text
+        assert "Kept in fp32" in text and "softmax" in text and "too short for bf16 to pay" in text
+        assert page.get_by_text("1e-02 x max |ref|", exact=False).count() >= 1  # verified at bf16's rule
+        page.screenshot(path=str(screenshot_dir(tmp_path) / "export-bf16.png"), full_page=False)

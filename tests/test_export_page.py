@@ -17,6 +17,7 @@ from explorer.target import canonical_target, host_target
 from explorer.workload import load_workload
 from search.records import store_workload
 from store import Record, Store
+from tests.test_bf16_kernels import HAS_BF16
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
@@ -99,6 +100,19 @@ def test_cuda_target_shows_the_gpu_checks(tmp_path):
     assert any("dlight" in w.value for w in at.warning)
     # no GPU here: the verdict says the bundle was built, not run, and why
     assert any("not run here" in w.value and "no CUDA GPU" in w.value for w in at.warning)
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the "
+                                         "page disables bf16")
+def test_bf16_lists_the_bf16_kernels_and_a_single_kernel_disables_it(tmp_path):
+    at = _page(tmp_path / "none.db")
+    at.sidebar.radio(key="ex_precision").set_value("bf16").run()
+    assert not at.exception and not at.error
+    assert "small_cnn/fused_dense_bf16_strided_slice_add3" in list(at.dataframe[0].value["kernel"])
+    at.sidebar.radio(key="ex_source").set_value("Kernel").run()
+    choice = at.sidebar.radio(key="ex_precision")
+    assert choice.disabled and choice.value == "fp32"
+    assert any("bf16 is not available" in c.value and "is a single kernel" in c.value for c in at.sidebar.caption)
 
 
 def test_bad_input_is_shown_not_raised(tmp_path):

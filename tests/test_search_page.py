@@ -17,6 +17,8 @@ from search.job_spec import ValidJob
 from search.tune import SearchHooks, tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
+from tests.test_bf16_export import mlp_path  # noqa: F401 - the fixture: a model whose matmuls become bf16
+from tests.test_bf16_kernels import HAS_BF16
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
@@ -230,3 +232,38 @@ def test_elapsed_does_not_go_back_when_a_job_stops(tmp_path):
     at = _page(db).run()
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["status"] == "stopped" and metrics["elapsed"] == "44 s" and metrics["ETA"] == "-", metrics
+
+
+def test_bf16_is_disabled_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
+    from explorer.target.environment import cpu_flags
+
+    monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(f for f in cpu_flags() if "bf16" not in f and "amx" not in f))
+    at = _page(tmp_path / "nobf16.db").run()
+    assert not at.exception
+    choice = at.radio(key="search_precision")
+    assert choice.disabled and choice.value == "fp32"
+    assert any("bf16 is not available" in c.value and "AVX512-BF16 or AMX-BF16" in c.value for c in at.caption)
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the "
+                                         "page disables bf16")
+def test_a_bf16_search_starts_from_the_page_and_a_single_kernel_is_refused(tmp_path, mlp_path):
+    db = tmp_path / "bf16.db"
+    at = _page(db).run()
+    at.radio(key="search_precision").set_value("bf16").run()
+    at.text_input(key="search_workload").input("matmul:M=64,N=64,K=64")
+    at.button[0].click().run()
+    assert at.error and "is a single kernel" in at.error[0].value and Store(db).jobs() == []
+    at.text_input(key="search_workload").input(mlp_path)
+    at.number_input(key="search_trials").set_value(400)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = Store(db).jobs()[-1]
+    assert job.params["precision"] == "bf16"
+    at.run()
+    assert any("at precision **bf16**" in c.value for c in at.caption)
+    next(b for b in at.button if b.label == "Stop this job").click().run()
+    deadline = time.time() + 30
+    while time.time() < deadline and Store(db).job(job.id).status == "running":
+        time.sleep(0.5)
+    assert Store(db).job(job.id).status == "stopped"

@@ -4,8 +4,10 @@ download it.
 Choose a workload (zoo model or kernel spec), a target (this CPU, a named CPU, a CUDA
 architecture) and a database; every kernel of the workload is listed with its best record for
 that target preselected, and any pick can be changed to another record or to the default
-schedule. Build writes the bundle to a temporary folder, verifies it (fresh process and layer
-by layer on CPU, thread binding and nvcc on CUDA) and offers it as a zip.
+schedule. A model builds in fp32 or, where the target has the instructions, in bf16 (its weight
+products; the kernels and records listed are then the bf16 ones). Build writes the bundle to a
+temporary folder, verifies it (fresh process and layer by layer on CPU, thread binding and nvcc on
+CUDA; a bf16 bundle at its stated tolerance) and offers it as a zip.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 import streamlit as st
 
 from app import state
+from app.precision_picker import precision_picker
 from app.state import ExportKeys as K
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -26,7 +29,8 @@ DEFAULT = "default schedule"
 
 
 def sidebar():
-    """The workload spec, target (None while invalid) and database path chosen in the sidebar."""
+    """The workload spec, shapes, target (None while invalid), precision and database path chosen
+    in the sidebar."""
     from app.records import db_path
 
     sb = st.sidebar
@@ -49,22 +53,32 @@ def sidebar():
     sb.header("Target")
     with sb:
         target = target_picker(K.TARGET_KIND, choices=target_choices())
+        precision = precision_picker(K.PRECISION, target, kind="model" if source == "Model" else "kernel",
+                                     what=spec) if target is not None else "fp32"
     sb.header("Records")
     db = sb.text_input("Database", db_path(), key=K.DB_INPUT)
-    return spec, shapes, target, db
+    return spec, shapes, target, precision, db
 
 
-def load(spec: str, shapes: str | None = None):
-    """The workload and its tasks, loaded once per session (fusing ResNet-18 takes seconds)."""
+def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp32"):
+    """The workload as written and its tasks as built at ``precision`` for ``target`` (bf16: the
+    bf16 kernels, whose records a search at bf16 made), loaded once per session (fusing ResNet-18
+    takes seconds)."""
     from explorer.workload import load_workload
     from export import workload_tasks
 
     memo = state.kept(K.WORKLOADS, dict)
-    if (spec, shapes) not in memo:
+    if (spec, shapes, "fp32") not in memo:
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
             workload = load_workload(spec, shapes)
-            memo[(spec, shapes)] = (workload, workload_tasks(workload))
-    return memo[(spec, shapes)]
+            memo[(spec, shapes, "fp32")] = (workload, workload_tasks(workload))
+    if (spec, shapes, precision) not in memo:
+        from explorer.precision import for_precision
+
+        workload = memo[(spec, shapes, "fp32")][0]
+        with st.spinner(f"Rewriting {spec} at {precision} and fusing its kernels..."):
+            memo[(spec, shapes, precision)] = (workload, workload_tasks(for_precision(workload, target, precision)[0]))
+    return memo[(spec, shapes, precision)]
 
 
 def choices_for(tasks, target, db: str):
@@ -119,9 +133,9 @@ def task_table(choices, target) -> dict:
 
 
 def build(workload, target, choices, picks: dict, *, in_model: bool = False, db: str | None = None,
-          recheck: bool = False) -> None:
-    """Export the picks; the in-model decision the database ``db`` keeps for them is reused
-    (``recheck``: taken again), as `schedx export` does."""
+          recheck: bool = False, precision: str = "fp32") -> None:
+    """Export the picks at ``precision``; the in-model decision the database ``db`` keeps for them
+    is reused (``recheck``: taken again), as `schedx export` does."""
     from export.choose import schedules_for
     from export.entry import ExportSpec, run_export
 
@@ -130,13 +144,14 @@ def build(workload, target, choices, picks: dict, *, in_model: bool = False, db:
     try:
         spec = ExportSpec(workload=workload, target=target, schedules=schedules_for(choices, picks),
                           out_dir=f"{folder}/{workload.name.replace('/', '_')}-{target.arch}", check_in_model=in_model,
-                          db=db, recheck=recheck)
+                          db=db, recheck=recheck, precision=precision)
         done = run_export(spec, progress=lambda stage, frac: bar.progress(frac, text=stage))
         report = done.report
-        state.write(K.RESULT, {"key": (workload.spec, target.spec), "report": report,
+        state.write(K.RESULT, {"key": (workload.spec, target.spec, precision), "report": report,
                                "zip": zip_bundle(report.folder), "error": "", "in_model": done.shipped.summary()})
     except ExplorerError as err:
-        state.write(K.RESULT, {"key": (workload.spec, target.spec), "report": None, "zip": b"", "error": str(err)})
+        state.write(K.RESULT, {"key": (workload.spec, target.spec, precision), "report": None, "zip": b"",
+                               "error": str(err)})
     bar.empty()
 
 
@@ -151,6 +166,7 @@ def results(result: dict) -> None:
             f"({report.seconds['total']:.1f} s with checks). {report.verdict}")
     if result.get("in_model"):  # the in-model decision applied: kept in the database, or taken now
         st.info(result["in_model"])
+    precision_note(m.get("precision"))
     for w in report.warnings:
         st.warning(w)
     v = report.verification
@@ -186,16 +202,28 @@ def results(result: dict) -> None:
         st.json(m, expanded=False)
 
 
+def precision_note(precision: dict | None) -> None:
+    """The precision the bundle was built at: at bf16, what was computed in bf16, what stayed fp32
+    and the tolerance it was verified at."""
+    if not precision or precision["name"] == "fp32":
+        st.caption("Precision: fp32, as the model is written.")
+        return
+    kept = "\n".join(f"- {line}" for line in precision["kept_fp32"])
+    st.info(f"**Precision: {precision['name']}**: {precision['converted_products']} product(s) with constant weights "
+            f"computed in {precision['name']} with fp32 accumulation; verified against fp32 at "
+            f"{precision['tolerance']:g} x each output's largest magnitude. Kept in fp32:\n{kept}")
+
+
 def main() -> None:
     st.title("Export")
     st.caption("A library a plain TVM runtime loads (`tvm.runtime.load_module` + `tvm.runtime.vm.VirtualMachine`), "
                "its parameters in a separate file, a manifest with hashes, verified before you download it.")
-    spec, shapes, target, db = sidebar()
+    spec, shapes, target, precision, db = sidebar()
     if target is None:
         st.info("Choose a valid target in the sidebar.")
         return
     try:
-        workload, tasks = load(spec, shapes)
+        workload, tasks = load(spec, shapes, target, precision)
     except ExplorerError as err:
         st.error(str(err))
         return
@@ -212,9 +240,10 @@ def main() -> None:
                           help="The decision is kept in the database for these records, this machine and "
                                "precision, and reused by every export, bench and profile; this times them again.")
     if st.button("Build & verify", type="primary", key=K.BUILD):
-        build(workload, target, choices, picks, in_model=in_model, recheck=recheck, db=db or None)
+        build(workload, target, choices, picks, in_model=in_model, recheck=recheck, db=db or None,
+              precision=precision)
     result = state.read(K.RESULT)
-    if result is not None and result["key"] == (workload.spec, target.spec):
+    if result is not None and result["key"] == (workload.spec, target.spec, precision):
         results(result)
 
 

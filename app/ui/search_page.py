@@ -7,6 +7,7 @@ import streamlit as st
 from app import state
 from app.components import table_html
 from app.layout import sized_columns
+from app.precision_picker import precision_picker
 from app.records import db_path
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -23,6 +24,7 @@ def start_form(store: Store) -> None:
     from search.params import UNLIMITED_TRIALS, SearchParams
 
     target = target_picker("search_target", cpu_only=True)
+    precision = precision_picker(state.SEARCH_PRECISION, target) if target is not None else "fp32"
     with st.form("start_search"):
         st.markdown("**Start a search** (it runs as its own process: close the tab, it goes on)")
         c1, c2, c3 = st.columns([4, 1, 1])
@@ -60,7 +62,7 @@ def start_form(store: Store) -> None:
                                       seed=int(seed))
                 spec = JobSpec(workload=workload.strip(), target=target.spec, params=params,
                                shapes=shapes.strip() or None, rpc_tracker=tracker.strip() or None,
-                               rpc_key=key.strip() or None)
+                               rpc_key=key.strip() or None, precision=precision)
                 with st.spinner("Checking the workload and target…"):
                     valid = prepare(spec)  # the same checks as the CLI: a bad spec never becomes a job
                 job = start(store, valid)
@@ -105,7 +107,8 @@ def _job_label(j) -> str:
     from search.job_spec import JobSpec
 
     spec = JobSpec.from_dict(j.params)
-    return f"#{j.id} · {spec.workload} · started {j.created[:16].replace('T', ' ')} UTC"
+    at = f" · {spec.precision}" if spec.precision != "fp32" else ""
+    return f"#{j.id} · {spec.workload}{at} · started {j.created[:16].replace('T', ' ')} UTC"
 
 
 def _read(path: str):
@@ -132,6 +135,8 @@ def _header(path: str, job, spec, progress) -> None:
 
     running = job.status == "running"
     st.caption(f"{spec.workload} for `{spec.target}`" + (f" (shapes {spec.shapes})" if spec.shapes else "")
+               + (f" at precision **{spec.precision}** (the kernels an export at {spec.precision} builds)"
+                  if spec.precision != "fp32" else "")
                + (f", measured through {spec.rpc_tracker} ({spec.rpc_key})" if spec.rpc_tracker else ""))
     c = st.columns(5)
     c[0].metric("status", job.status)
