@@ -72,16 +72,19 @@ def test_a_graph_without_transposes_to_move_is_returned_as_it_was():
 
 
 def _residual_cnn() -> onnx.ModelProto:
-    """conv -> relu -> max-pool -> conv -> add (residual) -> relu -> global pool -> gemm."""
+    """conv -> relu -> max-pool -> conv -> add (residual) -> relu -> global pool -> gemm; the
+    convolutions with biases (QOperator form makes each an int32 input of QLinearConv)."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.normal(0, 0.2, (16, 3, 3, 3)).astype("float32"), "w1"),
              numpy_helper.from_array(rng.normal(0, 0.1, (16, 16, 3, 3)).astype("float32"), "w2"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 16).astype("float32"), "b1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 16).astype("float32"), "b2"),
              numpy_helper.from_array(rng.normal(0, 0.2, (10, 16)).astype("float32"), "w3"),
              numpy_helper.from_array(np.zeros(10, "float32"), "b3")]
-    nodes = [helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c2", "p1"], ["a2"]),
              helper.make_node("Relu", ["a2"], ["r2"]),
              helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
@@ -92,14 +95,17 @@ def _residual_cnn() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
-def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime(tmp_path, per_channel):
+@pytest.mark.parametrize("fmt, per_channel", [("QDQ", True), ("QDQ", False), ("QOperator", True)],
+                         ids=["per-channel", "per-tensor", "qoperator"])
+def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime(tmp_path, fmt, per_channel):
+    """QOperator form (QLinearConv with an int32 bias, QLinearAdd) too: its bias came in as
+    ``dequantize(constant)``, unfolded, which kept the bias add, and every transpose after it, in place."""
     from explorer.passes.pipelines import INFERENCE_PASSES, _sequential
     from explorer.target import host_target
 
     if not host_target().cpu_spec().int8_dot:
         pytest.skip("this CPU has no int8 dot product schedx uses: the QDQ graph stays float")
-    model = _ort_quantize(_residual_cnn(), tmp_path, per_channel=per_channel)
+    model = _ort_quantize(_residual_cnn(), tmp_path, fmt=fmt, per_channel=per_channel)
     loaded = import_onnx(model)
     passes = list(INFERENCE_PASSES[:INFERENCE_PASSES.index("LegalizeOps")])
     with tvm.target.Target({"kind": "llvm"}):
