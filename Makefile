@@ -7,9 +7,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8501
-# test processes (pytest-xdist): one per core, at most 4; each test file runs whole in one of them
+# test processes (pytest-xdist): one per core, at most 4, tests handed out as workers free up
+# (worksteal: a worker that crashes fails its one test and is replaced; loadfile then lost the run)
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST  := -n $(JOBS) --dist loadfile
+XDIST  := -n $(JOBS) --dist worksteal
 
 .PHONY: ui test test-fast test-slow test-all test-faults bench corpus bench-corpus outside bench-outside exporters bench-exporters screenshots setup setup-dev system clean
 

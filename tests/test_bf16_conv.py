@@ -1,6 +1,6 @@
 """bf16 convolutions: the implicit-GEMM kernel of :mod:`explorer.passes.bf16_conv` on the same
 AVX512-BF16 / AMX-BF16 micro-kernels as the weight products. Compile-only per target (any host);
-the numeric runs only where /proc/cpuinfo lists the instructions."""
+the numeric runs only where the CPU flags list the instructions."""
 
 from __future__ import annotations
 

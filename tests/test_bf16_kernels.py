@@ -15,19 +15,15 @@ from explorer.passes.bf16_dense import bf16_bits, bf16_round, dense_bf16, pack_w
 from explorer.schedule import bf16_dot
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
+from explorer.target.environment import cpu_flags
 
 
-def _flags() -> set[str]:
-    try:
-        return {f for ln in open("/proc/cpuinfo") if ln.startswith("flags") for f in ln.split()}
-    except OSError:
-        return set()
-
-
-HAS_BF16 = "avx512_bf16" in _flags()
-HAS_AMX = {"amx_bf16", "amx_tile"} <= _flags()
-NEEDS_BF16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in /proc/cpuinfo)")
-NEEDS_AMX = pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16 (amx_bf16 not in /proc/cpuinfo)")
+# The flags as schedx reads them (``SCHEDX_CPU_FLAGS`` plays a machine without them: the host target
+# then lacks the instructions, and code forced to use them stops LLVM, process and all)
+HAS_BF16 = "avx512_bf16" in cpu_flags()
+HAS_AMX = {"amx_bf16", "amx_tile"} <= cpu_flags()
+NEEDS_BF16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags)")
+NEEDS_AMX = pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16 (amx_bf16 not in its flags)")
 
 
 def _func(m: int, n: int, k: int) -> tvm.tirx.PrimFunc:
