@@ -71,6 +71,9 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     if contiguous and any(a.uses(inner) and inner not in a.last for a in facts.reads):
         # a transpose: vectors would be gathered (NCHW -> NHWC of a 3-channel image: 10x slower
         # than the loop nest); the outer loops in parallel, the innermost left to LLVM
+        along = _read_row_axis(facts, inner, cpu)
+        if along is not None:
+            return _transpose_by_read_rows(sch, facts, loops, inner, along, cpu)
         if len(loops) > 1 and facts.volume >= PARALLEL_MIN_VOLUME:
             sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
         return f"parallel transpose ({facts.name})"
@@ -147,6 +150,60 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     if total >= PARALLEL_MIN_VOLUME:
         sch.parallel(outer)
     return f"parallel x{factor} ({facts.name})"
+
+
+# A transpose's innermost output axis short enough to unroll around vectors along the rows it reads
+# (an image's 3 or 4 channels); and the longest such row that is one vector (LLVM splits it into
+# registers) where the CPU's vectors do not divide it (a padded 64-pixel row: 66).
+SHORT_CHANNELS = 4
+WHOLE_ROW_MAX = 128
+
+
+def _read_row_axis(facts: BlockFacts, inner: int, cpu: CpuSpec) -> int | None:
+    """The iterator along which every transposed read is contiguous, where the block computes
+    something costly per value (a quantization's rounding: plain copies gain nothing, a padded one
+    lost 40%), the output's innermost axis ``inner`` is a few channels (:data:`SHORT_CHANNELS`)
+    and that iterator's rows are whole vectors or one short row (:data:`WHOLE_ROW_MAX`); else None."""
+    if not facts.costly or facts.extents[inner] > SHORT_CHANNELS:
+        return None
+    transposed = [a for a in facts.reads if a.uses(inner) and inner not in a.last]
+    rows = {k for a in transposed for k in a.last}
+    if len(rows) != 1 or any(len(a.last) != 1 for a in transposed):
+        return None
+    (k,) = rows
+    lanes = cpu.lanes("float32")
+    if k == inner or facts.extents[k] < lanes:
+        return None
+    if facts.extents[k] % lanes and facts.extents[k] > WHOLE_ROW_MAX:
+        return None
+    return k
+
+
+def _transpose_by_read_rows(sch: s_tir.Schedule, facts: BlockFacts, loops, inner: int, along: int,
+                            cpu: CpuSpec) -> str:
+    """NCHW -> NHWC of a few channels (an image quantized, transposed and padded for an int8
+    convolution): the read rows vectorized (the quantization's float arithmetic in vectors, the
+    reads contiguous), the channels unrolled around them (their border tests constants), each
+    vector written lane by lane; the other loops fused and in parallel (docs/notes/measurements.md,
+    "Small int8 CNNs")."""
+    lanes = cpu.lanes("float32")
+    row, channels = loops[along], loops[inner]
+    rest = [loop for k, loop in enumerate(loops) if k not in (along, inner)]
+    sch.reorder(*rest, channels, row)
+    if facts.extents[along] % lanes == 0 and facts.extents[along] > lanes:
+        row, vector = sch.split(row, [None, lanes])
+        sch.reorder(row, channels, vector)
+        row_note = f"vectors of {lanes}"
+    else:
+        vector = row
+        row_note = "one vector"
+    sch.vectorize(vector)
+    sch.unroll(channels)
+    parallel = bool(rest) and facts.volume >= PARALLEL_MIN_VOLUME
+    if parallel:
+        sch.parallel(sch.fuse(*rest) if len(rest) > 1 else rest[0])
+    return (f"{'parallel ' if parallel else ''}transpose: rows of {facts.extents[along]} read as {row_note}, "
+            f"{facts.extents[inner]} channels unrolled ({facts.name})")
 
 
 def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
