@@ -75,7 +75,8 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
                    "(tensorized; blocks it does not fit keep the default rules).")
 @click.option("--default-variants", default=3, show_default=True, type=Count(0, 6),
               help="After each task's default schedule, measure up to this many of its variants (the default "
-                   "rules with one choice changed: the next register tiles, rows not fused, no tail tile), "
+                   "rules with one choice changed: the next register tiles, rows not fused, no tail tile; for a "
+                   "bf16 product other AMX tile grids and vdpbf16ps step sizes), "
                    "heaviest tasks first, at most half the trials (0: none).")
 @click.option("--warm-timing", is_flag=True,
               help="Time candidates warm, back to back for 40 ms (MetaSchedule's way) instead of as a model runs "

@@ -22,6 +22,7 @@ A module (:func:`apply_default_schedules`) gets this for each PrimFunc that has 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import tvm
 from tvm import s_tir
@@ -105,13 +106,16 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = Defau
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
     anchor = _anchor(sch)
     dot_block, tile_dot = int8_block(sch), tile_int8
-    if dot_block is None:  # a bf16 build's product: around the bf16 instruction
-        dot_block, tile_dot = bf16_block(sch), tile_bf16
+    if dot_block is None:  # a bf16 build's product: around the bf16 instruction (the variant's, if it names one)
+        dot_block = bf16_block(sch)
+        tile_dot = partial(tile_bf16, isa=variant.bf16_isa, rows=variant.bf16_rows, cols=variant.bf16_cols)
     if dot_block is not None:  # a quantized model's int8 kernel: around the dot-product instruction
         name = sch.get(dot_block).name_hint
         try:
             steps.append(tile_dot(sch, dot_block, cpu))
         except NotApplicable as why:
+            if variant.bf16_isa and tile_dot is not tile_int8:  # a bf16 choice that does not fit: no such variant
+                raise
             steps.append(f"{name}: no dot-product intrinsic ({why})")
         else:
             names = [n for n in names if n != name and not scheduled_already(sch, n)]  # (a bf16 conv's packing)

@@ -19,6 +19,10 @@ The packing block (fp32 activations to bf16 bits) stays a block of its own, para
 vectorized by the general rules; the epilogue after the product (bias, activation) too. A
 convolution (:mod:`explorer.passes.bf16_conv`: the same loops, channels as rows and pixels as
 columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`.
+
+The rule's choices (the instructions, the rows by panels of a ``vdpbf16ps`` step, the grid of AMX
+tiles) can be made otherwise: the search measures those variants beside the default
+(:data:`explorer.schedule.defaults.variants.BF16_VARIANTS`).
 """
 
 from __future__ import annotations
@@ -44,29 +48,49 @@ def _panels(channels: int, dot: Bf16Dot, cpu: CpuSpec) -> int:
     return 2 if channels % (2 * PANEL) == 0 and 2 * dot.rows + 4 <= cpu.registers else 1
 
 
-def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
+def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: int = 0, cols: int = 0) -> str:
     """Tile ``block`` around the CPU's bf16 intrinsic (see the module docstring); raises
-    :class:`NotApplicable` when it cannot."""
+    :class:`NotApplicable` when it cannot. ``isa``, ``rows`` and ``cols`` choose otherwise than
+    the rule (:class:`~explorer.schedule.defaults.variant.DefaultVariant`'s ``bf16_*`` fields:
+    the instructions, then the rows by panels of a ``vdpbf16ps`` step or the grid of AMX tiles);
+    a choice that does not fit the kernel or the CPU raises :class:`NotApplicable` too."""
     if not cpu.bf16_dot:
         raise NotApplicable("this CPU has no AVX512-BF16 nor AMX-BF16 instructions")
+    if isa == "amx" and cpu.bf16_dot != "amx":
+        raise NotApplicable("this CPU has no AMX-BF16 instructions")
     loops = sch.get_loops(block)
     if len(loops) != 4:
         raise NotApplicable("not a dense_bf16 block (loops i, j, k2, kk)")
-    rows, cols, half = (int(sch.get(loop).extent) for loop in loops[:3])
-    if cols % PANEL:
+    extent_i, extent_j, half = (int(sch.get(loop).extent) for loop in loops[:3])
+    if extent_j % PANEL:
         raise NotApplicable("channels not padded to the 16-channel panel")
-    if cpu.bf16_dot == "amx" and rows % 16 == 0 and (2 * half) % AMX_K == 0:
-        grid = 2 if rows % 32 == 0 and cols % (2 * PANEL) == 0 else 1
-        step = _tile_amx(sch, block, loops, AmxBf16(2 * half, grid, grid))
+    if cpu.bf16_dot == "amx" and isa != "avx512bf16" and extent_i % 16 == 0 and (2 * half) % AMX_K == 0:
+        step = _tile_amx(sch, block, loops, _amx_grid(extent_i, extent_j, half, rows, cols))
+    elif isa == "amx":
+        raise NotApplicable("AMX tiles need rows in multiples of 16 and K in multiples of 32")
     else:
-        step = _tile_avx512(sch, block, loops, rows, cols, cpu)
+        dot = Bf16Dot(rows) if rows else next(Bf16Dot(r) for r in ROWS if extent_i % r == 0)
+        panels = cols or _panels(extent_j, dot, cpu)
+        if extent_i % dot.rows or extent_j % (panels * PANEL):
+            raise NotApplicable(f"{dot.rows} rows x {panels} panels do not divide {extent_i} x {extent_j}")
+        if (rows or cols) and dot.rows * panels + panels + 1 > cpu.registers:
+            raise NotApplicable(f"{dot.rows} rows x {panels} panels need more than {cpu.registers} vector registers")
+        step = _tile_avx512(sch, block, loops, dot, panels)
     return "; ".join([step] + schedule_conv_packing(sch))  # a convolution's im2col: its own schedule
 
 
-def _tile_avx512(sch: s_tir.Schedule, block, loops, rows: int, cols: int, cpu: CpuSpec) -> str:
+def _amx_grid(extent_i: int, extent_j: int, half: int, rows: int, cols: int) -> AmxBf16:
+    """The AMX call: the rule's 2 x 2 tiles where the rows and channels divide (else 1 x 1), or
+    ``rows`` x ``cols`` tiles (each 1 or 2: eight tile registers hold C, A and B)."""
+    grid = 2 if extent_i % 32 == 0 and extent_j % (2 * PANEL) == 0 else 1
+    mt, nt = rows or grid, cols or grid
+    if not {mt, nt} <= {1, 2} or extent_i % (16 * mt) or extent_j % (PANEL * nt):
+        raise NotApplicable(f"{mt} x {nt} AMX tiles do not divide {extent_i} x {extent_j}")
+    return AmxBf16(2 * half, mt, nt)
+
+
+def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -> str:
     i, j, k2, kk = loops
-    dot = next(Bf16Dot(r) for r in ROWS if rows % r == 0)
-    panels = _panels(cols, dot, cpu)
     name = sch.get(block).name_hint
     j_o, j_p, j_i = sch.split(j, [None, panels, PANEL])
     i_o, i_i = sch.split(i, [None, dot.rows])
