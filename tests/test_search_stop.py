@@ -62,8 +62,15 @@ def test_a_stop_request_ends_the_search_at_a_batch_boundary(tmp_path):
         if len(seen) == 2:
             os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: tune turns it into a stop request
 
-    summary = tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=64, per_batch=8, **FAST),
-                   SearchHooks(on_batch=on_batch), builder=FakeBuilder(), runner=FakeRunner())
+    def unhandled(signum, frame):  # a SIGINT that tune did not take fails this test, not its process
+        raise AssertionError("SIGINT arrived outside the search's own handler")
+
+    previous = signal.signal(signal.SIGINT, unhandled)
+    try:
+        summary = tune(ValidJob.of_tasks([_task()], host_target()), store, SearchParams(trials=64, per_batch=8, **FAST),
+                       SearchHooks(on_batch=on_batch), builder=FakeBuilder(), runner=FakeRunner())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert summary.stopped == "interrupted" and summary.trials == 16 == store.count() and len(seen) == 2
     # a caller's own request (the job runner's signal handlers set it) works the same way
     stop.request("terminated")
