@@ -82,6 +82,16 @@ def test_amx_falls_back_to_vdpbf16ps_where_rows_are_not_a_multiple_of_16():
     assert "vdpbf16ps" in choice.steps[0] and "tdpbf16ps" not in _asm(lib)
 
 
+@pytest.mark.parametrize("spec", ["cpu:sapphirerapids", "cpu:znver4"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_one_row_products_get_vdpbf16ps_too(spec, m):
+    """A classifier's one-row product (ResNet-18's 1x512 -> 1000) failed to tensorize (the block had
+    no row iterator left, the intrinsic's description one) and fell back to a scalar loop: ~1 ms."""
+    lib, choice = _built(spec, m=m, n=1008, k=512)
+    assert choice.rule == "full" and "vdpbf16ps, 1 rows" in choice.steps[0], choice
+    assert "vdpbf16ps" in _asm(lib)
+
+
 def test_avx2_target_has_no_bf16_kernel_and_says_why():
     target = parse_target("cpu:x86-64-v3")
     assert target.cpu_spec().bf16_dot == "" and "AVX512-BF16" in bf16_dot.why_not(target.features, target.arch)

@@ -97,7 +97,7 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -
     sch.reorder(j_o, i_o, k2, j_p, i_i, j_i, kk)
     if panels > 1:
         sch.unroll(j_p)
-    tile = sch.blockize(i_i)
+    tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(j_o, i_o)
     sch.parallel(outer)
     sch.decompose_reduction(tile, k2)
@@ -113,7 +113,7 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
     i_o, i_i = sch.split(i, [None, dot.rows])
     j_o, j_i = sch.split(j, [None, dot.cols])
     sch.reorder(j_o, i_o, i_i, j_i, k2, kk)
-    tile = sch.blockize(i_i)
+    tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(j_o, i_o)
     sch.parallel(outer)
     sch.decompose_reduction(tile, outer)
