@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.schedule.amx_ir import DECLARATIONS, c_tiles, entry, tile_config
+
 NAME_PREFIX = "schedx_dot_bf16_"
 PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps, the columns of one AMX tile
 PAIR = 2  # bf16 values per 32-bit lane
@@ -61,8 +63,6 @@ def amx_ir(mt: int, nt: int) -> str:
     tiles, then ``mt`` A tiles, then ``nt`` B tiles, each 16 rows of 64 bytes): tile config, the
     permission request (once per process), ``tileloadd``/``tdpbf16ps`` 32 K at a time, stores."""
     c, a0, b0 = 0, mt * nt, mt * nt + mt
-    used = mt * nt + mt + nt
-    cfg = ["1"] + ["0"] * 15 + ["64", "0"] * used + ["0", "0"] * (16 - used) + ["16"] * used + ["0"] * (16 - used)
     fn = f"{AMX_FN}_{mt}x{nt}"
     body = []
     for r in range(mt):
@@ -76,36 +76,14 @@ def amx_ir(mt: int, nt: int) -> str:
                  f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
     body += [f"  call void @llvm.x86.tdpbf16ps(i8 {c + r * nt + q}, i8 {a0 + r}, i8 {b0 + q})"
              for r in range(mt) for q in range(nt)]
-    ctiles = []
-    for r in range(mt):
-        for q in range(nt):
-            t = r * nt + q
-            ctiles.append((t, f"  %crow{t} = mul i64 %ldc, {16 * r}\n  %coff{t} = add i64 %crow{t}, {64 * q}\n"
-                              f"  %cp{t} = getelementptr i8, ptr %c, i64 %coff{t}"))
-    cptrs = "\n".join(code for _, code in ctiles)
-    cload = "\n".join(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr %cp{t}, i64 %ldc)" for t, _ in ctiles)
-    cstore = "\n".join(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr %cp{t}, i64 %ldc)" for t, _ in ctiles)
+    cptrs, cload, cstore = c_tiles(16, mt, nt)
     nl = "\n"
     return f"""
-@{fn}_cfg = internal constant [64 x i8] [{", ".join("i8 " + v for v in cfg)}], align 64
-@schedx_amx_granted = linkonce_odr global i32 0
-declare i64 @syscall(i64, ...)
-declare void @llvm.x86.ldtilecfg(ptr)
-declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
+{tile_config(fn + "_cfg", [16] * (mt * nt + mt + nt))}
+{DECLARATIONS}
 declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
-declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
 define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %bpanel, i64 %kbytes) {{
-entry:
-  %granted = load i32, ptr @schedx_amx_granted
-  %ask = icmp eq i32 %granted, 0
-  br i1 %ask, label %perm, label %go
-perm:
-  ; arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18): SYS_arch_prctl is 158
-  %r = call i64 (i64, ...) @syscall(i64 158, i64 4131, i64 18)
-  store i32 1, ptr @schedx_amx_granted
-  br label %go
-go:
-  call void @llvm.x86.ldtilecfg(ptr @{fn}_cfg)
+{entry(fn + "_cfg")}
 {cptrs}
 {cload}
   br label %loop

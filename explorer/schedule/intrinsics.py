@@ -1,7 +1,8 @@
 """schedx's own tensor intrinsics, registered on demand: the fp32 FMA micro-kernels
 (:mod:`explorer.schedule.microkernel`), the int8 dot products (:mod:`explorer.schedule.int8_dot`) and
-the bf16 ones (:mod:`explorer.schedule.bf16_dot`; AMX names carry their K, so only the AVX512-BF16
-shapes are listed in :data:`NAMES`).
+the bf16 ones (:mod:`explorer.schedule.bf16_dot`) and the AMX-INT8 tiles (:mod:`explorer.schedule.amx_int8`);
+AMX names carry their K (and the int8 ones their taps and stride), so only the AVX512-BF16 shapes
+are listed in :data:`NAMES`.
 
 Their names say their shape, so a trace that names one is enough to register it again: every
 process that replays a trace or applies a ``tensorize`` step calls :func:`register_for_trace` first.
@@ -9,7 +10,7 @@ process that replays a trace or applies a ``tensorize`` step calls :func:`regist
 
 from __future__ import annotations
 
-from explorer.schedule import bf16_dot, bf16_intrin, int8_dot, microkernel
+from explorer.schedule import amx_int8, bf16_dot, bf16_intrin, int8_dot, microkernel
 
 NAMES = microkernel.MICROKERNEL_NAMES + int8_dot.INT8_NAMES + bf16_dot.BF16_NAMES
 
@@ -19,6 +20,7 @@ def register_for_trace(trace: object) -> None:
     microkernel.register_for_trace(trace)
     int8_dot.register_for_trace(trace)
     bf16_intrin.register_for_trace(trace)
+    amx_int8.register_for_trace(trace)
 
 
 __all__ = ["NAMES", "register_for_trace"]

@@ -25,7 +25,8 @@ cores with AVX512-VNNI: ``schedx bench``).
 with :data:`STRIDED_ROWS` output pixels unrolled around the one-row call (a strided stem's 16
 channels are one accumulator a pixel: four chains in flight, not one). A kernel whose weights
 the CPU's instruction would saturate on (see :mod:`explorer.schedule.int8_dot`), or a CPU
-without one, is left to the general rules. Measured (AVX2, 2 cores): ``python -m benchmarks.bench_int8``.
+without one, is left to the general rules. On a CPU with AMX-INT8, the kernels that fill its tiles
+go there instead (:mod:`.int8_amx`). Measured (AVX2, 2 cores): ``python -m benchmarks.bench_int8``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
+from explorer.schedule.defaults.int8_amx import amx_call, tile_amx_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import ROWS, Int8Dot, fits, register, weight_max
 
@@ -62,6 +64,16 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     :class:`NotApplicable` when it cannot."""
     if not cpu.int8_dot:
         raise NotApplicable("this CPU has no int8 dot-product instruction schedx knows")
+    refused = ""
+    try:
+        dot = amx_call(sch, block, cpu)
+        tile_amx_int8(sch.copy(), block, dot, _epilogue_per_tile)  # a trial: tensorize may refuse an odd kernel
+    except NotApplicable:
+        pass  # no AMX-INT8, or a kernel too small for its tiles: the vector instructions below
+    except s_tir.ScheduleError as why:
+        refused = f" (AMX tiles refused: {str(why).splitlines()[0]})"
+    else:
+        return tile_amx_int8(sch, block, dot, _epilogue_per_tile)
     loops = sch.get_loops(block)
     if len(loops) not in (3, 7):
         raise NotApplicable("not a conv2d_nhwc_int8 or dense_int8 block")
@@ -105,7 +117,7 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             pass  # a channel loop TVM does not vectorize (a slice of the padded channels): LLVM's to do
     return (f"{name}: {dot.name} ({dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of {dot.lanes} "
             f"channels{f', {unrolled} pixels unrolled' if unrolled > 1 else ''}), parallel outside"
-            f"{', epilogue per tile' if epilogue is not None else ''}")
+            f"{', epilogue per tile' if epilogue is not None else ''}{refused}")
 
 
 def _epilogue_per_tile(sch: s_tir.Schedule, block, tile_loop):

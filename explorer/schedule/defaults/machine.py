@@ -28,6 +28,7 @@ class CpuSpec(DictValue):
     arch: str = ""
     int8_dot: str = ""  # the int8 dot-product instruction set (explorer.schedule.int8_dot), "" if none
     bf16_dot: str = ""  # the bf16 product instructions (explorer.schedule.bf16_dot: amx, avx512bf16), "" if none
+    int8_amx: bool = False  # AMX-INT8 tiles for the int8 kernels that fill them (explorer.schedule.amx_int8)
 
     def lanes(self, dtype: str) -> int:
         """Vector lanes of ``dtype`` (float32 on AVX-512: 16); 1 for types wider than a vector."""
@@ -54,11 +55,13 @@ class CpuSpec(DictValue):
         feats = set(features)
         known = CPU_ARCHES.get(arch)
         registers = 16 if known is None else next((n for f, n in known.more_registers if f in feats), known.registers)
+        from explorer.schedule.amx_int8 import available as amx_int8
         from explorer.schedule.bf16_dot import isa_from as bf16_isa
         from explorer.schedule.int8_dot import isa_from
 
         return cls(vector_bits=int(vector_width or 128), registers=registers, cores=max(1, int(cores or 1)), arch=arch,
-                   int8_dot=isa_from(feats, arch) or "", bf16_dot=bf16_isa(feats, arch))
+                   int8_dot=isa_from(feats, arch) or "", bf16_dot=bf16_isa(feats, arch),
+                   int8_amx=amx_int8(feats))
 
 
 def dtype_bits(dtype: str) -> int:

@@ -1,0 +1,109 @@
+"""Default schedule of an int8 kernel on AMX-INT8 tiles (:mod:`explorer.schedule.amx_int8`), where
+the CPU has them and the kernel fills them: the input channels (K) a multiple of 64 (a whole tile
+row per ``tdpbusd``), a reduction (taps x K) of at least 128, at least 2M multiply-adds, and an
+output width (a matmul's rows) that splits into tiles of 7-16 rows. Smaller kernels (a quantized
+stem's 3 or a small CNN's 16-32 channels, 1x1 convolutions of 64 channels) stay on the vector
+instructions (:mod:`.int8`):
+
+    parallel(n, h, w / rows, o / (16 nt)) . [rows x 16 nt over all taps and channels: one AMX call]
+    then, in the same parallel iteration, the epilogue of that tile (vectorized)
+
+with the output channels outermost instead where the weights outweigh the input (ResNet's last
+stages: each core then streams its share of the weights once, not once per output row).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from tvm import s_tir
+
+from explorer.schedule.amx_int8 import GRIDS, K_STEP, PANEL, AmxInt8, register
+from explorer.schedule.defaults.analysis import NotApplicable
+from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.int8_dot import row_stride
+
+IMPORT_PRAGMA = "pragma_import_llvm"
+TILE_REGISTERS = 8  # tmm0-tmm7: the C, A and B tiles of one call
+# The cut, measured here (docs/notes/measurements.md, "AMX-INT8"): a call's fixed cost (tile config,
+# C tiles loaded and stored) wants a reduction of at least two tdpbusd (1x1 convolutions of 64
+# channels ran 0.5-1.05x vpdpbusd's speed), and the kernel enough work in all (a 1x1 128 -> 64 at
+# 8x8 pixels: 0.64x; 3x3 64 -> 64 at 8x8, 2.4M multiply-adds: 1.24x; 3x3 layers of ResNet 3.6-7x)
+MIN_REDUCTION = 128
+MIN_MACS = 1 << 21
+
+
+def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
+    """The AMX call that computes ``block`` (a ``conv2d_nhwc_int8`` or ``dense_int8`` kernel) on
+    ``cpu``; raises :class:`NotApplicable` where the CPU has no AMX-INT8 or the kernel does not
+    fill its tiles."""
+    if not cpu.int8_amx:
+        raise NotApplicable("this CPU has no AMX-INT8 tiles")
+    loops = sch.get_loops(block)
+    if len(loops) not in (3, 7):
+        raise NotApplicable("not a conv2d_nhwc_int8 or dense_int8 block")
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    rows, cols, k = (extents[2], extents[3], extents[6]) if len(loops) == 7 else (extents[0], extents[1], extents[2])
+    if k % K_STEP or cols % PANEL:
+        raise NotApplicable(f"{k} input channels: AMX tiles want multiples of {K_STEP}")
+    taps = extents[4] * extents[5] if len(loops) == 7 else 1
+    if taps * k < MIN_REDUCTION or prod(extents) < MIN_MACS:
+        raise NotApplicable(f"{taps * k} products a sum, {prod(extents)} in all: too little work for AMX tiles")
+    grid = next(((m, mt) for m, mt in GRIDS if rows % (m * mt) == 0), None)
+    if grid is None:
+        raise NotApplicable(f"{rows} rows split into no tiles of 7-16 rows")
+    if len(loops) == 7 and 1 in extents[4:6] and extents[4:6] != [1, 1]:
+        raise NotApplicable("a 1 x n convolution: no AMX intrinsic for its taps")
+    m, mt = grid
+    nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
+    if len(loops) == 3:
+        return AmxInt8(m, mt, k, nt=nt)
+    return AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt)
+
+
+def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
+    """Tile ``block`` into ``dot``'s calls (see the module docstring); ``epilogue_at(sch, block,
+    loop)`` moves the kernel's epilogue under the tile loop (or returns None)."""
+    loops = sch.get_loops(block)
+    name = sch.get(block).name_hint
+    outer, row, col, reduce = (loops[:2], loops[2], loops[3], loops[4:]) if len(loops) == 7 else \
+        ([], loops[0], loops[1], loops[2:])
+    weights_first = _weight_bytes(sch, block) > _input_bytes(sch, block)
+    col_o, col_i = sch.split(col, [None, dot.cols])
+    row_o, row_i = sch.split(row, [None, dot.rows])
+    order = [col_o, *outer, row_o] if weights_first else [*outer, row_o, col_o]
+    sch.reorder(*order, row_i, col_i, *reduce)
+    epilogue = epilogue_at(sch, block, order[-1])
+    tile = sch.blockize(row_i)
+    fused = sch.fuse(*order)
+    sch.parallel(fused)
+    sch.decompose_reduction(tile, fused)
+    sch.tensorize(tile, register(dot))
+    sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    if epilogue is not None:
+        try:
+            sch.vectorize(sch.get_loops(epilogue)[-1])
+        except s_tir.ScheduleError:
+            pass  # a channel loop TVM does not vectorize: LLVM's to do
+    taps = f", {dot.kh}x{dot.kw} taps" if dot.kh else ""
+    return (f"{name}: {dot.name} (AMX tdpbusd, {dot.mt} x {dot.nt} tiles of {dot.m} rows x {PANEL} channels "
+            f"over K={dot.k}{taps}, int32 in tiles), parallel outside"
+            f"{', epilogue per tile' if epilogue is not None else ''}")
+
+
+def _weight_bytes(sch: s_tir.Schedule, block) -> int:
+    return sum(_bytes(r.source) for r in sch.get(block).reads if str(r.source.dtype) == "int8")
+
+
+def _input_bytes(sch: s_tir.Schedule, block) -> int:
+    return sum(_bytes(r.source) for r in sch.get(block).reads if str(r.source.dtype) == "uint8")
+
+
+def _bytes(buffer) -> int:
+    size = 1
+    for extent in buffer.shape:
+        size *= int(extent)
+    return size  # (int8 and uint8: one byte each)
+
+
+__all__ = ["amx_call", "tile_amx_int8"]

@@ -1,0 +1,168 @@
+"""int8 convolutions and matmuls on AMX-INT8 tiles (``tdpbusd``): the default rule's choice per
+target (compile only, any host), and exact int32 results against numpy where the host has the
+instructions (the flags schedx reads: ``SCHEDX_CPU_FLAGS`` can hide them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from tvm import te
+
+from app.cli import cli
+from explorer.passes.qdq_int8 import conv2d_nhwc_int8, dense_int8
+from explorer.schedule import amx_int8
+from explorer.schedule.defaults import default_schedule
+from explorer.target import parse_target
+from explorer.target.environment import cpu_flags
+from tests.test_quantize import _ort_quantize
+
+HAS_AMX_INT8 = {"amx_int8", "amx_tile"} <= cpu_flags()
+NEEDS_AMX_INT8 = pytest.mark.skipif(not HAS_AMX_INT8, reason="this CPU has no AMX-INT8 (amx_int8 not in its flags)")
+
+
+def _conv(size: int, stride: int = 1, cin: int = 64, cout: int = 32, kernel: int = 3, weight_max: int = 63):
+    """A conv2d_nhwc_int8 kernel as the QDQ pass writes it, numpy inputs and the exact result."""
+    side = (size - 1) * stride + kernel
+    x_shape, w_shape = (1, side, side, cin), (cout // 16, kernel, kernel, cin // 4, 16, 4)
+    x, w = te.placeholder(x_shape, "uint8", name="X"), te.placeholder(w_shape, "int8", name="W")
+    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, stride, stride, size, size, weight_max)])
+    rng = np.random.default_rng(0)
+    xs = rng.integers(0, 256, x_shape).astype("uint8")
+    ws = rng.integers(-weight_max, weight_max + 1, w_shape).astype("int8")
+    plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(cout, kernel, kernel, cin).astype(np.int64)
+    end = (size - 1) * stride + 1
+    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + end:stride, b:b + end:stride].astype(np.int64), plain[:, a, b])
+              for a in range(kernel) for b in range(kernel))
+    return func, [xs, ws, np.zeros(ref.shape, "int32")], ref
+
+
+def _dense(m: int, n: int, k: int, weight_max: int = 127):
+    x = te.placeholder((m, k), "uint8", name="X")
+    w_shape = (n // 16, k // 4, 16, 4)
+    w = te.placeholder(w_shape, "int8", name="W")
+    func = te.create_prim_func([x, w, dense_int8(x, w, weight_max)])
+    rng = np.random.default_rng(1)
+    xs = rng.integers(0, 256, (m, k)).astype("uint8")
+    ws = rng.integers(-weight_max - 1, weight_max + 1, w_shape).astype("int8")
+    plain = ws.transpose(0, 2, 1, 3).reshape(n, k).astype(np.int64)
+    return func, [xs, ws, np.zeros((m, n), "int32")], xs.astype(np.int64) @ plain.T
+
+
+def _built(spec: str, func):
+    target = parse_target(spec)
+    scheduled, choice = default_schedule(func, target.cpu_spec())
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=target.tvm())
+    return lib, choice.steps[0]
+
+
+def _asm(lib) -> str:
+    return lib.mod.inspect_source("asm")
+
+
+TILE_INSTRUCTIONS = ("tdpbusd", "tileloadd", "ldtilecfg", "tilestored")
+
+
+def test_sapphirerapids_computes_a_3x3_conv_on_amx_tiles_and_asks_linux_for_tile_state():
+    assert parse_target("cpu:sapphirerapids").cpu_spec().int8_amx
+    lib, step = _built("cpu:sapphirerapids", _conv(14)[0])
+    assert "schedx_amx_u8i8_14x1x2_k64_s1_t3x3" in step and "AMX tdpbusd" in step, step
+    asm = _asm(lib)
+    assert all(i in asm for i in TILE_INSTRUCTIONS), [i for i in TILE_INSTRUCTIONS if i not in asm]
+    # arch_prctl(ARCH_REQ_XCOMP_PERM=0x1023, XFEATURE_XTILEDATA=18) through syscall(158, ...), once per process
+    assert "syscall" in asm and "$158" in asm and "$4131" in asm and "$18" in asm
+
+
+@pytest.mark.parametrize("spec, instruction", [("cpu:icelake-server", "vpdpbusd"), ("cpu:znver4", "vpdpbusd"),
+                                               ("cpu:znver3", "vpmaddubsw")])
+def test_cpus_without_amx_int8_keep_the_vector_instructions(spec, instruction):
+    assert not parse_target(spec).cpu_spec().int8_amx
+    lib, step = _built(spec, _conv(14)[0])
+    asm = _asm(lib)
+    assert amx_int8.NAME_PREFIX not in step and instruction in asm, step
+    assert not any(i in asm for i in TILE_INSTRUCTIONS)
+
+
+def test_a_dense_fills_two_by_two_tiles_of_16_rows():
+    lib, step = _built("cpu:sapphirerapids", _dense(64, 64, 512)[0])
+    assert "schedx_amx_u8i8_16x2x2_k512" in step and "tdpbusd" in _asm(lib), step
+
+
+@pytest.mark.parametrize("make, why", [(lambda: _conv(14, cin=32), "32 input channels"),
+                                       (lambda: _conv(28, kernel=1, cout=64), "a 1x1 convolution of 64 channels"),
+                                       (lambda: _conv(8, cin=128, cout=64, kernel=1), "1x1 at 8x8: too little work"),
+                                       (lambda: _dense(1, 64, 1024), "one row")])
+def test_kernels_that_do_not_fill_the_tiles_stay_on_vpdpbusd(make, why):
+    lib, step = _built("cpu:sapphirerapids", make()[0])
+    assert "schedx_dot_u8i8_vnni" in step and amx_int8.NAME_PREFIX not in step, (why, step)
+    assert "tdpbusd" not in _asm(lib)
+
+
+@NEEDS_AMX_INT8
+@pytest.mark.parametrize("make", [lambda: _conv(14), lambda: _conv(7, stride=2, cin=128, cout=64),
+                                  lambda: _conv(8, cin=128, weight_max=127),
+                                  lambda: _conv(14, cin=256, cout=64, kernel=1),
+                                  lambda: _dense(64, 64, 512), lambda: _dense(112, 48, 448)],
+                         ids=["3x3-14px", "3x3-stride2-7px", "3x3-128ch-8px", "1x1-256ch-14px", "dense-64x64x512",
+                              "dense-112x48x448"])
+def test_amx_kernels_compute_exactly_on_this_cpu(make):
+    func, args, ref = make()
+    lib, step = _built("cpu", func)
+    assert amx_int8.NAME_PREFIX in step, step
+    nd = [tvm.runtime.tensor(a) for a in args]
+    lib(*nd)
+    assert np.array_equal(nd[2].numpy(), ref)
+
+
+def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again():
+    dot = amx_int8.AmxInt8(14, 2, 128, 2, 3, 3)
+    from tvm.s_tir import TensorIntrin
+
+    amx_int8.register_for_trace(f'["tensorize", "{dot.name}"]')
+    assert TensorIntrin.get(dot.name, allow_missing=True) is not None
+
+
+def _amx_cnn() -> onnx.ModelProto:
+    """3x3 stem 3 -> 64 on a 16x16 image (vpdpbusd: 27 products a sum), then 3x3 64 -> 64 and a
+    strided 3x3 64 -> 64 (AMX tiles: 16 and 8 rows), each with ReLU."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, o, i, k):
+        return numpy_helper.from_array(rng.normal(0, (2 / (i * k * k)) ** 0.5, (o, i, k, k)).astype("float32"), name)
+
+    inits = [weight("w1", 64, 3, 3), weight("w2", 64, 64, 3), weight("w3", 64, 64, 3)]
+    inits += [numpy_helper.from_array(rng.normal(0, 0.1, 64).astype("float32"), f"b{k}") for k in (1, 2, 3)]
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c3"], ["out"])]
+    graph = helper.make_graph(nodes, "amx_int8_cnn",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@NEEDS_AMX_INT8
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump to read the bundle's instructions")
+def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_path):
+    """ONNX Runtime's QDQ quantizer, the default schedules (no records), the export's fresh-process
+    verification against ONNX Runtime; the bundle's library holds the tile instructions."""
+    path = tmp_path / "amx-qdq.onnx"
+    onnx.save(_ort_quantize(_amx_cnn(), tmp_path), path)
+    bundle = tmp_path / "bundle"
+    result = CliRunner().invoke(cli, ["export", str(path), "--no-db", "-o", str(bundle), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    assert report["ok"] and report["verification"]["fresh_process"]["ok"], report["verification"]
+    disassembly = subprocess.run(["objdump", "-d", str(next(bundle.glob("*.so")))], capture_output=True,
+                                 text=True, check=True).stdout
+    assert "tdpbusd" in disassembly and "vpdpbusd" in disassembly  # the two 64-channel convs, and the stem
