@@ -122,10 +122,19 @@ __all__ = ["RunKey", "graph_kernel", "loaded_model", "pipeline_run", "run_graphs
 
 
 @st.cache_resource(max_entries=4, show_spinner="Extracting the model's fused kernels...")
-def fused_kernels(model: str) -> dict:
+def fused_kernels(model: str, precision: str = "fp32") -> dict:
+    """The model's fused kernels as built at ``precision`` (bf16: its weight products rewritten,
+    :func:`explorer.precision.bf16_module`; the caller checked the target)."""
+    import dataclasses
+
     from explorer.workload import model_kernels
 
-    return {k.name: k for k in model_kernels(loaded_model(model, ""))}
+    loaded = loaded_model(model, "")
+    if precision == "bf16":
+        from explorer.precision import bf16_module
+
+        loaded = dataclasses.replace(loaded, mod=bf16_module(loaded.mod)[0])
+    return {k.name: k for k in model_kernels(loaded)}
 
 
 # a minute at most: a calibration measured again on a quiet machine, or raised by a kernel, shows

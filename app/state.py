@@ -56,6 +56,7 @@ SEARCH_JOB = "search_job"  # the job the Search page shows
 JOB_PICK = "job_pick"  # the Search page's job picker (the Profile page sets it to the job it starts)
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
 SEARCH_PRECISION = "search_precision"  # fp32 | bf16: the precision the Search page starts a job at
+SCHEDULE_PRECISION = "schedule_precision"  # fp32 | bf16: the precision a model's kernels are taken at (Schedule page)
 
 
 CODE_VIEWS = "codegen_views"  # {(module hash, target key): CodeViews} built for the Schedule page

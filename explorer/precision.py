@@ -83,15 +83,22 @@ def for_precision(workload, target, name: str = "fp32"):
         raise PrecisionError(why)
     if name == "fp32":
         return workload, Precision("fp32", None)
-    from explorer.passes.bf16_conv import bf16_convs
-    from explorer.passes.bf16_dense import bf16_products
-
-    mod, convs, short = bf16_convs(workload.mod)
-    mod, products = bf16_products(mod)
-    converted = convs + products
+    mod, converted, short = bf16_module(workload.mod)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note),
             Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + _short_convs(short), converted))
+
+
+def bf16_module(mod):
+    """``(mod, converted, short)``: a model's Relax module with its convolutions and matmuls by
+    constant weights rewritten to bf16, how many were, and the convolutions kept fp32 as too short
+    (:func:`explorer.passes.bf16_conv.why_fp32`). The caller checks the target first."""
+    from explorer.passes.bf16_conv import bf16_convs
+    from explorer.passes.bf16_dense import bf16_products
+
+    mod, convs, short = bf16_convs(mod)
+    mod, products = bf16_products(mod)
+    return mod, convs + products, short
 
 
 def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
@@ -107,5 +114,5 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
             f"{shapes}",)
 
 
-__all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "check_precision",
-           "for_precision", "refusal"]
+__all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "bf16_module",
+           "check_precision", "for_precision", "refusal"]

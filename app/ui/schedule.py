@@ -9,6 +9,7 @@ import streamlit as st
 from app import state
 from app.cache import fused_kernels, machine_peaks
 from app.components import code_with_marks, roofline_figure, side_by_side_html, table_html, tiling_figure
+from app.precision_picker import precision_picker
 from app.records import best_known, open_requested_record, save_measurement
 from app.target_picker import target_picker
 from explorer.errors import ExplorerError
@@ -20,6 +21,7 @@ from explorer.schedule.primitives import PRIMITIVES, Param
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, parse_steps, steps_from_json
 from explorer.schedule.views import changed_lines, loop_nest, main_block, nest_text
+from explorer.target import host_target
 from search.decisions import schedule_name
 
 
@@ -43,7 +45,9 @@ def choose_kernel() -> Kernel | None:
                                                          step=1, key=state.param_key(name, p)))
             return builtin_kernel(name, **params)
         model = sb.selectbox("Model", list(ZOO), key=state.KERNEL_MODEL, format_func=lambda n: ZOO[n].title)
-        kernels = fused_kernels(model)
+        with sb:  # bf16: the kernels of the model as `schedx export --precision bf16` builds it
+            precision = precision_picker(state.SCHEDULE_PRECISION, host_target(), what=model)
+        kernels = fused_kernels(model, precision)
         pick = sb.selectbox("Fused kernel (most FLOPs first)", list(kernels), key=state.KERNEL_FUSED,
                             format_func=lambda n: n.split("/", 1)[1])
         sb.caption(f"{kernels[pick].info.flops / 1e6:.1f} MFLOP, called {kernels[pick].info.params['calls']} "
