@@ -95,16 +95,22 @@ def _importer_class():
         def _check_for_unsupported_ops(self, graph):
             from explorer.models.custom_ops import CUSTOM_OPS
 
-            if not any(n.op_type in CUSTOM_OPS for n in graph.node):
+            ours = CUSTOM_OPS | {"Loop"}  # a Loop left by loop_unroll: explorer.models.loop_relax
+            if not any(n.op_type in ours for n in graph.node):
                 return super()._check_for_unsupported_ops(graph)
             stock = onnx.GraphProto()
-            stock.node.extend(n for n in graph.node if n.op_type not in CUSTOM_OPS)
+            stock.node.extend(n for n in graph.node if n.op_type not in ours)
             return super()._check_for_unsupported_ops(stock)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             from explorer.models.custom_ops import convert_custom
 
-            sym = convert_custom(op_name, self.bb, inputs, attrs)
+            if op_name == "Loop":
+                from explorer.models.loop_relax import convert_loop
+
+                sym = convert_loop(self, list(inputs), attrs)
+            else:
+                sym = convert_custom(op_name, self.bb, inputs, attrs)
             if sym is None:
                 sym = super()._convert_operator(op_name, inputs, attrs, opset)
             index = self._node_index(op_name, str(attrs.get("tvm_custom", {}).get("name", "")))

@@ -14,8 +14,8 @@ A loop whose trip count is still unknown, whose condition depends on the data (a
 or that would unroll to more than :data:`MAX_TURNS` copies is refused with
 :class:`UnsupportedOperatorError` naming the node, what decides its trip count, the exporter
 that wrote the file, and what to do (pin the input that sets the count, or export the model
-traced instead of scripted). Keeping such a loop as Relax control flow (a recursive function)
-would need a ``Loop`` converter in TVM's importer.
+traced instead of scripted). A loop whose condition depends on the data and that has no scan
+outputs is kept instead: :mod:`explorer.models.loop_relax` imports it as a recursive Relax function.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ import onnx
 
 from explorer.errors import UnsupportedOperatorError
 from explorer.models.control_flow import fold_constants, input_sources
+from explorer.models.loop_relax import why_not_kept
 from explorer.models.onnx_rewrite import Emitter, GraphView, replace_nodes
 
 MAX_TURNS = 512  # a loop of more turns stays refused: its unrolled graph would be that many copies
+DATA_CONDITION = ("its condition is computed from the data in each turn (a `while` loop or an early exit), so "
+                  "the number of turns is known only at run time")
 
 
 def has_loops(model: onnx.ModelProto) -> bool:
@@ -71,8 +74,7 @@ def _why_not(node: onnx.NodeProto, view: GraphView, model: onnx.ModelProto) -> s
     body = next(a.g for a in node.attribute if a.name == "body")
     trip, cond = (list(node.input) + ["", ""])[:2]
     if not _passes_condition_on(body, view) or (cond and not _true(view, cond)):
-        return ("its condition is computed from the data in each turn (a `while` loop or an early exit), so "
-                "the number of turns is known only at run time")
+        return DATA_CONDITION
     count = view.constant(trip) if trip else None
     if count is None:
         producers = {o: n for n in model.graph.node for o in n.output if o}
@@ -170,11 +172,17 @@ def unroll_loops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
         out = onnx.ModelProto()
         out.CopyFrom(model)
     view = GraphView(out)
-    refused = {}
+    refused, kept, notes = {}, set(), []
     for node in out.graph.node:
         if node.op_type == "Loop":
             why = _why_not(node, view, out)
-            if why:
+            if why == DATA_CONDITION and why_not_kept(node) is None:
+                kept.add(tuple(node.output))  # imported as a recursive Relax function (explorer.models.loop_relax)
+                notes.append(f"Loop {node.name or node.output[0]!r} kept as a loop: {why}; imported as a recursive "
+                             "Relax function (its body a function of its own, called while the condition holds)")
+            elif why == DATA_CONDITION:
+                refused[node.name or node.output[0]] = f"{why}, and {why_not_kept(node)}"
+            elif why:
                 refused[node.name or node.output[0]] = why
     if refused:
         first, why = next(iter(refused.items()))
@@ -183,10 +191,9 @@ def unroll_loops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
                   "which writes the loop unrolled)")
         others = {"Loop": (list(refused), detail)} if len(refused) > 1 else None
         raise UnsupportedOperatorError("Loop", first, detail, others=others)
-    notes = []
 
     def rewrite(node: onnx.NodeProto, v: GraphView) -> Emitter | None:
-        if node.op_type != "Loop":
+        if node.op_type != "Loop" or tuple(node.output) in kept:
             return None
         turns = int(np.asarray(v.constant(node.input[0])).reshape(()))
         em = Emitter(v, node.name or "Loop")

@@ -9,7 +9,9 @@ the fixed input shapes decide (``Shape -> Gather -> Range``, sizes of a ``Reshap
 
 1. ``If`` nodes whose condition the shapes or constants fix are folded to the branch taken
    (:mod:`explorer.models.control_flow`), and ``Loop`` nodes whose trip count they fix are unrolled
-   (:mod:`explorer.models.loop_unroll`; the others are refused, naming what sets the count), a
+   (:mod:`explorer.models.loop_unroll`; a ``while`` loop on the data without scan outputs is kept, for
+   :mod:`explorer.models.loop_relax` to import as a recursive Relax function; the others are refused,
+   naming what sets the count), a
    ``while`` loop whose condition is a counter (tf2onnx's ``tf.while_loop``) first given the trip
    count its condition gives (:mod:`explorer.models.while_count`);
 2. ONNX Runtime's dynamically quantized LSTMs become LSTMs of their dequantized weights
@@ -96,7 +98,7 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     if has_spectral_ops(model):
         model, spectral = rewrite_spectral(_infer(model, data_prop=True))
         notes += spectral
-    check_operators(model)
+    check_operators(model, skip=("Loop",))  # those left are kept as Relax control flow (loop_relax)
     return (_infer(model) if notes else model), notes  # rewritten nodes get their shapes too
 
 

@@ -25,6 +25,7 @@ from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.concat_copies import ConcatAsCopies
 from explorer.passes.fast_activations import FastActivations
+from explorer.passes.fast_math import FastMathTransform
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
 from explorer.passes.weight_buffers import MarkWeightBuffers
@@ -78,7 +79,8 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("FuseTransposeMatmul", "Fuse a permute_dims feeding a matmul into the matmul."),
         _t("AdjustMatmulOrder", "Reorder chains of matmuls to do less work."),
         _t("RemoveRedundantReshape", "Drop reshapes that do not change the shape."),
-        _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations."),
+        _t("FastMathTransform", "Replace exp, erf, tanh and softmax with fast approximations.",
+           lambda: FastMathTransform),
         _t("SinkTransposes", "schedx: move transposes below elementwise ops and pools until they meet their "
            "inverse and vanish (a quantized model's NHWC int8 kernels in an NCHW graph).", lambda: SinkTransposes),
         _t("PadConvOutputChannels", "schedx: a channels-last convolution whose output channels no vector "
