@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import chromium_page, open_page, pick_option, schedx_ui
+from tests.browser import chromium_page, open_page, pick_option, schedx_ui, screenshot_dir
 from tests.test_bf16_kernels import HAS_BF16
+from tests.test_browser_readability import _settle
 
 pytestmark = pytest.mark.browser
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')"
-                           " && !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=240_000)
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bf16 choice "
@@ -41,6 +36,7 @@ def test_a_models_bf16_kernel_is_picked_built_and_measured(tmp_path, width, heig
         assert verified.split()[-1] == "yes", verified
         code = "\n".join(page.locator('[data-testid="stCode"]').all_inner_texts())
         assert "block bf16_pack" in code  # the bf16 product: its activations packed to bf16 bits first
+        page.screenshot(path=str(screenshot_dir(tmp_path) / f"schedule-bf16-{width}.png"), full_page=False)
 
 
 def test_the_bf16_choice_is_disabled_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
