@@ -15,7 +15,11 @@ functions and a call:
   body, then itself with ``iter + 1``; else it returns the carried values. The Relax VM runs the
   recursion; ``outer`` are the values of the graph around the loop that the body reads.
 
-The node's outputs are the carried values the loop function returns.
+The node's outputs are the carried values the loop function returns. A small ``If`` in the body
+(scripted PyTorch's ``while a and b``) is computed both ways and selected
+(:mod:`explorer.models.loop_branches`), so the body stays one dataflow block. When a CPU build's
+body is then nothing but kernels, :mod:`explorer.models.loop_tir` runs the whole loop as one
+PrimFunc with a TIR ``while`` instead of the recursion (same turn limit, same error).
 """
 
 from __future__ import annotations
@@ -25,10 +29,17 @@ import tvm
 from tvm import relax
 
 from explorer.errors import UnsupportedOperatorError
+from explorer.models.loop_branches import select_small_branches
 
 # The Relax VM calls a function on the native stack: a recursion of 3450 turns overflowed the 8 MiB
 # default stack (a segfault), 1730 ran. A loop running past this many turns stops with an error instead.
 MAX_KEPT_TURNS = 1000
+# On the loop function, for :mod:`explorer.models.loop_tir` (which runs a loop of straight-line kernels
+# as one PrimFunc with a TIR while, keeping the same limit and error): its body function's name,
+# whether it takes a trip count (1 or 0), and the error past the turn limit.
+LOOP_BODY_ATTR = "schedx.loop_body"
+LOOP_COUNTED_ATTR = "schedx.loop_counted"
+LOOP_MESSAGE_ATTR = "schedx.loop_turn_limit"
 _SCALAR_BOOL = relax.TensorType((), "bool")
 _SCALAR_INT = relax.TensorType((), "int64")
 
@@ -100,7 +111,7 @@ def _body_function(importer, body: onnx.GraphProto, params: list[relax.Var], out
             bb.emit_func_output(relax.Tuple(outs))
     finally:
         importer.bb, importer._nodes = saved_bb, saved_nodes
-    return bb.get()[name]
+    return select_small_branches(bb.get()[name]) if has_if else bb.get()[name]
 
 
 def _fields(result: relax.Expr, count: int) -> list[relax.Expr]:
@@ -142,6 +153,9 @@ def convert_loop(importer, inputs: list, attrs: dict) -> relax.Expr:
     ret_ty = relax.TupleType([v.ty for v in carried])
     loop_gv = bb.add_func(relax.Function(params, relax.Tuple(carried), ret_ty), f"{base}_loop")  # typed stub
 
+    message = (f"Loop {node_name!r} ran past {MAX_KEPT_TURNS} turns: schedx stops a data-dependent loop there "
+               "(run as a recursive Relax function, each turn is a native stack frame of the VM, and a longer "
+               "loop would overflow the stack)")
     inner = relax.BlockBuilder()
     with inner.function(loop_gv.name_hint, params=params):
         go = cond_var
@@ -149,10 +163,7 @@ def convert_loop(importer, inputs: list, attrs: dict) -> relax.Expr:
             go = inner.emit(relax.op.logical_and(cond_var, relax.op.less(iter_var, count_var[0])))
         inner._begin_binding_block()
         within = inner.emit(relax.op.less(iter_var, relax.const(MAX_KEPT_TURNS, "int64")))
-        inner.emit(relax.op.assert_op(within, format=(
-            f"Loop {node_name!r} ran past {MAX_KEPT_TURNS} turns: schedx runs a data-dependent loop as a recursive "
-            "Relax function, one native stack frame of the VM per turn, and stops it there rather than overflow "
-            "the stack")))
+        inner.emit(relax.op.assert_op(within, format=message))
         step = inner.emit(relax.Call(body_gv, [iter_var, cond_var, *carried, *outer_vars]))
         nxt = inner.emit(relax.op.add(iter_var, relax.const(1, "int64")))
         news = [inner.emit(relax.TupleGetItem(step, k)) for k in range(1 + len(carried))]
@@ -161,7 +172,10 @@ def convert_loop(importer, inputs: list, attrs: dict) -> relax.Expr:
         out = inner.emit(relax.If(go, then_seq, relax.SeqExpr([], relax.Tuple(carried))))
         inner.emit_func_output(out)
     # the turn limit's assert is the function's only effect: it stays callable from a dataflow block
-    bb.update_func(loop_gv, inner.get()[loop_gv.name_hint].with_attr("relax.force_pure", True))
+    loop_func = inner.get()[loop_gv.name_hint].with_attrs({
+        "relax.force_pure": True, LOOP_BODY_ATTR: body_gv.name_hint, LOOP_COUNTED_ATTR: int(bool(count_var)),
+        LOOP_MESSAGE_ATTR: message})
+    bb.update_func(loop_gv, loop_func)
 
     start = [bb.emit(relax.const(0, "int64")),
              _scalar(bb, cond, "bool") if cond is not None else bb.emit(relax.const(True, "bool"))]
@@ -171,4 +185,5 @@ def convert_loop(importer, inputs: list, attrs: dict) -> relax.Expr:
         else bb.emit(relax.TupleGetItem(result, 0))
 
 
-__all__ = ["MAX_KEPT_TURNS", "convert_loop", "scan_outputs", "why_not_kept"]
+__all__ = ["LOOP_BODY_ATTR", "LOOP_COUNTED_ATTR", "LOOP_MESSAGE_ATTR", "MAX_KEPT_TURNS", "convert_loop", "scan_outputs",
+           "why_not_kept"]

@@ -312,7 +312,9 @@ class CpuTarget(Target):
     def lowering_passes(self, tvm_target) -> list:
         from tvm.relax.backend.cpu_generic import pipeline
 
-        return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
+        from explorer.models.loop_tir import loops_as_tir_pass  # a kept loop of kernels: one PrimFunc
+
+        return [loops_as_tir_pass(), *pipeline.dataflow_lower_passes(tvm_target), *pipeline.finalize_passes(tvm_target)]
 
     def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
         """schedx's rules, tiled, parallel and vectorized for this target's vector width,
