@@ -82,8 +82,11 @@ def measure(kernel: str, steps_file: Path | None, repeat: int, timeout: int, tar
         if result.ok:
             click.echo(f"  median {result.median_s * 1e3:.3f} ms  mean {result.mean_s * 1e3:.3f} ms  "
                        f"std {result.std_s * 1e3:.3f} ms  ({result.number} runs x {len(result.latencies)} repeats)")
-            click.echo(f"  {result.gflops:.1f} GFLOPS = {result.percent_of_peak:.1f}% of the measured peak "
-                       f"{result.peak_gflops:.0f} GFLOPS; verified (max error {result.max_rel_error:.1e})")
+            unit, fam = ("GOPS" if result.peak_family == "int8" else "GFLOPS"), result.peak_family
+            peak = "the measured peak" if fam == "fp32" else f"the measured {fam} peak"  # its instruction family's
+            share = f"{result.percent_of_peak:.1f}% of {peak} {result.peak_gflops:.0f} {unit}" \
+                if result.percent_of_peak is not None else f"no {fam} peak measured on this machine"
+            click.echo(f"  {result.gflops:.1f} {unit} = {share}; verified (max error {result.max_rel_error:.1e})")
             if result.peak_note:
                 click.echo(f"  {result.peak_note}")
         else:

@@ -170,13 +170,14 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
                             peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                            cache_bytes=l2.nbytes)
+                            cache_bytes=l2.nbytes, family_peaks=peaks.families)
     result["peak_notes"] = [n for n in prof.notes if "above the" in n and "peak" in n]
+    result["peaks"] = prof.peaks_text()  # each kernel reads against its instruction family's peak
     # what a search could still take off the model built as shipped (tuned, or the defaults)
     result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
                           "peak_gflops": round(prof.roofline_peak_gflops, 1)} if prof.kernels_s else None
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
-                       "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule}
+                       "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule, "family": k.family}
                       for k in prof.top(5)]
     return result
 
@@ -266,6 +267,8 @@ def show_model(r: dict) -> None:
     if h:
         out(f"  headroom left in the model as shipped: {h['ms']:.3f} ms ({h['share']:.0%} of its kernels' time) if every "
             f"kernel ran at its roofline ({h['peak_gflops']:.0f} GFLOPS peak): about the most more search could gain")
+    if r.get("peaks"):
+        out(f"  {r['peaks']}")
     for note in r.get("peak_notes") or []:
         out(f"  {note}")
     out("  top 5 kernels (VM profiler):")

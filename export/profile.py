@@ -2,6 +2,11 @@
 the total, its GFLOPS and % of this machine's measured peak, and where its schedule came from
 (a record or the default); ONNX Runtime's own per-node profile beside it.
 
+Each kernel is read against the peak of its instruction family (:mod:`explorer.measure.families`):
+a bf16 kernel against the bf16 units' peak (AMX ``tdpbf16ps`` or ``vdpbf16ps``), an int8 one against
+the int8 units' (GOPS), the rest against the fp32 FMA peak; its roofline and headroom too, and a
+kernel above its family's peak raises that peak only.
+
 The model is built as it would be exported (:func:`export.build.build`, the chosen records
 applied), written as a bundle and run in a fresh process (a crashing kernel cannot take the
 caller down) whose VM instrument times every call (``run.py --profile``). This is the loop the
@@ -16,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.measure.families import FP32, FamilyPeak, peaks_line
 from explorer.target import Target, parse_target
 from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
@@ -56,6 +62,8 @@ class KernelTime:
     # what its arithmetic intensity allows: min(peak, AI x the bandwidth of where its bytes fit)
     roofline_gflops: float | None = None
     timed_s: float | None = None  # as timed, the instrument's cost included (None: the same as seconds)
+    family: str = FP32  # its instruction family: its % of peak is against that family's peak (GOPS for int8)
+    peak_gflops: float | None = None  # the peak its % is against
 
     @property
     def ran(self) -> bool:
@@ -124,6 +132,7 @@ class TaskCost:
     nbytes: int
     schedule: str = "default"
     record_id: int | None = None
+    family: str = FP32  # explorer.measure.families.kernel_family of its module
 
 
 @dataclass(frozen=True)
@@ -135,14 +144,17 @@ class Rows:
     kernels_s: float
     other_s: float
     roofline_peak_gflops: float | None
+    roofline_peaks: dict = field(default_factory=dict)  # family -> the FLOP peak of its kernels' rooflines
 
 
 def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: float, *,
                 peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
-                cache_bytes: int = 0) -> Rows:
+                cache_bytes: int = 0, family_peaks: Mapping[str, float | None] | None = None) -> Rows:
     """Rows from the instrument's ``calls`` (function -> seconds and calls, per run) with
     ``per_call`` seconds of its own cost taken out of every call (a row never below zero; one
-    left with less than was taken out is a bound: see :class:`KernelTime`)."""
+    left with less than was taken out is a bound: see :class:`KernelTime`). A task's % of peak and
+    roofline are against its family's peak: ``peak_gflops`` for fp32, ``family_peaks`` for the
+    others (a family missing there has no % peak and no roofline)."""
     measured, kernels_s, owned = [], 0.0, set()
     for task in tasks:
         count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
@@ -156,16 +168,19 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
         gflops = task.flops * count / rate_s / 1e9 if count and rate_s > 0 and task.flops else None
         measured.append((task, probe, gflops))
     other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
-    roof_peak = roofline_peak(peak_gflops, [(p.seconds, g) for _, p, g in measured])
+    peaks = {**(family_peaks or {}), FP32: peak_gflops}
+    roof = {fam: roofline_peak(peaks.get(fam), [(p.seconds, g) for t, p, g in measured if t.family == fam])
+            for fam in {FP32} | {t.family for t in tasks}}
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=p.calls, seconds=p.seconds,
                     share=p.seconds / kernels_s if kernels_s else 0.0, flops=t.flops, gflops=g,
-                    percent_of_peak=100 * g / peak_gflops if g and peak_gflops else None, schedule=t.schedule,
-                    record_id=t.record_id, timed_s=p.timed_s,
-                    roofline_gflops=roofline_bound(t.flops, t.nbytes, roof_peak, peak_gbps, cache_gbps=cache_gbps,
+                    percent_of_peak=100 * g / peaks[t.family] if g and peaks.get(t.family) else None,
+                    schedule=t.schedule, record_id=t.record_id, timed_s=p.timed_s, family=t.family,
+                    peak_gflops=peaks.get(t.family),
+                    roofline_gflops=roofline_bound(t.flops, t.nbytes, roof[t.family], peak_gbps, cache_gbps=cache_gbps,
                                                    cache_bytes=cache_bytes))
          for t, p, g in measured), key=lambda k: (-k.seconds, -k.upper_s)))
-    return Rows(kernels, kernels_s, other_s, roof_peak)
+    return Rows(kernels, kernels_s, other_s, roof[FP32], roof)
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,20 @@ class Profile:
     cache_bytes: int = 0  # those caches together
     # OpenVINO f32 and its default precision beside TVM's plain runs (export.openvino_row.Anchor)
     openvino: tuple = ()
+    # the bf16/int8 peaks the kernels of those families read against (after any raise)
+    family_peaks: tuple[FamilyPeak, ...] = ()
+
+    def peaks(self) -> tuple[FamilyPeak, ...]:
+        """The peaks this profile's kernels read against: fp32, then each other family a kernel of
+        the model belongs to (one the CPU has no peak for reads "no bf16 peak")."""
+        used = [f for f in dict.fromkeys(k.family for k in self.kernels) if f != FP32]
+        known = {p.family: p for p in self.family_peaks}
+        return (FamilyPeak(FP32, self.peak_gflops, "", "fp32"),
+                *(known.get(f) or FamilyPeak(f, None, "not measured") for f in used))
+
+    def peaks_text(self) -> str:
+        """``peaks: fp32 477 GFLOPS, bf16 AMX 3339 GFLOPS``."""
+        return peaks_line(self.peaks())
 
     @property
     def busy(self) -> bool:
@@ -234,26 +263,34 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
                      peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
-                     cache_bytes: int = 0, precision: str = "fp32") -> Profile:
+                     cache_bytes: int = 0, precision: str = "fp32", calibration=None,
+                     family_peaks: tuple[FamilyPeak, ...] = ()) -> Profile:
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules`` at
-    ``precision`` (:mod:`explorer.precision`); with the machine's peaks
-    (:class:`explorer.measure.calibration.Calibration`'s), each kernel's % of the peak and roofline."""
+    ``precision`` (:mod:`explorer.precision`; int8: quantized with ``calibration``, and ONNX Runtime
+    beside it runs the int8 model); with the machine's peaks
+    (:class:`explorer.measure.calibration.Calibration`'s: ``peak_gflops`` the fp32 one, ``family_peaks``
+    its ``families``), each kernel's % of its family's peak and its roofline."""
     from export.flow import export_workload
 
     target = parse_target(target)
     target.require_runnable("profile")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
+    from export.build import as_built
+
+    workload = as_built(workload, target, precision, calibration)[0]  # what is built and profiled, ONNX Runtime's too
     with private_temp_dir("schedx-profile-") as tmp:
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads, precision=precision)
         return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
-                              peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
+                              peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes,
+                              family_peaks=family_peaks)
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
                    ort: bool = True, peak_gflops: float | None = None, peak_gbps: float | None = None,
-                   cache_gbps: float = 0.0, cache_bytes: int = 0) -> Profile:
+                   cache_gbps: float = 0.0, cache_bytes: int = 0, family_peaks: tuple[FamilyPeak, ...] = ()
+                   ) -> Profile:
     """Profile a bundle :func:`export.flow.export_workload` wrote for ``workload`` (its folder must
     still exist): the same figures as :func:`profile_workload`, without building again."""
     import statistics
@@ -267,13 +304,13 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     end_to_end_s = float(statistics.median(child["latencies_s"]))
     calls = child["profile"]["calls"]
     per_call = _instrument_cost(calls, end_to_end_s)
-    rows = kernel_rows([task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes], calls, per_call,
-                       peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes)
-    peak_gflops, peak_note = checked_peak(rows.kernels, peak_gflops)
-    if peak_note:  # a kernel read above the calibrated peak: every row against the peak it was raised to
-        rows = kernel_rows([task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes], calls,
-                           per_call, peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps,
-                           cache_bytes=cache_bytes)
+    costs = [task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes]
+    rows = kernel_rows(costs, calls, per_call, peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps,
+                       cache_bytes=cache_bytes, family_peaks={f.family: f.gflops for f in family_peaks})
+    peak_gflops, family_peaks, peak_notes = checked_peaks(rows.kernels, peak_gflops, family_peaks)
+    if peak_notes:  # a kernel read above its calibrated peak: every row against the peak it was raised to
+        rows = kernel_rows(costs, calls, per_call, peak_gflops=peak_gflops, peak_gbps=peak_gbps, cache_gbps=cache_gbps,
+                           cache_bytes=cache_bytes, family_peaks={f.family: f.gflops for f in family_peaks})
     rows, unsure = _unsure_above_peak(rows)
     kernels, kernels_s, other_s = rows.kernels, rows.kernels_s, rows.other_s
     notes = [f"instrumented runs took {child['profile']['instrumented_run_s'] * 1e3:.2f} ms against "
@@ -284,7 +321,7 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
         notes.append(f"{len(bounds)} of {len(kernels)} kernels ran in less time than the instrument's cost took out "
                      f"of them: their rows show the time as timed, the most they took (< ms), and the rates it "
                      f"gives, lower bounds (≥); kernels that did not run say so")
-    notes += [peak_note] if peak_note else []
+    notes += peak_notes
     if unsure:
         notes.append(f"{unsure} short kernel(s) read above the peak from a time too short to be sure (under "
                      f"{PEAK_SHARE:.0%} of the kernels' time): their % peak is left blank")
@@ -305,21 +342,41 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
                    ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call,
                    peak_gbps=peak_gbps, roofline_peak_gflops=rows.roofline_peak_gflops, cache_gbps=cache_gbps,
-                   cache_bytes=cache_bytes, openvino=anchors)
+                   cache_bytes=cache_bytes, openvino=anchors, family_peaks=family_peaks)
 
 
-def checked_peak(kernels: tuple[KernelTime, ...], peak_gflops: float | None) -> tuple[float | None, str]:
-    """``(peak, note)``: the peak no sure kernel of a profile reads above, from the fastest whose
-    figure is sure (:data:`PEAK_SHARE` of the kernels' time or more, or a lower bound) through
-    :func:`explorer.measure.peak_check.within_peak` (which measures the calibration again or raises
-    it, and says so in the note; "" when no kernel was above ``peak_gflops``)."""
-    sure = [(k.gflops, k.task) for k in kernels if k.gflops and (k.share >= PEAK_SHARE or not k.resolved)]
+def checked_peak(kernels: tuple[KernelTime, ...], peak_gflops: float | None, family: str = FP32
+                 ) -> tuple[float | None, str]:
+    """``(peak, note)``: the peak of ``family`` no sure kernel of that family reads above, from the
+    fastest whose figure is sure (:data:`PEAK_SHARE` of the kernels' time or more, or a lower bound)
+    through :func:`explorer.measure.peak_check.within_peak` (which measures the calibration again or
+    raises that family's peak, and says so in the note; "" when no kernel was above ``peak_gflops``)."""
+    sure = [(k.gflops, k.task) for k in kernels
+            if k.family == family and k.gflops and (k.share >= PEAK_SHARE or not k.resolved)]
     if not peak_gflops or not sure or max(sure)[0] <= peak_gflops:
         return peak_gflops, ""
     from explorer.measure.peak_check import within_peak
 
-    check = within_peak(*max(sure), peak_gflops)
+    check = within_peak(*max(sure), peak_gflops, family=family)
     return check.peak_gflops, check.note
+
+
+def checked_peaks(kernels: tuple[KernelTime, ...], peak_gflops: float | None, family_peaks: tuple[FamilyPeak, ...]
+                  ) -> tuple[float | None, tuple[FamilyPeak, ...], list[str]]:
+    """:func:`checked_peak` for fp32 and each other family: the fp32 peak, the family peaks (a raised
+    one names the kernel that raised it) and the notes of those raised."""
+    from dataclasses import replace
+
+    peak_gflops, note = checked_peak(kernels, peak_gflops)
+    notes, checked = [note] if note else [], []
+    for fam in family_peaks:
+        peak, note = checked_peak(kernels, fam.gflops, fam.family)
+        if note:
+            top = max((k for k in kernels if k.family == fam.family and k.gflops), key=lambda k: k.gflops)
+            notes.append(note)
+            fam = replace(fam, gflops=peak, raised_by=top.task if peak != fam.gflops else fam.raised_by)
+        checked.append(fam)
+    return peak_gflops, tuple(checked), notes
 
 
 def _unsure_above_peak(rows: Rows) -> tuple[Rows, int]:
@@ -347,10 +404,11 @@ def roofline_peak(peak_gflops: float | None, kernels: list[tuple[float, float | 
 def task_cost(task, schedule: str = "default", record_id: int | None = None) -> TaskCost:
     """A task's :class:`TaskCost`: FLOPs per call, and the bytes of its arguments, each read or
     written once (the compulsory traffic of its roofline)."""
+    from explorer.measure.families import kernel_family
     from explorer.workload.keys import argument_bytes
 
     return TaskCost(name=task.name, funcs=tuple(task.funcs), flops=task.flops, nbytes=argument_bytes(task.mod),
-                    schedule=schedule, record_id=record_id)
+                    schedule=schedule, record_id=record_id, family=kernel_family(task.mod))
 
 
 def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, peak_gbps: float | None, *,

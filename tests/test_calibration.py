@@ -13,12 +13,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from explorer.measure.families import FamilyPeak
 from explorer.measure.machine_load import MachineLoad
 from explorer.measure import peak_check, peak_kernel
 from explorer.schedule.codegen import asm_stats, hot_loop
 from explorer.target import host_target, parse_target
 
 cal_mod = importlib.import_module("explorer.measure.calibration")  # the package's `calibration` is the function
+FAMILY_PEAKS = (FamilyPeak("bf16", 1000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX", 1000.0),
+                FamilyPeak("int8", 2000.0, "int8 AMX tdpbusd kernel, 4 tiles", "int8 AMX", 2000.0))
 HOST = host_target()
 x86_only = pytest.mark.skipif(HOST.arch != "x86_64", reason="spells x86 CPUs as this machine's (cpu:MCPU)")
 
@@ -102,9 +105,10 @@ def cache(tmp_path, monkeypatch):
 
     def fast():
         calls.append(1)
-        return real(128, 8, repeats=1, fma=False)
+        return real(128, 8, repeats=1, fma=False, dots=False)
 
     monkeypatch.setattr(cal_mod, "measure_peaks", fast)
+    monkeypatch.setattr(cal_mod, "measure_families", lambda repeats=5: FAMILY_PEAKS)
     return calls
 
 
@@ -216,7 +220,7 @@ def test_a_profiles_sure_kernels_raise_the_peak_and_short_ones_above_it_are_left
                           percent_of_peak=pct, schedule="default")
 
     seen = []
-    monkeypatch.setattr(peak_check, "within_peak", lambda g, kernel, peak: seen.append((g, kernel, peak)) or
+    monkeypatch.setattr(peak_check, "within_peak", lambda g, kernel, peak, family="fp32": seen.append((g, kernel, peak)) or
                         peak_check.PeakCheck(g, f"raised by {kernel}"))
     sure, short = k("m/conv", 0.6, 150.0), k("m/pool", 0.01, 900.0)
     assert checked_peak((sure, short, k("m/mm", 0.39, 90.0)), 104.0) == (150.0, "raised by m/conv")

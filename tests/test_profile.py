@@ -293,3 +293,58 @@ def test_the_caches_bandwidth_is_measured_once_and_cached(tmp_path, monkeypatch)
     assert (first.gbps > 0) == (first.nbytes > 0)  # 0 where the OS does not report the L2 cache
     monkeypatch.setattr(cache_peak, "measure_cache_peak", lambda: pytest.fail("measured twice"))
     assert cache_peak.cache_peak() == first
+
+
+def test_a_bf16_kernel_reads_against_the_bf16_peak_and_never_above_100(monkeypatch):
+    """Issue 51: a bf16 AMX kernel read against the fp32 FMA peak (and raised it to 1346 GFLOPS for
+    every fp32 kernel after it). Each kernel's % peak and roofline are its family's; one above its
+    family's peak raises that peak only, and then reads 100 % at most."""
+    import math
+
+    from explorer.measure import peak_check
+    from explorer.measure.families import FamilyPeak
+    from export.profile import TaskCost, checked_peaks, kernel_rows
+
+    tasks = [TaskCost("m/fused_conv2d_bf16_add_relu", ("conv",), flops=8 * 2_375_680, nbytes=67_712, family="bf16"),
+             TaskCost("m/max_pool2d", ("pool",), flops=16_384, nbytes=81_920)]
+    calls = {"conv": {"seconds": 17.8e-6, "calls": 1}, "pool": {"seconds": 5e-6, "calls": 1}}
+    bf16 = FamilyPeak("bf16", 3000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX")
+
+    def rows(peaks):
+        return kernel_rows(tasks, calls, _PER_CALL, peak_gflops=351.0, peak_gbps=26.0, **_CACHE,
+                           family_peaks={p.family: p.gflops for p in peaks})
+
+    by = {k.family: k for k in rows((bf16,)).kernels}
+    conv, pool = by["bf16"], by["fp32"]
+    assert conv.gflops > 351.0 and conv.peak_gflops == 3000.0  # above the fp32 peak, well under its own
+    assert conv.percent_of_peak == pytest.approx(100 * conv.gflops / 3000.0)
+    assert conv.roofline_gflops == 3000.0 and pool.peak_gflops == 351.0
+    assert by["bf16"].percent_of_peak < 100 and rows(()).kernels[0].percent_of_peak is None  # no bf16 peak: no %
+
+    seen = []
+    monkeypatch.setattr(peak_check, "within_peak", lambda g, kernel, peak, family="fp32": seen.append(family) or
+                        peak_check.PeakCheck(math.ceil(g * 10) / 10, f"{family} peak raised by {kernel}", None, family))
+    low = FamilyPeak("bf16", 1000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX")
+    fp32, raised, notes = checked_peaks(rows((low,)).kernels, 351.0, (low,))
+    assert fp32 == 351.0 and seen == ["bf16"] and notes == ["bf16 peak raised by m/fused_conv2d_bf16_add_relu"]
+    assert raised[0].gflops >= conv.gflops and raised[0].raised_by == "m/fused_conv2d_bf16_add_relu"
+    assert all(k.percent_of_peak <= 100.0 for k in rows(raised).kernels if k.percent_of_peak is not None)
+
+
+def test_a_bf16_profile_prints_each_familys_peak(tmp_path):
+    from explorer.schedule.bf16_dot import why_not
+    from explorer.target import host_target
+
+    if why_not(host_target().features):
+        pytest.skip(f"no bf16 profile on this CPU: {why_not(host_target().features)}")
+    result = CliRunner().invoke(cli, ["profile", "small_cnn", "--no-db", "--runs", "2", "--precision", "bf16",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output[result.output.index("{"):])
+    bf16 = [k for k in data["kernels"] if k["family"] == "bf16" and k["gflops"]]
+    peaks = {p["family"]: p["gflops"] for p in data["family_peaks"]}
+    assert bf16 and all(k["peak_gflops"] == peaks["bf16"] != data["peak_gflops"] for k in bf16)
+    assert all(k["percent_of_peak"] is None or k["percent_of_peak"] <= 100.0 for k in data["kernels"])
+    table = CliRunner().invoke(cli, ["profile", "small_cnn", "--no-db", "--runs", "2", "--precision", "bf16"])
+    assert table.exit_code == 0, table.output
+    assert "peaks: fp32 " in table.output and " GFLOPS, bf16 " in table.output and "prec" in table.output

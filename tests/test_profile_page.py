@@ -27,6 +27,8 @@ def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["TVM per run"].endswith(" ms") and metrics["TVM / ORT"].endswith("x")
     assert metrics["headroom"].endswith(" ms")  # what the kernels would save at their rooflines
+    # the peaks the rows read against, one per instruction family the model uses (fp32 alone here)
+    assert any(c.value.startswith("peaks: fp32 ") and "GFLOPS" in c.value for c in at.caption)
     if "openvino f32" in metrics:  # OpenVINO installed (the dev extra): f32 and its default precision, as ratios
         assert metrics["TVM / openvino f32"].endswith(")") and any(k.startswith("TVM / openvino default (")
                                                                    for k in metrics)

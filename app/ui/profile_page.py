@@ -96,6 +96,8 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                    help="what the kernels would save together if each ran at its roofline (the FLOP peak, or the "
                         "copy bandwidth where its bytes bind it): about the most a search or a hand-written "
                         "schedule can take off this model on this machine (an estimate)")
+    # each kernel's % peak and roofline are against its instruction family's peak (bf16/int8 units apart)
+    st.caption(result.peaks_text())
     if result.openvino:  # OpenVINO f32 and its default precision (bf16 on AMX / AVX512-BF16 CPUs)
         cols = st.columns(2 * len(result.openvino))
         for i, a in enumerate(result.openvino):
@@ -109,8 +111,10 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     if result.ort:
         right.plotly_chart(ort_nodes_figure(result), width="stretch", key=KEY + "ort")
     # a kernel faster than the instrument can resolve shows bounds ("< 0.0018" ms, "≥ 9.1" GFLOPS), never 0
-    order = ["task", "ms", "share", "calls", "GFLOPS", "% peak", "% roofline", "schedule"]
-    rows = [{"task": k.task, **k.cells(result.kernels_s), "calls": k.calls,
+    mixed = {k.family for k in result.kernels} != {"fp32"}  # a precision column where the model mixes them
+    order = ["task", "ms", "share", "calls", "GFLOPS", "% peak", "% roofline", *(["precision"] if mixed else []),
+             "schedule"]
+    rows = [{"task": k.task, **k.cells(result.kernels_s), "calls": k.calls, "precision": k.family,
              "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule} for k in result.kernels]
     rows = [{c: r.get(c) for c in order} for r in rows]  # each column as wide as its values (app/layout.py)
     st.dataframe(rows, hide_index=True, width="stretch", column_order=order, column_config=sized_columns(rows))

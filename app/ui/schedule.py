@@ -266,8 +266,10 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
         m = st.columns(4)
         m[0].metric("median", f"{result.median_s * 1e3:.3f} ms", help=f"{result.number} runs x {len(result.latencies)}")
         m[1].metric("GFLOPS", f"{result.gflops:.1f}")
-        m[2].metric("% of peak", f"{result.percent_of_peak:.1f}%",
-                    help=result.peak_note or f"calibrated peak {result.peak_gflops:.0f} GFLOPS on this machine")
+        fam = "" if result.peak_family == "fp32" else f"{result.peak_family} "  # its instruction family's peak
+        unit = "GOPS" if result.peak_family == "int8" else "GFLOPS"
+        m[2].metric(f"% of {fam}peak", f"{result.percent_of_peak:.1f}%" if result.percent_of_peak else "-",
+                    help=result.peak_note or f"calibrated {fam}peak {result.peak_gflops or 0:.0f} {unit} here")
         m[3].metric("verified", "yes" if result.verified else "no", help=f"max error {result.max_rel_error:.1e}")
     rows = []
     naive = store.get("naive")

@@ -30,8 +30,9 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     """Measure ``mod`` (default: the unscheduled kernel) as an implementation of ``kernel``.
 
     The reference is the kernel's numpy function for built-ins, else the unscheduled PrimFunc
-    built by TVM. ``peaks`` defaults to this machine's cached calibration; a kernel faster than its
-    peak raises it (:func:`explorer.measure.peak_check.within_peak`, said in ``peak_note``).
+    built by TVM. ``peaks`` defaults to this machine's cached calibration; the peak is that of the
+    kernel's instruction family (:mod:`explorer.measure.families`: fp32, bf16 or int8), and a kernel
+    faster than it raises it (:func:`explorer.measure.peak_check.within_peak`, said in ``peak_note``).
     ``target`` (default: this machine's CPU) must be one this machine runs:
     :class:`explorer.target.TargetError` otherwise."""
     from dataclasses import replace
@@ -60,12 +61,17 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
         from explorer.measure.worker import _measure_job
 
         result = _measure_job(job)
+    from explorer.measure.families import kernel_family
+
     cal = peaks or calibration()
-    check = within_peak(result.gflops if result.ok else None, kernel.info.spec or kernel.name, peaks=cal)
+    family = kernel_family(kernel.func)  # a bf16 or int8 kernel reads against its own units' peak
+    check = within_peak(result.gflops if result.ok else None, kernel.info.spec or kernel.name, peaks=cal,
+                        family=family)
     cal = check.calibration or cal
+    peak = cal.peak_for(family)
     env = current_environment(target.key).to_dict()
-    env.update(peak_gflops=cal.peak_gflops, peak_gbps=cal.peak_gbps)
-    return replace(result.with_peaks(cal.peak_gflops, cal.peak_gbps, check.note), environment=env)
+    env.update(peak_gflops=peak, peak_gbps=cal.peak_gbps, peak_family=family)
+    return replace(result.with_peaks(peak, cal.peak_gbps, check.note), environment=env, peak_family=family)
 
 
 def require_memory(kernel: Kernel, doing: str = "measuring") -> None:

@@ -6,13 +6,22 @@ width on every core, FLOPs counted exactly: :mod:`explorer.measure.peak_kernel`)
 on an fp32 matmul (2048^3, all cores, OpenBLAS pins lifted). Peak bandwidth is a large array copy
 (bytes read + written per second). Both are measured, not datasheet numbers.
 
+bf16 and int8 kernels run on other units than the fp32 FMAs: each of those instruction families has
+its own peak (``families``: :class:`explorer.measure.families.FamilyPeak`), measured by its own
+kernel (:mod:`explorer.measure.dot_peaks`: AMX ``tdpbf16ps``/``tdpbusd``, ``vdpbf16ps``,
+``vpdpbusd``, ``vpmaddubsw``), and a kernel is read against its family's
+(:meth:`Calibration.peak_for`). A family the CPU lacks is kept with no figure and the reason.
+
 Cache contract: one JSON file per hardware fingerprint in ``$XDG_CACHE_HOME/schedx/calibration``,
 written atomically (other processes on the machine read it meanwhile). A calibration of another
 :data:`CALIBRATION_VERSION` is measured again. One taken while other work kept the machine busy
 (:class:`explorer.measure.machine_load.MachineLoad`) is *provisional*: it is measured again the first
 time it is asked for on a quiet machine. A kernel measured above the peak raises it
 (:func:`explorer.measure.peak_check.within_peak`): the raised figure names that kernel and
-survives later measurements that come out lower.
+survives later measurements that come out lower; a kernel of a family raises that family's peak
+only. A cached calibration without a family (written before families were measured) keeps its
+fp32 figures and has the missing families measured (seconds); a raise of its fp32 peak by a kernel
+named bf16 or int8 (which read against the one peak there was) is dropped when it is read.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.measure.families import FP32, FamilyPeak, family_of_name
 from explorer.target.environment import hardware_fingerprint
 
 # 2: numpy measured without OpenBLAS core pins; 3: the FMA peak kernel beside numpy (best of
@@ -51,6 +61,29 @@ class Calibration:
     cores: int | None = None
     provisional: bool = False  # measured on a busy machine: measured again when it is quiet
     raised_by: str = ""  # the kernel whose measured GFLOPS the peak was raised to ("" when none)
+    families: tuple[FamilyPeak, ...] = ()  # the bf16 and int8 peaks (explorer.measure.dot_peaks)
+
+    def family(self, name: str) -> FamilyPeak | None:
+        """The peak of instruction family ``name`` (``fp32`` included), None where never measured."""
+        if name == FP32:
+            return FamilyPeak(FP32, self.peak_gflops or None, self.source, "fp32", self.fma_gflops, self.raised_by)
+        return next((f for f in self.families if f.family == name), None)
+
+    def peak_for(self, name: str) -> float | None:
+        """The peak a kernel of family ``name`` reads against (None where the CPU has no such units)."""
+        found = self.family(name)
+        return found.gflops if found else None
+
+    def peaks(self) -> tuple[FamilyPeak, ...]:
+        """Every family's peak, fp32 first."""
+        return (self.family(FP32), *self.families)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The families this calibration has no entry for (measured when it is next asked for)."""
+        from explorer.measure.dot_peaks import FAMILIES
+
+        return tuple(f for f in FAMILIES if self.family(f) is None)
 
     @property
     def source(self) -> str:
@@ -68,6 +101,9 @@ class Calibration:
         numpy_part = f"numpy sgemm {self.numpy_gflops:.1f}" if self.numpy_gflops else "no numpy figure"
         raised = f"; raised to a kernel's {self.peak_gflops:.1f}, {self.source}" if self.raised_by else ""
         text = f"peak: {self.peak_gflops:.1f} GFLOPS ({fma} / {numpy_part}{raised}), copy {self.peak_gbps:.1f} GB/s"
+        if self.families:
+            text += "; " + ", ".join(f.text() if f.gflops else f"no {f.family} peak ({f.kernel})"
+                                     for f in self.families)
         if self.load_avg is not None:
             text += f", load {self.load_avg:.2f}"
         if self.provisional:
@@ -81,7 +117,15 @@ class Calibration:
     @classmethod
     def from_dict(cls, data: dict) -> Calibration:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        data = {k: v for k, v in data.items() if k in known}
+        data["families"] = tuple(FamilyPeak.from_dict(f) if isinstance(f, dict) else f
+                                 for f in data.get("families") or ())
+        cal = cls(**data)
+        if cal.raised_by and family_of_name(cal.raised_by) != FP32:
+            # written when every kernel read against the fp32 peak: a bf16/int8 kernel's raise is no fp32 figure
+            cal = replace(cal, peak_gflops=round(max(cal.fma_gflops or 0.0, cal.numpy_gflops or 0.0), 1) or
+                          cal.peak_gflops, raised_by="")
+        return cal
 
 
 def cache_dir() -> Path:
@@ -130,15 +174,37 @@ def numpy_matmul_gflops(n: int, repeats: int = 5, *, native: bool = True, best: 
     return 2 * n**3 / seconds / 1e9
 
 
-def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int = 5, fma: bool = True) -> Calibration:
-    """Run the calibration benchmarks (several seconds on two cores): the FMA peak kernel (in a
-    child process; ``fma=False`` skips it), numpy's sgemm and an array copy, each the best of
-    ``repeats`` runs, with the machine's load sampled before and after."""
+def measure_families(repeats: int = 5) -> tuple[FamilyPeak, ...]:
+    """Every instruction family's peak (:mod:`explorer.measure.dot_peaks`, in a child process, about
+    a second per family): a family the CPU lacks, or whose kernel failed, has no figure and says why."""
+    from explorer.measure.dot_peaks import FAMILIES, measure_in_child
+
+    found = measure_in_child(repeats)
+    peaks = []
+    for family in FAMILIES:
+        got = found.get(family) or {"error": "not measured"}
+        if got.get("gflops"):
+            kernel = got["kernel"]
+            peaks.append(FamilyPeak(family, float(got["gflops"]), kernel["label"], kernel["instruction"]["label"],
+                                    float(got["gflops"])))
+        else:
+            peaks.append(FamilyPeak(family, None, got.get("error", "not measured")))
+    return tuple(peaks)
+
+
+def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int = 5, fma: bool = True,
+                  dots: bool = True) -> Calibration:
+    """Run the calibration benchmarks (several seconds on two cores): the FMA peak kernel and the
+    bf16/int8 ones (in child processes; ``fma=False``, ``dots=False`` skip them: those families then
+    read "not measured"), numpy's sgemm and an array copy, each the best of ``repeats`` runs, with
+    the machine's load sampled before and after."""
+    from explorer.measure.dot_peaks import FAMILIES
     from explorer.measure.machine_load import machine_load
     from explorer.measure.peak_kernel import measure_in_child
 
     load = machine_load()
     kernel = measure_in_child(repeats) if fma else {"error": "not measured"}
+    families = measure_families(repeats) if dots else tuple(FamilyPeak(f, None, "not measured") for f in FAMILIES)
     numpy_gflops = numpy_matmul_gflops(matmul_n, repeats, best=True)
     src = np.ones(copy_mb * 2**20 // 4, dtype=np.float32)
     dst = np.empty_like(src)
@@ -152,7 +218,7 @@ def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int 
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), CALIBRATION_VERSION,
                        fma_gflops=fma_gflops, fma_kernel=kernel["kernel"]["label"] if fma_gflops else kernel["error"],
                        numpy_gflops=round(numpy_gflops, 1), load_avg=round(os.getloadavg()[0], 2),
-                       other_cores=load.other_cores, cores=load.cores, provisional=load.busy)
+                       other_cores=load.other_cores, cores=load.cores, provisional=load.busy, families=families)
 
 
 def save(cal: Calibration) -> Calibration:
@@ -177,11 +243,23 @@ def _cached(hardware: str) -> Calibration | None:
 
 
 def _remeasured(old: Calibration | None) -> Calibration:
-    """A new measurement; a peak a kernel raised stays where the new figure comes out lower."""
+    """A new measurement; a peak a kernel raised (fp32 or a family's) stays where the new figure
+    comes out lower."""
     cal = measure_peaks()
     if old is not None and old.raised_by and old.peak_gflops > cal.peak_gflops:
         cal = replace(cal, peak_gflops=old.peak_gflops, raised_by=old.raised_by)
+    if old is not None:
+        kept = {f.family: f for f in old.families if f.raised_by}
+        cal = replace(cal, families=tuple(
+            replace(f, gflops=kept[f.family].gflops, raised_by=kept[f.family].raised_by)
+            if f.family in kept and (kept[f.family].gflops or 0.0) > (f.gflops or 0.0) else f for f in cal.families))
     return save(cal)
+
+
+def _with_families(cal: Calibration) -> Calibration:
+    """``cal`` with the families it lacks measured and stored (see the module docstring)."""
+    measured = {f.family: f for f in measure_families()}
+    return save(replace(cal, families=cal.families + tuple(measured[f] for f in cal.missing if f in measured)))
 
 
 _quiet_checked: dict[str, float] = {}  # hardware -> when this process last looked at the load
@@ -195,6 +273,8 @@ def calibration(*, refresh: bool = False) -> Calibration:
     cached = _cached(hw)
     if cached is None or refresh:
         return _remeasured(cached)
+    if cached.missing:
+        cached = _with_families(cached)
     if cached.provisional and time.monotonic() - _quiet_checked.get(hw, -QUIET_RECHECK_S) >= QUIET_RECHECK_S:
         from explorer.measure.machine_load import machine_load
 
@@ -204,12 +284,18 @@ def calibration(*, refresh: bool = False) -> Calibration:
     return cached
 
 
-def raise_peak(cal: Calibration, gflops: float, kernel: str) -> Calibration:
-    """``cal`` with its peak raised to ``gflops`` measured by ``kernel``, stored when it is this
-    machine's calibration (see :func:`explorer.measure.peak_check.within_peak`)."""
-    raised = replace(cal, peak_gflops=float(gflops), raised_by=kernel)
+def raise_peak(cal: Calibration, gflops: float, kernel: str, family: str = FP32) -> Calibration:
+    """``cal`` with the peak of ``family`` raised to ``gflops`` measured by ``kernel``, stored when it
+    is this machine's calibration (see :func:`explorer.measure.peak_check.within_peak`)."""
+    if family == FP32:
+        raised = replace(cal, peak_gflops=float(gflops), raised_by=kernel)
+    else:
+        old = cal.family(family) or FamilyPeak(family, None, "not measured")
+        new = replace(old, gflops=float(gflops), raised_by=kernel)
+        raised = replace(cal, families=tuple(new if f.family == family else f for f in cal.families)
+                         + (() if cal.family(family) else (new,)))
     return save(raised) if cal.hardware == hardware_fingerprint() and cal.version == CALIBRATION_VERSION else raised
 
 
-__all__ = ["CALIBRATION_VERSION", "Calibration", "cache_dir", "calibration", "measure_peaks", "numpy_matmul_gflops",
-           "raise_peak", "save"]
+__all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "calibration", "measure_families",
+           "measure_peaks", "numpy_matmul_gflops", "raise_peak", "save"]

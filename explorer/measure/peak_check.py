@@ -10,6 +10,9 @@ benchmarks) is computed against the peak this returns.
 
 Only this machine's calibration is measured again or stored; a calibration of another machine (or
 a test's) is raised in the returned value alone.
+
+Per instruction family (:mod:`explorer.measure.families`): a bf16 kernel is checked against the
+bf16 peak and raises that one only; so does an int8 kernel (GOPS); every other kernel the fp32 one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from explorer.target.environment import hardware_fingerprint
 from explorer.measure.calibration import Calibration, calibration, raise_peak
+from explorer.measure.families import FP32
 
 RECALIBRATE_EVERY_S = 600.0  # a process measures the calibration again at most this often
 _recalibrated: dict[str, float] = {}  # hardware -> when this process measured the calibration again
@@ -33,6 +37,7 @@ class PeakCheck:
     peak_gflops: float | None
     note: str = ""
     calibration: Calibration | None = None
+    family: str = FP32
 
     def percent(self, gflops: float | None) -> float | None:
         """``gflops`` as a % of the peak (None without both)."""
@@ -45,40 +50,52 @@ def _ceil_tenth(gflops: float) -> float:
 
 
 def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = None, *,
-                peaks: Calibration | None = None) -> PeakCheck:
-    """The peak against which ``gflops``, measured by ``kernel``, reads at most 100 %.
+                peaks: Calibration | None = None, family: str = FP32) -> PeakCheck:
+    """The peak of ``family`` against which ``gflops``, measured by ``kernel``, reads at most 100 %.
 
-    ``peak_gflops`` (default: ``peaks``, else this machine's calibration) is what the caller
-    holds. Under it, nothing changes. Above it: this machine's stored calibration is measured
-    again (see the module docstring) and, if ``gflops`` still exceeds it, raised to ``gflops``; the note
-    then reads "above the calibrated peak: peak raised to X GFLOPS measured by KERNEL"."""
+    ``peak_gflops`` (default: ``peaks``', else this machine's calibration's peak of ``family``) is
+    what the caller holds. Under it, nothing changes. Above it: this machine's stored calibration is
+    measured again (see the module docstring) and, if ``gflops`` still exceeds the family's peak,
+    that peak is raised to ``gflops``; the note then reads "above the calibrated peak: peak raised to
+    X GFLOPS measured by KERNEL" ("bf16 peak", "int8 peak ... GOPS" for those families). A family
+    the CPU has no peak for (None) is left as it is."""
     cal = peaks
     if peak_gflops is None:
         cal = cal or calibration()
-        peak_gflops = cal.peak_gflops
+        peak_gflops = cal.peak_for(family)
     if not gflops or not peak_gflops or gflops <= peak_gflops:
-        return PeakCheck(peak_gflops, "", cal)
+        return PeakCheck(peak_gflops, "", cal, family)
     hw = hardware_fingerprint()
     if cal is not None and cal.hardware != hw:  # not this machine's: raised here only
-        return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel), kernel)
+        return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel, family), kernel, family)
     cal = calibration()
     now = time.monotonic()
-    if gflops > cal.peak_gflops and now - _recalibrated.get(hw, -RECALIBRATE_EVERY_S) >= RECALIBRATE_EVERY_S:
+    what, unit = _words(family)
+    due = now - _recalibrated.get(hw, -RECALIBRATE_EVERY_S) >= RECALIBRATE_EVERY_S
+    if gflops > (cal.peak_for(family) or 0.0) and due:
         _recalibrated[hw] = now
         cal = calibration(refresh=True)
-        if gflops <= cal.peak_gflops:
-            return PeakCheck(cal.peak_gflops, f"above the calibrated peak of {peak_gflops:.1f} GFLOPS: measured "
-                                              f"again, the peak is now {cal.peak_gflops:.1f} GFLOPS ({cal.source})", cal)
-    if gflops <= cal.peak_gflops:  # the caller's figure was older than the stored one
-        note = f"above the peak of {peak_gflops:.1f} GFLOPS it was read against: the calibrated peak is " \
-               f"{cal.peak_gflops:.1f} GFLOPS ({cal.source})"
-        return PeakCheck(cal.peak_gflops, note, cal)
-    return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel), kernel)
+        if gflops <= (cal.peak_for(family) or 0.0):
+            return PeakCheck(cal.peak_for(family), f"above the calibrated {what} of {peak_gflops:.1f} {unit}: "
+                                                   f"measured again, the {what} is now {cal.peak_for(family):.1f} "
+                                                   f"{unit} ({cal.family(family).source})", cal, family)
+    if gflops <= (cal.peak_for(family) or 0.0):  # the caller's figure was older than the stored one
+        note = f"above the {what} of {peak_gflops:.1f} {unit} it was read against: the calibrated {what} is " \
+               f"{cal.peak_for(family):.1f} {unit} ({cal.family(family).source})"
+        return PeakCheck(cal.peak_for(family), note, cal, family)
+    return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel, family), kernel, family)
 
 
-def _raised(cal: Calibration, kernel: str) -> PeakCheck:
-    return PeakCheck(cal.peak_gflops, f"above the calibrated peak: peak raised to {cal.peak_gflops:.1f} GFLOPS "
-                                      f"measured by {kernel}", cal)
+def _words(family: str) -> tuple[str, str]:
+    """("peak", "GFLOPS") for fp32, ("bf16 peak", "GFLOPS"), ("int8 peak", "GOPS")."""
+    return ("peak" if family == FP32 else f"{family} peak"), ("GOPS" if family == "int8" else "GFLOPS")
+
+
+def _raised(cal: Calibration, kernel: str, family: str = FP32) -> PeakCheck:
+    what, unit = _words(family)
+    peak = cal.peak_for(family)
+    return PeakCheck(peak, f"above the calibrated {what}: {what} raised to {peak:.1f} {unit} measured by {kernel}",
+                     cal, family)
 
 
 __all__ = ["RECALIBRATE_EVERY_S", "PeakCheck", "within_peak"]

@@ -104,14 +104,24 @@ def prim_func(kernel: PeakKernel):
 
 def build(kernel: PeakKernel, target):
     """Compile the kernel for ``target`` (nothing runs): TVM's executable."""
-    import tvm
-
-    return tvm.compile(tvm.IRModule({"main": prim_func(kernel)}), target=target.tvm())
+    return compile_main(prim_func(kernel), target)
 
 
 def assembly(kernel: PeakKernel, target) -> str:
     """The kernel's assembly for ``target`` (any architecture LLVM builds for; nothing runs)."""
-    mod = build(kernel, target).mod
+    return executable_asm(build(kernel, target))
+
+
+def compile_main(func, target):
+    """A PrimFunc compiled as ``main`` for ``target`` (an :class:`explorer.target.Target`)."""
+    import tvm
+
+    return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
+
+
+def executable_asm(executable) -> str:
+    """The assembly of a compiled kernel (:func:`compile_main`'s)."""
+    mod = executable.mod
     return (mod.imports[0] if mod.imports else mod).inspect_source("asm")
 
 
@@ -133,16 +143,18 @@ def time_kernel(kernel: PeakKernel, target, *, repeats: int = 5, min_repeat_s: f
     return [kernel.flops / t / 1e9 for t in times if t > 0]
 
 
-def measure_in_child(repeats: int = 5, timeout: float = 300.0) -> dict:
+def measure_in_child(repeats: int = 5, timeout: float = 300.0, *, module: str = __name__) -> dict:
     """Time the host target's peak kernel in a fresh process whose TVM thread pool has one worker
-    per usable core: ``{"gflops": best, "runs": [...], "kernel": {...}}``, or ``{"error": why}``."""
+    per usable core: ``{"gflops": best, "runs": [...], "kernel": {...}}``, or ``{"error": why}``.
+    ``module``: another peak module whose ``python -m`` prints one JSON line the same way
+    (:mod:`explorer.measure.dot_peaks`)."""
     import subprocess
     from pathlib import Path
 
     from explorer.target.environment import threads_env
 
     try:
-        proc = subprocess.run([sys.executable, "-m", "explorer.measure.peak_kernel", str(repeats)],
+        proc = subprocess.run([sys.executable, "-m", module, str(repeats)],
                               capture_output=True, text=True, timeout=timeout, env=threads_env(),
                               cwd=str(Path(__file__).resolve().parents[2]), check=False)
     except subprocess.TimeoutExpired:
@@ -174,5 +186,5 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["ITERS", "MAX_CHAINS", "PeakKernel", "assembly", "build", "for_target", "measure_in_child", "prim_func",
-           "time_kernel"]
+__all__ = ["ITERS", "MAX_CHAINS", "PeakKernel", "assembly", "build", "compile_main", "executable_asm", "for_target",
+           "measure_in_child", "prim_func", "time_kernel"]

@@ -32,6 +32,7 @@ class MeasureResult:
     peak_gbps: float | None = None
     arithmetic_intensity: float | None = None
     peak_note: str = ""  # the kernel read above the calibrated peak: what was done (explorer.measure.peak_check)
+    peak_family: str = "fp32"  # whose peak peak_gflops is: fp32, bf16 or int8 (GOPS) (explorer.measure.families)
 
     @property
     def ok(self) -> bool:
