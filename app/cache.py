@@ -124,11 +124,19 @@ __all__ = ["RunKey", "graph_kernel", "loaded_model", "pipeline_run", "run_graphs
 @st.cache_resource(max_entries=4, show_spinner="Extracting the model's fused kernels...")
 def fused_kernels(model: str, precision: str = "fp32") -> dict:
     """The model's fused kernels as built at ``precision`` (bf16: its weight products rewritten,
-    :func:`explorer.precision.bf16_module`; the caller checked the target)."""
+    :func:`explorer.precision.bf16_module`; int8: those of its QDQ model, quantized as `schedx export
+    --precision int8` quantizes it, :func:`explorer.precision.for_precision`; the caller checked
+    the target)."""
     import dataclasses
 
     from explorer.workload import model_kernels
 
+    if precision == "int8":
+        from explorer.precision import for_precision
+        from explorer.target import host_target
+        from explorer.workload import load_workload
+
+        model = for_precision(load_workload(model), host_target(), "int8")[0].spec  # the cached QDQ model
     loaded = loaded_model(model, "")
     if precision == "bf16":
         from explorer.precision import bf16_module

@@ -9,6 +9,7 @@ import click
 
 from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
 from app.cli_types import DbPath, FilePath
+from app.cli_precision import INT8_HELP, calibration_of, calibration_options
 from explorer.precision import PRECISIONS
 
 
@@ -42,13 +43,16 @@ from explorer.precision import PRECISIONS
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: convolutions and matmuls with constant weights in bf16 with fp32 accumulation (needs "
-                   "AVX512-BF16 or AMX-BF16), the rest in fp32; verified at the bf16 tolerance the manifest states.")
+                   "AVX512-BF16 or AMX-BF16), the rest in fp32; verified at the bf16 tolerance the manifest states. "
+                   f"{INT8_HELP}; verified against ONNX Runtime running the int8 model, the quantizer's own "
+                   "figures against the float model said beside it.")
+@calibration_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @fail_cleanly
 def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db: bool, hardware: str | None,
            shapes: str | None, threads: int | None, no_verify: bool, no_layers: bool, no_nvcc: bool,
            check_in_model: bool | None, recheck: bool, sign_key: Path | None, force: bool, precision: str,
-           as_json: bool) -> None:
+           calibrate: int, data_file: Path | None, as_json: bool) -> None:
     """Export WORKLOAD as a library a plain TVM runtime loads, with the best records applied.
 
     WORKLOAD is a model (small_cnn, resnet18, example:NAME, model.onnx) or a kernel
@@ -58,7 +62,7 @@ def export(workload: str, target_spec: str, out_dir: Path, db: str | None, no_db
     spec = ExportSpec(workload=workload, out_dir=out_dir, target=target_spec, shapes=shapes, use_records=not no_db,
                       db=db, hardware=hardware, check_in_model=check_in_model, recheck=recheck, threads=threads,
                       verify=not no_verify, layers=not no_layers, nvcc=not no_nvcc, sign_key=sign_key, force=force,
-                      precision=precision)
+                      precision=precision, calibration=calibration_of(precision, calibrate, data_file))
     with progress_bar(f"exporting {workload}") as progress:
         result = run_export(spec, progress=progress)
     report = result.report
@@ -83,6 +87,12 @@ def _print_export(report) -> None:
                f"(built in {report.seconds['build']:.1f} s, {report.seconds['total']:.1f} s in all)")
     click.echo(f"  kernels: {len(tasks)}, {from_records} from records"
                + (f" (records {', '.join(str(r) for r in m['records'].values())})" if m["records"] else ""))
+    quantization = (m.get("precision") or {}).get("quantization")
+    if quantization:  # int8: what quantizing cost, beside the verdict on the build (against the int8 model)
+        from explorer.models.int8_precision import summary
+
+        click.echo(f"  precision: int8, {summary(quantization)}; the verdict below is against ONNX Runtime running "
+                   f"the int8 model")
     if m.get("computed_in") == "float16":
         click.echo("  computed in: float16, as the model is written (its float16 weights and casts kept; "
                    "judged by float16's tolerance)")
@@ -178,7 +188,9 @@ def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | Non
 @target_option(scope="here")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: add a row with the default build's convolutions and weight products in bf16 (fp32 "
-                   "accumulation).")
+                   f"accumulation). {INT8_HELP}: adds its default build's row and ONNX Runtime running the int8 "
+                   "model.")
+@calibration_options
 @click.option("--busy", default=0, show_default=True, type=click.IntRange(0, 64),
               help="Time beside this many busy processes (`while True: pass`) that the benchmark starts and stops: "
                    "latency on a machine where other work runs.")
@@ -186,7 +198,7 @@ def _run(bundle: Path, shown: Path, runs: int, budget: float, threads: int | Non
 @fail_cleanly
 def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: int, budget: float,
           threads: int | None, rounds: int, check_in_model: bool, recheck: bool, target_spec: str, precision: str,
-          busy: int, as_json: bool) -> None:
+          calibrate: int, data_file: Path | None, busy: int, as_json: bool) -> None:
     """Time WORKLOAD on this CPU: TVM with the database's records, TVM untuned, ONNX Runtime
     (and PyTorch when the model came from it), and OpenVINO f32 and at its default precision
     (bf16 on AMX / AVX512-BF16 CPUs; where it is installed), side by side, on the same input and threads.
@@ -197,7 +209,8 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
 
     spec = BenchSpec(workload=workload, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
                      check_in_model=check_in_model, recheck=recheck, threads=threads, runs=runs, budget_s=budget,
-                     rounds=rounds, precision=precision, busy=busy)
+                     rounds=rounds, precision=precision, busy=busy,
+                     calibration=calibration_of(precision, calibrate, data_file))
     with progress_bar(f"benchmarking {workload}") as progress:
         report = run_bench(spec, progress=progress).report
     if as_json:

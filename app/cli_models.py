@@ -10,6 +10,7 @@ import click
 
 from app.cli_common import echo_json, fail_cleanly
 from app.cli_types import FilePath
+from explorer.precision import DEFAULT_SAMPLES
 
 
 def _human(n: float) -> str:
@@ -27,7 +28,7 @@ def _default_output(model: str) -> Path:
 
 @click.command()
 @click.argument("model")
-@click.option("--calibrate", default=16, show_default=True, type=click.IntRange(1, 100000),
+@click.option("--calibrate", default=DEFAULT_SAMPLES, show_default=True, type=click.IntRange(1, 100000),
               help="Calibration samples (random ones unless --data gives real ones).")
 @click.option("-o", "--output", type=FilePath(dir_okay=False, path_type=Path), default=None,
               help="Where to write the QDQ model (default: MODEL.int8.onnx in this folder).")
@@ -54,11 +55,12 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
     latency and the accuracy lost on held-out inputs, side by side; the QDQ model imports into
     TVM like any other (schedx passes OUT.onnx)."""
 
+    from explorer.models.int8_precision import read_samples
     from explorer.models import model_onnx
     from explorer.models.quantize import quantize_model
 
     proto, label = model_onnx(model)
-    data = _read_data(data_file) if data_file is not None else None
+    data = read_samples(data_file) if data_file is not None else None
     output = output or _default_output(model)
     with click.progressbar(length=3, label=f"quantizing {label}", file=sys.stderr) as bar:
         _, report = quantize_model(proto, shapes=shapes, calibrate=calibrate, data=data,
@@ -84,17 +86,3 @@ def quantize(model: str, calibrate: int, output: Path | None, shapes: str | None
 
 __all__ = ["quantize"]
 
-
-def _read_data(path: Path) -> dict:
-    """The arrays of an .npz file by input name; a file of anything else is an error (never
-    unpickled)."""
-    import numpy as np
-
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
-        raise click.ClickException(f"{path} is not a NumPy .npz file of arrays ({str(err).split('.')[0]})") from None
-    if isinstance(loaded, np.ndarray):
-        raise click.ClickException(f"{path} holds one array: give an .npz with one array per model input name")
-    with loaded:
-        return {name: loaded[name] for name in loaded.files}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import click
 
 from app.cli_common import echo_json, fail_cleanly, progress_bar, recheck_option, target_option
 from app.cli_types import DbPath
+from app.cli_precision import INT8_HELP, calibration_of, calibration_options
 from explorer.precision import PRECISIONS
 
 
@@ -29,12 +31,14 @@ from explorer.precision import PRECISIONS
               help="Kernels to list (and to suggest tuning).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: profile the model as `schedx export --precision bf16` builds it (convolutions and weight "
-                   "products in bf16, fp32 accumulation; needs AVX512-BF16 or AMX-BF16).")
+                   "products in bf16, fp32 accumulation; needs AVX512-BF16 or AMX-BF16). "
+                   f"{INT8_HELP}; ONNX Runtime beside it runs the int8 model.")
+@calibration_options
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 @fail_cleanly
 def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no_db: bool,
             check_in_model: bool | None, recheck: bool, runs: int, threads: int | None, top_k: int,
-            precision: str, as_json: bool) -> None:
+            precision: str, calibrate: int, data_file: Path | None, as_json: bool) -> None:
     """Build MODEL as `schedx export` would (the records it ships applied, defaults elsewhere),
     run it in a fresh process and time every kernel call: seconds per run, share, GFLOPS and % of
     this machine's measured peak, where each schedule came from; ONNX Runtime's slowest nodes
@@ -43,7 +47,7 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
 
     spec = ProfileSpec(workload=model, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
                        check_in_model=check_in_model, recheck=recheck, runs=runs, threads=threads,
-                       precision=precision)
+                       precision=precision, calibration=calibration_of(precision, calibrate, data_file))
     with progress_bar(f"profiling {model}") as progress:
         profiled = run_profile(spec, progress=progress)
     result = profiled.profile
@@ -57,19 +61,26 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         if result.ort_s else ""
     click.echo(f"{profiled.workload.name} on {result.target}: {result.end_to_end_s * 1e3:.2f} ms per run{ort}; kernels "
                f"{result.kernels_s * 1e3:.2f} ms, VM builtins {result.other_s * 1e3:.2f} ms")
-    if result.headroom_s is not None:
+    # each kernel reads against its instruction family's peak (bf16 and int8 units apart from fp32's FMAs)
+    families = {k.family for k in result.kernels if k.ran}
+    mixed = families != {"fp32"} and bool(families)
+    click.echo(result.peaks_text() + ("; int8 rows count GOPS" if "int8" in families else ""))
+    if result.headroom_s is not None and result.kernels_s > 0:  # a model whose kernels all ran below the timer: no share
+        peak = "its family's peak" if mixed else f"{result.roofline_peak_gflops:.0f} GFLOPS"
         click.echo(f"headroom: {result.headroom_s * 1e3:.3g} ms ({result.headroom_s / result.kernels_s:.0%} of the kernels' "
-                   f"time) if every kernel ran at its roofline ({result.roofline_peak_gflops:.0f} GFLOPS, or "
+                   f"time) if every kernel ran at its roofline ({peak}, or "
                    f"{result.peak_gbps:.0f} GB/s times its FLOPs per byte where lower"
                    + (f", {result.cache_gbps:.0f} GB/s where its bytes fit in the caches"
                       if result.cache_gbps else "")
                    + "): about the most a search can take off this model here")
-    click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6} {'%roof':>6}  {'schedule':<10} task")
+    prec = f"{'prec':<5}" if mixed else ""  # the family column, where the model mixes them
+    click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6} {'%roof':>6}  {prec}"
+               f"{'schedule':<10} task")
     for k in result.top(top_k):
         c = k.cells(result.kernels_s)  # a kernel below the instrument's resolution: "< ms", "≥ GFLOPS"
         source = f"record {k.record_id}" if k.schedule == "record" else k.schedule
         click.echo(f"{c['ms']:>9} {c['share']:>6} {k.calls:>5} {c['GFLOPS']:>8} {c['% peak']:>6} "
-                   f"{c['% roofline']:>6}  {source:<10} {k.task}")
+                   f"{c['% roofline']:>6}  " + (f"{k.family:<5}" if mixed else "") + f"{source:<10} {k.task}")
     if result.ort:
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:
@@ -78,12 +89,21 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     if hot:
         click.echo("tune the kernels with the most to gain that have no record:" if result.headroom_s else
                    "tune the hottest kernels that have no record:")
+        # the model as the user named it (a path stays a path); at int8 the quantized model, whose kernels these are
+        # (its input shapes fixed)
+        base, at_shapes = (profiled.workload.spec, None) if precision == "int8" else (model, shapes)
+        if precision == "bf16":  # a bf16 kernel exists only in the rewritten model: search the model at bf16
+            gain = sum(k.headroom_s or 0.0 for k in hot)
+            click.echo(f"  schedx tune {shlex.quote(model)} --precision bf16 --minutes {5 * len(hot)}"
+                       + (f" --shapes '{shapes}'" if shapes else "")
+                       + f"  # {', '.join(k.task.rpartition('/')[2] for k in hot)}"
+                       + (f": up to {gain * 1e3:.3g} ms to gain" if gain else ""))
+            hot = []
         for k in hot:
-            # the model as the user named it (a path stays a path), the kernel by its function name
-            spec = f"{model}/{k.task.rpartition('/')[2]}"
+            spec = f"{base}/{k.task.rpartition('/')[2]}"  # the kernel by its function name
             gain = f"  # up to {k.headroom_s * 1e3:.3g} ms to gain" if k.headroom_s else ""
-            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5" + (f" --shapes '{shapes}'" if shapes else "")
-                       + gain)
+            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5"
+                       + (f" --shapes '{at_shapes}'" if at_shapes else "") + gain)
     for note in result.notes:
         click.echo(f"note: {note}")
 

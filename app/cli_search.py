@@ -6,6 +6,7 @@ import click
 
 from app.cli_common import echo_json, fail_cleanly, target_option
 from app.cli_types import Count, DbPath
+from app.cli_precision import INT8_HELP, calibration_of, calibration_options
 from explorer.precision import PRECISIONS
 
 
@@ -94,7 +95,9 @@ def sketches(kernel: str, rules: str | None, samples: int, microkernel: bool, ta
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: search the model's kernels as `schedx export --precision bf16` builds them (convolutions "
                    "and matmuls with constant weights in bf16, fp32 accumulation; needs AVX512-BF16 or AMX-BF16), "
-                   "so that export ships the records found.")
+                   f"so that export ships the records found. {INT8_HELP}: its int8 kernels are searched, the "
+                   "records an export at int8 with the same calibration ships.")
+@calibration_options
 @click.option("--background", is_flag=True, help="Start as a background job and print its id.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @fail_cleanly
@@ -102,7 +105,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
          mutate_prob: float, eps_greedy: float, seed: int, cost_model: str, timeout_s: int, microkernel: bool,
          default_variants: int, warm_timing: bool, confirm_rounds: int, target_spec: str,
          shapes: str | None, db_path: str | None, rpc_tracker: str | None, rpc_key: str | None, precision: str,
-         background: bool, as_json: bool) -> None:
+         calibrate: int, data_file, background: bool, as_json: bool) -> None:
     """Evolutionary search on WORKLOAD (a kernel spec, a model/fused-kernel, or a model), into the
     leaderboard. Running it again on the same database resumes: nothing is measured twice.
 
@@ -125,7 +128,7 @@ def tune(workload: str, trials: int | None, minutes: float | None, per_batch: in
                           default_variants=default_variants, cold_timing=not warm_timing,
                           confirm_rounds=confirm_rounds)
     spec = JobSpec(workload=workload, target=target_spec, params=params, shapes=shapes, rpc_tracker=rpc_tracker,
-                   rpc_key=rpc_key, precision=precision)
+                   rpc_key=rpc_key, precision=precision, calibration=calibration_of(precision, calibrate, data_file))
     with signals_stop(stop):  # from here on Ctrl-C asks for a stop; nothing raises through TVM
         try:
             _tune(spec, by_time, minutes, db_path, background, as_json, stop)

@@ -55,8 +55,8 @@ OPENED = "opened_record"  # (kernel spec, steps) to load into the Schedule page
 SEARCH_JOB = "search_job"  # the job the Search page shows
 JOB_PICK = "job_pick"  # the Search page's job picker (the Profile page sets it to the job it starts)
 SKETCHES = "sketches"  # (kernel spec, [Sketch]) last generated on the Search page
-SEARCH_PRECISION = "search_precision"  # fp32 | bf16: the precision the Search page starts a job at
-SCHEDULE_PRECISION = "schedule_precision"  # fp32 | bf16: the precision a model's kernels are taken at (Schedule page)
+SEARCH_PRECISION = "search_precision"  # fp32 | bf16 | int8 (explorer.precision.PRECISIONS): the precision the Search page starts a job at
+SCHEDULE_PRECISION = "schedule_precision"  # fp32 | bf16 | int8: the precision a model's kernels are taken at (Schedule page)
 
 
 CODE_VIEWS = "codegen_views"  # {(module hash, target key): CodeViews} built for the Schedule page
@@ -112,7 +112,7 @@ class ExportKeys:
     DB_INPUT = "ex_db"
     PICK = "ex_pick_"  # + task name
     IN_MODEL = "ex_in_model"
-    PRECISION = "ex_precision"  # fp32 | bf16 (explorer.precision)
+    PRECISION = "ex_precision"  # fp32 | bf16 | int8 (explorer.precision)
     RECHECK = "ex_recheck"  # take the in-model decision again instead of reusing the one kept
     BUILD = "ex_build"
     DOWNLOAD = "ex_download"

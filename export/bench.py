@@ -34,7 +34,9 @@ from export.schedules import TaskSchedule
 
 # Row names of `schedx bench --json` (scripts read them)
 TUNED_ROW, DEFAULT_ROW, ORT_ROW = "tvm tuned", "tvm default", "onnxruntime"
-BF16_ROW = "tvm default bf16"
+BF16_ROW, INT8_ROW, ORT_INT8_ROW = "tvm default bf16", "tvm default int8", "onnxruntime int8"
+PRECISION_ROWS = {"bf16": (BF16_ROW, "no records; convolutions and weight products in bf16, fp32 accumulation"),
+                  "int8": (INT8_ROW, "no records; the int8 QDQ model's kernels (int8 products, int32 accumulation)")}
 
 
 @dataclass
@@ -132,14 +134,15 @@ def bundle_row(folder: str | Path, name: str, *, threads: int, runs: int, budget
     return row, report
 
 
-def ort_row(onnx_model, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float) -> BenchRow:
+def ort_row(onnx_model, inputs: dict[str, np.ndarray], *, threads: int, runs: int, budget_s: float,
+            name: str = ORT_ROW) -> BenchRow:
     import onnxruntime as ort
 
     start = time.perf_counter()
     session = ort_session(onnx_model, threads)
     created = time.perf_counter() - start
     first, latencies = time_calls(lambda: session.run(None, inputs), runs, budget_s)
-    return latency_row(ORT_ROW, created, first, latencies,
+    return latency_row(name, created, first, latencies,
                        f"ONNX Runtime {ort.__version__}, session creation as compile")
 
 
@@ -193,7 +196,7 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
                    threads: int | None = None, runs: int = 50, budget_s: float = 20.0, shapes: str | None = None,
                    torch_module=None, progress: Progress | None = None, target: str | Target = "cpu",
                    no_schedules_why: str = NO_RECORDS, rounds: int = 3, precision: str = "fp32",
-                   busy: int = 0) -> BenchReport:
+                   busy: int = 0, calibration=None, at_precision: Workload | None = None) -> BenchReport:
     """``tvm tuned`` (when ``schedules`` has any), ``tvm default``, ``onnxruntime``, PyTorch and OpenVINO
     (f32 and its default precision, :mod:`export.openvino_row`; a note where it is not installed),
     side by side (``no_schedules_why``: what to say when there are no schedules, see
@@ -204,7 +207,11 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     compared under the noise (tuned vs default, default vs ONNX Runtime, ...), and the build schedx
     ships (tuned, else default) against each OpenVINO row. ``precision="bf16"`` adds a row
     (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`) right after
-    ``tvm default``, so the two are compared; the other rows stay fp32.
+    ``tvm default``, so the two are compared; ``"int8"`` adds :data:`INT8_ROW` (the model quantized
+    with ``calibration`` and built as its QDQ model) there and :data:`ORT_INT8_ROW` (ONNX Runtime
+    running that QDQ model) after ``onnxruntime``, the two int8 rows compared, the quantizer's
+    figures against the float model in the notes; the other rows stay fp32. ``at_precision``: the
+    workload as built at ``precision`` when the caller made it (:func:`export.build.as_built`).
     ``busy``: the timing runs beside that many busy processes that the benchmark starts and stops
     (:mod:`export.busy_load`), as on a machine where other work runs.
 
@@ -220,15 +227,18 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     target.require_runnable("benchmark")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
-    if precision != "fp32":  # refused before anything is built (a CPU without bf16 instructions, a kernel)
-        from explorer.precision import PrecisionError, for_precision
-        from export.errors import ExportError
+    meaning = None
+    if precision == "fp32":
+        at_precision = None
+    else:  # made once; refused before anything is built (a CPU without bf16 instructions, a kernel)
+        from export.build import as_built
 
-        try:
-            for_precision(workload, target, precision)
-        except PrecisionError as err:
-            raise ExportError(str(err)) from err
+        at_precision, meaning = as_built(at_precision or workload, target, precision, calibration)
     report = BenchReport(workload=workload.spec, threads=threads)
+    if meaning is not None and meaning.quantization is not None:
+        from explorer.models.int8_precision import summary
+
+        report.notes.append(f"{INT8_ROW}: {summary(meaning.quantization)}")
     load = machine_load()
     inputs = workload.sample_inputs()
     contenders: dict[str, Callable[[int, float], BenchRow]] = {}
@@ -244,17 +254,20 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / "default", threads)
         contenders[DEFAULT_ROW] = bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
                                                     note=f"no records: {target.default_schedule}")
-        if precision != "fp32":
+        if at_precision is not None:
             say(f"building TVM without records at {precision}", 0.3)
-            folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / precision, threads, precision)
-            contenders[BF16_ROW] = bundle_contender(
-                folder, BF16_ROW, threads=threads, compile_s=compile_s,
-                note="no records; convolutions and weight products in bf16, fp32 accumulation")
+            row_name, row_note = PRECISION_ROWS[precision]
+            folder, compile_s = _export_bundle(at_precision, target, None, Path(tmp) / precision, threads, precision)
+            contenders[row_name] = bundle_contender(folder, row_name, threads=threads, compile_s=compile_s,
+                                                    note=row_note)
         anchors: dict[str, Callable[[int, float], BenchRow]] = {}
         if workload.onnx_model is not None:
             from export.openvino_row import openvino_contenders
 
             contenders[ORT_ROW] = lambda n, b: ort_row(workload.onnx_model, inputs, threads=threads, runs=n, budget_s=b)
+            if precision == "int8":  # the int8 model as ONNX Runtime runs it: what the int8 build is checked against
+                contenders[ORT_INT8_ROW] = lambda n, b: ort_row(at_precision.onnx_model, inputs, threads=threads,
+                                                                runs=n, budget_s=b, name=ORT_INT8_ROW)
             say("compiling the model with OpenVINO", 0.35)
             anchors, why_not = openvino_contenders(workload.onnx_model, inputs, threads=threads)
             report.notes.extend(why_not)
@@ -280,6 +293,8 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         pairs = list(zip(names, names[1:])) + [(shipped, a) for a in anchors]
         if BF16_ROW in contenders:  # the bf16 build against each anchor too (OpenVINO's default is bf16 on some CPUs)
             pairs += [(BF16_ROW, a) for a in anchors]
+        if INT8_ROW in contenders and ORT_INT8_ROW in contenders:  # int8 against int8
+            pairs.append((INT8_ROW, ORT_INT8_ROW))
         contenders.update(anchors)
 
         def timing(stage: str, frac: float) -> None:
@@ -371,6 +386,9 @@ def bundle_target(manifest: dict) -> Target:
 __all__ = [
     "BF16_ROW",
     "DEFAULT_ROW",
+    "INT8_ROW",
+    "ORT_INT8_ROW",
+    "PRECISION_ROWS",
     "ORT_ROW",
     "TUNED_ROW",
     "BenchReport",

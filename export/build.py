@@ -53,6 +53,18 @@ class Built:
         return float(sum(self.seconds.values()))
 
 
+def as_built(workload: Workload, target: Target, precision: str = "fp32", calibration=None) -> tuple[Workload, object]:
+    """``(workload, precision)``: the workload as built at ``precision`` for ``target``
+    (:func:`explorer.precision.for_precision`: made once, then handed on as it is; ``calibration``:
+    int8's, :class:`explorer.precision.Calibration`), a refusal as an :class:`ExportError`."""
+    from explorer.precision import PrecisionError, for_precision
+
+    try:
+        return for_precision(workload, target, precision, calibration)
+    except PrecisionError as err:
+        raise ExportError(str(err)) from err
+
+
 def workload_tasks(workload: Workload) -> list[Task]:
     """The tasks of a workload, most work first: what records are looked up for."""
     return workload.tasks()
@@ -126,16 +138,12 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
             safe: frozenset[str] = frozenset(), precision: str = "fp32") -> Prepared:
     """Everything :func:`build` does before code generation (``seconds``: filled with the time
     each stage took; ``safe``: functions whose schedule did not compile, built with the target's
-    simplest rule and no record; ``precision``: :mod:`explorer.precision`)."""
-    from explorer.precision import PrecisionError, for_precision
-
+    simplest rule and no record; ``precision``: :mod:`explorer.precision`; a workload already built
+    at it, :func:`as_built`'s, is taken as it is)."""
     say = say or (lambda stage, frac: None)
     seconds = {} if seconds is None else seconds
     start = time.perf_counter()
-    try:
-        workload, chosen_precision = for_precision(workload, target, precision)
-    except PrecisionError as err:
-        raise ExportError(str(err)) from err
+    workload, chosen_precision = as_built(workload, target, precision)
     say("fusing", 0.05)
     mod = workload.fused_module()
     tasks = workload_tasks(workload)
@@ -177,9 +185,11 @@ def model_params(workload: Workload, target: Target | None = None,
 def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None, *,
           progress: Progress | None = None, precision: str = "fp32") -> Built:
     """Build ``workload`` for ``target`` with ``schedules`` (by task name or workload key), at
-    ``precision`` (fp32, bf16: :mod:`explorer.precision`)."""
+    ``precision`` (fp32, bf16, int8: :mod:`explorer.precision`; made once here, or given made by
+    :func:`as_built`)."""
     say = progress or (lambda stage, frac: None)
     seconds: dict[str, float] = {}
+    workload = as_built(workload, target, precision)[0]  # once: a rebuild of failing kernels reuses it
     prepared = prepare(workload, target, schedules, seconds, say, precision=precision)
     mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
     tvm_target = target.tvm()
@@ -239,4 +249,4 @@ def _kernels_that_do_not_compile(mod: tvm.IRModule, tvm_target) -> dict[str, str
     return failing
 
 
-__all__ = ["Built", "Prepared", "apply_schedule", "build", "model_params", "prepare", "workload_tasks"]
+__all__ = ["Built", "Prepared", "apply_schedule", "as_built", "build", "model_params", "prepare", "workload_tasks"]

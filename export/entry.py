@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.precision import Calibration
 from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
-from export.build import Progress
+from export.build import Progress, as_built
 from export.flow import ExportReport, export_workload
 from export.folders import check_destination
 from export.schedules import TaskSchedule
@@ -46,7 +47,8 @@ class ExportSpec:
     the decision ``db`` keeps for these records is reused (:mod:`export.shipping`), ``recheck`` takes it again;
     ``sign_key`` signs the bundle (an ed25519 private key file); ``force`` writes the bundle into a
     non-empty folder that holds no bundle, beside its files (see :mod:`export.folders`);
-    ``precision``: fp32 or bf16 (:mod:`explorer.precision`)."""
+    ``precision``: fp32, bf16 or int8 (:mod:`explorer.precision`; int8 calibrates as ``calibration``
+    says, :class:`explorer.precision.Calibration`, default 16 random samples)."""
 
     workload: str | Workload
     out_dir: str | Path
@@ -64,7 +66,8 @@ class ExportSpec:
     nvcc: bool = True
     sign_key: Path | None = None
     force: bool = False
-    precision: str = "fp32"  # fp32 or bf16 (explorer.precision)
+    precision: str = "fp32"  # fp32, bf16 or int8 (explorer.precision)
+    calibration: Calibration | None = None  # int8's
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
 
         private_key_of(spec.sign_key)
     target = parse_target(spec.target)
-    workload = _loaded(spec.workload, spec.shapes)
+    workload = as_built(_loaded(spec.workload, spec.shapes), target, spec.precision, spec.calibration)[0]  # once
     shipped = shipped_schedules(ShipSpec(workload, target, db=spec.db, use_records=spec.use_records,
                                          hardware=spec.hardware, schedules=spec.schedules, precision=spec.precision,
                                          check_in_model=spec.check_in_model, recheck=spec.recheck,
@@ -120,16 +123,6 @@ def _runnable(spec: BenchSpec | ProfileSpec, action: str) -> tuple[Target, Workl
     return target, _loaded(spec.workload, spec.shapes)
 
 
-def _check_precision(precision: str, target: Target) -> None:
-    from explorer.precision import PrecisionError, check_precision
-    from export.errors import ExportError
-
-    try:
-        check_precision(precision, target)
-    except PrecisionError as err:
-        raise ExportError(str(err)) from err
-
-
 def _ship_spec(spec: BenchSpec | ProfileSpec, workload: Workload, target: Target) -> ShipSpec:
     """The question a bench or a profile asks the chooser (fp32: a bench's bf16 row is a default build)."""
     return ShipSpec(workload, target, db=spec.db, use_records=spec.use_records, check_in_model=spec.check_in_model,
@@ -142,8 +135,9 @@ class BenchSpec:
     ``target`` (it must run here), with the schedules that ship (records from ``db`` unless
     ``use_records`` is off; ``check_in_model`` and ``recheck`` as :class:`ExportSpec`'s, on by
     default), beside the default build and the other engines, ``runs`` runs and ``budget_s``
-    seconds per contender in ``rounds`` alternated rounds. ``precision="bf16"`` adds the default
-    build at bf16 (the tuned build stays fp32: its records, and their decision, are fp32's)."""
+    seconds per contender in ``rounds`` alternated rounds. ``precision="bf16"`` or ``"int8"`` adds
+    the default build at that precision (int8: and ONNX Runtime running the int8 model; the tuned
+    build stays fp32: its records, and their decision, are fp32's)."""
 
     workload: str | Workload
     target: str | Target = "cpu"
@@ -158,6 +152,7 @@ class BenchSpec:
     rounds: int = 3
     precision: str = "fp32"
     busy: int = 0  # time beside this many busy processes the benchmark starts (export.busy_load)
+    calibration: Calibration | None = None  # int8's
 
 
 @dataclass(frozen=True)
@@ -175,10 +170,13 @@ def run_bench(spec: BenchSpec, progress: Progress | None = None) -> BenchResult:
 
     say = progress or (lambda stage, frac: None)
     target, workload = _runnable(spec, "benchmark")
+    # the precision's build made once, refused before any record is timed in the model
+    at_precision = as_built(workload, target, spec.precision, spec.calibration)[0] if spec.precision != "fp32" else None
     shipped = shipped_schedules(_ship_spec(spec, workload, target), say)
     report = bench_workload(workload, schedules=shipped.schedules, threads=spec.threads, runs=spec.runs,
                             budget_s=spec.budget_s, progress=say, target=target, no_schedules_why=shipped.why_none,
-                            rounds=spec.rounds, precision=spec.precision, busy=spec.busy)
+                            rounds=spec.rounds, precision=spec.precision, busy=spec.busy,
+                            calibration=spec.calibration, at_precision=at_precision)
     if shipped.decision is not None:
         report.notes.extend([shipped.summary(), *shipped.dropped])
     return BenchResult(report, shipped)
@@ -199,7 +197,8 @@ class ProfileSpec:
     recheck: bool = False
     runs: int = 10
     threads: int | None = None
-    precision: str = "fp32"  # fp32 or bf16 (explorer.precision), built as `schedx export --precision` builds it
+    precision: str = "fp32"  # fp32, bf16 or int8 (explorer.precision), built as `schedx export --precision` builds it
+    calibration: Calibration | None = None  # int8's
 
 
 @dataclass(frozen=True)
@@ -222,7 +221,8 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
 
     say = progress or (lambda stage, frac: None)
     target, workload = _runnable(spec, "profile")
-    _check_precision(spec.precision, target)  # refused before the peaks are measured (seconds)
+    # made once, refused before the peaks are measured (seconds); the chooser and the build take it as it is
+    workload = as_built(workload, target, spec.precision, spec.calibration)[0]
     shipped = shipped_schedules(replace(_ship_spec(spec, workload, target), precision=spec.precision), say)
     say("measuring this machine's peaks", 0.3)
     peaks = calibration()
@@ -230,7 +230,7 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
     say(f"profiling {workload.name}", 0.5)
     profile = profile_workload(workload, target, schedules=shipped.schedules, runs=spec.runs, threads=spec.threads,
                                peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                               cache_bytes=l2.nbytes, precision=spec.precision)
+                               cache_bytes=l2.nbytes, precision=spec.precision, family_peaks=peaks.families)
     if shipped.decision is not None:
         profile = replace(profile, notes=(shipped.summary(), *shipped.dropped, *profile.notes))
     say("done", 1.0)

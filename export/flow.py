@@ -105,7 +105,7 @@ class ExportReport:
         return {"folder": str(self.folder), "ok": self.ok, "seconds": self.seconds,
                 "workload": self.manifest["workload"], "target": self.manifest["target"],
                 "tasks": self.manifest["tasks"], "warnings": self.warnings,
-                "verification": self.manifest.get("verification", {})}
+                "verification": self.manifest.get("verification", {}), "precision": self.manifest.get("precision")}
 
 
 def _manifest(workload: Workload, target: Target, built: Built, *, tolerance: float) -> dict:
@@ -131,12 +131,15 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
                     schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                     verify: bool = True, layers: bool = True, threads: int | None = None, nvcc: bool = True,
                     seed: int = 0, progress: Progress | None = None, notes: list[str] | None = None,
-                    force: bool = False, precision: str = "fp32") -> ExportReport:
+                    force: bool = False, precision: str = "fp32", calibration=None) -> ExportReport:
     """Export ``workload`` for ``target`` into ``out_dir`` (see the module docstring).
 
     ``schedules`` maps task names or workload keys to the schedule to apply (tasks left out use
-    the default); ``precision``: fp32 or bf16 (:mod:`explorer.precision`: a bf16 bundle is
-    verified at its own stated tolerance, recorded in the manifest); ``layers`` runs the
+    the default); ``precision``: fp32, bf16 or int8 (:mod:`explorer.precision`: a bf16 bundle is
+    verified at its own stated tolerance, recorded in the manifest; an int8 bundle is the QDQ model
+    quantized with ``calibration``, verified against ONNX Runtime running that model, the
+    quantizer's own figures against the float model in the manifest's ``precision``; a workload
+    already built at ``precision``, :func:`export.build.as_built`'s, is taken as it is); ``layers`` runs the
     layer-by-layer comparison for ONNX models; ``notes`` are
     warnings the caller found while choosing records (they join the manifest's). ``out_dir`` is
     new, empty or an earlier bundle, whose user files are kept (``force``: any folder; see
@@ -151,6 +154,9 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
     folders.check_destination(folder, force=force)  # before anything is built
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
+    from export.build import as_built
+
+    workload = as_built(workload, target, precision, calibration)[0]  # what is built, and its reference
     _check_memory(workload)
     seconds["load"] = time.perf_counter() - start
     staging = folders.staging_folder(folder, force=force)  # written and verified there, then moved to folder whole

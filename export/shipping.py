@@ -9,9 +9,10 @@ For a workload built for a target at a precision on this machine, :func:`shipped
    here unless the caller says otherwise;
 3. the default schedule for every task left without a record (the tasks the answer leaves out).
 
-The tasks are those of the workload as built at the precision (:func:`explorer.precision.for_precision`:
-at bf16, the bf16 kernels ``schedx tune --precision bf16`` searched), so a record found for one
-precision never applies to the other's kernel of the same name.
+The tasks are those of the workload as built at the precision (:func:`export.build.as_built`:
+at bf16, the bf16 kernels ``schedx tune --precision bf16`` searched; at int8, the QDQ model's), so a
+record found for one precision never applies to the other's kernel of the same name. Give the
+workload as built (the callers in :mod:`export.entry` do) and it is not made again.
 
 The in-model decision is taken once and kept in the database with its interval
 (:mod:`store.decisions`), for the model (its structural hash), the target (its key), this machine
@@ -174,16 +175,11 @@ def shipped_schedules(spec: ShipSpec, progress: Progress | None = None, *,
 
 def _as_built(spec: ShipSpec) -> Workload:
     """The workload as the build at ``spec.precision`` compiles it: its tasks are the ones records
-    are chosen for and the in-model timing builds (bf16: the weight products rewritten)."""
-    if spec.precision == "fp32":
-        return spec.workload
-    from explorer.precision import PrecisionError, for_precision
-    from export.errors import ExportError
+    are chosen for and the in-model timing builds (bf16: the weight products rewritten; int8: the
+    QDQ model). A workload given as built (:func:`export.build.as_built`) is taken as it is."""
+    from export.build import as_built
 
-    try:
-        return for_precision(spec.workload, spec.target, spec.precision)[0]
-    except PrecisionError as err:
-        raise ExportError(str(err)) from err
+    return as_built(spec.workload, spec.target, spec.precision)[0]
 
 
 def _chosen(spec: ShipSpec) -> tuple[dict[str, TaskSchedule], tuple[TaskChoice, ...], tuple[str, ...]]:

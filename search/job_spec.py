@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from explorer.precision import Calibration
 from search.params import UNLIMITED_TRIALS, SearchParams
 from store.values import DictValue
 
@@ -23,7 +24,9 @@ class JobSpec:
     dimensions), a target spelling (see :func:`explorer.target.parse_target`), the search
     parameters, an RPC tracker to measure through (``HOST:PORT`` and device key) or none, and the
     ``precision`` the workload is searched at (:mod:`explorer.precision`: at ``bf16`` the tasks are
-    the bf16 kernels ``schedx export --precision bf16`` builds, so its records are the ones it ships)."""
+    the bf16 kernels ``schedx export --precision bf16`` builds, so its records are the ones it ships;
+    at ``int8`` those of the model quantized as ``calibration`` says, the quantized model cached by
+    content, so the export at int8 with the same calibration builds the same kernels)."""
 
     workload: str
     target: str = "cpu"
@@ -32,10 +35,12 @@ class JobSpec:
     rpc_tracker: str | None = None
     rpc_key: str | None = None
     precision: str = "fp32"
+    calibration: Calibration | None = None  # int8's (None: the default, 16 random samples)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["params"] = self.params.to_dict()
+        d["calibration"] = self.calibration.to_dict() if self.calibration is not None else None
         return d
 
     @classmethod
@@ -50,7 +55,8 @@ class JobSpec:
         return cls(workload=str(data["workload"]), target=str(target),
                    params=SearchParams.from_dict(data.get("params") or {}), shapes=data.get("shapes"),
                    rpc_tracker=data.get("rpc_tracker", rpc.get("tracker")), rpc_key=data.get("rpc_key", rpc.get("key")),
-                   precision=str(data.get("precision") or "fp32"))
+                   precision=str(data.get("precision") or "fp32"),
+                   calibration=Calibration.from_dict(data["calibration"]) if data.get("calibration") else None)
 
     def validate(self) -> ValidJob:
         """Parse what the spec names before any work starts (:class:`ValidJob`); raises the
@@ -65,7 +71,7 @@ class JobSpec:
         if rpc is None:
             target.require_runnable("measure")
         check_precision(self.precision, target)  # before the model loads: a target without bf16 fails at once
-        workload, _ = for_precision(load_workload(self.workload, self.shapes), target, self.precision)
+        workload, _ = for_precision(load_workload(self.workload, self.shapes), target, self.precision, self.calibration)
         tasks = workload.tasks()
         searched = _searched(tasks)
         if tasks and not searched:

@@ -99,6 +99,18 @@ def server_log(url: str, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:] or "(empty)"
 
 
+def wait_until(condition, timeout: float, what: str):
+    """``condition()``'s first true value, polled every half second for ``timeout`` seconds; an
+    AssertionError naming ``what`` after that."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def open_page(page, url: str, ready_text: str, *, timeout_ms: int = 150_000) -> None:
     """Go to ``url`` and wait until ``ready_text`` shows; reload once if it does not (a first load
     that never rendered within 180 s was seen once in CI, a page that loads in seconds in every

@@ -100,3 +100,15 @@ def test_profile_cli_takes_a_precision_and_refuses_bf16_on_an_avx2_target(mlp_pa
 
     result = CliRunner().invoke(cli, ["profile", mlp_path, "--target", "cpu:x86-64-v3", "--no-db", "--precision", "bf16"])
     assert result.exit_code != 0 and "AVX512-BF16" in result.output, result.output
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 nor AMX-BF16: a bf16 profile cannot run here")
+def test_a_bf16_profile_suggests_searching_the_model_at_bf16_not_a_kernel_of_the_float_model(mlp_path):
+    """The bf16 kernels exist only in the model as rewritten; ``schedx tune MODEL/kernel`` would name
+    a kernel the float model has not, so the profile suggests the model's search at bf16."""
+    from app.cli import cli
+
+    result = CliRunner().invoke(cli, ["profile", mlp_path, "--no-db", "--precision", "bf16", "--runs", "5"])
+    assert result.exit_code == 0, result.output
+    tune = [line for line in result.output.splitlines() if "schedx tune" in line]
+    assert tune and all("--precision bf16" in line and f"{mlp_path}/" not in line for line in tune), tune

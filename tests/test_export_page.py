@@ -115,6 +115,20 @@ def test_bf16_lists_the_bf16_kernels_and_a_single_kernel_disables_it(tmp_path):
     assert any("bf16 is not available" in c.value and "is a single kernel" in c.value for c in at.sidebar.caption)
 
 
+def test_int8_builds_the_quantized_models_int8_kernels_and_says_what_quantizing_cost(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its quantized model, in a private cache
+    at = _page(tmp_path / "none.db")
+    at.sidebar.radio(key="ex_precision").set_value("int8").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    kernels = list(at.dataframe[0].value["kernel"])
+    assert any(k.startswith("small_cnn.int8/") and "conv2d_nhwc_int8" in k for k in kernels), kernels
+    at.button(key="ex_build").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    note = next(i.value for i in at.info if "Precision: int8" in i.value)
+    assert "calibrated on 16 random sample(s)" in note and "against ONNX Runtime running the int8 model" in note
+    assert any("verified" in s.value for s in at.success), [s.value for s in at.success]
+
+
 def test_bad_input_is_shown_not_raised(tmp_path):
     at = _page(tmp_path / "none.db")
     at.sidebar.radio(key="ex_source").set_value("Kernel").run()

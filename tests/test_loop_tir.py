@@ -141,3 +141,16 @@ def test_a_body_that_keeps_an_if_keeps_the_recursive_loop_and_agrees(tmp_path):
               np.full((2, 3), -50.0, np.float32)):
         np.testing.assert_allclose(run(x), ort_run(model, {"x": x})[0], rtol=1e-6)
 
+
+def test_profile_of_a_model_whose_only_kernel_is_the_loop_prints_its_table(tmp_path):
+    """The loop runs as one kernel that is no tuning task: every task's row is below the timer (or
+    did not run), so the kernels' time is 0; the profile still prints, with no share of a 0 total."""
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    model, _, _ = _built(_HalveWhileLarge(), tmp_path)
+    path = tmp_path / "loop.onnx"
+    out = CliRunner().invoke(cli, ["profile", str(path), "--shapes", "x:2x3", "--no-db", "--runs", "5"])
+    assert out.exit_code == 0, out.output
+    assert "ms per run" in out.output and "ZeroDivisionError" not in out.output

@@ -39,7 +39,7 @@ def test_a_models_bf16_kernel_is_picked_built_and_measured(tmp_path, width, heig
         page.screenshot(path=str(screenshot_dir(tmp_path) / f"schedule-bf16-{width}.png"), full_page=False)
 
 
-def test_the_bf16_choice_is_disabled_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
+def test_the_bf16_choice_is_left_out_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
     from explorer.target.environment import cpu_flags
 
     flags = " ".join(f for f in cpu_flags() if "bf16" not in f and not f.startswith("amx"))
@@ -48,5 +48,6 @@ def test_the_bf16_choice_is_disabled_with_the_reason_where_the_cpu_lacks_it(tmp_
         open_page(page, f"{url}/schedule", "Next step")
         page.locator('section[data-testid="stSidebar"]').get_by_text("From a model", exact=True).click()
         _settle(page)
-        assert page.get_by_role("radio", name="bf16", exact=True).is_disabled()
+        assert page.get_by_role("radio", name="bf16", exact=True).count() == 0  # not offered; int8 still is
+        assert page.get_by_role("radio", name="int8", exact=True).is_enabled()
         assert page.get_by_text("bf16 is not available").first.is_visible()

@@ -12,19 +12,9 @@ import time
 import pytest
 
 from store import Store
-from tests.browser import CHROMIUM_ARGS, ROOT, chromium_path, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, ROOT, chromium_path, schedx_ui, screenshot_dir, wait_until
 
 pytestmark = pytest.mark.browser
-
-
-def _wait(condition, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _metric(page, label: str) -> str:
@@ -46,8 +36,8 @@ def test_resnet18_search_outlives_the_tab_stops_and_resumes_from_the_cli(tmp_pat
         page.get_by_label("Population", exact=True).fill("32")
         page.get_by_role("button", name="Start search").click()
         store = Store(db)
-        job = _wait(lambda: next(iter(store.jobs()), None), 60, "the job row")
-        _wait(lambda: store.count(job_id=job.id) >= 8, 300, "the first batch")
+        job = wait_until(lambda: next(iter(store.jobs()), None), 60, "the job row")
+        wait_until(lambda: store.count(job_id=job.id) >= 8, 300, "the first batch")
 
         page.close()  # the tab goes; the search goes on
         time.sleep(2)

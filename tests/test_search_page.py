@@ -234,15 +234,33 @@ def test_elapsed_does_not_go_back_when_a_job_stops(tmp_path):
     assert metrics["status"] == "stopped" and metrics["elapsed"] == "44 s" and metrics["ETA"] == "-", metrics
 
 
-def test_bf16_is_disabled_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
+def test_bf16_is_left_out_with_the_reason_where_the_cpu_lacks_it(tmp_path, monkeypatch):
     from explorer.target.environment import cpu_flags
 
     monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(f for f in cpu_flags() if "bf16" not in f and "amx" not in f))
     at = _page(tmp_path / "nobf16.db").run()
     assert not at.exception
     choice = at.radio(key="search_precision")
-    assert choice.disabled and choice.value == "fp32"
+    assert list(choice.options) == ["fp32", "int8"] and choice.value == "fp32"  # int8 needs no bf16 instructions
     assert any("bf16 is not available" in c.value and "AVX512-BF16 or AMX-BF16" in c.value for c in at.caption)
+
+
+def _start_then_stop(at: AppTest, db, workload: str, precision: str) -> None:
+    """Start a search of ``workload`` at ``precision`` from the page, see its header say the
+    precision, then stop it from the page."""
+    at.text_input(key="search_workload").input(workload)
+    at.number_input(key="search_trials").set_value(400)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = Store(db).jobs()[-1]
+    assert job.params["precision"] == precision
+    at.run()
+    assert any(f"at precision **{precision}**" in c.value for c in at.caption)
+    next(b for b in at.button if b.label == "Stop this job").click().run()
+    deadline = time.time() + 30
+    while time.time() < deadline and Store(db).job(job.id).status == "running":
+        time.sleep(0.5)
+    assert Store(db).job(job.id).status == "stopped"
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the "
@@ -254,16 +272,12 @@ def test_a_bf16_search_starts_from_the_page_and_a_single_kernel_is_refused(tmp_p
     at.text_input(key="search_workload").input("matmul:M=64,N=64,K=64")
     at.button[0].click().run()
     assert at.error and "is a single kernel" in at.error[0].value and Store(db).jobs() == []
-    at.text_input(key="search_workload").input(mlp_path)
-    at.number_input(key="search_trials").set_value(400)
-    at.button[0].click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    job = Store(db).jobs()[-1]
-    assert job.params["precision"] == "bf16"
-    at.run()
-    assert any("at precision **bf16**" in c.value for c in at.caption)
-    next(b for b in at.button if b.label == "Stop this job").click().run()
-    deadline = time.time() + 30
-    while time.time() < deadline and Store(db).job(job.id).status == "running":
-        time.sleep(0.5)
-    assert Store(db).job(job.id).status == "stopped"
+    _start_then_stop(at, db, mlp_path, "bf16")
+
+
+def test_an_int8_search_starts_from_the_page_on_the_quantized_models_kernels(tmp_path, mlp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its quantized model, in a private cache
+    db = tmp_path / "int8.db"
+    at = _page(db).run()
+    at.radio(key="search_precision").set_value("int8").run()
+    _start_then_stop(at, db, mlp_path, "int8")

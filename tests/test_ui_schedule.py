@@ -75,6 +75,18 @@ def test_fused_kernel_from_a_model():
     assert "small_cnn/" in at.caption[0].value
 
 
+def test_a_models_int8_kernels_are_those_of_its_quantized_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its quantized model, in a private cache
+    at = AppTest.from_file(PAGE, default_timeout=300).run()
+    at.sidebar.radio(key="kernel_source").set_value("From a model").run()
+    at.sidebar.selectbox(key="kernel_model").set_value("small_cnn").run()
+    at.sidebar.radio(key="schedule_precision").set_value("int8").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    fused = at.sidebar.selectbox(key="kernel_fused")
+    assert any("conv2d_nhwc_int8" in k for k in fused.options), fused.options  # (shown without the model's name)
+    assert fused.value.startswith("small_cnn.int8/")
+
+
 def test_measurements_go_to_the_leaderboard_and_records_open_as_steps(tmp_path):
     from store import Store
 

@@ -61,9 +61,9 @@ def sidebar():
 
 
 def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp32"):
-    """The workload as written and its tasks as built at ``precision`` for ``target`` (bf16: the
-    bf16 kernels, whose records a search at bf16 made), loaded once per session (fusing ResNet-18
-    takes seconds)."""
+    """The workload as built at ``precision`` for ``target`` (bf16: its bf16 kernels, whose records a
+    search at bf16 made; int8: its QDQ model, quantized once and cached) and its tasks, loaded once
+    per session (fusing ResNet-18 takes seconds); the export builds that workload as it is."""
     from explorer.workload import load_workload
     from export import workload_tasks
 
@@ -76,8 +76,10 @@ def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp
         from explorer.precision import for_precision
 
         workload = memo[(spec, shapes, "fp32")][0]
-        with st.spinner(f"Rewriting {spec} at {precision} and fusing its kernels..."):
-            memo[(spec, shapes, precision)] = (workload, workload_tasks(for_precision(workload, target, precision)[0]))
+        doing = "Quantizing" if precision == "int8" else "Rewriting"
+        with st.spinner(f"{doing} {spec} at {precision} and fusing its kernels..."):
+            built = for_precision(workload, target, precision)[0]
+            memo[(spec, shapes, precision)] = (built, workload_tasks(built))
     return memo[(spec, shapes, precision)]
 
 
@@ -204,11 +206,19 @@ def results(result: dict) -> None:
 
 def precision_note(precision: dict | None) -> None:
     """The precision the bundle was built at: at bf16, what was computed in bf16, what stayed fp32
-    and the tolerance it was verified at."""
+    and the tolerance it was verified at; at int8, what quantizing cost against the float model,
+    beside the verdict (against ONNX Runtime running the int8 model)."""
     if not precision or precision["name"] == "fp32":
         st.caption("Precision: fp32, as the model is written.")
         return
     kept = "\n".join(f"- {line}" for line in precision["kept_fp32"])
+    if precision.get("quantization"):
+        from explorer.models.int8_precision import summary
+
+        st.info(f"**Precision: int8**: {summary(precision['quantization'])}. The verdict is against ONNX Runtime "
+                f"running the int8 model (what was built), within a few of its outputs' quantization steps. "
+                f"Kept in float:\n{kept}")
+        return
     st.info(f"**Precision: {precision['name']}**: {precision['converted_products']} product(s) with constant weights "
             f"computed in {precision['name']} with fp32 accumulation; verified against fp32 at "
             f"{precision['tolerance']:g} x each output's largest magnitude. Kept in fp32:\n{kept}")

@@ -37,6 +37,7 @@ class Workload:
     kernel: object | None = None  # explorer.kernels.Kernel
     origin: str = ""
     notes: tuple[str, ...] = field(default=())
+    precision: object | None = None  # explorer.precision.Precision once built at one (None: as written)
     _fused: tvm.IRModule | None = field(default=None, repr=False)
 
     @property
