@@ -17,7 +17,10 @@ import numpy as np
 # output side, stride, input channels, output channels, kernel size: ResNet-18's stages, then small ones
 SHAPES = [(56, 1, 64, 64, 3), (28, 2, 64, 128, 3), (28, 1, 128, 128, 3), (14, 2, 128, 256, 3), (14, 1, 256, 256, 3),
           (7, 2, 256, 512, 3), (7, 1, 512, 512, 3), (8, 1, 64, 64, 3), (28, 2, 64, 128, 1), (14, 2, 128, 256, 1),
-          (7, 2, 256, 512, 1), (28, 1, 128, 128, 1), (14, 1, 256, 64, 1), (32, 1, 64, 64, 1), (8, 1, 128, 64, 1)]
+          (7, 2, 256, 512, 1), (28, 1, 128, 128, 1), (14, 1, 256, 64, 1), (32, 1, 64, 64, 1), (8, 1, 128, 64, 1),
+          # few channels, a kernel row folded into K (a stem's 3 channels padded to 4; 16-channel 3x3s; 5x5 of 8)
+          (112, 2, 4, 64, 7), (56, 2, 4, 64, 7), (16, 2, 4, 64, 7), (56, 1, 16, 64, 3), (28, 1, 16, 32, 3),
+          (28, 1, 8, 32, 5)]
 
 
 def conv(size: int, stride: int, cin: int, cout: int, kernel: int):
@@ -48,6 +51,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", default="", help="only the shapes whose input channels are at most this")
     opts = parser.parse_args()
     target = parse_target("cpu")
     amx = target.cpu_spec()
@@ -55,6 +59,8 @@ def main() -> None:
         raise SystemExit("this CPU has no AMX-INT8 (amx-int8 not in its features)")
     specs = {"amx": amx, "vnni": dataclasses.replace(amx, int8_amx=False)}
     for size, stride, cin, cout, kernel in SHAPES:
+        if opts.only and cin > int(opts.only):
+            continue
         func, args, ref = conv(size, stride, cin, cout, kernel)
         timers, steps = {}, {}
         for name, spec in specs.items():

@@ -1,8 +1,14 @@
-"""The precision of a build, a property of it as its target is: ``fp32`` (the model as written)
-or ``bf16`` (the products with weights in bf16, fp32 accumulation, the rest in fp32).
+"""The precision of a build, a property of it as its target is: ``fp32`` (the model as written),
+``bf16`` (the products with weights in bf16, fp32 accumulation, the rest in fp32) or ``int8`` (the
+model quantized by ``schedx quantize``'s flow and built as that QDQ model is:
+:mod:`explorer.models.int8_precision`).
+
+:func:`for_precision` makes the workload as built at a precision once; the workload it returns
+carries its :class:`Precision` (``Workload.precision``), and every later call with it (the
+chooser of records, the build) takes it as it is instead of rewriting or quantizing it again.
 
 ``bf16`` rewrites a model's 2-D convolutions (:mod:`explorer.passes.bf16_conv`: an implicit GEMM
-over the output pixels) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
+over the output pixels, or on a CPU with AMX-BF16 tiles direct from the NHWC input) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
 weights rounded and packed once, at build time; activations rounded once per kernel; and
 needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
 with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`, and
@@ -21,11 +27,35 @@ import dataclasses
 
 from explorer.errors import ExplorerError
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 BF16_TOLERANCE = 1e-2
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
              "reductions and pooling", "recurrent state", "depthwise and grouped convolutions",
              "products of two activations (attention's QK^T and PV)")
+INT8_KEPT_FLOAT = ("what ONNX Runtime's quantizer leaves in float (its QDQ model's float nodes)",
+                   "grouped and dilated convolutions, computed in float between dequantize and quantize")
+
+
+DEFAULT_SAMPLES = 16  # int8's calibration samples: `schedx quantize --calibrate`'s default
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """How an int8 build calibrates: ``samples`` inputs (``--calibrate``), random unless ``data``
+    names an .npz file with one array per model input (``--data``: the first ``samples`` calibrate,
+    the rest measure the accuracy lost). Part of what an int8 build is, as the precision is: a
+    search job keeps it with its spec."""
+
+    samples: int = DEFAULT_SAMPLES
+    data: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Calibration:
+        data = data or {}
+        return cls(samples=int(data.get("samples") or DEFAULT_SAMPLES), data=data.get("data"))
 
 
 class PrecisionError(ExplorerError):
@@ -41,17 +71,21 @@ class Precision:
     tolerance: float | None
     kept_fp32: tuple[str, ...] = ()
     converted: int = 0  # products computed in bf16
+    quantization: dict | None = None  # int8: the quantizer's report (the int8 model against the float one)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
-                "converted_products": self.converted}
+        d = {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
+             "converted_products": self.converted}
+        if self.quantization is not None:
+            d["quantization"] = dict(self.quantization)
+        return d
 
 
 def check_precision(name: str, target) -> None:
     """Raise :class:`PrecisionError` unless ``target`` can build at precision ``name``."""
     if name not in PRECISIONS:
         raise PrecisionError(f"unknown precision {name!r}: use one of {', '.join(PRECISIONS)}")
-    if name == "fp32":
+    if name in ("fp32", "int8"):  # int8: built as a QDQ model is, for any target (int8 kernels where the CPU has them)
         return
     from explorer.schedule.bf16_dot import why_not
 
@@ -69,34 +103,69 @@ def refusal(name: str, target, kind: str = "model", what: str = "the workload") 
         check_precision(name, target)
     except PrecisionError as err:
         return str(err)
+    if name == "int8" and kind != "model":
+        return (f"--precision int8 quantizes models (ONNX Runtime's quantizer); {what} is a single kernel, "
+                f"built as written")
     if name != "fp32" and kind != "model":
         return (f"--precision {name} applies to models (their products with constant weights); "
                 f"{what} is a single kernel, built in fp32 as written")
     return ""
 
 
-def for_precision(workload, target, name: str = "fp32"):
+def for_precision(workload, target, name: str = "fp32", calibration=None):
     """``(workload, precision)``: ``workload`` as built at precision ``name`` for ``target`` (a new
-    workload for bf16: its weight products rewritten), and what that precision means."""
+    workload for bf16: its weight products rewritten; for int8: its QDQ model, quantized with
+    ``calibration``, a :class:`Calibration`), and what that precision
+    means. A workload already built at ``name`` (one this function returned) comes back as it is."""
+    done = getattr(workload, "precision", None)
+    if done is not None:
+        if done.name != name:
+            raise PrecisionError(f"{workload.name} is already built at {done.name}, not {name}: give the model as "
+                                 f"written")
+        return workload, done
     why = refusal(name, target, workload.kind, workload.name)
     if why:
         raise PrecisionError(why)
     if name == "fp32":
         return workload, Precision("fp32", None)
-    mod, converted, short = bf16_module(workload.mod)
+    if name == "int8":
+        return _int8(workload, calibration)
+    mod, converted, short = bf16_module(workload.mod, target)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
-    return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note),
-            Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + _short_convs(short), converted))
+    precision = Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + _short_convs(short), converted)
+    return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note,
+                                precision=precision), precision)
 
 
-def bf16_module(mod):
+def _int8(workload, calibration):
+    """The int8 build of a workload: its QDQ model (quantized, or from the cache) as a workload."""
+    from explorer.models.int8_precision import int8_workload
+    from explorer.models.quantize import QuantizeError
+
+    try:
+        built, quantization = int8_workload(workload, calibration or Calibration())
+    except QuantizeError as err:
+        raise PrecisionError(str(err)) from err
+    precision = Precision("int8", None, INT8_KEPT_FLOAT, quantization=quantization)
+    return dataclasses.replace(built, precision=precision), precision
+
+
+def bf16_module(mod, target=None):
     """``(mod, converted, short)``: a model's Relax module with its convolutions and matmuls by
-    constant weights rewritten to bf16, how many were, and the convolutions kept fp32 as too short
-    (:func:`explorer.passes.bf16_conv.why_fp32`). The caller checks the target first."""
+    constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
+    tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col), how many
+    were, and the convolutions kept fp32 as too short (:func:`explorer.passes.bf16_conv.why_fp32`).
+    The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs
     from explorer.passes.bf16_dense import bf16_products
+    from explorer.schedule.bf16_dot import isa_from
 
-    mod, convs, short = bf16_convs(mod)
+    if target is None:
+        from explorer.target import host_target
+
+        target = host_target()
+    amx = bool(target.cpu_rules) and isa_from(target.features, target.arch) == "amx"
+    mod, convs, short = bf16_convs(mod, amx=amx)
     mod, products = bf16_products(mod)
     return mod, convs + products, short
 
@@ -107,12 +176,12 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
         return ()
     from collections import Counter
 
-    from explorer.passes.bf16_conv import MIN_REDUCTION
-
     shapes = ", ".join(f"{w.split(':')[0]}" + (f" x{n}" if n > 1 else "") for w, n in Counter(why).items())
-    return (f"{len(why)} convolution(s) with a reduction C_in*kh*kw < {MIN_REDUCTION}, too short for bf16 to pay: "
+    # the cut each line names: MIN_REDUCTION, or MIN_REDUCTION_DIRECT where the direct AMX kernel would take it
+    cuts = " or ".join(sorted({w.split(" < ")[1].split(",")[0] for w in why}, key=int))
+    return (f"{len(why)} convolution(s) with a reduction C_in*kh*kw < {cuts}, too short for bf16 to pay: "
             f"{shapes}",)
 
 
-__all__ = ["BF16_TOLERANCE", "KEPT_FP32", "PRECISIONS", "Precision", "PrecisionError", "bf16_module",
-           "check_precision", "for_precision", "refusal"]
+__all__ = ["BF16_TOLERANCE", "DEFAULT_SAMPLES", "INT8_KEPT_FLOAT", "KEPT_FP32", "PRECISIONS", "Calibration",
+           "Precision", "PrecisionError", "bf16_module", "check_precision", "for_precision", "refusal"]

@@ -90,6 +90,34 @@ def test_cpus_without_amx_int8_keep_the_vector_instructions(spec, instruction):
     assert not any(i in asm for i in TILE_INSTRUCTIONS)
 
 
+def _stem(size: int = 14, weight_max: int = 63):
+    """A quantized image's stem as the QDQ pass writes it: 7x7, stride 2, 3 channels padded to 4."""
+    return _conv(size, stride=2, cin=4, cout=64, kernel=7, weight_max=weight_max)
+
+
+def test_sapphirerapids_computes_a_few_channel_stem_on_amx_tiles_a_kernel_row_per_tdpbusd():
+    """The 7x7 stem's kernel rows folded into K (7 x 4 = 28 bytes a tile row, rows 8 bytes apart)."""
+    lib, step = _built("cpu:sapphirerapids", _stem()[0])
+    assert "schedx_amx_u8i8_14x1x2_k4_s2_t7x7_f" in step and "kw folded" in step and "K=28" in step, step
+    asm = _asm(lib)
+    assert all(i in asm for i in TILE_INSTRUCTIONS), [i for i in TILE_INSTRUCTIONS if i not in asm]
+
+
+@pytest.mark.parametrize("spec, instruction", [("cpu:icelake-server", "vpdpbusd"), ("cpu:znver3", "vpmaddubsw")])
+def test_the_stem_keeps_the_vector_instructions_without_amx_int8(spec, instruction):
+    lib, step = _built(spec, _stem()[0])
+    asm = _asm(lib)
+    assert amx_int8.NAME_PREFIX not in step and instruction in asm, step
+    assert not any(i in asm for i in TILE_INSTRUCTIONS)
+
+
+@pytest.mark.parametrize("kh, kw, k, folds", [(7, 7, 4, True), (3, 3, 16, True), (3, 3, 20, True),
+                                              (3, 3, 32, False), (1, 1, 16, False), (1, 7, 4, False),
+                                              (3, 3, 64, False)])
+def test_a_kernel_row_folds_into_k_where_it_fits_one_tile_row(kh, kw, k, folds):
+    assert amx_int8.foldable(kh, kw, k) is folds
+
+
 def test_a_dense_fills_two_by_two_tiles_of_16_rows():
     lib, step = _built("cpu:sapphirerapids", _dense(64, 64, 512)[0])
     assert "schedx_amx_u8i8_16x2x2_k512" in step and "tdpbusd" in _asm(lib), step
@@ -109,9 +137,13 @@ def test_kernels_that_do_not_fill_the_tiles_stay_on_vpdpbusd(make, why):
 @pytest.mark.parametrize("make", [lambda: _conv(14), lambda: _conv(7, stride=2, cin=128, cout=64),
                                   lambda: _conv(8, cin=128, weight_max=127),
                                   lambda: _conv(14, cin=256, cout=64, kernel=1),
-                                  lambda: _dense(64, 64, 512), lambda: _dense(112, 48, 448)],
+                                  lambda: _dense(64, 64, 512), lambda: _dense(112, 48, 448),
+                                  lambda: _stem(weight_max=127), lambda: _stem(16, weight_max=127),
+                                  lambda: _conv(28, cin=16, kernel=3, weight_max=127),
+                                  lambda: _conv(28, cin=16, kernel=4, weight_max=127)],
                          ids=["3x3-14px", "3x3-stride2-7px", "3x3-128ch-8px", "1x1-256ch-14px", "dense-64x64x512",
-                              "dense-112x48x448"])
+                              "dense-112x48x448", "stem-7x7-s2-14px", "stem-7x7-s2-16px", "3x3-16ch-folded-28px",
+                              "4x4-16ch-folded-into-a-whole-tile-row"])
 def test_amx_kernels_compute_exactly_on_this_cpu(make):
     func, args, ref = make()
     lib, step = _built("cpu", func)
@@ -121,43 +153,52 @@ def test_amx_kernels_compute_exactly_on_this_cpu(make):
     assert np.array_equal(nd[2].numpy(), ref)
 
 
-def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again():
-    dot = amx_int8.AmxInt8(14, 2, 128, 2, 3, 3)
+@pytest.mark.parametrize("dot", [amx_int8.AmxInt8(14, 2, 128, 2, 3, 3), amx_int8.AmxInt8(14, 2, 4, 2, 7, 7, 2, True),
+                                 amx_int8.AmxInt8(16, 2, 512, nt=2, zero=True),
+                                 amx_int8.AmxInt8(14, 2, 4, 2, 7, 7, 2, True, zero=True)],
+                         ids=["taps", "folded", "dense-from-zero", "folded-from-zero"])
+def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again(dot):
     from tvm.s_tir import TensorIntrin
 
     amx_int8.register_for_trace(f'["tensorize", "{dot.name}"]')
     assert TensorIntrin.get(dot.name, allow_missing=True) is not None
 
 
-def _amx_cnn() -> onnx.ModelProto:
-    """3x3 stem 3 -> 64 on a 16x16 image (vpdpbusd: 27 products a sum), then 3x3 64 -> 64 and a
-    strided 3x3 64 -> 64 (AMX tiles: 16 and 8 rows), each with ReLU."""
+def _amx_cnn(stem: int = 3, stride: int = 1, side: int = 16) -> onnx.ModelProto:
+    """A ``stem x stem`` stem 3 -> 64 on a ``side x side`` image (3x3: vpdpbusd, 27 products a sum;
+    7x7 stride 2: AMX tiles, a kernel row a tdpbusd), then 3x3 64 -> 64 and a strided 3x3 64 -> 64
+    (AMX tiles: 16 and 8 rows), each with ReLU."""
     rng = np.random.default_rng(0)
 
     def weight(name, o, i, k):
         return numpy_helper.from_array(rng.normal(0, (2 / (i * k * k)) ** 0.5, (o, i, k, k)).astype("float32"), name)
 
-    inits = [weight("w1", 64, 3, 3), weight("w2", 64, 64, 3), weight("w3", 64, 64, 3)]
+    inits = [weight("w1", 64, 3, stem), weight("w2", 64, 64, 3), weight("w3", 64, 64, 3)]
     inits += [numpy_helper.from_array(rng.normal(0, 0.1, 64).astype("float32"), f"b{k}") for k in (1, 2, 3)]
-    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+    half = stem // 2
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[half] * 4, strides=[stride] * 2),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Relu", ["c3"], ["out"])]
     graph = helper.make_graph(nodes, "amx_int8_cnn",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, side, side])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @NEEDS_AMX_INT8
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump to read the bundle's instructions")
-def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_path):
+@pytest.mark.parametrize("stem, stride, side, stem_on_tiles", [(3, 1, 16, False), (7, 2, 32, True)],
+                         ids=["3x3-stem-on-vpdpbusd", "7x7-stride2-stem-on-amx"])
+def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_path, stem, stride, side,
+                                                                            stem_on_tiles):
     """ONNX Runtime's QDQ quantizer, the default schedules (no records), the export's fresh-process
-    verification against ONNX Runtime; the bundle's library holds the tile instructions."""
+    verification against ONNX Runtime; the bundle's library holds the tile instructions (and a 7x7
+    stride-2 stem on them too: no vpdpbusd left)."""
     path = tmp_path / "amx-qdq.onnx"
-    onnx.save(_ort_quantize(_amx_cnn(), tmp_path), path)
+    onnx.save(_ort_quantize(_amx_cnn(stem, stride, side), tmp_path), path)
     bundle = tmp_path / "bundle"
     result = CliRunner().invoke(cli, ["export", str(path), "--no-db", "-o", str(bundle), "--json"])
     assert result.exit_code == 0, result.output
@@ -165,4 +206,6 @@ def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_
     assert report["ok"] and report["verification"]["fresh_process"]["ok"], report["verification"]
     disassembly = subprocess.run(["objdump", "-d", str(next(bundle.glob("*.so")))], capture_output=True,
                                  text=True, check=True).stdout
-    assert "tdpbusd" in disassembly and "vpdpbusd" in disassembly  # the two 64-channel convs, and the stem
+    assert "tdpbusd" in disassembly  # the two 64-channel convs
+    # the 3x3 stem: 36 products a sum, too few for the tiles; the 7x7 one a kernel row a tdpbusd
+    assert ("vpdpbusd" in disassembly) is not stem_on_tiles

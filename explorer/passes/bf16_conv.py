@@ -26,6 +26,15 @@ and dilation) is an implicit GEMM over the output pixels ``p = (n, oh, ow)`` and
 The output channels are the product's rows and the pixels its columns, so the kernel's loops are
 those of ``dense_bf16`` (``i, j, k2, kk``) and :mod:`explorer.schedule.defaults.bf16` tiles both.
 
+**On a CPU with AMX-BF16 tiles** (:func:`bf16_convs` with ``amx``) a convolution the tiles fit
+(:func:`explorer.passes.bf16_conv_nhwc.amx_direct_fits`: undilated, its channels a multiple of 32
+or a kernel row of at most 32 values, output rows that split into tiles of 7-16 pixels) takes the
+direct kernel instead: NHWC, the input rounded and padded once, the tiles' A rows read straight
+from it (no im2col), NHWC fp32 out between transposes that ``SinkTransposes`` cancels between
+convolutions (:mod:`explorer.passes.bf16_conv_nhwc`). Without its copies it pays from a shorter
+reduction, :data:`MIN_REDUCTION_DIRECT`. Any other convolution, and every one on an AVX512-BF16
+CPU without AMX, keeps the im2col path (:data:`AMX_DIRECT_ENABLED` off: every one).
+
 Kept in fp32: depthwise and other grouped convolutions (a group's few channels make short
 products with little to gain), convolutions of other layouts or ranks (1-D, 3-D, transposed),
 those whose weights are not constants, and **those whose reduction** ``K = C_in * kh * kw`` **is
@@ -46,6 +55,8 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import tensor_info
+from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
+                                            nhwc_channels, pack_nhwc_weights)
 from explorer.passes.bf16_dense import bf16_bits, constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
@@ -56,6 +67,13 @@ _FLOAT_OUT = ("", "None", "void", "float32")
 # the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for: measured one conv
 # at a time against the default fp32 build (docs/notes/measurements.md, "bf16 convolutions")
 MIN_REDUCTION = 512
+# the same for the direct AMX kernel (explorer.passes.bf16_conv_nhwc), which has no im2col copy nor
+# output copy to pay for: it is faster than fp32 from K = 32 on, but every converted layer adds its
+# rounding error, and MobileNetV2 with every K >= 32 in bf16 misses the 1e-2 tolerance (1.35e-2);
+# from 128 it verifies (docs/notes/measurements.md, "bf16 convolutions, direct on AMX")
+MIN_REDUCTION_DIRECT = 128
+# Off: every bf16 convolution takes the im2col path, AMX CPUs too
+AMX_DIRECT_ENABLED = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
 # (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
 FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference",
@@ -131,14 +149,34 @@ def row_panels(width: int) -> bool:
     return _ceil(width, PANEL) * 7 <= width * 8
 
 
-def why_fp32(weight_shape: tuple[int, ...]) -> str | None:
+def why_fp32(weight_shape: tuple[int, ...], *, direct: bool = False) -> str | None:
     """Why a convolution with OIHW weights of ``weight_shape`` stays fp32 (None: it is computed
-    in bf16): a reduction ``K = C_in * kh * kw`` shorter than :data:`MIN_REDUCTION`."""
+    in bf16): a reduction ``K = C_in * kh * kw`` shorter than :data:`MIN_REDUCTION`, or for the
+    direct AMX kernel (``direct``: no im2col, no output copy) than :data:`MIN_REDUCTION_DIRECT`."""
     oc, ic, kh, kw = (int(v) for v in weight_shape)
-    k = ic * kh * kw
-    if k < MIN_REDUCTION:
-        return f"{ic}x{kh}x{kw} -> {oc}: reduction K = {k} < {MIN_REDUCTION}, too short for bf16 to pay"
+    k, least = ic * kh * kw, MIN_REDUCTION_DIRECT if direct else MIN_REDUCTION
+    if k < least:
+        return f"{ic}x{kh}x{kw} -> {oc}: reduction K = {k} < {least}, too short for bf16 to pay"
     return None
+
+
+def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape):
+    """The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`) between the transposes to and
+    from NHWC that ``SinkTransposes`` cancels between consecutive convolutions."""
+    oc, ic, kh, kw = w.shape
+    xn = builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+    channels, out_hw = nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
+    weights = relax.const(pack_nhwc_weights(w, channels))
+    if flat_rows((kh, kw), strides, out_shape[3], channels):
+        y = builder.call_te(conv2d_nhwc_bf16_flat, xn, weights, padding=padding, out_hw=out_hw,
+                            primfunc_name_hint="conv2d_nhwc_bf16")
+    else:
+        y = builder.call_te(conv2d_nhwc_bf16, xn, weights, strides=strides, padding=padding, out_hw=out_hw,
+                            primfunc_name_hint="conv2d_nhwc_bf16")
+    y = builder.emit(y)
+    if oc % PANEL:
+        y = builder.emit(relax.op.strided_slice(y, axes=[3], begin=[0], end=[oc]))
+    return relax.op.permute_dims(y, [0, 3, 1, 2])
 
 
 def _rewritable(call: relax.Call) -> bool:
@@ -147,9 +185,10 @@ def _rewritable(call: relax.Call) -> bool:
             and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
 
 
-def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str]):
+def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
-    (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32)."""
+    (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
+    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits."""
     if not call.op.same_as(_CONV2D) or not _rewritable(call):
         return None
     shape, dtype = tensor_info(call.args[0].ty)
@@ -158,12 +197,16 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str]):
     if w is None or w.dtype != np.float32 or w.ndim != 4 or dtype != "float32" or shape is None \
             or out_shape is None or len(shape) != 4 or static_ints([*shape, *out_shape]) is None:
         return None
-    why = why_fp32(w.shape)
+    a = call.attrs
+    direct = amx and AMX_DIRECT_ENABLED and amx_direct_fits(w.shape, int(out_shape[3]), a.dilation, a.strides)
+    why = why_fp32(w.shape, direct=direct)
     if why is not None:
         kept.append(why)
         return None
-    a = call.attrs
     pad = [int(v) for v in a.padding]
+    if direct:
+        return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
+                       out_shape=tuple(int(d) for d in out_shape))
     return builder.call_te(
         conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
@@ -177,15 +220,16 @@ def fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([make_pass(name) for name in FOLD_FIRST])(mod)
 
 
-def bf16_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
-    """``mod`` with its 2-D convolutions as bf16 kernels (module docstring), how many, and the
-    convolutions :func:`why_fp32` kept in fp32 (why, one line each)."""
+def bf16_convs(mod: tvm.IRModule, *, amx: bool = False) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
+    """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
+    AMX-BF16 tiles, the direct NHWC kernel where it fits), how many, and the convolutions
+    :func:`why_fp32` kept in fp32 (why, one line each)."""
     if not any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values()):
         return mod, 0, ()
     converted, kept = [], []
 
     def counted(call, builder):
-        new = _rewrite(call, builder, kept)
+        new = _rewrite(call, builder, kept, amx)
         converted.extend([call] if new is not None else [])
         return new
 
@@ -197,9 +241,11 @@ def bf16_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
 
 @tvm.transform.module_pass(opt_level=0, name="Bf16Convs")
 def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """2-D convolutions with constant weights as bf16 kernels with fp32 accumulation (module docstring)."""
+    """2-D convolutions with constant weights as bf16 kernels with fp32 accumulation (module
+    docstring), through the im2col kernel (the direct one needs to know the CPU has AMX tiles:
+    :func:`explorer.precision.bf16_module`)."""
     return bf16_convs(mod)[0]
 
 
-__all__ = ["FOLD_FIRST", "MIN_REDUCTION", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
+__all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
            "pack_conv_weights", "row_panels", "why_fp32"]

@@ -16,7 +16,8 @@ scales, zero points 0 as ONNX Runtime writes them) and writes it as
 where ``u8(x)`` is the activation as uint8 (int8 activations are shifted by 128, and their zero
 point with them: what x86 dot-product instructions multiply is unsigned x signed bytes) and
 ``z_u * sum(W)`` is a constant per output channel. Convolutions run in NHWC with the padding
-filled with the zero point (it stands for a real 0). The weights are packed once here into panels
+filled with the zero point (it stands for a real 0; an image's rows padded further, to whole
+vectors, for the kernel that quantizes and transposes it). The weights are packed once here into panels
 of 16 output x 4 input channels (``[O/16, KH, KW, C/4, 16, 4]``, matmul ``[N/16, K/4, 16, 4]``;
 channels padded with zero weights), the layout :mod:`explorer.schedule.int8_dot`'s intrinsics load
 in one instruction. The kernel's block records its largest |weight| (``schedx.int8_weight_max``),
@@ -47,6 +48,12 @@ _DEQUANTIZE, _CONV2D, _MATMUL, _PERMUTE = (_OP("relax.dequantize"), _OP("relax.n
 
 
 _FLOAT_OUT = ("", "None", "void", "float32")  # out_dtype unset means the inputs' (float32)
+# An input of at most FEW_CHANNELS channels (an image: 3, padded to 4) is padded on the right to a
+# multiple of ROW_VECTOR columns: the kernel that quantizes, transposes and pads it then reads its
+# rows as whole float vectors (explorer.schedule.defaults.simple; ResNet's 230 columns were read
+# value by value: docs/notes/measurements.md, "AMX-INT8 stem").
+FEW_CHANNELS = 4
+ROW_VECTOR = 16
 
 
 def _up(n: int, m: int) -> int:
@@ -189,6 +196,8 @@ class _Rewriter(PyExprMutator):
         wp[:o, :c] = w
         packed = wp.transpose(0, 2, 3, 1).reshape(op // PANEL, PANEL, kh, kw, cp // 4, 4).transpose(0, 2, 3, 4, 1, 5)
         pt, pl, pb, pr = (int(p) for p in a.padding)
+        if cp <= FEW_CHANNELS:  # an image: its padded rows whole vectors (columns the convolution never reads)
+            pr += _up(shape[3] + pl + pr, ROW_VECTOR) - (shape[3] + pl + pr)
         emit = self.builder_.emit
         xn = emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
         if pt or pl or pb or pr or cp != c:

@@ -10,6 +10,14 @@ tile of ``m`` rows read ``stride`` pixels apart straight from the padded NHWC in
 64 input channels per ``tdpbusd``; the int32 C tiles stay in tile registers from the first tap to
 the last. A matmul is the same with one tap.
 
+A convolution with few channels (a quantized stem's 3, padded to 4) folds each kernel row into
+the reduction instead (:func:`foldable`: ``kw x C`` at most 64 bytes): the ``kw x C`` bytes one
+output pixel reads from one input row are contiguous in NHWC, and the next pixel's ``stride x C``
+bytes on, so one ``tileloadd`` with that row stride (overlapping rows) is the A tile of ``m``
+pixels x ``kw x C`` bytes, and the weights of that kernel row (``[KW, C/4, 16, 4]`` of a panel)
+its B tile of ``kw x C / 4`` rows: one ``tdpbusd`` per kernel row, no im2col, no byte read outside
+the taps (ResNet's 7x7 stem: 7 ``tdpbusd`` of K = 28 per tile, not 49 of K = 4).
+
 Linux grants a process its tile state only after ``arch_prctl(ARCH_REQ_XCOMP_PERM,
 XFEATURE_XTILEDATA)``; the kernel asks once per process before its first tile instruction, through
 the entry and the flag it shares with the bf16 AMX kernels (:mod:`explorer.schedule.amx_ir`).
@@ -21,11 +29,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
-from explorer.schedule.amx_ir import DECLARATIONS, c_tiles, entry, tile_config
+from explorer.schedule.amx_ir import conv_tiles_ir
 
 NAME_PREFIX = "schedx_amx_u8i8_"
-_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)")
+_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)(_f)?(_z)?")
 AMX_FN = "schedx_amx_u8i8_tile"
 PANEL = 16  # output channels of a B tile (16 x 4 bytes a row)
 K_STEP = 64  # input channels per tdpbusd (a 64-byte tile row)
@@ -45,7 +54,12 @@ def available(features) -> bool:
 @dataclass(frozen=True)
 class AmxInt8:
     """``C[m mt, 16 nt] += A . B`` over ``kh x kw`` taps of ``k`` input channels (``kh == kw == 0``:
-    a matmul, ``A[m mt, k]``), A rows ``stride`` pixels apart, ``nt`` weight panels."""
+    a matmul, ``A[m mt, k]``), A rows ``stride`` pixels apart, ``nt`` weight panels. ``fold``: the
+    ``kw`` taps of a kernel row folded into one reduction of ``kw x k`` bytes (few channels, see
+    :func:`foldable`): one ``tdpbusd`` per kernel row instead of ``k / 64`` per tap. ``zero``: the
+    call computes the whole sum from zero (its description holds the kernel's init, so the block is
+    tensorized without a separate loop of zeros, and the C tiles start from ``tilezero`` instead of
+    loading the zeros just stored); without it (traces recorded before) it adds to C."""
 
     m: int
     mt: int
@@ -54,6 +68,8 @@ class AmxInt8:
     kh: int = 0
     kw: int = 0
     nt: int = 1
+    fold: bool = False
+    zero: bool = False
 
     @property
     def rows(self) -> int:
@@ -65,76 +81,43 @@ class AmxInt8:
 
     @property
     def name(self) -> str:
-        return f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
+        return (f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
+                f"{'_f' if self.fold else ''}{'_z' if self.zero else ''}")
+
+    @property
+    def kstep(self) -> int:
+        """Input bytes a ``tdpbusd`` reduces: 64, or a folded kernel row's ``kw x k``."""
+        return self.kw * self.k if self.fold else K_STEP
 
     @property
     def function(self) -> str:
-        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}"
+        return amx_int8_function(self.m, self.mt, self.nt, self.kstep, self.zero)
 
     @property
     def llvm_ir(self) -> str:
-        return amx_int8_ir(self.m, self.mt, self.nt)
+        return amx_int8_ir(self.m, self.mt, self.nt, self.kstep, self.zero)
 
 
-def amx_int8_ir(m: int, mt: int, nt: int) -> str:
-    """The LLVM IR of one call: tile config (``mt x nt`` C tiles and ``mt`` A tiles of ``m`` rows,
-    ``nt`` B tiles of 16), the permission request (once per process), the C tiles loaded, then for
-    each tap and each 64 input channels ``mt`` A tiles, ``nt`` B tiles and ``mt x nt`` ``tdpbusd``;
-    the C tiles stored."""
-    fn = f"{AMX_FN}_{m}x{mt}x{nt}"
-    a0, b0 = mt * nt, mt * nt + mt
-    tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
-    cptrs, cload, cstore = c_tiles(m, mt, nt)
-    body = []
-    for r in range(mt):
-        body += [f"  %arow{r} = mul i64 %lda, {m * r}", f"  %aoff{r} = add i64 %arow{r}, %i",
-                 f"  %ap{r} = getelementptr i8, ptr %abase, i64 %aoff{r}",
-                 f"  call void @llvm.x86.tileloadd64(i8 {a0 + r}, ptr %ap{r}, i64 %lda)"]
-    body.append("  %bi = mul i64 %i, 16")
-    for q in range(nt):
-        body += [f"  %bq{q} = mul i64 %bpanel, {q}", f"  %boff{q} = add i64 %bq{q}, %bi",
-                 f"  %bp{q} = getelementptr i8, ptr %bbase, i64 %boff{q}",
-                 f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
-    body += [f"  call void @llvm.x86.tdpbusd(i8 {t}, i8 {a0 + r}, i8 {b0 + q})" for r, q, t in tiles]
-    nl = "\n"
-    return f"""
-{tile_config(fn + "_cfg", [m] * (mt * nt + mt) + [16] * nt)}
-{DECLARATIONS}
-declare void @llvm.x86.tdpbusd(i8 immarg, i8 immarg, i8 immarg)
-define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %b, i64 %kbytes) {{
-{entry(fn + "_cfg")}
-  %bpanel0 = mul i64 %taps, %kbytes
-  %bpanel = mul i64 %bpanel0, 16
-{cptrs}
-{cload}
-  br label %tap
-tap:
-  %t = phi i64 [0, %go], [%tnext, %tapend]
-  %rh = udiv i64 %t, %kw
-  %rw = urem i64 %t, %kw
-  %ah = mul i64 %rh, %ldh
-  %aw = mul i64 %rw, %ldw
-  %at = add i64 %ah, %aw
-  %abase = getelementptr i8, ptr %a, i64 %at
-  %bt = mul i64 %t, %kbytes
-  %bt16 = mul i64 %bt, 16
-  %bbase = getelementptr i8, ptr %b, i64 %bt16
-  br label %loop
-loop:
-  %i = phi i64 [0, %tap], [%next, %loop]
-{nl.join(body)}
-  %next = add i64 %i, 64
-  %done = icmp eq i64 %next, %kbytes
-  br i1 %done, label %tapend, label %loop
-tapend:
-  %tnext = add i64 %t, 1
-  %tdone = icmp eq i64 %tnext, %taps
-  br i1 %tdone, label %end, label %tap
-end:
-{cstore}
-  ret i32 0
-}}
-"""
+def foldable(kh: int, kw: int, k: int) -> bool:
+    """Whether a ``kh x kw`` convolution of ``k`` input channels (padded to 4) reads a kernel row
+    as one A tile row: fewer channels than a tile row takes (``k % 64``), ``kw x k`` bytes at most
+    64 (a quantized stem's 7 x 4 = 28). The ``kw`` pixels of a kernel row are contiguous in the
+    NHWC input (``kw x k`` bytes), and the next output pixel's start ``stride x k`` bytes on: one
+    ``tileloadd`` with that row stride (rows overlap) reads the rows of all the tile's pixels."""
+    return k % K_STEP != 0 and kh > 1 and kw > 1 and kw * k <= K_STEP
+
+
+def amx_int8_function(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False) -> str:
+    """The name of the LLVM function :func:`amx_int8_ir` defines."""
+    return f"{AMX_FN}_{m}x{mt}x{nt}" + (f"_f{kstep}" if kstep != K_STEP else "") + ("_z" if zero else "")
+
+
+def amx_int8_ir(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False) -> str:
+    """The LLVM IR of one call: tile config (``mt x nt`` C tiles and ``mt`` A tiles of ``m`` rows x
+    ``kstep`` bytes, ``nt`` B tiles of ``kstep / 4`` rows), the permission request (once per
+    process), the C tiles loaded (``zero``: ``tilezero``), then for each tap and each ``kstep``
+    input bytes ``mt`` A tiles, ``nt`` B tiles and ``mt x nt`` ``tdpbusd``; the C tiles stored."""
+    return conv_tiles_ir(amx_int8_function(m, mt, nt, kstep, zero), "tdpbusd", m, mt, nt, kstep, zero_c=zero)
 
 
 def register(dot: AmxInt8) -> str:
@@ -150,15 +133,34 @@ def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-INT8 intrinsic a trace (JSON or text) tensorizes with."""
     text = str(trace)
     if NAME_PREFIX in text:
-        for m, mt, nt, k, s, kh, kw in set(_NAME.findall(text)):
-            register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt)))
+        for m, mt, nt, k, s, kh, kw, fold, zero in set(_NAME.findall(text)):
+            register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero)))
+
+
+@cache
+def _zero_init():
+    """``C[0:rows, 0:cols] = 0`` as the kernel's init: a TVMScript macro for the descriptions of calls
+    that start from zero."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def zero_init(C, rows, cols):
+        with T.init():
+            for r, i in T.grid(rows, cols):
+                with T.sblock("init"):
+                    vr, vi = T.axis.remap("SS", [r, i])
+                    C[vr, vi] = 0
+
+    return zero_init
 
 
 def _dense_funcs(dot: AmxInt8):
-    """``C[rows, 16 nt] += A[rows, k] . B[nt, k/4, 16, 4]`` and its call."""
+    """``C[rows, 16 nt] += A[rows, k] . B[nt, k/4, 16, 4]`` (``zero``: ``=``, from the kernel's init) and
+    its call."""
     from tvm.script import tirx as T
 
-    rows, cols, nt, k, k4 = dot.rows, dot.cols, dot.nt, dot.k, dot.k // 4
+    rows, cols, nt, k, k4, zero = dot.rows, dot.cols, dot.nt, dot.k, dot.k // 4, dot.zero
+    zero_init = _zero_init()
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -166,8 +168,13 @@ def _dense_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+            if zero:  # (parse-time Python: the call computes the whole sum from zero)
+                T.reads(A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+            else:
+                T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
             T.writes(C[0:rows, 0:cols])
+            if zero:
+                zero_init(C, rows, cols)
             for r, i, kk in T.grid(rows, cols, k):
                 with T.sblock("update"):
                     vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
@@ -181,7 +188,10 @@ def _dense_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+            if zero:  # (parse-time Python: the call computes the whole sum from zero)
+                T.reads(A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+            else:
+                T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
             T.writes(C[0:rows, 0:cols])
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0]), T.Cast("int64", sa), T.int64(0), T.int64(0), T.int64(1),
@@ -191,12 +201,16 @@ def _dense_funcs(dot: AmxInt8):
 
 
 def _conv_funcs(dot: AmxInt8):
-    """``C[rows, 16 nt] += sum over taps A[rh, r * stride + rw, k] . B[nt, rh, rw, k/4, 16, 4]`` and
-    its call (A: the padded NHWC input from the tile's first pixel, rows ``stride`` pixels apart)."""
+    """``C[rows, 16 nt] += sum over taps A[rh, r * stride + rw, k] . B[nt, rh, rw, k/4, 16, 4]``
+    (``zero``: ``=``, from the kernel's init) and its call (A: the padded NHWC input from the tile's first pixel, rows ``stride`` pixels apart)."""
     from tvm.script import tirx as T
 
     rows, cols, nt, k, k4, s, kh, kw = dot.rows, dot.cols, dot.nt, dot.k, dot.k // 4, dot.stride, dot.kh, dot.kw
+    zero, zero_init = dot.zero, _zero_init()
     span = (rows - 1) * s + kw
+    # the call's taps: each (kh, kw) tap of k bytes, or (folded) each kernel row of kw x k bytes (A's
+    # pixels are k bytes apart: the block reads all the input's channels)
+    call_kw, taps, kbytes = (1, kh, kw * k) if dot.fold else (kw, kh * kw, k)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -204,8 +218,13 @@ def _conv_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            if zero:  # (parse-time Python: the call computes the whole sum from zero)
+                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            else:
+                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
             T.writes(C[0:rows, 0:cols])
+            if zero:
+                zero_init(C, rows, cols)
             for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
                 with T.sblock("update"):
                     vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
@@ -218,8 +237,13 @@ def _conv_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, 1, 1, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k4, 0:PANEL, 0:4])
+            if zero:  # (parse-time Python: the call computes the whole sum from zero)
+                T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k4, 0:PANEL, 0:4])
+            else:
+                T.reads(C[0:rows, 0:cols], A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k4, 0:PANEL, 0:4])
             T.writes(C[0:rows, 0:cols])
+            if zero:
+                zero_init(C, rows, cols)
             for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
                 with T.sblock("update"):
                     vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
@@ -233,15 +257,18 @@ def _conv_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            if zero:  # (parse-time Python: the call computes the whole sum from zero)
+                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            else:
+                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
             T.writes(C[0:rows, 0:cols])
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0, 0]), T.Cast("int64", sw * s), T.Cast("int64", sh),
-                                     T.Cast("int64", sw), T.int64(kw), T.int64(kh * kw),
-                                     T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k)))
+                                     T.Cast("int64", sw), T.int64(call_kw), T.int64(taps),
+                                     T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(kbytes)))
 
     return (desc1x1 if kh == kw == 1 else desc), impl
 
 
-__all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_PREFIX", "AmxInt8", "amx_int8_ir",
-           "available", "register", "register_for_trace"]
+__all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_PREFIX", "AmxInt8", "amx_int8_function",
+           "amx_int8_ir", "available", "foldable", "register", "register_for_trace"]

@@ -17,12 +17,13 @@ declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
 declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)"""
 
 
-def tile_config(name: str, rows: list[int]) -> str:
-    """The 64-byte tile configuration ``@name``: palette 1, tiles tmm0.. of 64 bytes a row with
-    ``rows[t]`` rows each, the rest unused."""
+def tile_config(name: str, rows: list[int], colsb: list[int] | None = None) -> str:
+    """The 64-byte tile configuration ``@name``: palette 1, tiles tmm0.. with ``rows[t]`` rows of
+    ``colsb[t]`` bytes each (64 where not given), the rest unused."""
     used = len(rows)
-    cfg = ["1"] + ["0"] * 15 + ["64", "0"] * used + ["0", "0"] * (16 - used) + [str(r) for r in rows] + \
-        ["0"] * (16 - used)
+    widths = colsb or [64] * used
+    cfg = ["1"] + ["0"] * 15 + [v for b in widths for v in (str(b), "0")] + ["0", "0"] * (16 - used) + \
+        [str(r) for r in rows] + ["0"] * (16 - used)
     return f"@{name} = internal constant [64 x i8] [{', '.join('i8 ' + v for v in cfg)}], align 64"
 
 
@@ -53,4 +54,76 @@ def c_tiles(m: int, mt: int, nt: int) -> tuple[str, str, str]:
     return pointers, loads, stores
 
 
-__all__ = ["DECLARATIONS", "c_tiles", "entry", "tile_config"]
+def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *, zero_c: bool = False) -> str:
+    """The LLVM IR of a convolution's tile call ``@fn``: an ``mt x nt`` grid of C tiles (``m`` rows
+    of 16 32-bit sums) kept in tile registers over every tap, each tap's reduction ``kstep`` bytes
+    of A a ``product`` (``tdpbf16ps``, ``tdpbusd``): ``mt`` A tiles of ``m`` rows x ``kstep``
+    bytes read ``%lda`` bytes apart from the tap's first pixel, ``nt`` B tiles of ``kstep / 4``
+    rows x 64 bytes (``%bpanel`` bytes apart: a panel of 16 output channels).
+
+    Arguments: C and its row bytes, A (the padded NHWC input at the tile's first pixel) and its
+    row, input-row and input-column bytes, ``%kw`` (taps per input row), ``%taps``, B (the tile's
+    first panel) and ``%kbytes`` (A bytes per tap, a multiple of ``kstep``). ``zero_c``: the C tiles
+    start from ``tilezero`` instead of being loaded (a call that computes the whole sum: no load of
+    the zeros just stored, which waits for those stores to drain)."""
+    a0, b0 = mt * nt, mt * nt + mt
+    tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
+    cptrs, cload, cstore = c_tiles(m, mt, nt)
+    if zero_c:
+        cload = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for _, _, t in tiles)
+    body = []
+    for r in range(mt):
+        body += [f"  %arow{r} = mul i64 %lda, {m * r}", f"  %aoff{r} = add i64 %arow{r}, %i",
+                 f"  %ap{r} = getelementptr i8, ptr %abase, i64 %aoff{r}",
+                 f"  call void @llvm.x86.tileloadd64(i8 {a0 + r}, ptr %ap{r}, i64 %lda)"]
+    body.append("  %bi = mul i64 %i, 16")
+    for q in range(nt):
+        body += [f"  %bq{q} = mul i64 %bpanel, {q}", f"  %boff{q} = add i64 %bq{q}, %bi",
+                 f"  %bp{q} = getelementptr i8, ptr %bbase, i64 %boff{q}",
+                 f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
+    body += [f"  call void @llvm.x86.{product}(i8 {t}, i8 {a0 + r}, i8 {b0 + q})" for r, q, t in tiles]
+    config = tile_config(fn + "_cfg", [m] * (mt * nt + mt) + [kstep // 4] * nt,
+                         [64] * (mt * nt) + [kstep] * mt + [64] * nt)
+    nl = "\n"
+    return f"""
+{config}
+{DECLARATIONS}
+declare void @llvm.x86.{product}(i8 immarg, i8 immarg, i8 immarg)
+declare void @llvm.x86.tilezero(i8 immarg)
+define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %b, i64 %kbytes) {{
+{entry(fn + "_cfg")}
+  %bpanel0 = mul i64 %taps, %kbytes
+  %bpanel = mul i64 %bpanel0, 16
+{cptrs}
+{cload}
+  br label %tap
+tap:
+  %t = phi i64 [0, %go], [%tnext, %tapend]
+  %rh = udiv i64 %t, %kw
+  %rw = urem i64 %t, %kw
+  %ah = mul i64 %rh, %ldh
+  %aw = mul i64 %rw, %ldw
+  %at = add i64 %ah, %aw
+  %abase = getelementptr i8, ptr %a, i64 %at
+  %bt = mul i64 %t, %kbytes
+  %bt16 = mul i64 %bt, 16
+  %bbase = getelementptr i8, ptr %b, i64 %bt16
+  br label %loop
+loop:
+  %i = phi i64 [0, %tap], [%next, %loop]
+{nl.join(body)}
+  %next = add i64 %i, {kstep}
+  %done = icmp eq i64 %next, %kbytes
+  br i1 %done, label %tapend, label %loop
+tapend:
+  %tnext = add i64 %t, 1
+  %tdone = icmp eq i64 %tnext, %taps
+  br i1 %tdone, label %end, label %tap
+end:
+{cstore}
+  ret i32 0
+}}
+"""
+
+
+__all__ = ["DECLARATIONS", "c_tiles", "conv_tiles_ir", "entry", "tile_config"]

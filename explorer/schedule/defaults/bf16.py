@@ -18,7 +18,8 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
 The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
 vectorized by the general rules; the epilogue after the product (bias, activation) too. A
 convolution (:mod:`explorer.passes.bf16_conv`: the same loops, channels as rows and pixels as
-columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`.
+columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`. A direct NHWC convolution
+(:mod:`explorer.passes.bf16_conv_nhwc`, AMX CPUs only) is tiled by :mod:`.bf16_amx_conv`.
 
 The rule's choices (the instructions, the rows by panels of a ``vdpbf16ps`` step, the grid of AMX
 tiles) can be made otherwise: the search measures those variants beside the default
@@ -32,6 +33,7 @@ from tvm import s_tir
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
+from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.machine import CpuSpec
 
@@ -59,6 +61,10 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
     if isa == "amx" and cpu.bf16_dot != "amx":
         raise NotApplicable("this CPU has no AMX-BF16 instructions")
     loops = sch.get_loops(block)
+    if len(loops) in (6, 7):  # a direct NHWC convolution: AMX tiles only, no choices of its own
+        if isa == "avx512bf16" or rows or cols:
+            raise NotApplicable("a direct NHWC bf16 convolution has one tiling: AMX tiles")
+        return tile_amx_conv(sch, block, cpu)
     if len(loops) != 4:
         raise NotApplicable("not a dense_bf16 block (loops i, j, k2, kk)")
     extent_i, extent_j, half = (int(sch.get(loop).extent) for loop in loops[:3])

@@ -12,28 +12,26 @@ enough independent dot products are in flight to hide the instruction's latency:
         . [rows x lanes x 4 intrinsic]
     then, in the same parallel iteration, the epilogue of that tile (vectorized)
 
-(ResNet-18 int8 QDQ 0.63-0.68x of one panel, MobileNetV2 int8 QDQ 0.84-0.86x, in the model:
-``benchmarks.bench_vs_commit``, AVX-512 VNNI, 2 cores.)
-
 The epilogue (requantization, a residual add) reads the tile's int32 sums while they are in cache,
-and the sums need a buffer of one tile on the stack; computed apart it was a second parallel loop
-over an int32 copy of the whole output (quantized 1x1 16 -> 64 channels at 32x32: 0.028 -> 0.018
-ms; ONNX Runtime's small quantized CNNs 1.09-1.26x -> 0.92-0.98x of ONNX Runtime's time, 2 busy
-cores with AVX512-VNNI: ``schedx bench``).
+and the sums need a buffer of one tile on the stack, not a second parallel loop over an int32 copy
+of the whole output.
 
 ``rows`` is 4 where the row extent allows and the rows are dense in the input (stride 1), else 1,
 with :data:`STRIDED_ROWS` output pixels unrolled around the one-row call (a strided stem's 16
 channels are one accumulator a pixel: four chains in flight, not one). A kernel whose weights
 the CPU's instruction would saturate on (see :mod:`explorer.schedule.int8_dot`), or a CPU
 without one, is left to the general rules. On a CPU with AMX-INT8, the kernels that fill its tiles
-go there instead (:mod:`.int8_amx`). Measured (AVX2, 2 cores): ``python -m benchmarks.bench_int8``.
+go there instead (:mod:`.int8_amx`), decided by :func:`.int8_amx.amx_call` alone. The figures
+behind these choices: docs/notes/measurements.md ("int8 kernels on the vector instructions", "Small
+int8 CNNs", "AMX-INT8"); ``python -m benchmarks.bench_int8`` measures them again.
 """
 
 from __future__ import annotations
 
 from tvm import s_tir
 
-from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
+from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
+from explorer.schedule.defaults.epilogue import epilogue_per_tile
 from explorer.schedule.defaults.int8_amx import amx_call, tile_amx_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import ROWS, Int8Dot, fits, register, weight_max
@@ -64,16 +62,12 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     :class:`NotApplicable` when it cannot."""
     if not cpu.int8_dot:
         raise NotApplicable("this CPU has no int8 dot-product instruction schedx knows")
-    refused = ""
     try:
         dot = amx_call(sch, block, cpu)
-        tile_amx_int8(sch.copy(), block, dot, _epilogue_per_tile)  # a trial: tensorize may refuse an odd kernel
     except NotApplicable:
-        pass  # no AMX-INT8, or a kernel too small for its tiles: the vector instructions below
-    except s_tir.ScheduleError as why:
-        refused = f" (AMX tiles refused: {str(why).splitlines()[0]})"
+        pass  # no AMX-INT8, or a kernel its tiles do not take or that does not fill them: the vector instructions
     else:
-        return tile_amx_int8(sch, block, dot, _epilogue_per_tile)
+        return tile_amx_int8(sch, block, dot, epilogue_per_tile)
     loops = sch.get_loops(block)
     if len(loops) not in (3, 7):
         raise NotApplicable("not a conv2d_nhwc_int8 or dense_int8 block")
@@ -104,7 +98,7 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         inner = col_i
     if panels > 1:
         sch.unroll(col_p)
-    epilogue = _epilogue_per_tile(sch, block, col_o)
+    epilogue = epilogue_per_tile(sch, block, col_o)
     tile = sch.blockize(inner)  # the rows x lanes x 4 tile as a block of its own: what the intrinsic replaces
     # parallel before the reduction is split into init and update (parallel wants one reduction block)
     sch.parallel(sch.fuse(*outer, row_o, col_o))
@@ -117,24 +111,7 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             pass  # a channel loop TVM does not vectorize (a slice of the padded channels): LLVM's to do
     return (f"{name}: {dot.name} ({dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of {dot.lanes} "
             f"channels{f', {unrolled} pixels unrolled' if unrolled > 1 else ''}), parallel outside"
-            f"{', epilogue per tile' if epilogue is not None else ''}{refused}")
-
-
-def _epilogue_per_tile(sch: s_tir.Schedule, block, tile_loop):
-    """The kernel's epilogue (its one consumer: requantization, dequantization, a residual add, all
-    inlined into one block) computed tile by tile under ``tile_loop``, while the tile's int32 sums
-    are in cache; the sums then need a buffer of one tile only (on the stack), not the whole
-    output's (a 32x32x64 1x1 convolution wrote and read back 256 KiB of int32 in a parallel loop
-    of its own: 0.028 ms). None (the epilogue left at the root) where there is none or TVM
-    refuses it."""
-    consumers = sch.get_consumers(block)
-    if len(consumers) != 1 or not block_facts(sch, consumers[0]).is_spatial:
-        return None
-    try:
-        sch.reverse_compute_at(consumers[0], tile_loop)
-    except s_tir.ScheduleError:
-        return None
-    return consumers[0]
+            f"{', epilogue per tile' if epilogue is not None else ''}")
 
 
 __all__ = ["int8_block", "tile_int8"]

@@ -1,12 +1,13 @@
 """Default schedule of an int8 kernel on AMX-INT8 tiles (:mod:`explorer.schedule.amx_int8`), where
 the CPU has them and the kernel fills them: the input channels (K) a multiple of 64 (a whole tile
-row per ``tdpbusd``), a reduction (taps x K) of at least 128, at least 2M multiply-adds, and an
-output width (a matmul's rows) that splits into tiles of 7-16 rows. Smaller kernels (a quantized
-stem's 3 or a small CNN's 16-32 channels, 1x1 convolutions of 64 channels) stay on the vector
-instructions (:mod:`.int8`):
+row per ``tdpbusd``), or few enough that a kernel row's ``kw x K`` bytes fit one tile row (a
+quantized stem's 7 x 4, a 3x3 of 16 channels: :func:`explorer.schedule.amx_int8.foldable`), a
+reduction (taps x K) of at least 128, at least 2M multiply-adds, and an output width (a matmul's
+rows) that splits into tiles of 7-16 rows. Smaller kernels (a 3x3 stem of 3 channels, 1x1
+convolutions of 64 channels, 3x3s of 32) stay on the vector instructions (:mod:`.int8`):
 
-    parallel(n, h, w / rows, o / (16 nt)) . [rows x 16 nt over all taps and channels: one AMX call]
-    then, in the same parallel iteration, the epilogue of that tile (vectorized)
+    parallel(n, h, w / rows, o / (16 nt)) . [rows x 16 nt over all taps and channels from zero: one AMX
+                                              call, then the epilogue of that tile (vectorized)]
 
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
 stages: each core then streams its share of the weights once, not once per output row).
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from math import prod
 
-from tvm import s_tir
+from tvm import s_tir, tirx
+from tvm.ir import TensorLoad  # what a TIR buffer load is
 
-from explorer.schedule.amx_int8 import GRIDS, K_STEP, PANEL, AmxInt8, register
+from explorer.schedule.amx_int8 import GRIDS, K_STEP, PANEL, AmxInt8, foldable, register
 from explorer.schedule.defaults.analysis import NotApplicable
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import row_stride
@@ -35,17 +37,22 @@ MIN_MACS = 1 << 21
 
 def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
     """The AMX call that computes ``block`` (a ``conv2d_nhwc_int8`` or ``dense_int8`` kernel) on
-    ``cpu``; raises :class:`NotApplicable` where the CPU has no AMX-INT8 or the kernel does not
-    fill its tiles."""
+    ``cpu``; raises :class:`NotApplicable` where the CPU has no AMX-INT8, the kernel does not fill
+    its tiles or its intrinsic would not match it: where this returns, :func:`tile_amx_int8` applies."""
     if not cpu.int8_amx:
         raise NotApplicable("this CPU has no AMX-INT8 tiles")
     loops = sch.get_loops(block)
     if len(loops) not in (3, 7):
         raise NotApplicable("not a conv2d_nhwc_int8 or dense_int8 block")
+    if not _loads_its_inputs(sch.get(block)):
+        raise NotApplicable("an input computed inside the kernel (a producer inlined into it): the tiles load "
+                            "theirs from memory")
     extents = [int(sch.get(loop).extent) for loop in loops]
     rows, cols, k = (extents[2], extents[3], extents[6]) if len(loops) == 7 else (extents[0], extents[1], extents[2])
-    if k % K_STEP or cols % PANEL:
-        raise NotApplicable(f"{k} input channels: AMX tiles want multiples of {K_STEP}")
+    fold = len(loops) == 7 and foldable(extents[4], extents[5], k)
+    if (k % K_STEP and not fold) or cols % PANEL:
+        raise NotApplicable(f"{k} input channels: AMX tiles want multiples of {K_STEP}, or a kernel row of "
+                            f"at most {K_STEP} bytes")
     taps = extents[4] * extents[5] if len(loops) == 7 else 1
     if taps * k < MIN_REDUCTION or prod(extents) < MIN_MACS:
         raise NotApplicable(f"{taps * k} products a sum, {prod(extents)} in all: too little work for AMX tiles")
@@ -57,8 +64,8 @@ def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
     m, mt = grid
     nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
     if len(loops) == 3:
-        return AmxInt8(m, mt, k, nt=nt)
-    return AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt)
+        return AmxInt8(m, mt, k, nt=nt, zero=True)
+    return AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt, fold, zero=True)
 
 
 def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
@@ -77,7 +84,8 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
     tile = sch.blockize(row_i)
     fused = sch.fuse(*order)
     sch.parallel(fused)
-    sch.decompose_reduction(tile, fused)
+    # tensorized with its init (no decompose_reduction): the call starts its sums from tilezero, and
+    # no loop writes zeros first (over the whole int32 output, it was a parallel pass of its own)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     if epilogue is not None:
@@ -85,10 +93,37 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
             sch.vectorize(sch.get_loops(epilogue)[-1])
         except s_tir.ScheduleError:
             pass  # a channel loop TVM does not vectorize: LLVM's to do
-    taps = f", {dot.kh}x{dot.kw} taps" if dot.kh else ""
+    taps = f", {dot.kh}x{dot.kw} taps{f', each kernel row one K={dot.kstep} (kw folded)' if dot.fold else ''}" \
+        if dot.kh else ""
     return (f"{name}: {dot.name} (AMX tdpbusd, {dot.mt} x {dot.nt} tiles of {dot.m} rows x {PANEL} channels "
             f"over K={dot.k}{taps}, int32 in tiles), parallel outside"
             f"{', epilogue per tile' if epilogue is not None else ''}")
+
+
+def _loads_its_inputs(block) -> bool:
+    """Whether ``block`` is ``C = C + int32(A[..]) * int32(B[..])`` with the activations ``A``
+    (uint8) and weights ``B`` (int8) loaded from buffers, ``A`` at sums and multiples of the loop
+    variables: what the tile loads can read. A producer inlined into it (a pad's condition, a
+    reshape's divisions) is not, and the intrinsic would not match."""
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
+        return False
+    terms = (store.value.a, store.value.b)
+    product = next((t for t in terms if not (isinstance(t, TensorLoad) and t.source.same_as(store.buffer))), None)
+    if not isinstance(product, tirx.Mul):
+        return False
+    loads = [f.value for f in (product.a, product.b) if isinstance(f, tirx.Cast) and isinstance(f.value, TensorLoad)]
+    dtypes = sorted(str(load.source.dtype) for load in loads)
+    if len(loads) != 2 or dtypes != ["int8", "uint8"]:
+        return False
+    activations = next(load for load in loads if str(load.source.dtype) == "uint8")
+    return all(_affine(index) for index in activations.indices)
+
+
+def _affine(expr) -> bool:
+    if isinstance(expr, (tirx.Var, tirx.IntImm)):
+        return True
+    return isinstance(expr, (tirx.Add, tirx.Mul)) and _affine(expr.a) and _affine(expr.b)
 
 
 def _weight_bytes(sch: s_tir.Schedule, block) -> int:

@@ -1,0 +1,233 @@
+"""AMX-BF16 tile kernels for the direct bf16 convolutions of :mod:`explorer.passes.bf16_conv_nhwc`:
+``tdpbf16ps`` (bf16 pairs, fp32 sums) on A rows read straight from the padded NHWC bf16 input, the
+way :mod:`explorer.schedule.amx_int8` reads its uint8 input (no im2col).
+
+The weights are packed the way a B tile wants them (``[O/16, KH, KW, C/2, 16, 2]``): 16
+consecutive channel pairs of one panel are one 16 x 64-byte B tile, contiguous. One call computes
+``rows = m x mt`` output pixels (``mt`` A/C tiles of ``m`` rows, along the output width) by ``16 nt``
+output channels over the whole reduction; the fp32 C tiles stay in tile registers from the first
+tap to the last. Two ways to walk the reduction:
+
+- **taps** (``C`` a multiple of 32): for each of the ``KH x KW`` taps, an A tile of ``m`` pixels
+  ``stride`` pixels apart, 32 channels (64 bytes) a ``tdpbf16ps``;
+- **rows of taps** (``KW x C <= 32``, a stem's 7 x 4 = 28: 3 channels padded to a pair of pairs): for
+  one kernel row the ``KW x C`` values of an output pixel are contiguous in NHWC, and the next
+  pixel's start ``stride x C`` values on, so one A tile of ``m`` rows x ``KW x C`` bf16 (rows
+  overlapping in memory, which ``tileloadd`` allows) and one ``tdpbf16ps`` take the whole kernel
+  row: ``KH`` products a call instead of ``KH x KW``;
+- **taps across rows** (``flat``: stride 1 and output rows too short for a tile, a 7x7 map): the
+  tile's rows are consecutive pixels of the flattened padded input, across output rows (the
+  ``KW - 1`` columns between two rows computed and dropped): tap ``(rh, rw)`` of a tile starts
+  ``rh x W' + rw`` pixels on, ``W'`` the padded width.
+
+The tile code is a small LLVM IR function (:func:`explorer.schedule.amx_ir.conv_tiles_ir`: tile
+config, the permission request once per process, loads, products, stores) imported with TVM's
+``pragma_import_llvm``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from explorer.schedule.amx_ir import conv_tiles_ir
+from explorer.schedule.bf16_dot import PAIR, PANEL
+
+NAME_PREFIX = "schedx_amx_bf16conv_"
+_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_(taps|rows|flat)(\d*)")
+AMX_FN = "schedx_amx_bf16_conv_tile"
+K_CHANNELS = 32  # input channels per tdpbf16ps in the taps walk (a 64-byte tile row of bf16)
+TILE_ROW_BYTES = 64
+
+
+@dataclass(frozen=True)
+class AmxBf16Conv:
+    """``C[m mt, 16 nt] = A . B`` over ``kh x kw`` taps of ``k`` input channels, A rows ``stride``
+    pixels apart; ``row_taps``: a kernel row's ``kw x k`` values one tile row (module docstring)."""
+
+    m: int
+    mt: int
+    nt: int
+    k: int
+    stride: int
+    kh: int
+    kw: int
+    row_taps: bool = False
+    flat: int = 0  # tiles across output rows (explorer.passes.bf16_conv_nhwc.conv2d_nhwc_bf16_flat): the padded width
+
+    @property
+    def rows(self) -> int:
+        return self.m * self.mt
+
+    @property
+    def cols(self) -> int:
+        return PANEL * self.nt
+
+    @property
+    def kstep(self) -> int:
+        """Bytes of an A tile row: one tap's 32 channels, or a kernel row's ``kw x k`` values."""
+        return self.kw * self.k * 2 if self.row_taps else TILE_ROW_BYTES
+
+    @property
+    def name(self) -> str:
+        walk = "rows" if self.row_taps else f"flat{self.flat}" if self.flat else "taps"
+        return (f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
+                f"_{walk}")
+
+    @property
+    def function(self) -> str:
+        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}_b{self.kstep}"
+
+    @property
+    def llvm_ir(self) -> str:
+        return conv_tiles_ir(self.function, "tdpbf16ps", self.m, self.mt, self.nt, self.kstep, zero_c=True)
+
+
+def row_taps_fit(channels: int, kw: int) -> bool:
+    """Whether a kernel row of ``kw`` taps of ``channels`` (pairs) fits one A tile row."""
+    return channels % PAIR == 0 and kw * channels * 2 <= TILE_ROW_BYTES
+
+
+def register(dot: AmxBf16Conv) -> str:
+    """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
+    from tvm.s_tir import TensorIntrin
+
+    if TensorIntrin.get(dot.name, allow_missing=True) is None:
+        TensorIntrin.register(dot.name, *(_flat_funcs(dot) if dot.flat else _funcs(dot)))
+    return dot.name
+
+
+def register_for_trace(trace: object) -> None:
+    """Register every schedx AMX-BF16 convolution intrinsic a trace (JSON or text) tensorizes with."""
+    text = str(trace)
+    if NAME_PREFIX in text:
+        for m, mt, nt, k, s, kh, kw, walk, width in set(_NAME.findall(text)):
+            register(AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows",
+                                 int(width or 0)))
+
+def _f32(v):
+    """The fp32 value of bf16 bits ``v`` in a description, spelt as
+    :func:`explorer.schedule.bf16_dot.widen` spells it (so tensorize matches the kernels)."""
+    from tvm.script import tirx as T
+
+    return T.reinterpret("float32", T.shift_left(T.Cast("uint32", v), T.uint32(16)))
+
+
+def _zero(rows: int, cols: int):
+    """The descriptions' init (their blocks sum from zero): ``C[rows, cols] = 0``, a TVMScript macro."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def zero(C):
+        with T.init():
+            for r, i in T.grid(rows, cols):
+                with T.sblock("init"):
+                    vr, vi = T.axis.remap("SS", [r, i])
+                    C[vr, vi] = T.float32(0)
+
+    return zero
+
+
+def _funcs(dot: AmxBf16Conv):
+    """``C[rows, 16 nt] = sum over taps f32(A[rh, r * stride + rw, c]) * f32(B[nt, rh, rw, c/2, 16, 2])``
+    (the whole sum, from zero: the description has the kernel's init, so the block is tensorized
+    undecomposed and the call starts its C tiles with ``tilezero`` instead of loading zeros) and
+    its call (A: the padded NHWC bf16 input from the tile's first pixel, rows ``stride`` pixels
+    apart). The widening is spelt as :func:`explorer.schedule.bf16_dot.widen` spells it."""
+    from tvm.script import tirx as T
+
+    rows, cols, nt, k, k2, s, kh, kw = dot.rows, dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
+    span = (rows - 1) * s + kw
+    zero = _zero(rows, cols)
+    # a kernel row's taps as one tile row: one tap per kernel row, its bytes the row's
+    taps, per_row, kbytes = (kh, 1, kw * k * 2) if dot.row_taps else (kh * kw, kw, k * 2)
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (kh, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            zero(C)
+            for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
+                    C[vr, vi] = C[vr, vi] + _f32(A[vh, vr * s + vw, vk]) * _f32(
+                        B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
+
+    @T.prim_func(s_tir=True)
+    def desc1x1(a: T.handle, b: T.handle, c: T.handle) -> None:  # (the block drops its unit tap axes)
+        A = T.match_buffer(a, (1, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        B = T.match_buffer(b, (nt, 1, 1, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            zero(C)
+            for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
+                with T.sblock("update"):
+                    vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
+                    C[vr, vi] = C[vr, vi] + _f32(A[0, vr * s, vk]) * _f32(
+                        B[vi // PANEL, 0, 0, vk // PAIR, vi % PANEL, vk % PAIR])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sh, sw, sc = T.int32(), T.int32(), T.int32()
+        A = T.match_buffer(a, (kh, span, k), "uint16", offset_factor=1, strides=[sh, sw, 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
+                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * (s * 2)),
+                                     T.Cast("int64", sh * 2), T.Cast("int64", sw * 2), T.int64(per_row),
+                                     T.int64(taps), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(kbytes)))
+
+    return (desc1x1 if kh == kw == 1 else desc), impl
+
+
+def _flat_funcs(dot: AmxBf16Conv):
+    """:func:`_funcs` for a kernel tiled across rows: A the flattened padded input from the tile's
+    first pixel, tap ``(rh, rw)`` of row ``r`` at ``r + rh * width + rw``."""
+    from tvm.script import tirx as T
+
+    rows, cols, nt, k, k2, kh, kw, width = dot.rows, dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.kh, dot.kw, dot.flat
+    span = rows + (kh - 1) * width + kw - 1
+    zero = _zero(rows, cols)
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (span, k), "uint16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            zero(C)
+            for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
+                    C[vr, vi] = C[vr, vi] + _f32(A[vr + vh * width + vw, vk]) * _f32(
+                        B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sa, sc = T.int32(), T.int32()
+        A = T.match_buffer(a, (span, k), "uint16", offset_factor=1, strides=[sa, 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
+                                     T.address_of(A[0, 0]), T.Cast("int64", sa * 2),
+                                     T.Cast("int64", sa * (2 * width)), T.Cast("int64", sa * 2), T.int64(kw),
+                                     T.int64(kh * kw), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k * 2)))
+
+    return desc, impl
+
+
+__all__ = ["AMX_FN", "K_CHANNELS", "NAME_PREFIX", "AmxBf16Conv", "register", "register_for_trace", "row_taps_fit"]

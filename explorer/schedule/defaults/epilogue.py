@@ -1,0 +1,26 @@
+"""A tiled kernel's epilogue computed tile by tile: what the int8 rules (:mod:`.int8`, :mod:`.int8_amx`)
+and the direct bf16 convolution's (:mod:`.bf16_amx_conv`) share."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from explorer.schedule.defaults.analysis import block_facts
+
+
+def epilogue_per_tile(sch: s_tir.Schedule, block, tile_loop):
+    """The kernel's epilogue (its one consumer: requantization, dequantization, a residual add, all
+    inlined into one block) computed tile by tile under ``tile_loop``, while the tile's int32 sums
+    are in cache; the sums then need a buffer of one tile only (on the stack), not the whole
+    output's. None (the epilogue left at the root) where there is none or TVM refuses it."""
+    consumers = sch.get_consumers(block)
+    if len(consumers) != 1 or not block_facts(sch, consumers[0]).is_spatial:
+        return None
+    try:
+        sch.reverse_compute_at(consumers[0], tile_loop)
+    except s_tir.ScheduleError:
+        return None
+    return consumers[0]
+
+
+__all__ = ["epilogue_per_tile"]

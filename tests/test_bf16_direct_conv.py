@@ -1,0 +1,212 @@
+"""bf16 convolutions read straight from the NHWC input on AMX-BF16 tiles (no im2col):
+:mod:`explorer.passes.bf16_conv_nhwc` and :mod:`explorer.schedule.amx_bf16_conv`. Compile-only per
+target (any host): AMX CPUs get the direct kernel, AVX512-BF16 ones keep the im2col path; numeric
+against numpy at the bf16 tolerance only where the flags schedx reads list AMX-BF16."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import te
+
+from explorer.passes.bf16_conv import MIN_REDUCTION_DIRECT, why_fp32
+from explorer.passes.bf16_conv_nhwc import (conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows, nhwc_channels,
+                                            pack_nhwc_weights)
+from explorer.passes.bf16_dense import bf16_round
+from explorer.precision import BF16_TOLERANCE
+from explorer.schedule.defaults import default_schedule
+from explorer.target import parse_target
+from explorer.workload import load_workload
+from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
+
+# n, c, h, w, oc, kernel, stride, pad: padded 3x3 (28-pixel rows: two tiles of 14), strided 3x3, a
+# strided 1x1, the stem (3 channels, 7x7 stride 2: a kernel row of 7 x 4 values one tile row), 24
+# channels padded to 32, 40 output channels (8-pixel rows: tiled across rows), a 7x7 map (across
+# rows, 9 wide), a batch of 2 unpadded 5x5 maps
+SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
+          (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
+          (2, 32, 5, 5, 32, 3, 1, 0)]
+IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded"]
+
+
+def _out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
+    """The kernel the pass writes for this convolution (tiled across rows where :func:`flat_rows` says)."""
+    x = te.placeholder((n, h, w, c), "float32", "x")
+    wb = te.placeholder(pack_nhwc_weights(np.zeros((oc, c, k, k), np.float32), nhwc_channels(c, k)).shape,
+                        "uint16", "w")
+    out_hw = (_out(h, k, s, p), _out(w, k, s, p))
+    if flat_rows((k, k), (s, s), out_hw[1], nhwc_channels(c, k)):
+        y = conv2d_nhwc_bf16_flat(x, wb, padding=(p, p), out_hw=out_hw)
+    else:
+        y = conv2d_nhwc_bf16(x, wb, strides=(s, s), padding=(p, p), out_hw=out_hw)
+    return te.create_prim_func([x, wb, y])
+
+
+def _built(spec: str, shape):
+    target = parse_target(spec)
+    func, choice = default_schedule(_func(*shape), target.cpu_spec())
+    return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()), choice
+
+
+def test_weights_pack_into_tile_panels_of_16_channels_by_pairs():
+    w = np.arange(20 * 3 * 7 * 7, dtype=np.float32).reshape(20, 3, 7, 7)
+    packed = pack_nhwc_weights(w, 4)
+    assert packed.shape == (2, 7, 7, 2, 16, 2) and packed.dtype == np.uint16  # 20 -> 32 outputs, 3 -> 4 inputs
+    widened = (packed.astype(np.uint32) << 16).view(np.float32)
+    assert widened[1, 2, 5, 0, 3, 1] == bf16_round(w[19:20, 1, 2, 5])[0]  # output 16 + 3, input 1, tap (2, 5)
+    assert widened[:, :, :, 1, :, 1].max() == 0 and widened[1, :, :, :, 4:].max() == 0  # padding is zero
+
+
+def test_channels_pad_to_whole_tile_rows_where_cheap_else_to_pairs_where_a_kernel_row_fits():
+    assert nhwc_channels(64, 3) == 64 and nhwc_channels(24, 3) == 32 and nhwc_channels(3, 7) == 4
+    assert nhwc_channels(16, 3) is None  # 16 -> 32 doubles the work, 3 x 16 overflows a tile row: im2col
+    assert why_fp32((64, 3, 7, 7), direct=True) is None and why_fp32((64, 3, 7, 7)) is not None  # the stem
+    assert why_fp32((64, 16, 1, 1), direct=True) == (
+        f"16x1x1 -> 64: reduction K = 16 < {MIN_REDUCTION_DIRECT}, too short for bf16 to pay")
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2], SHAPES[3], SHAPES[5]], ids=["3x3", "1x1-stride2", "stem",
+                                                                                 "7x7-map"])
+def test_sapphirerapids_convolution_reads_its_tiles_from_the_nhwc_input_and_asks_for_tile_state(shape):
+    lib, choice = _built("cpu:sapphirerapids", shape)
+    step = choice.steps[0]
+    assert choice.rule == "full" and "direct NHWC, no im2col" in step, choice
+    assert "tdpbf16ps" in step and f"stride {shape[6]}" in step
+    assert ("kernel rows of 7x4 values" in step) == (shape[1] == 3)
+    assert ("pixels across rows" in step) == (shape[2] == 7)  # 28-pixel rows: along them, in two tiles of 14
+    assert ("2 x 2 tiles of 16 rows" in step and "across rows 9 wide" in step) == (shape[2] == 7)
+    asm = lib.mod.inspect_source("asm")
+    assert "tdpbf16ps" in asm and "tileloadd" in asm and "ldtilecfg" in asm
+    assert "syscall" in asm and "$158" in asm and "$4131" in asm  # arch_prctl(ARCH_REQ_XCOMP_PERM, ...)
+
+
+def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
+    from tvm.s_tir import TensorIntrin
+
+    from explorer.schedule.amx_bf16_conv import AmxBf16Conv
+    from explorer.schedule.intrinsics import register_for_trace
+
+    calls = [AmxBf16Conv(14, 2, 2, 64, 2, 3, 3), AmxBf16Conv(16, 1, 1, 4, 2, 7, 7, row_taps=True),
+             AmxBf16Conv(16, 2, 2, 64, 1, 3, 3, flat=9)]
+    register_for_trace(" ".join(call.name for call in calls))  # what a replay does with a trace's text
+    for call in calls:
+        desc = TensorIntrin.get(call.name).desc
+        assert call.function in TensorIntrin.get(call.name).impl.script() and desc is not None
+
+
+def test_a_cpu_without_amx_gets_no_tile_instruction_for_the_direct_kernel():
+    lib, choice = _built("cpu:znver4", SHAPES[0])
+    assert "no dot-product intrinsic" in " ".join(choice.steps) and "AMX-BF16" in " ".join(choice.steps)
+    assert "tdpbf16ps" not in lib.mod.inspect_source("asm")
+
+
+def _run(lib, shape, seed: int = 0):
+    n, c, h, w, oc, k, s, p = shape
+    rng = np.random.default_rng(seed)
+    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((n, _out(h, k, s, p), _out(w, k, s, p), -(-oc // 16) * 16), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_nhwc_weights(wt, nhwc_channels(c, k))), out)
+    return out.numpy()[..., :oc], x, wt
+
+
+def _conv(x, w, s, p):
+    """NHWC x OIHW in float64 (numpy: the reference), NHWC out."""
+    k = w.shape[2]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (p, p), (p, p), (0, 0)))
+    oh, ow = _out(x.shape[1], k, s, p), _out(x.shape[2], k, s, p)
+    return sum(np.einsum("nhwc,oc->nhwo", xp[:, i:i + s * oh:s, j:j + s * ow:s], w[:, :, i, j])
+               for i in range(k) for j in range(k))
+
+
+@NEEDS_AMX
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_direct_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
+    lib, choice = _built("cpu", shape)
+    assert "direct NHWC" in choice.steps[0], choice
+    got, x, w = _run(lib, shape)
+    s, p = shape[6], shape[7]
+    exact = _conv(bf16_round(x), bf16_round(w), s, p)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
+    ref = _conv(x, w, s, p)
+    assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()  # the bf16 tolerance against fp32
+
+
+def _cnn() -> onnx.ModelProto:
+    """A stem (3 -> 32, 7x7 stride 2), a 3x3 block with a residual add, a 1x1 stride-2 conv (K = 64:
+    too short for either kernel), a 3x3 64 -> 64 (K = 576: the one long enough for the im2col path)."""
+    rng = np.random.default_rng(5)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.normal(0, (2 / np.prod(shape[1:])) ** 0.5, shape).astype("float32"), name)
+
+    inits = [weight("w0", 32, 3, 7, 7), weight("w1", 32, 32, 3, 3), weight("w2", 64, 32, 3, 3),
+             weight("w3", 64, 64, 1, 1), weight("w4", 64, 64, 3, 3), numpy_helper.from_array(rng.normal(0, 0.1, 32).astype("float32"), "b1")]
+    conv = helper.make_node
+    nodes = [conv("Conv", ["x", "w0"], ["a"], kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3]),
+             conv("Relu", ["a"], ["ar"]),
+             conv("Conv", ["ar", "w1", "b1"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             conv("Add", ["b", "ar"], ["c"]), conv("Relu", ["c"], ["cr"]),
+             conv("Conv", ["cr", "w2"], ["d"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), conv("Relu", ["d"], ["dr"]),
+             conv("Conv", ["dr", "w3"], ["e"], kernel_shape=[1, 1], strides=[2, 2]),
+             conv("Conv", ["e", "w4"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture
+def cnn_path(tmp_path):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(_cnn(), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("spec, direct", [("cpu:sapphirerapids", True), ("cpu:znver4", False)])
+def test_amx_models_run_every_conv_direct_in_nhwc_and_avx512_bf16_ones_keep_the_im2col(cnn_path, spec, direct):
+    from export.build import build
+
+    built = build(load_workload(cnn_path), parse_target(spec), precision="bf16")
+    text = built.lowered.script()
+    short = [k for k in built.precision.kept_fp32 if "reduction C_in" in k]
+    if direct:  # every convolution but the 1x1 of K = 64, the stem too
+        assert built.precision.converted == 4 and "bf16_im2col" not in text
+        assert short == [f"1 convolution(s) with a reduction C_in*kh*kw < {MIN_REDUCTION_DIRECT}, too short for "
+                         "bf16 to pay: 64x1x1 -> 64"]
+    else:  # only the 576-long reduction pays for an im2col
+        assert built.precision.converted == 1 and "4 convolution(s)" in short[0] and "bf16_im2col" in text
+    assert ("conv2d_nhwc_bf16" in text) == direct
+    if direct:  # the NHWC activations flow from one convolution to the next: one transpose in, one out
+        assert text.count("T.sblock(\"T_transpose\")") <= 2, text.count("T.sblock(\"T_transpose\")")
+    asm = "".join(m.inspect_source("asm") for m in built.executable.mod.imports)
+    assert ("tdpbf16ps" in asm) == direct and ("vdpbf16ps" in asm) != direct
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16 (amx_bf16 not in its flags): the bundle cannot "
+                                        "run here")
+def test_direct_bf16_bundle_verifies_against_onnx_runtime_at_the_stated_tolerance(cnn_path, tmp_path):
+    from export.flow import export_workload
+
+    report = export_workload(cnn_path, "cpu", tmp_path / "bundle", precision="bf16", layers=False)
+    assert report.verified, report.verdict
+    assert report.manifest["tolerance"] == BF16_TOLERANCE and report.manifest["precision"]["converted_products"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bundle "
+                                         "cannot run here")
+def test_resnet18_bf16_bundle_verifies_with_its_convolutions_direct_where_amx_tiles_are(tmp_path):
+    from export.flow import export_workload
+
+    report = export_workload("resnet18", "cpu", tmp_path / "r18", precision="bf16", layers=False)
+    assert report.verified, report.verdict
+    kept = [k for k in report.manifest["precision"]["kept_fp32"] if "reduction C_in" in k]
+    if HAS_AMX:  # the stem (K = 147) too; only layer2's 1x1 downsample (K = 64) falls short
+        assert kept == [f"1 convolution(s) with a reduction C_in*kh*kw < {MIN_REDUCTION_DIRECT}, too short for bf16 "
+                        "to pay: 64x1x1 -> 128"], kept
