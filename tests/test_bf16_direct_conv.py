@@ -25,11 +25,12 @@ from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 # n, c, h, w, oc, kernel, stride, pad: padded 3x3 (28-pixel rows: two tiles of 14), strided 3x3, a
 # strided 1x1, the stem (3 channels, 7x7 stride 2: a kernel row of 7 x 4 values one tile row), 24
 # channels padded to 32, 40 output channels (8-pixel rows: tiled across rows), a 7x7 map (across
-# rows, 9 wide), a batch of 2 unpadded 5x5 maps
+# rows, 9 wide), a batch of 2 unpadded 5x5 maps, 56-pixel rows of 64 channels (2 x 2 grids a call), a
+# batch of 8 14x14 maps across rows (7 grids of 32 pixels a call)
 SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
           (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
-          (2, 32, 5, 5, 32, 3, 1, 0)]
-IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded"]
+          (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1)]
+IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat"]
 
 
 def _out(size: int, k: int, s: int, p: int) -> int:
@@ -87,6 +88,27 @@ def test_sapphirerapids_convolution_reads_its_tiles_from_the_nhwc_input_and_asks
     assert "syscall" in asm and "$158" in asm and "$4131" in asm  # arch_prctl(ARCH_REQ_XCOMP_PERM, ...)
 
 
+def test_sapphirerapids_grid_calls_load_their_tile_config_once_and_start_from_tilezero_not_a_memset():
+    from explorer.schedule.defaults.bf16_amx_conv import MIN_CALLS_PER_CORE
+
+    target = parse_target("cpu:sapphirerapids")
+    func, choice = default_schedule(_func(*SHAPES[-2]), target.cpu_spec())
+    step = choice.steps[0]
+    # 56 rows of 56 pixels x 64 channels: two grids of 28 pixels x 32 channels each way a call
+    assert "2 x 2 grids a call, one ldtilecfg" in step and "_g2x2" in step, choice
+    assert 56 >= MIN_CALLS_PER_CORE * target.cpu_spec().cores
+    assert "conv2d_nhwc_bf16_init" not in func.script()  # the call's tilezero is the init: no zeroed sums
+    asm = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("asm")
+    assert asm.count("ldtilecfg") == 1 and "tdpbf16ps" in asm
+    _, flat = _built("cpu:sapphirerapids", SHAPES[-1])  # 224 pixels an image across rows, 8 images
+    assert "7 x 1 grids a call" in flat.steps[0] and "across rows 16 wide" in flat.steps[0], flat
+
+
+def test_weights_heavy_convolutions_keep_one_grid_a_call():
+    _, choice = _built("cpu:sapphirerapids", (1, 128, 7, 7, 256, 3, 1, 1))  # 590 KB of weights, 25 KB of input
+    assert "grids a call" not in choice.steps[0] and "direct NHWC" in choice.steps[0], choice
+
+
 def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
     from tvm.s_tir import TensorIntrin
 
@@ -94,7 +116,8 @@ def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
     from explorer.schedule.intrinsics import register_for_trace
 
     calls = [AmxBf16Conv(14, 2, 2, 64, 2, 3, 3), AmxBf16Conv(16, 1, 1, 4, 2, 7, 7, row_taps=True),
-             AmxBf16Conv(16, 2, 2, 64, 1, 3, 3, flat=9)]
+             AmxBf16Conv(16, 2, 2, 64, 1, 3, 3, flat=9), AmxBf16Conv(14, 2, 2, 64, 1, 3, 3, row_groups=2, col_groups=2),
+             AmxBf16Conv(16, 1, 2, 4, 2, 7, 7, row_taps=True, col_groups=2)]
     register_for_trace(" ".join(call.name for call in calls))  # what a replay does with a trace's text
     for call in calls:
         desc = TensorIntrin.get(call.name).desc

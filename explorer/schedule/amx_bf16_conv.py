@@ -34,7 +34,7 @@ from explorer.schedule.amx_ir import conv_tiles_ir
 from explorer.schedule.bf16_dot import PAIR, PANEL
 
 NAME_PREFIX = "schedx_amx_bf16conv_"
-_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_(taps|rows|flat)(\d*)")
+_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_(taps|rows|flat)(\d*)(?:_g(\d+)x(\d+))?")
 AMX_FN = "schedx_amx_bf16_conv_tile"
 K_CHANNELS = 32  # input channels per tdpbf16ps in the taps walk (a 64-byte tile row of bf16)
 TILE_ROW_BYTES = 64
@@ -54,14 +54,16 @@ class AmxBf16Conv:
     kw: int
     row_taps: bool = False
     flat: int = 0  # tiles across output rows (explorer.passes.bf16_conv_nhwc.conv2d_nhwc_bf16_flat): the padded width
+    row_groups: int = 1  # grids of m mt pixels x 16 nt channels a call (one ldtilecfg for all of them)
+    col_groups: int = 1
 
     @property
     def rows(self) -> int:
-        return self.m * self.mt
+        return self.m * self.mt * self.row_groups
 
     @property
     def cols(self) -> int:
-        return PANEL * self.nt
+        return PANEL * self.nt * self.col_groups
 
     @property
     def kstep(self) -> int:
@@ -72,15 +74,20 @@ class AmxBf16Conv:
     def name(self) -> str:
         walk = "rows" if self.row_taps else f"flat{self.flat}" if self.flat else "taps"
         return (f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
-                f"_{walk}")
+                f"_{walk}{self._groups}")
+
+    @property
+    def _groups(self) -> str:
+        return f"_g{self.row_groups}x{self.col_groups}" if self.row_groups * self.col_groups > 1 else ""
 
     @property
     def function(self) -> str:
-        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}_b{self.kstep}"
+        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}_b{self.kstep}{self._groups}"
 
     @property
     def llvm_ir(self) -> str:
-        return conv_tiles_ir(self.function, "tdpbf16ps", self.m, self.mt, self.nt, self.kstep, zero_c=True)
+        return conv_tiles_ir(self.function, "tdpbf16ps", self.m, self.mt, self.nt, self.kstep, zero_c=True,
+                             row_groups=self.row_groups, col_groups=self.col_groups)
 
 
 def row_taps_fit(channels: int, kw: int) -> bool:
@@ -101,9 +108,9 @@ def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-BF16 convolution intrinsic a trace (JSON or text) tensorizes with."""
     text = str(trace)
     if NAME_PREFIX in text:
-        for m, mt, nt, k, s, kh, kw, walk, width in set(_NAME.findall(text)):
+        for m, mt, nt, k, s, kh, kw, walk, width, gr, gc in set(_NAME.findall(text)):
             register(AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows",
-                                 int(width or 0)))
+                                 int(width or 0), int(gr or 1), int(gc or 1)))
 
 def _f32(v):
     """The fp32 value of bf16 bits ``v`` in a description, spelt as
@@ -136,7 +143,7 @@ def _funcs(dot: AmxBf16Conv):
     apart). The widening is spelt as :func:`explorer.schedule.bf16_dot.widen` spells it."""
     from tvm.script import tirx as T
 
-    rows, cols, nt, k, k2, s, kh, kw = dot.rows, dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
+    rows, cols, nt, k, k2, s, kh, kw = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
     span = (rows - 1) * s + kw
     zero = _zero(rows, cols)
     # a kernel row's taps as one tile row: one tap per kernel row, its bytes the row's
@@ -194,7 +201,7 @@ def _flat_funcs(dot: AmxBf16Conv):
     first pixel, tap ``(rh, rw)`` of row ``r`` at ``r + rh * width + rw``."""
     from tvm.script import tirx as T
 
-    rows, cols, nt, k, k2, kh, kw, width = dot.rows, dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.kh, dot.kw, dot.flat
+    rows, cols, nt, k, k2, kh, kw, width = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.kh, dot.kw, dot.flat
     span = rows + (kh - 1) * width + kw - 1
     zero = _zero(rows, cols)
 

@@ -54,7 +54,8 @@ def c_tiles(m: int, mt: int, nt: int) -> tuple[str, str, str]:
     return pointers, loads, stores
 
 
-def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *, zero_c: bool = False) -> str:
+def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *, zero_c: bool = False,
+                  row_groups: int = 1, col_groups: int = 1) -> str:
     """The LLVM IR of a convolution's tile call ``@fn``: an ``mt x nt`` grid of C tiles (``m`` rows
     of 16 32-bit sums) kept in tile registers over every tap, each tap's reduction ``kstep`` bytes
     of A a ``product`` (``tdpbf16ps``, ``tdpbusd``): ``mt`` A tiles of ``m`` rows x ``kstep``
@@ -65,7 +66,10 @@ def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *
     row, input-row and input-column bytes, ``%kw`` (taps per input row), ``%taps``, B (the tile's
     first panel) and ``%kbytes`` (A bytes per tap, a multiple of ``kstep``). ``zero_c``: the C tiles
     start from ``tilezero`` instead of being loaded (a call that computes the whole sum: no load of
-    the zeros just stored, which waits for those stores to drain)."""
+    the zeros just stored, which waits for those stores to drain). ``row_groups`` x ``col_groups``:
+    the call computes that many such grids, the next rows ``m mt`` A rows and C rows on, the next
+    channels ``16 nt`` on, after one ``ldtilecfg`` (each waits for the previous call's tiles to
+    drain); the default, one grid, emits the same IR as before."""
     a0, b0 = mt * nt, mt * nt + mt
     tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
     cptrs, cload, cstore = c_tiles(m, mt, nt)
@@ -85,13 +89,21 @@ def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *
     config = tile_config(fn + "_cfg", [m] * (mt * nt + mt) + [kstep // 4] * nt,
                          [64] * (mt * nt) + [kstep] * mt + [64] * nt)
     nl = "\n"
-    return f"""
+    grouped = row_groups * col_groups > 1
+    head = f"""
 {config}
 {DECLARATIONS}
 declare void @llvm.x86.{product}(i8 immarg, i8 immarg, i8 immarg)
 declare void @llvm.x86.tilezero(i8 immarg)
-define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %b, i64 %kbytes) {{
-{entry(fn + "_cfg")}
+"""
+    if grouped:  # the grid's code a function of its own (no ldtilecfg), called per group
+        head += _groups_ir(fn, m * mt, nt, row_groups, col_groups) + f"""
+define internal i32 @{fn}_grid({_ARGS}) alwaysinline {{
+go:"""
+    else:
+        head += f"""define i32 @{fn}({_ARGS}) {{
+{entry(fn + "_cfg")}"""
+    return head + f"""
   %bpanel0 = mul i64 %taps, %kbytes
   %bpanel = mul i64 %bpanel0, 16
 {cptrs}
@@ -121,6 +133,46 @@ tapend:
   br i1 %tdone, label %end, label %tap
 end:
 {cstore}
+  ret i32 0
+}}
+"""
+
+
+_ARGS = "ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %b, i64 %kbytes"
+
+
+def _groups_ir(fn: str, rows: int, nt: int, row_groups: int, col_groups: int) -> str:
+    """``@fn``: the tile configuration loaded once, then ``@fn_grid`` for each group of ``rows``
+    A/C rows (``%lda`` / ``%ldc`` bytes a row) and ``16 nt`` channels (``nt`` B panels)."""
+    return f"""define i32 @{fn}({_ARGS}) {{
+{entry(fn + "_cfg")}
+  %gpanel0 = mul i64 %taps, %kbytes
+  %gpanel = mul i64 %gpanel0, {16 * nt}
+  %cstep = mul i64 %ldc, {rows}
+  %astep = mul i64 %lda, {rows}
+  br label %rowgroup
+rowgroup:
+  %gr = phi i64 [0, %go], [%grnext, %rowgroupend]
+  %cr = mul i64 %gr, %cstep
+  %ar = mul i64 %gr, %astep
+  %crp = getelementptr i8, ptr %c, i64 %cr
+  %arp = getelementptr i8, ptr %a, i64 %ar
+  br label %colgroup
+colgroup:
+  %gc = phi i64 [0, %rowgroup], [%gcnext, %colgroup]
+  %cc = mul i64 %gc, {64 * nt}
+  %ccp = getelementptr i8, ptr %crp, i64 %cc
+  %bc = mul i64 %gc, %gpanel
+  %bcp = getelementptr i8, ptr %b, i64 %bc
+  %res = call i32 @{fn}_grid(ptr %ccp, i64 %ldc, ptr %arp, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %bcp, i64 %kbytes)
+  %gcnext = add i64 %gc, 1
+  %gcdone = icmp eq i64 %gcnext, {col_groups}
+  br i1 %gcdone, label %rowgroupend, label %colgroup
+rowgroupend:
+  %grnext = add i64 %gr, 1
+  %grdone = icmp eq i64 %grnext, {row_groups}
+  br i1 %grdone, label %groupsend, label %rowgroup
+groupsend:
   ret i32 0
 }}
 """

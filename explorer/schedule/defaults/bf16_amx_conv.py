@@ -8,13 +8,16 @@ the int8 AMX rule's shape (:mod:`.int8_amx`):
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
 stages: each core streams its share of the weights once, not once per output row). A kernel tiled
 across rows (loops n, p, o, rh, rw, c: a 7x7 map) gets tiles of 16 pixels, two where they divide,
-its row copy and epilogue after it (its tiles are no box of output pixels). The packing
+its row copy and epilogue after it (its tiles are no box of output pixels). Where the input
+outweighs the weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call's
+own ``tilezero`` is the sums' init: the init TVM keeps after tensorize is dropped. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
 vectorized, before.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from tvm import s_tir
@@ -27,6 +30,14 @@ from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.epilogue import epilogue_per_tile
 from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA, TILE_REGISTERS
 from explorer.schedule.defaults.machine import CpuSpec
+
+# One call computes several grids of tiles (more pixels of the output row, more channels), loading
+# the tile configuration once and allocating one buffer of sums: 3x3 64 -> 64 @56, one thread,
+# 0.201-0.207 -> 0.191-0.200 ms (the 7x7 stem level: in perf its wait moved from the ldtilecfg to
+# the tile loads). False: one grid a call, as before.
+GROUPED_CALLS = True
+MIN_CALLS_PER_CORE = 4  # the calls a core gets at least (load balance between the cores)
+MAX_CALL_SUMS = 32 * 1024  # bytes of fp32 sums one call stores for its epilogue (they stay in L1)
 
 
 def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
@@ -46,7 +57,7 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
             raise NotApplicable("a flat conv2d_nhwc_bf16 wants its pixels in 16s and channels in 32s")
         mt = 2 if rows % 32 == 0 else 1
         nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
-        return AmxBf16Conv(16, mt, nt, k, 1, kh, kw, flat=flat)
+        return _grouped(sch, block, AmxBf16Conv(16, mt, nt, k, 1, kh, kw, flat=flat), rows, cols, extents[:-5], cpu)
     if cols % PANEL:
         raise NotApplicable("output channels not padded to the 16-channel panel")
     row_taps = k % K_CHANNELS != 0
@@ -59,7 +70,30 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
     m, mt = grid
     nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
-    return AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps)
+    return _grouped(sch, block, AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps), rows, cols, extents[:-5], cpu)
+
+
+def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int, outer: list[int],
+             cpu: CpuSpec) -> AmxBf16Conv:
+    """``dot`` with as many grids a call as keep :data:`MIN_CALLS_PER_CORE` calls a core and
+    :data:`MAX_CALL_SUMS` bytes of sums a call: first more channels (all of a pixel's), then more
+    pixels of the row (:data:`GROUPED_CALLS`). Not where the weights outweigh the input (they
+    stream from memory once, each B tile used by the calls of every row in turn: 3x3 512 @7 and
+    128 @28 were 2-4% slower grouped, 3x3 64 @56 4% faster)."""
+    if not GROUPED_CALLS or _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False):
+        return dot
+    tiles = prod(outer) * (rows // dot.rows) * (cols // dot.cols)
+
+    def fits(gr: int, gc: int) -> bool:
+        return (tiles // (gr * gc) >= MIN_CALLS_PER_CORE * cpu.cores
+                and dot.rows * gr * dot.cols * gc * 4 <= MAX_CALL_SUMS)
+
+    def most(count: int, ok) -> int:
+        return max((g for g in range(1, count + 1) if count % g == 0 and ok(g)), default=1)
+
+    gc = most(cols // dot.cols, lambda g: fits(1, g))
+    gr = most(rows // dot.rows, lambda g: fits(g, gc))
+    return replace(dot, row_groups=gr, col_groups=gc)
 
 
 def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
@@ -89,9 +123,15 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     walk = (f"{dot.kh} kernel rows of {dot.kw}x{dot.k} values a tile row" if dot.row_taps
             else f"{dot.kh}x{dot.kw} taps x K={dot.k}" + (f", pixels across rows {dot.flat} wide" if dot.flat else ""))
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "
-             f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles), parallel outside"
+             f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
+             f"{_grids(dot)}), parallel outside"
              f"{', epilogue per tile' if epilogue is not None else ''}"]
     return "; ".join(steps + _schedule_input(sch))
+
+
+def _grids(dot: AmxBf16Conv) -> str:
+    groups = dot.row_groups * dot.col_groups
+    return f"; {dot.row_groups} x {dot.col_groups} grids a call, one ldtilecfg" if groups > 1 else ""
 
 
 def _drop_init(sch: s_tir.Schedule, tile) -> None:
