@@ -7,11 +7,15 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
     the search's confirmation round (its best schedules and its default timed again in turns),
     then only the records whose kernel beats the default inside the model (``export.in_model``,
     as ``schedx export --check-in-model``; ``--no-check-in-model``: every confirmed record);
+  - ``tvm default bf16`` with ``--precision bf16``: the default build at bf16 (``export.build.as_built``
+    and ``export_workload(precision=...)``, as ``schedx bench --precision bf16``), beside the fp32
+    rows, compared with ``tvm default`` and each OpenVINO row;
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - OpenVINO at ``--threads`` (``export.openvino_row``): its f32 and its default precision (bf16 on
     a CPU with AMX or AVX512-BF16), each TVM row against both under the noise; where OpenVINO is
     not installed, a one-line note instead;
-  - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``);
+  - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``) of
+    the build shipped (tuned; with no search, the default at ``--precision``);
 and at the end matmul 1024 fp32: the default schedule and the searched one against numpy with the
 OpenBLAS pins lifted (the default and numpy alternated ``--rounds`` times, the best run of each, as
 numpy's own figure is a best of 10). TVM runs as deployed (bundle in a fresh process), at ``--threads`` threads
@@ -79,10 +83,23 @@ def tuned_schedules(tasks, db: Path, target) -> dict:
     return best_schedules(db, tasks, target)[0]  # (a default's record already means the default schedule)
 
 
-def bundle(workload, target, folder: Path, schedules) -> Path:
+def bundle(workload, target, folder: Path, schedules, precision: str = "fp32") -> Path:
     from export.flow import export_workload
 
-    return export_workload(workload, target, folder, schedules=schedules, verify=True, layers=False).folder
+    return export_workload(workload, target, folder, schedules=schedules, verify=True, layers=False,
+                           precision=precision).folder
+
+
+def precision_bundle(workload, target, folder: Path, precision: str) -> tuple[str, Path] | None:
+    """The row name and the default build at ``precision`` (verified at its own tolerance), as
+    ``schedx bench --precision`` builds it (:data:`export.bench.PRECISION_ROWS`); None at fp32."""
+    if precision == "fp32":
+        return None
+    from export.bench import PRECISION_ROWS
+    from export.build import as_built
+
+    at_precision, _ = as_built(workload, target, precision)
+    return PRECISION_ROWS[precision][0], bundle(at_precision, target, folder, None, precision)
 
 
 def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
@@ -96,11 +113,15 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     workload = load_workload(model)
     tasks = workload.tasks()
     inputs = workload.sample_inputs()
-    result: dict = {"model": model, "tasks": len(tasks)}
+    result: dict = {"model": model, "tasks": len(tasks), "precision": opts.precision}
     start = time.perf_counter()
     default_dir = bundle(workload, target, tmp / f"{model}-default", None)
     result["default_export_s"] = round(time.perf_counter() - start, 1)
     versus_dir = bundle(workload, versus, tmp / f"{model}-versus", None) if versus is not None else None
+    start = time.perf_counter()
+    at_precision = precision_bundle(workload, target, tmp / f"{model}-{opts.precision}", opts.precision)
+    if at_precision is not None:
+        result["precision_export_s"] = round(time.perf_counter() - start, 1)
     schedules, dropped = {}, 0
     if opts.minutes > 0:
         db = tmp / f"{model}.db"
@@ -141,6 +162,8 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     # the --versus build or ONNX Runtime
     contenders = {"tvm tuned": tvm(tuned_dir, "tvm tuned")} if tuned_dir is not None else {}
     contenders["tvm default"] = tvm(default_dir, "tvm default")
+    if at_precision is not None:  # right after the fp32 default, so the two are compared
+        contenders[at_precision[0]] = tvm(at_precision[1], at_precision[0])
     if versus_dir is not None:  # the same tree's defaults for another target of this machine (--versus)
         contenders[versus_row(versus)] = tvm(versus_dir, versus_row(versus))
     contenders.update({"onnxruntime 2 threads": ort(2), "onnxruntime 1 thread": ort(1)})
@@ -163,6 +186,9 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     openvino = [r for n, r in rows.items() if n.startswith("openvino")]
     result["ratios"].update({f"{n} / {o.name}": round(r.median_s / o.median_s, 2) for n, r in rows.items()
                              if n.startswith("tvm") for o in openvino})
+    if at_precision is not None:
+        result["ratios"][f"{at_precision[0]} / tvm default"] = round(
+            rows[at_precision[0]].median_s / rows["tvm default"].median_s, 2)
     if versus_dir is not None:
         result["ratios"][f"tvm default / {versus_row(versus)}"] = round(
             rows["tvm default"].median_s / rows[versus_row(versus)].median_s, 2)
@@ -170,12 +196,15 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
                             peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                            cache_bytes=l2.nbytes, family_peaks=peaks.families)
+                            cache_bytes=l2.nbytes, family_peaks=peaks.families,
+                            precision=opts.precision if not schedules else "fp32")  # --precision: its default build
     result["peak_notes"] = [n for n in prof.notes if "above the" in n and "peak" in n]
     result["peaks"] = prof.peaks_text()  # each kernel reads against its instruction family's peak
     # what a search could still take off the model built as shipped (tuned, or the defaults)
     result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
                           "peak_gflops": round(prof.roofline_peak_gflops, 1)} if prof.kernels_s else None
+    result["profiled"] = "tvm tuned" if schedules else ("tvm default" if opts.precision == "fp32"
+                                                        else at_precision[0])
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
                        "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule, "family": k.family}
                       for k in prof.top(5)]
@@ -223,7 +252,8 @@ def bench_matmul(opts, target, tmp: Path) -> dict:
 
 
 def show_model(r: dict) -> None:
-    out(f"\n{r['model']}: {r['tasks']} kernels; default export + verify {r['default_export_s']} s")
+    out(f"\n{r['model']}: {r['tasks']} kernels; default export + verify {r['default_export_s']} s"
+        + (f", at {r['precision']} {r['precision_export_s']} s" if "precision_export_s" in r else ""))
     if "search" in r:
         s = r["search"]
         out(f"  search: {s['minutes']} min, {s['trials']} trials in {s['seconds']} s; confirmation round "
@@ -262,7 +292,7 @@ def show_model(r: dict) -> None:
     for note in r.get("notes") or []:
         out(f"  note: {note}")
     for name, ratio in r["ratios"].items():
-        out(f"  {name:<38} {ratio:9.2f}x")
+        out(f"  {name:<44} {ratio:9.2f}x")
     h = r.get("headroom")
     if h:
         out(f"  headroom left in the model as shipped: {h['ms']:.3f} ms ({h['share']:.0%} of its kernels' time) if every "
@@ -271,7 +301,7 @@ def show_model(r: dict) -> None:
         out(f"  {r['peaks']}")
     for note in r.get("peak_notes") or []:
         out(f"  {note}")
-    out("  top 5 kernels (VM profiler):")
+    out(f"  top 5 kernels of {r.get('profiled', 'the build')} (VM profiler):")
     for k in r["top5"]:
         gf = f"{k['gflops']:7.1f} GFLOPS" if k["gflops"] else " " * 14
         out(f"    {k['task'][:48]:<48} {k['ms']:8.3f} ms {k['share']:6.1%} {gf} {k['schedule']}")
@@ -293,6 +323,9 @@ def main() -> None:
     parser.add_argument("--versus", default=None,
                         help="also time the defaults built for this target of the same machine, in the same rounds "
                              "(cpu:-avx512f: AVX2 code on an AVX-512 host)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="also time the default build at this precision (bf16: weight products and "
+                             "convolutions in bf16), beside the fp32 rows")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args()
     # TVM's default is half the hardware threads (it assumes hyper-threading): one thread on a
@@ -303,6 +336,13 @@ def main() -> None:
 
     target = parse_target(opts.target)
     target.require_runnable("benchmark")
+    if opts.precision != "fp32":  # refused before anything is built (a CPU without bf16 instructions)
+        from explorer.precision import PrecisionError, check_precision
+
+        try:
+            check_precision(opts.precision, target)
+        except PrecisionError as err:
+            parser.exit(2, f"bench_models: {err}\n")
     versus = parse_target(opts.versus) if opts.versus else None
     if versus is not None:
         versus.require_runnable("benchmark")

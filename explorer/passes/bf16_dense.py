@@ -5,6 +5,11 @@ transpose of a constant ``[N, K]``) it writes
 
     y = dense_bf16(reshape(x, [M, K]), packed(W))          reshaped back to x's leading axes
 
+except where ``x`` is ``[1, M, K]`` (a transformer's hidden states at batch 1): then the kernel
+reads ``x`` and writes ``[1, M, N]`` as they are, with no reshape on either side, so the bias,
+residual and activation after it fuse into the product's kernel (a reshape between them keeps
+FuseOps from fusing: measured on the BERT layer, docs/notes/measurements.md).
+
 where ``packed(W)`` is the weights rounded to bf16 (nearest even) **once, here**, stored as their
 16 bits (uint16: numpy and the bundle's parameter files have no bf16) in panels of 16 output
 channels x pairs along K (``[N/16, K/2, 16, 2]``, channels padded with zero weights, sliced off
@@ -56,15 +61,19 @@ def pack_weights(w_kn: np.ndarray) -> np.ndarray:
 
 def dense_bf16(x: te.Tensor, w: te.Tensor) -> te.Tensor:
     """``y[i, j] = sum f32(bf16(x[i, 2 k2 + kk])) * f32(W[j // 16, k2, j % 16, kk])``, fp32
-    accumulation; ``x`` fp32 ``[M, K]``, ``W`` bf16 bits (see :func:`pack_weights`)."""
-    m, k = x.shape
+    accumulation; ``x`` fp32 ``[M, K]`` or ``[1, M, K]`` (then ``y`` is ``[1, M, N]``: a unit loop
+    outside the product's four), ``W`` bf16 bits (see :func:`pack_weights`)."""
+    *lead, m, k = x.shape
+    if len(lead) > 1 or any(int(v) != 1 for v in lead):
+        raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
     panels, half = int(w.shape[0]), int(w.shape[1])
-    xb = te.compute((m, k), lambda i, c: to_bits(x[i, c]), name="bf16_pack", attrs={PACK_ATTR: 1})
+    xb = te.compute((*lead, m, k), lambda *ic: to_bits(x[ic]), name="bf16_pack", attrs={PACK_ATTR: 1})
     k2, kk = te.reduce_axis((0, half), "k2"), te.reduce_axis((0, PAIR), "kk")
-    return te.compute(
-        (m, panels * PANEL),
-        lambda i, j: te.sum(widen(xb[i, k2 * 2 + kk]) * widen(w[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk]),
-        name="dense_bf16", attrs={BF16_ATTR: panels})
+
+    def product(*idx):
+        *rows, j = idx
+        return te.sum(widen(xb[(*rows, k2 * 2 + kk)]) * widen(w[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk])
+    return te.compute((*lead, m, panels * PANEL), product, name="dense_bf16", attrs={BF16_ATTR: panels})
 
 
 def constant_value(expr) -> np.ndarray | None:
@@ -113,12 +122,14 @@ class _Rewriter(PyExprMutator):
         k, n = w.shape
         emit = self.builder_.emit
         m = int(np.prod(shape[:-1]))
-        x2 = emit(relax.op.reshape(call.args[0], [m, k])) if len(shape) != 2 else call.args[0]
+        # [1, M, K] as it is (no reshape: what follows fuses into the kernel); else rows [M, K]
+        as_is = len(shape) == 2 or (len(shape) == 3 and int(shape[0]) == 1)
+        x2 = call.args[0] if as_is else emit(relax.op.reshape(call.args[0], [m, k]))
         y = emit(self.builder_.call_te(dense_bf16, x2, relax.const(pack_weights(w)), primfunc_name_hint="dense_bf16"))
         if n % PANEL:
-            y = emit(relax.op.strided_slice(y, axes=[1], begin=[0], end=[n]))
+            y = emit(relax.op.strided_slice(y, axes=[len(shape) - 1 if as_is else 1], begin=[0], end=[n]))
         self.rewritten += 1
-        return relax.op.reshape(y, list(out_shape)) if len(out_shape) != 2 else y
+        return y if as_is else relax.op.reshape(y, list(out_shape))
 
 
 def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:

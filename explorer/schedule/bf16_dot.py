@@ -58,12 +58,13 @@ declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloa
 """
 
 
-def amx_ir(mt: int, nt: int) -> str:
+def amx_ir(mt: int, nt: int, zero: bool = False) -> str:
     """The LLVM IR of one AMX call on an ``mt x nt`` grid of 16 x 16 fp32 tiles (tmm0.. the C
     tiles, then ``mt`` A tiles, then ``nt`` B tiles, each 16 rows of 64 bytes): tile config, the
-    permission request (once per process), ``tileloadd``/``tdpbf16ps`` 32 K at a time, stores."""
+    permission request (once per process), ``tileloadd``/``tdpbf16ps`` 32 K at a time, stores.
+    ``zero``: the C tiles start from ``tilezero`` (the call computes the whole sum), not loaded."""
     c, a0, b0 = 0, mt * nt, mt * nt + mt
-    fn = f"{AMX_FN}_{mt}x{nt}"
+    fn = f"{AMX_FN}_{mt}x{nt}" + ("_zero" if zero else "")
     body = []
     for r in range(mt):
         body += [f"  %arow{r} = mul i64 %lda, {16 * r}", f"  %aoff{r} = add i64 %arow{r}, %i",
@@ -77,11 +78,14 @@ def amx_ir(mt: int, nt: int) -> str:
     body += [f"  call void @llvm.x86.tdpbf16ps(i8 {c + r * nt + q}, i8 {a0 + r}, i8 {b0 + q})"
              for r in range(mt) for q in range(nt)]
     cptrs, cload, cstore = c_tiles(16, mt, nt)
+    if zero:  # no load of zeros just stored (it waits for those stores to drain)
+        cload = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(mt * nt))
     nl = "\n"
     return f"""
 {tile_config(fn + "_cfg", [16] * (mt * nt + mt + nt))}
 {DECLARATIONS}
 declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
+declare void @llvm.x86.tilezero(i8 immarg)
 define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %bpanel, i64 %kbytes) {{
 {entry(fn + "_cfg")}
 {cptrs}
@@ -119,12 +123,14 @@ class Bf16Dot:
 @dataclass(frozen=True)
 class AmxBf16:
     """AMX-BF16: ``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` over a whole reduction of
-    ``k``, on an ``mt x nt`` grid of tiles (2 x 2: four tdpbf16ps per four tile loads)."""
+    ``k``, on an ``mt x nt`` grid of tiles (2 x 2: four tdpbf16ps per four tile loads). ``zero``:
+    ``C = A . B``, the whole sum from ``tilezero`` (the description has the block's init)."""
 
     k: int
     mt: int = 2
     nt: int = 2
     isa: str = "amx"
+    zero: bool = False
 
     @property
     def rows(self) -> int:
@@ -136,15 +142,15 @@ class AmxBf16:
 
     @property
     def name(self) -> str:
-        return f"{NAME_PREFIX}amx_{self.rows}x{self.cols}x{self.k}"
+        return f"{NAME_PREFIX}amx_{self.rows}x{self.cols}x{self.k}" + ("_zero" if self.zero else "")
 
     @property
     def function(self) -> str:
-        return f"{AMX_FN}_{self.mt}x{self.nt}"
+        return f"{AMX_FN}_{self.mt}x{self.nt}" + ("_zero" if self.zero else "")
 
     @property
     def llvm_ir(self) -> str:
-        return amx_ir(self.mt, self.nt)
+        return amx_ir(self.mt, self.nt, self.zero)
 
 
 BF16_NAMES = tuple(Bf16Dot(rows).name for rows in ROWS)

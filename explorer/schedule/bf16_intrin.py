@@ -9,7 +9,7 @@ import re
 
 from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
 
-_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+))")
+_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(_zero)?)")
 
 
 def register(dot: Bf16Dot | AmxBf16) -> str:
@@ -25,8 +25,8 @@ def register_for_trace(trace: object) -> None:
     """Register every schedx bf16 intrinsic a trace (JSON or text) tensorizes with."""
     text = str(trace)
     if NAME_PREFIX in text:
-        for _, rows, m, n, k in set(_NAME.findall(text)):
-            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL))
+        for _, rows, m, n, k, zero in set(_NAME.findall(text)):
+            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero)))
 
 
 def dot_funcs(rows: int):
@@ -85,13 +85,23 @@ def dot_funcs(rows: int):
 
 
 def amx_funcs(dot):
-    """``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` and its AMX implementation (one
+    """``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` (``dot.zero``: ``=``, the sum from zero)
+    and its AMX implementation (one
     call of the IR function :func:`explorer.schedule.bf16_dot.amx_ir`: tile config, permission
     once per process, tileloadd/tdpbf16ps over k, tilestored)."""
     from tvm.script import tirx as T
 
     k, rows, cols, nt = dot.k, dot.rows, dot.cols, dot.nt
     half = k // PAIR
+
+    @T.macro
+    def product(A, B, C):
+        for r, i, k2, kk in T.grid(rows, cols, half, PAIR):
+            with T.sblock("update"):
+                vr, vi, vk2, vkk = T.axis.remap("SSRR", [r, i, k2, kk])
+                C[vr, vi] = C[vr, vi] + T.reinterpret(
+                    "float32", T.shift_left(T.Cast("uint32", A[vr, vk2 * 2 + vkk]), T.uint32(16))) * T.reinterpret(
+                    "float32", T.shift_left(T.Cast("uint32", B[vi // PANEL, vk2, vi % PANEL, vkk]), T.uint32(16)))
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -102,12 +112,23 @@ def amx_funcs(dot):
         with T.sblock("root"):
             T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:half, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
-            for r, i, k2, kk in T.grid(rows, cols, half, PAIR):
-                with T.sblock("update"):
-                    vr, vi, vk2, vkk = T.axis.remap("SSRR", [r, i, k2, kk])
-                    C[vr, vi] = C[vr, vi] + T.reinterpret(
-                        "float32", T.shift_left(T.Cast("uint32", A[vr, vk2 * 2 + vkk]), T.uint32(16))) * T.reinterpret(
-                        "float32", T.shift_left(T.Cast("uint32", B[vi // PANEL, vk2, vi % PANEL, vkk]), T.uint32(16)))
+            product(A, B, C)
+
+    @T.prim_func(s_tir=True)
+    def desc_zero(a: T.handle, b: T.handle, c: T.handle) -> None:  # the whole sum, from zero (the block's init)
+        A = T.match_buffer(a, (rows, k), "uint16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (nt, half, PANEL, PAIR), "uint16", offset_factor=1,
+                           strides=[T.int32(), PANEL * PAIR, PAIR, 1])
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(A[0:rows, 0:k], B[0:nt, 0:half, 0:PANEL, 0:PAIR])
+            T.writes(C[0:rows, 0:cols])
+            with T.init():
+                for r, i in T.grid(rows, cols):
+                    with T.sblock("init"):
+                        vr, vi = T.axis.remap("SS", [r, i])
+                        C[vr, vi] = T.float32(0)
+            product(A, B, C)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -124,7 +145,7 @@ def amx_funcs(dot):
                                      T.address_of(A[0, 0]), T.Cast("int64", sa * 2), T.address_of(B[0, 0, 0, 0]),
                                      T.Cast("int64", sb * 2), T.int64(k * 2)))
 
-    return desc, impl
+    return (desc_zero if dot.zero else desc), impl
 
 
 __all__ = ["amx_funcs", "dot_funcs", "register", "register_for_trace"]

@@ -13,7 +13,10 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
 - AMX-BF16: 32 x 32 outputs (2 x 2 tiles of 16 x 16: four ``tdpbf16ps`` per four tile loads; 16 x 16
   where the rows or channels do not divide), each one call over the whole reduction (32 K per
   ``tdpbf16ps``): ``parallel(i / 32, j / 32) . [32 x 32 x K]``; offered where the rows are a
-  multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has AVX512-BF16).
+  multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has AVX512-BF16). The
+  call computes the whole sum from ``tilezero`` (no zeros stored, then loaded back), and a
+  product's epilogue (bias, residual, GELU: FuseOps fuses them in where no reshape stands
+  between, :mod:`explorer.passes.bf16_dense`) runs per tile right after its call.
 
 The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
 vectorized by the general rules; the epilogue after the product (bias, activation) too. A
@@ -35,6 +38,7 @@ from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
+from explorer.schedule.defaults.epilogue import epilogue_per_tile
 from explorer.schedule.defaults.machine import CpuSpec
 
 IMPORT_PRAGMA = "pragma_import_llvm"
@@ -65,6 +69,8 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
         if isa == "avx512bf16" or rows or cols:
             raise NotApplicable("a direct NHWC bf16 convolution has one tiling: AMX tiles")
         return tile_amx_conv(sch, block, cpu)
+    if len(loops) == 5 and int(sch.get(loops[0]).extent) == 1:  # [1, M, K] activations: the unit loop stays outside
+        loops = loops[1:]
     if len(loops) != 4:
         raise NotApplicable("not a dense_bf16 block (loops i, j, k2, kk)")
     extent_i, extent_j, half = (int(sch.get(loop).extent) for loop in loops[:3])
@@ -92,7 +98,7 @@ def _amx_grid(extent_i: int, extent_j: int, half: int, rows: int, cols: int) -> 
     mt, nt = rows or grid, cols or grid
     if not {mt, nt} <= {1, 2} or extent_i % (16 * mt) or extent_j % (PANEL * nt):
         raise NotApplicable(f"{mt} x {nt} AMX tiles do not divide {extent_i} x {extent_j}")
-    return AmxBf16(2 * half, mt, nt)
+    return AmxBf16(2 * half, mt, nt, zero=True)
 
 
 def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -> str:
@@ -119,14 +125,26 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
     i_o, i_i = sch.split(i, [None, dot.rows])
     j_o, j_i = sch.split(j, [None, dot.cols])
     sch.reorder(j_o, i_o, i_i, j_i, k2, kk)
+    # a product's epilogue (bias, residual, activation) finishes each tile right after its call, while
+    # the tile's sums are in cache (then one tile's buffer, not the whole output's; not a convolution's
+    # im2col output, which its copy back to NCHW reads)
+    epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith("dense_bf16") else None
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(j_o, i_o)
     sch.parallel(outer)
-    sch.decompose_reduction(tile, outer)
+    # with its init (not decomposed): the call sums from tilezero, no zeros loaded back from memory
+    # (TVM keeps the init as a memset of the tile before the call; a state edit could drop it, as the
+    # direct convolution does, but a replayed trace would not)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    if epilogue is not None:
+        try:
+            sch.vectorize(sch.get_loops(epilogue)[-1])
+        except s_tir.ScheduleError:
+            pass  # a loop TVM does not vectorize: LLVM's to do
     return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}, "
-            "fp32 accumulation), parallel outside")
+            "fp32 accumulation, from tilezero), parallel outside"
+            + (", epilogue per tile" if epilogue is not None else ""))
 
 
 __all__ = ["IMPORT_PRAGMA", "bf16_block", "tile_bf16"]
