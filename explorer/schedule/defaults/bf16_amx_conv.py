@@ -27,7 +27,7 @@ from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, r
 from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
-from explorer.schedule.defaults.epilogue import epilogue_per_tile
+from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA, TILE_REGISTERS
 from explorer.schedule.defaults.machine import CpuSpec
 
@@ -115,11 +115,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     sch.tensorize(tile, register(dot))  # with its init: the call sums from zero (no decompose_reduction)
     _drop_init(sch, tile)
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
-    if epilogue is not None:
-        try:
-            sch.vectorize(sch.get_loops(epilogue)[-1])
-        except s_tir.ScheduleError:
-            pass  # a channel loop TVM does not vectorize: LLVM's to do
+    vectorize_epilogue(sch, epilogue)
     walk = (f"{dot.kh} kernel rows of {dot.kw}x{dot.k} values a tile row" if dot.row_taps
             else f"{dot.kh}x{dot.kw} taps x K={dot.k}" + (f", pixels across rows {dot.flat} wide" if dot.flat else ""))
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "

@@ -23,4 +23,15 @@ def epilogue_per_tile(sch: s_tir.Schedule, block, tile_loop):
     return consumers[0]
 
 
-__all__ = ["epilogue_per_tile"]
+def vectorize_epilogue(sch: s_tir.Schedule, epilogue) -> None:
+    """Vectorize the channel loop of a tile's epilogue (``epilogue_per_tile``'s block; None: nothing
+    to do); a loop TVM does not vectorize is left to LLVM."""
+    if epilogue is None:
+        return
+    try:
+        sch.vectorize(sch.get_loops(epilogue)[-1])
+    except s_tir.ScheduleError:
+        pass
+
+
+__all__ = ["epilogue_per_tile", "vectorize_epilogue"]

@@ -22,6 +22,7 @@ from tvm.ir import TensorLoad  # what a TIR buffer load is
 
 from explorer.schedule.amx_int8 import GRIDS, K_STEP, PANEL, AmxInt8, foldable, register
 from explorer.schedule.defaults.analysis import NotApplicable
+from explorer.schedule.defaults.epilogue import vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import row_stride
 
@@ -88,11 +89,7 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
     # no loop writes zeros first (over the whole int32 output, it was a parallel pass of its own)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
-    if epilogue is not None:
-        try:
-            sch.vectorize(sch.get_loops(epilogue)[-1])
-        except s_tir.ScheduleError:
-            pass  # a channel loop TVM does not vectorize: LLVM's to do
+    vectorize_epilogue(sch, epilogue)
     taps = f", {dot.kh}x{dot.kw} taps{f', each kernel row one K={dot.kstep} (kw folded)' if dot.fold else ''}" \
         if dot.kh else ""
     return (f"{name}: {dot.name} (AMX tdpbusd, {dot.mt} x {dot.nt} tiles of {dot.m} rows x {PANEL} channels "
