@@ -85,6 +85,7 @@ def test_sapphirerapids_convolution_reads_its_tiles_from_the_nhwc_input_and_asks
     assert ("2 x 2 tiles of 16 rows" in step and "across rows 9 wide" in step) == (shape[2] == 7)
     asm = lib.mod.inspect_source("asm")
     assert "tdpbf16ps" in asm and "tileloadd" in asm and "ldtilecfg" in asm
+    assert "tilerelease" in asm  # the tile state released: no configuration left for another library
     assert "syscall" in asm and "$158" in asm and "$4131" in asm  # arch_prctl(ARCH_REQ_XCOMP_PERM, ...)
 
 

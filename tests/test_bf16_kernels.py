@@ -73,6 +73,7 @@ def test_sapphirerapids_gets_amx_tiles_and_the_kernel_asks_linux_for_tile_state(
     assert "AMX" in choice.steps[0], choice
     asm = _asm(lib)
     assert "tdpbf16ps" in asm and "tileloadd" in asm and "ldtilecfg" in asm and "tilestored" in asm
+    assert "tilerelease" in asm  # the tile state released: no configuration left for another library
     # arch_prctl(ARCH_REQ_XCOMP_PERM=0x1023, XFEATURE_XTILEDATA=18) through syscall(158, ...), once per process
     assert "syscall" in asm and "$158" in asm and "$4131" in asm and "$18" in asm
 

@@ -69,7 +69,7 @@ def _asm(lib) -> str:
     return lib.mod.inspect_source("asm")
 
 
-TILE_INSTRUCTIONS = ("tdpbusd", "tileloadd", "ldtilecfg", "tilestored")
+TILE_INSTRUCTIONS = ("tdpbusd", "tileloadd", "ldtilecfg", "tilestored", "tilerelease")  # released: no config left behind
 
 
 def test_sapphirerapids_computes_a_3x3_conv_on_amx_tiles_and_asks_linux_for_tile_state():

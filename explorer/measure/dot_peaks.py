@@ -220,7 +220,7 @@ end:
 def _amx_ir(k: DotKernel) -> str:
     """Tiles 0-3 the C grid (loaded from ``%s``, 64 bytes a row), 4-5 A and 6-7 B (from the operands);
     ``iters`` steps of four independent ``tdp*``; C stored back."""
-    from explorer.schedule.amx_ir import DECLARATIONS, c_tiles, entry, tile_config
+    from explorer.schedule.amx_ir import DECLARATIONS, RELEASE, c_tiles, entry, tile_config
 
     op = k.instruction.instruction
     cptrs, cload, cstore = c_tiles(16, 2, 2)
@@ -239,7 +239,7 @@ define i32 @{k.function}(ptr %s, i64 %iters) {{
 {cptrs}
 {cload}
 {nl.join(loads)}
-{_counted_loop("go", steps, [cstore])}
+{_counted_loop("go", steps, [cstore, RELEASE])}
 """
 
 

@@ -14,7 +14,13 @@ DECLARATIONS = """@schedx_amx_granted = linkonce_odr global i32 0
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.ldtilecfg(ptr)
 declare void @llvm.x86.tileloadd64(i8 immarg, ptr, i64)
-declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)"""
+declare void @llvm.x86.tilestored64(i8 immarg, ptr, i64)
+declare void @llvm.x86.tilerelease()"""
+# a call's last act: the tile state back to its initial state (palette 0). Another library on the same
+# thread may cache the configuration it loaded (ONNX Runtime's MLAS reloads only when both the rows and
+# the widths of the current one differ from its own: left with ours, its tile instructions faulted,
+# SIGILL); released, the thread's tiles are also not saved and restored on every context switch
+RELEASE = "  call void @llvm.x86.tilerelease()"
 
 
 def tile_config(name: str, rows: list[int], colsb: list[int] | None = None) -> str:
@@ -133,6 +139,7 @@ tapend:
   br i1 %tdone, label %end, label %tap
 end:
 {cstore}
+{"" if grouped else RELEASE}
   ret i32 0
 }}
 """
@@ -173,9 +180,10 @@ rowgroupend:
   %grdone = icmp eq i64 %grnext, {row_groups}
   br i1 %grdone, label %groupsend, label %rowgroup
 groupsend:
+{RELEASE}
   ret i32 0
 }}
 """
 
 
-__all__ = ["DECLARATIONS", "c_tiles", "conv_tiles_ir", "entry", "tile_config"]
+__all__ = ["DECLARATIONS", "RELEASE", "c_tiles", "conv_tiles_ir", "entry", "tile_config"]

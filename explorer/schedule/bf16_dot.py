@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.schedule.amx_ir import DECLARATIONS, c_tiles, entry, tile_config
+from explorer.schedule.amx_ir import DECLARATIONS, RELEASE, c_tiles, entry, tile_config
 
 NAME_PREFIX = "schedx_dot_bf16_"
 PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps, the columns of one AMX tile
@@ -99,6 +99,7 @@ loop:
   br i1 %done, label %end, label %loop
 end:
 {cstore}
+{RELEASE}
   ret i32 0
 }}
 """
