@@ -318,6 +318,7 @@ def test_the_pass_list_shows_name_time_and_change_or_folds_into_the_picker(ui_ur
         _wait_drawn(page, "LegalizeOps", since)
         return
     assert grid.is_visible()
+    grid.locator("th").first.wait_for(state="attached")  # the grid (a canvas) can show before its header cells exist
     assert grid.locator("th").all_inner_texts()[:3] == ["pass", "ms", "changed"]
     words = set(grid.locator('td[aria-colindex="3"]').all_inner_texts())
     assert words and words <= {"yes", "no"}  # a word, not a glyph
