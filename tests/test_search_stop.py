@@ -304,5 +304,6 @@ def test_the_watchdog_ends_the_process_within_its_delay_last_words_included():
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
-    # no sooner than the delay (the last words get their time), before the old delay + last_words
-    assert delay - 0.5 < took < delay + last_words / 2, took
+    # no sooner than the delay (the last words get their time), and before the old behaviour's delay +
+    # last_words: a guard that tells the two apart with 4 s of slack for a loaded machine, not a speed bound
+    assert delay - 0.5 < took < delay + 0.8 * last_words, took
