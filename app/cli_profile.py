@@ -44,6 +44,7 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     this machine's measured peak, where each schedule came from; ONNX Runtime's slowest nodes
     beside it. Ends with the commands that tune the hottest kernels."""
     from export.entry import ProfileSpec, run_profile
+    from export.profile import headroom_line
 
     spec = ProfileSpec(workload=model, target=target_spec, shapes=shapes, use_records=not no_db, db=db,
                        check_in_model=check_in_model, recheck=recheck, runs=runs, threads=threads,
@@ -65,14 +66,9 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     families = {k.family for k in result.kernels if k.ran}
     mixed = families != {"fp32"} and bool(families)
     click.echo(result.peaks_text() + ("; int8 rows count GOPS" if "int8" in families else ""))
-    if result.headroom_s is not None and result.kernels_s > 0:  # a model whose kernels all ran below the timer: no share
-        peak = "its family's peak" if mixed else f"{result.roofline_peak_gflops:.0f} GFLOPS"
-        click.echo(f"headroom: {result.headroom_s * 1e3:.3g} ms ({result.headroom_s / result.kernels_s:.0%} of the kernels' "
-                   f"time) if every kernel ran at its roofline ({peak}, or "
-                   f"{result.peak_gbps:.0f} GB/s times its FLOPs per byte where lower"
-                   + (f", {result.cache_gbps:.0f} GB/s where its bytes fit in the caches"
-                      if result.cache_gbps else "")
-                   + "): about the most a search can take off this model here")
+    headroom = headroom_line(result)  # which peaks and memory tiers the rooflines read against
+    if headroom:
+        click.echo(headroom)
     prec = f"{'prec':<5}" if mixed else ""  # the family column, where the model mixes them
     click.echo(f"{'ms':>9} {'share':>6} {'calls':>5} {'GFLOPS':>8} {'%peak':>6} {'%roof':>6}  {prec}"
                f"{'schedule':<10} task")

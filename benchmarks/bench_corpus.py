@@ -127,10 +127,10 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                 proc.wait()
         try:
             peaks = calibration()
-            l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
+            caches = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches or the L3
             prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops,
-                                  peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                                  cache_bytes=l2.nbytes)
+                                  peak_gbps=peaks.peak_gbps, cache_gbps=caches.gbps, cache_bytes=caches.nbytes,
+                                  l3_gbps=caches.l3_gbps, l3_bytes=caches.l3_bytes)
             result["peak_gflops"] = round(prof.peak_gflops or peaks.peak_gflops, 1)  # raised where a kernel beat it
             result["peak_gbps"] = round(peaks.peak_gbps, 1)
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),

@@ -109,6 +109,7 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     from export.bench import alternate, bundle_row, ort_row
     from export.openvino_row import openvino_contenders
     from export.profile import profile_workload
+    from export.profile_text import headroom_line, roofline_peaks_text, tiers_text
 
     workload = load_workload(model)
     tasks = workload.tasks()
@@ -193,16 +194,22 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
         result["ratios"][f"tvm default / {versus_row(versus)}"] = round(
             rows["tvm default"].median_s / rows[versus_row(versus)].median_s, 2)
     peaks = calibration()
-    l2 = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches
+    caches = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches or the L3
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
-                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=l2.gbps,
-                            cache_bytes=l2.nbytes, family_peaks=peaks.families,
+                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=caches.gbps,
+                            cache_bytes=caches.nbytes, l3_gbps=caches.l3_gbps, l3_bytes=caches.l3_bytes,
+                            family_peaks=peaks.families,
                             precision=opts.precision if not schedules else "fp32")  # --precision: its default build
     result["peak_notes"] = [n for n in prof.notes if "above the" in n and "peak" in n]
     result["peaks"] = prof.peaks_text()  # each kernel reads against its instruction family's peak
     # what a search could still take off the model built as shipped (tuned, or the defaults)
+    # against each kernel's family's peak (a bf16 run's kernels against the bf16 units'), as `schedx profile` reads them
+    line = headroom_line(prof, "headroom left in the model as shipped", "about the most more search could gain")
     result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
-                          "peak_gflops": round(prof.roofline_peak_gflops, 1)} if prof.kernels_s else None
+                          "peak_gflops": round(prof.roofline_peak_gflops, 1), "peaks": roofline_peaks_text(prof),
+                          "tiers": tiers_text(prof), "text": line} if line else None
+    result["above_roofline"] = [{"task": k.task.split("/")[-1], "percent": round(k.percent_of_roofline, 1),
+                                 "tier": k.tier} for k in prof.kernels if (k.percent_of_roofline or 0.0) > 100.0]
     result["profiled"] = "tvm tuned" if schedules else ("tvm default" if opts.precision == "fp32"
                                                         else at_precision[0])
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
@@ -295,8 +302,9 @@ def show_model(r: dict) -> None:
         out(f"  {name:<44} {ratio:9.2f}x")
     h = r.get("headroom")
     if h:
-        out(f"  headroom left in the model as shipped: {h['ms']:.3f} ms ({h['share']:.0%} of its kernels' time) if every "
-            f"kernel ran at its roofline ({h['peak_gflops']:.0f} GFLOPS peak): about the most more search could gain")
+        out(f"  {h.get('text') or 'headroom left in the model as shipped: %.3f ms' % h['ms']}")  # older results: no text
+    for k in r.get("above_roofline") or []:  # a roofline a kernel runs above is wrong: say so
+        out(f"  above its roofline: {k['task']} at {k['percent']:.0f}% (bytes in {k['tier']})")
     if r.get("peaks"):
         out(f"  {r['peaks']}")
     for note in r.get("peak_notes") or []:

@@ -44,3 +44,8 @@ def test_the_bf16_row_prints_beside_the_fp32_rows_and_is_compared_with_them(tmp_
     assert "  tvm default bf16 " in printed and "tvm default bf16 / tvm default" in printed
     assert any("tvm default bf16" in c["text"] and "tvm default" in c["text"].replace("tvm default bf16", "")
                for c in model["comparisons"])  # decided under the noise against the fp32 default
+    # the headroom of the bf16 build reads its bf16 kernels against the bf16 peak, as `schedx profile` does, and
+    # names the memory tiers of the rooflines
+    headroom = model["headroom"]
+    assert "bf16 " in headroom["peaks"] and "fp32 " in headroom["peaks"] and "L2 " in headroom["tiers"]
+    assert headroom["text"] in printed and isinstance(model["above_roofline"], list)

@@ -213,7 +213,7 @@ def test_a_measurement_faster_than_its_peak_reads_at_most_100_percent():
 
 
 def test_a_profiles_sure_kernels_raise_the_peak_and_short_ones_above_it_are_left_blank(monkeypatch):
-    from export.profile import KernelTime, Rows, _unsure_above_peak, checked_peak
+    from export.profile import KernelTime, Rows, checked_peak, unsure_above_peak
 
     def k(task, share, gflops, pct=None):
         return KernelTime(task=task, funcs=(task,), calls=1, seconds=share, share=share, flops=1, gflops=gflops,
@@ -226,6 +226,6 @@ def test_a_profiles_sure_kernels_raise_the_peak_and_short_ones_above_it_are_left
     assert checked_peak((sure, short, k("m/mm", 0.39, 90.0)), 104.0) == (150.0, "raised by m/conv")
     assert seen == [(150.0, "m/conv", 104.0)]  # the short kernel's figure is not trusted to raise it
     assert checked_peak((k("m/mm", 0.9, 90.0), short), 104.0) == (104.0, "")
-    rows, blanked = _unsure_above_peak(Rows((k("m/conv", 0.6, 150.0, 100.0), k("m/pool", 0.01, 900.0, 600.0)),
+    rows, blanked = unsure_above_peak(Rows((k("m/conv", 0.6, 150.0, 100.0), k("m/pool", 0.01, 900.0, 600.0)),
                                             1.0, 0.0, 150.0))
     assert blanked == 1 and [r.percent_of_peak for r in rows.kernels] == [100.0, None]

@@ -81,6 +81,8 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                    "every kernel call in a fresh process.")
         return
     result = found[3]
+    from export.profile import tiers_text
+
     if result.busy:
         st.warning(result.busy_note)
     cols = st.columns(5)
@@ -94,8 +96,8 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     headroom = result.headroom_s
     cols[4].metric("headroom", "-" if headroom is None else f"{headroom * 1e3:.3g} ms",
                    help="what the kernels would save together if each ran at its roofline (the FLOP peak, or the "
-                        "copy bandwidth where its bytes bind it): about the most a search or a hand-written "
-                        "schedule can take off this model on this machine (an estimate)")
+                        f"bandwidth of where its bytes fit where it binds them: {tiers_text(result)}): about the most "
+                        "a search or a hand-written schedule can take off this model on this machine (an estimate)")
     # each kernel's % peak and roofline are against its instruction family's peak (bf16/int8 units apart)
     st.caption(result.peaks_text())
     if result.openvino:  # OpenVINO f32 and its default precision (bf16 on AMX / AVX512-BF16 CPUs)

@@ -137,6 +137,26 @@ def _cache_path(hardware: str) -> Path:
     return cache_dir() / (hashlib.sha256(hardware.encode()).hexdigest()[:16] + ".json")
 
 
+def cached_json(path: Path, hardware: str, version: int, from_dict):
+    """``from_dict`` of the figures stored at ``path`` for ``hardware`` at ``version`` (None: missing,
+    unreadable, another machine's or another version's: measure them again)."""
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("hardware") == hardware and data.get("version") == version:
+            return from_dict(data)
+    except (OSError, ValueError, TypeError):
+        pass
+    return None
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Store ``data`` at ``path`` atomically: other processes reading it meanwhile never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
 def _best_of(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -223,23 +243,12 @@ def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int 
 
 def save(cal: Calibration) -> Calibration:
     """Store ``cal`` as this machine's calibration (atomically: readers never see half a file)."""
-    path = _cache_path(cal.hardware)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(cal.to_dict(), indent=2))
-    os.replace(tmp, path)
+    write_json(_cache_path(cal.hardware), cal.to_dict())
     return cal
 
 
 def _cached(hardware: str) -> Calibration | None:
-    path = _cache_path(hardware)
-    try:
-        data = json.loads(path.read_text())
-        if data.get("hardware") == hardware and data.get("version") == CALIBRATION_VERSION:
-            return Calibration.from_dict(data)
-    except (OSError, ValueError, TypeError):
-        pass
-    return None
+    return cached_json(_cache_path(hardware), hardware, CALIBRATION_VERSION, Calibration.from_dict)
 
 
 def _remeasured(old: Calibration | None) -> Calibration:
@@ -297,5 +306,5 @@ def raise_peak(cal: Calibration, gflops: float, kernel: str, family: str = FP32)
     return save(raised) if cal.hardware == hardware_fingerprint() and cal.version == CALIBRATION_VERSION else raised
 
 
-__all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "calibration", "measure_families",
-           "measure_peaks", "numpy_matmul_gflops", "raise_peak", "save"]
+__all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "cached_json", "calibration",
+           "measure_families", "measure_peaks", "numpy_matmul_gflops", "raise_peak", "save", "write_json"]

@@ -1,0 +1,86 @@
+"""The memory side of a kernel's roofline: the bandwidth of where its bytes fit.
+
+A kernel whose arguments fit in the cores' L2 caches reads what the kernel before it has just
+written there (small_cnn's max-pool: 80 KB); one whose bytes exceed them but fit in the shared L3
+reads from the L3 (ResNet-18's last bf16 convolutions: 4.7 MB of weights, priced at the large
+copy's 25 GB/s they read 107-117 % of their roofline on a Xeon whose L3 holds 480 MB); only bytes
+beyond every cache come from memory. Each tier's bandwidth is measured on this machine
+(:mod:`explorer.measure.cache_peak`, :mod:`explorer.measure.calibration`); a tier without a figure
+(0: the OS does not report it) is left out.
+
+A roof is an upper bound, so a kernel's bandwidth is the fastest its bytes could move: as many as the
+L2 caches hold at their bandwidth, the rest the L3 holds at its, the rest at memory's (mobilenet_v2's
+depthwise convolution reads a 4.8 MB input its producer has just written, 4 MB of which can still be
+in the L2 caches: priced at the L3's bandwidth alone it read above 100 %). A kernel just past a
+cache's size is so priced a little below that cache, not at the next tier's (no cliff at the
+boundary). Each tier's bandwidth counts at least that of the larger tiers after it: one measured
+slower (a busy machine) never lowers a roof.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class CacheTier:
+    """One level of cache: ``nbytes`` a kernel can keep there (the usable cores' caches of that level
+    together) and the bandwidth it is read at (GB/s, read + written; 0: unknown)."""
+
+    name: str  # "L2", "L3"
+    nbytes: int
+    gbps: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MemoryRoof:
+    """Every tier of this machine: the caches (smallest first) and memory beyond them."""
+
+    memory_gbps: float  # the large array copy's (explorer.measure.calibration)
+    caches: tuple[CacheTier, ...] = ()
+
+    @classmethod
+    def of(cls, memory_gbps: float | None, *, l2_gbps: float = 0.0, l2_bytes: int = 0, l3_gbps: float = 0.0,
+           l3_bytes: int = 0) -> MemoryRoof | None:
+        """The tiers from their figures (None without memory's: no roofline at all)."""
+        if not memory_gbps:
+            return None
+        return cls(float(memory_gbps), (CacheTier("L2", l2_bytes, l2_gbps), CacheTier("L3", l3_bytes, l3_gbps)))
+
+    def known(self) -> tuple[CacheTier, ...]:
+        """The caches with a size and a bandwidth, smallest first."""
+        return tuple(sorted((t for t in self.caches if t.nbytes > 0 and t.gbps > 0), key=lambda t: t.nbytes))
+
+    def tier_for(self, nbytes: int) -> str:
+        """The name of the smallest tier ``nbytes`` fit in: ``L2``, ``L3`` or ``memory``."""
+        return next((t.name for t in self.known() if nbytes <= t.nbytes), "memory")
+
+    def gbps_for(self, nbytes: int) -> float:
+        """The bandwidth a kernel over ``nbytes`` of arguments can reach at best (see the module
+        docstring): ``nbytes`` over the time of moving ``min(nbytes, L2)`` at the L2's bandwidth,
+        the rest up to the L3's size at the L3's, the rest at memory's."""
+        memory = self.memory_gbps or 0.0
+        if nbytes <= 0 or memory <= 0:
+            return max([memory, *(t.gbps for t in self.known())])
+        tiers = self.known()
+        seconds, placed = 0.0, 0
+        for i, tier in enumerate(tiers):
+            here = min(nbytes, tier.nbytes) - placed  # a larger cache holds the smaller ones' bytes too
+            if here > 0:
+                seconds += here / max([tier.gbps, memory, *(t.gbps for t in tiers[i + 1:])])
+                placed += here
+        seconds += (nbytes - placed) / memory
+        return nbytes / seconds
+
+    def text(self) -> str:
+        """``L2 204 GB/s up to 4.0 MB, L3 45 GB/s up to 480.0 MB, memory 25 GB/s beyond``."""
+        from explorer.measure.memory import human
+
+        parts = [f"{t.name} {t.gbps:.0f} GB/s up to {human(t.nbytes)}" for t in self.known()]
+        return ", ".join([*parts, f"memory {self.memory_gbps:.0f} GB/s" + (" beyond" if parts else "")])
+
+
+__all__ = ["CacheTier", "MemoryRoof"]

@@ -1,0 +1,161 @@
+"""The memory side of the roofline (issue 51): the tier a kernel's bytes fit in (L2 caches, the shared
+L3, memory), the caches' sizes read from Linux's sysfs, their measured bandwidth cached per machine,
+and profile rows that never read above 100 % of the roofline they are priced at."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer.measure.cache_sizes import cache_units, level_bytes, level_count, parse_cpu_list, parse_size
+from explorer.measure.memory_roof import CacheTier, MemoryRoof
+
+MB = 2**20
+# the 2-core Xeon of issue 51: two 2 MB L2 caches, a 480 MB L3 they share, a 25 GB/s large copy
+XEON = MemoryRoof.of(24.8, l2_gbps=203.6, l2_bytes=4 * MB, l3_gbps=45.0, l3_bytes=480 * MB)
+
+
+def test_a_kernel_is_in_the_smallest_tier_its_bytes_fit_in():
+    assert XEON.tier_for(80 * 1024) == "L2" and XEON.gbps_for(80 * 1024) == 203.6  # small_cnn's max-pool
+    assert XEON.tier_for(4 * MB) == "L2" and XEON.gbps_for(4 * MB) == 203.6  # exactly the L2 caches
+    assert XEON.tier_for(4 * MB + 1) == "L3" and XEON.tier_for(480 * MB) == "L3"  # ResNet-18's bf16 weights
+    assert XEON.tier_for(480 * MB + 1) == "memory"
+
+
+def test_bytes_past_a_cache_move_at_best_as_fast_as_the_caches_that_hold_them():
+    # 6 MB (mobilenet_v2's depthwise input and output): 4 MB at the L2's bandwidth, 2 MB at the L3's
+    assert XEON.gbps_for(6 * MB) == pytest.approx(6 / (4 / 203.6 + 2 / 45.0))
+    # 1 GB: 4 MB at the L2's, 476 MB at the L3's, the rest at memory's
+    assert XEON.gbps_for(1024 * MB) == pytest.approx(1024 / (4 / 203.6 + 476 / 45.0 + 544 / 24.8))
+    sizes = [2**k for k in range(10, 41)]  # 1 KB to 1 TB: never a cliff, never below memory, never above the L2
+    rates = [XEON.gbps_for(n) for n in sizes]
+    assert rates == sorted(rates, reverse=True) and all(24.8 <= r <= 203.6 for r in rates)
+    assert XEON.gbps_for(4 * MB + 1024) == pytest.approx(203.6, rel=1e-3)  # just past the L2: just below its figure
+
+
+def test_a_tier_without_a_figure_or_slower_than_memory_never_lowers_the_roof():
+    no_l3 = MemoryRoof.of(24.8, l2_gbps=203.6, l2_bytes=4 * MB)  # the OS reports no L3
+    assert no_l3.tier_for(5 * MB) == "memory" and no_l3.gbps_for(5 * MB) == pytest.approx(5 / (4 / 203.6 + 1 / 24.8))
+    busy = MemoryRoof.of(24.8, l2_gbps=203.6, l2_bytes=4 * MB, l3_gbps=20.0, l3_bytes=480 * MB)  # timed when busy
+    assert busy.tier_for(5 * MB) == "L3" and busy.gbps_for(5 * MB) == no_l3.gbps_for(5 * MB)
+    odd = MemoryRoof(24.8, (CacheTier("L3", 480 * MB, 300.0), CacheTier("L2", 4 * MB, 200.0)))  # any order, any figure
+    assert odd.tier_for(MB) == "L2" and odd.gbps_for(MB) == 300.0  # an upper bound: the fastest it fits in
+    assert MemoryRoof(24.8).gbps_for(MB) == 24.8
+    assert MemoryRoof.of(0.0, l2_gbps=200.0, l2_bytes=4 * MB) is None  # no copy figure: no roofline at all
+
+
+def test_the_tiers_read_as_a_sentence():
+    assert XEON.text() == "L2 204 GB/s up to 4.0 MB, L3 45 GB/s up to 480.0 MB, memory 25 GB/s beyond"
+    assert MemoryRoof(24.8).text() == "memory 25 GB/s"
+
+
+def _cache(root, cpu: int, index: int, level: int, kind: str, size: str, shared: str | None) -> None:
+    folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    folder.mkdir(parents=True)
+    for name, text in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+        if text is not None:
+            (folder / name).write_text(text + "\n")
+
+
+def test_the_caches_sizes_are_read_from_sysfs_each_shared_cache_once(tmp_path):
+    for cpu in (0, 1, 2):  # cpu 2 is not ours (another cgroup's): its caches do not count
+        _cache(tmp_path, cpu, 0, 1, "Data", "48K", str(cpu))
+        _cache(tmp_path, cpu, 1, 1, "Instruction", "64K", str(cpu))
+        _cache(tmp_path, cpu, 2, 2, "Unified", "2048K", str(cpu))
+        _cache(tmp_path, cpu, 3, 3, "Unified", "491520K", "0-2")
+    units = cache_units(frozenset({0, 1}), tmp_path)
+    assert level_bytes(2, units) == 4 * MB and level_count(2, units) == 2
+    assert level_bytes(3, units) == 480 * MB and level_count(3, units) == 1  # one L3 the cores share
+    assert level_bytes(1, units) == 2 * 48 * 1024  # instruction caches left out
+
+
+def test_hyperthreads_sharing_an_l2_and_two_sockets_l3s_are_counted_as_they_are(tmp_path):
+    for cpu in range(4):  # two sockets of two hyperthreads: one L2 per pair, one L3 per socket
+        pair = "0-1" if cpu < 2 else "2-3"
+        _cache(tmp_path, cpu, 0, 2, "Unified", "1M", pair)
+        _cache(tmp_path, cpu, 1, 3, "Unified", "32M", pair)
+    units = cache_units(frozenset(range(4)), tmp_path)
+    assert level_bytes(2, units) == 2 * MB and level_bytes(3, units) == 64 * MB and level_count(3, units) == 2
+
+
+def test_a_missing_or_odd_sysfs_tree_reports_no_cache(tmp_path):
+    assert cache_units(frozenset({0}), tmp_path / "nothing") == ()
+    _cache(tmp_path, 0, 0, 2, "Unified", "lots", None)  # an unreadable size, no shared_cpu_list
+    _cache(tmp_path, 0, 1, 3, "Unified", "8M", None)
+    units = cache_units(frozenset({0}), tmp_path)
+    assert level_bytes(2, units) == 0 and level_bytes(3, units) == 8 * MB
+    assert parse_size("2048K") == 2 * MB and parse_size("1G") == 2**30 and parse_size("512") == 512
+    assert parse_size("") == 0 and parse_cpu_list("0-1,4") == {0, 1, 4} and parse_cpu_list("x") == frozenset()
+
+
+def test_the_caches_bandwidth_is_measured_once_cached_and_again_when_provisional(tmp_path, monkeypatch):
+    import explorer.measure.cache_peak as cache_peak
+    from explorer.measure import machine_load
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = cache_peak.cache_peak()
+    assert (first.gbps > 0) == (first.nbytes > 0)  # 0 where the OS does not report the L2 caches
+    assert (first.l3_gbps > 0) == (first.l3_bytes > 0) and first.l3_bytes in (0, level_bytes(3, cache_units()))
+    stored = json.loads(next(tmp_path.rglob("*-l2.json")).read_text())
+    assert stored["version"] == cache_peak.VERSION and stored["l3_bytes"] == first.l3_bytes
+    monkeypatch.setattr(cache_peak, "measure_cache_peak", lambda: pytest.fail("measured twice"))
+    assert cache_peak.cache_peak() == first
+
+    # a figure taken on a busy machine is measured again once it is quiet, and never falls
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another"))
+    busy = cache_peak.CachePeak(first.hardware, 150.0, 4 * MB, l3_gbps=60.0, l3_bytes=480 * MB, provisional=True)
+    quiet = cache_peak.CachePeak(first.hardware, 200.0, 4 * MB, l3_gbps=40.0, l3_bytes=480 * MB)
+    taken = [busy, quiet]
+    monkeypatch.setattr(cache_peak, "measure_cache_peak", lambda: taken.pop(0))
+    monkeypatch.setattr(machine_load, "machine_load", lambda: machine_load.MachineLoad(0.0, 2))
+    assert cache_peak.cache_peak(refresh=True) == busy
+    monkeypatch.setattr(cache_peak, "_quiet_checked", {})  # a minute later
+    again = cache_peak.cache_peak()
+    assert not again.provisional and (again.gbps, again.l3_gbps) == (200.0, 60.0) and not taken
+    assert cache_peak.cache_peak() == again
+
+
+def test_a_copy_within_the_l3_is_timed_beyond_the_l2_caches():
+    from explorer.measure.cache_peak import MIN_L3_PROBE, l3_probe_bytes, parallel_gbps
+
+    assert l3_probe_bytes(2 * MB, 480 * MB) == MIN_L3_PROBE  # 4 times the L2 caches, 16 MB at least
+    assert l3_probe_bytes(16 * MB, 480 * MB) == 64 * MB
+    assert l3_probe_bytes(8 * MB, 32 * MB) == 16 * MB  # half the L3 at most
+    assert parallel_gbps(MB, 2, repeats=2, round_bytes=1e7) > 0
+    assert parallel_gbps(MB, 2, read=True, repeats=2, round_bytes=1e7) > 0
+
+
+def test_resnet18s_bf16_convolutions_read_below_the_l3s_roofline():
+    """Issue 51: ResNet-18's last bf16 convolutions (4.7 MB of bf16 weights) read 107 % and 117 % of a
+    roofline priced at the large copy's 25 GB/s; their bytes fit in the L3, whose bandwidth prices
+    them now, and no row reads above 100 %."""
+    from export.profile import TaskCost, kernel_rows
+
+    # fused_conv2d_nhwc_bf168_add7_add8_relu4 as timed on a quiet Xeon: 302 MFLOP over 5.03 MB, 0.173 ms
+    conv = TaskCost("r/fused_conv2d_nhwc_bf168_add7_add8_relu4", ("conv",), flops=302_150_000, nbytes=5_030_000,
+                    family="bf16")
+    calls = {"conv": {"seconds": 0.173e-3, "calls": 1}}
+    peaks = {"bf16": 3606.6}
+    before = MemoryRoof.of(24.8, l2_gbps=203.6, l2_bytes=4 * MB)  # the L2 caches, then the large copy's 25 GB/s
+    old = kernel_rows([conv], calls, 0.0, peak_gflops=326.2, memory=MemoryRoof(24.8), family_peaks=peaks).kernels[0]
+    assert old.percent_of_roofline > 100 and old.tier == "memory"  # the bug: 117 %
+    assert kernel_rows([conv], calls, 0.0, peak_gflops=326.2, memory=before, family_peaks=peaks).kernels[0].tier \
+        == "memory"
+    row = kernel_rows([conv], calls, 0.0, peak_gflops=326.2, memory=XEON, family_peaks=peaks).kernels[0]
+    assert row.tier == "L3" and row.nbytes == 5_030_000 and row.percent_of_roofline <= 100.0
+    assert row.to_dict()["tier"] == "L3"
+
+
+def test_mobilenets_depthwise_convolution_reads_below_its_roofline():
+    """Issue 51: mobilenet_v2's stride-2 depthwise convolution (5.7 MB: the 4.8 MB its producer has just
+    written, most of it still in the L2 caches) read 201 % of a roofline priced at the large copy's
+    25 GB/s; as many of its bytes as the L2 caches hold move at theirs now."""
+    from export.profile import TaskCost, kernel_rows
+
+    conv = TaskCost("m/fused_conv2d4_add3_maximum2_minimum2", ("conv",), flops=6_320_000, nbytes=6_025_000)
+    calls = {"conv": {"seconds": 6_320_000 / 52.3e9, "calls": 1}}  # 52.3 GFLOPS, as on a quiet machine
+    row = kernel_rows([conv], calls, 0.0, peak_gflops=326.2, memory=XEON).kernels[0]
+    assert row.tier == "L3" and row.gflops == pytest.approx(52.3) and row.percent_of_roofline <= 100.0
+    assert kernel_rows([conv], calls, 0.0, peak_gflops=326.2, memory=MemoryRoof(24.8)).kernels[0] \
+        .percent_of_roofline > 200  # the bug
