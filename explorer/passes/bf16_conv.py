@@ -32,8 +32,15 @@ or a kernel row of at most 32 values, output rows that split into tiles of 7-16 
 direct kernel instead: NHWC, the input rounded and padded once, the tiles' A rows read straight
 from it (no im2col), NHWC fp32 out between transposes that ``SinkTransposes`` cancels between
 convolutions (:mod:`explorer.passes.bf16_conv_nhwc`). Without its copies it pays from a shorter
-reduction, :data:`MIN_REDUCTION_DIRECT`. Any other convolution, and every one on an AVX512-BF16
-CPU without AMX, keeps the im2col path (:data:`AMX_DIRECT_ENABLED` off: every one).
+reduction, :data:`MIN_REDUCTION_DIRECT`. Below that, where the work per output pixel ``K x C_out``
+is at least :data:`MIN_SPLIT_WORK` (MobileNetV2's 1x1 expansions, 64 -> 384 and 96 -> 576), the
+direct kernel computes it as a **split product** (:mod:`explorer.passes.bf16_conv_split`: input
+and weights each as two bf16 parts, three products a value, about fp32's accuracy): faster than
+fp32 and adding no bf16 error, where plain bf16 on them would miss the tolerance (measured per
+layer, the error a convolution adds grows with the layers after it, not with its K: an early
+layer's rounding is carried and amplified through the rest of the model). Any other convolution,
+and every one on an AVX512-BF16 CPU without AMX, keeps the im2col path (:data:`AMX_DIRECT_ENABLED`
+off: every one).
 
 Kept in fp32: depthwise and other grouped convolutions (a group's few channels make short
 products with little to gain), convolutions of other layouts or ranks (1-D, 3-D, transposed),
@@ -57,8 +64,10 @@ from tvm import relax, te
 from explorer.ir.relax_walk import tensor_info
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
                                             nhwc_channels, pack_nhwc_weights)
+from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
 from explorer.passes.bf16_dense import bf16_bits, constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
+from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -72,6 +81,15 @@ MIN_REDUCTION = 512
 # rounding error, and MobileNetV2 with every K >= 32 in bf16 misses the 1e-2 tolerance (1.35e-2);
 # from 128 it verifies (docs/notes/measurements.md, "bf16 convolutions, direct on AMX")
 MIN_REDUCTION_DIRECT = 128
+# Below that cut the direct kernel computes a convolution as a split product (explorer.passes.
+# bf16_conv_split: three bf16 products a value, about fp32's accuracy, so it adds no bf16 error)
+# where its work per output pixel, K x C_out, is at least this (:func:`split_product`); else fp32.
+# Each conv + bias + ReLU alone, split / fp32 (benchmarks.bench_bf16_conv's timing, 2 threads, load
+# ~4.5, best of 15 alternated rounds): 96 -> 576 @14 0.64, 64 -> 384 @14 0.71; under the cut
+# 32 -> 192 @28 (6144) 0.97, ResNet's 64 -> 128 s2 (8192) 2.1, 24 -> 144 @56 (3456) slower.
+# MobileNetV2, one thread, alternated rounds: 0.91x the model's time (median of 25), error 7.15e-3
+# (7.69e-3 before); with plain bf16 there instead it missed the tolerance on one of 5 inputs (1.05e-2)
+MIN_SPLIT_WORK = 16384
 # Off: every bf16 convolution takes the im2col path, AMX CPUs too
 AMX_DIRECT_ENABLED = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
@@ -149,25 +167,54 @@ def row_panels(width: int) -> bool:
     return _ceil(width, PANEL) * 7 <= width * 8
 
 
-def why_fp32(weight_shape: tuple[int, ...], *, direct: bool = False) -> str | None:
+def split_product(weight_shape: tuple[int, ...]) -> bool:
+    """Whether the direct AMX kernel computes a convolution with OIHW weights of ``weight_shape``
+    as a split product (:mod:`explorer.passes.bf16_conv_split`, about fp32's accuracy): its
+    reduction is shorter than :data:`MIN_REDUCTION_DIRECT` (plain bf16 would add its rounding
+    error) and its work per output pixel ``K x C_out`` is at least :data:`MIN_SPLIT_WORK` (less
+    does not pay for three products and the packing)."""
+    oc, ic, kh, kw = (int(v) for v in weight_shape)
+    k = ic * kh * kw
+    return k < MIN_REDUCTION_DIRECT and k * oc >= MIN_SPLIT_WORK
+
+
+def why_fp32(weight_shape: tuple[int, ...], *, direct: bool = False, splittable: bool = False) -> str | None:
     """Why a convolution with OIHW weights of ``weight_shape`` stays fp32 (None: it is computed
     in bf16): a reduction ``K = C_in * kh * kw`` shorter than :data:`MIN_REDUCTION`, or for the
-    direct AMX kernel (``direct``: no im2col, no output copy) than :data:`MIN_REDUCTION_DIRECT`."""
+    direct AMX kernel (``direct``: no im2col, no output copy) than :data:`MIN_REDUCTION_DIRECT`
+    unless it is a split product (``splittable``: the kernel takes one, :func:`split_fits`;
+    :func:`split_product`)."""
     oc, ic, kh, kw = (int(v) for v in weight_shape)
     k, least = ic * kh * kw, MIN_REDUCTION_DIRECT if direct else MIN_REDUCTION
-    if k < least:
-        return f"{ic}x{kh}x{kw} -> {oc}: reduction K = {k} < {least}, too short for bf16 to pay"
+    if k < least and not (direct and splittable and split_product(weight_shape)):
+        split = f" (K x C_out = {k * oc} < {MIN_SPLIT_WORK} for a split product)" if direct and splittable else ""
+        return f"{ic}x{kh}x{kw} -> {oc}: reduction K = {k} < {least}, too short for bf16 to pay{split}"
     return None
 
 
-def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape):
-    """The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`) between the transposes to and
-    from NHWC that ``SinkTransposes`` cancels between consecutive convolutions."""
+def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
+    """Whether the direct kernel takes a convolution's split product: its input channels make
+    parts of whole tile rows (:func:`explorer.passes.bf16_conv_split.split_group`) and its output
+    rows split into tiles of 7-16 pixels (a split product is not tiled across rows)."""
+    return split_group(int(weight_shape[1])) is not None and any(out_width % (m * mt) == 0 for m, mt in GRIDS)
+
+
+def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool):
+    """The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
+    :mod:`explorer.passes.bf16_conv_split`) between the transposes to and from NHWC that
+    ``SinkTransposes`` cancels between consecutive convolutions."""
     oc, ic, kh, kw = w.shape
     xn = builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
     channels, out_hw = nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
-    weights = relax.const(pack_nhwc_weights(w, channels))
-    if flat_rows((kh, kw), strides, out_shape[3], channels):
+    packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
+    weights = relax.const(packed)
+    if split:
+        n, _, h, wd = (int(d) for d in tensor_info(x.ty)[0])
+        func = split_conv_func((n, h, wd, ic), packed.shape, strides=strides, padding=padding, out_hw=out_hw)
+        ty = relax.TensorType([n, *out_hw, _ceil(oc, PANEL)], "float32")
+        gv = builder.add_func(func.without_attr("global_symbol"), "conv2d_nhwc_bf16")
+        y = relax.call_tir(gv, [xn, weights], ty)
+    elif flat_rows((kh, kw), strides, out_shape[3], channels):
         y = builder.call_te(conv2d_nhwc_bf16_flat, xn, weights, padding=padding, out_hw=out_hw,
                             primfunc_name_hint="conv2d_nhwc_bf16")
     else:
@@ -199,14 +246,15 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
         return None
     a = call.attrs
     direct = amx and AMX_DIRECT_ENABLED and amx_direct_fits(w.shape, int(out_shape[3]), a.dilation, a.strides)
-    why = why_fp32(w.shape, direct=direct)
+    splittable = direct and split_fits(w.shape, int(out_shape[3]))
+    why = why_fp32(w.shape, direct=direct, splittable=splittable)
     if why is not None:
         kept.append(why)
         return None
     pad = [int(v) for v in a.padding]
     if direct:
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
-                       out_shape=tuple(int(d) for d in out_shape))
+                       out_shape=tuple(int(d) for d in out_shape), split=splittable and split_product(w.shape))
     return builder.call_te(
         conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
@@ -247,5 +295,6 @@ def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_convs(mod)[0]
 
 
-__all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
-           "pack_conv_weights", "row_panels", "why_fp32"]
+__all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK", "Bf16Convs",
+           "bf16_convs", "conv2d_bf16", "fold_batch_norms", "pack_conv_weights", "row_panels", "split_fits",
+           "split_product", "why_fp32"]
