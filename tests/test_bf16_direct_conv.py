@@ -26,11 +26,14 @@ from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 # strided 1x1, the stem (3 channels, 7x7 stride 2: a kernel row of 7 x 4 values one tile row), 24
 # channels padded to 32, 40 output channels (8-pixel rows: tiled across rows), a 7x7 map (across
 # rows, 9 wide), a batch of 2 unpadded 5x5 maps, 56-pixel rows of 64 channels (2 x 2 grids a call), a
-# batch of 8 14x14 maps across rows (7 grids of 32 pixels a call)
+# batch of 8 14x14 maps across rows (7 grids of 32 pixels a call), weights outweighing the input with
+# 28-pixel output rows (one row a call) and 14-pixel ones (two rows a call)
 SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
           (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
-          (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1)]
-IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat"]
+          (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1),
+          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1)]
+IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat",
+       "two-rows", "two-rows-strided"]
 
 
 def _out(size: int, k: int, s: int, p: int) -> int:
@@ -93,16 +96,45 @@ def test_sapphirerapids_grid_calls_load_their_tile_config_once_and_start_from_ti
     from explorer.schedule.defaults.bf16_amx_conv import MIN_CALLS_PER_CORE
 
     target = parse_target("cpu:sapphirerapids")
-    func, choice = default_schedule(_func(*SHAPES[-2]), target.cpu_spec())
+    func, choice = default_schedule(_func(*SHAPES[7]), target.cpu_spec())
     step = choice.steps[0]
-    # 56 rows of 56 pixels x 64 channels: two grids of 28 pixels x 32 channels each way a call
-    assert "2 x 2 grids a call, one ldtilecfg" in step and "_g2x2" in step, choice
+    # 56 rows of 56 pixels x 64 channels (the input outweighs the weights): a call a row, 4 grids of a
+    # column of 4 C tiles (56 pixels x 16 channels), each B tile feeding 4 products
+    assert "4 x 1 tiles of 14 rows" in step and "1 x 4 grids a call, one ldtilecfg" in step and "_g1x4" in step, choice
     assert 56 >= MIN_CALLS_PER_CORE * target.cpu_spec().cores
     assert "conv2d_nhwc_bf16_init" not in func.script()  # the call's tilezero is the init: no zeroed sums
     asm = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("asm")
     assert asm.count("ldtilecfg") == 1 and "tdpbf16ps" in asm
-    _, flat = _built("cpu:sapphirerapids", SHAPES[-1])  # 224 pixels an image across rows, 8 images
+    _, flat = _built("cpu:sapphirerapids", SHAPES[8])  # 224 pixels an image across rows, 8 images
     assert "7 x 1 grids a call" in flat.steps[0] and "across rows 16 wide" in flat.steps[0], flat
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[5], SHAPES[10]], ids=["3x3", "7x7-map", "two-rows"])
+def test_a_replayed_trace_builds_the_kernel_the_default_schedule_built_with_no_zeroing_of_the_sums(shape):
+    import tvm_ffi
+
+    from explorer.schedule.trace import replay
+    from explorer.workload.keys import owned_task_module
+
+    target = parse_target("cpu:sapphirerapids")
+    func, choice = default_schedule(_func(*shape), target.cpu_spec())
+    replayed = replay(owned_task_module(_func(*shape)), choice.trace).mod["main"]
+    assert tvm_ffi.structural_equal(replayed, func)  # the init's removal is a trace step, not a state edit
+    ll = tvm.compile(tvm.IRModule({"main": replayed}), target=target.tvm()).mod.inspect_source("ll")
+    calls = [f for f in ll.split("\ndefine ") if "@__tvm_parallel_lambda" in f.split("\n")[0]
+             and "@schedx_amx_bf16_conv_tile" in f]  # the parallel loop of the tile calls
+    assert len(calls) == 1 and "memset" not in calls[0]
+
+
+def test_weights_heavy_convolutions_with_one_tile_a_row_take_two_whole_output_rows_a_call():
+    lib, choice = _built("cpu:sapphirerapids", SHAPES[10])  # 14-pixel rows: one tile of 14 each
+    step = choice.steps[0]
+    assert "2 x 2 tiles of 14 rows" in step and "2 output rows a call" in step and "_y2_u" in step, choice
+    assert "grids a call" not in step
+    asm = lib.mod.inspect_source("asm")
+    assert "tdpbf16ps" in asm and "tilerelease" in asm
+    _, wide = _built("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
+    assert "2 x 2 tiles of 14 rows" in wide.steps[0] and "output rows a call" not in wide.steps[0], wide
 
 
 def test_weights_heavy_convolutions_keep_one_grid_a_call():

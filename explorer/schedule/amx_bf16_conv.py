@@ -30,11 +30,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from explorer.schedule.amx_ir import conv_tiles_ir
+from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 from explorer.schedule.bf16_dot import PAIR, PANEL
 
 NAME_PREFIX = "schedx_amx_bf16conv_"
-_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_(taps|rows|flat)(\d*)(?:_g(\d+)x(\d+))?")
+_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_(taps|rows|flat)(\d*)(?:_y(\d+))?(?:_g(\d+)x(\d+))?(_u)?")
+# the init of a call's sums, which the call itself writes (tilezero): no code (register_zero)
+ZERO_PREFIX = "schedx_amx_bf16conv_zeroed_by_call_"
+_ZERO_NAME = re.compile(ZERO_PREFIX + r"(\d+)x(\d+)(?:_y(\d+))?")
 AMX_FN = "schedx_amx_bf16_conv_tile"
 K_CHANNELS = 32  # input channels per tdpbf16ps in the taps walk (a 64-byte tile row of bf16)
 TILE_ROW_BYTES = 64
@@ -56,6 +59,12 @@ class AmxBf16Conv:
     flat: int = 0  # tiles across output rows (explorer.passes.bf16_conv_nhwc.conv2d_nhwc_bf16_flat): the padded width
     row_groups: int = 1  # grids of m mt pixels x 16 nt channels a call (one ldtilecfg for all of them)
     col_groups: int = 1
+    # the description is the reduction's update alone (the block decomposed, its init tensorized with
+    # register_zero: no code); False (traces recorded before): the description holds the init
+    update: bool = False
+    # the call's pixels are whole output rows, this many (its m mt / out_rows pixels a row: a 28-pixel
+    # row's two 14-row tiles, two rows a call: 4 x 1 tiles); its A and C rows one stride apart
+    out_rows: int = 1
 
     @property
     def rows(self) -> int:
@@ -74,7 +83,11 @@ class AmxBf16Conv:
     def name(self) -> str:
         walk = "rows" if self.row_taps else f"flat{self.flat}" if self.flat else "taps"
         return (f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
-                f"_{walk}{self._groups}")
+                f"_{walk}{self._rows}{self._groups}{'_u' if self.update else ''}")
+
+    @property
+    def _rows(self) -> str:
+        return f"_y{self.out_rows}" if self.out_rows > 1 else ""
 
     @property
     def _groups(self) -> str:
@@ -82,12 +95,12 @@ class AmxBf16Conv:
 
     @property
     def function(self) -> str:
-        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}_b{self.kstep}{self._groups}"
+        return f"{AMX_FN}_{self.m}x{self.mt}x{self.nt}_b{self.kstep}{self._rows}{self._groups}"
 
     @property
     def llvm_ir(self) -> str:
         return conv_tiles_ir(self.function, "tdpbf16ps", self.m, self.mt, self.nt, self.kstep, zero_c=True,
-                             row_groups=self.row_groups, col_groups=self.col_groups)
+                             row_groups=self.row_groups, col_groups=self.col_groups, out_rows=self.out_rows)
 
 
 def row_taps_fit(channels: int, kw: int) -> bool:
@@ -97,20 +110,28 @@ def row_taps_fit(channels: int, kw: int) -> bool:
 
 def register(dot: AmxBf16Conv) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
-    from tvm.s_tir import TensorIntrin
+    funcs = _flat_funcs if dot.flat else _rows_funcs if dot.out_rows > 1 else _funcs
+    return register_once(dot.name, lambda: funcs(dot))
 
-    if TensorIntrin.get(dot.name, allow_missing=True) is None:
-        TensorIntrin.register(dot.name, *(_flat_funcs(dot) if dot.flat else _funcs(dot)))
-    return dot.name
+
+def register_zero(rows: int, cols: int, out_rows: int = 1) -> str:
+    """Register the init of an update-form call's ``rows x cols`` fp32 sums (``C = 0``) as a tensor
+    intrinsic whose implementation is no code: the call that follows starts its C tiles from
+    ``tilezero`` and stores every sum (the zeros would be stored only to be overwritten: a
+    ``memset`` per call, 7% of a 3x3 64-channel kernel). Only for the init block of a call made
+    with ``update=True``; ``out_rows`` > 1: sums ``[out_rows, rows / out_rows, cols]``; returns its name."""
+    name = f"{ZERO_PREFIX}{rows}x{cols}" + (f"_y{out_rows}" if out_rows > 1 else "")
+    return register_once(name, lambda: _zero_funcs(rows, cols, out_rows))
 
 
 def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-BF16 convolution intrinsic a trace (JSON or text) tensorizes with."""
-    text = str(trace)
-    if NAME_PREFIX in text:
-        for m, mt, nt, k, s, kh, kw, walk, width, gr, gc in set(_NAME.findall(text)):
-            register(AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows",
-                                 int(width or 0), int(gr or 1), int(gc or 1)))
+    for m, mt, nt, k, s, kh, kw, walk, width, y, gr, gc, update in names_in(trace, NAME_PREFIX, _NAME):
+        register(AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows",
+                             int(width or 0), int(gr or 1), int(gc or 1), bool(update), int(y or 1)))
+    for rows, cols, y in names_in(trace, ZERO_PREFIX, _ZERO_NAME):
+        register_zero(int(rows), int(cols), int(y or 1))
+
 
 def _f32(v):
     """The fp32 value of bf16 bits ``v`` in a description, spelt as
@@ -135,15 +156,66 @@ def _zero(rows: int, cols: int):
     return zero
 
 
+def _zero_funcs(rows: int, cols: int, out_rows: int = 1):
+    """``C[rows, cols] = 0`` (``out_rows`` > 1: ``C[out_rows, rows / out_rows, cols]``) and an
+    implementation without code (:func:`register_zero`)."""
+    from tvm.script import tirx as T
+
+    y, x = out_rows, rows // out_rows
+
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle) -> None:
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:rows, 0:cols])
+            for r, i in T.grid(rows, cols):
+                with T.sblock("init"):
+                    vr, vi = T.axis.remap("SS", [r, i])
+                    C[vr, vi] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def desc_rows(c: T.handle) -> None:
+        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:y, 0:x, 0:cols])
+            for r, p, i in T.grid(y, x, cols):
+                with T.sblock("init"):
+                    vr, vp, vi = T.axis.remap("SSS", [r, p, i])
+                    C[vr, vp, vi] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle) -> None:
+        sc = T.int32()
+        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:rows, 0:cols])
+            T.evaluate(0)
+
+    @T.prim_func(s_tir=True)
+    def impl_rows(c: T.handle) -> None:
+        sy, sx = T.int32(), T.int32()
+        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[sy, sx, 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:y, 0:x, 0:cols])
+            T.evaluate(0)
+
+    return (desc_rows, impl_rows) if out_rows > 1 else (desc, impl)
+
+
 def _funcs(dot: AmxBf16Conv):
     """``C[rows, 16 nt] = sum over taps f32(A[rh, r * stride + rw, c]) * f32(B[nt, rh, rw, c/2, 16, 2])``
-    (the whole sum, from zero: the description has the kernel's init, so the block is tensorized
-    undecomposed and the call starts its C tiles with ``tilezero`` instead of loading zeros) and
-    its call (A: the padded NHWC bf16 input from the tile's first pixel, rows ``stride`` pixels
+    (the whole sum, from zero: the call starts its C tiles with ``tilezero`` instead of loading
+    zeros; the description holds the kernel's init, or with ``update`` the update alone, its init
+    a block of its own tensorized with :func:`register_zero`) and its call (A: the padded NHWC bf16 input from the tile's first pixel, rows ``stride`` pixels
     apart). The widening is spelt as :func:`explorer.schedule.bf16_dot.widen` spells it."""
     from tvm.script import tirx as T
 
     rows, cols, nt, k, k2, s, kh, kw = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
+    update = dot.update
     span = (rows - 1) * s + kw
     zero = _zero(rows, cols)
     # a kernel row's taps as one tile row: one tap per kernel row, its bytes the row's
@@ -155,9 +227,13 @@ def _funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            if update:  # (parse-time Python: the sums read, the init a block of its own)
+                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            else:
+                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
-            zero(C)
+            if not update:
+                zero(C)
             for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
                 with T.sblock("update"):
                     vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
@@ -170,9 +246,13 @@ def _funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, 1, 1, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
+            if update:  # (parse-time Python: the sums read, the init a block of its own)
+                T.reads(C[0:rows, 0:cols], A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
+            else:
+                T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
-            zero(C)
+            if not update:
+                zero(C)
             for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
                 with T.sblock("update"):
                     vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
@@ -186,7 +266,10 @@ def _funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            if update:  # (parse-time Python: the sums read, the init a block of its own)
+                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            else:
+                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0, 0]), T.Cast("int64", sw * (s * 2)),
@@ -196,12 +279,55 @@ def _funcs(dot: AmxBf16Conv):
     return (desc1x1 if kh == kw == 1 else desc), impl
 
 
+def _rows_funcs(dot: AmxBf16Conv):
+    """:func:`_funcs` (update form) for a call over ``out_rows`` whole output rows of ``x`` pixels:
+    ``C[y, x, 16 nt] += sum over taps f32(A[y * stride + rh, x * stride + rw, c]) * f32(B[...])``, A
+    the padded input from the call's first pixel, C its first output pixel."""
+    from tvm.script import tirx as T
+
+    y, x = dot.out_rows, dot.rows // dot.out_rows
+    cols, nt, k, k2, s, kh, kw = dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
+    height, span = (y - 1) * s + kh, (x - 1) * s + kw
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:y, 0:x, 0:cols])
+            for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vp, vi, vh, vw, vk = T.axis.remap("SSSRRR", [r, p, i, rh, rw, kk])
+                    C[vr, vp, vi] = C[vr, vp, vi] + _f32(A[vr * s + vh, vp * s + vw, vk]) * _f32(
+                        B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sh, sw, sy, sx = T.int32(), T.int32(), T.int32(), T.int32()
+        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[sh, sw, 1])
+        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[sy, sx, 1])
+        with T.sblock("root"):
+            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:y, 0:x, 0:cols])
+            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0, 0]), T.Cast("int64", sx * 4),
+                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * (s * 2)),
+                                     T.Cast("int64", sh * 2), T.Cast("int64", sw * 2), T.int64(kw),
+                                     T.int64(kh * kw), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k * 2),
+                                     T.Cast("int64", sh * (s * 2)), T.Cast("int64", sy * 4)))
+
+    return desc, impl
+
+
 def _flat_funcs(dot: AmxBf16Conv):
     """:func:`_funcs` for a kernel tiled across rows: A the flattened padded input from the tile's
     first pixel, tap ``(rh, rw)`` of row ``r`` at ``r + rh * width + rw``."""
     from tvm.script import tirx as T
 
     rows, cols, nt, k, k2, kh, kw, width = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.kh, dot.kw, dot.flat
+    update = dot.update
     span = rows + (kh - 1) * width + kw - 1
     zero = _zero(rows, cols)
 
@@ -211,9 +337,13 @@ def _flat_funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            if update:  # (parse-time Python: the sums read, the init a block of its own)
+                T.reads(C[0:rows, 0:cols], A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            else:
+                T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
-            zero(C)
+            if not update:
+                zero(C)
             for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
                 with T.sblock("update"):
                     vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
@@ -227,7 +357,10 @@ def _flat_funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            if update:  # (parse-time Python: the sums read, the init a block of its own)
+                T.reads(C[0:rows, 0:cols], A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+            else:
+                T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
             T.writes(C[0:rows, 0:cols])
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0]), T.Cast("int64", sa * 2),
@@ -237,4 +370,5 @@ def _flat_funcs(dot: AmxBf16Conv):
     return desc, impl
 
 
-__all__ = ["AMX_FN", "K_CHANNELS", "NAME_PREFIX", "AmxBf16Conv", "register", "register_for_trace", "row_taps_fit"]
+__all__ = ["AMX_FN", "K_CHANNELS", "NAME_PREFIX", "ZERO_PREFIX", "AmxBf16Conv", "register", "register_for_trace",
+           "register_zero", "row_taps_fit"]

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from explorer.schedule.amx_ir import conv_tiles_ir
+from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 
 NAME_PREFIX = "schedx_amx_u8i8_"
 _NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)(_f)?(_z)?")
@@ -122,19 +122,13 @@ def amx_int8_ir(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = Fals
 
 def register(dot: AmxInt8) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
-    from tvm.s_tir import TensorIntrin
-
-    if TensorIntrin.get(dot.name, allow_missing=True) is None:
-        TensorIntrin.register(dot.name, *(_conv_funcs(dot) if dot.kh else _dense_funcs(dot)))
-    return dot.name
+    return register_once(dot.name, lambda: _conv_funcs(dot) if dot.kh else _dense_funcs(dot))
 
 
 def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-INT8 intrinsic a trace (JSON or text) tensorizes with."""
-    text = str(trace)
-    if NAME_PREFIX in text:
-        for m, mt, nt, k, s, kh, kw, fold, zero in set(_NAME.findall(text)):
-            register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero)))
+    for m, mt, nt, k, s, kh, kw, fold, zero in names_in(trace, NAME_PREFIX, _NAME):
+        register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero)))
 
 
 @cache

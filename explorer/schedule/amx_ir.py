@@ -49,19 +49,30 @@ go:
   call void @llvm.x86.ldtilecfg(ptr @{config})"""
 
 
-def c_tiles(m: int, mt: int, nt: int) -> tuple[str, str, str]:
+def c_tiles(m: int, mt: int, nt: int, out_rows: int = 1) -> tuple[str, str, str]:
     """The IR that points at, loads and stores an ``mt x nt`` grid of C tiles (tmm0.., row by row)
-    of ``m`` rows of 16 32-bit sums, from ``%c`` with ``%ldc`` bytes a row: (pointers, loads, stores)."""
+    of ``m`` rows of 16 32-bit sums, from ``%c`` with ``%ldc`` bytes a row: (pointers, loads, stores).
+    ``out_rows``: the grid's tile rows spread over that many output rows, ``%cyr`` bytes apart."""
     tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
-    pointers = "\n".join(f"  %crow{t} = mul i64 %ldc, {m * r}\n  %coff{t} = add i64 %crow{t}, {64 * q}\n"
+    pointers = "\n".join(f"{_row_offset('c', t, r, m, mt // out_rows)}\n  %coff{t} = add i64 %crow{t}, {64 * q}\n"
                          f"  %cp{t} = getelementptr i8, ptr %c, i64 %coff{t}" for r, q, t in tiles)
     loads = "\n".join(f"  call void @llvm.x86.tileloadd64(i8 {t}, ptr %cp{t}, i64 %ldc)" for _, _, t in tiles)
     stores = "\n".join(f"  call void @llvm.x86.tilestored64(i8 {t}, ptr %cp{t}, i64 %ldc)" for _, _, t in tiles)
     return pointers, loads, stores
 
 
+def _row_offset(x: str, name: int, r: int, m: int, per_row: int) -> str:
+    """``%{x}row{name}``: the byte offset of tile row ``r`` (``m`` rows of ``%ld{x}`` bytes) in a grid
+    of ``per_row`` tile rows an output row, the next output row ``%{x}yr`` bytes on."""
+    if per_row == 0 or r < per_row:  # (one output row: the IR as before)
+        return f"  %{x}row{name} = mul i64 %ld{x}, {m * r}"
+    return (f"  %{x}rowx{name} = mul i64 %ld{x}, {m * (r % per_row)}\n"
+            f"  %{x}rowy{name} = mul i64 %{x}yr, {r // per_row}\n"
+            f"  %{x}row{name} = add i64 %{x}rowx{name}, %{x}rowy{name}")
+
+
 def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *, zero_c: bool = False,
-                  row_groups: int = 1, col_groups: int = 1) -> str:
+                  row_groups: int = 1, col_groups: int = 1, out_rows: int = 1) -> str:
     """The LLVM IR of a convolution's tile call ``@fn``: an ``mt x nt`` grid of C tiles (``m`` rows
     of 16 32-bit sums) kept in tile registers over every tap, each tap's reduction ``kstep`` bytes
     of A a ``product`` (``tdpbf16ps``, ``tdpbusd``): ``mt`` A tiles of ``m`` rows x ``kstep``
@@ -75,25 +86,35 @@ def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *
     the zeros just stored, which waits for those stores to drain). ``row_groups`` x ``col_groups``:
     the call computes that many such grids, the next rows ``m mt`` A rows and C rows on, the next
     channels ``16 nt`` on, after one ``ldtilecfg`` (each waits for the previous call's tiles to
-    drain); the default, one grid, emits the same IR as before."""
-    a0, b0 = mt * nt, mt * nt + mt
+    drain); the default, one grid, emits the same IR as before. ``out_rows`` > 1: the ``mt`` tile
+    rows are ``mt / out_rows`` a row of that many output rows (two more arguments: ``%ayr``,
+    ``%cyr``, the A and C bytes from one output row to the next); no groups then. Where one register
+    per A tile does not fit beside the C and B tiles (a 4 x 1 grid), the A tiles take two registers
+    in turn (:func:`a_registers`), each loaded just before its products."""
+    a_regs = a_registers(mt, nt)
+    a0, b0 = mt * nt, mt * nt + a_regs
     tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
-    cptrs, cload, cstore = c_tiles(m, mt, nt)
+    if out_rows > 1 and row_groups * col_groups > 1:
+        raise ValueError("a call over several output rows computes one grid")
+    cptrs, cload, cstore = c_tiles(m, mt, nt, out_rows)
     if zero_c:
         cload = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for _, _, t in tiles)
-    body = []
-    for r in range(mt):
-        body += [f"  %arow{r} = mul i64 %lda, {m * r}", f"  %aoff{r} = add i64 %arow{r}, %i",
-                 f"  %ap{r} = getelementptr i8, ptr %abase, i64 %aoff{r}",
-                 f"  call void @llvm.x86.tileloadd64(i8 {a0 + r}, ptr %ap{r}, i64 %lda)"]
-    body.append("  %bi = mul i64 %i, 16")
+    a_loads = [[_row_offset("a", r, r, m, mt // out_rows), f"  %aoff{r} = add i64 %arow{r}, %i",
+                f"  %ap{r} = getelementptr i8, ptr %abase, i64 %aoff{r}",
+                f"  call void @llvm.x86.tileloadd64(i8 {a0 + r % a_regs}, ptr %ap{r}, i64 %lda)"] for r in range(mt)]
+    b_loads = ["  %bi = mul i64 %i, 16"]
     for q in range(nt):
-        body += [f"  %bq{q} = mul i64 %bpanel, {q}", f"  %boff{q} = add i64 %bq{q}, %bi",
-                 f"  %bp{q} = getelementptr i8, ptr %bbase, i64 %boff{q}",
-                 f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
-    body += [f"  call void @llvm.x86.{product}(i8 {t}, i8 {a0 + r}, i8 {b0 + q})" for r, q, t in tiles]
-    config = tile_config(fn + "_cfg", [m] * (mt * nt + mt) + [kstep // 4] * nt,
-                         [64] * (mt * nt) + [kstep] * mt + [64] * nt)
+        b_loads += [f"  %bq{q} = mul i64 %bpanel, {q}", f"  %boff{q} = add i64 %bq{q}, %bi",
+                    f"  %bp{q} = getelementptr i8, ptr %bbase, i64 %boff{q}",
+                    f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
+    products = [[f"  call void @llvm.x86.{product}(i8 {t}, i8 {a0 + r % a_regs}, i8 {b0 + q})" for rr, q, t in tiles
+                 if rr == r] for r in range(mt)]
+    if a_regs == mt:  # every A tile a register of its own: all loads, then all products
+        body = [line for r in range(mt) for line in a_loads[r]] + b_loads + [line for p in products for line in p]
+    else:  # the B tiles first, then each A tile, loaded into the register the A tile two before used
+        body = b_loads + [line for r in range(mt) for line in a_loads[r] + products[r]]
+    config = tile_config(fn + "_cfg", [m] * (mt * nt + a_regs) + [kstep // 4] * nt,
+                         [64] * (mt * nt) + [kstep] * a_regs + [64] * nt)
     nl = "\n"
     grouped = row_groups * col_groups > 1
     head = f"""
@@ -107,7 +128,7 @@ declare void @llvm.x86.tilezero(i8 immarg)
 define internal i32 @{fn}_grid({_ARGS}) alwaysinline {{
 go:"""
     else:
-        head += f"""define i32 @{fn}({_ARGS}) {{
+        head += f"""define i32 @{fn}({_ARGS}{_ROWS_ARGS if out_rows > 1 else ""}) {{
 {entry(fn + "_cfg")}"""
     return head + f"""
   %bpanel0 = mul i64 %taps, %kbytes
@@ -145,7 +166,35 @@ end:
 """
 
 
+def register_once(name: str, funcs) -> str:
+    """Register the tensor intrinsic ``name`` (its description and implementation from ``funcs()``)
+    once per process; returns ``name``."""
+    from tvm.s_tir import TensorIntrin
+
+    if TensorIntrin.get(name, allow_missing=True) is None:
+        TensorIntrin.register(name, *funcs())
+    return name
+
+
+def names_in(trace: object, prefix: str, pattern) -> set[tuple[str, ...]]:
+    """The fields (``pattern``'s groups) of every intrinsic name starting ``prefix`` that a trace (JSON
+    or text) names: what a replay registers before it tensorizes."""
+    text = str(trace)
+    return set(pattern.findall(text)) if prefix in text else set()
+
+
+TILE_REGISTERS = 8  # tmm0-tmm7: the C, A and B tiles of one call
+
+
+def a_registers(mt: int, nt: int) -> int:
+    """Tile registers a call's ``mt`` A tiles take beside its ``mt x nt`` C and ``nt`` B tiles: one
+    each where they fit, else two in turn (each A tile feeds its ``nt`` products and is done: a grid
+    of 4 x 1 C tiles takes 4 + 2 + 1 registers, and loads one B tile per 4 products, not 2 per 4)."""
+    return mt if mt * nt + mt + nt <= TILE_REGISTERS else 2
+
+
 _ARGS = "ptr %c, i64 %ldc, ptr %a, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %b, i64 %kbytes"
+_ROWS_ARGS = ", i64 %ayr, i64 %cyr"  # a call over several output rows: A and C bytes from one to the next
 
 
 def _groups_ir(fn: str, rows: int, nt: int, row_groups: int, col_groups: int) -> str:
@@ -186,4 +235,5 @@ groupsend:
 """
 
 
-__all__ = ["DECLARATIONS", "RELEASE", "c_tiles", "conv_tiles_ir", "entry", "tile_config"]
+__all__ = ["DECLARATIONS", "RELEASE", "TILE_REGISTERS", "a_registers", "c_tiles", "conv_tiles_ir", "entry", "names_in",
+           "register_once", "tile_config"]

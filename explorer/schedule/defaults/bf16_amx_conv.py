@@ -8,9 +8,13 @@ the int8 AMX rule's shape (:mod:`.int8_amx`):
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
 stages: each core streams its share of the weights once, not once per output row). A kernel tiled
 across rows (loops n, p, o, rh, rw, c: a 7x7 map) gets tiles of 16 pixels, two where they divide,
-its row copy and epilogue after it (its tiles are no box of output pixels). Where the input
-outweighs the weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call's
-own ``tilezero`` is the sums' init: the init TVM keeps after tensorize is dropped. The packing
+its row copy and epilogue after it (its tiles are no box of output pixels). A call's C tiles are a
+column of 4 x 1 where the pixels allow and the input outweighs the weights (:data:`TALL_GRID`), else
+2 x 2; where the weights outweigh the input and a row fills one tile, a call takes two whole output
+rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`). Where the input outweighs the weights, one call takes
+several grids of tiles (:data:`GROUPED_CALLS`). The call's own
+``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
+(:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
 vectorized, before.
 """
@@ -23,12 +27,13 @@ from math import prod
 from tvm import s_tir
 
 from explorer.passes.bf16_conv_nhwc import FLAT_ATTR, INPUT_NAME, ROW_STRIDE_ATTR
-from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, row_taps_fit
+from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, register_zero, row_taps_fit
+from explorer.schedule.amx_ir import TILE_REGISTERS
 from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
-from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA, TILE_REGISTERS
+from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA
 from explorer.schedule.defaults.machine import CpuSpec
 
 # One call computes several grids of tiles (more pixels of the output row, more channels), loading
@@ -36,6 +41,24 @@ from explorer.schedule.defaults.machine import CpuSpec
 # 0.201-0.207 -> 0.191-0.200 ms (the 7x7 stem level: in perf its wait moved from the ldtilecfg to
 # the tile loads). False: one grid a call, as before.
 GROUPED_CALLS = True
+# A call's C tiles a column of TALL_GRID x 1 (one panel of 16 channels), not 2 x 2, where the
+# pixels allow and the input outweighs the weights (calls grouped over all of a pixel's channels):
+# each B tile then feeds 4 tdpbf16ps instead of 2, the A tiles taking two registers in turn
+# (amx_ir.a_registers). The kernel alone, looped (one thread, CPU time, best of 9-11 alternated
+# rounds, load 3-5): 3x3 64 @56 0.159 / 0.151 -> 0.148 / 0.137 ms; in the model (`schedx profile
+# --threads 1`, 3 rounds each, load 4-5) layer1's 3x3 convs 0.479-0.511 -> 0.464-0.504 ms. Not where
+# the weights outweigh the input: looped, 3x3 512 @7 (flat, 64 pixels a call) was 4% faster and 3x3
+# 128 @28 (two rows a call) 6%, but in the model 0.62-0.69 -> 0.74-1.02 ms and 0.43-0.45 -> 0.47-0.51
+# ms (their B tiles streamed from L3 one panel at a time, 64 bytes of each output pixel a call). Nor
+# for kernel rows as tile rows (the stem: 28-byte B tiles, the A loads dominate: 0.325 -> 0.407 ms)
+# or 7-row tiles (3x3 128 @28 as 7 x 4: 0.171 -> 0.244 ms). 0: 2 x 2 grids everywhere, as before.
+TALL_GRID = 4
+# Weights-heavy kernels whose output rows fill one tile each (14-pixel rows) take two whole rows a
+# call as a 2 x 2 grid (AmxBf16Conv.out_rows: each B tile feeds two products, not one): looped, 3x3
+# 128 -> 256 s2 @14 0.091 -> 0.082 ms; in the model (layer3.0's, 3 rounds each) 0.134-0.147 ->
+# 0.127-0.136 ms. Not where the input outweighs the weights (those calls are
+# grouped instead: 3x3 64 -> 128 s2 @28 as two rows 0.091 -> 0.101 ms). False: one row a call.
+ROWS_A_CALL = True
 MIN_CALLS_PER_CORE = 4  # the calls a core gets at least (load balance between the cores)
 MAX_CALL_SUMS = 32 * 1024  # bytes of fp32 sums one call stores for its epilogue (they stay in L1)
 
@@ -57,7 +80,8 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
             raise NotApplicable("a flat conv2d_nhwc_bf16 wants its pixels in 16s and channels in 32s")
         mt = 2 if rows % 32 == 0 else 1
         nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
-        return _grouped(sch, block, AmxBf16Conv(16, mt, nt, k, 1, kh, kw, flat=flat), rows, cols, extents[:-5], cpu)
+        dot = AmxBf16Conv(16, mt, nt, k, 1, kh, kw, flat=flat, update=True)
+        return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu)
     if cols % PANEL:
         raise NotApplicable("output channels not padded to the 16-channel panel")
     row_taps = k % K_CHANNELS != 0
@@ -69,8 +93,22 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
         raise NotApplicable(f"{rows} output pixels a row split into no tiles of 7-16 rows")
     m, mt = grid
     nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
+    weights_heavy = _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False)
+    if TALL_GRID and not row_taps and not weights_heavy and rows % (m * TALL_GRID) == 0:
+        mt, nt = TALL_GRID, 1
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
-    return _grouped(sch, block, AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps), rows, cols, extents[:-5], cpu)
+    dot = AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps, update=True)
+    if ROWS_A_CALL and not row_taps and kh * kw > 1 and weights_heavy:
+        dot = _over_rows(dot, rows, cols, extents[-6])
+    return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu)
+
+
+def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int) -> AmxBf16Conv:
+    """``dot`` over two whole output rows a call as a 2 x 2 grid where a row fills one tile
+    (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped); else ``dot``."""
+    if dot.mt == 1 and width == dot.m and height % 2 == 0 and cols % (2 * PANEL) == 0:
+        return replace(dot, mt=2, nt=2, out_rows=2)
+    return dot
 
 
 def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int, outer: list[int],
@@ -80,7 +118,7 @@ def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int,
     pixels of the row (:data:`GROUPED_CALLS`). Not where the weights outweigh the input (they
     stream from memory once, each B tile used by the calls of every row in turn: 3x3 512 @7 and
     128 @28 were 2-4% slower grouped, 3x3 64 @56 4% faster)."""
-    if not GROUPED_CALLS or _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False):
+    if not GROUPED_CALLS or dot.out_rows > 1 or _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False):
         return dot
     tiles = prod(outer) * (rows // dot.rows) * (cols // dot.cols)
 
@@ -105,22 +143,29 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     outer, row, col, reduce = loops[:-5], loops[-5], loops[-4], loops[-3:]
     weights_first = _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False)
     col_o, col_i = sch.split(col, [None, dot.cols])
-    row_o, row_i = sch.split(row, [None, dot.rows])
+    if dot.out_rows > 1:  # whole output rows a call: the rows split, not the pixels
+        row_o, row_i = sch.split(outer[-1], [None, dot.out_rows])
+        outer, inner = outer[:-1], [row_i, row]
+    else:
+        row_o, row_i = sch.split(row, [None, dot.rows])
+        inner = [row_i]
     order = [col_o, *outer, row_o] if weights_first else [*outer, row_o, col_o]
-    sch.reorder(*order, row_i, col_i, *reduce)
+    sch.reorder(*order, *inner, col_i, *reduce)
     # (a flat kernel's tiles are no box of output pixels: its row copy and epilogue run after it)
     epilogue = None if dot.flat else epilogue_per_tile(sch, block, order[-1])
     tile = sch.blockize(row_i)
-    sch.parallel(sch.fuse(*order))
-    sch.tensorize(tile, register(dot))  # with its init: the call sums from zero (no decompose_reduction)
-    _drop_init(sch, tile)
+    calls = sch.fuse(*order)
+    sch.parallel(calls)
+    # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
+    sch.tensorize(sch.decompose_reduction(tile, calls), register_zero(dot.rows, dot.cols, dot.out_rows))
+    sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
     walk = (f"{dot.kh} kernel rows of {dot.kw}x{dot.k} values a tile row" if dot.row_taps
             else f"{dot.kh}x{dot.kw} taps x K={dot.k}" + (f", pixels across rows {dot.flat} wide" if dot.flat else ""))
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "
              f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
-             f"{_grids(dot)}), parallel outside"
+             f"{_grids(dot)}{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''}), parallel outside"
              f"{', epilogue per tile' if epilogue is not None else ''}"]
     return "; ".join(steps + _schedule_input(sch))
 
@@ -128,19 +173,6 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
 def _grids(dot: AmxBf16Conv) -> str:
     groups = dot.row_groups * dot.col_groups
     return f"; {dot.row_groups} x {dot.col_groups} grids a call, one ldtilecfg" if groups > 1 else ""
-
-
-def _drop_init(sch: s_tir.Schedule, tile) -> None:
-    """Drop the tensorized tile's init: the call itself starts its sums from ``tilezero``, so the
-    init TVM keeps only lowers to a ``memset`` of the tile's sums before each call (7% of a 3x3
-    64-channel kernel in ``perf``). A state edit, not a trace step: a replayed trace keeps the
-    memset (slower, the same numbers)."""
-    block = sch.get(tile)
-    if block.init is None:
-        return
-    bare = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint, block.body, None,
-                       block.alloc_buffers, block.match_buffers, block.annotations)
-    sch.state.replace(sch.get_sref(tile), bare, {block: bare})
 
 
 def _schedule_input(sch: s_tir.Schedule) -> list[str]:

@@ -20,6 +20,7 @@ from math import prod
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad  # what a TIR buffer load is
 
+from explorer.schedule.amx_ir import TILE_REGISTERS
 from explorer.schedule.amx_int8 import GRIDS, K_STEP, PANEL, AmxInt8, foldable, register
 from explorer.schedule.defaults.analysis import NotApplicable
 from explorer.schedule.defaults.epilogue import vectorize_epilogue
@@ -27,7 +28,6 @@ from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import row_stride
 
 IMPORT_PRAGMA = "pragma_import_llvm"
-TILE_REGISTERS = 8  # tmm0-tmm7: the C, A and B tiles of one call
 # The cut, measured here (docs/notes/measurements.md, "AMX-INT8"): a call's fixed cost (tile config,
 # C tiles loaded and stored) wants a reduction of at least two tdpbusd (1x1 convolutions of 64
 # channels ran 0.5-1.05x vpdpbusd's speed), and the kernel enough work in all (a 1x1 128 -> 64 at
