@@ -10,7 +10,9 @@ nothing wrong with is kept:
    register-tiled with its epilogue (:mod:`.tiling`), every other block parallel and vectorized
    (:mod:`.simple`);
    (tried again with the rows of one output row, should running two output axes as one fail on
-   a kernel, then with tiles that divide the rows, should a tail of rows fail);
+   a kernel, then with tiles that divide the rows, should a tail of rows fail); a kernel that
+   reduces rows and maps them (layer norm) runs row by row in one loop (:mod:`.row_chain`), the
+   block-by-block rules being the next try;
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
 3. ``none``: the kernel as it was (only if TVM refuses even that).
 
@@ -36,6 +38,7 @@ from explorer.schedule.defaults.bf16_conv import scheduled_already
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.row_chain import row_chain, schedule_row_chain
 from explorer.schedule.defaults.simple import safe_schedule, schedule_plain
 from explorer.schedule.defaults.tiling import tile_reduction
 from explorer.schedule.defaults.variant import DefaultVariant
@@ -104,6 +107,13 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = Defau
     inline_epilogues(sch)
     steps: list[str] = []
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
+    if variant == DefaultVariant() and row_chain(sch, cpu) is not None and int8_block(sch) is None \
+            and bf16_block(sch) is None:  # layer norm: row by row in one loop (the next rule: block by block)
+        chain = sch.copy()
+        try:
+            return chain, schedule_row_chain(chain, cpu)
+        except s_tir.ScheduleError:
+            pass  # the blocks one by one, below
     anchor = _anchor(sch)
     dot_block, tile_dot = int8_block(sch), tile_int8
     if dot_block is None:  # a bf16 build's product: around the bf16 instruction (the variant's, if it names one)

@@ -2,8 +2,11 @@
 
 - :func:`schedule_spatial`: an injective block (elementwise, broadcast, transpose, padding):
   its loops fused into one, cut into vectors of the target's lanes (vectorized) and the rest run
-  in parallel; where a vector would cross a broadcast operand's run or read a channel shuffle's
-  ``c % d``, ``c // d`` lane by lane, rows that LLVM vectorizes instead;
+  in parallel; where a vector would cross a broadcast operand's run, the end of a row that a
+  read takes contiguously (:mod:`.strides`: attention heads split off a matrix) or read a channel
+  shuffle's ``c % d``, ``c // d`` lane by lane, rows that LLVM vectorizes instead; where rows no
+  vector divides lie under two or more other axes, only the two innermost axes are vectorized
+  as one loop (TVM cannot fold a third level of ``// e``, ``% e`` back into a contiguous index);
 - :func:`schedule_rows`: a reduction without a vector axis (softmax's and layer norm's row
   reductions, a sum over the innermost axis, a min over a whole tensor): the spatial loops in
   parallel; where the innermost reduction reads at least two vectors contiguously, it
@@ -24,6 +27,7 @@ from tvm import s_tir
 from explorer.schedule.defaults.analysis import (PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts,
                                                   partial_rows)
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.defaults.strides import contiguous_run
 
 
 def _vector_factor(extent: int, lanes: int) -> int:
@@ -121,9 +125,20 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         if parallel:
             sch.parallel(sch.fuse(*outside) if len(outside) > 1 else outside[0])
         return f"{'parallel ' if parallel else ''}rows of {length} x{factor} ({facts.name})"
-    run = aligned_run(facts)
-    if run is not None and run > lanes and run % lanes and (contiguous or written == inner):
-        # a broadcast operand whose runs no whole vectors fill (a bias over 136 channels): the
+    aligned = aligned_run(facts)
+    strided = contiguous_run(sch, block, facts) if contiguous else None
+    if strided == 1 and len(loops) > 1:
+        # a transpose that only the simplified indices show (an inlined reshape's ``(h * 32 + w)
+        # // 256 + c``): as above, the innermost loop left to LLVM
+        if facts.volume >= PARALLEL_MIN_VOLUME:
+            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+        return f"parallel transpose ({facts.name})"
+    # (a broadcast operand's runs shorter than a vector are crossed: its few scalars gathered cost
+    # less than rows that short; a softmax's exponentials over rows of 8 ran 1.5x slower by rows)
+    run = _shorter_run(aligned if aligned is not None and aligned > lanes else None, strided)
+    if run is not None and run > 1 and run % lanes and (contiguous or written == inner):
+        # a broadcast operand whose runs no whole vectors fill (a bias over 136 channels), or rows
+        # read apart (attention heads split off a [tokens, 3 x heads x 24] matrix: rows of 24): the
         # loops of one run are one row that LLVM vectorizes with a remainder of its own, the rows
         # in parallel
         start, length = len(loops), 1
@@ -137,6 +152,20 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             if parallel:
                 sch.parallel(sch.fuse(*loops[:start]) if start > 1 else loops[0])
             return f"{'parallel ' if parallel else ''}rows of {run} ({facts.name})"
+    start = _vector_rows_start(facts, lanes) if contiguous or written == inner else 0
+    if start:
+        # rows whose length no vector divides under two or more other axes (a [4, 256, 24] slice
+        # of attention heads): vectors over all the loops as one would take their indices apart
+        # lane by lane (TVM folds ``x // 24 * 24 + x % 24`` back into ``x``, not a third level:
+        # 28 us against 2 us); the rows' two innermost axes are the vectorized loop, the rest outside
+        row = sch.fuse(*loops[start:])
+        length = math.prod(facts.extents[start:])
+        row_outer, vec = sch.split(row, [None, lanes])
+        sch.vectorize(vec)
+        parallel = facts.volume >= PARALLEL_MIN_VOLUME
+        if parallel:
+            sch.parallel(sch.fuse(*loops[:start], row_outer))
+        return f"{'parallel ' if parallel else ''}rows of {length} x{lanes} ({facts.name})"
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = facts.volume
     factor = _vector_factor(total, lanes) if contiguous or written == inner else 1
@@ -150,6 +179,22 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     if total >= PARALLEL_MIN_VOLUME:
         sch.parallel(outer)
     return f"parallel x{factor} ({facts.name})"
+
+
+def _shorter_run(a: int | None, b: int | None) -> int | None:
+    """The run both ``a`` and ``b`` allow (None: no limit)."""
+    return b if a is None else a if b is None else math.gcd(a, b)
+
+
+def _vector_rows_start(facts: BlockFacts, lanes: int) -> int:
+    """Where the loops of the vectorized rows start (see :func:`schedule_spatial`'s last case): the
+    second innermost axis longer than 1, where the innermost one is not a multiple of the lanes,
+    the two make whole vectors and another axis longer than 1 is outside them; else 0 (all loops)."""
+    long_axes = [k for k, e in enumerate(facts.extents) if e > 1]
+    if len(long_axes) < 3 or facts.extents[long_axes[-1]] % lanes == 0:
+        return 0
+    start = long_axes[-2]
+    return start if math.prod(facts.extents[start:]) % lanes == 0 else 0
 
 
 # A transpose's innermost output axis short enough to unroll around vectors along the rows it reads

@@ -1,0 +1,86 @@
+"""How far a spatial block's innermost loops may run as one vector: the element strides of every
+buffer it reads and writes along each iterator, and the run of innermost iterators over which
+each access is contiguous (or one element).
+
+A vector of the fused loops that crosses the end of such a run reads lane by lane: a reshape and
+transpose of attention heads (``[256, 288] -> [3, 4, 256, 24]``: rows of 24 read 288 apart)
+vectorized 16 at a time over the fused loops took 110 us where rows of 24 take 4. Read from the
+block's indices simplified within its iterators' domains (an inlined reshape's ``(h * 24 + d)
+// 288`` is 0 there); nothing here changes a schedule."""
+
+from __future__ import annotations
+
+import math
+
+from tvm import s_tir, sym, tirx
+
+from explorer.schedule.defaults.analysis import BlockFacts
+
+
+def _int(x) -> int | None:
+    return int(x.value) if isinstance(x, tirx.IntImm) else None
+
+
+def access_strides(sch: s_tir.Schedule, block) -> list[tuple[int, ...] | None]:
+    """Per buffer the block writes, then per buffer it reads: the element stride of the flattened
+    buffer along each iterator, or None where an index is not linear in the iterators (a
+    ``% c`` that the domains do not remove, a gather) or a shape is not constant."""
+    blk = sch.get(block)
+    iters = list(blk.iter_vars)
+    variables = [iv.var for iv in iters]
+    analyzer = sym.Analyzer()
+    for iv in iters:
+        analyzer.bind(iv.var, iv.dom)
+    out: list[tuple[int, ...] | None] = []
+    for region in [*blk.writes, *blk.reads]:
+        shape = [_int(s) for s in region.source.shape]
+        if None in shape or any(_int(r.extent) != 1 for r in region.region):
+            out.append(None)
+            continue
+        strides = [0] * len(variables)
+        linear = True
+        for dim, rng in enumerate(region.region):
+            coefficients = sym.detect_linear_equation(analyzer.simplify(rng.min), variables)
+            if len(coefficients) != len(variables) + 1 or any(_int(c) is None for c in coefficients[:-1]):
+                linear = False
+                break
+            step = math.prod(shape[dim + 1:])
+            for k, c in enumerate(coefficients[:-1]):
+                strides[k] += _int(c) * step
+        out.append(tuple(strides) if linear else None)
+    return out
+
+
+def contiguous_run(sch: s_tir.Schedule, block, facts: BlockFacts) -> int | None:
+    """How many consecutive iterations of the block's fused loop every buffer it writes and reads
+    takes contiguously (the product of the innermost iterators' extents where that holds),
+    counting the buffers whose indices are linear in the iterators and step along the innermost
+    one; None where it holds over the whole loop. A buffer read as one element along the innermost
+    iterators (a row's maximum in softmax) limits no run here: a vector that crosses its runs
+    gathers a few scalars, which measured cheaper than rows shorter than a vector
+    (:func:`explorer.schedule.defaults.simple.aligned_run` keeps vectors within its runs longer
+    than one). 1 where the innermost iterator itself is strided for some buffer (a transpose: no
+    vector of the fused loop reads contiguously). Needs ``facts.loops_match`` (the loop order is
+    the iterators' order)."""
+    # an index that is not linear (a merge of heads: ``h // 64``, ``h % 64``) is left to the rules
+    # that read its divisions (:func:`explorer.schedule.defaults.simple.schedule_spatial`)
+    per_access = [s for s in access_strides(sch, block) if s is not None]
+    expected: list[int | None] = [None] * len(per_access)  # the stride each access must have next
+    run = 1
+    for k in reversed(range(len(facts.extents))):
+        extent = facts.extents[k]
+        if extent == 1:
+            continue
+        for i, strides in enumerate(per_access):
+            if expected[i] is None:  # the innermost iterator: contiguous or broadcast
+                if strides[k] not in (0, 1):
+                    return run
+            elif expected[i] and strides[k] != expected[i]:
+                return run
+        for i, strides in enumerate(per_access):
+            expected[i] = strides[k] * extent if expected[i] is None else expected[i] * extent
+        run *= extent
+    return None
+
+
+__all__ = ["access_strides", "contiguous_run"]

@@ -1,0 +1,134 @@
+"""Default schedules of a transformer's memory-bound kernels: attention heads split off and merged
+back (reshape + transpose, slices of a ``[3, heads, tokens, dim]`` tensor) run as rows the reads
+take contiguously, never as vectors that cross them; layer norm runs row by row in one loop.
+Each kernel is built and compared with numpy on small shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import s_tir, te, topi
+
+from explorer.schedule.defaults import CpuSpec, default_schedule
+from explorer.schedule.defaults.analysis import block_facts
+from explorer.schedule.defaults.row_chain import row_chain
+from explorer.schedule.defaults.strides import access_strides, contiguous_run
+from explorer.target import host_target
+
+AVX512 = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
+AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
+
+
+def _runnable(cpu: CpuSpec) -> CpuSpec:
+    """``cpu`` where this machine runs its vectors, else this machine's own spec."""
+    return cpu if cpu.vector_bits <= (host_target().vector_width or 128) else host_target().cpu_spec()
+
+
+def _run(func, *inputs: np.ndarray, out_shape) -> np.ndarray:
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                      target=host_target().tvm())
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype="float32"))
+    lib["main"](*args, out)
+    return out.numpy()
+
+
+def _split_heads(tokens: int = 16, heads: int = 2, dim: int = 20):
+    """``[tokens, 3 * heads * dim] -> [3, heads, tokens, dim]`` as the ONNX importer writes it
+    (an inlined reshape: the row index carries ``// (3 * heads * dim)``)."""
+    width = 3 * heads * dim
+    x = te.placeholder((1, tokens, width), name="x")
+    y = te.compute((3, 1, heads, tokens, dim),
+                   lambda q, b, h, t, d: x[0, ((q * heads * dim + h * dim + d) // width + t) % tokens,
+                                            (q * heads * dim + h * dim + d) % width], name="T_transpose")
+    return te.create_prim_func([x, y])
+
+
+def _slice_of_heads(heads: int = 2, tokens: int = 16, dim: int = 20):
+    """The third of ``[3, 1, heads, tokens, dim]`` (values of attention), times a scalar."""
+    x = te.placeholder((3, 1, heads, tokens, dim), name="x")
+    y = te.compute((1, heads, tokens, dim), lambda b, h, t, d: x[2, b, h, t, d] * 0.5, name="T_slice")
+    return te.create_prim_func([x, y])
+
+
+def _layer_norm(rows: int, width: int):
+    x = te.placeholder((1, rows, width), name="x")
+    gamma = te.placeholder((width,), name="gamma")
+    beta = te.placeholder((width,), name="beta")
+    y = topi.nn.layer_norm(x, gamma, beta, axis=[2], epsilon=1e-5)
+    return te.create_prim_func([x, gamma, beta, y])
+
+
+def test_strides_read_through_an_inlined_reshape():
+    """The row index ``(q * 40 + h * 20 + d) // 120 + t`` is ``t`` within the iterators' domains:
+    the strides show rows of 20 read 120 apart, so the contiguous run is one row."""
+    sch = s_tir.Schedule(_split_heads())
+    block = sch.get_sblock("T_transpose")
+    written, read = access_strides(sch, block)
+    assert written == (2 * 16 * 20, 0, 16 * 20, 20, 1)
+    assert read == (40, 0, 20, 120, 1)
+    assert contiguous_run(sch, block, block_facts(sch, block)) == 20
+
+
+def test_a_plain_slice_is_contiguous_over_all_its_loops():
+    sch = s_tir.Schedule(_slice_of_heads())
+    block = sch.get_sblock("T_slice")
+    assert contiguous_run(sch, block, block_facts(sch, block)) is None
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_heads_split_off_a_matrix_run_as_rows_and_compute_right(cpu):
+    """Vectors over the fused loops crossed the rows of 24 and gathered lane by lane (SVTR's
+    ``[256, 288] -> [3, 4, 256, 24]``: 94 us, as rows 7.6 us)."""
+    cpu = _runnable(cpu)
+    func, choice = default_schedule(_split_heads(), cpu)
+    assert choice.rule == "full" and choice.steps == ("rows of 20 (T_transpose)",), choice
+    x = np.random.default_rng(0).standard_normal((1, 16, 120)).astype("float32")
+    want = x[0].reshape(16, 3, 2, 20).transpose(1, 2, 0, 3)[:, None]
+    np.testing.assert_array_equal(_run(func, x, out_shape=want.shape), want)
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_a_slice_whose_rows_no_vector_divides_vectorizes_two_axes_and_computes_right(cpu):
+    """Over three or more axes with rows no vector divides (24 of 16 lanes), the fused loop's indices were taken apart lane by
+    lane (TVM folds one level of ``x // 24 * 24 + x % 24``, not two: 28 us against 1.7 for
+    ``[4, 256, 24]``); the two innermost axes are the vectorized loop (rows of 20 here: a
+    multiple of neither 8 nor 16 lanes)."""
+    cpu = _runnable(cpu)
+    func, choice = default_schedule(_slice_of_heads(), cpu)
+    lanes = cpu.lanes("float32")
+    assert choice.steps == (f"rows of {16 * 20} x{lanes} (T_slice)",), choice
+    sch = s_tir.Schedule(func)
+    loops = sch.get_loops(sch.get_sblock("T_slice"))
+    innermost = sch.get(loops[-1])
+    assert int(innermost.extent) == lanes and innermost.kind == tvm.tirx.ForKind.VECTORIZED
+    x = np.random.default_rng(1).standard_normal((3, 1, 2, 16, 20)).astype("float32")
+    np.testing.assert_array_equal(_run(func, x, out_shape=(1, 2, 16, 20)), x[2] * np.float32(0.5))
+
+
+@pytest.mark.parametrize("cpu", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_layer_norm_runs_row_by_row_in_one_loop_and_computes_right(cpu):
+    cpu = _runnable(cpu)
+    func, choice = default_schedule(_layer_norm(128, 256), cpu)
+    assert choice.rule == "full", choice
+    assert choice.steps[-1].startswith("parallel rows of 256, one loop"), choice.steps
+    assert all(step.startswith("row by row") for step in choice.steps[:-1]), choice.steps
+    sch = s_tir.Schedule(func)
+    outer = sch.get(sch.get_loops(sch.get_sblock("T_layer_norm"))[0])
+    assert outer.kind == tvm.tirx.ForKind.PARALLEL and int(outer.extent) == 128
+    rng = np.random.default_rng(2)
+    x, gamma, beta = (rng.standard_normal(s).astype("float32") for s in ((1, 128, 256), (256,), (256,)))
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    want = (x - mean) / np.sqrt(var + 1e-5) * gamma + beta
+    np.testing.assert_allclose(_run(func, x, gamma, beta, out_shape=want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_short_rows_and_softmax_stay_block_by_block():
+    """Rows of fewer than MIN_VECTORS vectors, and a chain with a whole row of intermediates
+    (softmax's exponentials), measured slower row by row: no row chain."""
+    assert row_chain(s_tir.Schedule(_layer_norm(16, 64)), AVX512) is None
+    x = te.placeholder((1, 8, 256), name="x")
+    softmax = te.create_prim_func([x, topi.nn.softmax(x, axis=-1)])
+    assert row_chain(s_tir.Schedule(softmax), AVX512) is None
+    assert row_chain(s_tir.Schedule(_layer_norm(16, 256)), AVX512) is not None
