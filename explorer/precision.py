@@ -9,7 +9,8 @@ chooser of records, the build) takes it as it is instead of rewriting or quantiz
 
 ``bf16`` rewrites a model's 2-D convolutions (:mod:`explorer.passes.bf16_conv`: an implicit GEMM
 over the output pixels, or on a CPU with AMX-BF16 tiles direct from the NHWC input) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
-weights rounded and packed once, at build time; activations rounded once per kernel; and
+weights rounded and packed once, at build time; activations rounded once per kernel; attention's
+products of two activations too (:mod:`explorer.passes.bf16_attention`: both rounded per call); and
 needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
 with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`, and
 the convolutions whose reduction is too short for bf16 to pay (listed, with why, per build:
@@ -31,7 +32,8 @@ PRECISIONS = ("fp32", "bf16", "int8")
 BF16_TOLERANCE = 1e-2
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
              "reductions and pooling", "recurrent state", "depthwise and grouped convolutions",
-             "products of two activations (attention's QK^T and PV)")
+             "products of two activations whose shapes the bf16 kernel does not take (attention's QK^T and PV "
+             "run in bf16: both operands rounded at run time)")
 INT8_KEPT_FLOAT = ("what ONNX Runtime's quantizer leaves in float (its QDQ model's float nodes)",
                    "grouped and dilated convolutions, computed in float between dequantize and quantize")
 

@@ -1,4 +1,6 @@
-"""``Bf16Products``: a bf16 build's matmuls with constant weights as bf16 kernels, fp32 accumulation.
+"""``Bf16Products``: a bf16 build's matmuls as bf16 kernels, fp32 accumulation: those with constant
+weights (below), and products of two activations (attention's ``Q K^T`` and ``P V``,
+:mod:`explorer.passes.bf16_attention`).
 
 For ``R.matmul(x, W)`` (``x`` float32 of rank >= 2, ``W`` a constant float32 ``[K, N]``, or the
 transpose of a constant ``[N, K]``) it writes
@@ -17,11 +19,18 @@ after), the layout :mod:`explorer.schedule.bf16_dot`'s instructions read. The ke
 rounds its fp32 activations to bf16 in a packing block of its own, then multiplies in bf16 and
 accumulates in fp32.
 
+Products that read the same activations (a transformer's Q, K and V projections) become one
+kernel on their weights side by side (``[K, N1 + N2 + N3]``, packed once), sliced after: one
+packing of the activations instead of three, one kernel with three times the tiles to spread over
+the cores (:func:`sibling_products`; BERT's layer 3-5% faster, docs/notes/measurements.md).
+Their bias adds then join the slices' reshape and transpose kernels.
+
 Kept in fp32 (unchanged): everything else, i.e. element-wise work, bias adds, activations,
 softmax, layer and batch normalisation, reductions, recurrent state, convolutions (their own
-pass: :mod:`explorer.passes.bf16_conv`), and products of two activations (attention's ``Q K^T``
-and ``P V``: no weights to convert at build time). A matmul whose K is odd, or whose weights
-are not constants, is left too.
+pass: :mod:`explorer.passes.bf16_conv`). Products of two activations (attention's ``Q K^T`` and
+``P V``) have no weights to convert at build time: :mod:`explorer.passes.bf16_attention` rounds
+both per call (:func:`explorer.passes.bf16_attention.fits` says which). A matmul whose K is
+odd, or whose weights are not constants, is left.
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.ir.relax_walk import is_constant, tensor_info
+from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
+from explorer.passes.bf16_attention import batch_dense_bf16, batch_dense_bf16_rows, fits, untransposed
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
@@ -82,11 +92,56 @@ def constant_value(expr) -> np.ndarray | None:
     return value.numpy() if hasattr(value, "numpy") else None
 
 
+def _weights_of(expr, bound) -> np.ndarray | None:
+    """The ``[K, N]`` fp32 weights ``expr`` stands for (a constant, or a constant's transpose);
+    ``bound(var)`` is the value a variable is bound to (or the variable)."""
+    w = constant_value(expr)
+    if w is None:
+        rhs = bound(expr)
+        if isinstance(rhs, relax.Call) and rhs.op.same_as(_PERMUTE) and rhs.attrs.axes is not None \
+                and [int(a) for a in rhs.attrs.axes] == [1, 0]:
+            inner = constant_value(rhs.args[0])
+            w = None if inner is None else inner.T
+    if w is None or w.ndim != 2 or w.dtype != np.float32 or w.shape[0] % PAIR:
+        return None
+    return w
+
+
+def _product_weights(call, bound) -> np.ndarray | None:
+    """The weights of ``call`` where it is a matmul this pass computes in bf16 (else None)."""
+    if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)) or str(call.attrs.out_dtype) not in _FLOAT_OUT:
+        return None
+    shape, dtype = tensor_info(call.args[0].ty)
+    out_shape, _ = tensor_info(call.ty)
+    w = _weights_of(call.args[1], bound)
+    if w is None or shape is None or out_shape is None or len(shape) < 2 or dtype != "float32" \
+            or shape[-1] != w.shape[0]:
+        return None
+    return w
+
+
+def sibling_products(func: relax.Function) -> list[list[tuple[relax.Call, np.ndarray]]]:
+    """The groups of two or more weight products of ``func`` that read the same activations
+    (attention's Q, K and V projections), each product with its ``[K, N]`` weights, in binding
+    order: each group becomes one kernel on the weights side by side (one packing of the
+    activations, one wider product, sliced after)."""
+    values = {b.var: b.value for b in iter_bindings(func) if isinstance(b, relax.VarBinding)}
+    groups: dict = {}
+    for value in values.values():
+        x = value.args[0] if isinstance(value, relax.Call) and value.args else None
+        w = _product_weights(value, lambda v: values.get(v, v)) if isinstance(x, relax.Var) else None
+        if w is not None:
+            groups.setdefault(x, []).append((value, w))
+    return [g for g in groups.values() if len(g) > 1]
+
+
 @mutator
 class _Rewriter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
         super().__init__(mod)
         self.rewritten = 0
+        self.siblings: list[list[tuple[relax.Call, np.ndarray]]] = []  # the function's sibling_products
+        self.done: list[tuple[relax.Call, relax.Var]] = []  # a sibling's result, emitted with its group's first
 
     def _bound(self, expr):
         if isinstance(expr, relax.Var):
@@ -95,48 +150,56 @@ class _Rewriter(PyExprMutator):
                 return value
         return expr
 
-    def _weights(self, expr) -> np.ndarray | None:
-        """The ``[K, N]`` fp32 weights ``expr`` stands for (a constant, or a constant's transpose)."""
-        w = constant_value(expr)
-        if w is None:
-            rhs = self._bound(expr)
-            if isinstance(rhs, relax.Call) and rhs.op.same_as(_PERMUTE) and rhs.attrs.axes is not None \
-                    and [int(a) for a in rhs.attrs.axes] == [1, 0]:
-                inner = constant_value(rhs.args[0])
-                w = None if inner is None else inner.T
-        if w is None or w.ndim != 2 or w.dtype != np.float32 or w.shape[0] % PAIR:
-            return None
-        return w
-
     def visit_call_(self, op):
+        earlier = next((y for c, y in self.done if c.same_as(op)), None)
+        if earlier is not None:
+            return earlier
+        group = next((g for g in self.siblings if g[0][0].same_as(op)), None)
         call = self.visit_expr_post_order(op)
-        if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)) \
-                or str(call.attrs.out_dtype) not in _FLOAT_OUT:
-            return call
-        shape, dtype = tensor_info(call.args[0].ty)
-        out_shape, _ = tensor_info(call.ty)
-        w = self._weights(call.args[1])
-        if w is None or shape is None or out_shape is None or len(shape) < 2 or dtype != "float32" \
-                or shape[-1] != w.shape[0]:
-            return call
-        k, n = w.shape
+        if group is None:
+            w = _product_weights(call, self._bound)
+            if w is not None:
+                return self._product(call.args[0], [w], [tensor_info(call.ty)[0]])[0]
+            if not fits(call):
+                return call
+            self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
+            swapped = untransposed(call.args[1], self._bound)
+            if swapped is not None:  # K^T: K as it comes, its transpose read by the kernel's packing
+                bt = self.builder_.emit(relax.op.permute_dims(*swapped))
+                return self.builder_.call_te(batch_dense_bf16_rows, call.args[0], bt, primfunc_name_hint="batch_dense_bf16")
+            return self.builder_.call_te(batch_dense_bf16, *call.args, primfunc_name_hint="batch_dense_bf16")
+        results = self._product(call.args[0], [w for _, w in group], [tensor_info(c.ty)[0] for c, _ in group])
+        self.done += [(c, self.builder_.emit(r)) for (c, _), r in zip(group[1:], results[1:])]
+        return results[0]
+
+    def _product(self, x, weights: list[np.ndarray], out_shapes: list) -> list[relax.Expr]:
+        """One bf16 kernel of ``x`` by ``weights`` side by side: each product's result, not emitted."""
+        shape, _ = tensor_info(x.ty)
+        k, n = weights[0].shape[0], sum(w.shape[1] for w in weights)
         emit = self.builder_.emit
         m = int(np.prod(shape[:-1]))
         # [1, M, K] as it is (no reshape: what follows fuses into the kernel); else rows [M, K]
         as_is = len(shape) == 2 or (len(shape) == 3 and int(shape[0]) == 1)
-        x2 = call.args[0] if as_is else emit(relax.op.reshape(call.args[0], [m, k]))
+        x2 = x if as_is else emit(relax.op.reshape(x, [m, k]))
+        w = weights[0] if len(weights) == 1 else np.concatenate(weights, axis=1)
         y = emit(self.builder_.call_te(dense_bf16, x2, relax.const(pack_weights(w)), primfunc_name_hint="dense_bf16"))
-        if n % PANEL:
-            y = emit(relax.op.strided_slice(y, axes=[len(shape) - 1 if as_is else 1], begin=[0], end=[n]))
-        self.rewritten += 1
-        return y if as_is else relax.op.reshape(y, list(out_shape))
+        self.rewritten += len(weights)
+        axis, results, start = len(shape) - 1 if as_is else 1, [], 0
+        for wi, out_shape in zip(weights, out_shapes):
+            part = y if wi.shape[1] == n and n % PANEL == 0 else relax.op.strided_slice(
+                y, axes=[axis], begin=[start], end=[start + wi.shape[1]])
+            start += wi.shape[1]
+            results.append(part if as_is else relax.op.reshape(part if part is y else emit(part), list(out_shape)))
+        return results
 
 
 def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
-    """``mod`` with its weight products as bf16 kernels (see the module docstring), and how many."""
+    """``mod`` with its weight products as bf16 kernels (see the module docstring), its products of
+    two activations too (:mod:`explorer.passes.bf16_attention`), and how many in all."""
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
+            rewriter.siblings, rewriter.done = sibling_products(func), []
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     if not rewriter.rewritten:
         return mod, 0
@@ -145,9 +208,10 @@ def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
 
 @tvm.transform.module_pass(opt_level=0, name="Bf16Products")
 def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """Matmuls with constant weights as bf16 kernels with fp32 accumulation (module docstring)."""
+    """Matmuls with constant weights, and products of two activations (attention's), as bf16 kernels
+    with fp32 accumulation (module docstring)."""
     return bf16_products(mod)[0]
 
 
 __all__ = ["Bf16Products", "bf16_bits", "bf16_products", "bf16_round", "constant_value", "dense_bf16",
-           "pack_weights"]
+           "pack_weights", "sibling_products"]

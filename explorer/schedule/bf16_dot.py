@@ -40,10 +40,16 @@ PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps,
 PAIR = 2  # bf16 values per 32-bit lane
 AMX_K = 32  # K per tdpbf16ps (a 64-byte tile row of bf16)
 ROWS = (8, 4, 2, 1)
+# a call of several grids asks for the next call's B panels (the weights just after its own) into L2,
+# a few lines each K step spread over all its steps, so they arrive from L3 or memory while it computes
+PREFETCH_NEXT = True
 # the block annotation of the kernels this module computes (its value: the number of weight panels)
 BF16_ATTR = "schedx.bf16_dense"
 # the packing block (fp32 -> bf16 bits): kept a block of its own, never inlined into the product
 PACK_ATTR = "schedx.bf16_pack"
+# a product of two activations (:mod:`explorer.passes.bf16_attention`): its value, the number of batch
+# axes outside the product's four loops (attention's batch and heads)
+BATCH_ATTR = "schedx.bf16_batch"
 
 DOT_FN = "schedx_dpbf16ps_512"
 AMX_FN = "schedx_amx_bf16_tile"
@@ -58,13 +64,19 @@ declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloa
 """
 
 
-def amx_ir(mt: int, nt: int, zero: bool = False) -> str:
+def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups: int = 1, kblocks: int = 1) -> str:
     """The LLVM IR of one AMX call on an ``mt x nt`` grid of 16 x 16 fp32 tiles (tmm0.. the C
     tiles, then ``mt`` A tiles, then ``nt`` B tiles, each 16 rows of 64 bytes): tile config, the
     permission request (once per process), ``tileloadd``/``tdpbf16ps`` 32 K at a time, stores.
-    ``zero``: the C tiles start from ``tilezero`` (the call computes the whole sum), not loaded."""
+    ``zero``: the C tiles start from ``tilezero`` (the call computes the whole sum), not loaded.
+    ``row_groups`` x ``col_groups``: the call computes that many such grids after one ``ldtilecfg``
+    (column groups outside, so a group's B panels serve every row group in turn while in cache;
+    the next rows ``16 mt`` A and C rows on, the next channels ``nt`` panels on), and prefetches
+    the next call's B panels (just after its own) into L2; ``kblocks``: the groups walk K in that
+    many blocks, each group's sums from ``tilezero`` in the first, loaded back in the next (a
+    block's B panels stay in L1 for every row group). One group emits the IR it always did."""
     c, a0, b0 = 0, mt * nt, mt * nt + mt
-    fn = f"{AMX_FN}_{mt}x{nt}" + ("_zero" if zero else "")
+    fn = function_name(mt, nt, zero, row_groups, col_groups, kblocks)
     body = []
     for r in range(mt):
         body += [f"  %arow{r} = mul i64 %lda, {16 * r}", f"  %aoff{r} = add i64 %arow{r}, %i",
@@ -77,32 +89,125 @@ def amx_ir(mt: int, nt: int, zero: bool = False) -> str:
                  f"  call void @llvm.x86.tileloadd64(i8 {b0 + q}, ptr %bp{q}, i64 64)"]
     body += [f"  call void @llvm.x86.tdpbf16ps(i8 {c + r * nt + q}, i8 {a0 + r}, i8 {b0 + q})"
              for r in range(mt) for q in range(nt)]
+    grouped = row_groups * col_groups > 1
+    lines = -(-16 * nt // row_groups) if grouped and PREFETCH_NEXT else 0  # per step: 1 KB a panel over the row groups
+    if lines:
+        body += [f"  %pfo = mul i64 %i, {lines}", "  %pfs = getelementptr i8, ptr %pf, i64 %pfo"]
+        body += [f"  %pf{line} = getelementptr i8, ptr %pfs, i64 {64 * line}\n"
+                 f"  call void @llvm.prefetch.p0(ptr %pf{line}, i32 0, i32 2, i32 1)" for line in range(lines)]
     cptrs, cload, cstore = c_tiles(16, mt, nt)
     if zero:  # no load of zeros just stored (it waits for those stores to drain)
-        cload = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(mt * nt))
+        czero = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(mt * nt))
+        # K in blocks: the first block's sums start from zero, the next ones' from the stored sums
+        cload = czero if kblocks == 1 else f"""  br i1 %first, label %czero, label %cload
+czero:
+{czero}
+  br label %start
+cload:
+{cload}
+  br label %start
+start:"""
     nl = "\n"
-    return f"""
+    args = "ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %bpanel, i64 %kbytes"
+    head = f"""
 {tile_config(fn + "_cfg", [16] * (mt * nt + mt + nt))}
 {DECLARATIONS}
 declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)
 declare void @llvm.x86.tilezero(i8 immarg)
-define i32 @{fn}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %bpanel, i64 %kbytes) {{
-{entry(fn + "_cfg")}
+declare void @llvm.prefetch.p0(ptr, i32 immarg, i32 immarg, i32 immarg)
+"""
+    if grouped:  # the grid's code a function of its own (no ldtilecfg), called per group
+        head += _groups_ir(fn, args, mt, nt, row_groups, col_groups, lines, kblocks) + f"""
+define internal i32 @{fn}_grid({args}, ptr %pf, i1 %first) alwaysinline {{
+go:"""
+    else:
+        head += f"""define i32 @{fn}({args}) {{
+{entry(fn + "_cfg")}"""
+    return head + f"""
 {cptrs}
 {cload}
   br label %loop
 loop:
-  %i = phi i64 [0, %go], [%next, %loop]
+  %i = phi i64 [0, %{"start" if kblocks > 1 else "go"}], [%next, %loop]
 {nl.join(body)}
   %next = add i64 %i, 64
   %done = icmp eq i64 %next, %kbytes
   br i1 %done, label %end, label %loop
 end:
 {cstore}
+{"" if grouped else RELEASE}
+  ret i32 0
+}}
+"""
+
+
+def _groups_ir(fn: str, args: str, mt: int, nt: int, row_groups: int, col_groups: int, lines: int,
+               kblocks: int = 1) -> str:
+    """``@fn``: the tile configuration loaded once, then ``@fn_grid`` for each group: K blocks
+    (``kblocks``, each a column group's B panels kept in L1 for every row group) outside, column
+    groups (``nt`` panels, ``%bpanel`` bytes apart, and ``64 nt`` bytes of C) next, row groups
+    (``16 mt`` rows of A and C) inside; each group's share of the next call's B panels to prefetch,
+    ``lines`` cache lines a K step, from ``%pf`` on."""
+    return f"""define i32 @{fn}({args}) {{
+{entry(fn + "_cfg")}
+  %bstep = mul i64 %bpanel, {nt}
+  %bnext = mul i64 %bstep, {col_groups}
+  %cstep = mul i64 %ldc, {16 * mt}
+  %astep = mul i64 %lda, {16 * mt}
+  %kbb = udiv i64 %kbytes, {kblocks}
+  %kbb16 = mul i64 %kbb, 16
+  br label %kblock
+kblock:
+  %kb = phi i64 [0, %go], [%kbnext, %kblockend]
+  %first = icmp eq i64 %kb, 0
+{_at("akp", "a", "kb", "%kbb")}
+{_at("bkp", "b", "kb", "%kbb16")}
+  br label %colgroup
+colgroup:
+  %gc = phi i64 [0, %kblock], [%gcnext, %colgroupend]
+{_at("ccp", "c", "gc", 64 * nt)}
+{_at("bcp", "bkp", "gc", "%bstep")}
+  br label %rowgroup
+rowgroup:
+  %gr = phi i64 [0, %colgroup], [%grnext, %rowgroup]
+{_at("crp", "ccp", "gr", "%cstep")}
+{_at("arp", "akp", "gr", "%astep")}
+  %gk = mul i64 %kb, {col_groups}
+  %gi0a = add i64 %gk, %gc
+  %gi0 = mul i64 %gi0a, {row_groups}
+  %gi = add i64 %gi0, %gr
+  %pfg0 = mul i64 %gi, %kbb
+  %pfg = mul i64 %pfg0, {lines}
+  %pfo = add i64 %bnext, %pfg
+  %pfp = getelementptr i8, ptr %b, i64 %pfo
+  %res = call i32 @{fn}_grid(ptr %crp, i64 %ldc, ptr %arp, i64 %lda, ptr %bcp, i64 %bpanel, i64 %kbb, ptr %pfp, i1 %first)
+{_latch("gr", row_groups, "colgroupend", "rowgroup")}
+colgroupend:
+{_latch("gc", col_groups, "kblockend", "colgroup")}
+kblockend:
+{_latch("kb", kblocks, "groupsend", "kblock")}
+groupsend:
 {RELEASE}
   ret i32 0
 }}
 """
+
+
+def function_name(mt: int, nt: int, zero: bool, row_groups: int, col_groups: int, kblocks: int) -> str:
+    """The name of the IR function of an AMX call (one per distinct body: a library may hold several)."""
+    groups = f"_g{row_groups}x{col_groups}" if row_groups * col_groups > 1 else ""
+    return f"{AMX_FN}_{mt}x{nt}{groups}" + (f"_kb{kblocks}" if kblocks > 1 else "") + ("_zero" if zero else "")
+
+
+def _at(name: str, base: str, index: str, step) -> str:
+    """``%name``: ``%base`` plus ``%index`` times ``step`` bytes (a constant or an ``%`` value)."""
+    return f"  %{name}.o = mul i64 %{index}, {step}\n  %{name} = getelementptr i8, ptr %{base}, i64 %{name}.o"
+
+
+def _latch(counter: str, count: int, done: str, again: str) -> str:
+    """A counted loop's end: ``%counter`` one on, to block ``done`` after ``count`` turns, else ``again``."""
+    return (f"  %{counter}next = add i64 %{counter}, 1\n  %{counter}done = icmp eq i64 %{counter}next, {count}\n"
+            f"  br i1 %{counter}done, label %{done}, label %{again}")
 
 
 @dataclass(frozen=True)
@@ -125,33 +230,51 @@ class Bf16Dot:
 class AmxBf16:
     """AMX-BF16: ``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` over a whole reduction of
     ``k``, on an ``mt x nt`` grid of tiles (2 x 2: four tdpbf16ps per four tile loads). ``zero``:
-    ``C = A . B``, the whole sum from ``tilezero`` (the description has the block's init)."""
+    ``C = A . B``, the whole sum from ``tilezero`` (the description has the block's init).
+    ``row_groups`` x ``col_groups``: one call computes that many grids side by side (a block of
+    :attr:`rows` x :attr:`cols`) after one ``ldtilecfg``, K in ``kblocks`` blocks. ``update``: the
+    description is the update alone (the block's init tensorized apart, into no code)."""
 
     k: int
     mt: int = 2
     nt: int = 2
     isa: str = "amx"
     zero: bool = False
+    row_groups: int = 1
+    col_groups: int = 1
+    # with ``zero``: the description is the reduction's update alone (the block decomposed, its init
+    # tensorized into no code: no zeros stored before the call); False (traces recorded before): the
+    # description holds the init, which TVM keeps as a memset of the block before the call
+    update: bool = False
+    kblocks: int = 1  # K in this many blocks, each over every group (a call of several row groups)
 
     @property
     def rows(self) -> int:
-        return 16 * self.mt
+        """The rows of the call's block (every row group's)."""
+        return 16 * self.mt * self.row_groups
 
     @property
     def cols(self) -> int:
-        return PANEL * self.nt
+        """The columns of the call's block (every column group's)."""
+        return PANEL * self.nt * self.col_groups
+
+    @property
+    def _groups(self) -> str:
+        return f"_g{self.row_groups}x{self.col_groups}" if self.row_groups * self.col_groups > 1 else ""
 
     @property
     def name(self) -> str:
-        return f"{NAME_PREFIX}amx_{self.rows}x{self.cols}x{self.k}" + ("_zero" if self.zero else "")
+        return (f"{NAME_PREFIX}amx_{16 * self.mt}x{PANEL * self.nt}x{self.k}{self._groups}"
+                + (f"_kb{self.kblocks}" if self.kblocks > 1 else "") + ("_zero" if self.zero else "")
+                + ("_u" if self.zero and self.update else ""))
 
     @property
     def function(self) -> str:
-        return f"{AMX_FN}_{self.mt}x{self.nt}" + ("_zero" if self.zero else "")
+        return function_name(self.mt, self.nt, self.zero, self.row_groups, self.col_groups, self.kblocks)
 
     @property
     def llvm_ir(self) -> str:
-        return amx_ir(self.mt, self.nt, self.zero)
+        return amx_ir(self.mt, self.nt, self.zero, self.row_groups, self.col_groups, self.kblocks)
 
 
 BF16_NAMES = tuple(Bf16Dot(rows).name for rows in ROWS)
@@ -188,5 +311,5 @@ def widen(bits):
     return tvm.tirx.reinterpret("float32", bits.astype("uint32") << tvm.tirx.const(16, "uint32"))
 
 
-__all__ = ["AMX_FN", "AMX_K", "BF16_ATTR", "BF16_NAMES", "DOT_FN", "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "ROWS",
+__all__ = ["AMX_FN", "AMX_K", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "DOT_FN", "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "ROWS",
            "AmxBf16", "Bf16Dot", "amx_ir", "isa_from", "to_bits", "why_not", "widen"]

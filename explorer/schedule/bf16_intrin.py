@@ -9,7 +9,7 @@ import re
 
 from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
 
-_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(_zero)?)")
+_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
 
 
 def register(dot: Bf16Dot | AmxBf16) -> str:
@@ -25,8 +25,10 @@ def register_for_trace(trace: object) -> None:
     """Register every schedx bf16 intrinsic a trace (JSON or text) tensorizes with."""
     text = str(trace)
     if NAME_PREFIX in text:
-        for _, rows, m, n, k, zero in set(_NAME.findall(text)):
-            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero)))
+        for _, rows, m, n, k, gr, gc, kb, zero, update in set(_NAME.findall(text)):
+            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero),
+                                                             row_groups=int(gr or 1), col_groups=int(gc or 1),
+                                                             update=bool(update), kblocks=int(kb or 1)))
 
 
 def dot_funcs(rows: int):
@@ -85,13 +87,14 @@ def dot_funcs(rows: int):
 
 
 def amx_funcs(dot):
-    """``C[16 mt, 16 nt] += A[16 mt, k] . B[nt, k/2, 16, 2]`` (``dot.zero``: ``=``, the sum from zero)
+    """``C[rows, cols] += A[rows, k] . B[cols / 16, k/2, 16, 2]`` (``dot.zero``: ``=``, the sum from
+    zero; the block of :attr:`~explorer.schedule.bf16_dot.AmxBf16.rows` x ``cols``, every group's)
     and its AMX implementation (one
     call of the IR function :func:`explorer.schedule.bf16_dot.amx_ir`: tile config, permission
     once per process, tileloadd/tdpbf16ps over k, tilestored)."""
     from tvm.script import tirx as T
 
-    k, rows, cols, nt = dot.k, dot.rows, dot.cols, dot.nt
+    k, rows, cols, nt = dot.k, dot.rows, dot.cols, dot.nt * dot.col_groups  # nt: the block's panels
     half = k // PAIR
 
     @T.macro
@@ -145,7 +148,7 @@ def amx_funcs(dot):
                                      T.address_of(A[0, 0]), T.Cast("int64", sa * 2), T.address_of(B[0, 0, 0, 0]),
                                      T.Cast("int64", sb * 2), T.int64(k * 2)))
 
-    return (desc_zero if dot.zero else desc), impl
+    return (desc_zero if dot.zero and not dot.update else desc), impl
 
 
 __all__ = ["amx_funcs", "dot_funcs", "register", "register_for_trace"]

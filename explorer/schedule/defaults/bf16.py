@@ -10,13 +10,24 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
 
       parallel(i / rows, j / (panels x 16)) . k2 . panels (unrolled) . [rows x 16 x 2 vdpbf16ps]
 
-- AMX-BF16: 32 x 32 outputs (2 x 2 tiles of 16 x 16: four ``tdpbf16ps`` per four tile loads; 16 x 16
-  where the rows or channels do not divide), each one call over the whole reduction (32 K per
-  ``tdpbf16ps``): ``parallel(i / 32, j / 32) . [32 x 32 x K]``; offered where the rows are a
-  multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has AVX512-BF16). The
-  call computes the whole sum from ``tilezero`` (no zeros stored, then loaded back), and a
-  product's epilogue (bias, residual, GELU: FuseOps fuses them in where no reshape stands
-  between, :mod:`explorer.passes.bf16_dense`) runs per tile right after its call.
+- AMX-BF16: grids of 32 x 32 outputs (2 x 2 tiles of 16 x 16: four ``tdpbf16ps`` per four tile
+  loads; 16 x 16 where the rows or channels do not divide), each over the whole reduction (32 K
+  per ``tdpbf16ps``); one call takes several grids (:func:`_grouped`: all 128 rows of a BERT
+  product by 1-2 column groups) after one ``ldtilecfg``, K in blocks whose weight panels stay in
+  L1 for every row group (:data:`L1_WEIGHTS`; the sums stored and loaded back between blocks),
+  and prefetches the next call's weight panels into L2 while it computes:
+  ``parallel(j / cols, i / rows) . [rows x cols x K]``; offered
+  where the rows are a multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has
+  AVX512-BF16). The call computes the whole sum from ``tilezero``: the block's init is a block of
+  its own inside the parallel loop, tensorized into no code (no zeros stored, none loaded back; the
+  sums stay one call's buffer, in L1). A product's epilogue (bias, residual, GELU: FuseOps fuses
+  them in where no reshape stands between, :mod:`explorer.passes.bf16_dense`) runs per call right
+  after it. Grouped calls against one grid a call (the same pass, one thread, CPU time a run,
+  load ~4.5): 128x3072x768 0.675 -> 0.530 ms, 128x2304x768 0.515 -> 0.403, 128x768x3072 0.532
+  -> 0.499 (one column group: two were 5% slower at K=3072), 128x768x768 the same; then K blocks
+  of 24 KB of panels another 9-10% off the K=768 ones (K=3072: the same); BERT's layer 0.90x
+  before the K blocks. Attention's products (12 heads, K=64/128) 2-4% faster: packing their
+  operands is most of their time.
 
 The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
 vectorized by the general rules; the epilogue after the product (bias, activation) too. A
@@ -31,17 +42,29 @@ tiles) can be made otherwise: the search measures those variants beside the defa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tvm import s_tir
 
-from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
+from explorer.schedule.amx_bf16_conv import register_zero
+from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
-from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
+from explorer.schedule.defaults.bf16_amx_conv import MAX_CALL_SUMS, MIN_CALLS_PER_CORE, tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.epilogue import epilogue_per_tile
 from explorer.schedule.defaults.machine import CpuSpec
 
 IMPORT_PRAGMA = "pragma_import_llvm"
+# one AMX call takes several grids of tiles (one ldtilecfg and tilerelease for all; its epilogue over
+# the call's block): False, one grid a call
+GROUPED_CALLS = True
+PRODUCTS = ("dense_bf16", "batch_dense_bf16")  # the matmuls' kernels (not an im2col convolution's)
+# bytes of weight panels one call reads, beyond its first column group: more columns a call where K is
+# short (128x3072x768 4% faster at 2 column groups than 1), fewer where it is long (128x768x3072 5% slower)
+MAX_CALL_WEIGHTS = 128 * 1024
+# bytes of one column group's weight panels per K block of a call of several row groups (0: K in one block)
+L1_WEIGHTS = 24 * 1024
 
 
 def bf16_block(sch: s_tir.Schedule):
@@ -65,11 +88,15 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
     if isa == "amx" and cpu.bf16_dot != "amx":
         raise NotApplicable("this CPU has no AMX-BF16 instructions")
     loops = sch.get_loops(block)
-    if len(loops) in (6, 7):  # a direct NHWC convolution: AMX tiles only, no choices of its own
+    batch = int((sch.get(block).annotations or {}).get(BATCH_ATTR, 0))
+    if batch:  # a product of two activations: its batch axes (attention's batch, heads) one loop, run in parallel
+        loops = [sch.fuse(*loops[:batch]) if batch > 1 else loops[0], *loops[batch:]]
+    elif len(loops) in (6, 7):  # a direct NHWC convolution: AMX tiles only, no choices of its own
         if isa == "avx512bf16" or rows or cols:
             raise NotApplicable("a direct NHWC bf16 convolution has one tiling: AMX tiles")
         return tile_amx_conv(sch, block, cpu)
-    if len(loops) == 5 and int(sch.get(loops[0]).extent) == 1:  # [1, M, K] activations: the unit loop stays outside
+    outer = loops[:1] if batch else []  # fused with the tiles' loops into the parallel one
+    if batch or len(loops) == 5 and int(sch.get(loops[0]).extent) == 1:  # [1, M, K]: the unit loop stays outside
         loops = loops[1:]
     if len(loops) != 4:
         raise NotApplicable("not a dense_bf16 block (loops i, j, k2, kk)")
@@ -77,7 +104,12 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
     if extent_j % PANEL:
         raise NotApplicable("channels not padded to the 16-channel panel")
     if cpu.bf16_dot == "amx" and isa != "avx512bf16" and extent_i % 16 == 0 and (2 * half) % AMX_K == 0:
-        step = _tile_amx(sch, block, loops, _amx_grid(extent_i, extent_j, half, rows, cols))
+        dot = _amx_grid(extent_i, extent_j, half, rows, cols)
+        if sch.get(block).name_hint.startswith(PRODUCTS):
+            dot = _grouped(dot, extent_i, extent_j, int(sch.get(outer[0]).extent) if outer else 1, cpu)
+        else:  # an im2col convolution: one grid a call, its init with it (measured so, bf16_conv's rules)
+            dot = replace(dot, update=False)
+        step = _tile_amx(sch, block, loops, dot, outer)
     elif isa == "amx":
         raise NotApplicable("AMX tiles need rows in multiples of 16 and K in multiples of 32")
     else:
@@ -87,7 +119,7 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
             raise NotApplicable(f"{dot.rows} rows x {panels} panels do not divide {extent_i} x {extent_j}")
         if (rows or cols) and dot.rows * panels + panels + 1 > cpu.registers:
             raise NotApplicable(f"{dot.rows} rows x {panels} panels need more than {cpu.registers} vector registers")
-        step = _tile_avx512(sch, block, loops, dot, panels)
+        step = _tile_avx512(sch, block, loops, dot, panels, outer)
     return "; ".join([step] + schedule_conv_packing(sch))  # a convolution's im2col: its own schedule
 
 
@@ -98,10 +130,33 @@ def _amx_grid(extent_i: int, extent_j: int, half: int, rows: int, cols: int) -> 
     mt, nt = rows or grid, cols or grid
     if not {mt, nt} <= {1, 2} or extent_i % (16 * mt) or extent_j % (PANEL * nt):
         raise NotApplicable(f"{mt} x {nt} AMX tiles do not divide {extent_i} x {extent_j}")
-    return AmxBf16(2 * half, mt, nt, zero=True)
+    return AmxBf16(2 * half, mt, nt, zero=True, update=True)
 
 
-def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -> str:
+def _grouped(dot: AmxBf16, extent_i: int, extent_j: int, batches: int, cpu: CpuSpec) -> AmxBf16:
+    """``dot`` with as many grids a call as keep :data:`MIN_CALLS_PER_CORE` calls a core and at most
+    :data:`MAX_CALL_SUMS` bytes of sums a call: first more rows (all of them: a group of weight panels
+    then streams from memory into cache once and serves every row), then more columns while the
+    call's weights stay within :data:`MAX_CALL_WEIGHTS`."""
+    if not GROUPED_CALLS:
+        return dot
+    grids = batches * (extent_i // dot.rows) * (extent_j // dot.cols)
+
+    def fits(gr: int, gc: int) -> bool:
+        return grids // (gr * gc) >= MIN_CALLS_PER_CORE * cpu.cores and dot.rows * gr * dot.cols * gc * 4 <= MAX_CALL_SUMS
+
+    def most(count: int, ok) -> int:
+        return max((g for g in range(1, count + 1) if count % g == 0 and ok(g)), default=1)
+
+    gr = most(extent_i // dot.rows, lambda g: fits(g, 1))
+    gc = most(extent_j // dot.cols, lambda g: fits(gr, g) and (g == 1 or dot.cols * g * dot.k * 2 <= MAX_CALL_WEIGHTS))
+    steps = dot.k // AMX_K  # K blocks: a column group's panels for one block within L1_WEIGHTS, read by every row group
+    kblocks = 1 if gr == 1 or not L1_WEIGHTS else \
+        next(n for n in range(1, steps + 1) if steps % n == 0 and (dot.nt * (steps // n) * 1024 <= L1_WEIGHTS or n == steps))
+    return replace(dot, row_groups=gr, col_groups=gc, kblocks=kblocks)
+
+
+def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, batch: list) -> str:
     i, j, k2, kk = loops
     name = sch.get(block).name_hint
     j_o, j_p, j_i = sch.split(j, [None, panels, PANEL])
@@ -110,7 +165,7 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -
     if panels > 1:
         sch.unroll(j_p)
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
-    outer = sch.fuse(j_o, i_o)
+    outer = sch.fuse(*batch, j_o, i_o)
     sch.parallel(outer)
     sch.decompose_reduction(tile, k2)
     sch.tensorize(tile, register(dot))
@@ -119,7 +174,7 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int) -
             f"{PANEL} channels, fp32 accumulation), parallel outside")
 
 
-def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
+def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> str:
     i, j, k2, kk = loops
     name = sch.get(block).name_hint
     i_o, i_i = sch.split(i, [None, dot.rows])
@@ -128,13 +183,14 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
     # a product's epilogue (bias, residual, activation) finishes each tile right after its call, while
     # the tile's sums are in cache (then one tile's buffer, not the whole output's; not a convolution's
     # im2col output, which its copy back to NCHW reads)
-    epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith("dense_bf16") else None
+    epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith(PRODUCTS) else None
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
-    outer = sch.fuse(j_o, i_o)
+    outer = sch.fuse(*batch, j_o, i_o)
     sch.parallel(outer)
-    # with its init (not decomposed): the call sums from tilezero, no zeros loaded back from memory
-    # (TVM keeps the init as a memset of the tile before the call; a state edit could drop it, as the
-    # direct convolution does, but a replayed trace would not)
+    # the call sums from tilezero: its init a block of its own, tensorized into no code (no zeros
+    # stored before the call, none loaded back)
+    if dot.update:  # the init inside the parallel loop (before a unit loop): the sums stay one call's buffer
+        sch.tensorize(sch.decompose_reduction(tile, sch.add_unit_loop(tile)), register_zero(dot.rows, dot.cols))
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     if epilogue is not None:
@@ -142,7 +198,8 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16) -> str:
             sch.vectorize(sch.get_loops(epilogue)[-1])
         except s_tir.ScheduleError:
             pass  # a loop TVM does not vectorize: LLVM's to do
-    return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}, "
+    groups = f", {dot.row_groups} x {dot.col_groups} grids a call" if dot.row_groups * dot.col_groups > 1 else ""
+    return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}{groups}, "
             "fp32 accumulation, from tilezero), parallel outside"
             + (", epilogue per tile" if epilogue is not None else ""))
 
