@@ -22,7 +22,9 @@ the fixed input shapes decide (``Shape -> Gather -> Range``, sizes of a ``Reshap
    contrib Quantize/DequantizeLinear become standard QDQ (:mod:`explorer.models.qdq`);
 4. signal operators (STFT, DFT, window generators) become products by constant Fourier matrices
    (:mod:`explorer.models.spectral`);
-5. every node left is checked against what TVM's importer takes
+5. zero ``Pad`` nodes before convolutions are folded into their padding
+   (:mod:`explorer.models.pad_conv`);
+6. every node left is checked against what TVM's importer takes
    (:mod:`explorer.models.onnx_ops`), so an unsupported one is named before conversion.
 """
 
@@ -38,6 +40,7 @@ from explorer.models.loop_unroll import unroll_loops
 from explorer.models.resize_inputs import drop_empty_resize_inputs
 from explorer.models.while_count import count_while_loops
 from explorer.models.onnx_ops import check_operators
+from explorer.models.pad_conv import fold_pads_into_convs
 from explorer.models.qdq import rewrite_qoperators
 from explorer.models.shape_fold import fold_shape_arithmetic
 from explorer.models.spectral import has_spectral_ops, rewrite_spectral
@@ -98,6 +101,8 @@ def prepare_for_tvm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]
     if has_spectral_ops(model):
         model, spectral = rewrite_spectral(_infer(model, data_prop=True))
         notes += spectral
+    model, pads = fold_pads_into_convs(model)  # Keras's ZeroPadding2D before a strided conv: no copy of its own
+    notes += pads
     check_operators(model, skip=("Loop",))  # those left are kept as Relax control flow (loop_relax)
     return (_infer(model) if notes else model), notes  # rewritten nodes get their shapes too
 

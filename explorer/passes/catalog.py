@@ -27,6 +27,7 @@ from explorer.passes.concat_copies import ConcatAsCopies
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fast_math import FastMathTransform
 from explorer.passes.fold_numpy import FoldConstantNumpy
+from explorer.passes.gate_weights import GateIntoConvWeights
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
 from explorer.passes.weight_buffers import MarkWeightBuffers
 from explorer.passes.qdq_int8 import QDQToInt8Kernels
@@ -89,6 +90,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("WinogradConv3x3", "schedx: a 3x3 stride-1 convolution on a large enough map as Winograd's F(4x4, 3x3): "
            "input and output tiles transformed by constant matrices, one batched product per tile position, "
            "0.44x the multiply-adds (TOPI's conv2d_winograd in Relay's op strategy).", lambda: WinogradConv3x3),
+        _t("GateIntoConvWeights", "schedx: a squeeze-and-excitation gate multiplied into the weights of the 1x1 "
+           "convolution that reads the gated map (where the map has more pixels than the weights have "
+           "columns), not into the map: one pass over the activations less.", lambda: GateIntoConvWeights),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
         _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution (upsampling: U-Nets, GAN generators, "

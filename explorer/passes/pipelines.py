@@ -57,9 +57,11 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "ConcatAs
 # cannot convert keep their layouts (explorer.passes.layout).
 # SinkTransposes cancels the transposes left around kernels that run in NHWC inside an NCHW graph
 # (int8 ones); PadConvOutputChannels needs the channels last and the weights folded, and so does
-# WinogradConv3x3 (3x3 stride-1 convolutions as Winograd products: their weights transformed once).
+# WinogradConv3x3 (3x3 stride-1 convolutions as Winograd products: their weights transformed once);
+# GateIntoConvWeights (an SE gate scaling a 1x1 conv's weights, not the map) too, after both: the
+# weights it scales are no longer constants.
 INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "SinkTransposes",
-                                                 "PadConvOutputChannels", "WinogradConv3x3")
+                                                 "PadConvOutputChannels", "WinogradConv3x3", "GateIntoConvWeights")
                                      + _FAST_MATH + TUNING_PASSES)
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).

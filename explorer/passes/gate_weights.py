@@ -1,0 +1,126 @@
+"""``GateIntoConvWeights``: a squeeze-and-excitation gate multiplied into the weights of the 1x1
+convolution that reads the gated map, not into the map.
+
+An SE block (EfficientNet, MobileNetV3, RegNetY) scales each channel of an HxWxC activation by a
+gate computed at run time, and a 1x1 convolution (its projection) reads the product. As written,
+the product is a pass of its own over the whole map: read HxWxC, write it, and the convolution
+reads it again (EfficientNet-B0's 56x56x144 and 112x112x96 maps: 0.1 ms each, one thread). The
+convolution computes ``sum_c x[p, c] * g[c] * W[c, k]``: the gate may scale its CxK weights instead
+(``W'[c, k] = g[c] * W[c, k]``, once a call), and the convolution read ``x`` itself. That pays where
+the map has more pixels than the weights have columns (``H*W >= 2*K``) and does not fit the L2
+(:data:`MIN_MAP_ELEMENTS`): EfficientNet's early blocks (112x112x32, 56x56x96, 56x56x144: the whole
+model 2-3% faster, one thread, alternated runs). On a 7x7 map with 192 outputs scaling the weights
+would cost more than the map, and on a map the L2 holds (MobileNetV3's 28x28x120) the product costs
+about the launch of the kernel that scales the weights; the scaled weights are no longer constants
+packed at build time (:func:`explorer.schedule.defaults.panels.pack_weights`): those stay as they are.
+
+Rewritten: ``conv2d(multiply(x, g), W)`` with ``W`` a float32 constant in HWIO of a 1x1 kernel,
+one group, NHWC data, ``g`` one value per channel (every other dimension 1) and the product used
+by that convolution alone. The sum is the same up to the rounding of ``x * (g * W)`` against
+``(x * g) * W``. Runs after the layout conversion (NHWC/HWIO) and before the activations are
+rewritten (``g`` may still be any expression).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+from explorer.passes.call_rewrite import rewrite_calls, static_ints
+
+_CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_MULTIPLY = tvm.ir.Op.get("relax.multiply")
+# pixels per output channel at least: below, scaling the weights costs more than the map's pass
+MIN_PIXELS_PER_OUTPUT = 2
+# elements of the map at least (1 MB of float32): a smaller one stays in L2 between the kernels, and its
+# product costs about the kernel launch the scaled weights add (MobileNetV3's 28x28x120 gates: no gain)
+MIN_MAP_ELEMENTS = 1 << 18
+
+
+@visitor
+class _Uses(PyExprVisitor):
+    """How many times each variable is read, and the value bound to each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uses: dict = {}
+        self.values: dict = {}
+
+    def visit_var_binding_(self, binding) -> None:
+        self.values[binding.var] = binding.value
+        self.visit_expr(binding.value)
+
+    def visit_var_(self, var) -> None:
+        self.uses[var] = self.uses.get(var, 0) + 1
+
+    def visit_dataflow_var_(self, var) -> None:
+        self.uses[var] = self.uses.get(var, 0) + 1
+
+
+def _shape(expr) -> list[int] | None:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    return static_ints(shape.values) if isinstance(shape, relax.ShapeExpr) else None
+
+
+def _gated(call: relax.Call, uses: _Uses):
+    """``(x, g, channels)`` when ``call`` is a 1x1 NHWC/HWIO conv2d of a constant float32 weight whose
+    data is ``multiply(x, g)`` read by it alone, with ``g`` one value per channel; else None."""
+    data, weight = call.args
+    a = call.attrs
+    if not (isinstance(weight, tvm.ir.Constant) and isinstance(data, relax.Var)) or int(a.groups) != 1 \
+            or str(a.data_layout) != "NHWC" or str(a.kernel_layout) != "HWIO" or str(weight.value.dtype) != "float32":
+        return None
+    w_shape = [int(d) for d in weight.value.shape]
+    if w_shape[:2] != [1, 1]:
+        return None
+    product = data
+    while isinstance(product, relax.Var):  # through plain rebindings (``lv37 = lv19``), each read once
+        if uses.uses.get(product, 0) != 1:
+            return None
+        product = uses.values.get(product)
+    if not isinstance(product, relax.Call) or not product.op.same_as(_MULTIPLY):
+        return None
+    x_shape, channels = _shape(data), w_shape[2]
+    if x_shape is None or len(x_shape) != 4 or x_shape[3] != channels:
+        return None
+    if x_shape[1] * x_shape[2] < MIN_PIXELS_PER_OUTPUT * w_shape[3] or math.prod(x_shape) < MIN_MAP_ELEMENTS:
+        return None
+    for x, g in (product.args, reversed(product.args)):
+        g_shape = _shape(g)
+        if _shape(x) == x_shape and g_shape and g_shape[-1] == channels and all(d == 1 for d in g_shape[:-1]) \
+                and str(getattr(g.ty, "dtype", "")) == "float32":
+            return x, g, channels
+    return None
+
+
+def _rewrite(uses: _Uses):
+    def rewrite(call: relax.Call, builder) -> relax.Expr | None:
+        if not call.op.same_as(_CONV2D):
+            return None
+        found = _gated(call, uses)
+        if found is None:
+            return None
+        x, gate, channels = found
+        data, weight = call.args
+        a = call.attrs
+        scaled = relax.op.multiply(weight, relax.op.reshape(gate, [1, 1, channels, 1]))
+        return relax.op.nn.conv2d(x, scaled, strides=a.strides, padding=a.padding, dilation=a.dilation, groups=1,
+                                  data_layout=a.data_layout, kernel_layout=a.kernel_layout, out_layout=a.out_layout,
+                                  out_dtype=str(call.ty.dtype))
+    return rewrite
+
+
+@tvm.transform.module_pass(opt_level=0, name="GateIntoConvWeights")
+def GateIntoConvWeights(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """Multiply channel gates into the 1x1 convolution's weights (see the module docstring)."""
+    uses = _Uses()
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            uses.visit_expr(func)
+    return rewrite_calls(mod, _rewrite(uses))
+
+
+__all__ = ["MIN_MAP_ELEMENTS", "MIN_PIXELS_PER_OUTPUT", "GateIntoConvWeights"]
