@@ -27,13 +27,14 @@ from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 # channels padded to 32, 40 output channels (8-pixel rows: tiled across rows), a 7x7 map (across
 # rows, 9 wide), a batch of 2 unpadded 5x5 maps, 56-pixel rows of 64 channels (2 x 2 grids a call), a
 # batch of 8 14x14 maps across rows (7 grids of 32 pixels a call), weights outweighing the input with
-# 28-pixel output rows (one row a call) and 14-pixel ones (two rows a call)
+# 28-pixel output rows (one row a call) and 14-pixel ones (two rows a call), a 1x1 whose input
+# outgrows L2 (144 channels padded to 160, 24 outputs: packed a chunk of calls at a time)
 SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
           (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
           (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1),
-          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1)]
+          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1), (1, 144, 56, 56, 24, 1, 1, 0)]
 IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat",
-       "two-rows", "two-rows-strided"]
+       "two-rows", "two-rows-strided", "packed-per-chunk"]
 
 
 def _out(size: int, k: int, s: int, p: int) -> int:
@@ -135,6 +136,25 @@ def test_weights_heavy_convolutions_with_one_tile_a_row_take_two_whole_output_ro
     assert "tdpbf16ps" in asm and "tilerelease" in asm
     _, wide = _built("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
     assert "2 x 2 tiles of 14 rows" in wide.steps[0] and "output rows a call" not in wide.steps[0], wide
+
+
+def test_a_1x1_kernel_whose_input_outgrows_l2_packs_it_in_chunks_of_its_parallel_calls():
+    import tvm_ffi
+
+    from explorer.schedule.trace import replay
+    from explorer.workload.keys import owned_task_module
+
+    target = parse_target("cpu:sapphirerapids")
+    func, choice = default_schedule(_func(*SHAPES[11]), target.cpu_spec())
+    assert "padded in that chunk" in choice.steps[0] and "rows in parallel" not in choice.steps[0], choice
+    assert tvm_ffi.structural_equal(replay(owned_task_module(_func(*SHAPES[11])), choice.trace).mod["main"], func)
+    ll = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("ll")
+    lambdas = [f for f in ll.split("\ndefine ") if "@__tvm_parallel_lambda" in f.split("\n")[0]]
+    calls = [f for f in lambdas if "@schedx_amx_bf16_conv_tile" in f]
+    assert len(calls) == 1 and "lshr <" in calls[0]  # the rounding to bf16 (vectorized) in the parallel loop of calls
+    _, small = _built("cpu:sapphirerapids", (1, 192, 28, 28, 32, 1, 1, 0))  # 0.9 MB: packed once
+    _, spatial = _built("cpu:sapphirerapids", SHAPES[7])  # 3x3: rows read by three calls, packed once
+    assert "rows in parallel" in small.steps[0] and "rows in parallel" in spatial.steps[0]
 
 
 def test_weights_heavy_convolutions_keep_one_grid_a_call():

@@ -82,6 +82,14 @@ def test_sapphirerapids_computes_a_3x3_conv_on_amx_tiles_and_asks_linux_for_tile
     assert "syscall" in asm and "$158" in asm and "$4131" in asm and "$18" in asm
 
 
+def test_input_heavy_convolutions_take_a_column_of_4_x_1_tiles_and_weights_heavy_ones_2_x_2():
+    lib, step = _built("cpu:sapphirerapids", _conv(56, cin=64, cout=32)[0])  # 215 KB of input, 18 KB of weights
+    assert "schedx_amx_u8i8_14x4x1_k64_s1_t3x3" in step and "4 x 1 tiles of 14 rows" in step, step
+    assert all(i in _asm(lib) for i in TILE_INSTRUCTIONS)
+    _, heavy = _built("cpu:sapphirerapids", _conv(56, cin=64, cout=512)[0])  # 295 KB of weights, 215 KB of input
+    assert "schedx_amx_u8i8_14x2x2_k64_s1_t3x3" in heavy, heavy
+
+
 @pytest.mark.parametrize("spec, instruction", [("cpu:icelake-server", "vpdpbusd"), ("cpu:znver4", "vpdpbusd"),
                                                ("cpu:znver3", "vpmaddubsw")])
 def test_cpus_without_amx_int8_keep_the_vector_instructions(spec, instruction):
@@ -142,10 +150,11 @@ def test_kernels_that_do_not_fill_the_tiles_stay_on_vpdpbusd(make, why):
                                   lambda: _dense(64, 64, 512), lambda: _dense(112, 48, 448),
                                   lambda: _stem(weight_max=127), lambda: _stem(16, weight_max=127),
                                   lambda: _conv(28, cin=16, kernel=3, weight_max=127),
-                                  lambda: _conv(28, cin=16, kernel=4, weight_max=127)],
+                                  lambda: _conv(28, cin=16, kernel=4, weight_max=127),
+                                  lambda: _conv(56, cin=64, cout=32, weight_max=127)],
                          ids=["3x3-14px", "3x3-stride2-7px", "3x3-128ch-8px", "1x1-256ch-14px", "dense-64x64x512",
                               "dense-112x48x448", "stem-7x7-s2-14px", "stem-7x7-s2-16px", "3x3-16ch-folded-28px",
-                              "4x4-16ch-folded-into-a-whole-tile-row"])
+                              "4x4-16ch-folded-into-a-whole-tile-row", "3x3-56px-4x1-tiles"])
 def test_amx_kernels_compute_exactly_on_this_cpu(make):
     func, args, ref = make()
     lib, step = _built("cpu", func)

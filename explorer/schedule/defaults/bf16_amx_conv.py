@@ -16,7 +16,8 @@ several grids of tiles (:data:`GROUPED_CALLS`). The call's own
 ``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
-vectorized, before.
+vectorized, before; a 1x1 kernel whose input outgrows L2, or is strided, packs the rows a chunk of
+calls reads in that chunk instead (:data:`PACK_PER_CALL`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ TALL_GRID = 4
 # 0.127-0.136 ms. Not where the input outweighs the weights (those calls are
 # grouped instead: 3x3 64 -> 128 s2 @28 as two rows 0.091 -> 0.101 ms). False: one row a call.
 ROWS_A_CALL = True
+# A 1x1 kernel's input packed (rounded to bf16, padded) by the calls that read it, a chunk of calls
+# at a time, where packing it once streams it through L3 (its fp32 rows and their bf16 copy over
+# PACK_ONCE_BYTES, the L2 of the AMX CPUs) or packs rows a stride skips. One thread, alternated rounds,
+# load 4-5: MobileNetV2's 1x1 144 -> 24 @56 (63% of it the packing, in perf) alone 0.111 -> 0.077 ms,
+# in the model 0.159-0.171 -> 0.108-0.110 ms. A chunk holds at least PACK_CHUNK_BYTES of bf16 rows: a
+# row a call was slower (a tile load of rows just stored waits for them: 144 -> 24 @56 0.095 ms, and
+# 192 -> 32 @28, packed per call though it fits L2, 0.017 -> 0.030 ms; 7 rows a chunk 0.018).
+# False: every input packed once, before the calls.
+PACK_PER_CALL = True
+PACK_ONCE_BYTES = 2 * 1024 * 1024
+PACK_CHUNK_BYTES = 64 * 1024
+PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
 MIN_CALLS_PER_CORE = 4  # the calls a core gets at least (load balance between the cores)
 MAX_CALL_SUMS = 32 * 1024  # bytes of fp32 sums one call stores for its epilogue (they stay in L1)
 
@@ -143,6 +156,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     outer, row, col, reduce = loops[:-5], loops[-5], loops[-4], loops[-3:]
     weights_first = _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False)
     col_o, col_i = sch.split(col, [None, dot.cols])
+    col_calls = int(sch.get(col_o).extent)
     if dot.out_rows > 1:  # whole output rows a call: the rows split, not the pixels
         row_o, row_i = sch.split(outer[-1], [None, dot.out_rows])
         outer, inner = outer[:-1], [row_i, row]
@@ -155,7 +169,11 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     epilogue = None if dot.flat else epilogue_per_tile(sch, block, order[-1])
     tile = sch.blockize(row_i)
     calls = sch.fuse(*order)
-    sch.parallel(calls)
+    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu)
+    packs = calls
+    if chunk > 1:
+        packs, calls = sch.split(calls, [None, chunk])
+    sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
     sch.tensorize(sch.decompose_reduction(tile, calls), register_zero(dot.rows, dot.cols, dot.out_rows))
     sch.tensorize(tile, register(dot))
@@ -167,7 +185,21 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
              f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
              f"{_grids(dot)}{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''}), parallel outside"
              f"{', epilogue per tile' if epilogue is not None else ''}"]
-    return "; ".join(steps + _schedule_input(sch))
+    return "; ".join(steps + _schedule_input(sch, packs if chunk else None))
+
+
+def _pack_chunk(sch: s_tir.Schedule, block, dot: AmxBf16Conv, col_calls: int, calls: int, cpu: CpuSpec) -> int:
+    """Calls a chunk whose input rows are packed in the chunk (:data:`PACK_PER_CALL`); 0: packed once."""
+    if not PACK_PER_CALL or dot.kh * dot.kw > 1 or dot.flat or dot.out_rows > 1 or col_calls > 1:
+        return 0
+    packed = _bytes(sch, block, weights=False)
+    if dot.stride == 1 and 3 * packed <= PACK_ONCE_BYTES:
+        return 0
+    per_call = packed // (calls * dot.stride)
+    fits = [d for d in range(1, calls + 1) if calls % d == 0 and calls // d >= 2 * cpu.cores]
+    if not fits:
+        return 0
+    return next((d for d in fits if d * per_call >= PACK_CHUNK_BYTES), fits[-1])
 
 
 def _grids(dot: AmxBf16Conv) -> str:
@@ -175,16 +207,28 @@ def _grids(dot: AmxBf16Conv) -> str:
     return f"; {dot.row_groups} x {dot.col_groups} grids a call, one ldtilecfg" if groups > 1 else ""
 
 
-def _schedule_input(sch: s_tir.Schedule) -> list[str]:
-    """The packing block's rows in parallel, its channels vectorized where they fill vectors."""
+def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
+    """The packing block's rows in parallel, its channels vectorized where they fill vectors; with
+    ``call`` (the parallel loop of chunks of calls), the rows a chunk reads packed in that chunk instead."""
     block = next((b for b in root_blocks(sch) if sch.get(b).name_hint == INPUT_NAME), None)
     if block is None:
         return []
+    if call is not None:
+        try:
+            sch.compute_at(block, call)
+        except s_tir.ScheduleError:  # (a packing TVM will not split by calls: packed once)
+            call = None
     loops = sch.get_loops(block)  # n, h, w, c (n, pixel, c: flattened)
     c = loops[-1]
-    sch.parallel(sch.fuse(*loops[:2]))
-    if int(sch.get(c).extent) % 16 == 0:
-        sch.vectorize(c)
+    if call is None:
+        sch.parallel(sch.fuse(*loops[:2]))
+    if int(sch.get(c).extent) % PACK_LANES == 0:
+        # 16 lanes a vector: vectorized whole, padded channels (144 -> 160) made TVM keep the loop
+        # scalar (a select per lane) and LLVM vectorize it 8 lanes wide (the 144 -> 24 @56 kernel,
+        # one thread, load 4: 0.085-0.086 -> 0.075-0.077 ms; unpadded ones level to 4% faster)
+        sch.vectorize(sch.split(c, [None, PACK_LANES])[1])
+    if call is not None:
+        return [f"{INPUT_NAME}: the rows a chunk of calls reads rounded to bf16 and padded in that chunk"]
     return [f"{INPUT_NAME}: rows in parallel, rounded to bf16 and padded once"]
 
 

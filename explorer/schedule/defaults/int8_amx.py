@@ -10,7 +10,9 @@ convolutions of 64 channels, 3x3s of 32) stay on the vector instructions (:mod:`
                                               call, then the epilogue of that tile (vectorized)]
 
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
-stages: each core then streams its share of the weights once, not once per output row).
+stages: each core then streams its share of the weights once, not once per output row). A call's
+C tiles are a column of 4 x 1 where the input outweighs the weights and the row allows
+(:data:`TALL_GRID`), else 2 x 2.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ IMPORT_PRAGMA = "pragma_import_llvm"
 # 8x8 pixels: 0.64x; 3x3 64 -> 64 at 8x8, 2.4M multiply-adds: 1.24x; 3x3 layers of ResNet 3.6-7x)
 MIN_REDUCTION = 128
 MIN_MACS = 1 << 21
+# A convolution's C tiles a column of TALL_GRID x 1 (one panel of 16 channels), not 2 x 2, where the
+# pixels allow and the input outweighs the weights, as the bf16 rule's (.bf16_amx_conv.TALL_GRID):
+# each B tile feeds 4 tdpbusd, the A tiles taking two registers in turn. Quantized ResNet-18, one
+# thread, load 5 (its layer1-layer2 3x3 convs change): kernels' sum 3.27 -> 3.19 ms; the model in 3
+# fresh processes, best of 9 rounds, 3.25/3.23/3.33 -> 3.16/3.20/3.23 ms (medians 0.97-1.01x).
+# 0: 2 x 2 grids everywhere, as before.
+TALL_GRID = 4
 
 
 def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
@@ -64,6 +73,9 @@ def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
         raise NotApplicable("a 1 x n convolution: no AMX intrinsic for its taps")
     m, mt = grid
     nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
+    if (TALL_GRID and len(loops) == 7 and not fold and rows % (m * TALL_GRID) == 0
+            and _weight_bytes(sch, block) <= _input_bytes(sch, block)):
+        mt, nt = TALL_GRID, 1
     if len(loops) == 3:
         return AmxInt8(m, mt, k, nt=nt, zero=True)
     return AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt, fold, zero=True)
