@@ -24,8 +24,8 @@ SEQ, HIDDEN, HEADS = 32, 64, 2
 DIM = HIDDEN // HEADS
 
 
-def _attention_relax() -> tvm.IRModule:
-    """x @ Wq, x @ Wk, x @ Wv (+ biases), heads split, softmax(Q K^T / sqrt(d)) V: a BERT layer's attention."""
+def _attention_relax(scale: float = DIM ** -0.5) -> tvm.IRModule:
+    """x @ Wq, x @ Wk, x @ Wv (+ biases), heads split, softmax(Q K^T * scale) V: a BERT layer's attention."""
     rng = np.random.default_rng(0)
     const = lambda *shape: relax.const(rng.standard_normal(shape).astype("float32"))  # noqa: E731
     bb = relax.BlockBuilder()
@@ -38,7 +38,7 @@ def _attention_relax() -> tvm.IRModule:
                 y = bb.emit(relax.op.reshape(y, [1, SEQ, HEADS, DIM]))
                 heads.append(bb.emit(relax.op.permute_dims(y, perm)))
             q, k, v = heads
-            scores = bb.emit(relax.op.multiply(relax.op.matmul(q, k), relax.const(DIM ** -0.5, "float32")))
+            scores = bb.emit(relax.op.multiply(relax.op.matmul(q, k), relax.const(scale, "float32")))
             probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
             out = bb.emit_output(relax.op.matmul(probs, v))
         bb.emit_func_output(out)
@@ -148,3 +148,70 @@ def test_bf16_attention_bundle_verifies_against_onnx_runtime_fp32(tmp_path):
     report = export_workload(str(path), "cpu", tmp_path / "bundle", precision="bf16", layers=False)
     assert report.verified, report.verdict
     assert report.manifest["precision"]["converted_products"] == 5
+
+
+def test_heads_split_copies_write_packed_bf16_so_only_the_softmax_output_is_packed_per_call():
+    from tvm.relax import transform
+
+    mod, _ = bf16_products(_attention_relax())
+    fused = tvm.transform.Sequential([transform.LegalizeOps(), transform.AnnotateTIROpPattern(), transform.FoldConstant(),
+                                      transform.FuseOps(), transform.FuseTIR()])(mod)
+    text = fused["main"].script(show_meta=False)
+    # Q, K and V: one copy each from the Q/K/V product's output straight to bf16 bits (K and V in panels)
+    assert text.count("add_reshape_transpose_bf16_pack") == 3 and "R.call_tir(strided_slice" not in text
+    assert text.count('dtype="uint16"') == 3
+    scores = next(f for gv, f in fused.functions.items() if gv.name_hint == "fused_batch_dense_bf16_multiply")
+    values = next(f for gv, f in fused.functions.items() if gv.name_hint.startswith("batch_dense_bf16"))
+    assert "bf16_pack" not in scores.script() and "bf16_pack_b" not in values.script() and "bf16_pack" in values.script()
+
+
+@NEEDS_AMX
+def test_attention_product_of_operands_packed_ahead_matches_numpy():
+    from explorer.passes.bf16_attention import bf16_panels, bf16_rows
+
+    heads, m, n, k = HEADS, SEQ, SEQ, DIM
+    a = te.placeholder((1, heads, m, k), "float32", "a")
+    bt = te.placeholder((1, heads, n, k), "float32", "bt")  # K as it comes: its panels read rows
+    ab, bb = bf16_rows(a), bf16_panels(bt, b_rows=True)
+    pa, pb = te.placeholder(ab.shape, "uint16", "pa"), te.placeholder(bb.shape, "uint16", "pb")
+    y = batch_dense_bf16(pa, pb)
+    target = parse_target("cpu")
+    func, choice = default_schedule(te.create_prim_func([pa, pb, y]), target.cpu_spec())
+    assert "AMX" in choice.steps[0], choice
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
+    packer = tvm.compile(te.create_prim_func([a, bt, ab, bb]), target=target.tvm())
+    rng = np.random.default_rng(7)
+    av, btv = rng.standard_normal((1, heads, m, k)).astype("float32"), rng.standard_normal((1, heads, n, k)).astype("float32")
+    bits = [tvm.runtime.tensor(np.zeros([int(v) for v in t.shape], "uint16")) for t in (ab, bb)]
+    packer["main"](tvm.runtime.tensor(av), tvm.runtime.tensor(btv), *bits)
+    out = tvm.runtime.tensor(np.zeros((1, heads, m, n), "float32"))
+    lib["main"](*bits, out)
+    exact = bf16_round(av).astype(np.float64) @ bf16_round(btv).astype(np.float64).swapaxes(-1, -2)
+    assert np.abs(out.numpy() - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+def _fused(mod: tvm.IRModule) -> tvm.IRModule:
+    from tvm.relax import transform
+
+    return tvm.transform.Sequential([transform.LegalizeOps(), transform.AnnotateTIROpPattern(), transform.FoldConstant(),
+                                     transform.FuseOps(), transform.FuseTIR()])(mod)
+
+
+@pytest.mark.parametrize("scale, folded", [(0.125, True), (DIM ** -0.5, False)])
+def test_a_power_of_two_scale_multiplies_q_in_its_packing_not_the_scores(scale, folded):
+    from explorer.passes.bf16_attention import bf16_rows
+
+    fused = _fused(bf16_products(_attention_relax(scale))[0])
+    names = {gv.name_hint for gv in fused.functions}
+    assert ("fused_batch_dense_bf16_multiply" not in names) == folded  # (exact only for a power of two)
+    assert "batch_dense_bf16" in names if folded else "fused_batch_dense_bf16_multiply" in names
+    q_pack = next(f for gv, f in fused.functions.items() if gv.name_hint.endswith("_bf16_pack"))
+    assert ("0.125" in q_pack.script()) == folded
+    # bf16(q * 2^-3) is bf16(q) * 2^-3 exactly: the folded scores are the product's scaled
+    rng = np.random.default_rng(8)
+    q = te.placeholder((1, HEADS, SEQ, DIM), "float32", "q")
+    packed = tvm.compile(te.create_prim_func([q, bf16_rows(q, 0.125)]), target="llvm")
+    qv = rng.standard_normal((1, HEADS, SEQ, DIM)).astype("float32")
+    bits = tvm.runtime.tensor(np.zeros(qv.shape, "uint16"))
+    packed["main"](tvm.runtime.tensor(qv), bits)
+    np.testing.assert_array_equal((bits.numpy().astype(np.uint32) << 16).view(np.float32), bf16_round(qv) * np.float32(0.125))

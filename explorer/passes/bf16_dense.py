@@ -29,7 +29,8 @@ Kept in fp32 (unchanged): everything else, i.e. element-wise work, bias adds, ac
 softmax, layer and batch normalisation, reductions, recurrent state, convolutions (their own
 pass: :mod:`explorer.passes.bf16_conv`). Products of two activations (attention's ``Q K^T`` and
 ``P V``) have no weights to convert at build time: :mod:`explorer.passes.bf16_attention` rounds
-both per call (:func:`explorer.passes.bf16_attention.fits` says which). A matmul whose K is
+both at run time, a heads split in the copy that splits it, the softmax's output in the product's
+kernel (:func:`explorer.passes.bf16_attention.fits` says which products). A matmul whose K is
 odd, or whose weights are not constants, is left.
 """
 
@@ -41,7 +42,9 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
-from explorer.passes.bf16_attention import batch_dense_bf16, batch_dense_bf16_rows, fits, untransposed
+from explorer.passes import bf16_attention
+from explorer.passes.bf16_attention import (batch_dense_bf16, batch_dense_bf16_rows, bf16_panels,
+                                            bf16_panels_rows, bf16_rows, fits, split_heads, untransposed)
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
@@ -141,7 +144,11 @@ class _Rewriter(PyExprMutator):
         super().__init__(mod)
         self.rewritten = 0
         self.siblings: list[list[tuple[relax.Call, np.ndarray]]] = []  # the function's sibling_products
-        self.done: list[tuple[relax.Call, relax.Var]] = []  # a sibling's result, emitted with its group's first
+        # a sibling's result (a slice of its group's product), bound where the sibling was: emitted with the
+        # group's first instead, its uses would read it through a variable alias, which keeps FuseOps from
+        # fusing the slice into what follows (K's and V's heads split: one more copy each)
+        self.done: list[tuple[relax.Call, relax.Expr]] = []
+        self.scales: dict = {}  # the function's folded_scales
 
     def _bound(self, expr):
         if isinstance(expr, relax.Var):
@@ -154,6 +161,9 @@ class _Rewriter(PyExprMutator):
         earlier = next((y for c, y in self.done if c.same_as(op)), None)
         if earlier is not None:
             return earlier
+        folded = self.scales.get(op)
+        if isinstance(folded, relax.Var):  # a scale folded into its product's packing: the product itself
+            return self.visit_expr(folded)
         group = next((g for g in self.siblings if g[0][0].same_as(op)), None)
         call = self.visit_expr_post_order(op)
         if group is None:
@@ -163,14 +173,26 @@ class _Rewriter(PyExprMutator):
             if not fits(call):
                 return call
             self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
-            swapped = untransposed(call.args[1], self._bound)
-            if swapped is not None:  # K^T: K as it comes, its transpose read by the kernel's packing
-                bt = self.builder_.emit(relax.op.permute_dims(*swapped))
-                return self.builder_.call_te(batch_dense_bf16_rows, call.args[0], bt, primfunc_name_hint="batch_dense_bf16")
-            return self.builder_.call_te(batch_dense_bf16, *call.args, primfunc_name_hint="batch_dense_bf16")
+            return self._activations_product(*call.args, scale=self.scales.get(op, 1.0))
         results = self._product(call.args[0], [w for _, w in group], [tensor_info(c.ty)[0] for c, _ in group])
-        self.done += [(c, self.builder_.emit(r)) for (c, _), r in zip(group[1:], results[1:])]
+        self.done += [(c, r) for (c, _), r in zip(group[1:], results[1:])]
         return results[0]
+
+    def _activations_product(self, a, b, scale: float = 1.0) -> relax.Expr:
+        """The bf16 kernel of ``a @ b`` (both computed at run time) times ``scale`` (folded into ``a``'s
+        packing, :func:`~explorer.passes.bf16_attention.folded_scales`); a heads split packed ahead."""
+        emit, call_te = self.builder_.emit, self.builder_.call_te
+        swapped = untransposed(b, self._bound)
+        if swapped is not None:  # K^T: K as it comes, its transpose read by the packing
+            bt = emit(relax.op.permute_dims(*swapped))
+            if not bf16_attention.PACK_AHEAD:
+                return call_te(batch_dense_bf16_rows, a, bt, primfunc_name_hint="batch_dense_bf16")
+            b = emit(call_te(bf16_panels_rows, bt, primfunc_name_hint="bf16_pack_b"))
+        elif bf16_attention.PACK_AHEAD and split_heads(b, self._bound):
+            b = emit(call_te(bf16_panels, b, primfunc_name_hint="bf16_pack_b"))
+        if bf16_attention.PACK_AHEAD and split_heads(a, self._bound):
+            a = emit(call_te(bf16_rows, a, scale, primfunc_name_hint="bf16_pack"))
+        return call_te(batch_dense_bf16, a, b, primfunc_name_hint="batch_dense_bf16")
 
     def _product(self, x, weights: list[np.ndarray], out_shapes: list) -> list[relax.Expr]:
         """One bf16 kernel of ``x`` by ``weights`` side by side: each product's result, not emitted."""
@@ -200,10 +222,13 @@ def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             rewriter.siblings, rewriter.done = sibling_products(func), []
+            rewriter.scales = bf16_attention.folded_scales(func) if bf16_attention.PACK_AHEAD else {}
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     if not rewriter.rewritten:
         return mod, 0
-    return relax.transform.DeadCodeElimination()(rewriter.builder_.get()), rewriter.rewritten
+    # (CanonicalizeBindings: a folded scale's multiply leaves its product bound to a second variable)
+    mod = relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+    return relax.transform.CanonicalizeBindings()(mod), rewriter.rewritten
 
 
 @tvm.transform.module_pass(opt_level=0, name="Bf16Products")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.schedule.amx_groups import GroupLoop, groups_ir, offset
 from explorer.schedule.amx_ir import DECLARATIONS, RELEASE, c_tiles, entry, tile_config
 
 NAME_PREFIX = "schedx_dot_bf16_"
@@ -50,6 +51,9 @@ PACK_ATTR = "schedx.bf16_pack"
 # a product of two activations (:mod:`explorer.passes.bf16_attention`): its value, the number of batch
 # axes outside the product's four loops (attention's batch and heads)
 BATCH_ATTR = "schedx.bf16_batch"
+# a packing block into panels (:func:`explorer.passes.bf16_attention.bf16_panels`): how the panels read the
+# operand, "rows" or "columns" (:mod:`explorer.schedule.defaults.bf16_panels` schedules each its own way)
+PANEL_READ_ATTR = "schedx.bf16_panel_read"
 
 DOT_FN = "schedx_dpbf16ps_512"
 AMX_FN = "schedx_amx_bf16_tile"
@@ -148,66 +152,28 @@ def _groups_ir(fn: str, args: str, mt: int, nt: int, row_groups: int, col_groups
     groups (``nt`` panels, ``%bpanel`` bytes apart, and ``64 nt`` bytes of C) next, row groups
     (``16 mt`` rows of A and C) inside; each group's share of the next call's B panels to prefetch,
     ``lines`` cache lines a K step, from ``%pf`` on."""
-    return f"""define i32 @{fn}({args}) {{
-{entry(fn + "_cfg")}
-  %bstep = mul i64 %bpanel, {nt}
-  %bnext = mul i64 %bstep, {col_groups}
-  %cstep = mul i64 %ldc, {16 * mt}
-  %astep = mul i64 %lda, {16 * mt}
-  %kbb = udiv i64 %kbytes, {kblocks}
-  %kbb16 = mul i64 %kbb, 16
-  br label %kblock
-kblock:
-  %kb = phi i64 [0, %go], [%kbnext, %kblockend]
-  %first = icmp eq i64 %kb, 0
-{_at("akp", "a", "kb", "%kbb")}
-{_at("bkp", "b", "kb", "%kbb16")}
-  br label %colgroup
-colgroup:
-  %gc = phi i64 [0, %kblock], [%gcnext, %colgroupend]
-{_at("ccp", "c", "gc", 64 * nt)}
-{_at("bcp", "bkp", "gc", "%bstep")}
-  br label %rowgroup
-rowgroup:
-  %gr = phi i64 [0, %colgroup], [%grnext, %rowgroup]
-{_at("crp", "ccp", "gr", "%cstep")}
-{_at("arp", "akp", "gr", "%astep")}
-  %gk = mul i64 %kb, {col_groups}
-  %gi0a = add i64 %gk, %gc
-  %gi0 = mul i64 %gi0a, {row_groups}
-  %gi = add i64 %gi0, %gr
-  %pfg0 = mul i64 %gi, %kbb
-  %pfg = mul i64 %pfg0, {lines}
-  %pfo = add i64 %bnext, %pfg
-  %pfp = getelementptr i8, ptr %b, i64 %pfo
-  %res = call i32 @{fn}_grid(ptr %crp, i64 %ldc, ptr %arp, i64 %lda, ptr %bcp, i64 %bpanel, i64 %kbb, ptr %pfp, i1 %first)
-{_latch("gr", row_groups, "colgroupend", "rowgroup")}
-colgroupend:
-{_latch("gc", col_groups, "kblockend", "colgroup")}
-kblockend:
-{_latch("kb", kblocks, "groupsend", "kblock")}
-groupsend:
-{RELEASE}
-  ret i32 0
-}}
-"""
+    setup = [f"  %bstep = mul i64 %bpanel, {nt}", f"  %bnext = mul i64 %bstep, {col_groups}",
+             f"  %cstep = mul i64 %ldc, {16 * mt}", f"  %astep = mul i64 %lda, {16 * mt}",
+             f"  %kbb = udiv i64 %kbytes, {kblocks}", "  %kbb16 = mul i64 %kbb, 16"]
+    # each row group's share of the next call's B panels: group gi of all, ``lines`` cache lines a K step
+    prefetch = (f"  %gk = mul i64 %kb, {col_groups}", "  %gi0a = add i64 %gk, %gc", f"  %gi0 = mul i64 %gi0a, {row_groups}",
+                "  %gi = add i64 %gi0, %gr", "  %pfg0 = mul i64 %gi, %kbb", f"  %pfg = mul i64 %pfg0, {lines}",
+                "  %pfo = add i64 %bnext, %pfg", "  %pfp = getelementptr i8, ptr %b, i64 %pfo")
+    loops = [GroupLoop("kblock", "kb", kblocks, ("  %first = icmp eq i64 %kb, 0", offset("akp", "a", "kb", "%kbb"),
+                                                 offset("bkp", "b", "kb", "%kbb16"))),
+             GroupLoop("colgroup", "gc", col_groups, (offset("ccp", "c", "gc", 64 * nt),
+                                                      offset("bcp", "bkp", "gc", "%bstep"))),
+             GroupLoop("rowgroup", "gr", row_groups, (offset("crp", "ccp", "gr", "%cstep"),
+                                                      offset("arp", "akp", "gr", "%astep"), *prefetch))]
+    call = (f"  %res = call i32 @{fn}_grid(ptr %crp, i64 %ldc, ptr %arp, i64 %lda, ptr %bcp, i64 %bpanel, i64 %kbb, "
+            "ptr %pfp, i1 %first)")
+    return groups_ir(fn, args, setup, loops, call)
 
 
 def function_name(mt: int, nt: int, zero: bool, row_groups: int, col_groups: int, kblocks: int) -> str:
     """The name of the IR function of an AMX call (one per distinct body: a library may hold several)."""
     groups = f"_g{row_groups}x{col_groups}" if row_groups * col_groups > 1 else ""
     return f"{AMX_FN}_{mt}x{nt}{groups}" + (f"_kb{kblocks}" if kblocks > 1 else "") + ("_zero" if zero else "")
-
-
-def _at(name: str, base: str, index: str, step) -> str:
-    """``%name``: ``%base`` plus ``%index`` times ``step`` bytes (a constant or an ``%`` value)."""
-    return f"  %{name}.o = mul i64 %{index}, {step}\n  %{name} = getelementptr i8, ptr %{base}, i64 %{name}.o"
-
-
-def _latch(counter: str, count: int, done: str, again: str) -> str:
-    """A counted loop's end: ``%counter`` one on, to block ``done`` after ``count`` turns, else ``again``."""
-    return (f"  %{counter}next = add i64 %{counter}, 1\n  %{counter}done = icmp eq i64 %{counter}next, {count}\n"
-            f"  br i1 %{counter}done, label %{done}, label %{again}")
 
 
 @dataclass(frozen=True)
@@ -311,5 +277,5 @@ def widen(bits):
     return tvm.tirx.reinterpret("float32", bits.astype("uint32") << tvm.tirx.const(16, "uint32"))
 
 
-__all__ = ["AMX_FN", "AMX_K", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "DOT_FN", "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "ROWS",
+__all__ = ["AMX_FN", "AMX_K", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "DOT_FN", "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "ROWS",
            "AmxBf16", "Bf16Dot", "amx_ir", "isa_from", "to_bits", "why_not", "widen"]

@@ -11,7 +11,7 @@ nothing wrong with is kept:
    (:mod:`.simple`);
    (tried again with the rows of one output row, should running two output axes as one fail on
    a kernel, then with tiles that divide the rows, should a tail of rows fail); a kernel that
-   reduces rows and maps them (layer norm) runs row by row in one loop (:mod:`.row_chain`), the
+   reduces rows and maps them (layer norm, softmax) runs row by row in one loop (:mod:`.row_chain`), the
    block-by-block rules being the next try;
 2. ``safe``: no inlining; each block's outer loop parallel and inner loop vectorized;
 3. ``none``: the kernel as it was (only if TVM refuses even that).
@@ -35,6 +35,7 @@ from explorer.schedule.defaults.recurrence_spec import spec_of as recurrence_spe
 from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
 from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
 from explorer.schedule.defaults.bf16_conv import scheduled_already
+from explorer.schedule.defaults.bf16_panels import schedule_panels
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
@@ -81,7 +82,8 @@ def _anchor(sch: s_tir.Schedule):
 
 def _rest(sch: s_tir.Schedule, cpu: CpuSpec, names: list[str]) -> list[str]:
     """The root blocks called ``names``: spatial ones fused and vectorized, reductions by rows."""
-    return [schedule_plain(sch, sch.get_sblock(name), cpu) for name in names]
+    return [schedule_panels(sch, sch.get_sblock(name), cpu) or schedule_plain(sch, sch.get_sblock(name), cpu)
+            for name in names]
 
 
 def _at_root(sch: s_tir.Schedule, name: str, anchor) -> bool:
