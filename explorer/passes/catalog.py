@@ -85,8 +85,8 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("SinkTransposes", "schedx: move transposes below elementwise ops and pools until they meet their "
            "inverse and vanish (a quantized model's NHWC int8 kernels in an NCHW graph).", lambda: SinkTransposes),
         _t("PadConvOutputChannels", "schedx: a channels-last convolution whose output channels no vector "
-           "divides (detection heads: 75, 255, 546) computes whole vectors of zero-padded weights and slices "
-           "the real channels off.", lambda: PadConvOutputChannels),
+           "of the target divides (detection heads: 75, 255, 546; on AVX-512 also 24, 40) computes whole vectors "
+           "of zero-padded weights and slices the real channels off.", lambda: PadConvOutputChannels),
         _t("WinogradConv3x3", "schedx: a 3x3 stride-1 convolution on a large enough map as Winograd's F(4x4, 3x3): "
            "input and output tiles transformed by constant matrices, one batched product per tile position, "
            "0.44x the multiply-adds (TOPI's conv2d_winograd in Relay's op strategy).", lambda: WinogradConv3x3),

@@ -259,29 +259,13 @@ def _dequantizes(mod: tvm.IRModule) -> bool:
 
 
 def int8_dot_for_current_target() -> str | None:
-    """The int8 dot-product instructions of the CPU the pass compiles for: the current TVM target
-    when it names a CPU (``mcpu``), else this machine when the target is for this architecture
-    (pipelines run under a generic ``llvm`` target, whose triple TVM fills in with the host's).
-    None: none that schedx knows."""
-    import json
-
+    """The int8 dot-product instructions of the CPU the pass compiles for
+    (:func:`explorer.passes.pass_target.pass_cpu_target`); None: none that schedx knows."""
+    from explorer.passes.pass_target import pass_cpu_target
     from explorer.schedule.int8_dot import isa_for
-    from explorer.target import TargetError, host_target, parse_target
 
-    current = tvm.target.Target.current(allow_none=True)
-    if current is None:
-        return isa_for(host_target())
-    config = {k: v for k, v in dict(current.export()).items()
-              if isinstance(v, (str, int, float, bool, list)) and k != "tag"}
-    try:
-        target = parse_target(json.dumps(config))
-    except (TargetError, TypeError, ValueError):
-        return None
-    if not target.cpu_rules:  # a device target: its host half is this machine
-        return isa_for(host_target())
-    if target.cpu_name == "generic":  # a generic llvm target: this machine, unless it names another architecture
-        return None if target.cross else isa_for(host_target())
-    return isa_for(target)
+    target = pass_cpu_target()
+    return None if target is None else isa_for(target)
 
 
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
