@@ -11,6 +11,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+from explorer.measure.cache_sizes import cache_units, level_bytes, level_count
 from explorer.models import import_onnx
 from explorer.passes.catalog import make_pass
 from explorer.passes import gate_weights
@@ -59,21 +60,40 @@ def _map_products(mod: tvm.IRModule, side: int) -> int:
     return sum("R.multiply(" in line and f"(1, {side}, {side}, {CHANNELS})" in line for line in mod.script().splitlines())
 
 
+def _side_beyond_the_l2() -> int:
+    """The side (a multiple of 8) of the smallest square map of CHANNELS the pass takes for one beyond
+    this machine's L2 (128 with 2 MiB of L2: 1 MB)."""
+    side = 8
+    while side * side * CHANNELS < gate_weights.min_map_elements():
+        side += 8
+    return side
+
+
 @pytest.mark.parametrize("side, outputs, min_map, folded", [
-    (128, 8, None, True),    # 128x128x16: 1 MB, beyond the L2
-    (32, 8, None, False),    # 32x32x16: the L2 holds it between kernels
+    (None, 8, None, True),   # beyond the L2 (128x128x16 with 2 MiB of it)
+    (16, 8, None, False),    # 16x16x16: the L2 holds it between kernels
     (4, 16, 1, False),       # more weight columns than pixels (whatever the map's size)
 ], ids=["gate-into-weights", "map-in-l2-keeps-its-product", "few-pixels-keep-their-product"])
 def test_the_gate_scales_the_weights_where_the_map_is_larger_and_outputs_stay_the_same(side, outputs, min_map, folded,
                                                                                        monkeypatch):
     if min_map is not None:
-        monkeypatch.setattr(gate_weights, "MIN_MAP_ELEMENTS", min_map)
+        monkeypatch.setattr(gate_weights, "min_map_elements", lambda: min_map)
+    side = side or _side_beyond_the_l2()
     model = _se_block(side, outputs)
     before = _before_the_pass(model)
     after = GateIntoConvWeights(before)
     assert _map_products(before, side) == 1
-    assert _map_products(relax.transform.DeadCodeElimination()(after), side) == (0 if folded else 1)
+    assert _map_products(after, side) == (0 if folded else 1)  # the pass's own output: no dead product left
     assert after.same_as(before) != folded  # nothing rewritten: the module itself comes back
     x = np.random.default_rng(1).standard_normal((1, CHANNELS, side, side)).astype("float32")
     expected = ort_run(model, {"x": x})[0]
     np.testing.assert_allclose(_run(after, x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_threshold_is_half_this_machines_l2_and_the_measured_one_for_another_cpu():
+    units = cache_units()
+    l2_count = level_count(2, units)
+    here = level_bytes(2, units) // l2_count // 8 if l2_count else gate_weights.MIN_MAP_ELEMENTS
+    assert gate_weights.min_map_elements() == here  # no target: this machine
+    with tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-v1"}):
+        assert gate_weights.min_map_elements() == gate_weights.MIN_MAP_ELEMENTS
