@@ -196,8 +196,7 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     peaks = calibration()
     caches = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches or the L3
     prof = profile_workload(workload, target, schedules=schedules or None, runs=5, threads=opts.threads, ort=False,
-                            peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=caches.gbps,
-                            cache_bytes=caches.nbytes, l3_gbps=caches.l3_gbps, l3_bytes=caches.l3_bytes,
+                            peak_gflops=peaks.peak_gflops, memory=caches.memory_roof(peaks.peak_gbps),
                             family_peaks=peaks.families,
                             precision=opts.precision if not schedules else "fp32")  # --precision: its default build
     result["peak_notes"] = [n for n in prof.notes if "above the" in n and "peak" in n]

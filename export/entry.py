@@ -229,8 +229,7 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
     caches = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches or the L3
     say(f"profiling {workload.name}", 0.5)
     profile = profile_workload(workload, target, schedules=shipped.schedules, runs=spec.runs, threads=spec.threads,
-                               peak_gflops=peaks.peak_gflops, peak_gbps=peaks.peak_gbps, cache_gbps=caches.gbps,
-                               cache_bytes=caches.nbytes, l3_gbps=caches.l3_gbps, l3_bytes=caches.l3_bytes,
+                               peak_gflops=peaks.peak_gflops, memory=caches.memory_roof(peaks.peak_gbps),
                                precision=spec.precision, family_peaks=peaks.families)
     if shipped.decision is not None:
         profile = replace(profile, notes=(shipped.summary(), *shipped.dropped, *profile.notes))

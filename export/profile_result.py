@@ -39,26 +39,19 @@ class Profile:
     notes: tuple[str, ...] = field(default=())
     busy_note: str = ""  # other work ran on the machine meanwhile: how much ("" when quiet)
     instrument_s: float = 0.0  # the instrument's own cost per timed call, taken out of every row
-    peak_gbps: float | None = None
+    # the tiers the kernels' rooflines read their bandwidth from: the caches, then the large copy's
+    # (None: no bandwidth measured, no rooflines)
+    memory: MemoryRoof | None = None
     # the FLOP peak of the kernels' rooflines: the calibrated one, or the best GFLOPS a kernel with a
     # share of the time reached in this profile where that is higher (the calibration, a numpy
     # matmul, runs ~10% below the best kernels: headroom against it would miss that much)
     roofline_peak_gflops: float | None = None
-    cache_gbps: float = 0.0  # the bandwidth of kernels whose bytes fit in the cores' L2 caches (0: unknown)
-    cache_bytes: int = 0  # those caches together
     # OpenVINO f32 and its default precision beside TVM's plain runs (export.openvino_row.Anchor)
     openvino: tuple = ()
     # the bf16/int8 peaks the kernels of those families read against (after any raise)
     family_peaks: tuple[FamilyPeak, ...] = ()
-    l3_gbps: float = 0.0  # the bandwidth of kernels whose bytes exceed the L2 caches but fit in the L3 (0: unknown)
-    l3_bytes: int = 0  # the L3 caches together
     # each family's FLOP peak of its kernels' rooflines (roofline_peak_gflops is fp32's)
     roofline_peaks: dict = field(default_factory=dict)
-
-    def memory_roof(self) -> MemoryRoof | None:
-        """The tiers the kernels' rooflines read their bandwidth from (None without the copy's)."""
-        return MemoryRoof.of(self.peak_gbps, l2_gbps=self.cache_gbps, l2_bytes=self.cache_bytes,
-                             l3_gbps=self.l3_gbps, l3_bytes=self.l3_bytes)
 
     def peaks(self) -> tuple[FamilyPeak, ...]:
         """The peaks this profile's kernels read against: fp32, then each other family a kernel of
@@ -82,7 +75,7 @@ class Profile:
         bandwidth of where its bytes fit where they bind it): about the most any schedule, searched
         or written by hand, can take off this model on this machine. None without both peaks. An
         estimate: the calibrated peak is a little below what the best kernels reach."""
-        if not self.peak_gflops or not self.peak_gbps:
+        if not self.peak_gflops or self.memory is None:
             return None
         return sum(k.headroom_s for k in self.kernels)
 
@@ -95,6 +88,7 @@ class Profile:
         d["headroom_s"] = self.headroom_s
         d["ort"] = [n.to_dict() for n in self.ort]
         d["openvino"] = [a.to_dict() for a in self.openvino]
+        d["memory"] = self.memory.to_dict() if self.memory is not None else None
         return d
 
 

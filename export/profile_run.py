@@ -30,17 +30,15 @@ if TYPE_CHECKING:
 def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      schedules: Mapping[str, TaskSchedule] | None = None, shapes: str | None = None,
                      runs: int = 10, threads: int | None = None, ort: bool = True,
-                     peak_gflops: float | None = None, peak_gbps: float | None = None, cache_gbps: float = 0.0,
-                     cache_bytes: int = 0, l3_gbps: float = 0.0, l3_bytes: int = 0, precision: str = "fp32",
+                     peak_gflops: float | None = None, memory: MemoryRoof | None = None, precision: str = "fp32",
                      calibration=None, family_peaks: tuple[FamilyPeak, ...] = ()) -> Profile:
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules`` at
     ``precision`` (:mod:`explorer.precision`; int8: quantized with ``calibration``, and ONNX Runtime
     beside it runs the int8 model); with the machine's peaks
     (:class:`explorer.measure.calibration.Calibration`'s: ``peak_gflops`` the fp32 one, ``family_peaks``
     its ``families``), each kernel's % of its family's peak and its roofline: the bandwidth of where
-    its bytes fit, the L2 caches (``cache_gbps`` up to ``cache_bytes``), the L3 (``l3_gbps`` up to
-    ``l3_bytes``: :class:`explorer.measure.cache_peak.CachePeak`'s) or memory (``peak_gbps``, the
-    large copy's)."""
+    its bytes fit in, of ``memory``'s tiers: the L2 caches, the L3 or memory
+    (:meth:`explorer.measure.cache_peak.CachePeak.memory_roof`; None: no rooflines)."""
     from export.flow import export_workload
 
     target = parse_target(target)
@@ -54,13 +52,11 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
         report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
                                  layers=False, threads=threads, precision=precision)
         return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
-                              peak_gbps=peak_gbps, cache_gbps=cache_gbps, cache_bytes=cache_bytes, l3_gbps=l3_gbps,
-                              l3_bytes=l3_bytes, family_peaks=family_peaks)
+                              memory=memory, family_peaks=family_peaks)
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
-                   ort: bool = True, peak_gflops: float | None = None, peak_gbps: float | None = None,
-                   cache_gbps: float = 0.0, cache_bytes: int = 0, l3_gbps: float = 0.0, l3_bytes: int = 0,
+                   ort: bool = True, peak_gflops: float | None = None, memory: MemoryRoof | None = None,
                    family_peaks: tuple[FamilyPeak, ...] = ()) -> Profile:
     """Profile a bundle :func:`export.flow.export_workload` wrote for ``workload`` (its folder must
     still exist): the same figures as :func:`profile_workload`, without building again."""
@@ -76,7 +72,6 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     calls = child["profile"]["calls"]
     per_call = instrument_cost(calls, end_to_end_s)
     costs = [task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes]
-    memory = MemoryRoof.of(peak_gbps, l2_gbps=cache_gbps, l2_bytes=cache_bytes, l3_gbps=l3_gbps, l3_bytes=l3_bytes)
     rows = kernel_rows(costs, calls, per_call, peak_gflops=peak_gflops, memory=memory,
                        family_peaks={f.family: f.gflops for f in family_peaks})
     peak_gflops, family_peaks, peak_notes = checked_peaks(rows.kernels, peak_gflops, family_peaks)
@@ -103,9 +98,8 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     return Profile(workload=workload.spec, target=report.manifest["target"]["label"], runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
                    ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call,
-                   peak_gbps=peak_gbps, roofline_peak_gflops=rows.roofline_peak_gflops, cache_gbps=cache_gbps,
-                   cache_bytes=cache_bytes, openvino=anchors, family_peaks=family_peaks, l3_gbps=l3_gbps,
-                   l3_bytes=l3_bytes, roofline_peaks=rows.roofline_peaks)
+                   memory=memory, roofline_peak_gflops=rows.roofline_peak_gflops, openvino=anchors,
+                   family_peaks=family_peaks, roofline_peaks=rows.roofline_peaks)
 
 
 def instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:

@@ -29,17 +29,12 @@ def roofline_peaks_text(profile: Profile) -> str:
 
 
 def tiers_text(profile: Profile) -> str:
-    """The memory tiers of the rooflines, with how many kernels' bytes fit in each:
-    ``L2 204 GB/s up to 4.0 MB (21 kernels), L3 45 GB/s up to 480.0 MB (9), memory 25 GB/s beyond (0)``."""
-    from explorer.measure.memory import human
-
-    roof = profile.memory_roof()
-    if roof is None:
+    """The memory tiers of the rooflines (:meth:`explorer.measure.memory_roof.MemoryRoof.text`), with
+    how many kernels' bytes fit in each: ``L2 204 GB/s up to 4.0 MB (21 kernels), L3 ... (9), memory
+    25 GB/s beyond (0)``."""
+    if profile.memory is None:
         return "no bandwidth measured"
-    count = Counter(k.tier for k in profile.kernels if k.ran and k.tier)
-    tiers = [(t.name, f"{t.name} {t.gbps:.0f} GB/s up to {human(t.nbytes)}") for t in roof.known()]
-    tiers.append(("memory", f"memory {roof.memory_gbps:.0f} GB/s" + (" beyond" if tiers else "")))
-    return ", ".join(f"{text} ({count[name]}{' kernels' if i == 0 else ''})" for i, (name, text) in enumerate(tiers))
+    return profile.memory.text(Counter(k.tier for k in profile.kernels if k.ran and k.tier))
 
 
 def headroom_line(profile: Profile, lead: str = "headroom", end: str = "about the most a search can take off "

@@ -16,15 +16,7 @@ PEAK_SHARE = 0.05
 PEAK_CAP = 1.25
 
 
-def as_memory_roof(memory: MemoryRoof | float | None) -> MemoryRoof | None:
-    """``memory`` as a :class:`MemoryRoof`: a bare figure is the large copy's bandwidth, no caches."""
-    if memory is None or isinstance(memory, MemoryRoof):
-        return memory
-    return MemoryRoof(float(memory))
-
-
-def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, memory: MemoryRoof | float | None
-                   ) -> float | None:
+def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, memory: MemoryRoof | None) -> float | None:
     """What the roofline allows a kernel of ``flops`` over ``nbytes`` of arguments: its arithmetic
     intensity times the bandwidth its bytes can move at (``memory``'s tiers), at most the FLOP peak. A
     model's small max-pool reads what the convolution before it wrote to the L2 cache (against the
@@ -33,7 +25,6 @@ def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, memory: M
     both peaks, or without FLOPs."""
     from store.plots import roofline_ceiling
 
-    memory = as_memory_roof(memory)
     if not peak_gflops or memory is None or not memory.memory_gbps or not flops:
         return None
     if not nbytes:
@@ -41,7 +32,7 @@ def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, memory: M
     return roofline_ceiling(flops / nbytes, peak_gflops, memory.gbps_for(nbytes))
 
 
-def roofline_gflops(task, peak_gflops: float | None, memory: MemoryRoof | float | None) -> float | None:
+def roofline_gflops(task, peak_gflops: float | None, memory: MemoryRoof | None) -> float | None:
     """:func:`roofline_bound` of a task (its FLOPs and its arguments' bytes)."""
     from explorer.workload.keys import argument_bytes
 
@@ -60,4 +51,4 @@ def roofline_peak(peak_gflops: float | None, kernels: list[tuple[float, float | 
     return max(peak_gflops, min(attained, PEAK_CAP * peak_gflops))
 
 
-__all__ = ["PEAK_CAP", "PEAK_SHARE", "as_memory_roof", "roofline_bound", "roofline_gflops", "roofline_peak"]
+__all__ = ["PEAK_CAP", "PEAK_SHARE", "roofline_bound", "roofline_gflops", "roofline_peak"]

@@ -50,6 +50,31 @@ def test_the_tiers_read_as_a_sentence():
     assert MemoryRoof(24.8).text() == "memory 25 GB/s"
 
 
+def test_a_profiles_tiers_say_how_many_kernels_each_holds_and_travel_in_its_json():
+    """The headroom line names each tier with the kernels whose bytes fit there; the profile's JSON
+    carries the tiers as one nested dict."""
+    from explorer.measure.cache_peak import CachePeak
+    from export.profile import Profile, TaskCost, kernel_rows, tiers_text
+
+    caches = CachePeak("hw", 203.6, 4 * MB, l3_gbps=45.0, l3_bytes=480 * MB)
+    assert caches.memory_roof(24.8) == XEON and caches.memory_roof(0.0) is None  # no copy figure: no roofline
+    tasks = [TaskCost("m/pool", ("pool",), flops=16_384, nbytes=80 * 1024),
+             TaskCost("m/conv", ("conv",), flops=302_150_000, nbytes=5 * MB),
+             TaskCost("m/view", ("view",), flops=0, nbytes=512)]  # no FLOPs: no tier
+    calls = {"pool": {"seconds": 2e-6, "calls": 1}, "conv": {"seconds": 2e-4, "calls": 1}}
+    rows = kernel_rows(tasks, calls, 0.0, peak_gflops=326.2, memory=XEON)
+    profile = Profile(workload="m", target="cpu", runs=1, end_to_end_s=2.1e-4, kernels_s=rows.kernels_s, other_s=0.0,
+                      kernels=rows.kernels, peak_gflops=326.2, memory=XEON)
+    assert tiers_text(profile) == ("L2 204 GB/s up to 4.0 MB (1 kernels), L3 45 GB/s up to 480.0 MB (1), "
+                                   "memory 25 GB/s beyond (0)")
+    assert MemoryRoof(24.8).text({"memory": 3}) == "memory 25 GB/s (3 kernels)"
+    assert tiers_text(Profile(workload="m", target="cpu", runs=1, end_to_end_s=0.0, kernels_s=0.0, other_s=0.0,
+                              kernels=rows.kernels)) == "no bandwidth measured"
+    data = json.loads(json.dumps(profile.to_dict()))
+    assert data["memory"]["memory_gbps"] == 24.8 and [t["name"] for t in data["memory"]["caches"]] == ["L2", "L3"]
+    assert data["memory"] == XEON.to_dict()
+
+
 def _cache(root, cpu: int, index: int, level: int, kind: str, size: str, shared: str | None) -> None:
     folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
     folder.mkdir(parents=True)

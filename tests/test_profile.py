@@ -167,9 +167,10 @@ def test_headroom_is_what_each_kernel_would_save_at_its_roofline():
     unknown = _kernel_time("m/copy", 0.001, gflops=None, roofline=None)  # no FLOPs: nothing claimed
     assert slow.headroom_s == pytest.approx(0.003) and fast.headroom_s == 0.0 and unknown.headroom_s == 0.0
     p = Profile(workload="m", target="cpu", runs=1, end_to_end_s=0.0075, kernels_s=0.007, other_s=0.0005,
-                kernels=(slow, fast, unknown), peak_gflops=200.0, peak_gbps=20.0)
+                kernels=(slow, fast, unknown), peak_gflops=200.0, memory=MemoryRoof(20.0))
     assert p.headroom_s == pytest.approx(0.003)
     assert p.to_dict()["headroom_s"] == pytest.approx(0.003) and p.to_dict()["kernels"][0]["headroom_s"] > 0
+    assert p.to_dict()["memory"] == {"memory_gbps": 20.0, "caches": []}  # the tiers its rooflines read against
     assert Profile(workload="m", target="cpu", runs=1, end_to_end_s=0.0075, kernels_s=0.007, other_s=0.0005,
                    kernels=(slow,)).headroom_s is None  # without the machine's peaks there is no roofline
 
@@ -188,10 +189,11 @@ def test_the_roofline_of_a_matrix_vector_product_is_its_bandwidth():
         k = load_kernel(spec)
         return SimpleNamespace(flops=k.info.flops, mod=tvm.IRModule({"main": k.func}))
 
-    gemv = roofline_gflops(task("matmul:M=1,N=1024,K=1024"), 200.0, 20.0)
+    copy = MemoryRoof(20.0)  # the large copy's bandwidth, no caches
+    gemv = roofline_gflops(task("matmul:M=1,N=1024,K=1024"), 200.0, copy)
     assert gemv == pytest.approx(2 * 1024 * 1024 / (4 * (1024 + 1024 * 1024 + 1024)) * 20.0)  # ~10 GFLOPS
-    assert roofline_gflops(task("matmul:M=512,N=512,K=512"), 200.0, 20.0) == 200.0
-    assert roofline_gflops(task("matmul:M=1,N=64,K=64"), None, 20.0) is None
+    assert roofline_gflops(task("matmul:M=512,N=512,K=512"), 200.0, copy) == 200.0
+    assert roofline_gflops(task("matmul:M=1,N=64,K=64"), None, copy) is None
 
 
 def test_the_rooflines_peak_is_the_best_kernel_where_it_beats_the_calibration():
@@ -269,7 +271,7 @@ def test_a_max_pool_is_bound_by_the_bandwidth_of_where_its_bytes_are():
 
     # 16384 comparisons over 81920 bytes: 0.2 per byte, at the cache's bandwidth where the bytes fit
     assert roofline_bound(16_384, 81_920, 351.0, _CACHE) == pytest.approx(0.2 * 180.0)
-    assert roofline_bound(16_384, 81_920, 351.0, 26.0) == pytest.approx(0.2 * 26.0)  # no cache figure: the copy's
+    assert roofline_bound(16_384, 81_920, 351.0, MemoryRoof(26.0)) == pytest.approx(0.2 * 26.0)  # no cache figure: the copy's
     big = 64 * 2**20  # past the caches: what they hold at theirs, the rest at the large copy's bandwidth
     assert roofline_bound(big // 5, big, 351.0, _CACHE) == pytest.approx(0.2 * 64 / (4 / 180.0 + 60 / 26.0))
     assert roofline_bound(2 * 512**3, 3 * 4 * 512**2, 351.0, _CACHE) == 351.0  # compute-bound: the peak

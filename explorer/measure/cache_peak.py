@@ -36,6 +36,7 @@ import numpy as np
 
 from explorer.measure.cache_sizes import cache_units, level_bytes, level_count, usable_cpus
 from explorer.measure.calibration import cache_dir, cached_json, write_json
+from explorer.measure.memory_roof import MemoryRoof
 from explorer.target.environment import hardware_fingerprint
 
 VERSION = 2  # 2: the L3 tier; SMT siblings sharing an L2 count it once
@@ -60,6 +61,12 @@ class CachePeak:
     def from_dict(cls, data: dict) -> CachePeak:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def memory_roof(self, memory_gbps: float | None) -> MemoryRoof | None:
+        """The tiers of a kernel's roofline: these caches, then memory at ``memory_gbps`` (the large
+        copy's, :class:`explorer.measure.calibration.Calibration`'s ``peak_gbps``; None without it)."""
+        return MemoryRoof.of(memory_gbps, l2_gbps=self.gbps, l2_bytes=self.nbytes, l3_gbps=self.l3_gbps,
+                             l3_bytes=self.l3_bytes)
 
 
 def copy_gbps(nbytes: int, repeats: int = 20, copies: int = 200) -> float:

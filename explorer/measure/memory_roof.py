@@ -19,6 +19,7 @@ slower (a busy machine) never lowers a roof.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -75,12 +76,21 @@ class MemoryRoof:
         seconds += (nbytes - placed) / memory
         return nbytes / seconds
 
-    def text(self) -> str:
-        """``L2 204 GB/s up to 4.0 MB, L3 45 GB/s up to 480.0 MB, memory 25 GB/s beyond``."""
+    def text(self, counts: Mapping[str, int] | None = None) -> str:
+        """``L2 204 GB/s up to 4.0 MB, L3 45 GB/s up to 480.0 MB, memory 25 GB/s beyond``; with
+        ``counts`` (tier name -> how many kernels' bytes fit there) each tier says how many:
+        ``L2 204 GB/s up to 4.0 MB (21 kernels), L3 45 GB/s up to 480.0 MB (9), memory 25 GB/s beyond (0)``."""
         from explorer.measure.memory import human
 
-        parts = [f"{t.name} {t.gbps:.0f} GB/s up to {human(t.nbytes)}" for t in self.known()]
-        return ", ".join([*parts, f"memory {self.memory_gbps:.0f} GB/s" + (" beyond" if parts else "")])
+        tiers = [(t.name, f"{t.name} {t.gbps:.0f} GB/s up to {human(t.nbytes)}") for t in self.known()]
+        tiers.append(("memory", f"memory {self.memory_gbps:.0f} GB/s" + (" beyond" if tiers else "")))
+        if counts is None:
+            return ", ".join(text for _, text in tiers)
+        return ", ".join(f"{text} ({counts.get(name, 0)}{' kernels' if i == 0 else ''})"
+                         for i, (name, text) in enumerate(tiers))
+
+    def to_dict(self) -> dict:
+        return {"memory_gbps": self.memory_gbps, "caches": [t.to_dict() for t in self.caches]}
 
 
 __all__ = ["CacheTier", "MemoryRoof"]
