@@ -45,6 +45,13 @@ def _attention_relax(scale: float = DIM ** -0.5) -> tvm.IRModule:
     return bb.get()
 
 
+def _fused(mod: tvm.IRModule) -> tvm.IRModule:
+    from tvm.relax import transform
+
+    return tvm.transform.Sequential([transform.LegalizeOps(), transform.AnnotateTIROpPattern(), transform.FoldConstant(),
+                                     transform.FuseOps(), transform.FuseTIR()])(mod)
+
+
 def test_qkv_become_one_product_and_attention_two_bf16_kernels():
     mod, converted = bf16_products(_attention_relax())
     text = mod["main"].script(show_meta=False)
@@ -119,11 +126,11 @@ def test_attention_product_rounds_both_operands_and_matches_numpy(shape, b_rows)
     assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()
 
 
-def _attention_onnx() -> onnx.ModelProto:
+def _attention_onnx(scale: float = DIM ** -0.5) -> onnx.ModelProto:
     """The same attention as :func:`_attention_relax`, as ONNX (what ONNX Runtime checks the bundle against)."""
     rng = np.random.default_rng(4)
     inits, nodes = [numpy_helper.from_array(np.array([1, SEQ, HEADS, DIM], np.int64), "split"),
-                    numpy_helper.from_array(np.array(DIM ** -0.5, np.float32), "scale")], []
+                    numpy_helper.from_array(np.array(scale, np.float32), "scale")], []
     for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
         inits += [numpy_helper.from_array(rng.normal(0, HIDDEN ** -0.5, (HIDDEN, HIDDEN)).astype("float32"), f"w{name}"),
                   numpy_helper.from_array(rng.normal(0, 0.1, HIDDEN).astype("float32"), f"b{name}")]
@@ -140,22 +147,19 @@ def _attention_onnx() -> onnx.ModelProto:
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bf16 "
                                          "bundle cannot run here")
-def test_bf16_attention_bundle_verifies_against_onnx_runtime_fp32(tmp_path):
+@pytest.mark.parametrize("scale", [DIM ** -0.5, 0.125])  # a scale in the scores' kernel; one folded into Q's packing
+def test_bf16_attention_bundle_verifies_against_onnx_runtime_fp32(tmp_path, scale):
     from export.flow import export_workload
 
     path = tmp_path / "attention.onnx"
-    onnx.save(_attention_onnx(), path)
+    onnx.save(_attention_onnx(scale), path)
     report = export_workload(str(path), "cpu", tmp_path / "bundle", precision="bf16", layers=False)
     assert report.verified, report.verdict
     assert report.manifest["precision"]["converted_products"] == 5
 
 
 def test_heads_split_copies_write_packed_bf16_so_only_the_softmax_output_is_packed_per_call():
-    from tvm.relax import transform
-
-    mod, _ = bf16_products(_attention_relax())
-    fused = tvm.transform.Sequential([transform.LegalizeOps(), transform.AnnotateTIROpPattern(), transform.FoldConstant(),
-                                      transform.FuseOps(), transform.FuseTIR()])(mod)
+    fused = _fused(bf16_products(_attention_relax())[0])
     text = fused["main"].script(show_meta=False)
     # Q, K and V: one copy each from the Q/K/V product's output straight to bf16 bits (K and V in panels)
     assert text.count("add_reshape_transpose_bf16_pack") == 3 and "R.call_tir(strided_slice" not in text
@@ -190,21 +194,15 @@ def test_attention_product_of_operands_packed_ahead_matches_numpy():
     assert np.abs(out.numpy() - exact).max() <= 1e-5 * np.abs(exact).max()
 
 
-def _fused(mod: tvm.IRModule) -> tvm.IRModule:
-    from tvm.relax import transform
-
-    return tvm.transform.Sequential([transform.LegalizeOps(), transform.AnnotateTIROpPattern(), transform.FoldConstant(),
-                                     transform.FuseOps(), transform.FuseTIR()])(mod)
-
-
 @pytest.mark.parametrize("scale, folded", [(0.125, True), (DIM ** -0.5, False)])
 def test_a_power_of_two_scale_multiplies_q_in_its_packing_not_the_scores(scale, folded):
     from explorer.passes.bf16_attention import bf16_rows
 
-    fused = _fused(bf16_products(_attention_relax(scale))[0])
+    mod, _ = bf16_products(_attention_relax(scale))
+    assert ("R.multiply" in mod["main"].script(show_meta=False)) != folded  # (exact only for a power of two)
+    fused = _fused(mod)
     names = {gv.name_hint for gv in fused.functions}
-    assert ("fused_batch_dense_bf16_multiply" not in names) == folded  # (exact only for a power of two)
-    assert "batch_dense_bf16" in names if folded else "fused_batch_dense_bf16_multiply" in names
+    assert ("fused_batch_dense_bf16_multiply" not in names) == folded and ("batch_dense_bf16" in names) == folded
     q_pack = next(f for gv, f in fused.functions.items() if gv.name_hint.endswith("_bf16_pack"))
     assert ("0.125" in q_pack.script()) == folded
     # bf16(q * 2^-3) is bf16(q) * 2^-3 exactly: the folded scores are the product's scaled

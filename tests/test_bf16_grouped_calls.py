@@ -97,3 +97,13 @@ def test_each_call_loads_the_tile_config_once(groups):
     assert ir.count("call void @llvm.x86.ldtilecfg") == 1 and ir.count("call void @llvm.x86.tilerelease") == 1
     assert ("call void @llvm.prefetch" in ir) == (groups != (1, 1, 1))
     assert ("label %cload" in ir) == (groups[2] > 1)  # K in blocks: the first from tilezero, the next from the sums
+
+
+def test_a_call_takes_the_most_grids_that_leave_enough_calls_and_keep_its_sums_in_l1():
+    from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, call_fits, most_dividing
+
+    grid_sums = 32 * 32  # a 2 x 2 grid of 16 x 16 tiles
+    assert most_dividing(8, lambda g: call_fits(64, grid_sums, 2, g)) == 8  # 8 calls: 4 a core
+    assert most_dividing(8, lambda g: call_fits(64, grid_sums, 4, g)) == 4  # 16 calls: 4 a core
+    assert not call_fits(1024, grid_sums, 1, MAX_CALL_SUMS // (grid_sums * 4) + 1)  # sums past L1
+    assert most_dividing(7, lambda g: g % 2 == 0) == 1  # no divisor fits: one grid a call

@@ -120,3 +120,22 @@ def is_primitive(func: relax.Function) -> bool:
     """True for the fused functions FuseOps creates (attribute ``Primitive``)."""
     attrs = func.attrs
     return bool(attrs is not None and "Primitive" in attrs and bool(attrs["Primitive"]))
+
+
+def use_counts(func: relax.Function) -> dict[relax.Var, int]:
+    """How many times each variable is read in ``func`` (every binding's value and the result):
+    a variable read twice by one call counts twice."""
+    from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+    counts: dict[relax.Var, int] = {}
+
+    @visitor
+    class _Uses(PyExprVisitor):
+        def visit_var_(self, op) -> None:
+            counts[op] = counts.get(op, 0) + 1
+
+        def visit_dataflow_var_(self, op) -> None:
+            counts[op] = counts.get(op, 0) + 1
+
+    _Uses().visit_expr(func.body)
+    return counts

@@ -4,23 +4,27 @@ weights.
 
 For ``R.matmul(a, b)`` with ``a`` ``[..., M, K]`` and ``b`` ``[..., K, N]`` both computed at run
 time (float32, static shapes, the same batch axes, at least one: attention's batch and heads), K
-even and N a multiple of 16, it writes one kernel, :func:`batch_dense_bf16`, that rounds both to
-bf16 (nearest even) in packing blocks of its own (``a`` as rows of bf16 bits; ``b`` into panels of
-16 columns x pairs along K, ``[..., N/16, K/2, 16, 2]``: the layout a weight product's packed
-weights have, so the same AMX and AVX512-BF16 instructions read it,
-:mod:`explorer.schedule.bf16_dot`), then multiplies in bf16 and sums in fp32. The scale after
-``Q K^T`` fuses into the kernel as a weight product's bias does. Softmax stays fp32. Where ``b``
-is a transpose (``K^T``: the heads split with ``[0, 2, 3, 1]``), the kernel reads ``K`` as Q and
-V come (``[0, 2, 1, 3]``, :func:`untransposed`) and packs its rows: the copy that splits K's
-heads then writes whole rows, as Q's and V's do (0.073 -> 0.025 ms in BERT's 1-thread profile).
+even and N a multiple of 16 (:func:`fits`), it writes one kernel, :func:`batch_dense_bf16`, that
+multiplies the operands' bf16 bits (rounded to nearest even) and sums in fp32. ``b`` is read in
+panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``: the layout a weight product's
+packed weights have, so the same AMX and AVX512-BF16 instructions read it,
+:mod:`explorer.schedule.bf16_dot`). Softmax stays fp32.
 
-An operand that is a heads split (Q, K, V: a ``permute_dims`` of the Q/K/V product's slices) is
-packed ahead (:data:`PACK_AHEAD`): a kernel of its own (:func:`bf16_rows`, :func:`bf16_panels`)
-that FuseOps fuses into the split's copy, so the copy reads the product's fp32 output and writes
-the bf16 bits in the layout the product reads (half the bytes; panels scheduled by
-:mod:`explorer.schedule.defaults.bf16_panels`), and the product packs only the softmax's output.
-BERT's layer, 1 thread, profile: ``Q K^T`` 0.100 -> 0.055 ms, ``P V`` 0.082 -> 0.048, the three
-copies ~0.08 -> 0.071; the layer 0.96x (alternated bundles, CPU time, busy machine).
+The main path: an operand that is a heads split (Q, K, V: a ``permute_dims`` of the Q/K/V
+product's slices, :func:`split_heads`) is packed ahead, by a kernel of its own (:func:`bf16_rows`,
+:func:`bf16_panels`) that FuseOps fuses into the split's copy, so the copy reads the product's
+fp32 output and writes the bf16 bits in the layout the product reads (half the bytes; panels
+scheduled by :mod:`explorer.schedule.defaults.bf16_panels`). Where ``b`` is a transpose (``K^T``:
+the heads split with ``[0, 2, 3, 1]``), K is split as Q and V are (``[0, 2, 1, 3]``,
+:func:`untransposed`) and its panels read its rows. A scale after ``Q K^T`` that is a power of two
+(``1/8`` for 64-wide heads) multiplies Q in its packing instead (:func:`folded_scales`: exact), so
+the product's tiles store the scores themselves; any other scale fuses into the product's kernel
+as a weight product's bias does. BERT's layer, 1 thread, profile: ``Q K^T`` 0.100 -> 0.055 ms,
+``P V`` 0.082 -> 0.048, the three copies ~0.08 -> 0.071; the layer 0.96x (alternated bundles, CPU
+time, busy machine). Before that, K's rows read by the kernel's own packing: 0.073 -> 0.025 ms.
+
+The fallback: an operand that is no heads split (the softmax's output, ``P``) is rounded by the
+product's kernel itself, in a packing block of its own.
 
 Rounding both operands costs about 2^-9 of each; the sums stay well inside the build's tolerance
 (:data:`explorer.precision.BF16_TOLERANCE`; OpenVINO's bf16 runs attention so too).
@@ -28,20 +32,18 @@ Rounding both operands costs about 2^-9 of each; the sums stay well inside the b
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import tvm
 from tvm import relax, te
 
-from explorer.ir.relax_walk import is_constant, tensor_info
+from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info, use_counts
 from explorer.schedule.bf16_dot import BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
 _FLOAT_OUT = ("", "None", "void", "float32")
-# an operand that is a heads split (Q, K, V: a permute_dims of the Q/K/V product's slices) packed to bf16
-# ahead, by a kernel of its own that FuseOps fuses into the split's copy: that copy then writes bf16 bits
-# in the layout the product reads, and the product packs only the softmax's output
-PACK_AHEAD = True
 
 
 def bf16_rows(a: te.Tensor, scale: float = 1.0) -> te.Tensor:
@@ -87,34 +89,32 @@ def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False) -> te.Ten
                       attrs={BF16_ATTR: panels, BATCH_ATTR: len(lead)})
 
 
-def batch_dense_bf16_rows(a: te.Tensor, bt: te.Tensor) -> te.Tensor:
-    """:func:`batch_dense_bf16` of ``a`` by the transpose of ``bt`` (``[..., N, K]``)."""
-    return batch_dense_bf16(a, bt, b_rows=True)
-
-
 def bf16_panels_rows(bt: te.Tensor) -> te.Tensor:
     """:func:`bf16_panels` of the transpose of ``bt`` (``[..., N, K]``)."""
     return bf16_panels(bt, b_rows=True)
 
 
-def folded_scales(func: relax.Function) -> dict:
-    """The products of two activations of ``func`` whose result is only multiplied by a constant power
-    of two (attention's ``Q K^T / 8``) and whose ``a`` is a heads split (packed ahead): each product's
-    call -> the scale, each such multiply's call -> the product's variable. The scale then multiplies
-    ``a`` in its packing (:func:`bf16_rows`), exactly (bf16 and fp32 keep a power of two's product
-    exact), and the product's kernel has no epilogue: its tiles store the scores themselves."""
-    from explorer.ir.relax_walk import iter_bindings
+@dataclass(frozen=True)
+class ScaleFolds:
+    """The decision of :func:`folded_scales`, made once on the function before the rewrite: each
+    folded product's call -> its scale (the rewrite packs that product's ``a`` ahead with the scale,
+    always), each folded multiply's call -> the product's variable (the multiply is dropped)."""
 
+    scale_of: dict = field(default_factory=dict)
+    product_of: dict = field(default_factory=dict)
+
+
+def folded_scales(func: relax.Function) -> ScaleFolds:
+    """The products of two activations of ``func`` whose result is only multiplied by a constant power
+    of two (attention's ``Q K^T / 8``) and whose ``a`` is a heads split (packed ahead anyway). The
+    scale then multiplies ``a`` in its packing (:func:`bf16_rows`), exactly (bf16 and fp32 keep a
+    power of two's product exact), and the product's kernel has no epilogue: its tiles store the
+    scores themselves."""
     bindings = [b for b in iter_bindings(func) if isinstance(b, relax.VarBinding)]
     values = {b.var: b.value for b in bindings}
     bound = lambda v: values.get(v, v)  # noqa: E731
-    uses: dict = {}
-    for b in bindings:
-        for v in relax.analysis.free_vars(b.value):
-            uses[v] = uses.get(v, 0) + 1
-    for v in relax.analysis.free_vars(func.body.body):
-        uses[v] = uses.get(v, 0) + 1
-    folded: dict = {}
+    uses = use_counts(func)
+    scale_of, product_of = {}, {}
     for b in bindings:
         call = b.value
         if not (isinstance(call, relax.Call) and call.op.same_as(_MULTIPLY)):
@@ -125,9 +125,9 @@ def folded_scales(func: relax.Function) -> dict:
             scale = _power_of_two(c)
             if product is not None and scale is not None and uses.get(x) == 1 and fits(product) \
                     and split_heads(product.args[0], bound):
-                folded[product], folded[call] = scale, x
+                scale_of[product], product_of[call] = scale, x
                 break
-    return folded
+    return ScaleFolds(scale_of, product_of)
 
 
 def _power_of_two(expr) -> float | None:
@@ -144,7 +144,7 @@ def _power_of_two(expr) -> float | None:
 
 def split_heads(x, bound) -> bool:
     """Whether ``x`` is a ``permute_dims`` (attention's heads split off a product's output): a copy
-    that can write the operand's bf16 bits, packed, instead of fp32 (:data:`PACK_AHEAD`)."""
+    that can write the operand's bf16 bits, packed, instead of fp32 (module docstring)."""
     rhs = bound(x)
     return isinstance(rhs, relax.Call) and rhs.op.same_as(_PERMUTE)
 
@@ -177,5 +177,5 @@ def fits(call) -> bool:
     return tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2] and sa[-1] % PAIR == 0 and sb[-1] % PANEL == 0
 
 
-__all__ = ["PACK_AHEAD", "batch_dense_bf16", "batch_dense_bf16_rows", "bf16_panels", "bf16_panels_rows", "bf16_rows",
-           "fits", "folded_scales", "split_heads", "untransposed"]
+__all__ = ["ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_panels_rows", "bf16_rows", "fits", "folded_scales",
+           "split_heads", "untransposed"]

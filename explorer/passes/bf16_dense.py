@@ -42,9 +42,8 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
-from explorer.passes import bf16_attention
-from explorer.passes.bf16_attention import (batch_dense_bf16, batch_dense_bf16_rows, bf16_panels,
-                                            bf16_panels_rows, bf16_rows, fits, split_heads, untransposed)
+from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_panels_rows, bf16_rows,
+                                            fits, folded_scales, split_heads, untransposed)
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
@@ -148,7 +147,7 @@ class _Rewriter(PyExprMutator):
         # group's first instead, its uses would read it through a variable alias, which keeps FuseOps from
         # fusing the slice into what follows (K's and V's heads split: one more copy each)
         self.done: list[tuple[relax.Call, relax.Expr]] = []
-        self.scales: dict = {}  # the function's folded_scales
+        self.scales = ScaleFolds()  # the function's folded_scales
 
     def _bound(self, expr):
         if isinstance(expr, relax.Var):
@@ -161,37 +160,37 @@ class _Rewriter(PyExprMutator):
         earlier = next((y for c, y in self.done if c.same_as(op)), None)
         if earlier is not None:
             return earlier
-        folded = self.scales.get(op)
-        if isinstance(folded, relax.Var):  # a scale folded into its product's packing: the product itself
-            return self.visit_expr(folded)
+        product = self.scales.product_of.get(op)
+        if product is not None:  # a scale folded into its product's packing: the product itself
+            return self.visit_expr(product)
         group = next((g for g in self.siblings if g[0][0].same_as(op)), None)
         call = self.visit_expr_post_order(op)
         if group is None:
             w = _product_weights(call, self._bound)
             if w is not None:
                 return self._product(call.args[0], [w], [tensor_info(call.ty)[0]])[0]
-            if not fits(call):
-                return call
+            scale = self.scales.scale_of.get(op)
+            if not fits(call):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
+                return call if scale is None else relax.op.multiply(self.builder_.emit(call), relax.const(scale, "float32"))
             self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
-            return self._activations_product(*call.args, scale=self.scales.get(op, 1.0))
+            return self._activations_product(*call.args, scale=scale)
         results = self._product(call.args[0], [w for _, w in group], [tensor_info(c.ty)[0] for c, _ in group])
         self.done += [(c, r) for (c, _), r in zip(group[1:], results[1:])]
         return results[0]
 
-    def _activations_product(self, a, b, scale: float = 1.0) -> relax.Expr:
-        """The bf16 kernel of ``a @ b`` (both computed at run time) times ``scale`` (folded into ``a``'s
-        packing, :func:`~explorer.passes.bf16_attention.folded_scales`); a heads split packed ahead."""
+    def _activations_product(self, a, b, scale: float | None = None) -> relax.Expr:
+        """The bf16 kernel of ``a @ b`` (both computed at run time), a heads split packed ahead.
+        ``scale``: the product's folded scale (:func:`~explorer.passes.bf16_attention.folded_scales`,
+        which decided that ``a`` is a heads split): ``a`` is then packed ahead with it, whatever its
+        binding looks like now, so the scale is never dropped."""
         emit, call_te = self.builder_.emit, self.builder_.call_te
         swapped = untransposed(b, self._bound)
-        if swapped is not None:  # K^T: K as it comes, its transpose read by the packing
-            bt = emit(relax.op.permute_dims(*swapped))
-            if not bf16_attention.PACK_AHEAD:
-                return call_te(batch_dense_bf16_rows, a, bt, primfunc_name_hint="batch_dense_bf16")
-            b = emit(call_te(bf16_panels_rows, bt, primfunc_name_hint="bf16_pack_b"))
-        elif bf16_attention.PACK_AHEAD and split_heads(b, self._bound):
+        if swapped is not None:  # K^T: K as it comes, split as Q and V are, its panels read by rows
+            b = emit(call_te(bf16_panels_rows, emit(relax.op.permute_dims(*swapped)), primfunc_name_hint="bf16_pack_b"))
+        elif split_heads(b, self._bound):
             b = emit(call_te(bf16_panels, b, primfunc_name_hint="bf16_pack_b"))
-        if bf16_attention.PACK_AHEAD and split_heads(a, self._bound):
-            a = emit(call_te(bf16_rows, a, scale, primfunc_name_hint="bf16_pack"))
+        if scale is not None or split_heads(a, self._bound):
+            a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, primfunc_name_hint="bf16_pack"))
         return call_te(batch_dense_bf16, a, b, primfunc_name_hint="batch_dense_bf16")
 
     def _product(self, x, weights: list[np.ndarray], out_shapes: list) -> list[relax.Expr]:
@@ -222,7 +221,7 @@ def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             rewriter.siblings, rewriter.done = sibling_products(func), []
-            rewriter.scales = bf16_attention.folded_scales(func) if bf16_attention.PACK_AHEAD else {}
+            rewriter.scales = folded_scales(func)
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     if not rewriter.rewritten:
         return mod, 0

@@ -41,9 +41,8 @@ PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps,
 PAIR = 2  # bf16 values per 32-bit lane
 AMX_K = 32  # K per tdpbf16ps (a 64-byte tile row of bf16)
 ROWS = (8, 4, 2, 1)
-# a call of several grids asks for the next call's B panels (the weights just after its own) into L2,
-# a few lines each K step spread over all its steps, so they arrive from L3 or memory while it computes
-PREFETCH_NEXT = True
+# (a call of several grids asks for the next call's B panels, the weights just after its own, into L2:
+# a few lines each K step spread over all its steps, so they arrive from L3 or memory while it computes)
 # the block annotation of the kernels this module computes (its value: the number of weight panels)
 BF16_ATTR = "schedx.bf16_dense"
 # the packing block (fp32 -> bf16 bits): kept a block of its own, never inlined into the product
@@ -94,7 +93,7 @@ def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups
     body += [f"  call void @llvm.x86.tdpbf16ps(i8 {c + r * nt + q}, i8 {a0 + r}, i8 {b0 + q})"
              for r in range(mt) for q in range(nt)]
     grouped = row_groups * col_groups > 1
-    lines = -(-16 * nt // row_groups) if grouped and PREFETCH_NEXT else 0  # per step: 1 KB a panel over the row groups
+    lines = -(-16 * nt // row_groups) if grouped else 0  # per step: 1 KB a panel over the row groups
     if lines:
         body += [f"  %pfo = mul i64 %i, {lines}", "  %pfs = getelementptr i8, ptr %pf, i64 %pfo"]
         body += [f"  %pf{line} = getelementptr i8, ptr %pfs, i64 {64 * line}\n"

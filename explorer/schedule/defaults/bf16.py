@@ -46,24 +46,22 @@ from dataclasses import replace
 
 from tvm import s_tir
 
-from explorer.schedule.amx_bf16_conv import register_zero
 from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
+from explorer.schedule.defaults.amx_calls import call_fits, most_dividing, zero_init
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
-from explorer.schedule.defaults.bf16_amx_conv import MAX_CALL_SUMS, MIN_CALLS_PER_CORE, tile_amx_conv
+from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.epilogue import epilogue_per_tile
 from explorer.schedule.defaults.machine import CpuSpec
 
 IMPORT_PRAGMA = "pragma_import_llvm"
-# one AMX call takes several grids of tiles (one ldtilecfg and tilerelease for all; its epilogue over
-# the call's block): False, one grid a call
-GROUPED_CALLS = True
 PRODUCTS = ("dense_bf16", "batch_dense_bf16")  # the matmuls' kernels (not an im2col convolution's)
 # bytes of weight panels one call reads, beyond its first column group: more columns a call where K is
 # short (128x3072x768 4% faster at 2 column groups than 1), fewer where it is long (128x768x3072 5% slower)
 MAX_CALL_WEIGHTS = 128 * 1024
-# bytes of one column group's weight panels per K block of a call of several row groups (0: K in one block)
+# bytes of one column group's weight panels per K block of a call of several row groups (K in one block
+# was 9-10% slower at K=768: module docstring)
 L1_WEIGHTS = 24 * 1024
 
 
@@ -134,24 +132,17 @@ def _amx_grid(extent_i: int, extent_j: int, half: int, rows: int, cols: int) -> 
 
 
 def _grouped(dot: AmxBf16, extent_i: int, extent_j: int, batches: int, cpu: CpuSpec) -> AmxBf16:
-    """``dot`` with as many grids a call as keep :data:`MIN_CALLS_PER_CORE` calls a core and at most
-    :data:`MAX_CALL_SUMS` bytes of sums a call: first more rows (all of them: a group of weight panels
+    """``dot`` with as many grids a call as :func:`~.amx_calls.call_fits` allows (enough calls a core,
+    their sums within L1): first more rows (all of them: a group of weight panels
     then streams from memory into cache once and serves every row), then more columns while the
     call's weights stay within :data:`MAX_CALL_WEIGHTS`."""
-    if not GROUPED_CALLS:
-        return dot
     grids = batches * (extent_i // dot.rows) * (extent_j // dot.cols)
-
-    def fits(gr: int, gc: int) -> bool:
-        return grids // (gr * gc) >= MIN_CALLS_PER_CORE * cpu.cores and dot.rows * gr * dot.cols * gc * 4 <= MAX_CALL_SUMS
-
-    def most(count: int, ok) -> int:
-        return max((g for g in range(1, count + 1) if count % g == 0 and ok(g)), default=1)
-
-    gr = most(extent_i // dot.rows, lambda g: fits(g, 1))
-    gc = most(extent_j // dot.cols, lambda g: fits(gr, g) and (g == 1 or dot.cols * g * dot.k * 2 <= MAX_CALL_WEIGHTS))
+    fits = lambda per_call: call_fits(grids, dot.rows * dot.cols, cpu.cores, per_call)  # noqa: E731
+    gr = most_dividing(extent_i // dot.rows, fits)
+    gc = most_dividing(extent_j // dot.cols,
+                       lambda g: fits(gr * g) and (g == 1 or dot.cols * g * dot.k * 2 <= MAX_CALL_WEIGHTS))
     steps = dot.k // AMX_K  # K blocks: a column group's panels for one block within L1_WEIGHTS, read by every row group
-    kblocks = 1 if gr == 1 or not L1_WEIGHTS else \
+    kblocks = 1 if gr == 1 else \
         next(n for n in range(1, steps + 1) if steps % n == 0 and (dot.nt * (steps // n) * 1024 <= L1_WEIGHTS or n == steps))
     return replace(dot, row_groups=gr, col_groups=gc, kblocks=kblocks)
 
@@ -190,7 +181,7 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> s
     # the call sums from tilezero: its init a block of its own, tensorized into no code (no zeros
     # stored before the call, none loaded back)
     if dot.update:  # the init inside the parallel loop (before a unit loop): the sums stay one call's buffer
-        sch.tensorize(sch.decompose_reduction(tile, sch.add_unit_loop(tile)), register_zero(dot.rows, dot.cols))
+        zero_init(sch, tile, sch.add_unit_loop(tile), dot.rows, dot.cols)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     if epilogue is not None:

@@ -23,6 +23,7 @@ from tvm import s_tir
 from explorer.schedule.bf16_dot import PAIR, PANEL, PANEL_READ_ATTR
 from explorer.schedule.defaults.machine import CpuSpec
 
+
 def panel_read(sch: s_tir.Schedule, block) -> str:
     """How ``block``'s panels read their operand ("rows", "columns"), or "" where it packs no panels."""
     return str((sch.get(block).annotations or {}).get(PANEL_READ_ATTR, ""))
