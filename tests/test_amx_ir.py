@@ -32,3 +32,15 @@ def test_a_four_by_one_grid_loads_its_a_tiles_into_two_registers_in_turn_and_one
     products = re.findall(r"tdpbf16ps\(i8 (\d+), i8 (\d+), i8 (\d+)\)", ir)
     assert products == [("0", "4", "6"), ("1", "5", "6"), ("2", "4", "6"), ("3", "5", "6")]
     assert _config_rows(ir, "g") == [14] * 6 + [16] + [0] * 9  # 4 C, 2 A of 14 rows; B: 64 bytes = 16 rows
+
+
+def test_seven_output_rows_of_one_tile_each_go_in_three_pairs_then_a_row_after_one_tile_config():
+    ir = conv_tiles_ir("h", "tdpbf16ps", 7, 2, 2, 64, zero_c=True, out_rows=7)
+    call = ir.split("define i32 @h(")[1]
+    assert ir.count("call void @llvm.x86.ldtilecfg") == 1 and call.count("call i32 @h_rows(") == 1
+    assert "icmp eq i64 %snext, 3" in call  # the pairs: rows 0-5
+    assert call.count("call i32 @h_row(") == 1 and "mul i64 %ayr, 6" in call  # the 7th row, 6 rows on
+    row = ir.split("define internal i32 @h_row(")[1].split("\n}")[0]
+    # the last row's 1 x 2 grid in the registers the 2 x 2 grid's configuration gives it: C tmm0-1, A tmm4, B tmm6-7
+    assert re.findall(r"tdpbf16ps\(i8 (\d+), i8 (\d+), i8 (\d+)\)", row) == [("0", "4", "6"), ("1", "4", "7")]
+    assert _config_rows(ir, "h")[:8] == [7] * 6 + [16] * 2

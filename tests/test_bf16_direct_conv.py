@@ -28,13 +28,15 @@ from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 # rows, 9 wide), a batch of 2 unpadded 5x5 maps, 56-pixel rows of 64 channels (2 x 2 grids a call), a
 # batch of 8 14x14 maps across rows (7 grids of 32 pixels a call), weights outweighing the input with
 # 28-pixel output rows (one row a call) and 14-pixel ones (two rows a call), a 1x1 whose input
-# outgrows L2 (144 channels padded to 160, 24 outputs: packed a chunk of calls at a time)
+# outgrows L2 (144 channels padded to 160, 24 outputs: packed a chunk of calls at a time), a
+# weights-heavy strided 3x3 onto a 7x7 map (all 7 rows a call: 3 pairs and a row, layer4.0's form)
 SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
           (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
           (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1),
-          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1), (1, 144, 56, 56, 24, 1, 1, 0)]
+          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1), (1, 144, 56, 56, 24, 1, 1, 0),
+          (2, 32, 14, 14, 64, 3, 2, 1)]
 IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat",
-       "two-rows", "two-rows-strided", "packed-per-chunk"]
+       "two-rows", "two-rows-strided", "packed-per-chunk", "seven-rows-strided"]
 
 
 def _out(size: int, k: int, s: int, p: int) -> int:
@@ -110,7 +112,8 @@ def test_sapphirerapids_grid_calls_load_their_tile_config_once_and_start_from_ti
     assert "7 x 1 grids a call" in flat.steps[0] and "across rows 16 wide" in flat.steps[0], flat
 
 
-@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[5], SHAPES[10]], ids=["3x3", "7x7-map", "two-rows"])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[5], SHAPES[10], SHAPES[12]],
+                         ids=["3x3", "7x7-map", "two-rows", "seven-rows"])
 def test_a_replayed_trace_builds_the_kernel_the_default_schedule_built_with_no_zeroing_of_the_sums(shape):
     import tvm_ffi
 
@@ -136,6 +139,14 @@ def test_weights_heavy_convolutions_with_one_tile_a_row_take_two_whole_output_ro
     assert "tdpbf16ps" in asm and "tilerelease" in asm
     _, wide = _built("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
     assert "2 x 2 tiles of 14 rows" in wide.steps[0] and "output rows a call" not in wide.steps[0], wide
+
+
+def test_weights_heavy_strided_convolutions_onto_seven_rows_take_all_seven_a_call_in_pairs_and_a_row():
+    lib, choice = _built("cpu:sapphirerapids", SHAPES[12])  # 7x7 outputs, 2 images: 3 pairs and a row
+    step = choice.steps[0]
+    assert "2 x 2 tiles of 7 rows" in step and "7 output rows a call" in step and "_y7_u" in step, choice
+    asm = lib.mod.inspect_source("asm")  # one configuration for the 7 rows, released once
+    assert asm.count("ldtilecfg") == 1 and asm.count("tilerelease") == 1 and "tdpbf16ps" in asm
 
 
 def test_a_1x1_kernel_whose_input_outgrows_l2_packs_it_in_chunks_of_its_parallel_calls():
@@ -170,7 +181,8 @@ def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
 
     calls = [AmxBf16Conv(14, 2, 2, 64, 2, 3, 3), AmxBf16Conv(16, 1, 1, 4, 2, 7, 7, row_taps=True),
              AmxBf16Conv(16, 2, 2, 64, 1, 3, 3, flat=9), AmxBf16Conv(14, 2, 2, 64, 1, 3, 3, row_groups=2, col_groups=2),
-             AmxBf16Conv(16, 1, 2, 4, 2, 7, 7, row_taps=True, col_groups=2)]
+             AmxBf16Conv(16, 1, 2, 4, 2, 7, 7, row_taps=True, col_groups=2),
+             AmxBf16Conv(7, 2, 2, 64, 2, 3, 3, update=True, out_rows=7)]
     register_for_trace(" ".join(call.name for call in calls))  # what a replay does with a trace's text
     for call in calls:
         desc = TensorIntrin.get(call.name).desc

@@ -63,12 +63,16 @@ class AmxBf16Conv:
     # register_zero: no code); False (traces recorded before): the description holds the init
     update: bool = False
     # the call's pixels are whole output rows, this many (its m mt / out_rows pixels a row: a 28-pixel
-    # row's two 14-row tiles, two rows a call: 4 x 1 tiles); its A and C rows one stride apart
+    # row's two 14-row tiles, two rows a call: 4 x 1 tiles); its A and C rows one stride apart. More
+    # rows than mt (one tile a row): the grid walks them mt at a time, the rest a row at a time (a
+    # 7x7 map: 3 pairs and a row)
     out_rows: int = 1
 
     @property
     def rows(self) -> int:
-        return self.m * self.mt * self.row_groups
+        """Output pixels a call: a call over more output rows than tile rows takes them one tile a
+        row (``mt`` at a time, :func:`explorer.schedule.amx_ir.conv_tiles_ir`)."""
+        return self.m * max(self.mt, self.out_rows) * self.row_groups
 
     @property
     def cols(self) -> int:

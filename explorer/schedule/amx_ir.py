@@ -10,6 +10,8 @@ system call themselves (``syscall(158, 0x1023, 18)``), guarded by one flag share
 
 from __future__ import annotations
 
+from explorer.schedule.amx_groups import GroupLoop, groups_ir, offset
+
 DECLARATIONS = """@schedx_amx_granted = linkonce_odr global i32 0
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.ldtilecfg(ptr)
@@ -88,14 +90,45 @@ def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *
     channels ``16 nt`` on, after one ``ldtilecfg`` (each waits for the previous call's tiles to
     drain); the default, one grid, emits the same IR as before. ``out_rows`` > 1: the ``mt`` tile
     rows are ``mt / out_rows`` a row of that many output rows (two more arguments: ``%ayr``,
-    ``%cyr``, the A and C bytes from one output row to the next); no groups then. Where one register
+    ``%cyr``, the A and C bytes from one output row to the next); no groups then; ``out_rows`` > ``mt``
+    (rows of one tile each): the grid walks the rows ``mt`` at a time, then the rows left one at a
+    time, all after one ``ldtilecfg`` (:func:`_sweep_ir`). Where one register
     per A tile does not fit beside the C and B tiles (a 4 x 1 grid), the A tiles take two registers
     in turn (:func:`a_registers`), each loaded just before its products."""
     a_regs = a_registers(mt, nt)
-    a0, b0 = mt * nt, mt * nt + a_regs
-    tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
     if out_rows > 1 and row_groups * col_groups > 1:
         raise ValueError("a call over several output rows computes one grid")
+    config = tile_config(fn + "_cfg", [m] * (mt * nt + a_regs) + [kstep // 4] * nt,
+                         [64] * (mt * nt) + [kstep] * a_regs + [64] * nt)
+    head = f"""
+{config}
+{DECLARATIONS}
+declare void @llvm.x86.{product}(i8 immarg, i8 immarg, i8 immarg)
+declare void @llvm.x86.tilezero(i8 immarg)
+"""
+    grid = _grid_ir(product, m, mt, nt, kstep, zero_c, min(out_rows, mt), mt * nt, mt * nt + a_regs, a_regs)
+    if out_rows > mt:  # whole output rows mt at a time, one tile a row, the rest a row at a time
+        return head + _sweep_ir(fn, product, m, mt, nt, kstep, zero_c, out_rows, grid)
+    if row_groups * col_groups > 1:  # the grid's code a function of its own (no ldtilecfg), called per group
+        return head + _groups_ir(fn, m * mt, nt, row_groups, col_groups) + f"""
+define internal i32 @{fn}_grid({_ARGS}) alwaysinline {{
+go:{grid}
+  ret i32 0
+}}
+"""
+    return head + f"""define i32 @{fn}({_ARGS}{_ROWS_ARGS if out_rows > 1 else ""}) {{
+{entry(fn + "_cfg")}{grid}
+{RELEASE}
+  ret i32 0
+}}
+"""
+
+
+def _grid_ir(product: str, m: int, mt: int, nt: int, kstep: int, zero_c: bool, out_rows: int, a0: int, b0: int,
+             a_regs: int) -> str:
+    """The code of one grid of :func:`conv_tiles_ir` from block ``go`` on: C tiles tmm0.., A tiles from
+    ``tmm{a0}`` (``a_regs`` registers), B tiles from ``tmm{b0}``; ends after the C tiles' stores."""
+    tiles = [(r, q, r * nt + q) for r in range(mt) for q in range(nt)]
     cptrs, cload, cstore = c_tiles(m, mt, nt, out_rows)
     if zero_c:
         cload = "\n".join(f"  call void @llvm.x86.tilezero(i8 {t})" for _, _, t in tiles)
@@ -113,24 +146,8 @@ def conv_tiles_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, *
         body = [line for r in range(mt) for line in a_loads[r]] + b_loads + [line for p in products for line in p]
     else:  # the B tiles first, then each A tile, loaded into the register the A tile two before used
         body = b_loads + [line for r in range(mt) for line in a_loads[r] + products[r]]
-    config = tile_config(fn + "_cfg", [m] * (mt * nt + a_regs) + [kstep // 4] * nt,
-                         [64] * (mt * nt) + [kstep] * a_regs + [64] * nt)
     nl = "\n"
-    grouped = row_groups * col_groups > 1
-    head = f"""
-{config}
-{DECLARATIONS}
-declare void @llvm.x86.{product}(i8 immarg, i8 immarg, i8 immarg)
-declare void @llvm.x86.tilezero(i8 immarg)
-"""
-    if grouped:  # the grid's code a function of its own (no ldtilecfg), called per group
-        head += _groups_ir(fn, m * mt, nt, row_groups, col_groups) + f"""
-define internal i32 @{fn}_grid({_ARGS}) alwaysinline {{
-go:"""
-    else:
-        head += f"""define i32 @{fn}({_ARGS}{_ROWS_ARGS if out_rows > 1 else ""}) {{
-{entry(fn + "_cfg")}"""
-    return head + f"""
+    return f"""
   %bpanel0 = mul i64 %taps, %kbytes
   %bpanel = mul i64 %bpanel0, 16
 {cptrs}
@@ -159,8 +176,53 @@ tapend:
   %tdone = icmp eq i64 %tnext, %taps
   br i1 %tdone, label %end, label %tap
 end:
-{cstore}
-{"" if grouped else RELEASE}
+{cstore}"""
+
+
+def _sweep_ir(fn: str, product: str, m: int, mt: int, nt: int, kstep: int, zero_c: bool, out_rows: int,
+              grid: str) -> str:
+    """``@fn`` over ``out_rows`` whole output rows of one tile each (``m`` pixels): the configuration
+    loaded once, then ``@fn_rows`` (the ``mt x nt`` grid over ``mt`` rows) for each ``mt`` rows,
+    ``%ayr`` / ``%cyr`` A / C bytes a row apart, then ``@fn_row`` (a ``1 x nt`` grid: the first C,
+    A and B registers of the same configuration) for each row left (7 rows: 3 pairs and 1)."""
+    steps, left = divmod(out_rows, mt)
+    a_regs = a_registers(mt, nt)
+    row = _grid_ir(product, m, 1, nt, kstep, zero_c, 1, mt * nt, mt * nt + a_regs, 1)
+    rest = "\n".join(f"""  %lefta{r} = mul i64 %ayr, {steps * mt + r}
+  %leftc{r} = mul i64 %cyr, {steps * mt + r}
+  %leftap{r} = getelementptr i8, ptr %a, i64 %lefta{r}
+  %leftcp{r} = getelementptr i8, ptr %c, i64 %leftc{r}
+  %leftres{r} = call i32 @{fn}_row(ptr %leftcp{r}, i64 %ldc, ptr %leftap{r}, i64 %lda, i64 %ldh, i64 %ldw, \
+i64 %kw, i64 %taps, ptr %b, i64 %kbytes)""" for r in range(left))
+    return f"""define internal i32 @{fn}_rows({_ARGS}{_ROWS_ARGS}) alwaysinline {{
+go:{grid}
+  ret i32 0
+}}
+
+define internal i32 @{fn}_row({_ARGS}) alwaysinline {{
+go:{row}
+  ret i32 0
+}}
+
+define i32 @{fn}({_ARGS}{_ROWS_ARGS}) {{
+{entry(fn + "_cfg")}
+  %stepa = mul i64 %ayr, {mt}
+  %stepc = mul i64 %cyr, {mt}
+  br label %step
+step:
+  %s = phi i64 [0, %go], [%snext, %step]
+  %sa = mul i64 %s, %stepa
+  %sc = mul i64 %s, %stepc
+  %sap = getelementptr i8, ptr %a, i64 %sa
+  %scp = getelementptr i8, ptr %c, i64 %sc
+  %sres = call i32 @{fn}_rows(ptr %scp, i64 %ldc, ptr %sap, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, \
+ptr %b, i64 %kbytes, i64 %ayr, i64 %cyr)
+  %snext = add i64 %s, 1
+  %sdone = icmp eq i64 %snext, {steps}
+  br i1 %sdone, label %rest, label %step
+rest:
+{rest}
+{RELEASE}
   ret i32 0
 }}
 """
@@ -199,40 +261,16 @@ _ROWS_ARGS = ", i64 %ayr, i64 %cyr"  # a call over several output rows: A and C 
 
 def _groups_ir(fn: str, rows: int, nt: int, row_groups: int, col_groups: int) -> str:
     """``@fn``: the tile configuration loaded once, then ``@fn_grid`` for each group of ``rows``
-    A/C rows (``%lda`` / ``%ldc`` bytes a row) and ``16 nt`` channels (``nt`` B panels)."""
-    return f"""define i32 @{fn}({_ARGS}) {{
-{entry(fn + "_cfg")}
-  %gpanel0 = mul i64 %taps, %kbytes
-  %gpanel = mul i64 %gpanel0, {16 * nt}
-  %cstep = mul i64 %ldc, {rows}
-  %astep = mul i64 %lda, {rows}
-  br label %rowgroup
-rowgroup:
-  %gr = phi i64 [0, %go], [%grnext, %rowgroupend]
-  %cr = mul i64 %gr, %cstep
-  %ar = mul i64 %gr, %astep
-  %crp = getelementptr i8, ptr %c, i64 %cr
-  %arp = getelementptr i8, ptr %a, i64 %ar
-  br label %colgroup
-colgroup:
-  %gc = phi i64 [0, %rowgroup], [%gcnext, %colgroup]
-  %cc = mul i64 %gc, {64 * nt}
-  %ccp = getelementptr i8, ptr %crp, i64 %cc
-  %bc = mul i64 %gc, %gpanel
-  %bcp = getelementptr i8, ptr %b, i64 %bc
-  %res = call i32 @{fn}_grid(ptr %ccp, i64 %ldc, ptr %arp, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, i64 %taps, ptr %bcp, i64 %kbytes)
-  %gcnext = add i64 %gc, 1
-  %gcdone = icmp eq i64 %gcnext, {col_groups}
-  br i1 %gcdone, label %rowgroupend, label %colgroup
-rowgroupend:
-  %grnext = add i64 %gr, 1
-  %grdone = icmp eq i64 %grnext, {row_groups}
-  br i1 %grdone, label %groupsend, label %rowgroup
-groupsend:
-{RELEASE}
-  ret i32 0
-}}
-"""
+    A/C rows (``%lda`` / ``%ldc`` bytes a row) and ``16 nt`` channels (``nt`` B panels)
+    (:func:`explorer.schedule.amx_groups.groups_ir`)."""
+    setup = ["  %gpanel0 = mul i64 %taps, %kbytes", f"  %gpanel = mul i64 %gpanel0, {16 * nt}",
+             f"  %cstep = mul i64 %ldc, {rows}", f"  %astep = mul i64 %lda, {rows}"]
+    rows_on = (offset("crp", "c", "gr", "%cstep"), offset("arp", "a", "gr", "%astep"))
+    cols_on = (offset("ccp", "crp", "gc", 64 * nt), offset("bcp", "b", "gc", "%gpanel"))
+    loops = [GroupLoop("rowgroup", "gr", row_groups, rows_on), GroupLoop("colgroup", "gc", col_groups, cols_on)]
+    call = (f"  %res = call i32 @{fn}_grid(ptr %ccp, i64 %ldc, ptr %arp, i64 %lda, i64 %ldh, i64 %ldw, i64 %kw, "
+            "i64 %taps, ptr %bcp, i64 %kbytes)")
+    return groups_ir(fn, _ARGS, setup, loops, call)
 
 
 __all__ = ["DECLARATIONS", "RELEASE", "TILE_REGISTERS", "a_registers", "c_tiles", "conv_tiles_ir", "entry", "names_in",

@@ -60,6 +60,13 @@ TALL_GRID = 4
 # 0.127-0.136 ms. Not where the input outweighs the weights (those calls are
 # grouped instead: 3x3 64 -> 128 s2 @28 as two rows 0.091 -> 0.101 ms). False: one row a call.
 ROWS_A_CALL = True
+# Where those rows are odd in number (up to this many), one call takes them all: the 2 x 2 grid over
+# each pair of rows, the last row a 1 x 2 grid, one ldtilecfg. ResNet-18's layer4.0 3x3 256 -> 512
+# s2 @7 alone, looped (one thread, 15 alternated rounds, load 3.4): 0.202 -> 0.154 ms best, 0.214 ->
+# 0.167 median; in the model (`schedx profile resnet18 --precision bf16 --no-db`, 3 alternated fresh
+# processes each, load 3-5.7): 1 thread 0.253 -> 0.214-0.232 ms, 2 threads 0.258-0.276 -> 0.230-0.256.
+# 0: one row a call there, as before.
+ODD_ROWS_A_CALL = 7
 # A 1x1 kernel's input packed (rounded to bf16, padded) by the calls that read it, a chunk of calls
 # at a time, where packing it once streams it through L3 (its fp32 rows and their bf16 copy over
 # PACK_ONCE_BYTES, the L2 of the AMX CPUs) or packs rows a stride skips. One thread, alternated rounds,
@@ -118,9 +125,14 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
 
 def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int) -> AmxBf16Conv:
     """``dot`` over two whole output rows a call as a 2 x 2 grid where a row fills one tile
-    (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped); else ``dot``."""
-    if dot.mt == 1 and width == dot.m and height % 2 == 0 and cols % (2 * PANEL) == 0:
+    (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped), over all of an odd number
+    of rows (pairs, then the last row alone: :data:`ODD_ROWS_A_CALL`); else ``dot``."""
+    if dot.mt != 1 or width != dot.m or cols % (2 * PANEL):
+        return dot
+    if height % 2 == 0:
         return replace(dot, mt=2, nt=2, out_rows=2)
+    if ODD_ROWS_A_CALL and 3 <= height <= ODD_ROWS_A_CALL:
+        return replace(dot, mt=2, nt=2, out_rows=height)
     return dot
 
 
