@@ -28,7 +28,8 @@ from math import prod
 from tvm import s_tir
 
 from explorer.passes.bf16_conv_nhwc import FLAT_ATTR, INPUT_NAME, ROW_STRIDE_ATTR
-from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, register_zero, row_taps_fit
+from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, row_taps_fit
+from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, MIN_CALLS_PER_CORE, call_fits, most_dividing, zero_init
 from explorer.schedule.amx_ir import TILE_REGISTERS
 from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
@@ -79,8 +80,6 @@ PACK_PER_CALL = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
-MIN_CALLS_PER_CORE = 4  # the calls a core gets at least (load balance between the cores)
-MAX_CALL_SUMS = 32 * 1024  # bytes of fp32 sums one call stores for its epilogue (they stay in L1)
 
 
 def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
@@ -146,16 +145,8 @@ def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int,
     if not GROUPED_CALLS or dot.out_rows > 1 or _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False):
         return dot
     tiles = prod(outer) * (rows // dot.rows) * (cols // dot.cols)
-
-    def fits(gr: int, gc: int) -> bool:
-        return (tiles // (gr * gc) >= MIN_CALLS_PER_CORE * cpu.cores
-                and dot.rows * gr * dot.cols * gc * 4 <= MAX_CALL_SUMS)
-
-    def most(count: int, ok) -> int:
-        return max((g for g in range(1, count + 1) if count % g == 0 and ok(g)), default=1)
-
-    gc = most(cols // dot.cols, lambda g: fits(1, g))
-    gr = most(rows // dot.rows, lambda g: fits(g, gc))
+    gc = most_dividing(cols // dot.cols, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g))
+    gr = most_dividing(rows // dot.rows, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g * gc))
     return replace(dot, row_groups=gr, col_groups=gc)
 
 
@@ -187,7 +178,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         packs, calls = sch.split(calls, [None, chunk])
     sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
-    sch.tensorize(sch.decompose_reduction(tile, calls), register_zero(dot.rows, dot.cols, dot.out_rows))
+    zero_init(sch, tile, calls, dot.rows, dot.cols, dot.out_rows)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
