@@ -1,5 +1,5 @@
-"""The default for a kernel that reduces rows and then maps them (layer norm, a mean subtracted):
-every block computed row by row inside one parallel loop over the rows.
+"""The default for a kernel that reduces rows and then maps them (layer norm, a mean subtracted,
+softmax): every block computed row by row inside one parallel loop over the rows.
 
 Block by block (:func:`explorer.schedule.defaults.simple.schedule_rows` and ``schedule_spatial``)
 each pass over the tensor is a parallel loop of its own (or a serial one, below
@@ -7,12 +7,13 @@ each pass over the tensor is a parallel loop of its own (or a serial one, below
 memory once per pass. Here the output block's rows are the loop and the blocks before it are
 computed at each row (``compute_at``): the row is still in the L1 cache when the output reads it
 and the threads meet once. Inside a row, a reduction accumulates a vector of partial results
-(``rfactor``) and the output is vectorized. Layer norm over 256 x 96 ran in 4.9 us against 5.7
-block by block, a mean subtracted 2.1 against 3.4 (2 threads, a loaded machine, alternated rounds).
-
-A chain with a whole row of intermediates between its reductions (softmax's exponentials, read by
-the sum and by the output) is left to the block-by-block rules: row by row it measured slower
-(0.40 ms against 0.30 on ``[4, 256, 256]``, same conditions)."""
+(``rfactor``) summed as a tree of halves, a whole row of intermediates (softmax's exponentials,
+read by the sum and by the output) is computed once in vectors into a row buffer (on the stack up
+to 1 KiB, else the runtime's workspace, once a row), and the output is vectorized. Layer norm over
+256 x 96 ran in 3.7 us against 9.1 block by block, softmax over BERT's 12 x 128 x 128 in 87 us
+against 125, over 4 x 256 x 256 (SVTR) 0.83x, over rows of 4096 0.64x (2 threads, a busy machine,
+alternated rounds). Recomputing the exponentials in the sum and the output instead of keeping
+the row measured 1.15-1.56x slower."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ from explorer.schedule.defaults.analysis import PARALLEL_MIN_VOLUME, BlockFacts,
 from explorer.schedule.defaults.machine import CpuSpec
 
 
-# Rows of fewer vectors stay block by block: layer norm over 16 rows of 64 float32 took 0.38 us row by
-# row against 0.33 (4 vectors a row), over 64 float16 0.73 against 0.38 (2); 96 float32 (6) gained.
-MIN_VECTORS = 6
+# Rows of fewer vectors stay block by block (a row of one vector has no loop of vectors to reduce).
+# With the partial results on the stack and summed as a tree, rows of 2 vectors and more gained:
+# layer norm over 256 x 32 float32 took 1.7 us row by row against 3.6 block by block, 256 x 64 2.5
+# against 4.6, over 256 x 64 float16 3.8 against 5.2; softmax over 12 x 256 x 32 53 us against 78 (2
+# threads, busy machine, alternated).
+MIN_VECTORS = 2
 
 
 def _long(extents) -> tuple[int, ...]:
@@ -40,6 +44,12 @@ def _row_shape(facts: BlockFacts) -> tuple[tuple[int, ...], int]:
         return _long(facts.extents[:-1]), facts.extents[-1]
     (k,) = facts.reduce
     return _long(facts.extents[i] for i in facts.spatial), facts.extents[k]
+
+
+def _whole_row(facts: BlockFacts, rows: tuple[int, ...], length: int) -> bool:
+    """Whether an elementwise block writes whole rows of the chain, innermost contiguous."""
+    return (bool(facts.out_dims) and facts.out_dims[-1] == len(facts.extents) - 1
+            and _row_shape(facts) == (rows, length))
 
 
 def row_chain(sch: s_tir.Schedule, cpu: CpuSpec) -> list | None:
@@ -61,22 +71,33 @@ def row_chain(sch: s_tir.Schedule, cpu: CpuSpec) -> list | None:
     for f in facts[:-1]:
         if not f.loops_match:
             return None
-        if f.is_spatial:  # a row's scalar (a whole row of intermediates: see the module docstring)
-            if _long(f.extents) != rows:
+        if f.is_spatial:  # a row's scalar (layer norm's deviation) or a whole row (softmax's exponentials)
+            if _long(f.extents) != rows and not _whole_row(f, rows, length):
                 return None
         elif len(f.reduce) != 1 or f.reduce[0] != len(f.extents) - 1 or _row_shape(f) != (rows, length):
             return None
     return blocks
 
 
-def _reduce_in_vectors(sch: s_tir.Schedule, block, lanes: int):
+def _reduce_in_vectors(sch: s_tir.Schedule, block, lanes: int) -> list:
     """Split the reduction ``block`` (at the root, under its own loops) into a vector of partial
-    results (``rfactor``, in registers) and their sum; the partial results' block."""
+    results (``rfactor``) and their sum, the sum as a tree of halves (``rfactor`` again: one
+    vector operation a level where a chain of scalar ones waits on each other); the blocks that
+    make the partial results, the vector first, then the levels of the tree.
+
+    Their buffers stay "global": under the row loop a buffer of a vector is an alloca that LLVM
+    keeps in a register, where "local" takes it from the runtime's workspace pool (an allocate
+    and a free call) for every row."""
     loops = sch.get_loops(block)
     _, lane = sch.split(loops[-1], [None, lanes])
-    partial = sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))  # the lanes innermost
-    sch.set_scope(partial, 0, "local")
-    return partial
+    axis = len(sch.get(block).writes[0].region)
+    made = [sch.rfactor(lane, factor_axis=axis)]  # the lanes innermost
+    width = lanes
+    while width > 2 and width % 2 == 0:
+        _, half = sch.split(sch.get_loops(block)[-1], [2, width // 2])
+        made.append(sch.rfactor(half, factor_axis=axis))
+        width //= 2
+    return made
 
 
 def schedule_row_chain(sch: s_tir.Schedule, cpu: CpuSpec) -> list[str]:
@@ -99,17 +120,22 @@ def schedule_row_chain(sch: s_tir.Schedule, cpu: CpuSpec) -> list[str]:
     sch.vectorize(sch.split(out_loops[-1], [None, lanes])[1])
     for block, f in reversed(list(zip(blocks[:-1], facts[:-1]))):
         sch.compute_at(block, row, preserve_unit_loops=False)
-        if f.name in partials:
-            sch.compute_at(partials[f.name], row, preserve_unit_loops=False)
+        for made in reversed(partials.get(f.name, [])):
+            sch.compute_at(made, row, preserve_unit_loops=False)
     steps = []
-    for f in facts[:-1]:
+    for block, f in zip(blocks[:-1], facts[:-1]):
         if f.name in partials:  # the whole vectors, then the lanes innermost (vectorized)
             # compute_at made the loops in the partial block's iterator order: the row, its lanes
             # (the iterator rfactor adds first), the whole vectors
-            _, lane, whole = sch.get_loops(partials[f.name])
-            sch.reorder(whole, lane)
-            sch.vectorize(lane)
+            for made in partials[f.name]:
+                _, lane, whole = sch.get_loops(made)
+                sch.reorder(whole, lane)
+                sch.vectorize(lane)
             steps.append(f"row by row ({f.name}, {lanes} partial results in a vector)")
+        elif _whole_row(f, rows, length):  # a row of intermediates: in vectors, on the stack or in registers
+            whole = sch.get_loops(block)[-1]
+            sch.vectorize(sch.split(whole, [None, lanes])[1])
+            steps.append(f"row by row ({f.name}, vectorized)")
         else:  # a row's scalar (layer norm's deviation): one value a row, no loop of its own
             steps.append(f"row by row ({f.name})")
     parallel = last.volume >= PARALLEL_MIN_VOLUME and math.prod(rows) > 1

@@ -270,7 +270,9 @@ def schedule_rows(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             return _rows_serial(sch, facts, spatial, "")
         loops = sch.get_loops(partial)  # the rows, other reductions, whole vectors, lanes
         sch.vectorize(loops[-1])
-        sch.set_scope(partial, 0, "local")  # a vector register across the reduction
+        # the partial results stay "global": under the row loop a buffer of a vector is then an
+        # alloca that LLVM keeps in a register, where "local" takes it from the runtime's
+        # workspace pool (an allocate and a free call) for every row (step_notes)
         how = f", {lanes} partial results in a vector"
         rows = loops[:len(spatial)]
         row = None
