@@ -1,5 +1,5 @@
 """The LLVM IR of an AMX call that computes several grids of tiles after one ``ldtilecfg``: the
-exported function ``@fn`` loads the tile configuration once (:func:`explorer.schedule.amx_ir.entry`),
+exported function ``@fn`` loads the tile configuration once (:func:`explorer.schedule.amx_frame.entry`),
 walks nested counted loops over the groups, calls ``@fn_grid`` (the grid's code, no ``ldtilecfg``)
 once per innermost turn, and releases the tile state when done. What each kernel adds is data:
 the values computed once (``setup``), each loop's count and the pointers it moves (:class:`GroupLoop`),
@@ -11,6 +11,8 @@ both write theirs so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from explorer.schedule.amx_frame import RELEASE, entry
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,6 @@ class GroupLoop:
 def groups_ir(fn: str, args: str, setup: list[str], loops: list[GroupLoop], call: str) -> str:
     """``@fn(args)``: the permission request and ``ldtilecfg`` of ``@fn_cfg``, ``setup`` (once), then
     ``loops`` nested outermost first, ``call`` (a line of IR) in the innermost, then ``tilerelease``."""
-    from explorer.schedule.amx_ir import RELEASE, entry
-
     lines = [f"define i32 @{fn}({args}) {{", entry(fn + "_cfg"), *setup]
     before = "go"
     for depth, loop in enumerate(loops):
