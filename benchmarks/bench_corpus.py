@@ -2,8 +2,12 @@
 
 Per model, in a child process of its own (a native crash or a hang fails one row):
   - imports: the ONNX file loads into Relax (with the manifest's ``--shapes`` for dynamic models);
-  - verified: exported for this machine's CPU with default schedules, run as deployed (the
-    bundle's ``run.py`` in a fresh process) and compared with ONNX Runtime;
+  - verified: exported for this machine's CPU with default schedules at ``--precision`` (fp32, bf16
+    or int8: the library calls of `schedx export --precision`), run as deployed (the bundle's
+    ``run.py`` in a fresh process) and compared with ONNX Runtime; the row states the largest
+    normalised error against the tolerance every output was held to (bf16's own, int8's
+    quantization steps); a model the precision refuses (int8 of a model already quantized, ...)
+    says why in its row; bf16 on a CPU without AVX512-BF16 or AMX-BF16 is refused up front;
   - latency: the bundle at 1 and 2 threads against ONNX Runtime at 1 and 2 threads, the four
     alternated ``--rounds`` times (order reversed every other round: ``export.bench.alternate``, as
     ``schedx bench`` does), the median of each one's runs pooled over the rounds;
@@ -11,6 +15,8 @@ Per model, in a child process of its own (a native crash or a hang fails one row
     precision (bf16 on a CPU with AMX or AVX512-BF16), tvm 2t's ratio against each (columns
     ``/ovf32`` and ``/ovdef``; the 95% intervals in the JSON's ``ratio_ci``); a note where
     OpenVINO is not installed;
+  - at bf16 or int8: the same model built in fp32 at 2 and 1 threads in the same rounds, tvm's
+    ratio against it at the same threads (columns ``/fp32`` and ``1t``: what the precision buys);
   - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
     matmul through numpy's BLAS, `schedx calibrate`);
   - with ``--cross``: the CUDA (``cuda:sm_80``) and aarch64 builds and their checks (compile only);
@@ -21,7 +27,8 @@ A summary line ends the table: verified k/N, the median and worst ratio against 
 below 10% of the peak.
 
 Run: ``python -m benchmarks.corpus.build`` once (it exports the files), then
-``python -m benchmarks.bench_corpus [--only a,b] [--cross] [--json out.json] [--markdown]``.
+``python -m benchmarks.bench_corpus [--only a,b] [--precision bf16] [--cross] [--json out.json] [--markdown]``
+(``--manifest FILE --dir DIR``: models of your own).
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ from pathlib import Path
 
 from benchmarks.bench_models import machine, out
 from benchmarks.corpus.build import SETS, corpus_dir, manifest_path
+from explorer.precision import PRECISIONS
 
 CROSS_TARGETS = ("cuda:sm_80", "aarch64")
+FP32_ROWS = {2: "tvm fp32 2t", 1: "tvm fp32 1t"}  # at --precision bf16 or int8: the model built in fp32, beside it
 
 
 def _shapes(entry: dict) -> str | None:
@@ -60,6 +69,25 @@ def _base(entry: dict) -> dict:
     return {**base, "exporter": entry["exporter"]} if entry.get("exporter") else base
 
 
+def verification_fields(report) -> dict:
+    """What a row states of its verification: the largest normalised error against the tolerance it
+    was held to (per output: the precision's own for bf16, quantization steps for int8), and what the
+    precision converted and kept in fp32."""
+    v = report.verification
+    fields: dict = {}
+    if v is not None and v.max_rel_error is not None:
+        fields.update(verify_error=v.max_rel_error, tolerance=v.tolerance)
+        steps = [a for a in v.output_atol if a]
+        if steps:  # int8: each output within a few quantization steps, absolute
+            fields.update(verify_error=v.max_abs_error, tolerance=max(steps), tolerance_kind="absolute")
+    precision = report.built.precision
+    if precision is not None and precision.name == "bf16":
+        fields["converted"] = precision.converted
+        if not precision.converted:
+            fields["precision_note"] = "no product with constant weights to compute in bf16: runs in fp32"
+    return fields
+
+
 def bench_one(entry: dict, folder: Path, opts) -> dict:
     """Import, export, verify, time and profile one corpus model (runs in the child)."""
     from explorer.measure.cache_peak import cache_peak
@@ -67,6 +95,8 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
     from explorer.target import host_target
     from explorer.workload import load_workload
     from export.bench import alternate, bundle_row, ort_row
+    from export.build import as_built
+    from export.errors import ExportError
     from export.flow import export_workload
     from export.openvino_row import OV_DEFAULT_ROW, OV_F32_ROW, openvino_contenders
     from export.profile import profile_export
@@ -82,19 +112,35 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
         return result
     result.update(imports=True, import_s=round(time.perf_counter() - start, 1))
     target = host_target()
+    result["precision"] = opts.precision
+    try:  # the model as `schedx export --precision` builds it; a refusal is the row's reason, not an error
+        built, _ = as_built(workload, target, opts.precision)
+    except ExportError as exc:
+        result.update(exported=False, verified=False, refused=str(exc)[:300])
+        return result
     with tempfile.TemporaryDirectory(prefix="schedx-corpus-") as tmp:
         start = time.perf_counter()
         try:
-            report = export_workload(workload, target, Path(tmp) / "cpu", verify=True, layers=False,
-                                     threads=opts.threads)
+            report = export_workload(built, target, Path(tmp) / "cpu", verify=True, layers=False,
+                                     threads=opts.threads, precision=opts.precision)
         except Exception as exc:  # noqa: BLE001
             result.update(exported=False, verified=False, error=_error(exc))
             return result
         result.update(exported=True, export_s=round(time.perf_counter() - start, 1), verified=report.verified,
-                      verdict=report.verdict)
+                      verdict=report.verdict, **verification_fields(report))
         inputs = workload.sample_inputs()
         contenders = {f"tvm {t}t": (lambda n, b, t=t: bundle_row(report.folder, f"tvm {t}t", threads=t, runs=n,
                                                                   budget_s=b)[0]) for t in (1, 2)}
+        pairs = [("tvm 2t", "ort 2t"), ("tvm 1t", "ort 1t")]
+        if opts.precision != "fp32":  # the same model built in fp32, timed beside it: what the precision buys
+            try:
+                fp32 = export_workload(workload, target, Path(tmp) / "fp32", verify=False, layers=False)
+                for t, name in FP32_ROWS.items():
+                    contenders[name] = (lambda n, b, t=t, name=name: bundle_row(fp32.folder, name, threads=t, runs=n,
+                                                                               budget_s=b)[0])
+                    pairs.append((f"tvm {t}t", name))
+            except Exception as exc:  # noqa: BLE001
+                result["fp32_error"] = _error(exc)
         contenders.update({f"ort {t}t": (lambda n, b, t=t: replace(ort_row(workload.onnx_model, inputs, threads=t,
                                                                           runs=n, budget_s=b), name=f"ort {t}t"))
                            for t in (1, 2)})
@@ -102,7 +148,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
         anchors, notes = openvino_contenders(workload.onnx_model, inputs, threads=2)
         if notes:
             result["openvino_note"] = notes[0]
-        pairs = [("tvm 2t", "ort 2t"), ("tvm 1t", "ort 1t"), *(("tvm 2t", a) for a in anchors)]
+        pairs += [("tvm 2t", a) for a in anchors]
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(opts.busy)]
         try:
             rows, comparisons = alternate({**contenders, **anchors}, rounds=opts.rounds,
@@ -111,6 +157,10 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
             result["ms"] = {n: round(r.median_s * 1e3, 3) for n, r in rows.items()}
             result["ratio_1t"] = round(rows["tvm 1t"].median_s / rows["ort 1t"].median_s, 2)
             result["ratio_2t"] = round(rows["tvm 2t"].median_s / rows["ort 2t"].median_s, 2)
+            for t, name in FP32_ROWS.items():  # ratio_fp32 (2 threads) and ratio_fp32_1t
+                if name in rows:
+                    key = "ratio_fp32" + ("_1t" if t == 1 else "")
+                    result[key] = round(rows[f"tvm {t}t"].median_s / rows[name].median_s, 2)
             # every ratio with its 95% interval (export.noise.compare_rounds), keyed "tvm 2t / ort 2t"
             key = {r.name: n for n, r in rows.items()}  # (row names are unique: "ort 2t", "openvino default (bf16)")
             result["ratio_ci"] = {f"{key[c.a]} / {key[c.b]}": [round(c.low, 3), round(c.high, 3)]
@@ -129,8 +179,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
             peaks = calibration()
             caches = cache_peak()  # the roofline of kernels whose bytes fit in the L2 caches or the L3
             prof = profile_export(report, workload, runs=5, threads=2, ort=False, peak_gflops=peaks.peak_gflops,
-                                  peak_gbps=peaks.peak_gbps, cache_gbps=caches.gbps, cache_bytes=caches.nbytes,
-                                  l3_gbps=caches.l3_gbps, l3_bytes=caches.l3_bytes)
+                                  memory=caches.memory_roof(peaks.peak_gbps), family_peaks=peaks.families)
             result["peak_gflops"] = round(prof.peak_gflops or peaks.peak_gflops, 1)  # raised where a kernel beat it
             result["peak_gbps"] = round(peaks.peak_gbps, 1)
             result["kernels"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3),
@@ -159,7 +208,8 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
 def _child(entry: dict, folder: Path, opts) -> dict:
     """Bench one model in a child process; a crash or a hang is the row's error."""
     cmd = [sys.executable, "-m", "benchmarks.bench_corpus", "--one", entry["name"], "--dir", str(folder),
-           "--set", opts.which,
+           "--set", opts.which, "--precision", opts.precision,
+           *(["--manifest", opts.manifest] if opts.manifest else []),
            "--rounds", str(opts.rounds), "--runs", str(opts.runs), "--budget", str(opts.budget),
            "--threads", str(opts.threads), "--busy", str(opts.busy)] + (["--cross"] if opts.cross else [])
     base = _base(entry)
@@ -190,21 +240,39 @@ def row_text(r: dict) -> str:
     def f(v):
         return "-" if v is None else f"{v:.2f}"
     state = ("verified" if r.get("verified") else "NOT VERIFIED" if r.get("exported") else
-             "no export" if r.get("imports") else "no import")
-    line = (f"{r['name'][:28]:<28} {state:<12} {f(ms.get('tvm 2t')):>9} {f(ms.get('ort 2t')):>9} "
+             "refused" if r.get("refused") else "no export" if r.get("imports") else "no import")
+    line = (f"{r['name'][:28]:<28} {state:<12} {_error_vs_tolerance(r):>15} {f(ms.get('tvm 2t')):>9} "
+            f"{f(ms.get('ort 2t')):>9} "
             f"{f(r.get('ratio_2t')):>6} {f(ms.get('tvm 1t')):>9} {f(ms.get('ort 1t')):>9} {f(r.get('ratio_1t')):>6} "
-            f"{f(r.get('ratio_ov_f32')):>6} {f(r.get('ratio_ov_default')):>6}  {_slowest(r)}")
+            f"{f(r.get('ratio_ov_f32')):>6} {f(r.get('ratio_ov_default')):>6} {f(r.get('ratio_fp32')):>6} "
+            f"{f(r.get('ratio_fp32_1t')):>6}  "
+            f"{_slowest(r)}")
     if r.get("cross"):
         line += "  " + " ".join(f"{t.split(':')[0]}:{'ok' if c['ok'] else 'FAIL'}" for t, c in r["cross"].items())
-    if r.get("error"):
+    if r.get("refused"):
+        line += f"\n    refused at {r.get('precision')}: {r['refused']}"
+    elif r.get("error"):
         line += f"\n    {r['error']}"
     elif r.get("exported") and not r.get("verified"):
         line += f"\n    {r.get('verdict', '')[:200]}"
+    for key in ("precision_note", "fp32_error"):
+        if r.get(key):
+            line += f"\n    {key.replace('_', ' ')}: {r[key]}"
     return line
 
 
-HEADER = (f"{'model':<28} {'state':<12} {'tvm 2t':>9} {'ort 2t':>9} {'ratio':>6} {'tvm 1t':>9} {'ort 1t':>9} "
-          f"{'ratio':>6} {'/ovf32':>6} {'/ovdef':>6}  slowest kernel (share, GFLOPS, % of peak)")
+def _error_vs_tolerance(r: dict) -> str:
+    """``3.1e-03 <= 1e-02``: the verification's largest normalised error (absolute for int8) and the
+    tolerance each output was held to."""
+    if r.get("verify_error") is None or r.get("tolerance") is None:
+        return "-"
+    sign = "<=" if r.get("verified") else ">"
+    return f"{r['verify_error']:.1e} {sign} {r['tolerance']:.0e}"
+
+
+HEADER = (f"{'model':<28} {'state':<12} {'error vs tol':>15} {'tvm 2t':>9} {'ort 2t':>9} {'ratio':>6} {'tvm 1t':>9} "
+          f"{'ort 1t':>9} {'ratio':>6} {'/ovf32':>6} {'/ovdef':>6} {'/fp32':>6} {'1t':>6}  "
+          f"slowest kernel (share, GFLOPS, % of peak)")
 
 
 def _openvino_summary(results: list[dict]) -> list[str]:
@@ -224,6 +292,20 @@ def _openvino_summary(results: list[dict]) -> list[str]:
         note = next((r["openvino_note"] for r in results if r.get("openvino_note")), None)
         lines += [note] if note else []
     return lines
+
+
+def _fp32_summary(results: list[dict]) -> list[str]:
+    """At bf16 or int8: the median and worst ratio of tvm against the same model built in fp32."""
+    fp32 = [r for r in results if r.get("ratio_fp32") is not None]
+    if not fp32:
+        return []
+    worst = max(fp32, key=lambda r: r["ratio_fp32"])
+    line = (f"tvm {fp32[0].get('precision')} / tvm fp32 at 2 threads: median "
+            f"{statistics.median(r['ratio_fp32'] for r in fp32):.2f}x, worst {worst['ratio_fp32']:.2f}x "
+            f"({worst['name']}), {sum(r['ratio_fp32'] < 1.0 for r in fp32)}/{len(fp32)} faster")
+    one = [r["ratio_fp32_1t"] for r in fp32 if r.get("ratio_fp32_1t") is not None]
+    return [line + (f"; at 1 thread: median {statistics.median(one):.2f}x, {sum(x < 1.0 for x in one)}/{len(one)} "
+                    f"faster" if one else "")]
 
 
 def exporter_lines(results: list[dict]) -> list[str]:
@@ -248,7 +330,13 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
     verified = sum(bool(r.get("verified")) for r in results)
     imports = sum(bool(r.get("imports")) for r in results)
     ratios = [r["ratio_2t"] for r in results if r.get("ratio_2t") is not None]
-    lines = [f"imports {imports}/{n}, verified {verified}/{n}"]
+    refused = [r for r in results if r.get("refused")]
+    lines = [f"imports {imports}/{n}, verified {verified}/{n}" + (f", refused {len(refused)}" if refused else "")]
+    errors = [r for r in results if r.get("verify_error") is not None and r.get("tolerance_kind") != "absolute"]
+    if errors:
+        worst = max(errors, key=lambda r: r["verify_error"] / r["tolerance"])
+        lines.append(f"verification: worst normalised error {worst['verify_error']:.1e} against a tolerance of "
+                     f"{worst['tolerance']:.0e} per output ({worst['name']})")
     if ratios:
         worst = max((r for r in results if r.get("ratio_2t") is not None), key=lambda r: r["ratio_2t"])
         ratios1 = [r["ratio_1t"] for r in results if r.get("ratio_1t") is not None]
@@ -256,6 +344,7 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
                      f"{worst['ratio_2t']:.2f}x ({worst['name']}), {sum(x <= 1.5 for x in ratios)}/{len(ratios)} "
                      f"<= 1.5x; at 1 thread: median {statistics.median(ratios1):.2f}x")
     lines += exporter_lines(results)
+    lines += _fp32_summary(results)
     lines += _openvino_summary(results)
     slow = [(r["name"], k) for r in results for k in r.get("kernels", [])
             if k["share"] > 0.2 and k.get("percent_of_peak") is not None and k["percent_of_peak"] < 10]
@@ -272,16 +361,26 @@ def summary(results: list[dict], peak: float | None) -> list[str]:
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| model | family | verified | tvm 2t ms | ort 2t ms | ratio 2t | ratio 1t | / ov f32 | / ov default | "
-             "slowest kernel |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| model | family | verified | error vs tolerance | tvm 2t ms | ort 2t ms | ratio 2t | ratio 1t | / ov f32 | "
+             "/ ov default | / tvm fp32 2t | / tvm fp32 1t | slowest kernel |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in results:
         ms = r.get("ms", {})
-        lines.append(f"| {r['name']} | {r['family']} | {'yes' if r.get('verified') else 'NO'} | "
+        state = "refused" if r.get("refused") else "yes" if r.get("verified") else "NO"
+        lines.append(f"| {r['name']} | {r['family']} | {state} | {_error_vs_tolerance(r)} | "
                      f"{ms.get('tvm 2t', '-')} | {ms.get('ort 2t', '-')} | {r.get('ratio_2t', '-')} | "
                      f"{r.get('ratio_1t', '-')} | {r.get('ratio_ov_f32', '-')} | {r.get('ratio_ov_default', '-')} | "
-                     f"{_slowest(r)} |")
+                     f"{r.get('ratio_fp32', '-')} | {r.get('ratio_fp32_1t', '-')} | {_slowest(r)} |")
     return "\n".join(lines)
+
+
+def host_refusal(precision: str) -> str:
+    """Why this machine cannot build models at ``precision`` ("" where it can): the message
+    `schedx export --precision` gives."""
+    from explorer.precision import refusal
+    from explorer.target import host_target
+
+    return refusal(precision, host_target())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="which", choices=SETS, default="corpus",
                     help="the corpus, the held-out models of benchmarks/outside (built with --set outside), "
                          "or the files of each exporter (--set exporters, built by benchmarks.exporters.build)")
+    ap.add_argument("--manifest", help="a manifest of your own (the models' files in --dir; default: the set's)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                    help="export and verify each model at this precision, as `schedx export --precision` does (the "
+                         "precision's tolerance per output; bf16 timed beside the same model built in fp32); a model "
+                         "the precision refuses says why in its row")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per contender per round")
@@ -303,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     folder = corpus_dir(opts.dir, opts.which)
-    manifest = json.loads(manifest_path(opts.which).read_text())
+    manifest = json.loads(Path(opts.manifest or manifest_path(opts.which)).read_text())
     entries = manifest["models"]
     if opts.one:
         entry = next(e for e in entries if e["name"] == opts.one)
@@ -318,9 +422,14 @@ def main(argv: list[str] | None = None) -> int:
     for failure in manifest.get("failures", []):  # the exporter set: models their exporter could not write
         out(f"not built: {failure['module']}/{failure['name'] or '*'}: {failure['error']}")
     entries = [e for e in entries if e["name"] not in missing]
+    why = host_refusal(opts.precision)
+    if why:  # bf16 on a CPU without AVX512-BF16 or AMX-BF16: nothing to time
+        out(f"refused: {why}")
+        return 2
     m = machine()
     out(f"machine: {m['cpu']}, {m['usable_cores']} cores, AVX-512 lines {m['avx512_lines']}, "
-        f"target {m['target']} ({m['vector_width']}-bit vectors); {len(entries)} models, rounds {opts.rounds}"
+        f"target {m['target']} ({m['vector_width']}-bit vectors); {len(entries)} models, rounds {opts.rounds}, "
+        f"precision {opts.precision}"
         + (f"; timed beside {opts.busy} busy processes" if opts.busy else ""))
     out(HEADER)
     results = []
