@@ -71,3 +71,11 @@ def test_the_pipeline_softmax_is_this_one():
     mod = FastMathTransform(bb.get())
     funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert len(funcs) == 1 and "T_softmax_recip" in funcs[0].script()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_softmax_keeps_its_input_dtype(dtype):
+    """A float16 softmax stays float16 (its reciprocal in the input's type): an fp16 model's
+    softmax read by an fp16 matmul imported with mismatched types when the reciprocal was 1.0 / x."""
+    x = te.placeholder((4, 16), dtype)
+    assert fast_softmax(x).dtype == dtype

@@ -11,6 +11,7 @@ place, far inside any fp32 tolerance. The block names are TOPI's, with the recip
 
 from __future__ import annotations
 
+import tvm
 from tvm import te, topi
 
 
@@ -35,7 +36,7 @@ def fast_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     exp = topi.math.fast_exp(delta)
     k_sum = te.reduce_axis((0, shape[axis]), name="k")
     expsum = te.compute(reduced, lambda *ix: te.sum(exp[along(ix, k_sum)], axis=k_sum), name="T_softmax_expsum")
-    recip = te.compute(reduced, lambda *ix: 1.0 / expsum[ix], name="T_softmax_recip")
+    recip = te.compute(reduced, lambda *ix: tvm.tirx.const(1, expsum.dtype) / expsum[ix], name="T_softmax_recip")
     return te.compute(shape, lambda *ix: exp[ix] * recip[row(ix)], name="T_softmax_norm", attrs={"axis": axis})
 
 
