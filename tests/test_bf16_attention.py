@@ -13,6 +13,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax, te
 
+from explorer.passes import bf16_attention
 from explorer.passes.bf16_attention import batch_dense_bf16
 from explorer.passes.bf16_dense import bf16_products, bf16_round
 from explorer.precision import BF16_TOLERANCE
@@ -213,3 +214,15 @@ def test_a_power_of_two_scale_multiplies_q_in_its_packing_not_the_scores(scale, 
     bits = tvm.runtime.tensor(np.zeros(qv.shape, "uint16"))
     packed["main"](tvm.runtime.tensor(qv), bits)
     np.testing.assert_array_equal((bits.numpy().astype(np.uint32) << 16).view(np.float32), bf16_round(qv) * np.float32(0.125))
+
+
+def test_a_head_product_smaller_than_a_tile_grid_stays_fp32():
+    """Heads of 16 over 16 tokens (small encoders): packing both operands per call costs more than
+    the tiles save, so the product stays an fp32 matmul; 32 x 32 x 32 is taken."""
+    def product(m: int, k: int, n: int) -> relax.Call:
+        a = relax.Var("a", relax.TensorType((1, 2, m, k), "float32"))
+        b = relax.Var("b", relax.TensorType((1, 2, k, n), "float32"))
+        return relax.op.matmul(a, b)
+
+    assert not bf16_attention.fits(product(16, 16, 16))
+    assert bf16_attention.fits(product(32, 32, 32))

@@ -44,6 +44,12 @@ from explorer.schedule.bf16_dot import BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, P
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
 _FLOAT_OUT = ("", "None", "void", "float32")
+# The multiply-adds of one head's product (M x K x N) below which it stays fp32: less than one 2x2
+# grid of 16-row tiles over K = 32, where packing both operands each call costs more than the tiles
+# save. Small encoders (sequence 7-16, heads of 16: 4096) ran 1.4-2.8x slower at bf16 than fp32 at 2
+# threads with their attention on AMX (bench_corpus --precision bf16, 2026-12-06); BERT's heads
+# (128 x 64 x 128) gain.
+MIN_HEAD_PRODUCT = 32 * 32 * 32
 
 
 def bf16_rows(a: te.Tensor, scale: float = 1.0) -> te.Tensor:
@@ -174,8 +180,10 @@ def fits(call) -> bool:
     (sa, da), (sb, db) = tensor_info(a.ty), tensor_info(b.ty)
     if sa is None or sb is None or da != "float32" or db != "float32" or len(sa) < 3 or len(sa) != len(sb):
         return False
-    return tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2] and sa[-1] % PAIR == 0 and sb[-1] % PANEL == 0
+    if not (tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2] and sa[-1] % PAIR == 0 and sb[-1] % PANEL == 0):
+        return False
+    return int(sa[-2]) * int(sa[-1]) * int(sb[-1]) >= MIN_HEAD_PRODUCT
 
 
-__all__ = ["ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_panels_rows", "bf16_rows", "fits", "folded_scales",
+__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_panels_rows", "bf16_rows", "fits", "folded_scales",
            "split_heads", "untransposed"]
