@@ -30,11 +30,11 @@ import hashlib
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from explorer.measure.cache_sizes import cache_units, level_bytes, level_count, usable_cpus
+from explorer.measure.cache_sizes import cache_units, level_bytes, level_count, unit_bytes, usable_cpus
 from explorer.measure.calibration import cache_dir, cached_json, write_json
 from explorer.measure.memory_roof import MemoryRoof
 from explorer.target.environment import hardware_fingerprint
@@ -128,7 +128,7 @@ def measure_cache_peak() -> CachePeak:
     l2, l3 = level_bytes(2, units), level_bytes(3, units)
     cores = len(usable_cpus())
     load = machine_load()
-    gbps = level_count(2, units) * copy_gbps(l2 // level_count(2, units) // 4) if l2 else 0.0
+    gbps = level_count(2, units) * copy_gbps(unit_bytes(2, units) // 4) if l2 else 0.0
     l3_gbps = 0.0
     if l3 > l2:
         probe = l3_probe_bytes(l2, l3)
@@ -153,8 +153,8 @@ def _remeasured(old: CachePeak | None) -> CachePeak:
     """A new measurement, each figure the higher of it and ``old``'s (see the module docstring), stored."""
     peak = measure_cache_peak()
     if old is not None:
-        peak = CachePeak(peak.hardware, max(peak.gbps, old.gbps), peak.nbytes, l3_gbps=max(peak.l3_gbps, old.l3_gbps),
-                         l3_bytes=peak.l3_bytes or old.l3_bytes, provisional=peak.provisional)
+        peak = replace(peak, gbps=max(peak.gbps, old.gbps), l3_gbps=max(peak.l3_gbps, old.l3_gbps),
+                       l3_bytes=peak.l3_bytes or old.l3_bytes)
     write_json(_path(peak.hardware), peak.to_dict())
     _quiet_checked[peak.hardware] = time.monotonic()  # just measured: no need to look at the load again yet
     return peak

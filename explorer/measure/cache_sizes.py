@@ -89,5 +89,11 @@ def level_count(level: int, units: tuple[CacheUnit, ...]) -> int:
     return sum(u.level == level for u in units)
 
 
-__all__ = ["CacheUnit", "SYSFS_CPU", "cache_units", "level_bytes", "level_count", "parse_cpu_list", "parse_size",
+def unit_bytes(level: int, units: tuple[CacheUnit, ...]) -> int:
+    """Bytes of one cache of ``level`` (one core's L2; 0 where Linux reports none)."""
+    count = level_count(level, units)
+    return level_bytes(level, units) // count if count else 0
+
+
+__all__ = ["CacheUnit", "SYSFS_CPU", "cache_units", "level_bytes", "level_count", "unit_bytes", "parse_cpu_list", "parse_size",
            "usable_cpus"]

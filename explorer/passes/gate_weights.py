@@ -78,11 +78,9 @@ class _Uses(PyExprVisitor):
 @functools.lru_cache(maxsize=1)
 def _host_core_l2_bytes() -> int:
     """One L2 of this machine (0 where Linux reports none)."""
-    from explorer.measure.cache_sizes import cache_units, level_bytes, level_count
+    from explorer.measure.cache_sizes import cache_units, unit_bytes
 
-    units = cache_units()
-    count = level_count(2, units)
-    return level_bytes(2, units) // count if count else 0
+    return unit_bytes(2, cache_units())
 
 
 def min_map_elements() -> int:

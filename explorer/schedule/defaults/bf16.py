@@ -52,7 +52,7 @@ from explorer.schedule.defaults.amx_calls import call_fits, most_dividing, zero_
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
-from explorer.schedule.defaults.epilogue import epilogue_per_tile
+from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
 
 IMPORT_PRAGMA = "pragma_import_llvm"
@@ -184,11 +184,7 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> s
         zero_init(sch, tile, sch.add_unit_loop(tile), dot.rows, dot.cols)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
-    if epilogue is not None:
-        try:
-            sch.vectorize(sch.get_loops(epilogue)[-1])
-        except s_tir.ScheduleError:
-            pass  # a loop TVM does not vectorize: LLVM's to do
+    vectorize_epilogue(sch, epilogue)
     groups = f", {dot.row_groups} x {dot.col_groups} grids a call" if dot.row_groups * dot.col_groups > 1 else ""
     return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}{groups}, "
             "fp32 accumulation, from tilezero), parallel outside"

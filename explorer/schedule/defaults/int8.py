@@ -31,7 +31,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
-from explorer.schedule.defaults.epilogue import epilogue_per_tile
+from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.int8_amx import amx_call, tile_amx_int8
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import ROWS, Int8Dot, fits, register, weight_max
@@ -104,11 +104,7 @@ def tile_int8(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     sch.parallel(sch.fuse(*outer, row_o, col_o))
     sch.decompose_reduction(tile, reduce[0] if len(reduce) > 1 else red_o)
     sch.tensorize(tile, register(dot))
-    if epilogue is not None:
-        try:
-            sch.vectorize(sch.get_loops(epilogue)[-1])
-        except s_tir.ScheduleError:
-            pass  # a channel loop TVM does not vectorize (a slice of the padded channels): LLVM's to do
+    vectorize_epilogue(sch, epilogue)
     return (f"{name}: {dot.name} ({dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of {dot.lanes} "
             f"channels{f', {unrolled} pixels unrolled' if unrolled > 1 else ''}), parallel outside"
             f"{', epilogue per tile' if epilogue is not None else ''}")
