@@ -109,11 +109,12 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = Defau
     inline_epilogues(sch)
     steps: list[str] = []
     names = [sch.get(b).name_hint for b in root_blocks(sch)]
-    if variant == DefaultVariant() and row_chain(sch, cpu) is not None and int8_block(sch) is None \
-            and bf16_block(sch) is None:  # layer norm: row by row in one loop (the next rule: block by block)
-        chain = sch.copy()
+    chain_blocks = row_chain(sch, cpu) if variant == DefaultVariant() else None
+    if chain_blocks is not None and int8_block(sch) is None and bf16_block(sch) is None:
+        # layer norm, softmax: row by row in one loop (the next rule: block by block)
+        chain = sch.copy()  # (the blocks' handles hold in the copy)
         try:
-            return chain, schedule_row_chain(chain, cpu)
+            return chain, schedule_row_chain(chain, cpu, chain_blocks)
         except s_tir.ScheduleError:
             pass  # the blocks one by one, below
     anchor = _anchor(sch)

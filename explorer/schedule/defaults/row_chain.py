@@ -100,11 +100,12 @@ def _reduce_in_vectors(sch: s_tir.Schedule, block, lanes: int) -> list:
     return made
 
 
-def schedule_row_chain(sch: s_tir.Schedule, cpu: CpuSpec) -> list[str]:
-    """Schedule a :func:`row_chain` kernel (see the module docstring); the steps.
+def schedule_row_chain(sch: s_tir.Schedule, cpu: CpuSpec, blocks: list | None = None) -> list[str]:
+    """Schedule a :func:`row_chain` kernel (see the module docstring); the steps. ``blocks``:
+    :func:`row_chain`'s answer where the caller has it already (else asked here).
 
     Raises :class:`NotApplicable` before changing anything when the kernel is not one."""
-    blocks = row_chain(sch, cpu)
+    blocks = row_chain(sch, cpu) if blocks is None else blocks
     if blocks is None:
         raise NotApplicable("not a chain of row reductions and maps")
     facts = [block_facts(sch, b) for b in blocks]
