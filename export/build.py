@@ -56,13 +56,15 @@ class Built:
 def as_built(workload: Workload, target: Target, precision: str = "fp32", calibration=None) -> tuple[Workload, object]:
     """``(workload, precision)``: the workload as built at ``precision`` for ``target``
     (:func:`explorer.precision.for_precision`: made once, then handed on as it is; ``calibration``:
-    int8's, :class:`explorer.precision.Calibration`), a refusal as an :class:`ExportError`."""
+    int8's, :class:`explorer.precision.Calibration`), its tasks those of ``target``'s CPU
+    (:meth:`explorer.workload.Workload.for_target`), a refusal as an :class:`ExportError`."""
     from explorer.precision import PrecisionError, for_precision
 
     try:
-        return for_precision(workload, target, precision, calibration)
+        built, chosen = for_precision(workload, target, precision, calibration)
     except PrecisionError as err:
         raise ExportError(str(err)) from err
+    return built.for_target(target), chosen
 
 
 def workload_tasks(workload: Workload) -> list[Task]:

@@ -72,6 +72,7 @@ class JobSpec:
             target.require_runnable("measure")
         check_precision(self.precision, target)  # before the model loads: a target without bf16 fails at once
         workload, _ = for_precision(load_workload(self.workload, self.shapes), target, self.precision, self.calibration)
+        workload = workload.for_target(target)  # its tasks those of the CPU searched, as an export for it finds them
         tasks = workload.tasks()
         searched = _searched(tasks)
         if tasks and not searched:

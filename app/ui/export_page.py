@@ -65,22 +65,25 @@ def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp
     search at bf16 made; int8: its QDQ model, quantized once and cached) and its tasks, loaded once
     per session (fusing ResNet-18 takes seconds); the export builds that workload as it is."""
     from explorer.workload import load_workload
+    from explorer.workload.fusion import other_cpu
     from export import workload_tasks
 
     memo = state.kept(K.WORKLOADS, dict)
-    if (spec, shapes, "fp32") not in memo:
+    if (spec, shapes, "fp32", None) not in memo:
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
             workload = load_workload(spec, shapes)
-            memo[(spec, shapes, "fp32")] = (workload, workload_tasks(workload))
-    if (spec, shapes, precision) not in memo:
+            memo[(spec, shapes, "fp32", None)] = (workload, workload_tasks(workload))
+    # another CPU than this machine's has tasks of its own (explorer.workload.Workload.for_target)
+    key = (spec, shapes, precision, getattr(other_cpu(target), "key", None))
+    if key not in memo:
         from explorer.precision import for_precision
 
-        workload = memo[(spec, shapes, "fp32")][0]
+        workload = memo[(spec, shapes, "fp32", None)][0]
         doing = "Quantizing" if precision == "int8" else "Rewriting"
         with st.spinner(f"{doing} {spec} at {precision} and fusing its kernels..."):
-            built = for_precision(workload, target, precision)[0]
-            memo[(spec, shapes, precision)] = (built, workload_tasks(built))
-    return memo[(spec, shapes, precision)]
+            built = for_precision(workload, target, precision)[0].for_target(target)
+            memo[key] = (built, workload_tasks(built))
+    return memo[key]
 
 
 def choices_for(tasks, target, db: str):

@@ -1,10 +1,12 @@
 """The CPU a graph pass compiles for, for passes whose rewrite pays on some CPUs and not others
 (int8 kernels need dot-product instructions; padded channels pay where the vectors are wide).
 
-Pipelines run under a TVM target (:func:`explorer.workload.fusion.fused_module`: a generic
-``llvm`` one, whose triple TVM fills in with this machine's): a target that names a CPU (``mcpu``)
-or another architecture is that CPU; a generic one of this architecture, a device target (its host
-half) or none at all is this machine."""
+Pipelines run under a TVM target (:func:`explorer.workload.fusion.pipeline_target`: the build
+target's own where it is another CPU than this machine's, else a generic ``llvm`` one, whose triple
+TVM fills in with this machine's): a target that names a CPU (``mcpu``) or another architecture is
+that CPU; a generic one of this architecture, a device target (its host half) or none at all is this
+machine. The decision follows the target built for, never the build host: ``schedx export --target
+cpu:znver3`` on an AVX-512 machine pads to AVX2's 8 lanes."""
 
 from __future__ import annotations
 

@@ -15,17 +15,33 @@ class WorkloadError(ExplorerError):
     """A workload spec could not be loaded or split into tasks."""
 
 
-def fused_module(mod: tvm.IRModule, name: str = "the model") -> tvm.IRModule:
-    """``mod`` after the task pipeline (on a generic host target): the PrimFuncs a search extracts
-    its tasks from and an export schedules."""
+def fused_module(mod: tvm.IRModule, name: str = "the model", target=None) -> tvm.IRModule:
+    """``mod`` after the task pipeline: the PrimFuncs a search extracts its tasks from and an export
+    schedules, for ``target`` (:func:`pipeline_target`)."""
     from explorer.passes.pipelines import TASK_PIPELINE, get_pipeline
 
-    target = tvm.target.Target({"kind": "llvm"})
+    tvm_target = pipeline_target(target)
     try:
-        with tvm.transform.PassContext(opt_level=3), target:
-            return get_pipeline(TASK_PIPELINE).build(target)(mod)
+        with tvm.transform.PassContext(opt_level=3), tvm_target:
+            return get_pipeline(TASK_PIPELINE).build(tvm_target)(mod)
     except Exception as err:
         raise WorkloadError(f"the task pipeline failed on {name}: {short_tvm_message(err)}") from err
 
 
-__all__ = ["WorkloadError", "fused_module"]
+def pipeline_target(target=None) -> tvm.target.Target:
+    """The TVM target the task pipeline runs under for ``target`` (an :class:`explorer.target.Target`):
+    a CPU other than this machine's (a named or cross-compiled one) is itself, so that the passes whose
+    rewrite pays on some CPUs only (:mod:`explorer.passes.pass_target`: padded channels, int8 kernels)
+    decide for the CPU the code is built for, never for the build host; this machine, a device target
+    (its host half is this machine) or None is a generic host target, which those passes read as this
+    machine."""
+    other = other_cpu(target)
+    return tvm.target.Target({"kind": "llvm"}) if other is None else other.tvm()
+
+
+def other_cpu(target):
+    """``target`` where it is a CPU other than this machine's (its task pipeline differs), else None."""
+    return None if target is None or target.is_host or not target.cpu_rules else target
+
+
+__all__ = ["WorkloadError", "fused_module", "other_cpu", "pipeline_target"]

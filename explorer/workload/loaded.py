@@ -9,12 +9,12 @@ numpy for built-in kernels, else TVM's own untuned build (said so in ``reference
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import tvm
 
-from explorer.workload.fusion import WorkloadError, fused_module
+from explorer.workload.fusion import WorkloadError, fused_module, other_cpu
 from explorer.workload.spec import is_kernel_spec
 from explorer.workload.task import Task, kernel_task, module_tasks, relax_name
 
@@ -38,6 +38,7 @@ class Workload:
     origin: str = ""
     notes: tuple[str, ...] = field(default=())
     precision: object | None = None  # explorer.precision.Precision once built at one (None: as written)
+    build_target: object | None = None  # the other CPU its task pipeline runs for (None: this machine; for_target)
     _fused: tvm.IRModule | None = field(default=None, repr=False)
 
     @property
@@ -61,10 +62,20 @@ class Workload:
             return "numpy"
         return "TVM untuned build"
 
+    def for_target(self, target) -> Workload:
+        """This workload with its task pipeline run for ``target`` (an :class:`explorer.target.Target`):
+        a model built for another CPU than this machine's gets that CPU's tasks
+        (:func:`explorer.workload.fusion.pipeline_target`); itself where nothing changes."""
+        other = other_cpu(target)
+        if self.kind == "kernel" or getattr(other, "key", None) == getattr(self.build_target, "key", None):
+            return self
+        return replace(self, build_target=other, _fused=None)
+
     def fused_module(self) -> tvm.IRModule:
-        """The module whose PrimFuncs are the tasks (a model after the tuning pipeline)."""
+        """The module whose PrimFuncs are the tasks (a model after the tuning pipeline, run for its
+        :attr:`build_target`)."""
         if self._fused is None:
-            self._fused = self.mod if self.kind == "kernel" else fused_module(self.mod, self.name)
+            self._fused = self.mod if self.kind == "kernel" else fused_module(self.mod, self.name, self.build_target)
         return self._fused
 
     def tasks(self) -> list[Task]:
