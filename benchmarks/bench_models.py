@@ -343,13 +343,11 @@ def main() -> None:
 
     target = parse_target(opts.target)
     target.require_runnable("benchmark")
-    if opts.precision != "fp32":  # refused before anything is built (a CPU without bf16 instructions)
-        from explorer.precision import PrecisionError, check_precision
+    from explorer.precision import refusal
 
-        try:
-            check_precision(opts.precision, target)
-        except PrecisionError as err:
-            parser.exit(2, f"bench_models: {err}\n")
+    why = refusal(opts.precision, target)  # refused before anything is built (a CPU without bf16 instructions)
+    if why:
+        parser.exit(2, f"bench_models: {why}\n")
     versus = parse_target(opts.versus) if opts.versus else None
     if versus is not None:
         versus.require_runnable("benchmark")

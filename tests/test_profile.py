@@ -326,6 +326,35 @@ def test_a_bf16_kernel_reads_against_the_bf16_peak_and_never_above_100(monkeypat
     assert all(k.percent_of_peak <= 100.0 for k in rows(raised).kernels if k.percent_of_peak is not None)
 
 
+def test_a_raised_family_peak_names_the_sure_kernel_that_raised_it_not_a_faster_short_one(monkeypatch):
+    """A short kernel's figure raises nothing (its time is not sure): the raised peak names the sure
+    kernel checked, and a peak that measuring the calibration again explained names no kernel."""
+    from explorer.measure import peak_check
+    from explorer.measure.calibration import CALIBRATION_VERSION, Calibration
+    from explorer.measure.families import FamilyPeak
+    from export.profile import KernelTime, checked_peaks
+
+    def k(task, share, gflops):
+        return KernelTime(task=task, funcs=(task,), calls=1, seconds=share, share=share, flops=1, gflops=gflops,
+                          percent_of_peak=None, schedule="default", family="bf16")
+
+    bf16 = FamilyPeak("bf16", 1000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX")
+    kernels = (k("m/conv_bf16", 0.6, 1500.0), k("m/dense_bf16", 0.01, 2500.0))
+    other = Calibration("another machine", 351.0, 20.0, "then", CALIBRATION_VERSION, families=(bf16,))
+    real = peak_check.within_peak
+    monkeypatch.setattr(peak_check, "within_peak", lambda g, kernel, peak, family="fp32":
+                        real(g, kernel, peak, peaks=other, family=family))  # raised in the returned value only
+    _, (raised,), notes = checked_peaks(kernels, 351.0, (bf16,))
+    assert (raised.gflops, raised.raised_by) == (1500.0, "m/conv_bf16") and "m/conv_bf16" in notes[0]
+
+    again = Calibration("this machine", 351.0, 20.0, "now", CALIBRATION_VERSION,
+                        families=(FamilyPeak("bf16", 1600.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX"),))
+    monkeypatch.setattr(peak_check, "within_peak", lambda g, kernel, peak, family="fp32":
+                        peak_check.PeakCheck(1600.0, "measured again, the bf16 peak is now 1600.0", again, family))
+    _, (remeasured,), _ = checked_peaks(kernels, 351.0, (bf16,))
+    assert (remeasured.gflops, remeasured.raised_by) == (1600.0, "")
+
+
 def test_a_bf16_profile_prints_each_familys_peak(tmp_path):
     from explorer.schedule.bf16_dot import why_not
     from explorer.target import host_target

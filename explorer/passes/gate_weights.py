@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprVisitor, visitor
 
+from explorer.ir.relax_walk import iter_bindings, relax_functions, use_counts
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -55,24 +56,21 @@ MIN_MAP_ELEMENTS = 1 << 18
 _FLOAT32_BYTES = 4
 
 
-@visitor
-class _Uses(PyExprVisitor):
-    """How many times each variable is read, and the value bound to each."""
+@dataclass(frozen=True)
+class _Uses:
+    """How many times each variable of a module's Relax functions is read, and the value bound to each."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.uses: dict = {}
-        self.values: dict = {}
+    uses: dict
+    values: dict
 
-    def visit_var_binding_(self, binding) -> None:
-        self.values[binding.var] = binding.value
-        self.visit_expr(binding.value)
-
-    def visit_var_(self, var) -> None:
-        self.uses[var] = self.uses.get(var, 0) + 1
-
-    def visit_dataflow_var_(self, var) -> None:
-        self.uses[var] = self.uses.get(var, 0) + 1
+    @classmethod
+    def of(cls, mod: tvm.IRModule) -> _Uses:
+        uses: dict = {}
+        values: dict = {}
+        for func in relax_functions(mod).values():
+            uses.update(use_counts(func))
+            values.update((b.var, b.value) for b in iter_bindings(func) if isinstance(b, relax.VarBinding))
+        return cls(uses, values)
 
 
 @functools.lru_cache(maxsize=1)
@@ -150,11 +148,7 @@ def _rewrite(uses: _Uses, min_elements: int):
 @tvm.transform.module_pass(opt_level=0, name="GateIntoConvWeights")
 def GateIntoConvWeights(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Multiply channel gates into the 1x1 convolution's weights (see the module docstring)."""
-    uses = _Uses()
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            uses.visit_expr(func)
-    rewritten = rewrite_calls(mod, _rewrite(uses, min_map_elements()))
+    rewritten = rewrite_calls(mod, _rewrite(_Uses.of(mod), min_map_elements()))
     if rewritten.same_as(mod):
         return mod
     return relax.transform.DeadCodeElimination()(rewritten)  # the product over the whole map, now unread

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from explorer.schedule.amx_ir import names_in, register_once
 from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
 
 _NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
@@ -14,21 +15,15 @@ _NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+
 
 def register(dot: Bf16Dot | AmxBf16) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
-    from tvm.s_tir import TensorIntrin
-
-    if TensorIntrin.get(dot.name, allow_missing=True) is None:
-        TensorIntrin.register(dot.name, *(amx_funcs(dot) if isinstance(dot, AmxBf16) else dot_funcs(dot.rows)))
-    return dot.name
+    return register_once(dot.name, lambda: amx_funcs(dot) if isinstance(dot, AmxBf16) else dot_funcs(dot.rows))
 
 
 def register_for_trace(trace: object) -> None:
     """Register every schedx bf16 intrinsic a trace (JSON or text) tensorizes with."""
-    text = str(trace)
-    if NAME_PREFIX in text:
-        for _, rows, m, n, k, gr, gc, kb, zero, update in set(_NAME.findall(text)):
-            register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero),
-                                                             row_groups=int(gr or 1), col_groups=int(gc or 1),
-                                                             update=bool(update), kblocks=int(kb or 1)))
+    for _, rows, m, n, k, gr, gc, kb, zero, update in names_in(trace, NAME_PREFIX, _NAME):
+        register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero),
+                                                         row_groups=int(gr or 1), col_groups=int(gc or 1),
+                                                         update=bool(update), kblocks=int(kb or 1)))
 
 
 def dot_funcs(rows: int):
@@ -38,34 +33,37 @@ def dot_funcs(rows: int):
 
     lanes = PANEL
 
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (rows, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (lanes, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:rows, 0:lanes], A[0:rows, 0:PAIR], B[0:lanes, 0:PAIR])
-            T.writes(C[0:rows, 0:lanes])
-            for r, i, k in T.grid(rows, lanes, PAIR):
-                with T.sblock("update"):
-                    vr, vi, vk = T.axis.remap("SSR", [r, i, k])
-                    C[vr, vi] = C[vr, vi] + T.reinterpret(
-                        "float32", T.shift_left(T.Cast("uint32", A[vr, vk]), T.uint32(16))) * T.reinterpret(
-                        "float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+    def over_rows(name: str, body):
+        """``name``: ``C[rows, 16] += A[rows, 2] . B[16, 2]`` computed by the macro ``body(A, B, C)``."""
+        @T.prim_func(s_tir=True)
+        def func(a: T.handle, b: T.handle, c: T.handle) -> None:
+            A = T.match_buffer(a, (rows, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
+            B = T.match_buffer(b, (lanes, PAIR), "uint16", offset_factor=1)
+            C = T.match_buffer(c, (rows, lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
+            with T.sblock("root"):
+                T.reads(C[0:rows, 0:lanes], A[0:rows, 0:PAIR], B[0:lanes, 0:PAIR])
+                T.writes(C[0:rows, 0:lanes])
+                body(A, B, C)
+        return func.with_attr("global_symbol", name)
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (rows, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (lanes, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:rows, 0:lanes], A[0:rows, 0:PAIR], B[0:lanes, 0:PAIR])
-            T.writes(C[0:rows, 0:lanes])
-            for r in T.unroll(rows):
-                C[r, T.ramp(T.int32(0), 1, lanes)] = T.call_extern(
-                    "float32x16", DOT_FN, C[r, T.ramp(T.int32(0), 1, lanes)],
-                    T.broadcast(T.reinterpret("int32", A[r, T.ramp(T.int32(0), 1, PAIR)]), lanes),
-                    T.reinterpret("int32x16", B[0, T.ramp(T.int32(0), 1, PAIR * lanes)]))
+    @T.macro
+    def product(A, B, C):
+        for r, i, k in T.grid(rows, lanes, PAIR):
+            with T.sblock("update"):
+                vr, vi, vk = T.axis.remap("SSR", [r, i, k])
+                C[vr, vi] = C[vr, vi] + T.reinterpret(
+                    "float32", T.shift_left(T.Cast("uint32", A[vr, vk]), T.uint32(16))) * T.reinterpret(
+                    "float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+
+    @T.macro
+    def dot_calls(A, B, C):
+        for r in T.unroll(rows):
+            C[r, T.ramp(T.int32(0), 1, lanes)] = T.call_extern(
+                "float32x16", DOT_FN, C[r, T.ramp(T.int32(0), 1, lanes)],
+                T.broadcast(T.reinterpret("int32", A[r, T.ramp(T.int32(0), 1, PAIR)]), lanes),
+                T.reinterpret("int32x16", B[0, T.ramp(T.int32(0), 1, PAIR * lanes)]))
+
+    desc, impl = over_rows("desc", product), over_rows("impl", dot_calls)
 
     @T.prim_func(s_tir=True)
     def desc_one_row(a: T.handle, b: T.handle, c: T.handle) -> None:
