@@ -243,7 +243,7 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
     except (OSError, sqlite3.Error) as err:
         raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
     checked = False
-    try:
+    with _closed_on_failure(db, path, lambda err: f"cannot open {path}: {io_reason(path, err)}"):
         version = _read_version(db, path)
         if version is not None:
             checked = check_once(db, path)
@@ -257,15 +257,6 @@ def open_database(path: Path, *, create: bool = True, read_only: bool | None = N
             _set_wal(db)
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.OperationalError as err:
-        db.close()
-        raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
-    except sqlite3.Error as err:
-        db.close()
-        raise damaged(path, err) from err
-    except BaseException:
-        db.close()
-        raise
     _remember_checked(path)
     return Opened(db, version, False, checked)
 
@@ -290,26 +281,34 @@ def open_readonly(path: Path, *, always_check: bool = False) -> Opened:
         db = connect(path, read_only=True, immutable=immutable)
     except sqlite3.Error as err:
         raise StoreError(f"cannot open {path}: {io_reason(path, err)}") from err
-    try:
+    with _closed_on_failure(db, path, lambda err: f"cannot read {path}: {err}" + (
+            "; it is read-only and has a pending write-ahead log: open it once where it can be written"
+            if "readonly" in str(err) else "")):
         version = _read_version(db, path)
         if version is None:
             raise StoreError(f"{path} is an empty file, not a schedx database")
         if always_check:
             check(db, path)
         checked = always_check or check_once(db, path)
+    _remember_checked(path)
+    return Opened(db, version, True, checked)
+
+
+@contextmanager
+def _closed_on_failure(db: sqlite3.Connection, path: Path, unusable: Callable[[sqlite3.OperationalError], str]):
+    """Close ``db`` when its opening fails: an operational error as a :class:`StoreError` saying
+    ``unusable(err)``, any other SQLite error as :func:`damaged`, anything else as it was."""
+    try:
+        yield
     except sqlite3.OperationalError as err:
         db.close()
-        raise StoreError(f"cannot read {path}: {err}" + (
-            "; it is read-only and has a pending write-ahead log: open it once where it can be written"
-            if "readonly" in str(err) else "")) from err
+        raise StoreError(unusable(err)) from err
     except sqlite3.Error as err:
         db.close()
         raise damaged(path, err) from err
     except BaseException:
         db.close()
         raise
-    _remember_checked(path)
-    return Opened(db, version, True, checked)
 
 
 def damaged(path: Path, err: BaseException | str) -> CorruptDatabaseError:

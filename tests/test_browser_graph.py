@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser import (CHROMIUM_ARGS, chromium_path, describe_findings, pick_option, readability_findings,
+from tests.browser import (chromium_page, describe_findings, pick_option, readability_findings,
                            schedx_ui, screenshot_dir)
 
 pytestmark = pytest.mark.browser
@@ -25,13 +25,8 @@ def ui_url():
 
 @pytest.fixture
 def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
-        pg.set_default_timeout(120_000)
+    with chromium_page() as pg:
         yield pg
-        browser.close()
 
 
 def _settle(page) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from explorer.target import host_cpu
 from store import Store
-from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.browser import chromium_page, open_page, schedx_ui, screenshot_dir
 from tests.test_browser import _apply_step, _pick, _settle
 
 pytestmark = pytest.mark.browser
@@ -26,13 +26,8 @@ def ui(tmp_path_factory):
 
 @pytest.fixture
 def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
-        pg.set_default_timeout(120_000)
+    with chromium_page() as pg:
         yield pg
-        browser.close()
 
 
 def test_the_assembly_tab_counts_the_vector_instructions_a_step_makes(ui, page, tmp_path):

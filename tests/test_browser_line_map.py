@@ -14,7 +14,7 @@ from explorer.schedule.codegen import code_views
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import Step
 from explorer.target import parse_target
-from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.browser import chromium_page, open_page, schedx_ui, screenshot_dir
 from tests.test_browser import _settle
 
 pytestmark = pytest.mark.browser
@@ -28,13 +28,8 @@ STEPS = [{"primitive": "split", "args": {"loop": "C/i", "factors": [None, 4]}},
 
 @pytest.fixture
 def page(tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with schedx_ui({"SCHEDX_DB": str(tmp_path / "line-map.db")}) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
-        pg.set_default_timeout(120_000)
+    with schedx_ui({"SCHEDX_DB": str(tmp_path / "line-map.db")}) as url, chromium_page() as pg:
         yield url, pg
-        browser.close()
 
 
 def _lit(view) -> set[int]:

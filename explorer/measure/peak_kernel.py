@@ -74,31 +74,26 @@ def prim_func(kernel: PeakKernel):
     lanes, chains, cores, iters = kernel.lanes, kernel.chains, kernel.cores, kernel.iters
 
     if kernel.fused:
-        @T.prim_func(s_tir=True)
-        def peak(x: T.float32, y: T.float32, out: T.Buffer((cores, chains, lanes), "float32")):
-            for c in T.parallel(cores):
-                acc = T.alloc_buffer((chains, lanes), "float32", scope="local")
-                for ch in T.unroll(chains):
-                    acc[ch, T.ramp(0, 1, lanes)] = T.broadcast(y * T.Cast("float32", ch), lanes)
-                for _ in range(iters):
-                    for ch in T.unroll(chains):
-                        acc[ch, T.ramp(0, 1, lanes)] = T.fma(T.broadcast(x, lanes), T.broadcast(y, lanes),
-                                                             acc[ch, T.ramp(0, 1, lanes)])
-                for ch in T.unroll(chains):
-                    out[c, ch, T.ramp(0, 1, lanes)] = acc[ch, T.ramp(0, 1, lanes)]
+        @T.macro
+        def step(acc, ch, x, y):
+            acc[ch, T.ramp(0, 1, lanes)] = T.fma(T.broadcast(x, lanes), T.broadcast(y, lanes),
+                                                 acc[ch, T.ramp(0, 1, lanes)])
     else:
-        @T.prim_func(s_tir=True)
-        def peak(x: T.float32, y: T.float32, out: T.Buffer((cores, chains, lanes), "float32")):
-            for c in T.parallel(cores):
-                acc = T.alloc_buffer((chains, lanes), "float32", scope="local")
+        @T.macro
+        def step(acc, ch, x, y):
+            acc[ch, T.ramp(0, 1, lanes)] = acc[ch, T.ramp(0, 1, lanes)] * T.broadcast(x, lanes) + T.broadcast(y, lanes)
+
+    @T.prim_func(s_tir=True)
+    def peak(x: T.float32, y: T.float32, out: T.Buffer((cores, chains, lanes), "float32")):
+        for c in T.parallel(cores):
+            acc = T.alloc_buffer((chains, lanes), "float32", scope="local")
+            for ch in T.unroll(chains):
+                acc[ch, T.ramp(0, 1, lanes)] = T.broadcast(y * T.Cast("float32", ch), lanes)
+            for _ in range(iters):
                 for ch in T.unroll(chains):
-                    acc[ch, T.ramp(0, 1, lanes)] = T.broadcast(y * T.Cast("float32", ch), lanes)
-                for _ in range(iters):
-                    for ch in T.unroll(chains):
-                        acc[ch, T.ramp(0, 1, lanes)] = acc[ch, T.ramp(0, 1, lanes)] * T.broadcast(x, lanes) + \
-                            T.broadcast(y, lanes)
-                for ch in T.unroll(chains):
-                    out[c, ch, T.ramp(0, 1, lanes)] = acc[ch, T.ramp(0, 1, lanes)]
+                    step(acc, ch, x, y)
+            for ch in T.unroll(chains):
+                out[c, ch, T.ramp(0, 1, lanes)] = acc[ch, T.ramp(0, 1, lanes)]
     return peak
 
 

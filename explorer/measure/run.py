@@ -8,6 +8,7 @@ Use :func:`explorer.measure.measure` to do all this in a child process that may 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -71,16 +72,9 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
     except Exception as err:
         return MeasureResult(status=Outcome.BUILD_ERROR, error=short_tvm_message(err), **base)
     build_s = time.perf_counter() - start
-    if repeat == 0:  # a check: run once and compare, nothing timed (no need to wait for the machine)
-        try:
-            _, outputs = run_once(rt_mod, inputs, output_specs)
-        except Exception as err:
-            return MeasureResult(status=Outcome.RUN_ERROR, error=short_tvm_message(err), build_seconds=build_s, **base)
-        verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
-                                                                                                 references)
-        return MeasureResult(status=Outcome.OK if verified else Outcome.VERIFY_FAILED, error=why, max_abs_error=abs_err,
-                             max_rel_error=rel_err, verified=verified, build_seconds=build_s, **base)
-    with measuring(what=target_text):  # builds may overlap; timed runs on this machine never do
+    # timed runs on this machine never overlap (builds may); a check (repeat=0: run once and compare, nothing
+    # timed) need not wait for the machine
+    with measuring(what=target_text) if repeat else contextlib.nullcontext():
         try:
             args, outputs = run_once(rt_mod, inputs, output_specs)
         except Exception as err:
@@ -88,8 +82,8 @@ def measure_module(mod: tvm.IRModule, *, target: dict, target_text: str, flops: 
         verified, abs_err, rel_err, why = (True, 0.0, 0.0, "") if references is None else compare(outputs,
                                                                                                  references)
         checks = {"max_abs_error": abs_err, "max_rel_error": rel_err, "verified": verified, "build_seconds": build_s}
-        if not verified:
-            return MeasureResult(status=Outcome.VERIFY_FAILED, error=why, **checks, **base)
+        if not verified or repeat == 0:
+            return MeasureResult(status=Outcome.OK if verified else Outcome.VERIFY_FAILED, error=why, **checks, **base)
         try:
             timed = without_layout_rewrites(mod)
             if timed is not None:

@@ -48,4 +48,14 @@ def rewrite_calls(mod: tvm.IRModule, rewrite: Rewrite) -> tvm.IRModule:
     return rewriter.builder_.get() if rewriter.rewritten else mod
 
 
-__all__ = ["Rewrite", "rewrite_calls", "static_ints"]
+def visit_functions(mod: tvm.IRModule, mutator) -> tvm.IRModule:
+    """A copy of ``mod`` with each Relax function as ``mutator`` (a ``PyExprMutator`` of ``mod``)
+    rewrites it; the caller's module is never edited."""
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = mutator.visit_expr(func)
+    return out
+
+
+__all__ = ["Rewrite", "rewrite_calls", "static_ints", "visit_functions"]

@@ -21,6 +21,7 @@ from tvm.ir import TensorLoad  # what tirx.BufferLoad(...) builds
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.tir_walk import blocks
+from explorer.passes.call_rewrite import visit_functions
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CLIP = tvm.ir.Op.get("relax.clip")
@@ -93,10 +94,7 @@ class _Rewriter(PyExprMutator):
 def ClipToRelaxOps(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Replace scalar max/min ``call_tir``s by Relax operators (see the module docstring)."""
     rewriter = _Rewriter(mod)
-    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[gv] = rewriter.visit_expr(func)
+    out = visit_functions(mod, rewriter)
     if not rewriter.rewritten:
         return mod
     return relax.transform.DeadCodeElimination()(out)

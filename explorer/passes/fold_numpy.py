@@ -19,6 +19,8 @@ from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from explorer.passes.call_rewrite import visit_functions
+
 
 def _int_list(values) -> list[int]:
     return [int(v) for v in values]
@@ -136,12 +138,7 @@ class _Folder(PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")
 def FoldConstantNumpy(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Evaluate arithmetic and layout operators on constants with numpy (see the module docstring)."""
-    folder = _Folder(mod)
-    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[gv] = folder.visit_expr(func)
-    return out
+    return visit_functions(mod, _Folder(mod))
 
 
 __all__ = ["FoldConstantNumpy"]

@@ -17,6 +17,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from explorer.passes.call_rewrite import visit_functions
+
 _DROPOUT = tvm.ir.Op.get("relax.nn.dropout")
 _STACK = tvm.ir.Op.get("relax.stack")
 _SUM = tvm.ir.Op.get("relax.sum")
@@ -82,10 +84,7 @@ def SimplifyInference(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Drop dropout, turn Sum's stack-and-reduce into adds, drop identity broadcasts (see the
     module docstring)."""
     simplifier = _Simplifier(mod)
-    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[gv] = simplifier.visit_expr(func)
+    out = visit_functions(mod, simplifier)
     if not simplifier.changed:
         return mod
     # x = y bindings left behind would hide the adds from ConvertLayout (it kept them in NCHW)

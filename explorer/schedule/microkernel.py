@@ -106,32 +106,34 @@ def _prim_funcs(mr: int, nr: int, kr: int):
     """The intrinsic's description (what it computes) and implementation (how)."""
     from tvm.script import tirx as T
 
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (mr, kr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        C = T.match_buffer(c, (mr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:kr], B[0:kr, 0:nr])
-            T.writes(C[0:mr, 0:nr])
-            for i, j, k in T.grid(mr, nr, kr):
-                with T.sblock("update"):
-                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                    C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+    def tile(name: str, body):
+        """``name``: ``C[mr, nr] += A[mr, kr] . B[kr, nr]`` computed by the macro ``body(A, B, C)``."""
+        @T.prim_func(s_tir=True)
+        def func(a: T.handle, b: T.handle, c: T.handle) -> None:
+            A = T.match_buffer(a, (mr, kr), "float32", offset_factor=1, strides=[T.int32(), 1])
+            B = T.match_buffer(b, (kr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
+            C = T.match_buffer(c, (mr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
+            with T.sblock("root"):
+                T.reads(C[0:mr, 0:nr], A[0:mr, 0:kr], B[0:kr, 0:nr])
+                T.writes(C[0:mr, 0:nr])
+                body(A, B, C)
+        return func.with_attr("global_symbol", name)
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (mr, kr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        C = T.match_buffer(c, (mr, nr), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:mr, 0:nr], A[0:mr, 0:kr], B[0:kr, 0:nr])
-            T.writes(C[0:mr, 0:nr])
-            for k in T.unroll(kr):
-                for i in T.unroll(mr):
-                    C[i, T.ramp(0, 1, nr)] = C[i, T.ramp(0, 1, nr)] + \
-                        T.broadcast(A[i, k], nr) * B[k, T.ramp(0, 1, nr)]
+    @T.macro
+    def product(A, B, C):
+        for i, j, k in T.grid(mr, nr, kr):
+            with T.sblock("update"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
 
+    @T.macro
+    def fmas(A, B, C):
+        for k in T.unroll(kr):
+            for i in T.unroll(mr):
+                C[i, T.ramp(0, 1, nr)] = C[i, T.ramp(0, 1, nr)] + \
+                    T.broadcast(A[i, k], nr) * B[k, T.ramp(0, 1, nr)]
+
+    desc, impl = tile("desc", product), tile("impl", fmas)
     return desc, impl
 
 
