@@ -58,10 +58,11 @@ def module_decisions(mod: tvm.IRModule, target: Target, *, variants: int = 0) ->
 
 
 def workload_decisions(spec: str, target: Target, *, variants: int = 0) -> dict[str, dict]:
-    """:func:`module_decisions` of a workload spec (a zoo name, an ONNX file, a kernel spec)."""
+    """:func:`module_decisions` of a workload spec (a zoo name, an ONNX file, a kernel spec), its tasks
+    those of ``target``'s CPU (:meth:`explorer.workload.Workload.for_target`), as an export finds them."""
     from explorer.workload import load_workload
 
-    return module_decisions(load_workload(spec).fused_module(), target, variants=variants)
+    return module_decisions(load_workload(spec).for_target(target).fused_module(), target, variants=variants)
 
 
 __all__ = ["module_decisions", "workload_decisions"]
