@@ -31,7 +31,9 @@ those of ``dense_bf16`` (``i, j, k2, kk``) and :mod:`explorer.schedule.defaults.
 or a kernel row of at most 32 values, output rows that split into tiles of 7-16 pixels) takes the
 direct kernel instead: NHWC, the input rounded and padded once, the tiles' A rows read straight
 from it (no im2col), NHWC fp32 out between transposes that ``SinkTransposes`` cancels between
-convolutions (:mod:`explorer.passes.bf16_conv_nhwc`). Without its copies it pays from a shorter
+convolutions (:mod:`explorer.passes.bf16_conv_nhwc`); where a depthwise convolution computes its
+input for it alone, that producer rounds it (:data:`PRODUCER_ROUNDS`,
+:mod:`explorer.passes.bf16_conv_bits`). Without its copies it pays from a shorter
 reduction, :data:`MIN_REDUCTION_DIRECT`. Below that, where the work per output pixel ``K x C_out``
 is at least :data:`MIN_SPLIT_WORK` (MobileNetV2's 1x1 expansions, 64 -> 384 and 96 -> 576), the
 direct kernel computes it as a **split product** (:mod:`explorer.passes.bf16_conv_split`: input
@@ -62,12 +64,12 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import tensor_info
+from explorer.passes.bf16_conv_bits import emit_bits, rounded_by_producer
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
-                                            nhwc_channels, pack_nhwc_weights)
+                                            nhwc_channels, pack_nhwc_weights, row_tiled)
 from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
 from explorer.passes.bf16_dense import bf16_bits, constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
-from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -92,6 +94,10 @@ MIN_REDUCTION_DIRECT = 128
 MIN_SPLIT_WORK = 16384
 # Off: every bf16 convolution takes the im2col path, AMX CPUs too
 AMX_DIRECT_ENABLED = True
+# A direct kernel's input rounded to bf16 by the depthwise convolution that computes it, where the
+# kernel is its only reader (explorer.passes.bf16_conv_bits: identical numbers, half the bytes, no
+# rounding pass in the consumer). Off: every direct kernel rounds its own fp32 input
+PRODUCER_ROUNDS = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
 # (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
 FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference",
@@ -196,15 +202,19 @@ def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
     """Whether the direct kernel takes a convolution's split product: its input channels make
     parts of whole tile rows (:func:`explorer.passes.bf16_conv_split.split_group`) and its output
     rows split into tiles of 7-16 pixels (a split product is not tiled across rows)."""
-    return split_group(int(weight_shape[1])) is not None and any(out_width % (m * mt) == 0 for m, mt in GRIDS)
+    return split_group(int(weight_shape[1])) is not None and row_tiled(out_width)
 
 
-def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool):
+def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool,
+            bits: bool = False):
     """The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
     :mod:`explorer.passes.bf16_conv_split`) between the transposes to and from NHWC that
-    ``SinkTransposes`` cancels between consecutive convolutions."""
+    ``SinkTransposes`` cancels between consecutive convolutions; ``bits``: its input rounded to bf16
+    by the producer (:mod:`explorer.passes.bf16_conv_bits`; not for a split product, which reads fp32)."""
     oc, ic, kh, kw = w.shape
     xn = builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+    if bits and not split:
+        xn = emit_bits(xn, builder)
     channels, out_hw = nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
     packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
     weights = relax.const(packed)
@@ -232,10 +242,12 @@ def _rewritable(call: relax.Call) -> bool:
             and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
 
 
-def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool):
+def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
+             rounded: frozenset = frozenset()):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
     (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
-    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits."""
+    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits; ``rounded``: inputs
+    their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`)."""
     if not call.op.same_as(_CONV2D) or not _rewritable(call):
         return None
     shape, dtype = tensor_info(call.args[0].ty)
@@ -246,15 +258,15 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
         return None
     a = call.attrs
     direct = amx and AMX_DIRECT_ENABLED and amx_direct_fits(w.shape, int(out_shape[3]), a.dilation, a.strides)
-    splittable = direct and split_fits(w.shape, int(out_shape[3]))
-    why = why_fp32(w.shape, direct=direct, splittable=splittable)
+    why = why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
     if why is not None:
         kept.append(why)
         return None
     pad = [int(v) for v in a.padding]
-    if direct:
+    if direct:  # (a reduction under the direct cut that why_fp32 let through is a split product)
+        split = int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
-                       out_shape=tuple(int(d) for d in out_shape), split=splittable and split_product(w.shape))
+                       out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded)
     return builder.call_te(
         conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
@@ -275,13 +287,15 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False) -> tuple[tvm.IRModule, i
     if not any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values()):
         return mod, 0, ()
     converted, kept = [], []
+    folded = fold_batch_norms(mod)
+    rounded = frozenset(rounded_by_producer(folded)) if amx and PRODUCER_ROUNDS else frozenset()
 
     def counted(call, builder):
-        new = _rewrite(call, builder, kept, amx)
+        new = _rewrite(call, builder, kept, amx, rounded)
         converted.extend([call] if new is not None else [])
         return new
 
-    rewritten = rewrite_calls(fold_batch_norms(mod), counted)
+    rewritten = rewrite_calls(folded, counted)
     if not converted:
         return mod, 0, tuple(kept)
     return relax.transform.DeadCodeElimination()(rewritten), len(converted), tuple(kept)
@@ -295,6 +309,6 @@ def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_convs(mod)[0]
 
 
-__all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK", "Bf16Convs",
-           "bf16_convs", "conv2d_bf16", "fold_batch_norms", "pack_conv_weights", "row_panels", "split_fits",
-           "split_product", "why_fp32"]
+__all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK",
+           "PRODUCER_ROUNDS", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms", "pack_conv_weights",
+           "row_panels", "split_fits", "split_product", "why_fp32"]

@@ -5,7 +5,8 @@ design, :mod:`explorer.passes.qdq_int8`, in bf16).
 
 - ``Xb``: the fp32 NHWC input rounded to bf16 (nearest even) and padded **once per layer**, by the
   kernel's own packing block (``bf16_nhwc_input``), the channels padded with zeros to what the
-  tiles read (:func:`nhwc_channels`);
+  tiles read (:func:`nhwc_channels`); where the producer rounded it already
+  (:mod:`explorer.passes.bf16_conv_bits`) only padded, or read as it is;
 - ``Wb``: the weights rounded to bf16 **once, at build time**, packed in panels of 16 output
   channels x channel pairs (``[O/16, KH, KW, C/2, 16, 2]``: 16 pairs of a panel are one B tile);
 - fp32 sums in tile registers over every tap and channel
@@ -71,6 +72,12 @@ def flat_rows(kernel: tuple[int, int], strides, out_width: int, channels: int) -
             and best < FLAT_BELOW)
 
 
+def row_tiled(out_width: int) -> bool:
+    """Whether output rows of ``out_width`` pixels split into whole tiles of 7-16 pixels (the row
+    tiling of the direct kernel and of its split product)."""
+    return any(out_width % (m * mt) == 0 for m, mt in GRIDS)
+
+
 def amx_direct_fits(weight_shape, out_width: int, dilation, strides) -> bool:
     """Whether the direct AMX kernel takes a convolution: undilated, its channels padded as
     :func:`nhwc_channels` says, and its output rows split into tiles of 7-16 pixels, or tiled
@@ -78,7 +85,7 @@ def amx_direct_fits(weight_shape, out_width: int, dilation, strides) -> bool:
     _, ic, kh, kw = (int(v) for v in weight_shape)
     channels = nhwc_channels(ic, kw)
     return (all(int(d) == 1 for d in dilation) and channels is not None
-            and (any(out_width % (m * mt) == 0 for m, mt in GRIDS) or flat_rows((kh, kw), strides, out_width, channels)))
+            and (row_tiled(out_width) or flat_rows((kh, kw), strides, out_width, channels)))
 
 
 def pack_nhwc_weights(w_oihw: np.ndarray, channels: int) -> np.ndarray:
@@ -93,21 +100,24 @@ def pack_nhwc_weights(w_oihw: np.ndarray, channels: int) -> np.ndarray:
 
 
 def _rounded(x: te.Tensor, b, iy, ix, ci):
-    """``x[b, iy, ix, ci]`` rounded to bf16 bits, 0 outside ``x`` (the padding, the padded channels);
-    the read itself clamped inside, so that a vectorized select of both branches reads no byte
-    outside the buffer."""
+    """``x[b, iy, ix, ci]`` rounded to bf16 bits (``x`` fp32; a uint16 ``x`` is bf16 bits already,
+    rounded by its producer: :mod:`explorer.passes.bf16_conv_bits`), 0 outside ``x`` (the padding,
+    the padded channels); the read itself clamped inside, so that a vectorized select of both
+    branches reads no byte outside the buffer."""
     _, h, wd, c = (int(v) for v in x.shape)
     inside = tvm.tirx.all(ci < c, iy >= 0, iy < h, ix >= 0, ix < wd)
     clamp = lambda v, n: tvm.te.max(tvm.te.min(v, n - 1), 0)  # noqa: E731
-    return tvm.tirx.if_then_else(inside, to_bits(x[b, clamp(iy, h), clamp(ix, wd), clamp(ci, c)]),
-                                 tvm.tirx.const(0, "uint16"))
+    value = x[b, clamp(iy, h), clamp(ix, wd), clamp(ci, c)]
+    return tvm.tirx.if_then_else(inside, value if x.dtype == "uint16" else to_bits(value), tvm.tirx.const(0, "uint16"))
 
 
 def conv2d_nhwc_bf16(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), padding=(0, 0),
                      out_hw: tuple[int, int]) -> te.Tensor:
     """The convolution of the fp32 NHWC ``x`` by the packed bf16 weights ``w``
     (:func:`pack_nhwc_weights`), fp32 sums, NHWC output (module docstring); ``padding``: the top
-    and left padding (the bottom and right are implied by ``out_hw``)."""
+    and left padding (the bottom and right are implied by ``out_hw``). A uint16 ``x`` is bf16 bits
+    already (:mod:`explorer.passes.bf16_conv_bits`): packed without rounding, or not packed at all
+    where nothing is padded (a 1x1 convolution whose channels fill whole tile rows)."""
     n = int(x.shape[0])
     panels, kh, kw, pairs = (int(v) for v in w.shape[:4])
     (sh, sw), (pt, pl), (oh, ow) = strides, padding, out_hw
@@ -116,8 +126,11 @@ def conv2d_nhwc_bf16(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), padding=(0, 
     def convert(b, yy, xx, ci):  # the input rounded once: padded, channels padded with zeros
         return _rounded(x, b, yy - pt, xx - pl, ci)
 
-    xb = te.compute((n, (oh - 1) * sh + kh, (ow - 1) * sw + kw, channels), convert, name=INPUT_NAME,
-                    attrs={PACK_ATTR: 1})
+    packed = (n, (oh - 1) * sh + kh, (ow - 1) * sw + kw, channels)
+    if x.dtype == "uint16" and tuple(int(v) for v in x.shape) == packed and (pt, pl) == (0, 0):
+        xb = x  # bf16 bits already, nothing to pad: the tiles read the input itself
+    else:
+        xb = te.compute(packed, convert, name=INPUT_NAME, attrs={PACK_ATTR: 1})
     rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
     return te.compute(
         (n, oh, ow, panels * PANEL),
@@ -157,4 +170,4 @@ def conv2d_nhwc_bf16_flat(x: te.Tensor, w: te.Tensor, *, padding=(0, 0), out_hw:
 
 __all__ = ["CONV_NAME", "FLAT_ATTR", "INPUT_NAME", "MAX_CHANNEL_PADDING", "ROWS_NAME", "ROW_STRIDE_ATTR",
            "amx_direct_fits", "conv2d_nhwc_bf16", "conv2d_nhwc_bf16_flat", "flat_rows", "nhwc_channels",
-           "pack_nhwc_weights"]
+           "pack_nhwc_weights", "row_tiled"]

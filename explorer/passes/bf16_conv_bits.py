@@ -1,0 +1,92 @@
+"""Activations handed to a bf16 convolution already rounded, by the kernel that computes them.
+
+The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`) rounds its fp32 input to bf16 in a
+packing block of its own: one more pass over the activations, in fp32 (4 bytes a value read, 2
+written). Where the input is the output of a depthwise convolution's chain (the convolution, its
+bias, its activation: MobileNet's projections) and this convolution is its only reader, the
+rounding moves into that producer: the graph gets ``to_bits(x)`` (the same rounding to nearest even,
+so the numbers are identical) between the two, ``FuseOps`` fuses it into the producer's kernel as
+one more element-wise step, the producer writes 2 bytes a value instead of 4, and the consumer's
+packing only pads (or, for a 1x1 convolution whose channels fill whole tile rows, is not there).
+
+Only depthwise producers: they stay fp32 kernels whose element-wise tail fuses; a producer with
+other readers would need both outputs (or a kernel of its own for the rounding).
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, te
+
+from explorer.schedule.bf16_dot import to_bits
+
+_CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+# the element-wise steps of a chain (bias, batch-norm's scale, activations); a call_tir counts where
+# its output has its first input's shape (the legalized maximum and minimum of a relu6)
+_STEPS = tuple(tvm.ir.Op.get(f"relax.{name}") for name in ("add", "multiply", "clip", "maximum", "minimum", "nn.relu"))
+BITS_NAME = "bf16_bits"
+# element-wise steps between the depthwise convolution and the consumer (bias add, max, min: relu6)
+MAX_CHAIN = 4
+
+
+def _uses(func: relax.Function) -> dict:
+    """How many bindings (and the function's result) read each variable of ``func``."""
+    counts: dict = {}
+    values = [b.value for block in func.body.blocks for b in block.bindings] + [func.body.body]
+    for value in values:
+        for var in relax.analysis.free_vars(value):
+            counts[var] = counts.get(var, 0) + 1
+    return counts
+
+
+def _input(call: relax.Call):
+    """The tensor an element-wise step reads first (a ``call_tir``'s first argument)."""
+    if call.op.same_as(_CALL_TIR):
+        return call.args[1].fields[0] if len(call.args[1].fields) else None
+    return call.args[0] if call.args else None
+
+
+def _depthwise_tail(var, bound: dict, uses: dict) -> bool:
+    """Whether ``var`` ends a depthwise convolution's chain of element-wise steps (each read once)."""
+    for _ in range(MAX_CHAIN + 1):
+        value = bound.get(var)
+        if not isinstance(value, relax.Call) or uses.get(var, 0) != 1:
+            return False
+        if value.op.same_as(_CONV2D):
+            return int(value.attrs.groups) > 1
+        if not (any(value.op.same_as(op) for op in _STEPS) or value.op.same_as(_CALL_TIR)):
+            return False
+        var = _input(value)
+        if var is None or not tvm_ffi.structural_equal(var.ty, value.ty):  # (a step that reshapes: no chain)
+            return False
+    return False
+
+
+def rounded_by_producer(mod: tvm.IRModule) -> set:
+    """The variables of ``mod``'s Relax functions that a depthwise convolution's chain computes and
+    exactly one binding reads (module docstring): where a bf16 convolution reading one may take it
+    as bf16 bits (:func:`emit_bits`)."""
+    found = set()
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        bound = {b.var: b.value for block in func.body.blocks for b in block.bindings
+                 if isinstance(b, relax.VarBinding)}
+        uses = _uses(func)
+        found.update(var for var in bound if _depthwise_tail(var, bound, uses))
+    return found
+
+
+def _bits(x: te.Tensor) -> te.Tensor:
+    return te.compute(x.shape, lambda *i: to_bits(x(*i)), name=BITS_NAME)
+
+
+def emit_bits(x: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
+    """``x`` (fp32) rounded to nearest even bf16, as its bits (uint16): an element-wise kernel that
+    ``FuseOps`` fuses into ``x``'s producer."""
+    return builder.emit(builder.call_te(_bits, x, primfunc_name_hint=BITS_NAME))
+
+
+__all__ = ["BITS_NAME", "emit_bits", "rounded_by_producer"]
