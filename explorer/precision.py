@@ -32,7 +32,8 @@ PRECISIONS = ("fp32", "bf16", "int8")
 BF16_TOLERANCE = 1e-2
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
              "reductions and pooling", "recurrent state", "depthwise and grouped convolutions",
-             "products of two activations whose shapes the bf16 kernel does not take (attention's QK^T and PV "
+             "products of two activations whose shapes the bf16 kernel does not take, and weight products whose "
+             "shape does not pay on the CPU's bf16 instructions (listed per build; attention's QK^T and PV "
              "run in bf16: both operands rounded at run time)")
 INT8_KEPT_FLOAT = ("what ONNX Runtime's quantizer leaves in float (its QDQ model's float nodes)",
                    "grouped and dilated convolutions, computed in float between dequantize and quantize")
@@ -132,9 +133,9 @@ def for_precision(workload, target, name: str = "fp32", calibration=None):
         return workload, Precision("fp32", None)
     if name == "int8":
         return _int8(workload, calibration)
-    mod, converted, short = bf16_module(workload.mod, target)
+    mod, converted, kept = bf16_module(workload.mod, target)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
-    precision = Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + _short_convs(short), converted)
+    precision = Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + kept, converted)
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note,
                                 precision=precision), precision)
 
@@ -153,23 +154,24 @@ def _int8(workload, calibration):
 
 
 def bf16_module(mod, target=None):
-    """``(mod, converted, short)``: a model's Relax module with its convolutions and matmuls by
+    """``(mod, converted, kept)``: a model's Relax module with its convolutions and matmuls by
     constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
     tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col), how many
-    were, and the convolutions kept fp32 as too short (:func:`explorer.passes.bf16_conv.why_fp32`).
-    The caller checks the target first."""
+    were, and lines for what stayed fp32 by size: the convolutions too short
+    (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
+    the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`). The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs
-    from explorer.passes.bf16_dense import bf16_products
+    from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.schedule.bf16_dot import isa_from
 
     if target is None:
         from explorer.target import host_target
 
         target = host_target()
-    amx = bool(target.cpu_rules) and isa_from(target.features, target.arch) == "amx"
-    mod, convs, short = bf16_convs(mod, amx=amx)
-    mod, products = bf16_products(mod)
-    return mod, convs + products, short
+    isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
+    mod, convs, short = bf16_convs(mod, amx=isa == "amx")
+    mod, products, small = bf16_products(mod, isa=isa or None)
+    return mod, convs + products, _short_convs(short) + kept_in_fp32(small)
 
 
 def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:

@@ -25,18 +25,18 @@ SEQ, HIDDEN, HEADS = 32, 64, 2
 DIM = HIDDEN // HEADS
 
 
-def _attention_relax(scale: float = DIM ** -0.5) -> tvm.IRModule:
+def _attention_relax(scale: float = DIM ** -0.5, seq: int = SEQ, hidden: int = HIDDEN) -> tvm.IRModule:
     """x @ Wq, x @ Wk, x @ Wv (+ biases), heads split, softmax(Q K^T * scale) V: a BERT layer's attention."""
     rng = np.random.default_rng(0)
     const = lambda *shape: relax.const(rng.standard_normal(shape).astype("float32"))  # noqa: E731
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, SEQ, HIDDEN), "float32"))
+    x = relax.Var("x", relax.TensorType((1, seq, hidden), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
             heads = []
             for perm in ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3]):
-                y = bb.emit(relax.op.add(relax.op.matmul(x, const(HIDDEN, HIDDEN)), const(HIDDEN)))
-                y = bb.emit(relax.op.reshape(y, [1, SEQ, HEADS, DIM]))
+                y = bb.emit(relax.op.add(relax.op.matmul(x, const(hidden, hidden)), const(hidden)))
+                y = bb.emit(relax.op.reshape(y, [1, seq, HEADS, hidden // HEADS]))
                 heads.append(bb.emit(relax.op.permute_dims(y, perm)))
             q, k, v = heads
             scores = bb.emit(relax.op.multiply(relax.op.matmul(q, k), relax.const(scale, "float32")))
@@ -54,7 +54,7 @@ def _fused(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def test_qkv_become_one_product_and_attention_two_bf16_kernels():
-    mod, converted = bf16_products(_attention_relax())
+    mod, converted, _ = bf16_products(_attention_relax())
     text = mod["main"].script(show_meta=False)
     assert converted == 5  # three projections and the two products of activations
     assert text.count("R.call_tir(dense_bf16") == 1 and f"(1, {SEQ}, {3 * HIDDEN})" in text  # Q, K, V side by side
@@ -63,7 +63,7 @@ def test_qkv_become_one_product_and_attention_two_bf16_kernels():
 
 
 def test_k_transposed_is_read_by_rows_so_its_heads_split_as_q_and_v_do():
-    mod, _ = bf16_products(_attention_relax())
+    mod, _, _ = bf16_products(_attention_relax())
     text = mod["main"].script(show_meta=False)
     assert "axes=[0, 2, 3, 1]" not in text and text.count("axes=[0, 2, 1, 3]") == 3  # K as Q and V come
     assert text.count("R.call_tir(batch_dense_bf16") == 2
@@ -77,7 +77,7 @@ def test_products_of_different_activations_stay_separate():
         with bb.dataflow():
             out = bb.emit_output(relax.op.add(relax.op.matmul(x, relax.const(w)), relax.op.matmul(z, relax.const(w))))
         bb.emit_func_output(out)
-    mod, converted = bf16_products(bb.get())
+    mod, converted, _ = bf16_products(bb.get())
     text = mod["main"].script(show_meta=False)
     assert converted == 2 and text.count("R.call_tir(dense_bf16") == 2 and "R.strided_slice" not in text
 
@@ -199,7 +199,7 @@ def test_attention_product_of_operands_packed_ahead_matches_numpy():
 def test_a_power_of_two_scale_multiplies_q_in_its_packing_not_the_scores(scale, folded):
     from explorer.passes.bf16_attention import bf16_rows
 
-    mod, _ = bf16_products(_attention_relax(scale))
+    mod, _, _ = bf16_products(_attention_relax(scale))
     assert ("R.multiply" in mod["main"].script(show_meta=False)) != folded  # (exact only for a power of two)
     fused = _fused(mod)
     names = {gv.name_hint for gv in fused.functions}

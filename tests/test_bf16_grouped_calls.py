@@ -51,8 +51,31 @@ def test_a_128_row_product_takes_4_x_2_grids_a_call_with_one_tile_config():
 
 
 def test_few_calls_a_core_keep_one_grid_a_call():
-    _, choice = _built(_dense(32, 64, 64), "cpu:sapphirerapids", cores=2)
+    _, choice = _built(_dense(32, 64, 1024), "cpu:sapphirerapids", cores=2)
     assert "grids a call" not in choice.steps[0] and "AMX" in choice.steps[0], choice
+    assert "parallel outside" in choice.steps[0], choice
+
+
+def test_a_product_too_small_for_two_cores_runs_on_one_in_one_call():
+    """A small encoder's 16 x 64 x 64 product (its fork and join cost more than its tiles: 4x slower
+    than fp32 at 2 threads) runs on one core, every grid after one tile configuration."""
+    lib, choice = _built(_dense(16, 64, 64), "cpu:sapphirerapids", cores=2)
+    assert "on one core" in choice.steps[0] and "1 x 2 grids a call" in choice.steps[0], choice
+    asm = lib.mod.inspect_source("asm")
+    assert asm.count("ldtilecfg") == 1 and "tdpbf16ps" in asm
+
+
+@NEEDS_AMX
+@pytest.mark.parametrize("m, n, k", [(16, 64, 64), (16, 48, 96), (64, 256, 64)])  # 1 x 2, 1 x 1, 2 x 2 tiles a grid
+def test_a_product_on_one_core_matches_numpy(m, n, k):
+    lib, choice = _built(_dense(m, n, k), cores=2)
+    assert "on one core" in choice.steps[0] and "AMX" in choice.steps[0], choice
+    rng = np.random.default_rng(7)
+    x, w, b = (rng.standard_normal(s).astype("float32") for s in ((1, m, k), (k, n), (n,)))
+    out = tvm.runtime.tensor(np.zeros((1, m, n), "float32"))
+    lib["main"](*(tvm.runtime.tensor(v) for v in (x, pack_weights(w), b)), out)
+    exact = bf16_round(x[0]).astype(np.float64) @ bf16_round(w).astype(np.float64) + b
+    assert np.abs(out.numpy()[0] - exact).max() <= 1e-5 * np.abs(exact).max()
 
 
 def test_grouped_names_register_again_from_a_trace():
@@ -80,9 +103,9 @@ def test_grouped_product_matches_numpy(k, kblocks):
 
 @NEEDS_AMX
 def test_grouped_attention_product_matches_numpy_across_heads():
-    heads, m, n, k = 3, 64, 128, 32
+    heads, m, n, k = 3, 64, 128, 32  # (under 2^21 multiply-adds: one core, a head's whole product a call)
     lib, choice = _built(_scores(heads, m, n, k))
-    assert "2 x 2 grids a call" in choice.steps[0], choice
+    assert "2 x 4 grids a call" in choice.steps[0] and "on one core" in choice.steps[0], choice
     rng = np.random.default_rng(6)
     a, b = rng.standard_normal((1, heads, m, k)).astype("float32"), rng.standard_normal((1, heads, k, n)).astype("float32")
     out = tvm.runtime.tensor(np.zeros((1, heads, m, n), "float32"))

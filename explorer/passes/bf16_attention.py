@@ -95,11 +95,6 @@ def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False) -> te.Ten
                       attrs={BF16_ATTR: panels, BATCH_ATTR: len(lead)})
 
 
-def bf16_panels_rows(bt: te.Tensor) -> te.Tensor:
-    """:func:`bf16_panels` of the transpose of ``bt`` (``[..., N, K]``)."""
-    return bf16_panels(bt, b_rows=True)
-
-
 @dataclass(frozen=True)
 class ScaleFolds:
     """The decision of :func:`folded_scales`, made once on the function before the rewrite: each
@@ -185,5 +180,5 @@ def fits(call) -> bool:
     return int(sa[-2]) * int(sa[-1]) * int(sb[-1]) >= MIN_HEAD_PRODUCT
 
 
-__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_panels_rows", "bf16_rows", "fits", "folded_scales",
+__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales",
            "split_heads", "untransposed"]

@@ -32,6 +32,21 @@ pass: :mod:`explorer.passes.bf16_conv`). Products of two activations (attention'
 both at run time, a heads split in the copy that splits it, the softmax's output in the product's
 kernel (:func:`explorer.passes.bf16_attention.fits` says which products). A matmul whose K is
 odd, or whose weights are not constants, is left.
+
+Where a weight product pays in bf16 depends on the CPU's bf16 instructions (:func:`why_fp32`, the
+one rule; each product a build keeps in fp32 is listed with why, :func:`kept_in_fp32`). Swept with
+``benchmarks/bench_bf16_sizes.py`` (rows 1-256, N and K 64-768, alternated with fp32 in one process,
+the AMX CPU of 2026-12-06 at load 3-6): on AMX tiles every product the tiles take paid, 16 x 64 x 64
+included (0.1-0.6x fp32's time at 1 and 2 threads), once products under 2^21 multiply-adds ran on
+one core (:data:`explorer.schedule.defaults.bf16.AMX_PARALLEL_MIN_MACS`; before, parallel, 16 x 64 x
+64 took 4.1x and 64 x 64 x 64 1.3x fp32's time at 2 threads). On vdpbf16ps (the same CPU with its
+tiles hidden: it runs at half the fp32 FMA rate there) bf16 paid only where few rows read many
+weights: 0.2-1.0x at 8-16 rows by >= 256 outputs and N x K >= 65536 (one row of 256-768 outputs
+by 256 went either way, 0.85-2.2x), and 1.1-3x slower elsewhere (every product of >= 64 rows at 1
+thread; 16 x 64 x 64-768 1.3-2.4x), so those stay fp32 (under 2^14 multiply-adds, a classifier's
+1 x 64 -> 10, bf16 as before: sub-microsecond either way, 1 x 64 x 64 0.74-0.78x). Products of
+rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
+AMX CPU too, and its rule holds for them.
 """
 
 from __future__ import annotations
@@ -42,9 +57,10 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
-from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_panels_rows, bf16_rows,
-                                            fits, folded_scales, split_heads, untransposed)
-from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
+                                            split_heads, untransposed)
+from explorer.passes.call_rewrite import static_ints
+from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -122,19 +138,97 @@ def _product_weights(call, bound) -> np.ndarray | None:
     return w
 
 
-def sibling_products(func: relax.Function) -> list[list[tuple[relax.Call, np.ndarray]]]:
-    """The groups of two or more weight products of ``func`` that read the same activations
-    (attention's Q, K and V projections), each product with its ``[K, N]`` weights, in binding
-    order: each group becomes one kernel on the weights side by side (one packing of the
-    activations, one wider product, sliced after)."""
+def product_weights(func: relax.Function) -> dict:
+    """Each weight product of ``func`` (the call a binding holds) -> its ``[K, N]`` fp32 weights,
+    in binding order: every weight read out of its constant once, for the whole rewrite."""
     values = {b.var: b.value for b in iter_bindings(func) if isinstance(b, relax.VarBinding)}
+    found = ((value, _product_weights(value, lambda v: values.get(v, v))) for value in values.values())
+    return {call: w for call, w in found if w is not None}
+
+
+def sibling_products(weights: dict) -> list[list[tuple[relax.Call, np.ndarray]]]:
+    """The groups of two or more of the weight products ``weights`` (:func:`product_weights`) that
+    read the same activations (attention's Q, K and V projections), each product with its ``[K, N]``
+    weights, in binding order: each group becomes one kernel on the weights side by side (one
+    packing of the activations, one wider product, sliced after)."""
     groups: dict = {}
-    for value in values.values():
-        x = value.args[0] if isinstance(value, relax.Call) and value.args else None
-        w = _product_weights(value, lambda v: values.get(v, v)) if isinstance(x, relax.Var) else None
-        if w is not None:
-            groups.setdefault(x, []).append((value, w))
+    for call, w in weights.items():
+        if isinstance(call.args[0], relax.Var):
+            groups.setdefault(call.args[0], []).append((call, w))
     return [g for g in groups.values() if len(g) > 1]
+
+
+# On a CPU whose bf16 instructions are vectors alone (vdpbf16ps, measured at half the fp32 FMA rate on
+# the AMX CPU with its tiles hidden), a bf16 product gains only by reading half the weight bytes: where
+# its rows are few and its weights many (module docstring, benchmarks/bench_bf16_sizes.py)
+VECTOR_MAX_ROWS = 16
+VECTOR_MIN_WEIGHTS = 256 * 256  # N x K
+VECTOR_MIN_CHANNELS = 256  # N
+VECTOR_ANY_MACS = 1 << 14  # below: bf16 as it comes (1 x 64 x 64 0.74-0.78x fp32's time; sub-microsecond)
+
+
+def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
+    """Whether a product of ``rows`` x ``reduction`` runs on AMX tiles on a CPU whose bf16
+    instructions are ``isa`` (what :func:`explorer.schedule.defaults.bf16.tile_bf16` offers them);
+    else on vdpbf16ps."""
+    return isa == "amx" and rows % 16 == 0 and reduction % AMX_K == 0
+
+
+def why_fp32(rows: int, channels: int, reduction: int, isa: str) -> str | None:
+    """Why a weight product of ``rows`` x ``reduction`` -> ``channels`` stays fp32 on a CPU whose bf16
+    instructions are ``isa`` (``amx`` or ``avx512bf16``), None where it runs in bf16: the one rule
+    of where a bf16 weight product pays. On AMX tiles every size measured paid (16 x 64 x 64 up:
+    0.1-0.5x fp32's time, products under :data:`~explorer.schedule.defaults.bf16.AMX_PARALLEL_MIN_MACS`
+    on one core); on vdpbf16ps only few rows by many weights (:data:`VECTOR_MAX_ROWS`,
+    :data:`VECTOR_MIN_CHANNELS`, :data:`VECTOR_MIN_WEIGHTS`), or a product too small to matter
+    (:data:`VECTOR_ANY_MACS`: a classifier's 1 x 64 -> 10)."""
+    if runs_on_tiles(rows, reduction, isa) or rows * channels * reduction < VECTOR_ANY_MACS:
+        return None
+    shape = f"{rows}x{reduction} -> {channels}"
+    if rows > VECTOR_MAX_ROWS:
+        return f"{shape}: {rows} rows > {VECTOR_MAX_ROWS} on vdpbf16ps (no faster than fp32's FMAs here)"
+    if channels < VECTOR_MIN_CHANNELS or channels * reduction < VECTOR_MIN_WEIGHTS:
+        return (f"{shape}: weights N x K = {channels * reduction} (N = {channels}) under {VECTOR_MIN_WEIGHTS} "
+                f"(N >= {VECTOR_MIN_CHANNELS}) on vdpbf16ps, too few for half their bytes to pay")
+    return None
+
+
+def kept_in_fp32(why: tuple[str, ...]) -> tuple[str, ...]:
+    """One line for the weight products :func:`why_fp32` kept in fp32 (a build's list of what stayed fp32)."""
+    if not why:
+        return ()
+    from collections import Counter
+
+    shapes = ", ".join(w.split(":")[0] + (f" x{n}" if n > 1 else "") for w, n in Counter(why).items())
+    return (f"{len(why)} weight product(s) where bf16 does not pay on the target's vdpbf16ps "
+            f"(rows x K -> N): {shapes}",)
+
+
+def _rows(call: relax.Call) -> int | None:
+    """The rows of a product's activations (all their axes but the last), where static."""
+    shape, _ = tensor_info(call.args[0].ty)
+    ints = None if shape is None else static_ints(shape)
+    return None if ints is None else int(np.prod(ints[:-1]))
+
+
+def bf16_kernels(func: relax.Function, isa: str | None) -> tuple[list[list[tuple[relax.Call, np.ndarray]]], list[str]]:
+    """The kernels a bf16 build makes of ``func``'s weight products on a CPU whose bf16 instructions
+    are ``isa`` (:func:`why_fp32`; None: every product the kernel takes, no size rule): each a list of
+    the products it computes (one, or siblings side by side) with their weights, and why each product
+    left out stays fp32 (one line each)."""
+    weights = product_weights(func)
+    grouped = sibling_products(weights)
+    in_groups = {call for group in grouped for call, _ in group}
+    kernels = grouped + [[(call, w)] for call, w in weights.items() if call not in in_groups]
+    kept, chosen = [], []
+    for kernel in kernels:
+        m, k, n = _rows(kernel[0][0]), kernel[0][1].shape[0], sum(w.shape[1] for _, w in kernel)
+        why = None if isa is None or m is None else why_fp32(m, n, k, isa)
+        if why is None:
+            chosen.append(kernel)
+        else:
+            kept += [why] * len(kernel)
+    return chosen, kept
 
 
 @mutator
@@ -142,12 +236,20 @@ class _Rewriter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
         super().__init__(mod)
         self.rewritten = 0
-        self.siblings: list[list[tuple[relax.Call, np.ndarray]]] = []  # the function's sibling_products
+        # the function's bf16_kernels, by the first product each computes
+        self.kernels: dict[relax.Call, list[tuple[relax.Call, np.ndarray]]] = {}
         # a sibling's result (a slice of its group's product), bound where the sibling was: emitted with the
         # group's first instead, its uses would read it through a variable alias, which keeps FuseOps from
         # fusing the slice into what follows (K's and V's heads split: one more copy each)
-        self.done: list[tuple[relax.Call, relax.Expr]] = []
+        self.done: dict[relax.Call, relax.Expr] = {}
         self.scales = ScaleFolds()  # the function's folded_scales
+
+    def start(self, func: relax.Function, isa: str | None) -> list[str]:
+        """Take ``func``'s decisions (its kernels, its folded scales) before its rewrite; why the
+        products left out stay fp32."""
+        kernels, kept = bf16_kernels(func, isa)
+        self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func)
+        return kept
 
     def _bound(self, expr):
         if isinstance(expr, relax.Var):
@@ -157,26 +259,23 @@ class _Rewriter(PyExprMutator):
         return expr
 
     def visit_call_(self, op):
-        earlier = next((y for c, y in self.done if c.same_as(op)), None)
+        earlier = self.done.get(op)
         if earlier is not None:
             return earlier
         product = self.scales.product_of.get(op)
         if product is not None:  # a scale folded into its product's packing: the product itself
             return self.visit_expr(product)
-        group = next((g for g in self.siblings if g[0][0].same_as(op)), None)
+        kernel = self.kernels.get(op)
         call = self.visit_expr_post_order(op)
-        if group is None:
-            w = _product_weights(call, self._bound)
-            if w is not None:
-                return self._product(call.args[0], [w], [tensor_info(call.ty)[0]])[0]
-            scale = self.scales.scale_of.get(op)
-            if not fits(call):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
-                return call if scale is None else relax.op.multiply(self.builder_.emit(call), relax.const(scale, "float32"))
-            self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
-            return self._activations_product(*call.args, scale=scale)
-        results = self._product(call.args[0], [w for _, w in group], [tensor_info(c.ty)[0] for c, _ in group])
-        self.done += [(c, r) for (c, _), r in zip(group[1:], results[1:])]
-        return results[0]
+        if kernel is not None:
+            results = self._product(call.args[0], [w for _, w in kernel], [tensor_info(c.ty)[0] for c, _ in kernel])
+            self.done.update((c, r) for (c, _), r in zip(kernel[1:], results[1:]))
+            return results[0]
+        scale = self.scales.scale_of.get(op)
+        if not fits(call):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
+            return call if scale is None else relax.op.multiply(self.builder_.emit(call), relax.const(scale, "float32"))
+        self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
+        return self._activations_product(*call.args, scale=scale)
 
     def _activations_product(self, a, b, scale: float | None = None) -> relax.Expr:
         """The bf16 kernel of ``a @ b`` (both computed at run time), a heads split packed ahead.
@@ -186,7 +285,8 @@ class _Rewriter(PyExprMutator):
         emit, call_te = self.builder_.emit, self.builder_.call_te
         swapped = untransposed(b, self._bound)
         if swapped is not None:  # K^T: K as it comes, split as Q and V are, its panels read by rows
-            b = emit(call_te(bf16_panels_rows, emit(relax.op.permute_dims(*swapped)), primfunc_name_hint="bf16_pack_b"))
+            b = emit(call_te(bf16_panels, emit(relax.op.permute_dims(*swapped)), b_rows=True,
+                             primfunc_name_hint="bf16_pack_b"))
         elif split_heads(b, self._bound):
             b = emit(call_te(bf16_panels, b, primfunc_name_hint="bf16_pack_b"))
         if scale is not None or split_heads(a, self._bound):
@@ -214,20 +314,21 @@ class _Rewriter(PyExprMutator):
         return results
 
 
-def bf16_products(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+def bf16_products(mod: tvm.IRModule, *, isa: str | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
     """``mod`` with its weight products as bf16 kernels (see the module docstring), its products of
-    two activations too (:mod:`explorer.passes.bf16_attention`), and how many in all."""
-    rewriter = _Rewriter(mod)
+    two activations too (:mod:`explorer.passes.bf16_attention`), how many in all, and why the weight
+    products :func:`why_fp32` keeps for a CPU whose bf16 instructions are ``isa`` stay fp32 (one
+    line each; ``isa`` None: no size rule)."""
+    rewriter, kept = _Rewriter(mod), []
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            rewriter.siblings, rewriter.done = sibling_products(func), []
-            rewriter.scales = folded_scales(func)
+            kept += rewriter.start(func, isa)
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     if not rewriter.rewritten:
-        return mod, 0
+        return mod, 0, tuple(kept)
     # (CanonicalizeBindings: a folded scale's multiply leaves its product bound to a second variable)
     mod = relax.transform.DeadCodeElimination()(rewriter.builder_.get())
-    return relax.transform.CanonicalizeBindings()(mod), rewriter.rewritten
+    return relax.transform.CanonicalizeBindings()(mod), rewriter.rewritten, tuple(kept)
 
 
 @tvm.transform.module_pass(opt_level=0, name="Bf16Products")
@@ -237,5 +338,6 @@ def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_products(mod)[0]
 
 
-__all__ = ["Bf16Products", "bf16_bits", "bf16_products", "bf16_round", "constant_value", "dense_bf16",
-           "pack_weights", "sibling_products"]
+__all__ = ["VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
+           "bf16_bits", "bf16_kernels", "bf16_products", "bf16_round", "constant_value", "dense_bf16", "kept_in_fp32",
+           "pack_weights", "product_weights", "runs_on_tiles", "sibling_products", "why_fp32"]

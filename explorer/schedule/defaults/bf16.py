@@ -16,7 +16,9 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
   product by 1-2 column groups) after one ``ldtilecfg``, K in blocks whose weight panels stay in
   L1 for every row group (:data:`L1_WEIGHTS`; the sums stored and loaded back between blocks),
   and prefetches the next call's weight panels into L2 while it computes:
-  ``parallel(j / cols, i / rows) . [rows x cols x K]``; offered
+  ``parallel(j / cols, i / rows) . [rows x cols x K]`` (a product under :data:`AMX_PARALLEL_MIN_MACS`
+  on one core, its grids in as few calls as its sums allow: a small encoder's 16 x 64 x 64 product
+  took 4.1x fp32's time at 2 threads in parallel, 0.2x on one core); offered
   where the rows are a multiple of 16 and K of 32, else the AVX512-BF16 tiling (every AMX CPU has
   AVX512-BF16). The call computes the whole sum from ``tilezero``: the block's init is a block of
   its own inside the parallel loop, tensorized into no code (no zeros stored, none loaded back; the
@@ -48,8 +50,8 @@ from tvm import s_tir
 
 from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
 from explorer.schedule.bf16_intrin import register
-from explorer.schedule.defaults.amx_calls import call_fits, most_dividing, zero_init
-from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
+from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, call_fits, most_dividing, zero_init
+from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
@@ -63,6 +65,10 @@ MAX_CALL_WEIGHTS = 128 * 1024
 # bytes of one column group's weight panels per K block of a call of several row groups (K in one block
 # was 9-10% slower at K=768: module docstring)
 L1_WEIGHTS = 24 * 1024
+# multiply-adds below which a product on AMX tiles runs on one core, in as few calls as its sums allow
+# (a parallel loop's wake-up and join cost more than the second core saves); on AVX512-BF16 the fp32
+# rule's cut (vdpbf16ps does about the work of an FMA a cycle)
+AMX_PARALLEL_MIN_MACS = 1 << 21
 
 
 def bf16_block(sch: s_tir.Schedule):
@@ -101,13 +107,18 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
     extent_i, extent_j, half = (int(sch.get(loop).extent) for loop in loops[:3])
     if extent_j % PANEL:
         raise NotApplicable("channels not padded to the 16-channel panel")
-    if cpu.bf16_dot == "amx" and isa != "avx512bf16" and extent_i % 16 == 0 and (2 * half) % AMX_K == 0:
+    batches = int(sch.get(outer[0]).extent) if outer else 1
+    product = sch.get(block).name_hint.startswith(PRODUCTS)
+    amx = cpu.bf16_dot == "amx" and isa != "avx512bf16" and extent_i % 16 == 0 and (2 * half) % AMX_K == 0
+    macs = batches * extent_i * extent_j * 2 * half
+    serial = product and macs < (AMX_PARALLEL_MIN_MACS if amx else PARALLEL_MIN_MACS)
+    if amx:
         dot = _amx_grid(extent_i, extent_j, half, rows, cols)
-        if sch.get(block).name_hint.startswith(PRODUCTS):
-            dot = _grouped(dot, extent_i, extent_j, int(sch.get(outer[0]).extent) if outer else 1, cpu)
+        if product:
+            dot = _grouped(dot, extent_i, extent_j, batches, 1 if serial else cpu.cores, serial)
         else:  # an im2col convolution: one grid a call, its init with it (measured so, bf16_conv's rules)
             dot = replace(dot, update=False)
-        step = _tile_amx(sch, block, loops, dot, outer)
+        step = _tile_amx(sch, block, loops, dot, outer, not serial)
     elif isa == "amx":
         raise NotApplicable("AMX tiles need rows in multiples of 16 and K in multiples of 32")
     else:
@@ -117,27 +128,29 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
             raise NotApplicable(f"{dot.rows} rows x {panels} panels do not divide {extent_i} x {extent_j}")
         if (rows or cols) and dot.rows * panels + panels + 1 > cpu.registers:
             raise NotApplicable(f"{dot.rows} rows x {panels} panels need more than {cpu.registers} vector registers")
-        step = _tile_avx512(sch, block, loops, dot, panels, outer)
+        step = _tile_avx512(sch, block, loops, dot, panels, outer, not serial)
     return "; ".join([step] + schedule_conv_packing(sch))  # a convolution's im2col: its own schedule
 
 
 def _amx_grid(extent_i: int, extent_j: int, half: int, rows: int, cols: int) -> AmxBf16:
-    """The AMX call: the rule's 2 x 2 tiles where the rows and channels divide (else 1 x 1), or
-    ``rows`` x ``cols`` tiles (each 1 or 2: eight tile registers hold C, A and B)."""
-    grid = 2 if extent_i % 32 == 0 and extent_j % (2 * PANEL) == 0 else 1
-    mt, nt = rows or grid, cols or grid
+    """The AMX call: the rule's 2 x 2 tiles where the rows and channels divide (else 1 x 2 or 2 x 1
+    where one of them does: a small encoder's 16 rows), or ``rows`` x ``cols`` tiles (each 1 or 2:
+    eight tile registers hold C, A and B)."""
+    mt = rows or (2 if extent_i % 32 == 0 else 1)
+    nt = cols or (2 if extent_j % (2 * PANEL) == 0 else 1)
     if not {mt, nt} <= {1, 2} or extent_i % (16 * mt) or extent_j % (PANEL * nt):
         raise NotApplicable(f"{mt} x {nt} AMX tiles do not divide {extent_i} x {extent_j}")
     return AmxBf16(2 * half, mt, nt, zero=True, update=True)
 
 
-def _grouped(dot: AmxBf16, extent_i: int, extent_j: int, batches: int, cpu: CpuSpec) -> AmxBf16:
+def _grouped(dot: AmxBf16, extent_i: int, extent_j: int, batches: int, cores: int, serial: bool = False) -> AmxBf16:
     """``dot`` with as many grids a call as :func:`~.amx_calls.call_fits` allows (enough calls a core,
-    their sums within L1): first more rows (all of them: a group of weight panels
-    then streams from memory into cache once and serves every row), then more columns while the
-    call's weights stay within :data:`MAX_CALL_WEIGHTS`."""
+    their sums within L1; ``serial``: one core, the sums alone): first more rows (all of them: a group
+    of weight panels then streams from memory into cache once and serves every row), then more
+    columns while the call's weights stay within :data:`MAX_CALL_WEIGHTS`."""
     grids = batches * (extent_i // dot.rows) * (extent_j // dot.cols)
-    fits = lambda per_call: call_fits(grids, dot.rows * dot.cols, cpu.cores, per_call)  # noqa: E731
+    fits = (lambda per_call: dot.rows * dot.cols * per_call * 4 <= MAX_CALL_SUMS) if serial else \
+        (lambda per_call: call_fits(grids, dot.rows * dot.cols, cores, per_call))
     gr = most_dividing(extent_i // dot.rows, fits)
     gc = most_dividing(extent_j // dot.cols,
                        lambda g: fits(gr * g) and (g == 1 or dot.cols * g * dot.k * 2 <= MAX_CALL_WEIGHTS))
@@ -147,7 +160,7 @@ def _grouped(dot: AmxBf16, extent_i: int, extent_j: int, batches: int, cpu: CpuS
     return replace(dot, row_groups=gr, col_groups=gc, kblocks=kblocks)
 
 
-def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, batch: list) -> str:
+def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, batch: list, parallel: bool) -> str:
     i, j, k2, kk = loops
     name = sch.get(block).name_hint
     j_o, j_p, j_i = sch.split(j, [None, panels, PANEL])
@@ -157,15 +170,16 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, b
         sch.unroll(j_p)
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(*batch, j_o, i_o)
-    sch.parallel(outer)
+    if parallel:
+        sch.parallel(outer)
     sch.decompose_reduction(tile, k2)
     sch.tensorize(tile, register(dot))
     sch.annotate(outer, IMPORT_PRAGMA, dot.llvm_ir)
     return (f"{name}: {dot.name} (vdpbf16ps, {dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of "
-            f"{PANEL} channels, fp32 accumulation), parallel outside")
+            f"{PANEL} channels, fp32 accumulation), {_where(parallel)}")
 
 
-def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> str:
+def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list, parallel: bool = True) -> str:
     i, j, k2, kk = loops
     name = sch.get(block).name_hint
     i_o, i_i = sch.split(i, [None, dot.rows])
@@ -177,7 +191,8 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> s
     epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith(PRODUCTS) else None
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(*batch, j_o, i_o)
-    sch.parallel(outer)
+    if parallel:
+        sch.parallel(outer)
     # the call sums from tilezero: its init a block of its own, tensorized into no code (no zeros
     # stored before the call, none loaded back)
     if dot.update:  # the init inside the parallel loop (before a unit loop): the sums stay one call's buffer
@@ -187,8 +202,12 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list) -> s
     vectorize_epilogue(sch, epilogue)
     groups = f", {dot.row_groups} x {dot.col_groups} grids a call" if dot.row_groups * dot.col_groups > 1 else ""
     return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}{groups}, "
-            "fp32 accumulation, from tilezero), parallel outside"
+            f"fp32 accumulation, from tilezero), {_where(parallel)}"
             + (", epilogue per tile" if epilogue is not None else ""))
 
 
-__all__ = ["IMPORT_PRAGMA", "bf16_block", "tile_bf16"]
+def _where(parallel: bool) -> str:
+    return "parallel outside" if parallel else "on one core (too little work for two)"
+
+
+__all__ = ["AMX_PARALLEL_MIN_MACS", "IMPORT_PRAGMA", "bf16_block", "tile_bf16"]
