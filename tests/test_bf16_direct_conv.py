@@ -5,6 +5,8 @@ against numpy at the bf16 tolerance only where the flags schedx reads list AMX-B
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -26,17 +28,20 @@ from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 # strided 1x1, the stem (3 channels, 7x7 stride 2: a kernel row of 7 x 4 values one tile row), 24
 # channels padded to 32, 40 output channels (8-pixel rows: tiled across rows), a 7x7 map (across
 # rows, 9 wide), a batch of 2 unpadded 5x5 maps, 56-pixel rows of 64 channels (2 x 2 grids a call), a
-# batch of 8 14x14 maps across rows (7 grids of 32 pixels a call), weights outweighing the input with
-# 28-pixel output rows (one row a call) and 14-pixel ones (two rows a call), a 1x1 whose input
+# batch of 8 14x14 maps across rows (7 grids of 32 pixels a call), weights 1.28x the input with
+# 28-pixel output rows (under WEIGHTS_HEAVY: input first, a row a call), weights 2.7x the input with
+# 14-pixel output rows (two rows a call), a 1x1 whose input
 # outgrows L2 (144 channels padded to 160, 24 outputs: packed a chunk of calls at a time), a
-# weights-heavy strided 3x3 onto a 7x7 map (all 7 rows a call: 3 pairs and a row, layer4.0's form)
+# weights-heavy strided 3x3 onto a 7x7 map (all 7 rows a call: 3 pairs and a row, layer4.0's form),
+# a 7x7 map of 256 outputs (8 panels: the epilogue per panel at 2 cores, layer4's form)
 SHAPES = [(1, 32, 28, 28, 32, 3, 1, 1), (1, 32, 14, 14, 32, 3, 2, 1), (1, 64, 28, 28, 128, 1, 2, 0),
           (1, 3, 32, 32, 64, 7, 2, 3), (2, 24, 8, 8, 40, 3, 1, 1), (1, 64, 7, 7, 64, 3, 1, 1),
           (2, 32, 5, 5, 32, 3, 1, 0), (1, 32, 56, 56, 64, 3, 1, 1), (8, 32, 14, 14, 16, 3, 1, 1),
-          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 128, 3, 2, 1), (1, 144, 56, 56, 24, 1, 1, 0),
-          (2, 32, 14, 14, 64, 3, 2, 1)]
+          (1, 32, 28, 28, 128, 3, 1, 1), (1, 32, 28, 28, 256, 3, 2, 1), (1, 144, 56, 56, 24, 1, 1, 0),
+          (2, 32, 14, 14, 128, 3, 2, 1), (1, 64, 7, 7, 256, 3, 1, 1)]
 IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-unpadded", "grouped", "grouped-flat",
-       "two-rows", "two-rows-strided", "packed-per-chunk", "seven-rows-strided"]
+       "two-rows", "two-rows-strided", "packed-per-chunk", "seven-rows-strided",
+       "panels-7x7-map"]
 
 
 def _out(size: int, k: int, s: int, p: int) -> int:
@@ -139,6 +144,19 @@ def test_weights_heavy_convolutions_with_one_tile_a_row_take_two_whole_output_ro
     assert "tdpbf16ps" in asm and "tilerelease" in asm
     _, wide = _built("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
     assert "2 x 2 tiles of 14 rows" in wide.steps[0] and "output rows a call" not in wide.steps[0], wide
+
+
+def test_a_weights_heavy_kernel_across_rows_runs_its_epilogue_per_panel_in_the_calls_parallel_loop():
+    from explorer.schedule.defaults.bf16_amx_conv import MIN_CALLS_PER_CORE
+
+    cpu = replace(parse_target("cpu:sapphirerapids").cpu_spec(), cores=2)
+    func, choice = default_schedule(_func(*SHAPES[13]), cpu)  # a 7x7 map, 8 panels of 32 outputs
+    assert "across rows 9 wide" in choice.steps[0] and "epilogue per panel" in choice.steps[0], choice
+    calls = func.script().split("T.parallel(")[-1]  # the last parallel loop: the panels' calls (packing first)
+    assert "schedx_amx_bf16_conv_tile" in calls and 'sblock("conv2d_nhwc_bf16_rows")' in calls
+    assert 8 >= MIN_CALLS_PER_CORE * cpu.cores
+    _, few = default_schedule(_func(*SHAPES[5]), cpu)  # 2 panels for 2 cores: every call in parallel instead
+    assert "epilogue per panel" not in few.steps[0], few
 
 
 def test_weights_heavy_strided_convolutions_onto_seven_rows_take_all_seven_a_call_in_pairs_and_a_row():

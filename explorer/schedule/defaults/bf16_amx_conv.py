@@ -8,7 +8,9 @@ the int8 AMX rule's shape (:mod:`.int8_amx`):
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
 stages: each core streams its share of the weights once, not once per output row). A kernel tiled
 across rows (loops n, p, o, rh, rw, c: a 7x7 map) gets tiles of 16 pixels, two where they divide,
-its row copy and epilogue after it (its tiles are no box of output pixels). A call's C tiles are a
+its row copy and epilogue after it (its tiles are no box of output pixels); where the weights
+outweigh the input, per panel of output channels, after the panel's calls in the same parallel
+iteration (:data:`FLAT_EPILOGUE_PER_PANEL`). A call's C tiles are a
 column of 4 x 1 where the pixels allow and the input outweighs the weights (:data:`TALL_GRID`), else
 2 x 2; where the weights outweigh the input and a row fills one tile, a call takes two whole output
 rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`). Where the input outweighs the weights, one call takes
@@ -33,7 +35,7 @@ from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, MIN_CALLS_PER_CO
 from explorer.schedule.amx_ir import TILE_REGISTERS
 from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
-from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
+from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA
 from explorer.schedule.defaults.machine import CpuSpec
@@ -77,15 +79,33 @@ ODD_ROWS_A_CALL = 7
 # 192 -> 32 @28, packed per call though it fits L2, 0.017 -> 0.030 ms; 7 rows a chunk 0.018).
 # False: every input packed once, before the calls.
 PACK_PER_CALL = True
+# A kernel is weights-heavy (output channels outermost, no grouped calls: weights_outweigh_input) where
+# its packed weights exceed this many times its packed input. ResNet-18's layer2 3x3 128 -> 128 @28
+# (weights 295 KB, 1.28x its 230 KB input) runs input-first at 1.5, a call over a whole output row
+# and all 128 channels (1 x 4 grids): in the model (3 bundles alternated, 8 rounds, load 5-6)
+# 0.507 -> 0.464 ms for its two calls with the residual add, 0.231 -> 0.219 for the other, 2 threads
+# (again, 10 rounds, load 4: 0.481 -> 0.436, 0.225 -> 0.204); 0.469 -> 0.453 at one thread. No other ResNet-18 kernel lies between 1 and 1.5. 1: weights-heavy
+# wherever the weights outweigh the input, as before.
+WEIGHTS_HEAVY = 1.5
+# A weights-heavy kernel tiled across rows (a 7x7 or 14x14 map, output channels outermost) runs its
+# panels of output channels in parallel, each panel's calls in turn, then that panel's row copy and
+# epilogue (bias, residual add, ReLU) in the same parallel iteration, on sums still in L1/L2, where
+# the panels give each core MIN_CALLS_PER_CORE of them. ResNet-18's layer3 3x3 256 @14 in the model
+# (2 threads, 8 alternated rounds, load 5-6): 0.491 -> 0.439 ms (its two calls with the residual add)
+# and 0.224 -> 0.213 ms (again, 10 rounds, load 4: 0.432 -> 0.375, 0.201 -> 0.183); at one thread
+# level; layer4's 3x3 512 @7 level (0.650 / 0.654 ms, 0.318 / 0.319). False: every call in parallel, the epilogue after all of
+# them (in one thread: the plain rule left it serial).
+FLAT_EPILOGUE_PER_PANEL = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
 
 
-def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
+def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec, *, weights_heavy: bool) -> AmxBf16Conv:
     """The AMX call that computes ``block`` (a ``conv2d_nhwc_bf16`` kernel: loops n, h, w, o, rh,
-    rw, c, or n, p, o, rh, rw, c tiled across rows) on ``cpu``; raises :class:`NotApplicable` where the CPU has no AMX-BF16 or the kernel
-    does not fit its tiles."""
+    rw, c, or n, p, o, rh, rw, c tiled across rows) on ``cpu``; ``weights_heavy``: what
+    :func:`weights_outweigh_input` says of it. Raises :class:`NotApplicable` where the CPU has no
+    AMX-BF16 or the kernel does not fit its tiles."""
     if cpu.bf16_dot != "amx":
         raise NotApplicable("this CPU has no AMX-BF16 tiles (the direct NHWC convolution needs them)")
     loops = sch.get_loops(block)
@@ -100,7 +120,7 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
         mt = 2 if rows % 32 == 0 else 1
         nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
         dot = AmxBf16Conv(16, mt, nt, k, 1, kh, kw, flat=flat, update=True)
-        return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu)
+        return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu, weights_heavy)
     if cols % PANEL:
         raise NotApplicable("output channels not padded to the 16-channel panel")
     row_taps = k % K_CHANNELS != 0
@@ -112,14 +132,21 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxBf16Conv:
         raise NotApplicable(f"{rows} output pixels a row split into no tiles of 7-16 rows")
     m, mt = grid
     nt = 2 if cols % (2 * PANEL) == 0 and mt * 2 + mt + 2 <= TILE_REGISTERS else 1
-    weights_heavy = _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False)
     if TALL_GRID and not row_taps and not weights_heavy and rows % (m * TALL_GRID) == 0:
         mt, nt = TALL_GRID, 1
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
     dot = AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps, update=True)
     if ROWS_A_CALL and not row_taps and kh * kw > 1 and weights_heavy:
         dot = _over_rows(dot, rows, cols, extents[-6])
-    return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu)
+    return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu, weights_heavy)
+
+
+def weights_outweigh_input(sch: s_tir.Schedule, block) -> bool:
+    """Whether the block's packed weights outweigh its packed input by :data:`WEIGHTS_HEAVY`
+    (ResNet's last stages): such a kernel runs its output channels outermost (each core streams its
+    share of the weights once), takes whole output rows a call (:data:`ROWS_A_CALL`) and no
+    grouped calls."""
+    return _bytes(sch, block, weights=True) > WEIGHTS_HEAVY * _bytes(sch, block, weights=False)
 
 
 def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int) -> AmxBf16Conv:
@@ -136,13 +163,13 @@ def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int) -> AmxBf16C
 
 
 def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int, outer: list[int],
-             cpu: CpuSpec) -> AmxBf16Conv:
+             cpu: CpuSpec, weights_heavy: bool) -> AmxBf16Conv:
     """``dot`` with as many grids a call as keep :data:`MIN_CALLS_PER_CORE` calls a core and
     :data:`MAX_CALL_SUMS` bytes of sums a call: first more channels (all of a pixel's), then more
     pixels of the row (:data:`GROUPED_CALLS`). Not where the weights outweigh the input (they
     stream from memory once, each B tile used by the calls of every row in turn: 3x3 512 @7 and
     128 @28 were 2-4% slower grouped, 3x3 64 @56 4% faster)."""
-    if not GROUPED_CALLS or dot.out_rows > 1 or _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False):
+    if not GROUPED_CALLS or dot.out_rows > 1 or weights_heavy:
         return dot
     tiles = prod(outer) * (rows // dot.rows) * (cols // dot.cols)
     gc = most_dividing(cols // dot.cols, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g))
@@ -153,11 +180,11 @@ def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int,
 def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     """Tile ``block`` into AMX calls and its epilogue per tile (module docstring), schedule its
     packing block; raises :class:`NotApplicable` where :func:`amx_conv_call` does."""
-    dot = amx_conv_call(sch, block, cpu)
+    weights_heavy = weights_outweigh_input(sch, block)
+    dot = amx_conv_call(sch, block, cpu, weights_heavy=weights_heavy)
     loops = sch.get_loops(block)
     name = sch.get(block).name_hint
     outer, row, col, reduce = loops[:-5], loops[-5], loops[-4], loops[-3:]
-    weights_first = _bytes(sch, block, weights=True) > _bytes(sch, block, weights=False)
     col_o, col_i = sch.split(col, [None, dot.cols])
     col_calls = int(sch.get(col_o).extent)
     if dot.out_rows > 1:  # whole output rows a call: the rows split, not the pixels
@@ -166,19 +193,27 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     else:
         row_o, row_i = sch.split(row, [None, dot.rows])
         inner = [row_i]
-    order = [col_o, *outer, row_o] if weights_first else [*outer, row_o, col_o]
+    order = [col_o, *outer, row_o] if weights_heavy else [*outer, row_o, col_o]
     sch.reorder(*order, *inner, col_i, *reduce)
-    # (a flat kernel's tiles are no box of output pixels: its row copy and epilogue run after it)
+    # a flat kernel's tiles are no box of output pixels (its row copy and epilogue run after it), but
+    # a panel's calls cover all of its pixels (FLAT_EPILOGUE_PER_PANEL; one image)
+    one_image = all(int(sch.get(loop).extent) == 1 for loop in outer)
+    per_panel = (_panel_epilogue(sch, block, col_calls * dot.cols) if dot.flat and weights_heavy and one_image
+                 and col_calls >= MIN_CALLS_PER_CORE * cpu.cores else None)
     epilogue = None if dot.flat else epilogue_per_tile(sch, block, order[-1])
     tile = sch.blockize(row_i)
-    calls = sch.fuse(*order)
+    if per_panel is None:
+        calls = sch.fuse(*order)
+    else:  # the panels in parallel, a panel's calls in turn, then its row copy and epilogue
+        calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
     chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu)
     packs = calls
     if chunk > 1:
         packs, calls = sch.split(calls, [None, chunk])
     sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
-    zero_init(sch, tile, calls, dot.rows, dot.cols, dot.out_rows)
+    # (per panel: the init inside the panel's iteration, so that its epilogue can follow there)
+    zero_init(sch, tile, calls if per_panel is None else sch.get_loops(tile)[-1], dot.rows, dot.cols, dot.out_rows)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
@@ -187,8 +222,30 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "
              f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
              f"{_grids(dot)}{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''}), parallel outside"
-             f"{', epilogue per tile' if epilogue is not None else ''}"]
+             f"{'' if epilogue is None else ', epilogue per tile' if per_panel is None else ', epilogue per panel'}"]
     return "; ".join(steps + _schedule_input(sch, packs if chunk else None))
+
+
+def _panel_epilogue(sch: s_tir.Schedule, block, channels: int):
+    """A flat kernel's epilogue that can run per panel of output channels (its one spatial consumer,
+    the row copy inlined in it, over all ``channels``: :data:`FLAT_EPILOGUE_PER_PANEL`); None: none."""
+    if not FLAT_EPILOGUE_PER_PANEL:
+        return None
+    consumers = sch.get_consumers(block)
+    if len(consumers) != 1 or not block_facts(sch, consumers[0]).is_spatial:
+        return None
+    last = sch.get_loops(consumers[0])[-1]
+    return consumers[0] if int(sch.get(last).extent) == channels else None
+
+
+def _merge_per_panel(sch: s_tir.Schedule, panels, epilogue, cols: int):
+    """``epilogue``'s channels split into panels of ``cols`` and its panel loop merged into the loop
+    over ``panels`` (reverse_compute_at cannot follow a flat kernel's pixels ``y * W' + x`` back to
+    the calls); the merged loop."""
+    loops = sch.get_loops(epilogue)
+    panel, channel = sch.split(loops[-1], [None, cols])
+    sch.reorder(panel, *loops[:-1], channel)
+    return sch.merge(panels, panel)
 
 
 def _pack_chunk(sch: s_tir.Schedule, block, dot: AmxBf16Conv, col_calls: int, calls: int, cpu: CpuSpec) -> int:
@@ -241,4 +298,4 @@ def _bytes(sch: s_tir.Schedule, block, *, weights: bool) -> int:
                if str(r.source.dtype) == "uint16" and (len(r.source.shape) == 6) == weights)
 
 
-__all__ = ["amx_conv_call", "tile_amx_conv"]
+__all__ = ["amx_conv_call", "tile_amx_conv", "weights_outweigh_input"]
