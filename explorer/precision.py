@@ -14,7 +14,9 @@ products of two activations too (:mod:`explorer.passes.bf16_attention`: both rou
 needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
 with the reason, for other targets and for single kernels. Kept in fp32: :data:`KEPT_FP32`, and
 the convolutions whose reduction is too short for bf16 to pay (listed, with why, per build:
-:func:`explorer.passes.bf16_conv.why_fp32`).
+:func:`explorer.passes.bf16_conv.why_fp32`), and every convolution on a CPU whose bf16
+instruction is ``vdpbf16ps`` alone unless it was measured here to do 1.5x the fp32 FMA rate
+(:func:`explorer.passes.bf16_conv.why_convs_fp32`: on the Intel CPU measured it does half).
 
 A bf16 build is verified against the fp32 reference at :data:`BF16_TOLERANCE` per output
 (relative to that output's largest magnitude): rounding both operands of a product to bf16's 8
@@ -156,11 +158,12 @@ def _int8(workload, calibration):
 def bf16_module(mod, target=None):
     """``(mod, converted, kept)``: a model's Relax module with its convolutions and matmuls by
     constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
-    tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col), how many
-    were, and lines for what stayed fp32 by size: the convolutions too short
-    (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
+    tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col where
+    vdpbf16ps pays for them: :func:`explorer.passes.bf16_conv.why_convs_fp32`), how many
+    were, and lines for what stayed fp32 by size or by the target's instructions: the
+    convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`). The caller checks the target first."""
-    from explorer.passes.bf16_conv import bf16_convs
+    from explorer.passes.bf16_conv import bf16_convs, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.schedule.bf16_dot import isa_from
 
@@ -169,9 +172,10 @@ def bf16_module(mod, target=None):
 
         target = host_target()
     isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
-    mod, convs, short = bf16_convs(mod, amx=isa == "amx")
+    all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
+    mod, convs, short = bf16_convs(mod, amx=isa == "amx") if all_fp32 is None else (mod, 0, ())
     mod, products, small = bf16_products(mod, isa=isa or None)
-    return mod, convs + products, _short_convs(short) + kept_in_fp32(small)
+    return mod, convs + products, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + kept_in_fp32(small)
 
 
 def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:

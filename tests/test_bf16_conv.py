@@ -172,3 +172,70 @@ def test_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
     lib, choice = _built("cpu", shape, "amx")
     assert "AMX" in choice.steps[0] or shape[4] % 16, choice
     _check(*_run(lib, shape), shape)
+
+
+def _conv_onnx(path) -> str:
+    """One 3x3 64 -> 64 convolution (K = 576: long enough for bf16 on either kernel) and a ReLU."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.06, (64, 64, 3, 3)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("spec, in_bf16, instruction", [("cpu:sapphirerapids", True, "tdpbf16ps"),
+                                                        ("cpu:znver4", False, None), ("cpu:cooperlake", False, None)])
+def test_convolutions_run_in_bf16_only_where_the_targets_bf16_instructions_pay(tmp_path, spec, in_bf16, instruction):
+    """Built for each target (compile-only): AMX tiles take the convolution; vdpbf16ps alone, at a
+    rate not measured here (Zen 4, Cooper Lake), keeps it fp32 and the build's fp32 list says why."""
+    from export.build import build
+    from explorer.passes.bf16_conv import why_convs_fp32
+    from explorer.workload import load_workload
+
+    target = parse_target(spec)
+    built = build(load_workload(_conv_onnx(tmp_path / "conv.onnx")), target, precision="bf16")
+    asm = "".join(m.inspect_source("asm") for m in built.executable.mod.imports)
+    why = why_convs_fp32(target)
+    assert (why is None) == in_bf16 and (built.precision.converted == 1) == in_bf16
+    if in_bf16:
+        assert instruction in asm
+    else:
+        assert "was not measured here" in why and why in built.precision.kept_fp32
+        assert "vdpbf16ps" not in asm and "tdpbf16ps" not in asm
+
+
+def test_on_this_machine_the_measured_vdpbf16ps_rate_decides(tmp_path, monkeypatch):
+    """This CPU seen without its tiles (SCHEDX_CPU_FLAGS): its calibration's vdpbf16ps figure against
+    its FMA kernel's decides, half the rate keeps convolutions fp32, 1.5x and more computes them in bf16."""
+    import importlib
+
+    from explorer.measure.families import FamilyPeak
+    from explorer.passes.bf16_conv import VECTOR_MIN_RATE, why_convs_fp32
+    from explorer.target import host_target
+    from explorer.target.environment import cpu_flags, hardware_fingerprint
+
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU has no AVX512-BF16")
+    cal_mod = importlib.import_module("explorer.measure.calibration")  # the package's `calibration` is the function
+    monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(f for f in cpu_flags() if not f.startswith("amx")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    target = host_target()
+
+    def stored(bf16_gflops: float, ratio: float | None = None) -> None:
+        vector = FamilyPeak("bf16", bf16_gflops, "bf16 AVX512-BF16 vdpbf16ps kernel, 12 accumulators",
+                            "bf16 AVX512-BF16", bf16_gflops, isa="avx512bf16", fp32_ratio=ratio)
+        int8 = FamilyPeak("int8", 900.0, "int8 VNNI vpdpbusd kernel, 12 accumulators", "int8 VNNI", 900.0, isa="vnni")
+        cal_mod.save(cal_mod.Calibration(hardware_fingerprint(), 480.0, 20.0, "now", cal_mod.CALIBRATION_VERSION,
+                                         fma_gflops=477.0, numpy_gflops=300.0, families=(vector, int8)))
+
+    stored(262.0)  # 0.55x: what this Intel CPU measured
+    assert "measured at 0.55x the fp32 FMA rate on this machine" in why_convs_fp32(target)
+    stored(477.0 * VECTOR_MIN_RATE)
+    assert why_convs_fp32(target) is None
+    stored(477.0 * VECTOR_MIN_RATE, ratio=0.52)  # the two kernels timed side by side outrank figures of other loads
+    assert "measured at 0.52x" in why_convs_fp32(target)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -209,3 +210,55 @@ def test_measuring_an_int8_kernel_reads_it_against_the_int8_peak():
     tiny = replace(other, families=(replace(other.families[0], gflops=1e-6),))
     r = measure(kernel, repeat=2, min_repeat_s=0.001, isolate=False, peaks=tiny)
     assert r.percent_of_peak <= 100.0 and "int8 peak raised to" in r.peak_note and "GOPS" in r.peak_note
+
+
+def test_a_machine_seen_without_its_tiles_reads_bf16_against_vdpbf16ps_and_keeps_the_tiles_peak(cache, monkeypatch):
+    """Same hardware fingerprint, AMX hidden (SCHEDX_CPU_FLAGS, a VM): the stored AMX peaks are not
+    this CPU's; its vector instructions' peaks are measured once and kept beside the tiles' ones."""
+    from explorer.measure import dot_peaks as dp
+
+    amx = {"bf16": "amx", "int8": "amx"}
+    vector = {"bf16": "avx512bf16", "int8": "vnni"}
+    seen = {"isas": amx}
+    monkeypatch.setattr(dp, "host_instructions", lambda: seen["isas"])
+    tiles = (FamilyPeak("bf16", 3000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX", 3000.0, isa="amx"),
+             FamilyPeak("int8", 6000.0, "int8 AMX tdpbusd kernel, 4 tiles", "int8 AMX", 6000.0, isa="amx"))
+    vectors = (FamilyPeak("bf16", 110.0, "bf16 AVX512-BF16 vdpbf16ps kernel, 12 accumulators", "bf16 AVX512-BF16",
+                          110.0, isa="avx512bf16"),
+               FamilyPeak("int8", 900.0, "int8 VNNI vpdpbusd kernel, 12 accumulators", "int8 VNNI", 900.0, isa="vnni"))
+    monkeypatch.setattr(cal_mod, "measure_families",
+                        lambda repeats=5: cache.append("families") or (tiles if seen["isas"] == amx else vectors))
+    base = cal_mod.calibration()  # the fixture's calibration (entries of no recorded instruction set) ...
+    cal_mod.save(replace(base, families=tiles))  # ... stored as one measured with the tiles
+    assert cal_mod.calibration().peak_for("bf16") == 3000.0 and cache == ["all"]
+    seen["isas"] = vector  # the tiles hidden
+    hidden = cal_mod.calibration()
+    assert hidden.peak_for("bf16") == 110.0 and hidden.peak_for("int8") == 900.0 and cache == ["all", "families"]
+    assert peaks_line(hidden.peaks()) == "peaks: fp32 400 GFLOPS, bf16 AVX512-BF16 110 GFLOPS, int8 VNNI 900 GOPS"
+    assert cal_mod.calibration() == hidden and cache == ["all", "families"]  # stored: not measured again
+    seen["isas"] = amx  # shown again: the tiles' peaks, kept, not measured again
+    assert cal_mod.calibration().peak_for("bf16") == 3000.0 and cache == ["all", "families"]
+    # a raise of the vector peak stays the vector instruction's (measured again first: the same figures)
+    seen["isas"] = vector
+    monkeypatch.setattr(cal_mod, "measure_peaks", lambda: replace(base, families=vectors))
+    peak_check.within_peak(150.0, "m/conv2d_bf16", family="bf16")
+    assert cal_mod.calibration().family("bf16").raised_by == "m/conv2d_bf16"
+    seen["isas"] = amx
+    assert cal_mod.calibration().family("bf16") == tiles[0]
+
+
+def test_an_entry_stored_before_instruction_sets_were_recorded_reads_its_own_from_the_label():
+    old = FamilyPeak("bf16", 3000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX").to_dict()
+    del old["isa"]
+    assert FamilyPeak.from_dict(old).isa == "amx" and not FamilyPeak.from_dict(old).matches("avx512bf16")
+    assert FamilyPeak("bf16", None, "not measured").matches("avx512bf16")
+
+
+def test_this_cpu_without_its_tiles_has_vector_instructions_in_each_family(monkeypatch):
+    from explorer.target.environment import cpu_flags
+
+    if not any(f.startswith("amx") for f in cpu_flags()):
+        pytest.skip("this CPU has no AMX to hide")
+    assert dot_peaks.host_instructions()["bf16"] == "amx"
+    monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(f for f in cpu_flags() if not f.startswith("amx")))
+    assert dot_peaks.host_instructions() == {"bf16": "avx512bf16", "int8": "vnni"}

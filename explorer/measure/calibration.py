@@ -22,6 +22,13 @@ survives later measurements that come out lower; a kernel of a family raises tha
 only. A cached calibration without a family (written before families were measured) keeps its
 fp32 figures and has the missing families measured (seconds); a raise of its fp32 peak by a kernel
 named bf16 or int8 (which read against the one peak there was) is dropped when it is read.
+
+A family's peak is that of the instructions the CPU has for it *as schedx sees it*: the same
+machine with its AMX tiles hidden (``SCHEDX_CPU_FLAGS``, a VM) keeps the same hardware fingerprint
+but runs bf16 on ``vdpbf16ps``. So each family's entry records its instruction set
+(:attr:`FamilyPeak.isa`), the calibration keeps the peaks of the instruction sets not in use
+(``other_families``), and a calibration read for a CPU whose instructions differ from its entries'
+has those families measured for it (seconds, once: then both are kept).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.measure.families import FP32, FamilyPeak, family_of_name
+from explorer.measure.instructions import FAMILIES
+from explorer.measure.families import FP32, NO_INSTRUCTIONS, FamilyPeak, family_of_name
 from explorer.target.environment import hardware_fingerprint
 
 # 2: numpy measured without OpenBLAS core pins; 3: the FMA peak kernel beside numpy (best of
@@ -62,6 +70,8 @@ class Calibration:
     provisional: bool = False  # measured on a busy machine: measured again when it is quiet
     raised_by: str = ""  # the kernel whose measured GFLOPS the peak was raised to ("" when none)
     families: tuple[FamilyPeak, ...] = ()  # the bf16 and int8 peaks (explorer.measure.dot_peaks)
+    # the same families' peaks of this machine's other instruction sets (its tiles hidden, or not), kept
+    other_families: tuple[FamilyPeak, ...] = ()
 
     def family(self, name: str) -> FamilyPeak | None:
         """The peak of instruction family ``name`` (``fp32`` included), None where never measured."""
@@ -78,10 +88,21 @@ class Calibration:
         """Every family's peak, fp32 first."""
         return (self.family(FP32), *self.families)
 
+    def for_instructions(self, isas: dict[str, str]) -> Calibration:
+        """This calibration for a CPU whose instructions of each family are ``isas`` (family ->
+        isa, :func:`explorer.measure.dot_peaks.instructions_of`): ``families`` the entries of those
+        instruction sets (a family with none is :attr:`missing`), ``other_families`` the rest."""
+
+        pool = self.families + self.other_families
+        chosen = []
+        for name in FAMILIES:
+            found = next((f for f in pool if f.family == name and f.matches(isas.get(name, ""))), None)
+            chosen += [found] if found is not None else []
+        return replace(self, families=tuple(chosen), other_families=tuple(f for f in pool if f not in chosen))
+
     @property
     def missing(self) -> tuple[str, ...]:
         """The families this calibration has no entry for (measured when it is next asked for)."""
-        from explorer.measure.dot_peaks import FAMILIES
 
         return tuple(f for f in FAMILIES if self.family(f) is None)
 
@@ -118,8 +139,8 @@ class Calibration:
     def from_dict(cls, data: dict) -> Calibration:
         known = {f.name for f in fields(cls)}
         data = {k: v for k, v in data.items() if k in known}
-        data["families"] = tuple(FamilyPeak.from_dict(f) if isinstance(f, dict) else f
-                                 for f in data.get("families") or ())
+        for key in ("families", "other_families"):
+            data[key] = tuple(FamilyPeak.from_dict(f) if isinstance(f, dict) else f for f in data.get(key) or ())
         cal = cls(**data)
         if cal.raised_by and family_of_name(cal.raised_by) != FP32:
             # written when every kernel read against the fp32 peak: a bf16/int8 kernel's raise is no fp32 figure
@@ -197,7 +218,7 @@ def numpy_matmul_gflops(n: int, repeats: int = 5, *, native: bool = True, best: 
 def measure_families(repeats: int = 5) -> tuple[FamilyPeak, ...]:
     """Every instruction family's peak (:mod:`explorer.measure.dot_peaks`, in a child process, about
     a second per family): a family the CPU lacks, or whose kernel failed, has no figure and says why."""
-    from explorer.measure.dot_peaks import FAMILIES, measure_in_child
+    from explorer.measure.dot_peaks import measure_in_child
 
     found = measure_in_child(repeats)
     peaks = []
@@ -206,9 +227,11 @@ def measure_families(repeats: int = 5) -> tuple[FamilyPeak, ...]:
         if got.get("gflops"):
             kernel = got["kernel"]
             peaks.append(FamilyPeak(family, float(got["gflops"]), kernel["label"], kernel["instruction"]["label"],
-                                    float(got["gflops"])))
-        else:
-            peaks.append(FamilyPeak(family, None, got.get("error", "not measured")))
+                                    float(got["gflops"]), isa=kernel["instruction"]["isa"],
+                                    fp32_ratio=got.get("fp32_ratio")))
+        else:  # (no isa: a kernel that failed to run is measured again when next asked for another CPU)
+            peaks.append(FamilyPeak(family, None, got.get("error", "not measured"),
+                                    isa=NO_INSTRUCTIONS if got.get("isa") == NO_INSTRUCTIONS else ""))
     return tuple(peaks)
 
 
@@ -218,7 +241,6 @@ def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int 
     bf16/int8 ones (in child processes; ``fma=False``, ``dots=False`` skip them: those families then
     read "not measured"), numpy's sgemm and an array copy, each the best of ``repeats`` runs, with
     the machine's load sampled before and after."""
-    from explorer.measure.dot_peaks import FAMILIES
     from explorer.measure.machine_load import machine_load
     from explorer.measure.peak_kernel import measure_in_child
 
@@ -248,7 +270,12 @@ def save(cal: Calibration) -> Calibration:
 
 
 def _cached(hardware: str) -> Calibration | None:
-    return cached_json(_cache_path(hardware), hardware, CALIBRATION_VERSION, Calibration.from_dict)
+    """The stored calibration, its families those of this machine's instructions as schedx sees them
+    now (:meth:`Calibration.for_instructions`)."""
+    from explorer.measure.dot_peaks import host_instructions
+
+    cal = cached_json(_cache_path(hardware), hardware, CALIBRATION_VERSION, Calibration.from_dict)
+    return None if cal is None else cal.for_instructions(host_instructions())
 
 
 def _remeasured(old: Calibration | None) -> Calibration:
@@ -258,17 +285,22 @@ def _remeasured(old: Calibration | None) -> Calibration:
     if old is not None and old.raised_by and old.peak_gflops > cal.peak_gflops:
         cal = replace(cal, peak_gflops=old.peak_gflops, raised_by=old.raised_by)
     if old is not None:
-        kept = {f.family: f for f in old.families if f.raised_by}
+        kept = {f.family: f for f in old.families if f.raised_by and f.isa in ("", *(n.isa for n in cal.families))}
         cal = replace(cal, families=tuple(
             replace(f, gflops=kept[f.family].gflops, raised_by=kept[f.family].raised_by)
             if f.family in kept and (kept[f.family].gflops or 0.0) > (f.gflops or 0.0) else f for f in cal.families))
+        new = {(f.family, f.isa) for f in cal.families}
+        cal = replace(cal, other_families=tuple(f for f in old.families + old.other_families
+                                                if f.isa and (f.family, f.isa) not in new))
     return save(cal)
 
 
 def _with_families(cal: Calibration) -> Calibration:
     """``cal`` with the families it lacks measured and stored (see the module docstring)."""
+
     measured = {f.family: f for f in measure_families()}
-    return save(replace(cal, families=cal.families + tuple(measured[f] for f in cal.missing if f in measured)))
+    families = cal.families + tuple(measured[f] for f in cal.missing if f in measured)
+    return save(replace(cal, families=tuple(sorted(families, key=lambda f: FAMILIES.index(f.family)))))
 
 
 _quiet_checked: dict[str, float] = {}  # hardware -> when this process last looked at the load
@@ -306,5 +338,25 @@ def raise_peak(cal: Calibration, gflops: float, kernel: str, family: str = FP32)
     return save(raised) if cal.hardware == hardware_fingerprint() and cal.version == CALIBRATION_VERSION else raised
 
 
+def measured_rate(target, family: str) -> float | None:
+    """The ``family`` peak kernel's measured figure over the fp32 FMA kernel's on this machine, where
+    ``target`` is this machine's CPU as schedx sees it (from its calibration, measured once and
+    cached: :func:`explorer.measure.calibration.calibration`); None for another CPU, where nothing
+    was measured, or where either figure is missing. Both are micro-kernels of one instruction
+    each, so the ratio is of the instructions' rates (the vdpbf16ps one here: 0.50-0.57); the two
+    timed in one process one after the other (:attr:`FamilyPeak.fp32_ratio`) where the calibration
+    has it, else the two figures of the calibration (which may have been measured at other loads)."""
+    from explorer.target import host_target
+
+    if target.cross or target.features != host_target().features:
+        return None
+    cal = calibration()
+    peak, fp32 = cal.family(family), cal.fma_gflops or cal.peak_gflops
+    if peak is not None and peak.fp32_ratio:
+        return peak.fp32_ratio
+    figure = peak and (peak.measured or peak.gflops)
+    return figure / fp32 if figure and fp32 else None
+
+
 __all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "cached_json", "calibration",
-           "measure_families", "measure_peaks", "numpy_matmul_gflops", "raise_peak", "save", "write_json"]
+           "measure_families", "measure_peaks", "measured_rate", "numpy_matmul_gflops", "raise_peak", "save", "write_json"]

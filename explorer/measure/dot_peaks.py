@@ -33,35 +33,12 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 
-FAMILIES = ("bf16", "int8")
+from explorer.measure.instructions import FAMILIES, INSTRUCTIONS, VECTOR_CHAINS, Instruction
+
 IMPORT_PRAGMA = "pragma_import_llvm"
 WORDS = 2048  # int32 words of scratch per core: results in the first 4 KB, operands in the next 4 KB
 OPERANDS = 4096  # byte offset of the operands in a core's scratch
-VECTOR_CHAINS = 12  # vdpbf16ps / vpdpbusd accumulators: 2 ports x 5-6 cycles, within 32 registers
 ITERS = 1 << 17  # iterations of a vector kernel per call (AMX: ITERS >> 4): about a millisecond
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """One row of the table: a family's instruction set as the schedules name it (``isa``), what the
-    kernel issues, the ops one accumulator chain does per iteration, and how many chains."""
-
-    family: str
-    isa: str
-    instruction: str
-    ops_per_step: int
-    chains: int
-    label: str  # short, for peaks lines: "bf16 AMX"
-
-
-INSTRUCTIONS = (
-    Instruction("bf16", "amx", "tdpbf16ps", 2 * 16 * 16 * 32, 4, "bf16 AMX"),
-    Instruction("bf16", "avx512bf16", "vdpbf16ps", 2 * 16 * 2, VECTOR_CHAINS, "bf16 AVX512-BF16"),
-    Instruction("int8", "amx", "tdpbusd", 2 * 16 * 16 * 64, 4, "int8 AMX"),
-    Instruction("int8", "vnni", "vpdpbusd", 2 * 16 * 4, VECTOR_CHAINS, "int8 VNNI"),
-    Instruction("int8", "avx512bw", "vpmaddubsw", 2 * 64, 8, "int8 AVX512BW"),
-    Instruction("int8", "avx2", "vpmaddubsw", 2 * 32, 4, "int8 AVX2"),
-)
 
 
 @dataclass(frozen=True)
@@ -136,6 +113,28 @@ def for_target(target, family: str, *, iters: int | None = None) -> DotKernel:
         raise ValueError(f"no {family} peak on {target.label}: {why}")
     steps = iters if iters is not None else (ITERS >> 4 if isa == "amx" else ITERS)
     return DotKernel(row, cores=spec.cores, iters=int(steps))
+
+
+def instructions_of(target) -> dict[str, str]:
+    """Each family's instruction set on ``target`` (:func:`for_target`'s choice: ``amx``,
+    ``avx512bf16``, ``vnni``, ...; :data:`explorer.measure.families.NO_INSTRUCTIONS` where it has
+    none): which of a machine's measured peaks its kernels read against."""
+    from explorer.measure.families import NO_INSTRUCTIONS
+
+    found = {}
+    for family in FAMILIES:
+        try:
+            found[family] = for_target(target, family).instruction.isa
+        except ValueError:
+            found[family] = NO_INSTRUCTIONS
+    return found
+
+
+def host_instructions() -> dict[str, str]:
+    """:func:`instructions_of` this machine's CPU as schedx sees it (``SCHEDX_CPU_FLAGS`` applied)."""
+    from explorer.target import host_target
+
+    return instructions_of(host_target())
 
 
 def _vector_ir(k: DotKernel) -> str:
@@ -308,20 +307,36 @@ def measure_in_child(repeats: int = 5, timeout: float = 300.0) -> dict:
     return found if "error" not in found else {f: found for f in FAMILIES}
 
 
+def _fma_runs(target, repeats: int) -> list[float]:
+    """The fp32 FMA peak kernel's runs (:mod:`explorer.measure.peak_kernel`) timed right after a
+    family's, in the same process: the two figures' ratio holds on a busy machine, where each alone
+    swings with the load ([] where the FMA kernel cannot run)."""
+    from explorer.measure import peak_kernel
+
+    try:
+        return peak_kernel.time_kernel(peak_kernel.for_target(target), target, repeats=repeats)
+    except Exception:  # noqa: BLE001 - no ratio then; the family's own figure stands
+        return []
+
+
 def _main(argv: list[str]) -> int:
     from explorer.target import host_target
 
     repeats = int(argv[0]) if argv else 5
     result = {}
     target = host_target()
+    fma: list[float] = []
     for family in FAMILIES:
         try:
             kernel = for_target(target, family)
             runs = time_kernel(kernel, target, repeats=repeats)
+            fma = fma or _fma_runs(target, repeats)
             result[family] = {"gflops": round(max(runs), 1), "runs": [round(g, 1) for g in runs],
-                              "kernel": kernel.to_dict()}
+                              "kernel": kernel.to_dict(),
+                              "fp32_ratio": round(max(runs) / max(fma), 3) if fma else None}
         except Exception as err:  # noqa: BLE001 - the caller gets the reason as data
-            result[family] = {"error": str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"}
+            result[family] = {"error": str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}",
+                              "isa": instructions_of(target)[family]}
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 
@@ -331,4 +346,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["FAMILIES", "INSTRUCTIONS", "DotKernel", "Instruction", "assembly", "build", "for_target",
-           "measure_in_child", "prim_func", "scratch", "time_kernel", "unit"]
+           "host_instructions", "instructions_of", "measure_in_child", "prim_func", "scratch",
+           "time_kernel", "unit"]

@@ -11,13 +11,19 @@ on every bf16 product (``dense_bf16``, ``conv2d_bf16``) and
 :data:`explorer.schedule.int8_dot.WEIGHT_MAX_ATTR` on every int8 one (``conv2d_nhwc_int8``,
 ``dense_int8``). They survive fusion and scheduling, unlike a function's name, which a fused
 task may not carry. :func:`family_of_name` reads a name where only a name is left (an old record).
+
+A family's peak is that of one instruction set (``isa``: AMX tiles, or ``vdpbf16ps`` alone, ...):
+the same machine seen with its tiles hidden (``SCHEDX_CPU_FLAGS``, or a VM that hides them) runs its
+bf16 kernels on ``vdpbf16ps``, and reads them against that instruction's peak, not the tiles'
+(:meth:`FamilyPeak.matches`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 FP32 = "fp32"
+NO_INSTRUCTIONS = "none"  # the isa of a family the CPU has no instructions for
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,17 @@ class FamilyPeak:
     label: str = ""  # short: "bf16 AMX" ("" when absent)
     measured: float | None = None
     raised_by: str = ""
+    # the instruction set the figure is of (explorer.measure.instructions.Instruction.isa: "amx",
+    # "avx512bf16", ...; NO_INSTRUCTIONS where the CPU has none; "" where not known: any)
+    isa: str = ""
+    # its kernel's figure over the fp32 FMA kernel's timed right after it in the same process (None: not
+    # timed so): the instructions' relative rate, which holds on a busy machine where each figure swings
+    fp32_ratio: float | None = None
+
+    def matches(self, isa: str) -> bool:
+        """Whether this is the peak of a CPU whose instructions of the family are ``isa``
+        (an entry of no known instruction set, written before they were recorded, matches any)."""
+        return not self.isa or self.isa == isa
 
     @property
     def unit(self) -> str:
@@ -53,8 +70,16 @@ class FamilyPeak:
 
     @classmethod
     def from_dict(cls, data: dict) -> FamilyPeak:
+        """Read back; an entry stored before the instruction set was recorded has it read from its
+        label (``bf16 AMX`` is ``amx``)."""
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        peak = cls(**{k: v for k, v in data.items() if k in known})
+        if "isa" not in data and peak.label:
+            from explorer.measure.instructions import INSTRUCTIONS
+
+            row = next((i for i in INSTRUCTIONS if i.label == peak.label), None)
+            peak = peak if row is None else replace(peak, isa=row.isa)
+        return peak
 
 
 def peaks_line(peaks) -> str:
@@ -90,4 +115,4 @@ def family_of_name(name: str) -> str:
     return "bf16" if "bf16" in low else "int8" if "int8" in low else FP32
 
 
-__all__ = ["FP32", "FamilyPeak", "family_of_name", "kernel_family", "peaks_line"]
+__all__ = ["FP32", "NO_INSTRUCTIONS", "FamilyPeak", "family_of_name", "kernel_family", "peaks_line"]

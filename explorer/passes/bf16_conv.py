@@ -53,6 +53,20 @@ packing blocks and the output copy cost the same per pixel at any K), and every 
 adds its own rounding error to the model's (the figures: docs/notes/measurements.md, "bf16
 convolutions"). :func:`bf16_convs` says which stayed fp32 and why.
 
+**Where bf16 convolutions pay at all** is a property of the target's bf16 instructions
+(:func:`why_convs_fp32`, the one rule): on AMX-BF16 tiles they do (12-16x the fp32 FMAs'
+FLOPs), layer by layer as above. A CPU whose bf16 instructions are vectors alone (``vdpbf16ps``:
+AVX512-BF16 without AMX) gains from them only where its ``vdpbf16ps`` does at least
+:data:`VECTOR_MIN_RATE` times the FLOPs of its fp32 FMAs, measured on the machine
+(:func:`explorer.measure.calibration.measured_rate`): ResNet-18's convolutions are compute-bound
+(and fp32 runs its 3x3 ones as Winograd, fewer FLOPs), so halving their bytes does not pay for
+a slower instruction. On the Intel Xeon of 2026-12-06 with its tiles hidden ``vdpbf16ps`` ran at
+0.50-0.57x the fp32 FMA rate, and ResNet-18's bf16 im2col convolutions at 38-100 GFLOPS against
+fp32's 110-200 (one thread, busy): the model took 1.81x fp32's time. Elsewhere (another CPU, not
+measured: Zen 4/5, Cooper Lake; no documented vdpbf16ps rate was found for them) every
+convolution stays fp32, and the build's fp32 list says why; on such a machine itself the measured
+rate decides.
+
 The pass first folds batch-norm into the convolutions' weights (the pipeline's own passes, run
 early: after this rewrite a convolution is a kernel call they cannot see into).
 """
@@ -92,6 +106,12 @@ MIN_REDUCTION_DIRECT = 128
 # MobileNetV2, one thread, alternated rounds: 0.91x the model's time (median of 25), error 7.15e-3
 # (7.69e-3 before); with plain bf16 there instead it missed the tolerance on one of 5 inputs (1.05e-2)
 MIN_SPLIT_WORK = 16384
+# A CPU without AMX-BF16 computes convolutions in bf16 only where its vdpbf16ps does at least this many
+# times the FLOPs of its fp32 FMAs (measured: explorer.measure.calibration.measured_rate): a compute-bound
+# convolution gains from bf16's halved bytes only through a faster instruction, and the im2col and
+# rounding copies cost it a share of that (a choice, not a measurement: 0.50-0.57 measured on the one
+# such CPU seen, bf16 ResNet-18 1.81x slower there)
+VECTOR_MIN_RATE = 1.5
 # Off: every bf16 convolution takes the im2col path, AMX CPUs too
 AMX_DIRECT_ENABLED = True
 # A direct kernel's input rounded to bf16 by the depthwise convolution that computes it, where the
@@ -198,6 +218,34 @@ def why_fp32(weight_shape: tuple[int, ...], *, direct: bool = False, splittable:
     return None
 
 
+def why_convs_fp32(target, mod: tvm.IRModule | None = None) -> str | None:
+    """Why a bf16 build for ``target`` keeps every 2-D convolution (of ``mod``: None where it has
+    none) in fp32, one line for the build's fp32 list; None where bf16 convolutions pay on it
+    (layer by layer: :func:`why_fp32`). The rule of the module docstring: AMX-BF16 tiles pay;
+    ``vdpbf16ps`` alone pays where it does :data:`VECTOR_MIN_RATE` times the fp32 FMA rate on this
+    machine, and a CPU whose rate was not measured here keeps fp32."""
+    from explorer.measure.calibration import measured_rate
+    from explorer.schedule.bf16_dot import isa_from
+
+    isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
+    if isa in ("amx", "") or (mod is not None and not _has_convs(mod)):
+        return None
+    rate = measured_rate(target, "bf16")
+    if rate is not None and rate >= VECTOR_MIN_RATE:
+        return None
+    head = "convolutions: the target's bf16 instruction is vdpbf16ps (AVX512-BF16, no AMX tiles), "
+    if rate is None:
+        return (head + f"whose rate on {target.label} was not measured here (on the one CPU measured it ran at "
+                       f"0.50-0.57x the fp32 FMA rate); a compute-bound convolution pays only from "
+                       f"{VECTOR_MIN_RATE}x")
+    return (head + f"measured at {rate:.2f}x the fp32 FMA rate on this machine, under the {VECTOR_MIN_RATE}x a "
+                   f"compute-bound convolution needs for bf16 to pay")
+
+
+def _has_convs(mod: tvm.IRModule) -> bool:
+    return any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values())
+
+
 def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
     """Whether the direct kernel takes a convolution's split product: its input channels make
     parts of whole tile rows (:func:`explorer.passes.bf16_conv_split.split_group`) and its output
@@ -284,7 +332,7 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False) -> tuple[tvm.IRModule, i
     """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
     AMX-BF16 tiles, the direct NHWC kernel where it fits), how many, and the convolutions
     :func:`why_fp32` kept in fp32 (why, one line each)."""
-    if not any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values()):
+    if not _has_convs(mod):
         return mod, 0, ()
     converted, kept = [], []
     folded = fold_batch_norms(mod)
@@ -310,5 +358,5 @@ def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 
 __all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK",
-           "PRODUCER_ROUNDS", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms", "pack_conv_weights",
-           "row_panels", "split_fits", "split_product", "why_fp32"]
+           "PRODUCER_ROUNDS", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
+           "pack_conv_weights", "row_panels", "split_fits", "split_product", "why_convs_fp32", "why_fp32"]
