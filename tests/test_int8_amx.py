@@ -90,6 +90,21 @@ def test_input_heavy_convolutions_take_a_column_of_4_x_1_tiles_and_weights_heavy
     assert "schedx_amx_u8i8_14x2x2_k64_s1_t3x3" in heavy, heavy
 
 
+def test_weights_heavy_7_pixel_rows_take_all_the_output_rows_in_one_call(monkeypatch):
+    """ResNet's layer4 (7-wide maps, weights outweigh the input): a 2 x 2 grid over two output rows at
+    a time, the last row alone, all in one call: each B tile feeds four tdpbusd instead of two."""
+    from explorer.schedule.defaults import int8_amx
+
+    lib, step = _built("cpu:sapphirerapids", _conv(7, cin=64, cout=128)[0])  # 74 KB of weights, 5 KB of input
+    assert "schedx_amx_u8i8_7x2x2_k64_s1_t3x3_z_y7" in step and "7 output rows a call" in step, step
+    assert all(i in _asm(lib) for i in TILE_INSTRUCTIONS)
+    _, pointwise = _built("cpu:sapphirerapids", _conv(7, stride=2, cin=256, cout=512, kernel=1)[0])
+    assert amx_int8.NAME_PREFIX in pointwise and "_y" not in pointwise, pointwise  # 1x1: a row a call
+    monkeypatch.setattr(int8_amx, "ROWS_A_CALL", 0)  # off: a row (one 7-row tile) a call, as before
+    _, one_row = _built("cpu:sapphirerapids", _conv(7, cin=64, cout=128)[0])
+    assert "schedx_amx_u8i8_7x1x2_k64_s1_t3x3_z " in one_row, one_row
+
+
 @pytest.mark.parametrize("spec, instruction", [("cpu:icelake-server", "vpdpbusd"), ("cpu:znver4", "vpdpbusd"),
                                                ("cpu:znver3", "vpmaddubsw")])
 def test_cpus_without_amx_int8_keep_the_vector_instructions(spec, instruction):
@@ -151,10 +166,12 @@ def test_kernels_that_do_not_fill_the_tiles_stay_on_vpdpbusd(make, why):
                                   lambda: _stem(weight_max=127), lambda: _stem(16, weight_max=127),
                                   lambda: _conv(28, cin=16, kernel=3, weight_max=127),
                                   lambda: _conv(28, cin=16, kernel=4, weight_max=127),
-                                  lambda: _conv(56, cin=64, cout=32, weight_max=127)],
+                                  lambda: _conv(56, cin=64, cout=32, weight_max=127),
+                                  lambda: _conv(7, cin=64, cout=128, weight_max=127)],
                          ids=["3x3-14px", "3x3-stride2-7px", "3x3-128ch-8px", "1x1-256ch-14px", "dense-64x64x512",
                               "dense-112x48x448", "stem-7x7-s2-14px", "stem-7x7-s2-16px", "3x3-16ch-folded-28px",
-                              "4x4-16ch-folded-into-a-whole-tile-row", "3x3-56px-4x1-tiles"])
+                              "4x4-16ch-folded-into-a-whole-tile-row", "3x3-56px-4x1-tiles",
+                              "3x3-7px-all-rows-a-call"])
 def test_amx_kernels_compute_exactly_on_this_cpu(make):
     func, args, ref = make()
     lib, step = _built("cpu", func)
@@ -166,8 +183,9 @@ def test_amx_kernels_compute_exactly_on_this_cpu(make):
 
 @pytest.mark.parametrize("dot", [amx_int8.AmxInt8(14, 2, 128, 2, 3, 3), amx_int8.AmxInt8(14, 2, 4, 2, 7, 7, 2, True),
                                  amx_int8.AmxInt8(16, 2, 512, nt=2, zero=True),
-                                 amx_int8.AmxInt8(14, 2, 4, 2, 7, 7, 2, True, zero=True)],
-                         ids=["taps", "folded", "dense-from-zero", "folded-from-zero"])
+                                 amx_int8.AmxInt8(14, 2, 4, 2, 7, 7, 2, True, zero=True),
+                                 amx_int8.AmxInt8(7, 2, 512, 1, 3, 3, 2, zero=True, out_rows=7)],
+                         ids=["taps", "folded", "dense-from-zero", "folded-from-zero", "output-rows"])
 def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again(dot):
     from tvm.s_tir import TensorIntrin
 

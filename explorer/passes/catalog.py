@@ -66,7 +66,8 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("SimplifyInference", "schedx: drop dropout, turn ONNX Sum (stack + sum) into adds, drop broadcasts to "
            "the same shape: the graph ConvertLayout and fusion can work on.", lambda: SimplifyInference),
         _t("QDQToInt8Kernels", "schedx: quantized conv2d/matmul (dequantize -> float op) as int8 kernels with int32 "
-           "accumulation and weights packed for dot-product instructions (QNN's job in Relay).", lambda: QDQToInt8Kernels),
+           "accumulation and weights packed for dot-product instructions, requantized by one multiplier per channel "
+           "as ONNX Runtime's fused operators do (QNN's job in Relay).", lambda: QDQToInt8Kernels),
         _t("MarkWeightBuffers", "schedx: tell each kernel which arguments are weights (constants at every "
            "call), so a schedule may read them packed, packed once at build time.", lambda: MarkWeightBuffers),
         _t("ClipToRelaxOps", "schedx: turn Clip/ReLU6 emitted as TensorIR max/min back into Relax maximum/minimum, "

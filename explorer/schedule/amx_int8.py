@@ -34,7 +34,7 @@ from functools import cache
 from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 
 NAME_PREFIX = "schedx_amx_u8i8_"
-_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)(_f)?(_z)?")
+_NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)(_f)?(_z)?(?:_y(\d+))?")
 AMX_FN = "schedx_amx_u8i8_tile"
 PANEL = 16  # output channels of a B tile (16 x 4 bytes a row)
 K_STEP = 64  # input channels per tdpbusd (a 64-byte tile row)
@@ -59,7 +59,10 @@ class AmxInt8:
     :func:`foldable`): one ``tdpbusd`` per kernel row instead of ``k / 64`` per tap. ``zero``: the
     call computes the whole sum from zero (its description holds the kernel's init, so the block is
     tensorized without a separate loop of zeros, and the C tiles start from ``tilezero`` instead of
-    loading the zeros just stored); without it (traces recorded before) it adds to C."""
+    loading the zeros just stored); without it (traces recorded before) it adds to C. ``out_rows`` > 1:
+    the call's pixels are that many whole output rows of ``m`` pixels (a 7-wide map: each B tile feeds
+    an ``mt x nt`` grid over ``mt`` rows instead of one row's tile; ``mt`` rows at a time, then one at a
+    time, after one tile config: :func:`explorer.schedule.amx_ir.conv_tiles_ir`)."""
 
     m: int
     mt: int
@@ -70,10 +73,11 @@ class AmxInt8:
     nt: int = 1
     fold: bool = False
     zero: bool = False
+    out_rows: int = 1
 
     @property
     def rows(self) -> int:
-        return self.m * self.mt
+        return self.m * max(self.mt, self.out_rows)
 
     @property
     def cols(self) -> int:
@@ -82,7 +86,8 @@ class AmxInt8:
     @property
     def name(self) -> str:
         return (f"{NAME_PREFIX}{self.m}x{self.mt}x{self.nt}_k{self.k}_s{self.stride}_t{self.kh}x{self.kw}"
-                f"{'_f' if self.fold else ''}{'_z' if self.zero else ''}")
+                f"{'_f' if self.fold else ''}{'_z' if self.zero else ''}"
+                f"{f'_y{self.out_rows}' if self.out_rows > 1 else ''}")
 
     @property
     def kstep(self) -> int:
@@ -91,11 +96,11 @@ class AmxInt8:
 
     @property
     def function(self) -> str:
-        return amx_int8_function(self.m, self.mt, self.nt, self.kstep, self.zero)
+        return amx_int8_function(self.m, self.mt, self.nt, self.kstep, self.zero, self.out_rows)
 
     @property
     def llvm_ir(self) -> str:
-        return amx_int8_ir(self.m, self.mt, self.nt, self.kstep, self.zero)
+        return amx_int8_ir(self.m, self.mt, self.nt, self.kstep, self.zero, self.out_rows)
 
 
 def foldable(kh: int, kw: int, k: int) -> bool:
@@ -107,28 +112,32 @@ def foldable(kh: int, kw: int, k: int) -> bool:
     return k % K_STEP != 0 and kh > 1 and kw > 1 and kw * k <= K_STEP
 
 
-def amx_int8_function(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False) -> str:
+def amx_int8_function(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False, out_rows: int = 1) -> str:
     """The name of the LLVM function :func:`amx_int8_ir` defines."""
-    return f"{AMX_FN}_{m}x{mt}x{nt}" + (f"_f{kstep}" if kstep != K_STEP else "") + ("_z" if zero else "")
+    return (f"{AMX_FN}_{m}x{mt}x{nt}" + (f"_f{kstep}" if kstep != K_STEP else "") + ("_z" if zero else "")
+            + (f"_y{out_rows}" if out_rows > 1 else ""))
 
 
-def amx_int8_ir(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False) -> str:
+def amx_int8_ir(m: int, mt: int, nt: int, kstep: int = K_STEP, zero: bool = False, out_rows: int = 1) -> str:
     """The LLVM IR of one call: tile config (``mt x nt`` C tiles and ``mt`` A tiles of ``m`` rows x
     ``kstep`` bytes, ``nt`` B tiles of ``kstep / 4`` rows), the permission request (once per
     process), the C tiles loaded (``zero``: ``tilezero``), then for each tap and each ``kstep``
     input bytes ``mt`` A tiles, ``nt`` B tiles and ``mt x nt`` ``tdpbusd``; the C tiles stored."""
-    return conv_tiles_ir(amx_int8_function(m, mt, nt, kstep, zero), "tdpbusd", m, mt, nt, kstep, zero_c=zero)
+    return conv_tiles_ir(amx_int8_function(m, mt, nt, kstep, zero, out_rows), "tdpbusd", m, mt, nt, kstep, zero_c=zero,
+                         out_rows=out_rows)
 
 
 def register(dot: AmxInt8) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
-    return register_once(dot.name, lambda: _conv_funcs(dot) if dot.kh else _dense_funcs(dot))
+    funcs = _rows_funcs if dot.out_rows > 1 else _conv_funcs if dot.kh else _dense_funcs
+    return register_once(dot.name, lambda: funcs(dot))
 
 
 def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-INT8 intrinsic a trace (JSON or text) tensorizes with."""
-    for m, mt, nt, k, s, kh, kw, fold, zero in names_in(trace, NAME_PREFIX, _NAME):
-        register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero)))
+    for m, mt, nt, k, s, kh, kw, fold, zero, out_rows in names_in(trace, NAME_PREFIX, _NAME):
+        register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero),
+                         int(out_rows or 1)))
 
 
 @cache
@@ -144,6 +153,22 @@ def _zero_init():
                 with T.sblock("init"):
                     vr, vi = T.axis.remap("SS", [r, i])
                     C[vr, vi] = 0
+
+    return zero_init
+
+
+@cache
+def _zero_init_rows():
+    """``C[0:y, 0:x, 0:cols] = 0``: :func:`_zero_init` for a call over whole output rows."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def zero_init(C, y, x, cols):
+        with T.init():
+            for r, p, i in T.grid(y, x, cols):
+                with T.sblock("init"):
+                    vr, vp, vi = T.axis.remap("SSS", [r, p, i])
+                    C[vr, vp, vi] = 0
 
     return zero_init
 
@@ -262,6 +287,50 @@ def _conv_funcs(dot: AmxInt8):
                                      T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(kbytes)))
 
     return (desc1x1 if kh == kw == 1 else desc), impl
+
+
+def _rows_funcs(dot: AmxInt8):
+    """:func:`_conv_funcs` (from zero) for a call over ``out_rows`` whole output rows of ``m`` pixels:
+    ``C[y, x, 16 nt] = sum over taps A[y * stride + rh, x * stride + rw, k] . B[...]``, A the padded
+    input from the call's first pixel, C its first output pixel."""
+    from tvm.script import tirx as T
+
+    y, x = dot.out_rows, dot.m
+    cols, nt, k, k4, s, kh, kw = dot.cols, dot.nt, dot.k, dot.k // 4, dot.stride, dot.kh, dot.kw
+    height, span = (y - 1) * s + kh, (x - 1) * s + kw
+    zero_init = _zero_init_rows()
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (height, span, k), "uint8", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
+        C = T.match_buffer(c, (y, x, cols), "int32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            T.writes(C[0:y, 0:x, 0:cols])
+            zero_init(C, y, x, cols)
+            for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vp, vi, vh, vw, vk = T.axis.remap("SSSRRR", [r, p, i, rh, rw, kk])
+                    C[vr, vp, vi] = C[vr, vp, vi] + T.cast(A[vr * s + vh, vp * s + vw, vk], "int32") * T.cast(
+                        B[vi // PANEL, vh, vw, vk // 4, vi % PANEL, vk % 4], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sh, sw, sy, sx = T.int32(), T.int32(), T.int32(), T.int32()
+        A = T.match_buffer(a, (height, span, k), "uint8", offset_factor=1, strides=[sh, sw, 1])
+        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
+        C = T.match_buffer(c, (y, x, cols), "int32", offset_factor=1, strides=[sy, sx, 1])
+        with T.sblock("root"):
+            T.reads(A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
+            T.writes(C[0:y, 0:x, 0:cols])
+            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0, 0]), T.Cast("int64", sx * 4),
+                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * s), T.Cast("int64", sh),
+                                     T.Cast("int64", sw), T.int64(kw), T.int64(kh * kw),
+                                     T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k), T.Cast("int64", sh * s),
+                                     T.Cast("int64", sy * 4)))
+
+    return desc, impl
 
 
 __all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_PREFIX", "AmxInt8", "amx_int8_function",

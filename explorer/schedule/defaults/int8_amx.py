@@ -12,11 +12,13 @@ convolutions of 64 channels, 3x3s of 32) stay on the vector instructions (:mod:`
 with the output channels outermost instead where the weights outweigh the input (ResNet's last
 stages: each core then streams its share of the weights once, not once per output row). A call's
 C tiles are a column of 4 x 1 where the input outweighs the weights and the row allows
-(:data:`TALL_GRID`), else 2 x 2.
+(:data:`TALL_GRID`), else 2 x 2; where the weights outweigh the input and a row is one tile
+(7-wide maps), one call computes every output row of its panels (:data:`ROWS_A_CALL`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from tvm import s_tir, tirx
@@ -43,6 +45,14 @@ MIN_MACS = 1 << 21
 # fresh processes, best of 9 rounds, 3.25/3.23/3.33 -> 3.16/3.20/3.23 ms (medians 0.97-1.01x).
 # 0: 2 x 2 grids everywhere, as before.
 TALL_GRID = 4
+# Where the weights outweigh the input and an output row is one tile of at most ROWS_A_CALL pixels
+# (ResNet's 7-wide layer4), a call computes all the output rows of a panel pair (a 2 x 2 grid over two
+# rows at a time, then the last row alone: AmxInt8.out_rows), as the bf16 rule's (.bf16_amx_conv.
+# ODD_ROWS_A_CALL): each B tile feeds four tdpbusd instead of two. Quantized ResNet-18's layer4 3x3
+# 512 -> 512 @7, one thread, load ~5 (`schedx profile`, alternated fresh processes): 0.207-0.226 ->
+# 0.171-0.179 ms each (one disturbed pair even); the model, best of 7 alternated rounds, 2.47 -> 2.32
+# ms. Not for 1x1 kernels (no tap loops: the intrinsic does not match them). 0: one row a call.
+ROWS_A_CALL = 7
 
 
 def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
@@ -78,7 +88,12 @@ def amx_call(sch: s_tir.Schedule, block, cpu: CpuSpec) -> AmxInt8:
         mt, nt = TALL_GRID, 1
     if len(loops) == 3:
         return AmxInt8(m, mt, k, nt=nt, zero=True)
-    return AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt, fold, zero=True)
+    dot = AmxInt8(m, mt, k, row_stride(sch.get(block)), extents[4], extents[5], nt, fold, zero=True)
+    if (ROWS_A_CALL and not fold and extents[4:6] != [1, 1] and mt == 1 and m == rows <= ROWS_A_CALL
+            and 2 <= extents[1] <= ROWS_A_CALL
+            and cols % (2 * PANEL) == 0 and _weight_bytes(sch, block) > _input_bytes(sch, block)):
+        return replace(dot, mt=2, nt=2, out_rows=extents[1])
+    return dot
 
 
 def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
@@ -90,9 +105,14 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
         ([], loops[0], loops[1], loops[2:])
     weights_first = _weight_bytes(sch, block) > _input_bytes(sch, block)
     col_o, col_i = sch.split(col, [None, dot.cols])
-    row_o, row_i = sch.split(row, [None, dot.rows])
+    if dot.out_rows > 1:  # whole output rows a call: the rows (h) split, not the pixels
+        row_o, row_i = sch.split(outer[-1], [None, dot.out_rows])
+        outer, inner = outer[:-1], [row_i, row]
+    else:
+        row_o, row_i = sch.split(row, [None, dot.rows])
+        inner = [row_i]
     order = [col_o, *outer, row_o] if weights_first else [*outer, row_o, col_o]
-    sch.reorder(*order, row_i, col_i, *reduce)
+    sch.reorder(*order, *inner, col_i, *reduce)
     epilogue = epilogue_at(sch, block, order[-1])
     tile = sch.blockize(row_i)
     fused = sch.fuse(*order)
@@ -105,7 +125,8 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
     taps = f", {dot.kh}x{dot.kw} taps{f', each kernel row one K={dot.kstep} (kw folded)' if dot.fold else ''}" \
         if dot.kh else ""
     return (f"{name}: {dot.name} (AMX tdpbusd, {dot.mt} x {dot.nt} tiles of {dot.m} rows x {PANEL} channels "
-            f"over K={dot.k}{taps}, int32 in tiles), parallel outside"
+            f"over K={dot.k}{taps}, int32 in tiles{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''})"
+            f", parallel outside"
             f"{', epilogue per tile' if epilogue is not None else ''}")
 
 
