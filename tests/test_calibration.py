@@ -95,17 +95,19 @@ def _load(monkeypatch, other_cores: float) -> None:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A private calibration cache, a fast calibration (numpy 128^3, an 8 MB copy, no FMA child)
+    """A private calibration cache, a fast calibration (numpy 128^3, an 8 MB copy, no FMA child, the
+    families' figures given)
     counted per call, and no memory of earlier re-checks."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(cal_mod, "_quiet_checked", {})
+    monkeypatch.setattr(cal_mod, "_families_tried", set())
     monkeypatch.setattr(peak_check, "_recalibrated", {})
     calls = []
     real = cal_mod.measure_peaks
 
     def fast():
         calls.append(1)
-        return real(128, 8, repeats=1, fma=False, dots=False)
+        return replace(real(128, 8, repeats=1, fma=False, dots=False), families=FAMILY_PEAKS)
 
     monkeypatch.setattr(cal_mod, "measure_peaks", fast)
     monkeypatch.setattr(cal_mod, "measure_families", lambda repeats=5: FAMILY_PEAKS)

@@ -140,6 +140,7 @@ def cache(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(cal_mod, "_quiet_checked", {})
+    monkeypatch.setattr(cal_mod, "_families_tried", set())
     monkeypatch.setattr(peak_check, "_recalibrated", {})
     measured = []
     families = (FamilyPeak("bf16", 1000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX", 1000.0),
@@ -251,7 +252,22 @@ def test_an_entry_stored_before_instruction_sets_were_recorded_reads_its_own_fro
     old = FamilyPeak("bf16", 3000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX").to_dict()
     del old["isa"]
     assert FamilyPeak.from_dict(old).isa == "amx" and not FamilyPeak.from_dict(old).matches("avx512bf16")
-    assert FamilyPeak("bf16", None, "not measured").matches("avx512bf16")
+    assert FamilyPeak("bf16", 120.0, "bf16 kernel").matches("avx512bf16")  # no isa, a figure: any
+    assert not FamilyPeak("bf16", None, "not measured").matches("avx512bf16")  # failed: measured again
+
+
+def test_a_failed_family_measurement_is_measured_again_once_a_process_and_never_hides_a_stored_peak():
+    from explorer.measure.calibration import Calibration
+
+    vector = FamilyPeak("bf16", 119.9, "bf16 AVX512-BF16 vdpbf16ps kernel, 12 accumulators", "bf16 AVX512-BF16",
+                        isa="avx512bf16")
+    tiles = FamilyPeak("bf16", 2272.7, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX", isa="amx")
+    cal = Calibration("hw", 300.0, 20.0, "now", 3, families=(FamilyPeak("bf16", None, "child crashed"),),
+                      other_families=(vector, tiles))
+    assert cal.for_instructions({"bf16": "amx"}).family("bf16") == tiles
+    assert cal.for_instructions({"bf16": "avx512bf16"}).family("bf16") == vector
+    alone = Calibration("hw", 300.0, 20.0, "now", 3, families=(FamilyPeak("bf16", None, "child crashed"),))
+    assert "bf16" in alone.for_instructions({"bf16": "amx"}).missing
 
 
 def test_this_cpu_without_its_tiles_has_vector_instructions_in_each_family(monkeypatch):

@@ -96,7 +96,9 @@ class Calibration:
         pool = self.families + self.other_families
         chosen = []
         for name in FAMILIES:
-            found = next((f for f in pool if f.family == name and f.matches(isas.get(name, ""))), None)
+            isa = isas.get(name, "")
+            candidates = [f for f in pool if f.family == name and f.matches(isa)]
+            found = next((f for f in candidates if f.isa == isa), candidates[0] if candidates else None)
             chosen += [found] if found is not None else []
         return replace(self, families=tuple(chosen), other_families=tuple(f for f in pool if f not in chosen))
 
@@ -285,7 +287,8 @@ def _remeasured(old: Calibration | None) -> Calibration:
     if old is not None and old.raised_by and old.peak_gflops > cal.peak_gflops:
         cal = replace(cal, peak_gflops=old.peak_gflops, raised_by=old.raised_by)
     if old is not None:
-        kept = {f.family: f for f in old.families if f.raised_by and f.isa in ("", *(n.isa for n in cal.families))}
+        isa_now = {n.family: n.isa for n in cal.families}
+        kept = {f.family: f for f in old.families if f.raised_by and f.isa in ("", isa_now.get(f.family))}
         cal = replace(cal, families=tuple(
             replace(f, gflops=kept[f.family].gflops, raised_by=kept[f.family].raised_by)
             if f.family in kept and (kept[f.family].gflops or 0.0) > (f.gflops or 0.0) else f for f in cal.families))
@@ -304,6 +307,7 @@ def _with_families(cal: Calibration) -> Calibration:
 
 
 _quiet_checked: dict[str, float] = {}  # hardware -> when this process last looked at the load
+_families_tried: set[str] = set()  # hardware whose missing families this process measured
 
 
 def calibration(*, refresh: bool = False) -> Calibration:
@@ -314,7 +318,8 @@ def calibration(*, refresh: bool = False) -> Calibration:
     cached = _cached(hw)
     if cached is None or refresh:
         return _remeasured(cached)
-    if cached.missing:
+    if cached.missing and hw not in _families_tried:  # a failed family is tried again once a process
+        _families_tried.add(hw)
         cached = _with_families(cached)
     if cached.provisional and time.monotonic() - _quiet_checked.get(hw, -QUIET_RECHECK_S) >= QUIET_RECHECK_S:
         from explorer.measure.machine_load import machine_load
@@ -345,7 +350,8 @@ def measured_rate(target, family: str) -> float | None:
     was measured, or where either figure is missing. Both are micro-kernels of one instruction
     each, so the ratio is of the instructions' rates (the vdpbf16ps one here: 0.50-0.57); the two
     timed in one process one after the other (:attr:`FamilyPeak.fp32_ratio`) where the calibration
-    has it, else the two figures of the calibration (which may have been measured at other loads)."""
+    has it, else the two figures of the calibration (which may have been measured at other loads).
+    On a machine with no calibration cached yet, the first caller measures it (a few seconds, once)."""
     from explorer.target import host_target
 
     if target.cross or target.features != host_target().features:

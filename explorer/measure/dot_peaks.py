@@ -308,9 +308,9 @@ def measure_in_child(repeats: int = 5, timeout: float = 300.0) -> dict:
 
 
 def _fma_runs(target, repeats: int) -> list[float]:
-    """The fp32 FMA peak kernel's runs (:mod:`explorer.measure.peak_kernel`) timed right after a
-    family's, in the same process: the two figures' ratio holds on a busy machine, where each alone
-    swings with the load ([] where the FMA kernel cannot run)."""
+    """The fp32 FMA peak kernel's runs (:mod:`explorer.measure.peak_kernel`), timed once in the same
+    process right after the first family's and used for every family's ratio: the two figures' ratio
+    holds on a busy machine, where each alone swings with the load ([] where the FMA kernel cannot run)."""
     from explorer.measure import peak_kernel
 
     try:

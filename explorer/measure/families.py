@@ -46,9 +46,10 @@ class FamilyPeak:
     fp32_ratio: float | None = None
 
     def matches(self, isa: str) -> bool:
-        """Whether this is the peak of a CPU whose instructions of the family are ``isa``
-        (an entry of no known instruction set, written before they were recorded, matches any)."""
-        return not self.isa or self.isa == isa
+        """Whether this is the peak of a CPU whose instructions of the family are ``isa`` (an entry of
+        no known instruction set, written before they were recorded, matches any where it has a figure;
+        a failed measurement, which has none, matches nothing: it is measured again)."""
+        return self.isa == isa or (not self.isa and self.gflops is not None)
 
     @property
     def unit(self) -> str:
