@@ -60,7 +60,7 @@ from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
                                             split_heads, untransposed)
 from explorer.passes.call_rewrite import static_ints
-from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, runs_on_tiles, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -165,13 +165,6 @@ VECTOR_MAX_ROWS = 16
 VECTOR_MIN_WEIGHTS = 256 * 256  # N x K
 VECTOR_MIN_CHANNELS = 256  # N
 VECTOR_ANY_MACS = 1 << 14  # below: bf16 as it comes (1 x 64 x 64 0.74-0.78x fp32's time; sub-microsecond)
-
-
-def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
-    """Whether a product of ``rows`` x ``reduction`` runs on AMX tiles on a CPU whose bf16
-    instructions are ``isa`` (what :func:`explorer.schedule.defaults.bf16.tile_bf16` offers them);
-    else on vdpbf16ps."""
-    return isa == "amx" and rows % 16 == 0 and reduction % AMX_K == 0
 
 
 def why_fp32(rows: int, channels: int, reduction: int, isa: str) -> str | None:
@@ -340,4 +333,4 @@ def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 __all__ = ["VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
            "bf16_bits", "bf16_kernels", "bf16_products", "bf16_round", "constant_value", "dense_bf16", "kept_in_fp32",
-           "pack_weights", "product_weights", "runs_on_tiles", "sibling_products", "why_fp32"]
+           "pack_weights", "product_weights", "sibling_products", "why_fp32"]

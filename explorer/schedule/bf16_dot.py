@@ -67,6 +67,13 @@ declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloa
 """
 
 
+def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
+    """Whether a product of ``rows`` x ``reduction`` runs on AMX tiles on a CPU whose bf16
+    instructions are ``isa`` (the one rule the bf16 pass and the default schedule both ask); else on
+    vdpbf16ps."""
+    return isa == "amx" and rows % 16 == 0 and reduction % AMX_K == 0
+
+
 def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups: int = 1, kblocks: int = 1) -> str:
     """The LLVM IR of one AMX call on an ``mt x nt`` grid of 16 x 16 fp32 tiles (tmm0.. the C
     tiles, then ``mt`` A tiles, then ``nt`` B tiles, each 16 rows of 64 bytes): tile config, the
@@ -276,5 +283,6 @@ def widen(bits):
     return tvm.tirx.reinterpret("float32", bits.astype("uint32") << tvm.tirx.const(16, "uint32"))
 
 
-__all__ = ["AMX_FN", "AMX_K", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "DOT_FN", "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "ROWS",
-           "AmxBf16", "Bf16Dot", "amx_ir", "isa_from", "to_bits", "why_not", "widen"]
+__all__ = ["AMX_FN", "AMX_K", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
+           "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "ROWS", "amx_ir", "isa_from",
+           "runs_on_tiles", "to_bits", "why_not", "widen"]

@@ -48,7 +48,7 @@ from dataclasses import replace
 
 from tvm import s_tir
 
-from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot
+from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PANEL, ROWS, AmxBf16, Bf16Dot, runs_on_tiles
 from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, call_fits, most_dividing, zero_init
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, root_blocks
@@ -109,7 +109,7 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
         raise NotApplicable("channels not padded to the 16-channel panel")
     batches = int(sch.get(outer[0]).extent) if outer else 1
     product = sch.get(block).name_hint.startswith(PRODUCTS)
-    amx = cpu.bf16_dot == "amx" and isa != "avx512bf16" and extent_i % 16 == 0 and (2 * half) % AMX_K == 0
+    amx = isa != "avx512bf16" and runs_on_tiles(extent_i, 2 * half, cpu.bf16_dot)
     macs = batches * extent_i * extent_j * 2 * half
     serial = product and macs < (AMX_PARALLEL_MIN_MACS if amx else PARALLEL_MIN_MACS)
     if amx:
@@ -207,7 +207,7 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list, para
 
 
 def _where(parallel: bool) -> str:
-    return "parallel outside" if parallel else "on one core (too little work for two)"
+    return "parallel outside" if parallel else "on one core (too little work to share)"
 
 
 __all__ = ["AMX_PARALLEL_MIN_MACS", "IMPORT_PRAGMA", "bf16_block", "tile_bf16"]
