@@ -165,6 +165,7 @@ def bf16_module(mod, target=None):
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`). The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
+    from explorer.passes.conv_rows import convs_on_tiled_rows
     from explorer.schedule.bf16_dot import isa_from
 
     if target is None:
@@ -172,6 +173,8 @@ def bf16_module(mod, target=None):
 
         target = host_target()
     isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
+    if isa == "amx":  # convolutions whose rows the direct kernel cannot tile: over rows it can
+        mod = convs_on_tiled_rows(mod)[0]
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
     mod, convs, short = bf16_convs(mod, amx=isa == "amx") if all_fp32 is None else (mod, 0, ())
     mod, products, small = bf16_products(mod, isa=isa or None)

@@ -1,0 +1,103 @@
+"""convs_on_tiled_rows: a convolution on a map whose rows the direct AMX bf16 kernel cannot tile
+(TensorFlow's ResNet50V2 at 160 x 160: 20-, 10- and 5-pixel rows) is computed over rows it can (a
+1x1 one over the map laid out as one padded row, a strided one with wider padded output rows); the
+values stay those of the convolution, and a bf16 build for an AMX CPU takes the direct kernel with
+no transposes left between the convolutions."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from explorer.models import import_onnx
+from explorer.passes.conv_rows import MAX_STRIDED_PADDING, convs_on_tiled_rows, padded_width
+from explorer.precision import bf16_module
+from explorer.target import parse_target
+from explorer.workload.fusion import fused_module
+from tests.test_bf16_kernels import NEEDS_AMX
+
+
+def _tf_pointwise_block(size: int, stride: int = 1) -> onnx.ModelProto:
+    """What tf2onnx writes for Keras 1x1 convolutions: an NHWC input transposed to NCHW, a 1x1
+    convolution with its batch-norm folded in (a bias) and a ReLU, a second 1x1 one, a residual add;
+    ``stride`` 2: then a strided 3x3 convolution (ResNet50V2's last of a stage)."""
+    rng = np.random.default_rng(0)
+    out = size if stride == 1 else (size + 1) // 2
+    w1 = rng.normal(0, 0.05, (256, 128, 1, 1)).astype(np.float32)
+    w2 = rng.normal(0, 0.05, (128, 256, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["input"], ["x"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[1, 1], strides=[1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[1, 1], strides=[1, 1]),
+             helper.make_node("Add", ["c2", "x"], ["sum"])]
+    w3 = rng.normal(0, 0.05, (128, 128, 3, 3)).astype(np.float32)
+    last = (helper.make_node("Conv", ["sum", "w3"], ["out"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+            if stride == 2 else helper.make_node("Identity", ["sum"], ["out"]))
+    nodes.append(last)
+    graph = helper.make_graph(
+        nodes, "pointwise", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, size, size, 128])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 128, out, out])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(rng.normal(0, 0.1, 256).astype(np.float32), "b1"),
+         numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(w3, "w3")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_a_map_is_padded_to_the_narrowest_row_whose_tiles_take_at_least_14_pixels():
+    assert padded_width(100) == 112  # 10 x 10: two tiles of 14 a call (104 would take 8-pixel tiles)
+    assert padded_width(25) == 28 and padded_width(400) == 400  # 5 x 5; 20 x 20 is 25 tiles of 16
+    assert padded_width(7) == 7  # a 7-pixel tile, nothing better within a seventh more
+    assert padded_width(5) is None  # no tile fits 5 pixels, and none within a seventh more
+    # a strided convolution's output rows: 20 -> 28 (two tiles of 14), 10 -> 14, 5 -> 7
+    assert [padded_width(w, MAX_STRIDED_PADDING) for w in (20, 10, 5)] == [28, 14, 7]
+
+
+@pytest.mark.parametrize("size, stride", [(10, 1), (5, 1), (20, 2)])
+def test_convolutions_over_padded_rows_compute_the_same_values(size, stride):
+    mod = import_onnx(_tf_pointwise_block(size, stride)).mod
+    rows, count = convs_on_tiled_rows(mod)
+    assert count == 2 + (stride == 2)  # no tile divides 20 pixels: the 1x1 ones as a row of 400, the 3x3 onto 14
+    assert "R.reshape" in rows["main"].script() and "R.strided_slice" in rows["main"].script()
+    x = np.random.default_rng(1).normal(size=(1, size, size, 128)).astype(np.float32)
+    np.testing.assert_allclose(_run(rows, x), _run(mod, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_map_the_direct_kernel_tiles_already_is_left_as_it_is():
+    mod = import_onnx(_tf_pointwise_block(14)).mod  # 14-pixel rows: one tile of 14
+    assert convs_on_tiled_rows(mod) == (mod, 0)
+
+
+@pytest.mark.parametrize("size, stride", [(10, 1), (20, 2)])
+def test_a_bf16_build_for_an_amx_cpu_takes_the_direct_kernel_with_no_transpose_left(size, stride):
+    mod = import_onnx(_tf_pointwise_block(size, stride)).mod
+    built, converted, kept = bf16_module(mod, parse_target("cpu:sapphirerapids"))
+    assert converted == 2 + (stride == 2) and kept == ()
+    fused = fused_module(built)
+    kernels = [gv.name_hint for gv, f in fused.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    convs = [k for k in kernels if "conv2d" in k]
+    assert len(convs) == converted and all("conv2d_nhwc_bf16" in k for k in convs), kernels  # direct, no im2col
+    # NHWC from the input on: the one transpose left is the output's to NCHW (alone, or fused with what precedes it)
+    assert sum("transpose" in k for k in kernels) == 1, kernels
+    plain, _, _ = bf16_module(mod, parse_target("cpu:cooperlake"))  # AVX512-BF16 without tiles: im2col, as before
+    assert "R.strided_slice" not in plain["main"].script()
+
+
+@NEEDS_AMX
+def test_export_of_the_tf_block_at_bf16_verifies_on_this_amx_cpu(tmp_path):
+    from app.cli import cli
+
+    path = tmp_path / "pointwise.onnx"
+    onnx.save(_tf_pointwise_block(10), path)
+    result = CliRunner().invoke(cli, ["export", str(path), "-o", str(tmp_path / "bundle"), "--no-db",
+                                      "--precision", "bf16"], obj={})
+    assert result.exit_code == 0, result.output
+    assert "verified" in result.output.lower(), result.output
