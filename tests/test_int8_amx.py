@@ -167,11 +167,12 @@ def test_kernels_that_do_not_fill_the_tiles_stay_on_vpdpbusd(make, why):
                                   lambda: _conv(28, cin=16, kernel=3, weight_max=127),
                                   lambda: _conv(28, cin=16, kernel=4, weight_max=127),
                                   lambda: _conv(56, cin=64, cout=32, weight_max=127),
-                                  lambda: _conv(7, cin=64, cout=128, weight_max=127)],
+                                  lambda: _conv(7, cin=64, cout=128, weight_max=127),
+                                  lambda: _conv(7, stride=2, cin=128, cout=256, weight_max=127)],
                          ids=["3x3-14px", "3x3-stride2-7px", "3x3-128ch-8px", "1x1-256ch-14px", "dense-64x64x512",
                               "dense-112x48x448", "stem-7x7-s2-14px", "stem-7x7-s2-16px", "3x3-16ch-folded-28px",
                               "4x4-16ch-folded-into-a-whole-tile-row", "3x3-56px-4x1-tiles",
-                              "3x3-7px-all-rows-a-call"])
+                              "3x3-7px-all-rows-a-call", "3x3-stride2-7px-all-rows-a-call"])
 def test_amx_kernels_compute_exactly_on_this_cpu(make):
     func, args, ref = make()
     lib, step = _built("cpu", func)

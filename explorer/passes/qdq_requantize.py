@@ -135,8 +135,11 @@ class _Requantize(PyExprMutator):
         emit = self.builder_.emit
         with np.errstate(divide="ignore", invalid="ignore"):
             multiplier = scale.astype(np.float32) / so  # float32, as ONNX Runtime computes it
+        shifted = corr.astype(np.int64) - bias_q  # the zero point's correction with the bias folded in
+        if np.abs(shifted).max(initial=0) >= 2 ** 31:  # (a bias of very many tiny steps: int32 would wrap)
+            return None
         acc = self.visit_expr(subtract.args[0])
-        y = emit(relax.op.subtract(acc, relax.const((corr.astype(np.int64) - bias_q).astype(np.int32))))
+        y = emit(relax.op.subtract(acc, relax.const(shifted.astype(np.int32))))
         y = emit(relax.op.multiply(relax.op.astype(y, "float32"), relax.const(multiplier.astype(np.float32))))
         y = emit(self._quantize(y, op.args[2], str(op.attrs.out_dtype)))
         if sliced is not None:
