@@ -1,6 +1,6 @@
-"""A depthwise convolution hands its only reader, a direct bf16 convolution, its output already
-rounded to bf16 (:mod:`explorer.passes.bf16_conv_bits`): the graph and the fused kernels on any
-host, and on an AMX CPU the same numbers as the consumer rounding it itself."""
+"""A convolution (depthwise, or a direct bf16 one) hands its only reader, a direct bf16 convolution,
+its output already rounded to bf16 (:mod:`explorer.passes.bf16_conv_bits`): the graph and the fused
+kernels on any host, and on an AMX CPU the same numbers as the consumer rounding it itself."""
 
 from __future__ import annotations
 
@@ -37,6 +37,24 @@ def _block(hidden: int = 192, project: int = 64, *, residual: bool = False) -> o
         out = "y"
     graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
                               [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, project, 14, 14])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _basic_block(channels: int = 64, size: int = 14) -> onnx.ModelProto:
+    """ResNet's basic block: 3x3 conv + bias + relu, 3x3 conv + bias, the block's input added, relu
+    (both convolutions direct bf16 kernels on AMX: K = 9 x ``channels``)."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.05, (channels, channels, 3, 3)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, channels).astype("float32"), "b1"),
+             numpy_helper.from_array(rng.normal(0, 0.05, (channels, channels, 3, 3)).astype("float32"), "w2"),
+             numpy_helper.from_array(rng.normal(0, 0.1, channels).astype("float32"), "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "basic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
@@ -78,12 +96,27 @@ def test_a_depthwise_output_with_a_second_reader_stays_fp32(tmp_path):
     assert INPUT_NAME in project  # the projection rounds its fp32 input itself
 
 
+def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_and_relu(tmp_path):
+    kernels = _kernels(_path(tmp_path, _basic_block()))
+    convs = {n: s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n}
+    first = [n for n in convs if BITS_NAME in n]
+    assert len(convs) == 2 and len(first) == 1 and "relu" in first[0], sorted(kernels)  # fused: no kernel of its own
+    assert not any(n.startswith(BITS_NAME) for n in kernels), sorted(kernels)
+    assert '"uint16"' in convs[first[0]].split("\n")[4]  # conv1 + bias + relu writes the bits
+    second = next(s for n, s in convs.items() if n != first[0])
+    packing = second.split(f'T.sblock("{INPUT_NAME}")')[1].split("T.sblock(")[0]
+    assert "T.if_then_else" in packing and "reinterpret" not in packing  # conv2 pads the bits, no rounding
+    own = convs[first[0]].split(f'T.sblock("{INPUT_NAME}")')[1].split("T.sblock(")[0]
+    assert "reinterpret" in own  # the block's input (read by the residual add too) rounded by conv1 itself
+
+
 @NEEDS_AMX
-def test_rounding_in_the_producer_gives_the_numbers_of_rounding_in_the_consumer(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", [_block, _basic_block], ids=["depthwise", "direct"])
+def test_rounding_in_the_producer_gives_the_numbers_of_rounding_in_the_consumer(tmp_path, monkeypatch, model):
     from export.flow import export_workload
     from export.runner.running import run_bundle
 
-    path = _path(tmp_path, _block())
+    path = _path(tmp_path, model())
     outputs = {}
     for rounds in (True, False):
         monkeypatch.setattr(bf16_conv, "PRODUCER_ROUNDS", rounds)

@@ -171,7 +171,8 @@ def SinkTransposes(mod: tvm.IRModule, ctx) -> tvm.IRModule:
             sinker.builder_.update_func(gv, sinker.visit_expr(func))
     if not sinker.moved:
         return mod
-    return relax.transform.DeadCodeElimination()(sinker.builder_.get())
+    # a pair that cancels leaves an alias (``y = x``), which FuseOps reads as an opaque step: gone
+    return relax.transform.CanonicalizeBindings()(relax.transform.DeadCodeElimination()(sinker.builder_.get()))
 
 
 __all__ = ["SinkTransposes"]
