@@ -120,8 +120,8 @@ AMX_DIRECT_ENABLED = True
 PRODUCER_ROUNDS = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
 # (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
-FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference",
-              "CanonicalizeBindings", "FoldConstantNumpy")
+FOLD_FIRST = ("SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "BatchNormAsScaleShift",
+              "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy")
 
 
 def _ceil(v: int, m: int) -> int:

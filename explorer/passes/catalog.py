@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from explorer.errors import PipelineError
+from explorer.passes.batch_norm_affine import BatchNormAsScaleShift
 from explorer.passes.clip_ops import ClipToRelaxOps
 from explorer.passes.conv_channels import PadConvOutputChannels
 from explorer.passes.conv_taps import DropDeadConvTaps
@@ -57,6 +58,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("DecomposeOpsForInference", "Rewrite batch_norm, layer_norm and friends into elementwise ops for inference."),
         _t("CanonicalizeBindings", "Remove trivial rebindings (x = y) and fold tuple get-items."),
         _t("FoldBatchnormToConv2D", "Fold a batch_norm that follows a conv2d into the conv's weights and a bias add."),
+        _t("BatchNormAsScaleShift", "schedx: a batch-norm no convolution absorbs (pre-activation: BN -> ReLU -> conv) "
+           "as one multiply-add per element by constant per-channel scale and shift, not a subtract, divide, multiply "
+           "and add (Relay's SimplifyInference / FoldScaleAxis).", lambda: BatchNormAsScaleShift),
         _t("ConvertLayout", "Convert conv2d to NHWC data / HWIO weights (pooling and elementwise ops follow), "
            "inserting layout transforms.", lambda: relax.transform.ConvertLayout(NHWC)),
         _t("ConvertLayoutNHWC", "schedx: ConvertLayout to NHWC/HWIO for models with a conv2d; a model TVM cannot "

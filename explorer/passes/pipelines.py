@@ -41,8 +41,9 @@ TUNING_PASSES: tuple[str, ...] = (
 # A batch-norm that follows no convolution (after a bias add, DenseNet's pre-activations) is
 # decomposed into a tuple whose get-item ended the fused group before its relu: CanonicalizeBindings
 # folds the get-item, and the relu joins the kernel.
+# BatchNormAsScaleShift first makes such a batch-norm one multiply-add by constants (no divide).
 _PREPARE: tuple[str, ...] = (
-    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "BatchNormAsScaleShift", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
 )
 # FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
