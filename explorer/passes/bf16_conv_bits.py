@@ -25,6 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, te
 
+from explorer.ir.relax_walk import iter_bindings, use_counts
 from explorer.schedule.bf16_dot import to_bits
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -36,16 +37,6 @@ BITS_NAME = "bf16_bits"
 # element-wise steps between the producing convolution and the consumer (bias add, max, min: relu6;
 # a pre-activation batch-norm's multiply and add, then relu)
 MAX_CHAIN = 4
-
-
-def _uses(func: relax.Function) -> dict:
-    """How many bindings (and the function's result) read each variable of ``func``."""
-    counts: dict = {}
-    values = [b.value for block in func.body.blocks for b in block.bindings] + [func.body.body]
-    for value in values:
-        for var in relax.analysis.free_vars(value):
-            counts[var] = counts.get(var, 0) + 1
-    return counts
 
 
 def _input(call: relax.Call):
@@ -79,9 +70,8 @@ def rounded_by_producer(mod: tvm.IRModule) -> set:
     for func in mod.functions.values():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
-        bound = {b.var: b.value for block in func.body.blocks for b in block.bindings
-                 if isinstance(b, relax.VarBinding)}
-        uses = _uses(func)
+        bound = {b.var: b.value for b in iter_bindings(func) if isinstance(b, relax.VarBinding)}
+        uses = use_counts(func)
         found.update(var for var in bound if _conv_tail(var, bound, uses))
     return found
 
