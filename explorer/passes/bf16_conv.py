@@ -228,7 +228,7 @@ def why_convs_fp32(target, mod: tvm.IRModule | None = None) -> str | None:
     from explorer.schedule.bf16_dot import isa_from
 
     isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
-    if isa in ("amx", "") or (mod is not None and not _has_convs(mod)):
+    if isa in ("amx", "") or (mod is not None and not has_convs(mod)):
         return None
     rate = measured_rate(target, "bf16")
     if rate is not None and rate >= VECTOR_MIN_RATE:
@@ -242,7 +242,8 @@ def why_convs_fp32(target, mod: tvm.IRModule | None = None) -> str | None:
                    f"compute-bound convolution needs for bf16 to pay")
 
 
-def _has_convs(mod: tvm.IRModule) -> bool:
+def has_convs(mod: tvm.IRModule) -> bool:
+    """Whether any Relax function of ``mod`` calls a 2-D convolution."""
     return any(isinstance(f, relax.Function) and _CONV_NAME in f.script() for f in mod.functions.values())
 
 
@@ -332,7 +333,7 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False) -> tuple[tvm.IRModule, i
     """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
     AMX-BF16 tiles, the direct NHWC kernel where it fits), how many, and the convolutions
     :func:`why_fp32` kept in fp32 (why, one line each)."""
-    if not _has_convs(mod):
+    if not has_convs(mod):
         return mod, 0, ()
     converted, kept = [], []
     folded = fold_batch_norms(mod)
@@ -358,5 +359,5 @@ def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 
 __all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK",
-           "PRODUCER_ROUNDS", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms",
+           "PRODUCER_ROUNDS", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms", "has_convs",
            "pack_conv_weights", "row_panels", "split_fits", "split_product", "why_convs_fp32", "why_fp32"]

@@ -33,7 +33,7 @@ import tvm
 from tvm import relax
 
 from explorer.ir.relax_walk import tensor_info
-from explorer.passes.bf16_conv import fold_batch_norms, split_fits, why_fp32
+from explorer.passes.bf16_conv import fold_batch_norms, has_convs, split_fits, why_fp32
 from explorer.passes.bf16_conv_nhwc import amx_direct_fits
 from explorer.passes.bf16_dense import constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
@@ -137,7 +137,7 @@ def _on_tiled_rows(call: relax.Call, builder: relax.BlockBuilder):
 def convs_on_tiled_rows(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` (batch-norm folded first) with its convolutions whose rows the direct AMX kernel
     cannot tile computed over rows it can (module docstring), and how many were."""
-    if not any(isinstance(f, relax.Function) and "R.nn.conv2d(" in f.script() for f in mod.functions.values()):
+    if not has_convs(mod):
         return mod, 0
     count = []
 
