@@ -182,12 +182,14 @@ def passes(model: str, pipeline_name: str | None, passes: str | None, shapes: st
     """Run MODEL through a pipeline and report what every pass did.
 
     MODEL is a zoo name (resnet18), example:NAME, or a path to an .onnx file."""
+    from explorer.fault_points import hold
     from explorer.models import load_model
     from explorer.passes import run_pipeline
 
     if pipeline_name and passes:
         raise click.UsageError("give either --pipeline or --passes, not both")
     loaded = load_model(model, shapes)
+    hold("passes.loaded")  # (the signal tests' SIGTERM lands here, not after a quick model has finished)
     run = run_pipeline(loaded.mod, pipeline_name, passes=passes)
     summary = {"model": loaded.info.to_dict(), **run.to_dict()}
     if out_dir is not None:
