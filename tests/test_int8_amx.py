@@ -22,7 +22,7 @@ from explorer.schedule import amx_int8
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.target.environment import cpu_flags
-from tests.test_quantize import _ort_quantize
+from tests.quantized_models import ort_quantize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -228,7 +228,7 @@ def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_
     verification against ONNX Runtime; the bundle's library holds the tile instructions (and a 7x7
     stride-2 stem on them too: no vpdpbusd left)."""
     path = tmp_path / "amx-qdq.onnx"
-    onnx.save(_ort_quantize(_amx_cnn(stem, stride, side), tmp_path), path)
+    onnx.save(ort_quantize(_amx_cnn(stem, stride, side), tmp_path), path)
     bundle = tmp_path / "bundle"
     # as a user runs it: a process of its own. In a pytest worker that had run hundreds of tests before,
     # ONNX Runtime's own int8 run (the reference, on its AMX kernels) died with SIGILL twice on the

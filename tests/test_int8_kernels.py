@@ -21,8 +21,8 @@ from explorer.schedule import int8_dot
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.target import parse_target
 from tests.conftest import tiny_cnn
-from tests.onnx_cases import ort_run, tvm_run
-from tests.test_quantize import _feeds, _mlp, _ort_quantize
+from tests.onnx_cases import ort_run, random_feeds, tvm_run
+from tests.quantized_models import ort_quantize, small_mlp
 
 
 def _int8_kernels(mod: tvm.IRModule) -> list[str]:
@@ -30,10 +30,10 @@ def _int8_kernels(mod: tvm.IRModule) -> list[str]:
                   if isinstance(f, tvm.tirx.PrimFunc) and int8_dot.has_int8_kernel(f))
 
 
-@pytest.mark.parametrize("make, per_channel", [(tiny_cnn, True), (tiny_cnn, False), (_mlp, True)],
+@pytest.mark.parametrize("make, per_channel", [(tiny_cnn, True), (tiny_cnn, False), (small_mlp, True)],
                          ids=["cnn-per-channel", "cnn-per-tensor", "mlp"])
 def test_qdq_convolutions_and_matmuls_become_int8_kernels_that_match_onnx_runtime(tmp_path, make, per_channel):
-    model = _ort_quantize(make(), tmp_path, per_channel=per_channel)
+    model = ort_quantize(make(), tmp_path, per_channel=per_channel)
     loaded = import_onnx(model)
     rewritten = QDQToInt8Kernels(loaded.mod)
     kernels = _int8_kernels(rewritten)
@@ -42,7 +42,7 @@ def test_qdq_convolutions_and_matmuls_become_int8_kernels_that_match_onnx_runtim
     loaded = SimpleNamespace(mod=rewritten, info=loaded.info)
     step = next(iter(output_steps(model).values()))
     for seed in (1, 2, 3):  # the integer sum is exact: at most one rounding step from ONNX Runtime
-        feeds = _feeds(model, seed)
+        feeds = random_feeds(model, seed)
         assert np.abs(tvm_run(loaded, feeds)[0] - ort_run(model, feeds)[0]).max() <= step + 1e-6
 
 
@@ -58,7 +58,7 @@ def test_float_models_are_left_alone():
     ({"kind": "llvm"}, None)], ids=["aarch64", "vnni", "avx2", "sse2-only", "aarch64-triple", "this-machine"])
 def test_the_rewrite_follows_the_cpu_it_compiles_for(tmp_path, config, rewritten):
     """Without int8 dot products the int32 kernels would be slower than the float ones."""
-    loaded = import_onnx(_ort_quantize(tiny_cnn(), tmp_path))
+    loaded = import_onnx(ort_quantize(tiny_cnn(), tmp_path))
     if rewritten is None:  # a generic llvm target (what pipelines run under): this machine decides
         rewritten = bool(_cpu("cpu").int8_dot)
     with tvm.target.Target(config):
@@ -180,7 +180,7 @@ def test_a_quantized_cnn_is_searched_around_the_intrinsic_and_exported_verified(
     if not _cpu("cpu").int8_dot:
         pytest.skip("this CPU has no int8 dot-product instructions schedx knows")
     path, db = tmp_path / "cnn-int8.onnx", tmp_path / "q.db"
-    onnx.save(_ort_quantize(tiny_cnn(), tmp_path), path)
+    onnx.save(ort_quantize(tiny_cnn(), tmp_path), path)
     from explorer.workload import load_workload
     from search.job_spec import ValidJob
     from search.params import SearchParams

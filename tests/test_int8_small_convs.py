@@ -19,7 +19,7 @@ from explorer.passes.qdq_int8 import conv2d_nhwc_int8
 from explorer.schedule import int8_dot
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.target import parse_target
-from tests.test_quantize import _ort_quantize
+from tests.quantized_models import ort_quantize
 
 # target, its int8 dot-product instruction set, the instruction in the kernel's assembly
 TARGETS = [("cpu:sapphirerapids", "vnni", "vpdpbusd"),  # AVX512-VNNI and AMX-INT8: the AVX-512 one
@@ -130,7 +130,7 @@ def test_a_quantized_image_is_padded_to_whole_vector_rows_and_quantized_along_th
     from tests.test_int8_amx import _amx_cnn
 
     path = tmp_path / "stem7.onnx"
-    onnx.save(_ort_quantize(_amx_cnn(stem=7, stride=2, side=30), tmp_path), path)
+    onnx.save(ort_quantize(_amx_cnn(stem=7, stride=2, side=30), tmp_path), path)
     with tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}):  # (the rewrite wants int8 dot products)
         kernels = model_kernels(load_model(str(path), None))
     image = next(k for k in kernels if "quantize" in k.name and "transpose" in k.name)
@@ -200,7 +200,7 @@ def test_a_small_quantized_cnn_exports_verified_against_onnx_runtime(tmp_path, f
     """ONNX Runtime's static quantizer in both formats; the default schedules (no records), the
     export's fresh-process verification at the int8 tolerance (a few output quantization steps)."""
     path = tmp_path / f"small-{fmt}.onnx"
-    onnx.save(_ort_quantize(_small_cnn(), tmp_path, fmt=fmt), path)
+    onnx.save(ort_quantize(_small_cnn(), tmp_path, fmt=fmt), path)
     result = CliRunner().invoke(cli, ["export", str(path), "--no-db", "-o", str(tmp_path / "bundle"), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output[result.output.index("{"):])

@@ -17,8 +17,8 @@ from explorer.models import import_onnx
 from explorer.models.qdq import output_steps
 from explorer.passes.qdq_int8 import QDQToInt8Kernels
 from explorer.passes.qdq_requantize import requantize
-from tests.onnx_cases import ort_run, tvm_run
-from tests.test_quantize import _feeds, _ort_quantize
+from tests.onnx_cases import ort_run, random_feeds, tvm_run
+from tests.quantized_models import ort_quantize
 
 
 def _residual_cnn() -> onnx.ModelProto:
@@ -53,7 +53,7 @@ def _calls(mod: tvm.IRModule, name: str) -> list[relax.Call]:
 
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
-    return _ort_quantize(_residual_cnn(), tmp_path_factory.mktemp("requantize"))
+    return ort_quantize(_residual_cnn(), tmp_path_factory.mktemp("requantize"))
 
 
 def test_kernel_outputs_residual_sums_and_the_pool_are_requantized_without_a_division(quantized):
@@ -71,7 +71,7 @@ def test_the_requantized_model_matches_onnx_runtime(quantized):
     step = next(iter(output_steps(quantized).values()))
     rewritten = SimpleNamespace(mod=QDQToInt8Kernels(loaded.mod), info=loaded.info)
     for seed in (1, 2, 3):
-        feeds = _feeds(quantized, seed)
+        feeds = random_feeds(quantized, seed)
         got, want = tvm_run(rewritten, feeds)[0], ort_run(quantized, feeds)[0]
         # ONNX Runtime's own arithmetic (int32 bias, one multiplier a channel): every output the same
         assert np.array_equal(got, want), (np.abs(got - want).max() / step, np.mean(got != want))

@@ -21,54 +21,8 @@ from explorer.models.qdq import (
 )
 from explorer.models.quantize import QuantizeError, needs_reduced_range, quantize_model, samples_from
 from tests.conftest import tiny_cnn
-from tests.onnx_cases import ort_run, tvm_run
-
-
-def _mlp() -> onnx.ModelProto:
-    """x[2,16] -> MatMul -> Add -> Relu -> MatMul: the MatMul side of the quantizer."""
-    rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 32)).astype("float32"), "w1"),
-             numpy_helper.from_array(rng.normal(0, 0.1, 32).astype("float32"), "b1"),
-             numpy_helper.from_array(rng.normal(0, 0.3, (32, 8)).astype("float32"), "w2")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-def _ort_quantize(model: onnx.ModelProto, tmp_path, *, fmt: str = "QDQ", per_channel: bool = True) -> onnx.ModelProto:
-    """``model`` quantized by ONNX Runtime's own quantize_static on 8 random inputs."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        quantize_static,
-    )
-
-    name = model.graph.input[0].name
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    rng = np.random.default_rng(0)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.samples = iter([{name: rng.standard_normal(shape).astype("float32")} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    src, dst = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
-    onnx.save(model, src)
-    # 7-bit weights where int8 kernels that add products in pairs saturate (x86 without AVX-512 VNNI), as
-    # schedx quantize does: the reference must be exact for a one-step tolerance to mean anything
-    quantize_static(str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=per_channel,
-                    reduce_range=needs_reduced_range("uint8"))
-    return onnx.load(dst)
-
-
-def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
-    inp = model.graph.input[0]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    return {inp.name: np.random.default_rng(seed).standard_normal(shape).astype("float32")}
+from tests.onnx_cases import ort_run, random_feeds, tvm_run
+from tests.quantized_models import ort_quantize, small_mlp
 
 
 def _within_int8_tolerance(model, loaded, seeds=(11, 12, 13), steps=1):
@@ -78,7 +32,7 @@ def _within_int8_tolerance(model, loaded, seeds=(11, 12, 13), steps=1):
     limit = next(iter(tolerance.values()))
     worst = 0.0
     for seed in seeds:
-        feeds = _feeds(model, seed)
+        feeds = random_feeds(model, seed)
         got, want = tvm_run(loaded, feeds)[0], ort_run(model, feeds)[0]
         assert got.shape == want.shape
         worst = max(worst, float(np.abs(got - want).max()))
@@ -88,7 +42,7 @@ def _within_int8_tolerance(model, loaded, seeds=(11, 12, 13), steps=1):
 
 @pytest.mark.parametrize("per_channel", [True, False])
 def test_qdq_conv_net_from_the_quantizer_imports_and_matches(tmp_path, per_channel):
-    model = _ort_quantize(tiny_cnn(), tmp_path, per_channel=per_channel)
+    model = ort_quantize(tiny_cnn(), tmp_path, per_channel=per_channel)
     assert is_quantized(model) and any(n.op_type == "QuantizeLinear" for n in model.graph.node)
     loaded = import_onnx(model)
     assert "quantize" in loaded.mod.script() or "dequantize" in loaded.mod.script()
@@ -98,18 +52,18 @@ def test_qdq_conv_net_from_the_quantizer_imports_and_matches(tmp_path, per_chann
 
 
 def test_qdq_matmul_net_imports_and_matches(tmp_path):
-    model = _ort_quantize(_mlp(), tmp_path)
+    model = ort_quantize(small_mlp(), tmp_path)
     _within_int8_tolerance(model, import_onnx(model))
 
 
 def test_qoperator_form_is_rewritten_to_qdq(tmp_path):
-    model = _ort_quantize(tiny_cnn(), tmp_path, fmt="QOperator")
+    model = ort_quantize(tiny_cnn(), tmp_path, fmt="QOperator")
     ops = {(n.domain, n.op_type) for n in model.graph.node}
     assert ("", "QLinearConv") in ops and ("com.microsoft", "QGemm") in ops
     rewritten, notes = rewrite_qoperators(model)
     assert notes and not any(n.op_type in ("QLinearConv", "QGemm") for n in rewritten.graph.node)
     for seed in (1, 2):  # the rewrite computes what the fused integer operators compute
-        feeds = _feeds(model, seed)
+        feeds = random_feeds(model, seed)
         step = next(iter(output_steps(rewritten).values()))
         assert np.abs(ort_run(rewritten, feeds)[0] - ort_run(model, feeds)[0]).max() <= step
     loaded = import_onnx(model)
@@ -119,7 +73,7 @@ def test_qoperator_form_is_rewritten_to_qdq(tmp_path):
 
 def test_quantize_model_reports_side_by_side(tmp_path):
     out = tmp_path / "small.int8.onnx"
-    qmodel, report = quantize_model(_mlp(), calibrate=4, eval_samples=3, runs=3, budget_s=0.2, output=out)
+    qmodel, report = quantize_model(small_mlp(), calibrate=4, eval_samples=3, runs=3, budget_s=0.2, output=out)
     assert out.is_file() and onnx.load(out).graph.node
     assert report.calibration_samples == 4 and report.eval_samples == 3 and report.calibration_data == "random"
     assert report.quantized_nodes > 0 and report.float_bytes > 0 and report.int8_bytes > 0
@@ -134,7 +88,7 @@ def test_quantize_model_reports_side_by_side(tmp_path):
 
 def test_quantize_model_with_given_data():
     x = np.random.default_rng(9).standard_normal((6, 2, 16)).astype("float32")
-    _, report = quantize_model(_mlp(), calibrate=4, data={"x": x}, data_label="x.npz", eval_samples=2, runs=3,
+    _, report = quantize_model(small_mlp(), calibrate=4, data={"x": x}, data_label="x.npz", eval_samples=2, runs=3,
                                budget_s=0.1)
     assert report.calibration_samples == 4 and report.eval_samples == 2 and report.calibration_data == "x.npz"
 
@@ -150,14 +104,14 @@ def test_samples_and_bad_data_are_explained():
 
 def test_an_already_quantized_model_is_refused(tmp_path):
     with pytest.raises(QuantizeError, match="already quantized"):
-        quantize_model(_ort_quantize(_mlp(), tmp_path), calibrate=1)
+        quantize_model(ort_quantize(small_mlp(), tmp_path), calibrate=1)
 
 
 def test_quantize_command_json(tmp_path):
     from app.cli import cli
 
     src, out = tmp_path / "mlp.onnx", tmp_path / "q.onnx"
-    onnx.save(_mlp(), src)
+    onnx.save(small_mlp(), src)
     result = CliRunner().invoke(cli, ["quantize", str(src), "--calibrate", "3", "--eval", "2", "-o", str(out), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

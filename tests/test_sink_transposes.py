@@ -15,8 +15,8 @@ from tvm import relax
 
 from explorer.models import import_onnx
 from explorer.passes.sink_transposes import SinkTransposes
-from tests.onnx_cases import ort_run, tvm_run
-from tests.test_quantize import _feeds, _ort_quantize
+from tests.onnx_cases import ort_run, random_feeds, tvm_run
+from tests.quantized_models import ort_quantize
 
 
 def _nhwc_kernel_in_nchw_graph() -> tvm.IRModule:
@@ -105,7 +105,7 @@ def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime
 
     if not host_target().cpu_spec().int8_dot:
         pytest.skip("this CPU has no int8 dot product schedx uses: the QDQ graph stays float")
-    model = _ort_quantize(_residual_cnn(), tmp_path, fmt=fmt, per_channel=per_channel)
+    model = ort_quantize(_residual_cnn(), tmp_path, fmt=fmt, per_channel=per_channel)
     loaded = import_onnx(model)
     passes = list(INFERENCE_PASSES[:INFERENCE_PASSES.index("LegalizeOps")])
     with tvm.target.Target({"kind": "llvm"}):
@@ -113,9 +113,9 @@ def test_a_quantized_cnn_keeps_its_int8_kernels_in_nhwc_and_matches_onnx_runtime
         after = _sequential(passes, "after")(loaded.mod)
     assert before.script().count("R.permute_dims") >= 4  # each int8 conv between two transposes
     assert after.script().count("R.permute_dims") <= 2, after.script()  # the input's, and the pooled output's
-    step = float(np.max(np.abs(ort_run(model, _feeds(model, 1))[0]))) / 127  # the output's scale, at most
+    step = float(np.max(np.abs(ort_run(model, random_feeds(model, 1))[0]))) / 127  # the output's scale, at most
     for seed in (1, 2):
-        feeds = _feeds(model, seed)
+        feeds = random_feeds(model, seed)
         got = tvm_run(SimpleNamespace(mod=after, info=loaded.info), feeds)[0]
         want = tvm_run(SimpleNamespace(mod=before, info=loaded.info), feeds)[0]
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)  # same computation, other layout
