@@ -162,7 +162,8 @@ def bf16_module(mod, target=None):
     vdpbf16ps pays for them: :func:`explorer.passes.bf16_conv.why_convs_fp32`), how many
     were, and lines for what stayed fp32 by size or by the target's instructions: the
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
-    the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`). The caller checks the target first."""
+    the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
+    the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both). The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.passes.conv_rows import convs_on_tiled_rows
@@ -177,7 +178,9 @@ def bf16_module(mod, target=None):
         mod = convs_on_tiled_rows(mod)[0]
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
     mod, convs, short = bf16_convs(mod, amx=isa == "amx") if all_fp32 is None else (mod, 0, ())
-    mod, products, small = bf16_products(mod, isa=isa or None)
+    # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
+    fast_vectors = isa == "avx512bf16" and why_convs_fp32(target) is None
+    mod, products, small = bf16_products(mod, isa=isa or None, fast_vectors=fast_vectors)
     return mod, convs + products, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + kept_in_fp32(small)
 
 

@@ -57,3 +57,40 @@ def test_a_bf16_build_lists_the_products_it_kept_in_fp32_per_target():
         "3 weight product(s) where bf16 does not pay on the target's vdpbf16ps (rows x K -> N): 64x256 -> 768 x3"]
     _, converted, kept = bf16_module(_attention_relax(seq=64, hidden=256), parse_target("cpu:sapphirerapids"))
     assert converted == 3 + 2 and not any("weight product(s)" in line for line in kept)
+
+
+def test_compute_bound_products_follow_the_measured_vdpbf16ps_rate_as_convolutions_do():
+    """Many rows (compute-bound) stay fp32 on vdpbf16ps unless it was measured fast on the machine
+    (``fast_vectors``, the rate where convolutions pay); few rows by few weights stay fp32 either way."""
+    assert "64 rows > 16" in why_fp32(64, 768, 768, "avx512bf16")
+    assert why_fp32(64, 768, 768, "avx512bf16", fast_vectors=True) is None
+    assert "N = 64" in why_fp32(16, 64, 256, "avx512bf16", fast_vectors=True)
+    mod = _attention_relax(seq=64, hidden=256)
+    assert bf16_kernels(mod["main"], "avx512bf16", fast_vectors=True)[1] == []
+
+
+def test_on_this_machine_a_fast_measured_vdpbf16ps_takes_the_compute_bound_products(tmp_path, monkeypatch):
+    """This CPU seen without its tiles (SCHEDX_CPU_FLAGS), its calibration stored at two vdpbf16ps rates:
+    at half the FMA rate (what it measured) BERT-like 64-row products stay fp32, at the convolutions'
+    rate they run in bf16: one measured rate decides both."""
+    import importlib
+
+    from explorer.measure.families import FamilyPeak
+    from explorer.passes.bf16_conv import VECTOR_MIN_RATE
+    from explorer.target import host_target
+    from explorer.target.environment import cpu_flags, hardware_fingerprint
+
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU has no AVX512-BF16")
+    calibration = importlib.import_module("explorer.measure.calibration")  # the package's `calibration` is a function
+    monkeypatch.setenv("SCHEDX_CPU_FLAGS", " ".join(f for f in cpu_flags() if not f.startswith("amx")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for rate, converted in ((0.5, 2), (VECTOR_MIN_RATE, 3 + 2)):
+        vector = FamilyPeak("bf16", 477.0 * rate, "bf16 AVX512-BF16 vdpbf16ps kernel", "bf16 AVX512-BF16",
+                            477.0 * rate, isa="avx512bf16")
+        calibration.save(calibration.Calibration(hardware_fingerprint(), 480.0, 20.0, "now",
+                                                 calibration.CALIBRATION_VERSION, fma_gflops=477.0,
+                                                 numpy_gflops=300.0, families=(vector,)))
+        _, done, kept = bf16_module(_attention_relax(seq=64, hidden=256), host_target())
+        assert done == converted, (rate, kept)
+        assert any("64x256 -> 768 x3" in line for line in kept) == (converted == 2)

@@ -159,27 +159,33 @@ def sibling_products(weights: dict) -> list[list[tuple[relax.Call, np.ndarray]]]
 
 
 # On a CPU whose bf16 instructions are vectors alone (vdpbf16ps, measured at half the fp32 FMA rate on
-# the AMX CPU with its tiles hidden), a bf16 product gains only by reading half the weight bytes: where
-# its rows are few and its weights many (module docstring, benchmarks/bench_bf16_sizes.py)
+# the AMX CPU with its tiles hidden), a bf16 product gains by reading half the weight bytes: where its
+# rows are few and its weights many (module docstring, benchmarks/bench_bf16_sizes.py); a product of
+# more rows (compute-bound) gains only where vdpbf16ps was measured fast (``fast_vectors``: the rate at
+# which convolutions pay, :func:`explorer.passes.bf16_conv.why_convs_fp32`)
 VECTOR_MAX_ROWS = 16
 VECTOR_MIN_WEIGHTS = 256 * 256  # N x K
 VECTOR_MIN_CHANNELS = 256  # N
 VECTOR_ANY_MACS = 1 << 14  # below: bf16 as it comes (1 x 64 x 64 0.74-0.78x fp32's time; sub-microsecond)
 
 
-def why_fp32(rows: int, channels: int, reduction: int, isa: str) -> str | None:
+def why_fp32(rows: int, channels: int, reduction: int, isa: str, *, fast_vectors: bool = False) -> str | None:
     """Why a weight product of ``rows`` x ``reduction`` -> ``channels`` stays fp32 on a CPU whose bf16
     instructions are ``isa`` (``amx`` or ``avx512bf16``), None where it runs in bf16: the one rule
     of where a bf16 weight product pays. On AMX tiles every size measured paid (16 x 64 x 64 up:
     0.1-0.5x fp32's time, products under :data:`~explorer.schedule.defaults.bf16.AMX_PARALLEL_MIN_MACS`
-    on one core); on vdpbf16ps only few rows by many weights (:data:`VECTOR_MAX_ROWS`,
-    :data:`VECTOR_MIN_CHANNELS`, :data:`VECTOR_MIN_WEIGHTS`), or a product too small to matter
-    (:data:`VECTOR_ANY_MACS`: a classifier's 1 x 64 -> 10)."""
+    on one core); on vdpbf16ps few rows by many weights (:data:`VECTOR_MAX_ROWS`,
+    :data:`VECTOR_MIN_CHANNELS`, :data:`VECTOR_MIN_WEIGHTS`), a product too small to matter
+    (:data:`VECTOR_ANY_MACS`: a classifier's 1 x 64 -> 10), and where ``fast_vectors`` (vdpbf16ps
+    measured on this machine at the rate where compute-bound convolutions pay) the products of more
+    rows as well."""
     if runs_on_tiles(rows, reduction, isa) or rows * channels * reduction < VECTOR_ANY_MACS:
         return None
     shape = f"{rows}x{reduction} -> {channels}"
     if rows > VECTOR_MAX_ROWS:
-        return f"{shape}: {rows} rows > {VECTOR_MAX_ROWS} on vdpbf16ps (no faster than fp32's FMAs here)"
+        return None if fast_vectors else (
+            f"{shape}: {rows} rows > {VECTOR_MAX_ROWS} on vdpbf16ps (compute-bound: no faster than fp32's FMAs "
+            f"unless vdpbf16ps was measured here at the rate where bf16 convolutions pay)")
     if channels < VECTOR_MIN_CHANNELS or channels * reduction < VECTOR_MIN_WEIGHTS:
         return (f"{shape}: weights N x K = {channels * reduction} (N = {channels}) under {VECTOR_MIN_WEIGHTS} "
                 f"(N >= {VECTOR_MIN_CHANNELS}) on vdpbf16ps, too few for half their bytes to pay")
@@ -204,9 +210,10 @@ def _rows(call: relax.Call) -> int | None:
     return None if ints is None else int(np.prod(ints[:-1]))
 
 
-def bf16_kernels(func: relax.Function, isa: str | None) -> tuple[list[list[tuple[relax.Call, np.ndarray]]], list[str]]:
+def bf16_kernels(func: relax.Function, isa: str | None, *,
+                 fast_vectors: bool = False) -> tuple[list[list[tuple[relax.Call, np.ndarray]]], list[str]]:
     """The kernels a bf16 build makes of ``func``'s weight products on a CPU whose bf16 instructions
-    are ``isa`` (:func:`why_fp32`; None: every product the kernel takes, no size rule): each a list of
+    are ``isa`` (:func:`why_fp32`, with ``fast_vectors``; None: every product the kernel takes, no size rule): each a list of
     the products it computes (one, or siblings side by side) with their weights, and why each product
     left out stays fp32 (one line each)."""
     weights = product_weights(func)
@@ -216,7 +223,7 @@ def bf16_kernels(func: relax.Function, isa: str | None) -> tuple[list[list[tuple
     kept, chosen = [], []
     for kernel in kernels:
         m, k, n = _rows(kernel[0][0]), kernel[0][1].shape[0], sum(w.shape[1] for _, w in kernel)
-        why = None if isa is None or m is None else why_fp32(m, n, k, isa)
+        why = None if isa is None or m is None else why_fp32(m, n, k, isa, fast_vectors=fast_vectors)
         if why is None:
             chosen.append(kernel)
         else:
@@ -237,10 +244,10 @@ class _Rewriter(PyExprMutator):
         self.done: dict[relax.Call, relax.Expr] = {}
         self.scales = ScaleFolds()  # the function's folded_scales
 
-    def start(self, func: relax.Function, isa: str | None) -> list[str]:
+    def start(self, func: relax.Function, isa: str | None, fast_vectors: bool = False) -> list[str]:
         """Take ``func``'s decisions (its kernels, its folded scales) before its rewrite; why the
         products left out stay fp32."""
-        kernels, kept = bf16_kernels(func, isa)
+        kernels, kept = bf16_kernels(func, isa, fast_vectors=fast_vectors)
         self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func)
         return kept
 
@@ -307,15 +314,16 @@ class _Rewriter(PyExprMutator):
         return results
 
 
-def bf16_products(mod: tvm.IRModule, *, isa: str | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
+def bf16_products(mod: tvm.IRModule, *, isa: str | None = None,
+                  fast_vectors: bool = False) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
     """``mod`` with its weight products as bf16 kernels (see the module docstring), its products of
     two activations too (:mod:`explorer.passes.bf16_attention`), how many in all, and why the weight
-    products :func:`why_fp32` keeps for a CPU whose bf16 instructions are ``isa`` stay fp32 (one
-    line each; ``isa`` None: no size rule)."""
+    products :func:`why_fp32` keeps for a CPU whose bf16 instructions are ``isa`` (``fast_vectors``:
+    its vdpbf16ps measured fast) stay fp32 (one line each; ``isa`` None: no size rule)."""
     rewriter, kept = _Rewriter(mod), []
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            kept += rewriter.start(func, isa)
+            kept += rewriter.start(func, isa, fast_vectors)
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     if not rewriter.rewritten:
         return mod, 0, tuple(kept)
