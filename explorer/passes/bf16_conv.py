@@ -36,9 +36,9 @@ input for it alone, that producer rounds it (:data:`PRODUCER_ROUNDS`,
 :mod:`explorer.passes.bf16_conv_bits`). Without its copies it pays from a shorter
 reduction, :data:`MIN_REDUCTION_DIRECT`. Below that, where the work per output pixel ``K x C_out``
 is at least :data:`MIN_SPLIT_WORK` (MobileNetV2's 1x1 expansions, 64 -> 384 and 96 -> 576), the
-direct kernel computes it as a **split product** (:mod:`explorer.passes.bf16_conv_split`: input
-and weights each as two bf16 parts, three products a value, about fp32's accuracy): faster than
-fp32 and adding no bf16 error, where plain bf16 on them would miss the tolerance (measured per
+direct kernel computes it as a **split product** (:mod:`explorer.passes.bf16_conv_split`: the
+weights as two bf16 parts, the input rounded once, two products a value): faster than fp32 and
+adding only the activations' rounding, where plain bf16 on them would miss the tolerance (measured per
 layer, the error a convolution adds grows with the layers after it, not with its K: an early
 layer's rounding is carried and amplified through the rest of the model). Any other convolution,
 and every one on an AVX512-BF16 CPU without AMX, keeps the im2col path (:data:`AMX_DIRECT_ENABLED`
@@ -98,8 +98,9 @@ MIN_REDUCTION = 512
 # from 128 it verifies (docs/notes/measurements.md, "bf16 convolutions, direct on AMX")
 MIN_REDUCTION_DIRECT = 128
 # Below that cut the direct kernel computes a convolution as a split product (explorer.passes.
-# bf16_conv_split: three bf16 products a value, about fp32's accuracy, so it adds no bf16 error)
-# where its work per output pixel, K x C_out, is at least this (:func:`split_product`); else fp32.
+# bf16_conv_split: two bf16 products a value, the weights' rounding gone; three, with the
+# activations split too, when this cut was measured) where its work per output pixel, K x C_out, is
+# at least this (:func:`split_product`); else fp32.
 # Each conv + bias + ReLU alone, split / fp32 (benchmarks.bench_bf16_conv's timing, 2 threads, load
 # ~4.5, best of 15 alternated rounds): 96 -> 576 @14 0.64, 64 -> 384 @14 0.71; under the cut
 # 32 -> 192 @28 (6144) 0.97, ResNet's 64 -> 128 s2 (8192) 2.1, 24 -> 144 @56 (3456) slower.
@@ -195,10 +196,10 @@ def row_panels(width: int) -> bool:
 
 def split_product(weight_shape: tuple[int, ...]) -> bool:
     """Whether the direct AMX kernel computes a convolution with OIHW weights of ``weight_shape``
-    as a split product (:mod:`explorer.passes.bf16_conv_split`, about fp32's accuracy): its
+    as a split product (:mod:`explorer.passes.bf16_conv_split`, the weights at about fp32's accuracy): its
     reduction is shorter than :data:`MIN_REDUCTION_DIRECT` (plain bf16 would add its rounding
     error) and its work per output pixel ``K x C_out`` is at least :data:`MIN_SPLIT_WORK` (less
-    does not pay for three products and the packing)."""
+    does not pay for two products and the packing)."""
     oc, ic, kh, kw = (int(v) for v in weight_shape)
     k = ic * kh * kw
     return k < MIN_REDUCTION_DIRECT and k * oc >= MIN_SPLIT_WORK

@@ -1,21 +1,25 @@
-"""The split product: a bf16 convolution on AMX-BF16 tiles with about fp32's accuracy, for the
-convolutions whose reduction is too short for plain bf16 to be worth its rounding error
+"""The split product: a bf16 convolution on AMX-BF16 tiles whose weights keep about fp32's accuracy,
+for the convolutions whose reduction is too short for plain bf16 to be worth its rounding error
 (:func:`explorer.passes.bf16_conv.split_product`).
 
-Each input value is split into two bf16 parts, ``x = Xh + Xl`` (``Xh`` rounded to nearest even,
-``Xl`` what that left, rounded), and each weight too, ``w = Wh + Wl``. The direct NHWC kernel of
-:mod:`explorer.passes.bf16_conv_nhwc` then runs with three times the input channels:
+Each weight is split into two bf16 parts, ``w = Wh + Wl`` (``Wh`` rounded to nearest even, ``Wl``
+what that left, rounded); the input is rounded once, ``Xh``. The direct NHWC kernel of
+:mod:`explorer.passes.bf16_conv_nhwc` then runs with twice the input channels:
 
-    y = sum over taps and channels  Xh Wh + Xl Wh + Xh Wl
+    y = sum over taps and channels  Xh Wh + Xh Wl
 
-short of the fp32 product by ``Xl Wl`` and the lo parts' own rounding: about 2^-16 of each
-product, where a plain bf16 product is off by about 2^-8. Three ``tdpbf16ps`` a value are still
-far fewer cycles than fp32 FMAs.
+the weights' rounding gone (about 2^-16 of each product left), the activations' kept (2^-8, as in
+plain bf16). :data:`PRODUCTS` says which parts meet; the three products ``Xh Wh + Xl Wh + Xh Wl``
+(the activations split too, about fp32's accuracy) were the rule before: MobileNetV2's 1x1
+expansions 64 -> 384 and 96 -> 576 @14 took 0.79x the time with two products (one thread, in the
+model; the kernels' A/B: docs/notes/measurements.md), and the model's error on inputs 0-4 stayed
+under 8.2e-3 (7.15-8.22e-3 with three products; the activations split and the weights rounded
+instead: 9.57e-3; plain bf16: 1.05e-2).
 
-The packing block writes each input pixel's parts side by side, ``[Xh | Xl | Xh]``, channels
-contiguous: computed as three columns per pixel (the part a scalar of the column, the channels a
-vector), stored by a layout transform as one pixel of ``3 x C`` channels, which the kernel's tiles
-read as any NHWC input (a select per channel lane kept the packing scalar: the 96 -> 576 @14
+The packing block writes each input pixel's parts side by side (``[Xh | Xh]``), channels
+contiguous: computed as one column per part (the part a scalar of the column, the channels a
+vector), stored by a layout transform as one pixel of ``parts x C`` channels, which the kernel's
+tiles read as any NHWC input (a select per channel lane kept the packing scalar: the 96 -> 576 @14
 kernel 3.4x slower).
 """
 
@@ -30,7 +34,11 @@ from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.amx_bf16_conv import K_CHANNELS
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
-PARTS = 3  # the input's parts as the kernel reads them: Xh, Xl, Xh (against Wh, Wh, Wl)
+HI, LO = 0, 1  # a value's parts: rounded to bf16, and what that left (rounded)
+# the products a value, (input part, weight part): Xh Wh + Xh Wl (module docstring); three products,
+# ((HI, HI), (LO, HI), (HI, LO)), add the activations' low parts (about fp32's accuracy, 1.5x the work)
+PRODUCTS = ((HI, HI), (HI, LO))
+PARTS = len(PRODUCTS)  # the input's parts as the kernel reads them, one channel group each
 # TVM's operator pattern kOutEWiseFusable (a reduction whose element-wise consumers fuse into it):
 # what AnnotateTIROpPattern finds for the plain kernel, but not through the packing block's layout
 # transform (it says opaque, and the bias, activation and residual add would run as kernels of
@@ -48,26 +56,30 @@ def split_group(channels: int) -> int | None:
 
 def pack_split_weights(w_oihw: np.ndarray) -> np.ndarray:
     """``[OC, IC, KH, KW]`` fp32 weights as the split product's packed bf16 weights: the input
-    channels three times, ``(Wh, Wh, Wl)``, each part :func:`split_group` channels
-    (:func:`~explorer.passes.bf16_conv_nhwc.pack_nhwc_weights` of those)."""
+    channels once per product, the weight part of :data:`PRODUCTS` (``(Wh, Wl)``), each part
+    :func:`split_group` channels (:func:`~explorer.passes.bf16_conv_nhwc.pack_nhwc_weights` of those)."""
     oc, ic, kh, kw = w_oihw.shape
     hi = bf16_round(np.asarray(w_oihw, np.float32))
     lo = bf16_round(w_oihw - hi)
     group = split_group(ic)
     parts = np.zeros((oc, PARTS * group, kh, kw), np.float32)
-    for k, part in enumerate((hi, hi, lo)):
-        parts[:, k * group:k * group + ic] = part
+    for k, (_, part) in enumerate(PRODUCTS):
+        parts[:, k * group:k * group + ic] = lo if part == LO else hi
     return pack_nhwc_weights(parts, PARTS * group)
 
 
 def _part(x: te.Tensor, b, iy, ix, ci, part):
-    """Part ``part`` (0, 2: ``Xh``; 1: ``Xl``) of ``x[b, iy, ix, ci]`` as bf16 bits; 0 outside ``x``
+    """Column ``part`` of ``x[b, iy, ix, ci]`` as bf16 bits (its input part in :data:`PRODUCTS`: ``Xh``
+    or ``Xl``); 0 outside ``x``
     (padding, padded channels), the read clamped inside."""
     _, h, wd, c = (int(v) for v in x.shape)
     inside = tvm.tirx.all(ci < c, iy >= 0, iy < h, ix >= 0, ix < wd)
     clamp = lambda v, n: tvm.te.max(tvm.te.min(v, n - 1), 0)  # noqa: E731
     value = x[b, clamp(iy, h), clamp(ix, wd), clamp(ci, c)]
-    value = value - tvm.tirx.Select(part == 1, widen(to_bits(value)), tvm.tirx.const(0, "float32"))
+    lows = [k for k, (xp, _) in enumerate(PRODUCTS) if xp == LO]
+    if lows:  # (Xl: the value less its bf16 rounding)
+        is_lo = tvm.tirx.any(*(part == k for k in lows)) if len(lows) > 1 else part == lows[0]
+        value = value - tvm.tirx.Select(is_lo, widen(to_bits(value)), tvm.tirx.const(0, "float32"))
     return tvm.tirx.if_then_else(inside, to_bits(value), tvm.tirx.const(0, "uint16"))
 
 
@@ -75,7 +87,7 @@ def conv2d_nhwc_bf16_split(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), paddin
                            out_hw: tuple[int, int]) -> tuple[te.Tensor, te.Tensor]:
     """The split product of the fp32 NHWC ``x`` by ``w`` (:func:`pack_split_weights`), fp32 sums,
     NHWC output with the output channels padded to 16: ``(packed input, output)``, the packed input
-    with each pixel's parts as three columns (:func:`split_conv_func` stores them as one pixel)."""
+    with each pixel's parts as :data:`PARTS` columns (:func:`split_conv_func` stores them as one pixel)."""
     n = int(x.shape[0])
     panels, kh, kw, pairs = (int(v) for v in w.shape[:4])
     (sh, sw), (pt, pl), (oh, ow) = strides, padding, out_hw
