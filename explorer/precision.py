@@ -164,7 +164,7 @@ def bf16_module(mod, target=None):
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
     the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both). The caller checks the target first."""
-    from explorer.passes.bf16_conv import bf16_convs, why_convs_fp32
+    from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.passes.conv_rows import convs_on_tiled_rows
     from explorer.schedule.bf16_dot import isa_from
@@ -174,10 +174,14 @@ def bf16_module(mod, target=None):
 
         target = host_target()
     isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
-    if isa == "amx":  # convolutions whose rows the direct kernel cannot tile: over rows it can
-        mod = convs_on_tiled_rows(mod)[0]
+    folded = None
+    if isa == "amx" and has_convs(mod):  # batch norms folded once, for both rewrites (each would fold them)
+        folded = fold_batch_norms(mod)
+        # convolutions whose rows the direct kernel cannot tile: over rows it can (rewritten from the folded module)
+        mod, tiled = convs_on_tiled_rows(mod, folded=folded)
+        folded = mod if tiled else folded  # a rewrite of the folded module: folding it again changes nothing
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
-    mod, convs, short = bf16_convs(mod, amx=isa == "amx") if all_fp32 is None else (mod, 0, ())
+    mod, convs, short = bf16_convs(mod, amx=isa == "amx", folded=folded) if all_fp32 is None else (mod, 0, ())
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
     fast_vectors = isa == "avx512bf16" and why_convs_fp32(target) is None
     mod, products, small = bf16_products(mod, isa=isa or None, fast_vectors=fast_vectors)

@@ -10,16 +10,20 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+import tvm_ffi
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
-from explorer.models import import_onnx
+from explorer.models import import_onnx, load_zoo
+from explorer.passes.bf16_conv import bf16_convs
+from explorer.passes.bf16_dense import bf16_products
 from explorer.passes.conv_rows import MAX_STRIDED_PADDING, convs_on_tiled_rows, padded_width
 from explorer.precision import bf16_module
 from explorer.target import parse_target
 from explorer.workload.fusion import fused_module
 from tests.test_bf16_kernels import NEEDS_AMX
+from tvm.ir.instrument import pass_instrument
 
 
 def _tf_pointwise_block(size: int, stride: int = 1) -> onnx.ModelProto:
@@ -89,6 +93,34 @@ def test_a_bf16_build_for_an_amx_cpu_takes_the_direct_kernel_with_no_transpose_l
     assert sum("transpose" in k for k in kernels) == 1, kernels
     plain, _, _ = bf16_module(mod, parse_target("cpu:cooperlake"))  # AVX512-BF16 without tiles: im2col, as before
     assert "R.strided_slice" not in plain["main"].script()
+
+
+@pass_instrument
+class _FoldCount:
+    """How many times batch norms are folded into convolutions under it."""
+
+    def __init__(self) -> None:
+        self.folds = 0
+
+    def run_before_pass(self, mod: tvm.IRModule, info: tvm.transform.PassInfo) -> None:
+        self.folds += info.name == "FoldBatchnormToConv2D"
+
+
+def _counting_folds(build):
+    count = _FoldCount()
+    with tvm.transform.PassContext(instruments=[count]):
+        return build(), count.folds
+
+
+@pytest.mark.parametrize("model", ["tf_block", "small_cnn"])  # convolutions put on tiled rows; batch norms, none
+def test_a_bf16_build_for_an_amx_cpu_folds_batch_norms_once_and_builds_what_both_rewrites_alone_build(model):
+    mod = import_onnx(_tf_pointwise_block(10)).mod if model == "tf_block" else load_zoo("small_cnn").mod
+    (built, converted, _), folds = _counting_folds(lambda: bf16_module(mod, parse_target("cpu:sapphirerapids")))
+    assert folds == 1 and converted > 0
+    # each rewrite called alone folds the batch norms itself, and the two then make the same module
+    alone, folds = _counting_folds(lambda: bf16_convs(convs_on_tiled_rows(mod)[0], amx=True)[0])
+    assert folds == 2
+    assert tvm_ffi.structural_equal(built, bf16_products(alone, isa="amx", fast_vectors=False)[0], map_free_vars=True)
 
 
 @NEEDS_AMX

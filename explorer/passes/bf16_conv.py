@@ -330,14 +330,17 @@ def fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([make_pass(name) for name in FOLD_FIRST])(mod)
 
 
-def bf16_convs(mod: tvm.IRModule, *, amx: bool = False) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
+def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
+               folded: tvm.IRModule | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
     """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
     AMX-BF16 tiles, the direct NHWC kernel where it fits), how many, and the convolutions
-    :func:`why_fp32` kept in fp32 (why, one line each)."""
+    :func:`why_fp32` kept in fp32 (why, one line each). ``folded``: ``mod`` with its batch norms
+    folded already (:func:`fold_batch_norms`, a quarter of a second on ResNet-18), where the caller
+    has it; None: folded here. ``mod`` itself comes back where no convolution is converted."""
     if not has_convs(mod):
         return mod, 0, ()
     converted, kept = [], []
-    folded = fold_batch_norms(mod)
+    folded = fold_batch_norms(mod) if folded is None else folded
     rounded = frozenset(rounded_by_producer(folded)) if amx and PRODUCER_ROUNDS else frozenset()
 
     def counted(call, builder):

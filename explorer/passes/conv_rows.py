@@ -134,9 +134,11 @@ def _on_tiled_rows(call: relax.Call, builder: relax.BlockBuilder):
     return None if unit else _wider_rows(call, w, builder)
 
 
-def convs_on_tiled_rows(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+def convs_on_tiled_rows(mod: tvm.IRModule, *, folded: tvm.IRModule | None = None) -> tuple[tvm.IRModule, int]:
     """``mod`` (batch-norm folded first) with its convolutions whose rows the direct AMX kernel
-    cannot tile computed over rows it can (module docstring), and how many were."""
+    cannot tile computed over rows it can (module docstring), and how many were; ``mod`` itself
+    where none was. ``folded``: ``mod`` with its batch norms folded already, where the caller has it
+    (:func:`explorer.precision.bf16_module` folds once for this and the bf16 rewrite); None: folded here."""
     if not has_convs(mod):
         return mod, 0
     count = []
@@ -146,7 +148,7 @@ def convs_on_tiled_rows(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
         count.extend([call] if new is not None else [])
         return new
 
-    rewritten = rewrite_calls(fold_batch_norms(mod), counted)
+    rewritten = rewrite_calls(fold_batch_norms(mod) if folded is None else folded, counted)
     return (rewritten, len(count)) if count else (mod, 0)
 
 
