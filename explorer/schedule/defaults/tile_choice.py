@@ -31,11 +31,13 @@ class Tiling:
     tail_rows: int = 0
     cycles: float = field(default=0.0, compare=False)  # modelled cycles per multiply-add
     tasks: int = field(default=0, compare=False)  # parallel tasks the tiles leave (a tail's rows run in each)
+    taps_unrolled: bool = False  # the reduction loops unrolled too (a depthwise conv's taps: .depthwise)
 
     def describe(self, facts: BlockFacts) -> str:
         lanes = f"{self.row_tile}x{self.vec_tile}"
         tail = f", the last {self.tail_rows} in {self.tail_rows}x{self.vec_tile}" if self.tail_rows else ""
-        return f"register tile {lanes} ({facts.name}){tail}"
+        taps = ", taps unrolled" if self.taps_unrolled else ""
+        return f"register tile {lanes} ({facts.name}){tail}{taps}"
 
 
 def _pow2(n: int) -> bool:

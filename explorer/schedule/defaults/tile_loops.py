@@ -14,10 +14,12 @@ from explorer.schedule.defaults.tile_choice import Tiling
 
 
 def register_tile(sch: s_tir.Schedule, block, stage, loops: dict, facts: BlockFacts, vec: int, rows: int | None,
-                  row_tile: int, vec_tile: int, column_first: bool, parallel: bool) -> None:
+                  row_tile: int, vec_tile: int, column_first: bool, parallel: bool, unroll_reduction: bool = False
+                  ) -> None:
     """Loops ``[outer tiles: fused, parallel] [reduction] [rows: unrolled] [vec: vectorized]`` for
     ``block`` (``loops``: its loop per iterator), with ``stage`` (the tile's write-back, epilogue
-    included) computed per tile."""
+    included) computed per tile; ``unroll_reduction``: the reduction loops unrolled as well (a
+    depthwise conv's taps, :mod:`.depthwise`)."""
     v_out, v_in = sch.split(loops[vec], [None, vec_tile])
     inner = [v_in]
     outer_of = {vec: v_out}
@@ -38,6 +40,9 @@ def register_tile(sch: s_tir.Schedule, block, stage, loops: dict, facts: BlockFa
     sch.vectorize(inner[-1])
     if len(inner) > 1 and row_tile > 1:
         sch.unroll(inner[0])
+    if unroll_reduction:
+        for loop in reduce:
+            sch.unroll(loop)
     stage_loops = sch.get_loops(stage)
     if len(stage_loops) > 1:
         sch.vectorize(stage_loops[-1])

@@ -7,7 +7,8 @@ are one parallel loop. This module puts the parts together: the axes and tile si
 (:mod:`.tile_choice`, costed by :mod:`.tile_cost`), rows over two output axes as one
 (:mod:`.pixel_rows`), a vector axis padded to whole vectors (:mod:`.vector_padding`), weights
 packed into panels (:mod:`.panels`), the loop nest (:mod:`.tile_loops`), grouped convolutions
-tiled group by group (:mod:`.groups`). Why each choice: ``docs/notes/default-tiling.md``."""
+tiled group by group (:mod:`.groups`), depthwise ones pixels by channels with their taps unrolled
+(:mod:`.depthwise`). Why each choice: ``docs/notes/default-tiling.md``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import replace
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, block_facts
+from explorer.schedule.defaults.depthwise import choose_conv_tiles
 from explorer.schedule.defaults.groups import ragged_group_width, tile_ragged_groups
 from explorer.schedule.defaults.inline import fold_into_producer
 from explorer.schedule.defaults.layouts import (accumulate_along_vectors, few_channels_pixel_axis, gathered_operands,
@@ -24,7 +26,7 @@ from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.panels import into_panels, pack_weights, reads_along_vectors, weight_bytes
 from explorer.schedule.defaults.pixel_rows import fuse_rows, pixel_rows
 from explorer.schedule.defaults.simple import safe_schedule
-from explorer.schedule.defaults.tile_choice import choose_tiles, row_axis, vector_axis
+from explorer.schedule.defaults.tile_choice import row_axis, vector_axis
 from explorer.schedule.defaults.tile_loops import register_tile, slices_per_tile, tile_with_tail
 from explorer.schedule.defaults.vector_padding import pad_vector_axis
 
@@ -38,7 +40,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
                    rank: int = 0) -> str:
     """Schedule ``block`` (a reduction) with a register tile and its epilogue; returns a description.
     ``tails``: whether a row tile may leave rows over for a tile of their own; ``rank``: which
-    tile by :func:`choose_tiles`' ranking (0: its best).
+    tile by :func:`choose_tiles`' ranking (0: its best; a depthwise conv's own tile ranks first,
+    :mod:`.depthwise`).
 
     Raises :class:`NotApplicable` before changing anything when the block does not fit."""
     facts = block_facts(sch, block)
@@ -75,7 +78,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     rows = row_axis(facts, vec)
     # constant weights along the vectors (packed into panels below)
     streams = any(constant for *_, constant in reads_along_vectors(sch, block, facts, vec))
-    tiling = choose_tiles(facts, vec, rows, cpu, tails, rank, streams)
+    tiling = choose_conv_tiles(facts, vec, rows, cpu, tails, rank, streams)  # (a depthwise conv's own first)
     fused = pixel_rows(facts, vec, rows, tiling, cpu, tails, rank) if pixels else None
     outer_rows = None
     if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
@@ -108,7 +111,7 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     else:
         loops = dict(enumerate(sch.get_loops(block)))
         register_tile(sch, block, writeback, loops, facts, vec, rows, tiling.row_tile, tiling.vec_tile,
-                      column_first, parallel)
+                      column_first, parallel, unroll_reduction=tiling.taps_unrolled)
         # (a tile of one row, a matrix-vector product's: its own pass stays faster, 0.34x the time)
         if sliced and tiling.row_tile > 1:
             per_tile = slices_per_tile(sch, block, writeback, sliced)
