@@ -164,7 +164,7 @@ def bf16_module(mod, target=None):
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
     the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both). The caller checks the target first."""
-    from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, why_convs_fp32
+    from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, vdpbf16ps_pays, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.passes.conv_rows import convs_on_tiled_rows
     from explorer.schedule.bf16_dot import isa_from
@@ -183,7 +183,7 @@ def bf16_module(mod, target=None):
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
     mod, convs, short = bf16_convs(mod, amx=isa == "amx", folded=folded) if all_fp32 is None else (mod, 0, ())
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
-    fast_vectors = isa == "avx512bf16" and why_convs_fp32(target) is None
+    fast_vectors = isa == "avx512bf16" and vdpbf16ps_pays(target)
     mod, products, small = bf16_products(mod, isa=isa or None, fast_vectors=fast_vectors)
     return mod, convs + products, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + kept_in_fp32(small)
 

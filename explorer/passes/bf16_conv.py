@@ -229,11 +229,9 @@ def why_convs_fp32(target, mod: tvm.IRModule | None = None) -> str | None:
     from explorer.schedule.bf16_dot import isa_from
 
     isa = isa_from(target.features, target.arch) if target.cpu_rules else ""
-    if isa in ("amx", "") or (mod is not None and not has_convs(mod)):
+    if isa in ("amx", "") or (mod is not None and not has_convs(mod)) or vdpbf16ps_pays(target):
         return None
     rate = measured_rate(target, "bf16")
-    if rate is not None and rate >= VECTOR_MIN_RATE:
-        return None
     head = "convolutions: the target's bf16 instruction is vdpbf16ps (AVX512-BF16, no AMX tiles), "
     if rate is None:
         return (head + f"whose rate on {target.label} was not measured here (on the one CPU measured it ran at "
@@ -241,6 +239,16 @@ def why_convs_fp32(target, mod: tvm.IRModule | None = None) -> str | None:
                        f"{VECTOR_MIN_RATE}x")
     return (head + f"measured at {rate:.2f}x the fp32 FMA rate on this machine, under the {VECTOR_MIN_RATE}x a "
                    f"compute-bound convolution needs for bf16 to pay")
+
+
+def vdpbf16ps_pays(target) -> bool:
+    """Whether ``target``'s ``vdpbf16ps`` was measured on this machine at :data:`VECTOR_MIN_RATE` times
+    its fp32 FMA rate or more: where compute-bound bf16 work (convolutions, products of many rows:
+    :func:`explorer.passes.bf16_dense.why_fp32`) pays on vectors alone. False for a CPU not measured here."""
+    from explorer.measure.calibration import measured_rate
+
+    rate = measured_rate(target, "bf16")
+    return rate is not None and rate >= VECTOR_MIN_RATE
 
 
 def has_convs(mod: tvm.IRModule) -> bool:
@@ -364,4 +372,4 @@ def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 __all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK",
            "PRODUCER_ROUNDS", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms", "has_convs",
-           "pack_conv_weights", "row_panels", "split_fits", "split_product", "why_convs_fp32", "why_fp32"]
+           "pack_conv_weights", "row_panels", "split_fits", "split_product", "vdpbf16ps_pays", "why_convs_fp32", "why_fp32"]

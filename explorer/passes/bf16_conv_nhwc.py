@@ -99,7 +99,7 @@ def pack_nhwc_weights(w_oihw: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(bf16_bits(packed.transpose(0, 2, 3, 4, 1, 5)))
 
 
-def _rounded(x: te.Tensor, b, iy, ix, ci):
+def rounded_bits(x: te.Tensor, b, iy, ix, ci):
     """``x[b, iy, ix, ci]`` rounded to bf16 bits (``x`` fp32; a uint16 ``x`` is bf16 bits already,
     rounded by its producer: :mod:`explorer.passes.bf16_conv_bits`), 0 outside ``x`` (the padding,
     the padded channels); the read itself clamped inside, so that a vectorized select of both
@@ -124,7 +124,7 @@ def conv2d_nhwc_bf16(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), padding=(0, 
     channels = pairs * PAIR
 
     def convert(b, yy, xx, ci):  # the input rounded once: padded, channels padded with zeros
-        return _rounded(x, b, yy - pt, xx - pl, ci)
+        return rounded_bits(x, b, yy - pt, xx - pl, ci)
 
     packed = (n, (oh - 1) * sh + kh, (ow - 1) * sw + kw, channels)
     if x.dtype == "uint16" and tuple(int(v) for v in x.shape) == packed and (pt, pl) == (0, 0):
@@ -154,7 +154,7 @@ def conv2d_nhwc_bf16_flat(x: te.Tensor, w: te.Tensor, *, padding=(0, 0), out_hw:
     pixels = _ceil(oh * width, FLAT_TILE)
 
     def convert(b, q, ci):  # the flattened padded input, rounded once (zeros past its last row)
-        return _rounded(x, b, q // width - pt, q % width - pl, ci)
+        return rounded_bits(x, b, q // width - pt, q % width - pl, ci)
 
     xb = te.compute((n, pixels + (kh - 1) * width + kw - 1, channels), convert, name=INPUT_NAME,
                     attrs={PACK_ATTR: 1})
@@ -170,4 +170,4 @@ def conv2d_nhwc_bf16_flat(x: te.Tensor, w: te.Tensor, *, padding=(0, 0), out_hw:
 
 __all__ = ["CONV_NAME", "FLAT_ATTR", "INPUT_NAME", "MAX_CHANNEL_PADDING", "ROWS_NAME", "ROW_STRIDE_ATTR",
            "amx_direct_fits", "conv2d_nhwc_bf16", "conv2d_nhwc_bf16_flat", "flat_rows", "nhwc_channels",
-           "pack_nhwc_weights", "row_tiled"]
+           "pack_nhwc_weights", "rounded_bits", "row_tiled"]

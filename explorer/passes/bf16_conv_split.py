@@ -3,24 +3,23 @@ for the convolutions whose reduction is too short for plain bf16 to be worth its
 (:func:`explorer.passes.bf16_conv.split_product`).
 
 Each weight is split into two bf16 parts, ``w = Wh + Wl`` (``Wh`` rounded to nearest even, ``Wl``
-what that left, rounded); the input is rounded once, ``Xh``. The direct NHWC kernel of
-:mod:`explorer.passes.bf16_conv_nhwc` then runs with twice the input channels:
+what that left, rounded: :data:`WEIGHT_PARTS`); the input is rounded once, ``Xh``. The direct NHWC
+kernel of :mod:`explorer.passes.bf16_conv_nhwc` then runs with twice the input channels:
 
     y = sum over taps and channels  Xh Wh + Xh Wl
 
 the weights' rounding gone (about 2^-16 of each product left), the activations' kept (2^-8, as in
-plain bf16). :data:`PRODUCTS` says which parts meet; the three products ``Xh Wh + Xl Wh + Xh Wl``
-(the activations split too, about fp32's accuracy) were the rule before: MobileNetV2's 1x1
-expansions 64 -> 384 and 96 -> 576 @14 took 0.79x the time with two products (one thread, in the
-model; the kernels' A/B: docs/notes/measurements.md), and the model's error on inputs 0-4 stayed
-under 8.2e-3 (7.15-8.22e-3 with three products; the activations split and the weights rounded
-instead: 9.57e-3; plain bf16: 1.05e-2).
+plain bf16). Three products ``Xh Wh + Xl Wh + Xh Wl`` (the activations split too, about fp32's
+accuracy, 1.5x the work) were the rule before: MobileNetV2's 1x1 expansions 64 -> 384 and 96 -> 576
+@14 alone take 0.82x their time with two (one thread, alternated), and the model's error on inputs
+0-4 stayed under 8.2e-3 (7.15-8.22e-3 with three products; the activations split and the weights
+rounded instead: 9.57e-3; plain bf16: 1.05e-2): docs/notes/measurements.md, "Night of 2026-12-06".
 
-The packing block writes each input pixel's parts side by side (``[Xh | Xh]``), channels
-contiguous: computed as one column per part (the part a scalar of the column, the channels a
-vector), stored by a layout transform as one pixel of ``parts x C`` channels, which the kernel's
-tiles read as any NHWC input (a select per channel lane kept the packing scalar: the 96 -> 576 @14
-kernel 3.4x slower).
+The packing block writes each input pixel ``PARTS`` times side by side (``[Xh | Xh]``, one channel
+group a weight part), channels contiguous: computed as one column per part, stored by a layout
+transform as one pixel of ``PARTS x C`` channels, which the kernel's tiles read as any NHWC input
+(a select per channel lane kept the packing scalar: the 96 -> 576 @14 kernel 3.4x slower). One A
+tile against both weight parts' B tiles would read the input once: not built.
 """
 
 from __future__ import annotations
@@ -29,16 +28,15 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from explorer.passes.bf16_conv_nhwc import CONV_NAME, INPUT_NAME, MAX_CHANNEL_PADDING, ROW_STRIDE_ATTR, pack_nhwc_weights
+from explorer.passes.bf16_conv_nhwc import (CONV_NAME, INPUT_NAME, MAX_CHANNEL_PADDING, ROW_STRIDE_ATTR,
+                                           pack_nhwc_weights, rounded_bits)
 from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.amx_bf16_conv import K_CHANNELS
-from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, widen
 
-HI, LO = 0, 1  # a value's parts: rounded to bf16, and what that left (rounded)
-# the products a value, (input part, weight part): Xh Wh + Xh Wl (module docstring); three products,
-# ((HI, HI), (LO, HI), (HI, LO)), add the activations' low parts (about fp32's accuracy, 1.5x the work)
-PRODUCTS = ((HI, HI), (HI, LO))
-PARTS = len(PRODUCTS)  # the input's parts as the kernel reads them, one channel group each
+HI, LO = 0, 1  # a weight's parts: rounded to bf16, and what that left (rounded)
+WEIGHT_PARTS = (HI, LO)  # the weight part each channel group of the product meets (module docstring)
+PARTS = len(WEIGHT_PARTS)  # the input's copies as the kernel reads them, one channel group each
 # TVM's operator pattern kOutEWiseFusable (a reduction whose element-wise consumers fuse into it):
 # what AnnotateTIROpPattern finds for the plain kernel, but not through the packing block's layout
 # transform (it says opaque, and the bias, activation and residual add would run as kernels of
@@ -56,45 +54,30 @@ def split_group(channels: int) -> int | None:
 
 def pack_split_weights(w_oihw: np.ndarray) -> np.ndarray:
     """``[OC, IC, KH, KW]`` fp32 weights as the split product's packed bf16 weights: the input
-    channels once per product, the weight part of :data:`PRODUCTS` (``(Wh, Wl)``), each part
+    channels once per weight part (:data:`WEIGHT_PARTS`: ``Wh``, ``Wl``), each part
     :func:`split_group` channels (:func:`~explorer.passes.bf16_conv_nhwc.pack_nhwc_weights` of those)."""
     oc, ic, kh, kw = w_oihw.shape
     hi = bf16_round(np.asarray(w_oihw, np.float32))
     lo = bf16_round(w_oihw - hi)
     group = split_group(ic)
     parts = np.zeros((oc, PARTS * group, kh, kw), np.float32)
-    for k, (_, part) in enumerate(PRODUCTS):
+    for k, part in enumerate(WEIGHT_PARTS):
         parts[:, k * group:k * group + ic] = lo if part == LO else hi
     return pack_nhwc_weights(parts, PARTS * group)
-
-
-def _part(x: te.Tensor, b, iy, ix, ci, part):
-    """Column ``part`` of ``x[b, iy, ix, ci]`` as bf16 bits (its input part in :data:`PRODUCTS`: ``Xh``
-    or ``Xl``); 0 outside ``x``
-    (padding, padded channels), the read clamped inside."""
-    _, h, wd, c = (int(v) for v in x.shape)
-    inside = tvm.tirx.all(ci < c, iy >= 0, iy < h, ix >= 0, ix < wd)
-    clamp = lambda v, n: tvm.te.max(tvm.te.min(v, n - 1), 0)  # noqa: E731
-    value = x[b, clamp(iy, h), clamp(ix, wd), clamp(ci, c)]
-    lows = [k for k, (xp, _) in enumerate(PRODUCTS) if xp == LO]
-    if lows:  # (Xl: the value less its bf16 rounding)
-        is_lo = tvm.tirx.any(*(part == k for k in lows)) if len(lows) > 1 else part == lows[0]
-        value = value - tvm.tirx.Select(is_lo, widen(to_bits(value)), tvm.tirx.const(0, "float32"))
-    return tvm.tirx.if_then_else(inside, to_bits(value), tvm.tirx.const(0, "uint16"))
 
 
 def conv2d_nhwc_bf16_split(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), padding=(0, 0),
                            out_hw: tuple[int, int]) -> tuple[te.Tensor, te.Tensor]:
     """The split product of the fp32 NHWC ``x`` by ``w`` (:func:`pack_split_weights`), fp32 sums,
     NHWC output with the output channels padded to 16: ``(packed input, output)``, the packed input
-    with each pixel's parts as :data:`PARTS` columns (:func:`split_conv_func` stores them as one pixel)."""
+    with each pixel as :data:`PARTS` columns (:func:`split_conv_func` stores them as one pixel)."""
     n = int(x.shape[0])
     panels, kh, kw, pairs = (int(v) for v in w.shape[:4])
     (sh, sw), (pt, pl), (oh, ow) = strides, padding, out_hw
     group = pairs * PAIR // PARTS
 
-    def convert(b, yy, q, ci):  # pixel q // PARTS, part q % PARTS
-        return _part(x, b, yy - pt, q // PARTS - pl, ci, q % PARTS)
+    def convert(b, yy, q, ci):  # pixel q // PARTS (each part the same Xh)
+        return rounded_bits(x, b, yy - pt, q // PARTS - pl, ci)
 
     xb = te.compute((n, (oh - 1) * sh + kh, PARTS * ((ow - 1) * sw + kw), group), convert, name=INPUT_NAME,
                     attrs={PACK_ATTR: 1})
@@ -111,7 +94,7 @@ def conv2d_nhwc_bf16_split(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), paddin
 
 def split_conv_func(x_shape, w_shape, *, strides=(1, 1), padding=(0, 0), out_hw: tuple[int, int]) -> tvm.tirx.PrimFunc:
     """The split product as a PrimFunc ``(x, w, y)`` (:func:`conv2d_nhwc_bf16_split`), its packed
-    input stored as NHWC pixels of ``3 x C`` channels: the layout the direct kernel's tiles read;
+    input stored as NHWC pixels of ``PARTS x C`` channels: the layout the direct kernel's tiles read;
     marked as a kernel its element-wise consumers fuse into (:data:`OUT_EWISE_FUSABLE`)."""
     x = te.placeholder([int(d) for d in x_shape], "float32", "x")
     w = te.placeholder([int(d) for d in w_shape], "uint16", "w")
@@ -123,4 +106,4 @@ def split_conv_func(x_shape, w_shape, *, strides=(1, 1), padding=(0, 0), out_hw:
     return sch.mod["main"].with_attr("op_pattern", OUT_EWISE_FUSABLE)
 
 
-__all__ = ["PARTS", "conv2d_nhwc_bf16_split", "pack_split_weights", "split_conv_func", "split_group"]
+__all__ = ["PARTS", "WEIGHT_PARTS", "conv2d_nhwc_bf16_split", "pack_split_weights", "split_conv_func", "split_group"]

@@ -44,8 +44,11 @@ tiles hidden: it runs at half the fp32 FMA rate there) bf16 paid only where few 
 weights: 0.2-1.0x at 8-16 rows by >= 256 outputs and N x K >= 65536 (one row of 256-768 outputs
 by 256 went either way, 0.85-2.2x), and 1.1-3x slower elsewhere (every product of >= 64 rows at 1
 thread; 16 x 64 x 64-768 1.3-2.4x), so those stay fp32 (under 2^14 multiply-adds, a classifier's
-1 x 64 -> 10, bf16 as before: sub-microsecond either way, 1 x 64 x 64 0.74-0.78x). Products of
-rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
+1 x 64 -> 10, bf16 as before: sub-microsecond either way, 1 x 64 x 64 0.74-0.78x). A CPU whose
+vdpbf16ps was measured on it at the rate where compute-bound convolutions pay
+(:func:`explorer.passes.bf16_conv.vdpbf16ps_pays`: 1.5x its fp32 FMAs; none measured so far) runs
+the products of more rows in bf16 too (``fast_vectors``): one measured rate decides both. Products
+of rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
 AMX CPU too, and its rule holds for them.
 """
 
