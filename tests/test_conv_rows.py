@@ -112,9 +112,37 @@ def _counting_folds(build):
         return build(), count.folds
 
 
-@pytest.mark.parametrize("model", ["tf_block", "small_cnn"])  # convolutions put on tiled rows; batch norms, none
+def _batch_norm_block(size: int = 10) -> onnx.ModelProto:
+    """A 1x1 conv -> batch norm -> ReLU -> strided 3x3 conv -> batch norm on ``size``-wide maps (rows
+    the direct kernel cannot tile: both convolutions go on tiled rows, after their batch norms fold)."""
+    rng = np.random.default_rng(0)
+
+    def norm(c: int, name: str) -> list:
+        return [numpy_helper.from_array(v.astype("float32"), name + part) for part, v in
+                (("s", rng.uniform(0.5, 1.5, c)), ("b", rng.normal(0, .1, c)), ("m", rng.normal(0, .1, c)),
+                 ("v", rng.uniform(0.5, 1.5, c)))]
+
+    inits = [numpy_helper.from_array(rng.normal(0, .05, (256, 128, 1, 1)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, .05, (128, 256, 3, 3)).astype("float32"), "w2"),
+             *norm(256, "n1"), *norm(128, "n2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "n1s", "n1b", "n1m", "n1v"], ["b1"]),
+             helper.make_node("Relu", ["b1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c2", "n2s", "n2b", "n2m", "n2v"], ["out"])]
+    half = (size + 1) // 2
+    graph = helper.make_graph(nodes, "bn_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, size, size])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 128, half, half])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+# convolutions put on tiled rows (no batch norms); batch norms (rows tiled as they are); both
+@pytest.mark.parametrize("model", ["tf_block", "small_cnn", "batch_norm_block"])
 def test_a_bf16_build_for_an_amx_cpu_folds_batch_norms_once_and_builds_what_both_rewrites_alone_build(model):
-    mod = import_onnx(_tf_pointwise_block(10)).mod if model == "tf_block" else load_zoo("small_cnn").mod
+    onnx_model = {"tf_block": _tf_pointwise_block, "batch_norm_block": _batch_norm_block}.get(model)
+    mod = import_onnx(onnx_model(10)).mod if onnx_model else load_zoo("small_cnn").mod
+    if model == "batch_norm_block":
+        assert convs_on_tiled_rows(mod)[1] == 2
     (built, converted, _), folds = _counting_folds(lambda: bf16_module(mod, parse_target("cpu:sapphirerapids")))
     assert folds == 1 and converted > 0
     # each rewrite called alone folds the batch norms itself, and the two then make the same module
