@@ -72,6 +72,26 @@ def row_axis(facts: BlockFacts, vec: int) -> int | None:
     return out[-1] if out else None
 
 
+def fits(facts: BlockFacts, vec: int, cpu: CpuSpec, row_tile: int, vec_tile: int) -> bool:
+    """Whether a ``row_tile x vec_tile`` tile of ``facts``' block fits the registers: its accumulators
+    within :attr:`CpuSpec.accumulators`, and with the weight vectors that all rows share (one row
+    takes them from memory) and the row's operand, within the register file. The row operand
+    takes a register on every ISA: x86's broadcast (AVX-512's too: LLVM broadcasts a scalar
+    that feeds several vectors into a register rather than from memory in each FMA) and
+    NEON's input vector whose lanes the FMAs index. AVX-512's 7x64 tiles (28 accumulators,
+    4 weight vectors and the broadcast: 33 of 32 registers) spilled and shuffled accumulators
+    (104 register moves and 15 stack accesses in the FMA loop of ResNet's 3x3 conv); NEON's 7x16 as well.
+
+    A row operand read through a border test (a grouped conv's padding, inlined) holds the padded
+    value and the test in two registers more: ResNeSt's 14x32 tiles (31 of 32 registers) kept
+    their accumulators in memory, 2.5x slower than 7x32 (2.08 against 5.22 ms)."""
+    nv = math.ceil(vec_tile / cpu.lanes(facts.dtype))
+    bordered = 2 if any(a.buffer in facts.bordered and a.uses(vec) and a.broadcast_along(vec)
+                        for a in facts.reads) else 0
+    held = row_tile * nv + (nv if row_tile > 1 else 0) + 1 + bordered
+    return row_tile * nv <= cpu.accumulators and held <= cpu.registers
+
+
 def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, tails: bool = True,
                  rank: int = 0, streams: bool = False) -> Tiling:
     """Tile sizes that fit the registers, leave one parallel task per core at least, and cost the
@@ -122,30 +142,12 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
         return cycles_per_fma(rt, math.ceil(vt / lanes), reduction * vt * item, reduction, rt * vt * item,
                               broadcast)
 
-    # a row operand read through a border test (a grouped conv's padding, inlined) holds the padded
-    # value and the test in two registers more: ResNeSt's 14x32 tiles (31 of 32 registers) kept
-    # their accumulators in memory, 2.5x slower than 7x32 (2.08 against 5.22 ms)
-    bordered = 2 if any(a.buffer in facts.bordered and a.uses(vec) and a.broadcast_along(vec)
-                        for a in facts.reads) else 0
-
-    def fits(rt: int, vt: int) -> bool:
-        """Accumulators within the budget, and with the weight vectors that all rows share (one row
-        takes them from memory) and the row's operand, within the register file. The row operand
-        takes a register on every ISA: x86's broadcast (AVX-512's too: LLVM broadcasts a scalar
-        that feeds several vectors into a register rather than from memory in each FMA) and
-        NEON's input vector whose lanes the FMAs index. AVX-512's 7x64 tiles (28 accumulators,
-        4 weight vectors and the broadcast: 33 of 32 registers) spilled and shuffled accumulators
-        (104 register moves and 15 stack accesses in the FMA loop of ResNet's 3x3 conv); NEON's 7x16 as well."""
-        nv = math.ceil(vt / lanes)
-        held = rt * nv + (nv if rt > 1 else 0) + 1 + bordered
-        return rt * nv <= budget and held <= cpu.registers
-
     # a tail needs the output indexed by plain iterators (its parts write one element each)
     tails_fit = tails and rows is not None and all(k is not None for k in facts.out_dims)
     for vt in vec_tiles:
         nv = math.ceil(vt / lanes)
         for rt in range(1, min(ext_r, budget // nv) + 1):
-            if not fits(rt, vt):
+            if not fits(facts, vec, cpu, rt, vt):
                 continue
             tail = ext_r % rt
             main_cycles = cycles(rt, vt)
@@ -166,4 +168,4 @@ def choose_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpec, ta
     return Tiling(vec=vec, rows=rows, vec_tile=vt, row_tile=rt, tail_rows=tail, cycles=1 / speed, tasks=tasks)
 
 
-__all__ = ["STREAM_STEP_BYTES", "Tiling", "choose_tiles", "row_axis", "vector_axis"]
+__all__ = ["STREAM_STEP_BYTES", "Tiling", "choose_tiles", "fits", "row_axis", "vector_axis"]

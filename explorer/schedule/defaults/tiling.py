@@ -78,8 +78,9 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     rows = row_axis(facts, vec)
     # constant weights along the vectors (packed into panels below)
     streams = any(constant for *_, constant in reads_along_vectors(sch, block, facts, vec))
-    tiling = choose_conv_tiles(facts, vec, rows, cpu, tails, rank, streams)  # (a depthwise conv's own first)
-    fused = pixel_rows(facts, vec, rows, tiling, cpu, tails, rank) if pixels else None
+    # (a depthwise conv's own tile first: then the model's ranks are one lower, its own none)
+    tiling, model_rank = choose_conv_tiles(facts, vec, rows, cpu, tails, rank, streams)
+    fused = pixel_rows(facts, vec, rows, tiling, cpu, tails, model_rank) if pixels and model_rank is not None else None
     outer_rows = None
     if fused is not None:  # the tile sizes the fused rows want (the panels follow them)
         outer_rows, tiling = fused

@@ -23,7 +23,9 @@ class DefaultVariant(DictValue):
     ``bf16_cols`` tiles of 16 x 16 (0: the rule's own choice). Sizes need a named ``bf16_isa``;
     a variant whose instructions or sizes do not fit a kernel is no variant of it."""
 
-    rank: int = 0  # the register tile by choose_tiles' ranking (0: the one its model prefers)
+    # the register tile by choose_tiles' ranking (0: the one its model prefers); for a depthwise conv
+    # 0 is its own tile (.depthwise) and n the model's rank n-1
+    rank: int = 0
     pixels: bool = True  # two output axes as one axis of rows, where the model gains
     tails: bool = True  # the rows a tile leaves over in a tile of their own (else tiles that divide them)
     bf16_isa: str = ""  # a bf16 product's instructions ("": the CPU's best that fits)
