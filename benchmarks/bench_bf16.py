@@ -35,7 +35,9 @@ def machine() -> dict:
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
 
 
-def _builds(m: int, n: int, k: int, target) -> dict:
+def matmul_builds(m: int, n: int, k: int, target) -> dict:
+    """An m x k by k x n matmul under its default schedule for ``target``, compiled: in fp32 and in
+    bf16 on each bf16 instruction the CPU has, by name ("fp32", "bf16 amx", ...), with its choice."""
     import tvm
     from tvm import te
 
@@ -66,7 +68,7 @@ def bench(m: int, n: int, k: int, rounds: int) -> dict:
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
     ref = x @ w
-    builds = _builds(m, n, k, host_target())
+    builds = matmul_builds(m, n, k, host_target())
     args = {}
     for name in builds:
         weights = w if name == "fp32" else pack_weights(w)

@@ -29,7 +29,7 @@ def sweep(shapes: list[tuple[int, int, int]], *, rounds: int, min_ms: int):
     import numpy as np
     import tvm
 
-    from benchmarks.bench_bf16 import _builds
+    from benchmarks.bench_bf16 import matmul_builds
     from explorer.passes.bf16_dense import pack_weights
     from explorer.target import host_target
 
@@ -37,7 +37,7 @@ def sweep(shapes: list[tuple[int, int, int]], *, rounds: int, min_ms: int):
     for m, n, k in shapes:
         rng = np.random.default_rng(0)
         x, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
-        builds = _builds(m, n, k, target)
+        builds = matmul_builds(m, n, k, target)
         timers = {}
         for name, (lib, _) in builds.items():
             args = [tvm.runtime.tensor(a) for a in (x, w if name == "fp32" else pack_weights(w),

@@ -52,7 +52,8 @@ CROSS_TARGETS = ("cuda:sm_80", "aarch64")
 FP32_ROWS = {2: "tvm fp32 2t", 1: "tvm fp32 1t"}  # at --precision bf16 or int8: the model built in fp32, beside it
 
 
-def _shapes(entry: dict) -> str | None:
+def entry_shapes(entry: dict) -> str | None:
+    """A corpus entry's input shapes as a ``--shapes`` string (None: the model's own)."""
     shapes = entry.get("shapes")
     if isinstance(shapes, str) or shapes is None:  # the exporter set keeps the --shapes string itself
         return shapes or None
@@ -105,7 +106,7 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
     path = folder / entry["file"]
     start = time.perf_counter()
     try:
-        workload = load_workload(str(path), _shapes(entry))
+        workload = load_workload(str(path), entry_shapes(entry))
         result["tasks"] = len(workload.tasks())
     except Exception as exc:  # noqa: BLE001 - the row says why
         result.update(imports=False, error=_error(exc))

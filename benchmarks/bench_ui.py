@@ -231,9 +231,9 @@ def report(name: str, figures: dict) -> None:
 @contextmanager
 def warm_started_ui():
     """A UI server started as ``python -m app.warm_start run app/main.py``; yields its URL."""
-    from tests.browser import ROOT, _free_port
+    from tests.browser import ROOT, free_port
 
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "app.warm_start", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,

@@ -72,11 +72,11 @@ def streamlit_floor(browser, tmp: str, ready: tuple[str, ...]) -> dict[str, floa
     import subprocess
     import urllib.request
 
-    from tests.browser import _free_port
+    from tests.browser import free_port
 
     script = Path(tmp) / "floor.py"
     script.write_text(FLOOR_PAGE)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true",
                              "--server.port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -112,14 +112,14 @@ PAGES = {"Graph & passes": ("passes", None), "Schedule": ("schedule", "text=Next
 def first_loads(context, url: str, rounds: int = 3) -> dict[str, list[float]]:
     """Seconds from opening each page in a new tab to its content drawn (Graph & passes: both
     graphs); every page visited once first (the server's caches), then ``rounds`` alternated rounds."""
-    from tests.test_browser_graph import _wait_drawn
+    from tests.test_browser_graph import wait_graph_drawn
 
     def load(path: str, ready: str | None) -> float:
         page = context.new_page()
         start = time.perf_counter()
         page.goto(f"{url}/{path}")
         if ready is None:
-            _wait_drawn(page)
+            wait_graph_drawn(page)
             seconds = time.perf_counter() - start
         else:
             seconds = wait_all(page, start, ready)
@@ -142,9 +142,8 @@ def main() -> None:
     opts = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import CHROMIUM_ARGS, chromium_path, schedx_ui
-    from tests.test_browser import _apply_step, _settle
-    from tests.test_browser_graph import _wait_drawn
+    from tests.browser import CHROMIUM_ARGS, apply_schedule_step, chromium_path, schedx_ui, settle
+    from tests.test_browser_graph import wait_graph_drawn
 
     with tempfile.TemporaryDirectory(prefix="schedx-bench-pages-") as tmp:
         db = opts.db or Path(tmp) / "lb.db"
@@ -165,7 +164,7 @@ def main() -> None:
             for _ in range(3):
                 page = context.new_page()  # a tab of the same browser: its HTTP cache is shared
                 page.goto(url)
-                _wait_drawn(page)
+                wait_graph_drawn(page)
                 start = time.perf_counter()
                 page.locator('[data-testid="stSidebarNav"] a', has_text="Leaderboard").click()
                 figures["by the navigation"].append(wait_all(page, start, *ready))
@@ -187,15 +186,15 @@ def main() -> None:
             page = context.new_page()
             page.goto(f"{url}/schedule")
             page.get_by_text("Next step").first.wait_for()
-            _apply_step(page, "split", "C/j  (", "None, 16")
-            _apply_step(page, "vectorize", "C/j_1  (")
+            apply_schedule_step(page, "split", "C/j  (", "None, 16")
+            apply_schedule_step(page, "vectorize", "C/j_1  (")
             tabs = {}
             for tab, ready in (("Lowered TIR", ".sx-asm"), ("LLVM IR", ".sx-asm"), ("Assembly", ".sa-line.fma"),
                                ("TVMScript", ".sx-code")):
                 times = []
                 for _ in range(2):
                     page.get_by_role("tab", name="Loop nest").click()
-                    _settle(page)
+                    settle(page)
                     t0 = time.perf_counter()
                     page.get_by_role("tab", name=tab).click()
                     page.locator(f'[role="tabpanel"]:visible {ready}').first.wait_for()

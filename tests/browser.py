@@ -30,7 +30,8 @@ def chromium_path() -> str:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -43,7 +44,7 @@ def schedx_ui(env: dict | None = None):
 
     from tests.processes import kill_marked
 
-    port = _free_port()
+    port = free_port()
     marker = uuid.uuid4().hex  # the server and every job it starts carry it: all stopped at the end
     url = f"http://127.0.0.1:{port}"
     # its stderr goes to a file, never an unread pipe (a full pipe would block the server)
@@ -175,6 +176,38 @@ def pick_option(page, label: str, option_text: str, *, type_text: bool = True) -
             page.keyboard.press("Escape")
             page.wait_for_timeout(1_000)
     option.click()
+
+
+def settle(page, *, pause_ms: int = 250, timeout_ms: int | None = None) -> None:
+    """Wait until Streamlit has finished the rerun the last interaction started (``pause_ms`` for
+    it to start; ``timeout_ms``, else the page's default timeout, for it to end)."""
+    page.wait_for_timeout(pause_ms)
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')"
+                           " && !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+
+
+def pick_and_settle(page, label: str, option_text: str) -> None:
+    """Choose an option in the Streamlit selectbox labelled ``label`` (its list not filtered)."""
+    settle(page)
+    pick_option(page, label, option_text, type_text=False)
+    settle(page)
+
+
+def apply_schedule_step(page, primitive: str, loop: str, factors: str | None = None) -> None:
+    """On the Schedule page: pick ``primitive`` and its ``loop`` in the next-step form, type its
+    ``factors`` where given, and apply the step."""
+    page.get_by_role("combobox", name="Primitive", exact=True).click()
+    page.keyboard.type(primitive)  # the list renders only the options near the one selected
+    page.get_by_role("option", name=primitive, exact=True).click()
+    settle(page)
+    pick_and_settle(page, "loop", loop)
+    if factors is not None:
+        box = page.get_by_label("factors", exact=True)
+        box.fill(factors)
+        box.press("Enter")
+        settle(page)
+    page.get_by_role("button", name="Apply", exact=True).click()
+    settle(page)
 
 
 def screenshot_dir(tmp_path: Path) -> Path:

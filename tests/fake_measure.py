@@ -29,7 +29,9 @@ class FakeBuilder(ms.builder.PyBuilder):
 
 
 @derived_object
-class _Done(ms.runner.PyRunnerFuture):
+class DoneFuture(ms.runner.PyRunnerFuture):
+    """A runner future that is done already, holding ``result``: what the fake runners return."""
+
     def __init__(self, result) -> None:
         super().__init__()
         self._r = result
@@ -54,9 +56,9 @@ class FakeRunner(ms.runner.PyRunner):
             h = str(inp.artifact_path).split(":", 1)[1]
             self.ran.append(h)
             if self.fail_every and int(h) % self.fail_every == 0:
-                out.append(_Done(ms.runner.RunnerResult(None, "fake runner: this candidate crashed")))
+                out.append(DoneFuture(ms.runner.RunnerResult(None, "fake runner: this candidate crashed")))
             else:
-                out.append(_Done(ms.runner.RunnerResult([1e-4 * (1 + int(h) % 997 / 100.0)], None)))
+                out.append(DoneFuture(ms.runner.RunnerResult([1e-4 * (1 + int(h) % 997 / 100.0)], None)))
         return out
 
 
@@ -78,5 +80,5 @@ class LuckyRunner(ms.runner.PyRunner):
             first = self.ran[0] if self.ran else h
             secs = self.default_s if h == first else self.true_s if h in self.ran else self.lucky_s
             self.ran.append(h)
-            out.append(_Done(ms.runner.RunnerResult([secs], None)))
+            out.append(DoneFuture(ms.runner.RunnerResult([secs], None)))
         return out

@@ -248,32 +248,63 @@ PRIVATE_IMPORTS_LEFT = {
 }
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_names_imported(path: Path, owned) -> set[tuple[str, str]]:
+    """(the file, ``module.name``) for each private name ``path`` takes from a module ``owned``
+    accepts: ``from x import _y``, or ``x._y`` on a module it imported (``from pkg import x as m``
+    then ``m._y`` too)."""
+    rel = str(path.relative_to(ROOT))
+    tree = ast.parse(path.read_text())
+    found, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and owned(node.module):
+            for a in node.names:
+                if _private(a.name):
+                    found.add((rel, f"{node.module}.{a.name}"))
+                modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if owned(a.name)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and _private(node.attr):
+            found.add((rel, f"{node.value.id}.{node.attr}"))
+    return found
+
+
 def test_no_file_imports_another_files_private_names():
     """``from x import _y`` (or ``x._y`` on an imported module of schedx) reaches into another
     file's insides: make the name public, or move it where both can use it. TVM's own private
     names (``_ffi_api``, ``_normalize_mod``) are TVM's business, not checked here."""
-    found = set()
-    for _, path in _sources():
-        rel = str(path.relative_to(ROOT))
-        tree = ast.parse(path.read_text())
-        modules = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _schedx_module(node.module):
-                for a in node.names:
-                    if a.name.startswith("_") and not a.name.startswith("__"):
-                        found.add((rel, f"{node.module}.{a.name}"))
-                    modules.add(a.asname or a.name)
-            elif isinstance(node, ast.Import):
-                modules |= {a.asname or a.name for a in node.names if _schedx_module(a.name)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
-                    and node.attr.startswith("_") and not node.attr.startswith("__"):
-                found.add((rel, f"{node.value.id}.{node.attr}"))
+    found = set().union(*(_private_names_imported(path, _schedx_module) for _, path in _sources()))
     new = sorted(found - PRIVATE_IMPORTS_LEFT)
     fixed = sorted(PRIVATE_IMPORTS_LEFT - found)
     assert not new, "make these names public (or move them) instead of importing a private name:\n" + \
         "\n".join(f"{f}: {n}" for f, n in new)
     assert not fixed, f"fixed, take them off PRIVATE_IMPORTS_LEFT: {fixed}"
+
+
+# the files around the product: the tests, their helper modules and the benchmarks that borrow them
+TEST_SIDE = ("tests", "benchmarks")
+
+
+def _test_side_module(name: str) -> bool:
+    return name.split(".")[0] in TEST_SIDE
+
+
+def test_no_test_file_imports_another_test_files_private_names():
+    """The same rule among the tests and benchmarks: a helper that two files use is public in the
+    test file that owns it, or lives in a small helper module of tests/ (tests/browser.py,
+    tests/isa_asm.py, tests/direct_bf16_conv.py). Checked here for names of tests/ and
+    benchmarks/ only: a test may still reach a product module's private name it tests."""
+    found = set()
+    for folder in TEST_SIDE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found |= _private_names_imported(path, _test_side_module)
+    assert not found, "make these names public (or move them to a helper module of tests/):\n" + \
+        "\n".join(f"{f}: {n}" for f, n in sorted(found))
 
 
 # Which schedules ship is answered by one function; every front end reaches it through its entry.

@@ -25,7 +25,7 @@ SEQ, HIDDEN, HEADS = 32, 64, 2
 DIM = HIDDEN // HEADS
 
 
-def _attention_relax(scale: float = DIM ** -0.5, seq: int = SEQ, hidden: int = HIDDEN) -> tvm.IRModule:
+def attention_relax(scale: float = DIM ** -0.5, seq: int = SEQ, hidden: int = HIDDEN) -> tvm.IRModule:
     """x @ Wq, x @ Wk, x @ Wv (+ biases), heads split, softmax(Q K^T * scale) V: a BERT layer's attention."""
     rng = np.random.default_rng(0)
     const = lambda *shape: relax.const(rng.standard_normal(shape).astype("float32"))  # noqa: E731
@@ -54,7 +54,7 @@ def _fused(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def test_qkv_become_one_product_and_attention_two_bf16_kernels():
-    mod, converted, _ = bf16_products(_attention_relax())
+    mod, converted, _ = bf16_products(attention_relax())
     text = mod["main"].script(show_meta=False)
     assert converted == 5  # three projections and the two products of activations
     assert text.count("R.call_tir(dense_bf16") == 1 and f"(1, {SEQ}, {3 * HIDDEN})" in text  # Q, K, V side by side
@@ -63,7 +63,7 @@ def test_qkv_become_one_product_and_attention_two_bf16_kernels():
 
 
 def test_k_transposed_is_read_by_rows_so_its_heads_split_as_q_and_v_do():
-    mod, _, _ = bf16_products(_attention_relax())
+    mod, _, _ = bf16_products(attention_relax())
     text = mod["main"].script(show_meta=False)
     assert "axes=[0, 2, 3, 1]" not in text and text.count("axes=[0, 2, 1, 3]") == 3  # K as Q and V come
     assert text.count("R.call_tir(batch_dense_bf16") == 2
@@ -128,7 +128,7 @@ def test_attention_product_rounds_both_operands_and_matches_numpy(shape, b_rows)
 
 
 def _attention_onnx(scale: float = DIM ** -0.5) -> onnx.ModelProto:
-    """The same attention as :func:`_attention_relax`, as ONNX (what ONNX Runtime checks the bundle against)."""
+    """The same attention as :func:`attention_relax`, as ONNX (what ONNX Runtime checks the bundle against)."""
     rng = np.random.default_rng(4)
     inits, nodes = [numpy_helper.from_array(np.array([1, SEQ, HEADS, DIM], np.int64), "split"),
                     numpy_helper.from_array(np.array(scale, np.float32), "scale")], []
@@ -160,7 +160,7 @@ def test_bf16_attention_bundle_verifies_against_onnx_runtime_fp32(tmp_path, scal
 
 
 def test_heads_split_copies_write_packed_bf16_so_only_the_softmax_output_is_packed_per_call():
-    fused = _fused(bf16_products(_attention_relax())[0])
+    fused = _fused(bf16_products(attention_relax())[0])
     text = fused["main"].script(show_meta=False)
     # Q, K and V: one copy each from the Q/K/V product's output straight to bf16 bits (K and V in panels)
     assert text.count("add_reshape_transpose_bf16_pack") == 3 and "R.call_tir(strided_slice" not in text
@@ -199,7 +199,7 @@ def test_attention_product_of_operands_packed_ahead_matches_numpy():
 def test_a_power_of_two_scale_multiplies_q_in_its_packing_not_the_scores(scale, folded):
     from explorer.passes.bf16_attention import bf16_rows
 
-    mod, _, _ = bf16_products(_attention_relax(scale))
+    mod, _, _ = bf16_products(attention_relax(scale))
     assert ("R.multiply" in mod["main"].script(show_meta=False)) != folded  # (exact only for a power of two)
     fused = _fused(mod)
     names = {gv.name_hint for gv in fused.functions}

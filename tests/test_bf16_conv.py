@@ -28,7 +28,8 @@ def _out(size: int, k: int, s: int, p: int) -> int:
     return (size + 2 * p - k) // s + 1
 
 
-def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
+def conv_bf16_func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
+    """The implicit-GEMM bf16 kernel the pass writes for this NCHW convolution."""
     x = te.placeholder((n, c, h, w), "float32", "x")
     wb = te.placeholder(pack_conv_weights(np.zeros((oc, c, k, k), np.float32)).shape, "uint16", "w")
     y = conv2d_bf16(x, wb, kernel=(k, k), out_shape=(n, oc, _out(h, k, s, p), _out(w, k, s, p)),
@@ -39,7 +40,7 @@ def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
 def _built(spec: str, shape, isa: str | None = None):
     target = parse_target(spec)
     cpu = target.cpu_spec() if isa is None else dataclasses.replace(target.cpu_spec(), bf16_dot=isa)
-    func, choice = default_schedule(_func(*shape), cpu)
+    func, choice = default_schedule(conv_bf16_func(*shape), cpu)
     return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()), choice
 
 
@@ -77,7 +78,7 @@ def test_sapphirerapids_conv_runs_on_amx_tiles_and_asks_linux_for_tile_state():
 
 
 def test_avx2_target_keeps_no_bf16_kernel_and_says_why():
-    func, choice = default_schedule(_func(*SHAPES[0]), parse_target("cpu:x86-64-v3").cpu_spec())
+    func, choice = default_schedule(conv_bf16_func(*SHAPES[0]), parse_target("cpu:x86-64-v3").cpu_spec())
     assert "no dot-product intrinsic" in " ".join(choice.steps) and "AVX512-BF16" in " ".join(choice.steps)
 
 
@@ -130,7 +131,8 @@ def test_a_model_whose_reductions_are_all_short_keeps_its_module_and_the_precisi
     assert any("1 convolution(s) with a reduction" in line and "8x1x1 -> 16" in line for line in precision.kept_fp32)
 
 
-def _run(lib, shape, seed: int = 0):
+def run_conv_bf16(lib, shape, seed: int = 0):
+    """The built kernel run on random inputs and weights: its output, the input and the weights."""
     n, c, h, w, oc, k, s, p = shape
     rng = np.random.default_rng(seed)
     x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
@@ -151,7 +153,8 @@ def _conv(x, w, s, p):
     return out
 
 
-def _check(got, x, w, shape):
+def check_conv_bf16(got, x, w, shape):
+    """``got`` is the bf16 product of ``x`` and ``w`` summed in fp32, and within the bf16 tolerance of fp32."""
     s, p = shape[6], shape[7]
     exact = _conv(bf16_round(x), bf16_round(w), s, p)
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
@@ -163,7 +166,7 @@ def _check(got, x, w, shape):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_vdpbf16ps_conv_matches_numpy_at_the_bf16_tolerance(shape):
     lib, _ = _built("cpu", shape, "avx512bf16")
-    _check(*_run(lib, shape), shape)
+    check_conv_bf16(*run_conv_bf16(lib, shape), shape)
 
 
 @NEEDS_AMX
@@ -171,7 +174,7 @@ def test_vdpbf16ps_conv_matches_numpy_at_the_bf16_tolerance(shape):
 def test_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
     lib, choice = _built("cpu", shape, "amx")
     assert "AMX" in choice.steps[0] or shape[4] % 16, choice
-    _check(*_run(lib, shape), shape)
+    check_conv_bf16(*run_conv_bf16(lib, shape), shape)
 
 
 def _conv_onnx(path) -> str:

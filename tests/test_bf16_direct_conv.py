@@ -12,16 +12,15 @@ import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from tvm import te
 
 from explorer.passes.bf16_conv import MIN_REDUCTION_DIRECT, why_fp32
-from explorer.passes.bf16_conv_nhwc import (conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows, nhwc_channels,
-                                            pack_nhwc_weights)
+from explorer.passes.bf16_conv_nhwc import nhwc_channels, pack_nhwc_weights
 from explorer.passes.bf16_dense import bf16_round
 from explorer.precision import BF16_TOLERANCE
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_workload
+from tests.direct_bf16_conv import built_direct_conv, direct_conv_func, reference_conv_nhwc, run_direct_conv
 from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
 
 # n, c, h, w, oc, kernel, stride, pad: padded 3x3 (28-pixel rows: two tiles of 14), strided 3x3, a
@@ -44,29 +43,6 @@ IDS = ["padded", "strided", "1x1", "stem", "padded-channels", "7x7-map", "batch-
        "panels-7x7-map"]
 
 
-def _out(size: int, k: int, s: int, p: int) -> int:
-    return (size + 2 * p - k) // s + 1
-
-
-def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
-    """The kernel the pass writes for this convolution (tiled across rows where :func:`flat_rows` says)."""
-    x = te.placeholder((n, h, w, c), "float32", "x")
-    wb = te.placeholder(pack_nhwc_weights(np.zeros((oc, c, k, k), np.float32), nhwc_channels(c, k)).shape,
-                        "uint16", "w")
-    out_hw = (_out(h, k, s, p), _out(w, k, s, p))
-    if flat_rows((k, k), (s, s), out_hw[1], nhwc_channels(c, k)):
-        y = conv2d_nhwc_bf16_flat(x, wb, padding=(p, p), out_hw=out_hw)
-    else:
-        y = conv2d_nhwc_bf16(x, wb, strides=(s, s), padding=(p, p), out_hw=out_hw)
-    return te.create_prim_func([x, wb, y])
-
-
-def _built(spec: str, shape):
-    target = parse_target(spec)
-    func, choice = default_schedule(_func(*shape), target.cpu_spec())
-    return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()), choice
-
-
 def test_weights_pack_into_tile_panels_of_16_channels_by_pairs():
     w = np.arange(20 * 3 * 7 * 7, dtype=np.float32).reshape(20, 3, 7, 7)
     packed = pack_nhwc_weights(w, 4)
@@ -87,7 +63,7 @@ def test_channels_pad_to_whole_tile_rows_where_cheap_else_to_pairs_where_a_kerne
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2], SHAPES[3], SHAPES[5]], ids=["3x3", "1x1-stride2", "stem",
                                                                                  "7x7-map"])
 def test_sapphirerapids_convolution_reads_its_tiles_from_the_nhwc_input_and_asks_for_tile_state(shape):
-    lib, choice = _built("cpu:sapphirerapids", shape)
+    lib, choice = built_direct_conv("cpu:sapphirerapids", shape)
     step = choice.steps[0]
     assert choice.rule == "full" and "direct NHWC, no im2col" in step, choice
     assert "tdpbf16ps" in step and f"stride {shape[6]}" in step
@@ -104,7 +80,7 @@ def test_sapphirerapids_grid_calls_load_their_tile_config_once_and_start_from_ti
     from explorer.schedule.defaults.bf16_amx_conv import MIN_CALLS_PER_CORE
 
     target = parse_target("cpu:sapphirerapids")
-    func, choice = default_schedule(_func(*SHAPES[7]), target.cpu_spec())
+    func, choice = default_schedule(direct_conv_func(*SHAPES[7]), target.cpu_spec())
     step = choice.steps[0]
     # 56 rows of 56 pixels x 64 channels (the input outweighs the weights): a call a row, 4 grids of a
     # column of 4 C tiles (56 pixels x 16 channels), each B tile feeding 4 products
@@ -113,7 +89,7 @@ def test_sapphirerapids_grid_calls_load_their_tile_config_once_and_start_from_ti
     assert "conv2d_nhwc_bf16_init" not in func.script()  # the call's tilezero is the init: no zeroed sums
     asm = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("asm")
     assert asm.count("ldtilecfg") == 1 and "tdpbf16ps" in asm
-    _, flat = _built("cpu:sapphirerapids", SHAPES[8])  # 224 pixels an image across rows, 8 images
+    _, flat = built_direct_conv("cpu:sapphirerapids", SHAPES[8])  # 224 pixels an image across rows, 8 images
     assert "7 x 1 grids a call" in flat.steps[0] and "across rows 16 wide" in flat.steps[0], flat
 
 
@@ -126,8 +102,8 @@ def test_a_replayed_trace_builds_the_kernel_the_default_schedule_built_with_no_z
     from explorer.workload.keys import owned_task_module
 
     target = parse_target("cpu:sapphirerapids")
-    func, choice = default_schedule(_func(*shape), target.cpu_spec())
-    replayed = replay(owned_task_module(_func(*shape)), choice.trace).mod["main"]
+    func, choice = default_schedule(direct_conv_func(*shape), target.cpu_spec())
+    replayed = replay(owned_task_module(direct_conv_func(*shape)), choice.trace).mod["main"]
     assert tvm_ffi.structural_equal(replayed, func)  # the init's removal is a trace step, not a state edit
     ll = tvm.compile(tvm.IRModule({"main": replayed}), target=target.tvm()).mod.inspect_source("ll")
     calls = [f for f in ll.split("\ndefine ") if "@__tvm_parallel_lambda" in f.split("\n")[0]
@@ -136,13 +112,13 @@ def test_a_replayed_trace_builds_the_kernel_the_default_schedule_built_with_no_z
 
 
 def test_weights_heavy_convolutions_with_one_tile_a_row_take_two_whole_output_rows_a_call():
-    lib, choice = _built("cpu:sapphirerapids", SHAPES[10])  # 14-pixel rows: one tile of 14 each
+    lib, choice = built_direct_conv("cpu:sapphirerapids", SHAPES[10])  # 14-pixel rows: one tile of 14 each
     step = choice.steps[0]
     assert "2 x 2 tiles of 14 rows" in step and "2 output rows a call" in step and "_y2_u" in step, choice
     assert "grids a call" not in step
     asm = lib.mod.inspect_source("asm")
     assert "tdpbf16ps" in asm and "tilerelease" in asm
-    _, wide = _built("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
+    _, wide = built_direct_conv("cpu:sapphirerapids", SHAPES[9])  # 28-pixel rows: two tiles, one row a call, 2 x 2
     assert "2 x 2 tiles of 14 rows" in wide.steps[0] and "output rows a call" not in wide.steps[0], wide
 
 
@@ -150,17 +126,17 @@ def test_a_weights_heavy_kernel_across_rows_runs_its_epilogue_per_panel_in_the_c
     from explorer.schedule.defaults.bf16_amx_conv import MIN_CALLS_PER_CORE
 
     cpu = replace(parse_target("cpu:sapphirerapids").cpu_spec(), cores=2)
-    func, choice = default_schedule(_func(*SHAPES[13]), cpu)  # a 7x7 map, 8 panels of 32 outputs
+    func, choice = default_schedule(direct_conv_func(*SHAPES[13]), cpu)  # a 7x7 map, 8 panels of 32 outputs
     assert "across rows 9 wide" in choice.steps[0] and "epilogue per panel" in choice.steps[0], choice
     calls = func.script().split("T.parallel(")[-1]  # the last parallel loop: the panels' calls (packing first)
     assert "schedx_amx_bf16_conv_tile" in calls and 'sblock("conv2d_nhwc_bf16_rows")' in calls
     assert 8 >= MIN_CALLS_PER_CORE * cpu.cores
-    _, few = default_schedule(_func(*SHAPES[5]), cpu)  # 2 panels for 2 cores: every call in parallel instead
+    _, few = default_schedule(direct_conv_func(*SHAPES[5]), cpu)  # 2 panels for 2 cores: every call in parallel instead
     assert "epilogue per panel" not in few.steps[0], few
 
 
 def test_weights_heavy_strided_convolutions_onto_seven_rows_take_all_seven_a_call_in_pairs_and_a_row():
-    lib, choice = _built("cpu:sapphirerapids", SHAPES[12])  # 7x7 outputs, 2 images: 3 pairs and a row
+    lib, choice = built_direct_conv("cpu:sapphirerapids", SHAPES[12])  # 7x7 outputs, 2 images: 3 pairs and a row
     step = choice.steps[0]
     assert "2 x 2 tiles of 7 rows" in step and "7 output rows a call" in step and "_y7_u" in step, choice
     asm = lib.mod.inspect_source("asm")  # one configuration for the 7 rows, released once
@@ -174,20 +150,22 @@ def test_a_1x1_kernel_whose_input_outgrows_l2_packs_it_in_chunks_of_its_parallel
     from explorer.workload.keys import owned_task_module
 
     target = parse_target("cpu:sapphirerapids")
-    func, choice = default_schedule(_func(*SHAPES[11]), target.cpu_spec())
+    func, choice = default_schedule(direct_conv_func(*SHAPES[11]), target.cpu_spec())
     assert "padded in that chunk" in choice.steps[0] and "rows in parallel" not in choice.steps[0], choice
-    assert tvm_ffi.structural_equal(replay(owned_task_module(_func(*SHAPES[11])), choice.trace).mod["main"], func)
+    replayed = replay(owned_task_module(direct_conv_func(*SHAPES[11])), choice.trace).mod["main"]
+    assert tvm_ffi.structural_equal(replayed, func)
     ll = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("ll")
     lambdas = [f for f in ll.split("\ndefine ") if "@__tvm_parallel_lambda" in f.split("\n")[0]]
     calls = [f for f in lambdas if "@schedx_amx_bf16_conv_tile" in f]
     assert len(calls) == 1 and "lshr <" in calls[0]  # the rounding to bf16 (vectorized) in the parallel loop of calls
-    _, small = _built("cpu:sapphirerapids", (1, 192, 28, 28, 32, 1, 1, 0))  # 0.9 MB: packed once
-    _, spatial = _built("cpu:sapphirerapids", SHAPES[7])  # 3x3: rows read by three calls, packed once
+    _, small = built_direct_conv("cpu:sapphirerapids", (1, 192, 28, 28, 32, 1, 1, 0))  # 0.9 MB: packed once
+    _, spatial = built_direct_conv("cpu:sapphirerapids", SHAPES[7])  # 3x3: rows read by three calls, packed once
     assert "rows in parallel" in small.steps[0] and "rows in parallel" in spatial.steps[0]
 
 
 def test_weights_heavy_convolutions_keep_one_grid_a_call():
-    _, choice = _built("cpu:sapphirerapids", (1, 128, 7, 7, 256, 3, 1, 1))  # 590 KB of weights, 25 KB of input
+    # 590 KB of weights, 25 KB of input
+    _, choice = built_direct_conv("cpu:sapphirerapids", (1, 128, 7, 7, 256, 3, 1, 1))
     assert "grids a call" not in choice.steps[0] and "direct NHWC" in choice.steps[0], choice
 
 
@@ -208,39 +186,21 @@ def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
 
 
 def test_a_cpu_without_amx_gets_no_tile_instruction_for_the_direct_kernel():
-    lib, choice = _built("cpu:znver4", SHAPES[0])
+    lib, choice = built_direct_conv("cpu:znver4", SHAPES[0])
     assert "no dot-product intrinsic" in " ".join(choice.steps) and "AMX-BF16" in " ".join(choice.steps)
     assert "tdpbf16ps" not in lib.mod.inspect_source("asm")
-
-
-def _run(lib, shape, seed: int = 0):
-    n, c, h, w, oc, k, s, p = shape
-    rng = np.random.default_rng(seed)
-    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((n, _out(h, k, s, p), _out(w, k, s, p), -(-oc // 16) * 16), "float32"))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_nhwc_weights(wt, nhwc_channels(c, k))), out)
-    return out.numpy()[..., :oc], x, wt
-
-
-def _conv(x, w, s, p):
-    """NHWC x OIHW in float64 (numpy: the reference), NHWC out."""
-    k = w.shape[2]
-    xp = np.pad(x.astype(np.float64), ((0, 0), (p, p), (p, p), (0, 0)))
-    oh, ow = _out(x.shape[1], k, s, p), _out(x.shape[2], k, s, p)
-    return sum(np.einsum("nhwc,oc->nhwo", xp[:, i:i + s * oh:s, j:j + s * ow:s], w[:, :, i, j])
-               for i in range(k) for j in range(k))
 
 
 @NEEDS_AMX
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_direct_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
-    lib, choice = _built("cpu", shape)
+    lib, choice = built_direct_conv("cpu", shape)
     assert "direct NHWC" in choice.steps[0], choice
-    got, x, w = _run(lib, shape)
+    got, x, w = run_direct_conv(lib, shape)
     s, p = shape[6], shape[7]
-    exact = _conv(bf16_round(x), bf16_round(w), s, p)
+    exact = reference_conv_nhwc(bf16_round(x), bf16_round(w), s, p)
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
-    ref = _conv(x, w, s, p)
+    ref = reference_conv_nhwc(x, w, s, p)
     assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()  # the bf16 tolerance against fp32
 
 

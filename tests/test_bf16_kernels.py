@@ -26,7 +26,8 @@ NEEDS_BF16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF1
 NEEDS_AMX = pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16 (amx_bf16 not in its flags)")
 
 
-def _func(m: int, n: int, k: int) -> tvm.tirx.PrimFunc:
+def dense_bf16_func(m: int, n: int, k: int) -> tvm.tirx.PrimFunc:
+    """The dense_bf16 kernel of an m x k by k x n product, its weights packed in panels of 16."""
     x = te.placeholder((m, k), "float32", "x")
     w = te.placeholder((-(-n // 16), k // 2, 16, 2), "uint16", "w")
     return te.create_prim_func([x, w, dense_bf16(x, w)])
@@ -37,7 +38,7 @@ def _built(target_spec: str, m: int = 32, n: int = 64, k: int = 64, isa: str | N
     cpu = target.cpu_spec()
     if isa is not None:
         cpu = dataclasses.replace(cpu, bf16_dot=isa)
-    func, choice = default_schedule(_func(m, n, k), cpu)
+    func, choice = default_schedule(dense_bf16_func(m, n, k), cpu)
     return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()), choice
 
 
@@ -96,11 +97,12 @@ def test_one_row_products_get_vdpbf16ps_too(spec, m):
 def test_avx2_target_has_no_bf16_kernel_and_says_why():
     target = parse_target("cpu:x86-64-v3")
     assert target.cpu_spec().bf16_dot == "" and "AVX512-BF16" in bf16_dot.why_not(target.features, target.arch)
-    func, choice = default_schedule(_func(8, 32, 64), target.cpu_spec())
+    func, choice = default_schedule(dense_bf16_func(8, 32, 64), target.cpu_spec())
     assert "no dot-product intrinsic" in " ".join(choice.steps) and "AVX512-BF16" in " ".join(choice.steps)
 
 
-def _run(lib, m: int, n: int, k: int, seed: int = 0):
+def run_dense_bf16(lib, m: int, n: int, k: int, seed: int = 0):
+    """The built kernel run on random inputs and weights: its output, the input and the weights."""
     rng = np.random.default_rng(seed)
     x, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
     out = tvm.runtime.tensor(np.zeros((m, -(-n // 16) * 16), "float32"))
@@ -108,7 +110,8 @@ def _run(lib, m: int, n: int, k: int, seed: int = 0):
     return out.numpy()[:, :n], x, w
 
 
-def _check(got, x, w):
+def check_dense_bf16(got, x, w):
+    """``got`` is the bf16 product of ``x`` and ``w`` summed in fp32, and within the bf16 tolerance of fp32."""
     exact = bf16_round(x).astype(np.float64) @ bf16_round(w).astype(np.float64)
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
     ref = x @ w
@@ -119,11 +122,11 @@ def _check(got, x, w):
 @pytest.mark.parametrize("m, n, k", [(32, 64, 64), (7, 48, 130), (1, 16, 2)])
 def test_vdpbf16ps_kernel_matches_numpy_at_the_bf16_tolerance(m, n, k):
     lib, _ = _built("cpu", m, n, k, isa="avx512bf16")
-    _check(*_run(lib, m, n, k))
+    check_dense_bf16(*run_dense_bf16(lib, m, n, k))
 
 
 @NEEDS_AMX
 def test_amx_kernel_matches_numpy_at_the_bf16_tolerance():
     lib, choice = _built("cpu", 48, 64, 96, isa="amx")
     assert "AMX" in choice.steps[0]
-    _check(*_run(lib, 48, 64, 96))
+    check_dense_bf16(*run_dense_bf16(lib, 48, 64, 96))

@@ -9,7 +9,7 @@ import pytest
 from explorer.passes.bf16_dense import bf16_kernels, bf16_products, why_fp32
 from explorer.precision import bf16_module
 from explorer.target import parse_target
-from tests.test_bf16_attention import _attention_relax
+from tests.test_bf16_attention import attention_relax
 
 
 @pytest.mark.parametrize("m, n, k", [(16, 64, 64), (16, 192, 64), (64, 64, 256), (128, 768, 768)])
@@ -37,7 +37,7 @@ def test_siblings_are_judged_as_the_one_kernel_they_become():
     """Q, K and V of 16 x 64 (64 outputs each) are one product of 192 outputs: kept on vdpbf16ps
     (N < 256), all three; AMX tiles take them as one kernel. (Its heads' products, 16 x 32 x 16,
     stay fp32 by attention's own rule.)"""
-    mod = _attention_relax(seq=16, hidden=64)
+    mod = attention_relax(seq=16, hidden=64)
     kernels, kept = bf16_kernels(mod["main"], "avx512bf16")
     assert kernels == [] and len(kept) == 3 and all(line.startswith("16x64 -> 192:") for line in kept)
     kernels, kept = bf16_kernels(mod["main"], "amx")
@@ -50,12 +50,12 @@ def test_a_bf16_build_lists_the_products_it_kept_in_fp32_per_target():
     """What :func:`explorer.precision.for_precision` puts in the build's list of what stayed fp32
     (the heads' products, two a build, run in bf16 by attention's rule)."""
     for spec in ("cpu:sapphirerapids", "cpu:znver4"):  # 16 x 256 -> 768 pays on both
-        _, converted, kept = bf16_module(_attention_relax(seq=16, hidden=256), parse_target(spec))
+        _, converted, kept = bf16_module(attention_relax(seq=16, hidden=256), parse_target(spec))
         assert converted == 3 + 2 and not any("weight product(s)" in line for line in kept), spec
-    _, converted, kept = bf16_module(_attention_relax(seq=64, hidden=256), parse_target("cpu:znver4"))
+    _, converted, kept = bf16_module(attention_relax(seq=64, hidden=256), parse_target("cpu:znver4"))
     assert converted == 2 and [line for line in kept if "weight product(s)" in line] == [
         "3 weight product(s) where bf16 does not pay on the target's vdpbf16ps (rows x K -> N): 64x256 -> 768 x3"]
-    _, converted, kept = bf16_module(_attention_relax(seq=64, hidden=256), parse_target("cpu:sapphirerapids"))
+    _, converted, kept = bf16_module(attention_relax(seq=64, hidden=256), parse_target("cpu:sapphirerapids"))
     assert converted == 3 + 2 and not any("weight product(s)" in line for line in kept)
 
 
@@ -65,7 +65,7 @@ def test_compute_bound_products_follow_the_measured_vdpbf16ps_rate_as_convolutio
     assert "64 rows > 16" in why_fp32(64, 768, 768, "avx512bf16")
     assert why_fp32(64, 768, 768, "avx512bf16", fast_vectors=True) is None
     assert "N = 64" in why_fp32(16, 64, 256, "avx512bf16", fast_vectors=True)
-    mod = _attention_relax(seq=64, hidden=256)
+    mod = attention_relax(seq=64, hidden=256)
     assert bf16_kernels(mod["main"], "avx512bf16", fast_vectors=True)[1] == []
 
 
@@ -91,6 +91,6 @@ def test_on_this_machine_a_fast_measured_vdpbf16ps_takes_the_compute_bound_produ
         calibration.save(calibration.Calibration(hardware_fingerprint(), 480.0, 20.0, "now",
                                                  calibration.CALIBRATION_VERSION, fma_gflops=477.0,
                                                  numpy_gflops=300.0, families=(vector,)))
-        _, done, kept = bf16_module(_attention_relax(seq=64, hidden=256), host_target())
+        _, done, kept = bf16_module(attention_relax(seq=64, hidden=256), host_target())
         assert done == converted, (rate, kept)
         assert any("64x256 -> 768 x3" in line for line in kept) == (converted == 2)

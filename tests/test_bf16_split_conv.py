@@ -14,7 +14,7 @@ from explorer.passes.bf16_conv_split import PARTS, pack_split_weights, split_con
 from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from tests.test_bf16_direct_conv import _conv, _out  # (NHWC reference in float64, output size)
+from tests.direct_bf16_conv import conv_out_size, reference_conv_nhwc  # (NHWC reference in float64, output size)
 from tests.test_bf16_kernels import NEEDS_AMX
 
 # n, c, h, w, oc, kernel, stride, pad: MobileNetV2's 1x1 expansion (64 -> 384) at a small map, 24
@@ -27,7 +27,7 @@ IDS = ["expand-1x1", "24-channels", "strided-1x1", "padded-3x3"]
 def _func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
     packed = pack_split_weights(np.zeros((oc, c, k, k), np.float32))
     return split_conv_func((n, h, w, c), packed.shape, strides=(s, s), padding=(p, p),
-                           out_hw=(_out(h, k, s, p), _out(w, k, s, p)))
+                           out_hw=(conv_out_size(h, k, s, p), conv_out_size(w, k, s, p)))
 
 
 def test_the_rule_splits_short_reductions_with_enough_work_per_pixel_and_says_why_the_others_stay_fp32():
@@ -89,12 +89,14 @@ def test_split_product_matches_the_rounded_input_by_fp32_weights_where_plain_bf1
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
     rng = np.random.default_rng(1)
     x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((n, _out(h, k, s, p), _out(w, k, s, p), -(-oc // 16) * 16), "float32"))
+    out_shape = (n, conv_out_size(h, k, s, p), conv_out_size(w, k, s, p), -(-oc // 16) * 16)
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_split_weights(wt)), out)
-    got, ref = out.numpy()[..., :oc], _conv(bf16_round(x), wt, s, p)  # Xh by the fp32 weights
+    got, ref = out.numpy()[..., :oc], reference_conv_nhwc(bf16_round(x), wt, s, p)  # Xh by the fp32 weights
     scale = np.abs(ref).max()
     assert np.abs(got - ref).max() <= 5e-5 * scale  # ~fp32: the sums' own rounding
-    assert np.abs(_conv(bf16_round(x), bf16_round(wt), s, p) - ref).max() > 5e-4 * scale  # what plain bf16 is off by
+    plain_bf16 = reference_conv_nhwc(bf16_round(x), bf16_round(wt), s, p)
+    assert np.abs(plain_bf16 - ref).max() > 5e-4 * scale  # what plain bf16 is off by
 
 
 def test_amx_models_compute_short_expansions_as_split_products_and_keep_narrow_ones_fp32():

@@ -18,10 +18,9 @@ from explorer.schedule.defaults.variants import BF16_VARIANTS, DefaultVariant, d
 from explorer.schedule.trace import replay
 from explorer.target import parse_target
 from explorer.workload import owned_task_module
-from tests import test_bf16_conv as conv
-from tests import test_bf16_kernels as dense
+from tests.test_bf16_conv import SHAPES as CONV_SHAPES, check_conv_bf16, conv_bf16_func, run_conv_bf16
 from tests.test_bf16_export import mlp_path  # noqa: F401 - the fixture: an MLP whose two matmuls become bf16
-from tests.test_bf16_kernels import HAS_AMX, NEEDS_BF16
+from tests.test_bf16_kernels import HAS_AMX, NEEDS_BF16, check_dense_bf16, dense_bf16_func, run_dense_bf16
 
 
 def test_sizes_need_the_instruction_they_are_counted_in_and_the_label_says_the_choice():
@@ -46,7 +45,7 @@ def _compiled(func, variant, target):
                                         ("cpu:znver4", ["avx512bf16"] * 4)])
 def test_a_dense_kernels_variants_list_their_knobs_and_use_their_instruction(spec, isas):
     target = parse_target(spec)
-    func = dense._func(32, 64, 64)
+    func = dense_bf16_func(32, 64, 64)
     variants = default_variants(func, target.cpu_spec(), limit=4)
     assert [v.variant.bf16_isa for v in variants] == isas, [v.variant.label for v in variants]
     if isas[0] == "amx":  # the rule's 2 x 2 tiles: the other grids first
@@ -61,7 +60,7 @@ def test_a_dense_kernels_variants_list_their_knobs_and_use_their_instruction(spe
 
 
 def test_a_kernel_amx_does_not_fit_gets_vdpbf16ps_variants_only():
-    variants = default_variants(dense._func(8, 64, 64), parse_target("cpu:sapphirerapids").cpu_spec(), limit=6)
+    variants = default_variants(dense_bf16_func(8, 64, 64), parse_target("cpu:sapphirerapids").cpu_spec(), limit=6)
     assert variants and all(v.variant.bf16_isa == "avx512bf16" for v in variants)
 
 
@@ -69,7 +68,7 @@ def test_the_variants_are_bf16_choices_only_and_an_avx2_cpu_has_none():
     assert all(v.bf16_isa and not v.rank and v.pixels and v.tails for v in BF16_VARIANTS)
     assert len(set(BF16_VARIANTS)) == len(BF16_VARIANTS)
     cpu = parse_target("cpu:x86-64-v3").cpu_spec()  # no bf16 product: the fp32 register tile's variants
-    assert not any(v.variant.bf16_isa for v in default_variants(dense._func(32, 64, 64), cpu, limit=6))
+    assert not any(v.variant.bf16_isa for v in default_variants(dense_bf16_func(32, 64, 64), cpu, limit=6))
 
 
 def _distinct_replayed(func, cpu, limit=6):
@@ -91,25 +90,25 @@ def _distinct_replayed(func, cpu, limit=6):
 def test_a_dense_kernels_variants_compute_it_at_the_bf16_tolerance():
     target = parse_target("cpu")
     m, n, k = 32, 64, 96
-    func = dense._func(m, n, k)
+    func = dense_bf16_func(m, n, k)
     variants = _distinct_replayed(func, target.cpu_spec())
     assert any(v.variant.bf16_isa == "amx" for v in variants) == HAS_AMX
     for v in variants:
         sch = replay(owned_task_module(func), v.trace)
         lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), target=target.tvm())
-        dense._check(*dense._run(lib, m, n, k))
+        check_dense_bf16(*run_dense_bf16(lib, m, n, k))
 
 
 @NEEDS_BF16
 def test_a_convolutions_variants_compute_it_at_the_bf16_tolerance():
     target = parse_target("cpu")
-    shape = conv.SHAPES[0]
-    func = conv._func(*shape)
+    shape = CONV_SHAPES[0]
+    func = conv_bf16_func(*shape)
     variants = _distinct_replayed(func, target.cpu_spec(), limit=4)
     for v in variants:
         sch = replay(owned_task_module(func), v.trace)
         lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), target=target.tvm())
-        conv._check(*conv._run(lib, shape), shape)
+        check_conv_bf16(*run_conv_bf16(lib, shape), shape)
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from tests.browser import chromium_page, open_page, pick_option, schedx_ui, screenshot_dir
+from tests.browser import (apply_schedule_step, chromium_page, open_page, pick_and_settle, schedx_ui,
+                           screenshot_dir, settle)
 
 pytestmark = pytest.mark.browser
 
@@ -23,27 +24,13 @@ def page():
         yield pg
 
 
-def _pick(page, label: str, option_text: str) -> None:
-    """Choose an option in the Streamlit selectbox labelled ``label`` (its list not filtered)."""
-    _settle(page)
-    pick_option(page, label, option_text, type_text=False)
-    _settle(page)
-
-
-def _settle(page) -> None:
-    """Wait until Streamlit has finished the rerun the last interaction started."""
-    page.wait_for_timeout(250)
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')"
-                           " && !document.querySelector('[data-testid=\"stStatusWidget\"]')")
-
-
 def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     """The Graph & passes page's three views on ResNet-18, for the README's screenshots (the
     graph viewer's own tests are in tests/test_browser_graph.py)."""
     open_page(page, ui_url, "Graph & passes")
     assert page.get_by_role("button", name="Deploy").count() == 0  # Streamlit's own, not schedx's (issue 29)
     assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
-    _pick(page, "Model", "ResNet-18")
+    pick_and_settle(page, "Model", "ResNet-18")
     after = page.locator('.sx-panel[data-side="after"]')
     after.locator("g.n").nth(60).wait_for(state="attached")
     assert after.locator("text.cl").first.text_content().startswith("fused_")  # a fused group
@@ -52,9 +39,9 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     page.locator('.sx-panel[data-side="before"] .sx-info').wait_for()
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-graph.png"), full_page=False)
     page.get_by_role("radio", name="TVMScript", exact=True).click()
-    _settle(page)
+    settle(page)
     page.get_by_text("Side by side").click()
-    _settle(page)
+    settle(page)
     page.locator('[data-testid="stExpander"] summary').filter(has_text="main: changed").first.click()
     page.locator("table.sbs").first.wait_for()
     assert "fused_" in page.content()
@@ -64,28 +51,13 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-counts.png"), full_page=False)
 
 
-def _apply_step(page, primitive: str, loop: str, factors: str | None = None) -> None:
-    page.get_by_role("combobox", name="Primitive", exact=True).click()
-    page.keyboard.type(primitive)  # the list renders only the options near the one selected
-    page.get_by_role("option", name=primitive, exact=True).click()
-    _settle(page)
-    _pick(page, "loop", loop)
-    if factors is not None:
-        box = page.get_by_label("factors", exact=True)
-        box.fill(factors)
-        box.press("Enter")
-        _settle(page)
-    page.get_by_role("button", name="Apply", exact=True).click()
-    _settle(page)
-
-
 def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
     open_page(page, f"{ui_url}/schedule", "Next step")
-    _apply_step(page, "split", "C/j  (", "None, 64")
+    apply_schedule_step(page, "split", "C/j  (", "None, 64")
     page.get_by_text("Steps (1 of 1)").wait_for()
-    _apply_step(page, "vectorize", "C/j_1  (")
+    apply_schedule_step(page, "vectorize", "C/j_1  (")
     page.get_by_text("Steps (2 of 2)").wait_for()
-    _apply_step(page, "parallel", "C/i  (")
+    apply_schedule_step(page, "parallel", "C/i  (")
     page.get_by_text("Steps (3 of 3)").wait_for()
     assert "T.vectorized(64)" in page.content() and "T.parallel(512)" in page.content()
     page.get_by_role("button", name="Build & measure").click()
@@ -111,19 +83,19 @@ def test_start_a_search_from_the_ui_and_see_progress_and_leaderboard_rows(ui_url
     done.first.wait_for(timeout=240_000)
     assert "16/16" in page.locator('[data-testid="stMetric"]').filter(has_text="trials").first.inner_text()
     page.locator(".js-plotly-plot").first.wait_for()
-    _settle(page)
+    settle(page)
     # the job watched, from its picker down (the form above it fills a 1000-px window)
     page.get_by_role("combobox", name="Job", exact=True).evaluate("e => e.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(300)
     page.screenshot(path=str(screenshot_dir(tmp_path) / "search.png"), full_page=False)
     page.goto(f"{ui_url}/leaderboard")
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
-    _settle(page)
+    settle(page)
     # the session's database holds other tests' records too (the first best one may be another
     # workload's): pick this search's best record, then read its caption; the search measures the
     # default schedule first, so the best may be it
-    _pick(page, "Record", "matmul_M64_N64_K64_float32")
+    pick_and_settle(page, "Record", "matmul_M64_N64_K64_float32")
     page.get_by_text(re.compile(r"matmul_M64_N64_K64_float32 · (search|default) ·")).first.wait_for(timeout=60_000)
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
-    _settle(page)
+    settle(page)
     page.screenshot(path=str(screenshot_dir(tmp_path) / "leaderboard.png"), full_page=False)

@@ -39,7 +39,7 @@ def _drawn_at(page) -> float:
     return page.evaluate("() => { const r = " + ROOT_JS + "; return r ? Number(r.dataset.drawnAt || -1) : -1; }")
 
 
-def _wait_drawn(page, after_title: str = "After", since: float = -1, min_nodes: int = 1) -> None:
+def wait_graph_drawn(page, after_title: str = "After", since: float = -1, min_nodes: int = 1) -> None:
     """Both graphs painted, the "after" panel titled ``after_title``, later than ``since``."""
     page.wait_for_function(
         "([title, since, n]) => { const r = " + ROOT_JS + "; if (!r) return false;"
@@ -50,7 +50,7 @@ def _wait_drawn(page, after_title: str = "After", since: float = -1, min_nodes: 
 
 def _open(page, url: str) -> None:
     page.goto(url)
-    _wait_drawn(page, "FuseOps")
+    wait_graph_drawn(page, "FuseOps")
     _settle(page)
 
 
@@ -122,7 +122,7 @@ def test_switching_model_relabels_the_pass_pickers(ui_url, page):
     """Issue 12, item 8: after switching model the pickers kept the previous model's timings."""
     _open(page, ui_url)
     pick_option(page, "Model", "Small CNN")
-    _wait_drawn(page, "FuseOps", -1)
+    wait_graph_drawn(page, "FuseOps", -1)
     _settle(page)
     shown = page.get_by_role("combobox", name="After pass", exact=True).input_value()
     page.get_by_role("combobox", name="After pass", exact=True).click()
@@ -149,7 +149,7 @@ def test_passes_switch_and_counts_open_without_plotly(ui_url, page, tmp_path):
         for name in ("LegalizeOps", "FoldConstant", "FuseTIR", "FuseOps"):
             since = _drawn_at(page)
             pick_option(page, "After pass", name)
-            _wait_drawn(page, name, since)
+            wait_graph_drawn(page, name, since)
             if k:
                 times.append(page.evaluate("() => { const r = " + ROOT_JS + "; const c = window.__sxClicks;"
                                            " return Number(r.dataset.drawnAt) - c[c.length - 1]; }"))
@@ -172,7 +172,7 @@ def test_a_1000_node_graph_whole_with_zoom_fit_and_minimap(ui_url, page, tmp_pat
     box = page.get_by_label("...or a path on this machine", exact=True)
     box.fill(path)
     box.press("Enter")
-    _wait_drawn(page, "FuseOps", since, min_nodes=1000)
+    wait_graph_drawn(page, "FuseOps", since, min_nodes=1000)
     _settle(page)
     assert page.get_by_label("First node", exact=False).count() == 0
     after = page.locator('.sx-panel[data-side="after"]')
@@ -279,12 +279,12 @@ def test_the_pages_address_opens_it(ui_url, page):
     """Issue 52: /passes, typed or bookmarked, showed "Page not found" (Streamlit serves its default
     page at "/" alone); the root still opens the page, at its own address."""
     page.goto(f"{ui_url}/passes")
-    _wait_drawn(page, "FuseOps")
+    wait_graph_drawn(page, "FuseOps")
     _settle(page)
     assert page.get_by_role("heading", name="Graph & passes").count() >= 1
     assert page.get_by_text("Page not found").count() == 0
     page.goto(ui_url)
-    _wait_drawn(page, "FuseOps")
+    wait_graph_drawn(page, "FuseOps")
     _settle(page)
     assert page.url.rstrip("/").endswith("/passes") and page.get_by_text("Page not found").count() == 0
 
@@ -310,7 +310,7 @@ def test_the_pass_list_shows_name_time_and_change_or_folds_into_the_picker(ui_ur
         page.get_by_role("combobox", name="After pass", exact=True).click()
         page.keyboard.type("LegalizeOps")
         page.get_by_role("option").filter(has_text="LegalizeOps").first.click()
-        _wait_drawn(page, "LegalizeOps", since)
+        wait_graph_drawn(page, "LegalizeOps", since)
         return
     assert grid.is_visible()
     grid.locator("th").first.wait_for(state="attached")  # the grid (a canvas) can show before its header cells exist
@@ -325,7 +325,7 @@ def test_the_pass_list_shows_name_time_and_change_or_folds_into_the_picker(ui_ur
     frame = grid.locator('[data-testid="stDataFrameResizable"]').bounding_box()
     since = _drawn_at(page)
     page.mouse.click(frame["x"] + 18, frame["y"] + 35 + 35 * index + 17)  # the row's box, by the mouse
-    _wait_drawn(page, names[row], since)
+    wait_graph_drawn(page, names[row], since)
     assert names[row] in page.get_by_role("combobox", name="After pass", exact=True).input_value()
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from explorer.target import host_cpu
 from store import Store
-from tests.browser import chromium_page, open_page, schedx_ui, screenshot_dir
-from tests.test_browser import _apply_step, _pick, _settle
+from tests.browser import (apply_schedule_step, chromium_page, open_page, pick_and_settle, schedx_ui,
+                           screenshot_dir, settle)
 
 pytestmark = pytest.mark.browser
 
@@ -35,8 +35,8 @@ def test_the_assembly_tab_counts_the_vector_instructions_a_step_makes(ui, page, 
     open_page(page, f"{url}/schedule", "Next step")
     page.get_by_role("tab", name="Assembly").click()
     page.get_by_text("instructions", exact=False).first.wait_for()
-    _apply_step(page, "split", "C/j  (", "None, 16")
-    _apply_step(page, "vectorize", "C/j_1  (")
+    apply_schedule_step(page, "split", "C/j  (", "None, 16")
+    apply_schedule_step(page, "vectorize", "C/j_1  (")
     page.get_by_text("Steps (2 of 2)").wait_for()
     page.get_by_role("tab", name="Assembly").click()
     width = host_cpu().vector_width
@@ -71,7 +71,7 @@ def test_the_assembly_tab_counts_the_vector_instructions_a_step_makes(ui, page, 
     if host_cpu().arch == "x86_64":  # the same schedule for an older CPU: narrower vectors
         # scrolled up to the picker as a reader does (scrolled just into view, it sat under Streamlit's header)
         page.get_by_role("combobox", name="Target", exact=True).evaluate("e => e.scrollIntoView({block: 'center'})")
-        _pick(page, "Target", "cpu:x86-64-v2")
+        pick_and_settle(page, "Target", "cpu:x86-64-v2")
         page.get_by_role("tab", name="Assembly").click()
         page.get_by_text("x 128-bit", exact=False).first.wait_for()
 
@@ -97,7 +97,7 @@ def test_the_search_form_validates_follows_and_stops(ui, page):
     page.get_by_role("button", name="Stop this job").click()
     page.locator('[data-testid="stMetric"]').filter(has_text="status").filter(has_text="stopped").first.wait_for(
         timeout=60_000)
-    _settle(page)
+    settle(page)
     eta = page.locator('[data-testid="stMetric"]').filter(has_text="ETA").first.inner_text()
     assert eta.strip().endswith("-")
     assert page.get_by_text("RuntimeError").count() == 0
@@ -108,12 +108,12 @@ def test_the_export_verdict_agrees_with_its_checks(ui, page):
     page.goto(f"{url}/export")
     page.get_by_text("Kernels (").first.wait_for()
     page.locator('section[data-testid="stSidebar"]').get_by_text("Kernel", exact=True).click()
-    _settle(page)
+    settle(page)
     kernel = page.get_by_label("Kernel spec", exact=True)
     kernel.fill("matmul:M=32,N=32,K=32")
     kernel.press("Enter")
-    _settle(page)
-    _pick(page, "Target", "cuda:sm_90")
+    settle(page)
+    pick_and_settle(page, "Target", "cuda:sm_90")
     page.get_by_role("button", name="Build & verify").click()
     page.get_by_text("not run here").first.wait_for(timeout=180_000)
     # the page renders top to bottom: the verdict shows before the download button does

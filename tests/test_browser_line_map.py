@@ -14,8 +14,7 @@ from explorer.schedule.codegen import code_views
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import Step
 from explorer.target import parse_target
-from tests.browser import chromium_page, open_page, schedx_ui, screenshot_dir
-from tests.test_browser import _settle
+from tests.browser import chromium_page, open_page, schedx_ui, screenshot_dir, settle
 
 pytestmark = pytest.mark.browser
 
@@ -57,11 +56,11 @@ def test_hovering_a_loop_header_lights_only_its_own_loop_control(page, tmp_path)
     folded = pg.locator('[data-testid="stExpander"] summary').filter(has_text="load the steps").first
     folded.wait_for()
     folded.click()
-    _settle(pg)
+    settle(pg)
     pg.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(steps))
-    _settle(pg)
+    settle(pg)
     pg.get_by_role("button", name="Replace steps with the file").click()
-    _settle(pg)
+    settle(pg)
     pg.get_by_text("Steps (5 of 5)").wait_for()
     pg.get_by_role("tab", name="Assembly").click()
     view = pg.locator(".sa-root:visible")

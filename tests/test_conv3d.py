@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 
 def _clip_model(path, *, frames=4, size=14, channels=(8, 32)) -> str:
@@ -48,7 +48,7 @@ def test_a_3d_convolution_runs_channels_last_with_vector_tiles_on_every_target(t
     assert choice.rule == "full", choice
     tile = choice.steps[0].split("register tile ")[1].split()[0]
     assert int(tile.split("x")[1]) >= cpu.lanes("float32"), choice.steps
-    _assert_vector_width(_asm(scheduled, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(scheduled, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.heavy

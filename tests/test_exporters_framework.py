@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from benchmarks.bench_corpus import _shapes, exporter_lines
+from benchmarks.bench_corpus import entry_shapes, exporter_lines
 from benchmarks.exporters import build as exporters_build
 
 GOOD = '''
@@ -158,5 +158,5 @@ def test_the_bench_prints_a_line_per_exporter():
     assert lines[0] == "per exporter:"
     assert "tf2onnx" in lines[1] and "imports 2/2, verified 1/2" in lines[1] and "worst 1.25x (b)" in lines[1]
     assert "paddle2onnx" in lines[2] and "imports 0/1, verified 0/1" in lines[2]
-    assert _shapes({"shapes": "input:1x512,sr=16000"}) == "input:1x512,sr=16000"
-    assert _shapes({"shapes": None}) is None and _shapes({"shapes": {"x": "1x3"}}) == "x:1x3"
+    assert entry_shapes({"shapes": "input:1x512,sr=16000"}) == "input:1x512,sr=16000"
+    assert entry_shapes({"shapes": None}) is None and entry_shapes({"shapes": {"x": "1x3"}}) == "x:1x3"

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 
 def _window_attention(path) -> str:
@@ -50,7 +50,7 @@ def test_an_attention_einsum_copies_its_key_for_the_vectors_and_tiles_the_scores
     assert choice.rule == "full" and "copied with the vector axis innermost" in said, choice.steps
     tile = said.split("register tile ")[1].split()[0]
     assert int(tile.split("x")[1]) % cpu.lanes("float32") == 0, said  # whole vectors over the padded j
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.heavy

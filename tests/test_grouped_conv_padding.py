@@ -20,7 +20,7 @@ from explorer.schedule.defaults.inline import GROUPED_PAD_MIN_REDUCTION
 from explorer.schedule.defaults.tile_cost import L1_BYTES, cycles_per_fma
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 # (input channels, output channels, size, groups): multiply-adds per output = in / groups * 9
 SHORT = (64, 64, 28, 2)  # groups of 32: Winograd leaves it direct; 32 * 9 = 288
@@ -63,7 +63,7 @@ def test_a_short_grouped_reduction_tests_its_border_inline_with_registers_to_spa
     # accumulators, the weight vectors, the broadcast row and two for the border test
     assert rows * vectors + vectors + 1 + 2 <= cpu.registers, (choice.steps[0], cpu.registers)
     assert "if_then_else" in func.script()
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
@@ -72,7 +72,7 @@ def test_a_long_grouped_reduction_reads_a_padded_copy(isa, tmp_path):
     assert LONG[0] // LONG[3] * 9 >= GROUPED_PAD_MIN_REDUCTION
     func, choice = default_schedule(_conv_task(tmp_path, LONG).mod["main"], target.cpu_spec())
     assert choice.rule == "full" and any("(pad_temp)" in s for s in choice.steps), choice.steps
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 def test_a_two_row_tile_streaming_its_weights_from_l2_costs_more_than_the_fma_bound():

@@ -194,7 +194,7 @@ def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again(dot):
     assert TensorIntrin.get(dot.name, allow_missing=True) is not None
 
 
-def _amx_cnn(stem: int = 3, stride: int = 1, side: int = 16) -> onnx.ModelProto:
+def amx_int8_cnn(stem: int = 3, stride: int = 1, side: int = 16) -> onnx.ModelProto:
     """A ``stem x stem`` stem 3 -> 64 on a ``side x side`` image (3x3: vpdpbusd, 27 products a sum;
     7x7 stride 2: AMX tiles, a kernel row a tdpbusd), then 3x3 64 -> 64 and a strided 3x3 64 -> 64
     (AMX tiles: 16 and 8 rows), each with ReLU."""
@@ -228,7 +228,7 @@ def test_a_quantized_cnn_on_amx_tiles_exports_verified_against_onnx_runtime(tmp_
     verification against ONNX Runtime; the bundle's library holds the tile instructions (and a 7x7
     stride-2 stem on them too: no vpdpbusd left)."""
     path = tmp_path / "amx-qdq.onnx"
-    onnx.save(ort_quantize(_amx_cnn(stem, stride, side), tmp_path), path)
+    onnx.save(ort_quantize(amx_int8_cnn(stem, stride, side), tmp_path), path)
     bundle = tmp_path / "bundle"
     # as a user runs it: a process of its own. In a pytest worker that had run hundreds of tests before,
     # ONNX Runtime's own int8 run (the reference, on its AMX kernels) died with SIGILL twice on the

@@ -66,7 +66,7 @@ def test_the_rewrite_follows_the_cpu_it_compiles_for(tmp_path, config, rewritten
     assert bool(_int8_kernels(out)) == rewritten
 
 
-def _conv_kernel(size: int, weight_max: int, stride: int = 1):
+def int8_conv_kernel(size: int, weight_max: int, stride: int = 1):
     """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels, a ``size`` x
     ``size`` output), numpy inputs and the exact reference."""
     from explorer.passes.qdq_int8 import conv2d_nhwc_int8
@@ -96,7 +96,7 @@ def test_default_schedule_tensorizes_and_computes_exactly_on_this_cpu(size, stri
     cpu = dataclasses.replace(_cpu("cpu"), int8_amx=False)  # the vector instructions (AMX: tests/test_int8_amx.py)
     if not cpu.int8_dot:
         pytest.skip("this CPU has no int8 dot-product instructions schedx knows")
-    func, args, ref = _conv_kernel(size, 63, stride)
+    func, args, ref = int8_conv_kernel(size, 63, stride)
     scheduled, choice = default_schedule(func, cpu)
     assert choice.rule == "full" and int8_dot.NAME_PREFIX in choice.steps[0], choice
     assert f"_{rows}x" in choice.steps[0]
@@ -113,7 +113,7 @@ def test_each_vector_width_builds_its_instruction(spec, isa, instruction):
     """Built for each x86 width (run only where the host has it: the test above)."""
     cpu = _cpu(spec)
     assert cpu.int8_dot == isa
-    func, _, _ = _conv_kernel(8, 63)
+    func, _, _ = int8_conv_kernel(8, 63)
     scheduled, choice = default_schedule(func, cpu)
     assert f"{int8_dot.NAME_PREFIX}{isa}_4x" in choice.steps[0]
     lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target(spec).tvm())
@@ -130,7 +130,7 @@ def test_two_weight_panels_per_tile_where_the_registers_hold_their_accumulators(
     from explorer.schedule.defaults.int8 import _panels
 
     cpu = _cpu(spec)
-    func, _, _ = _conv_kernel(size, 63)
+    func, _, _ = int8_conv_kernel(size, 63)
     scheduled, choice = default_schedule(func, cpu)
     assert f"_{rows}x" in choice.steps[0] and (f"x {panels} panel" in choice.steps[0]), choice.steps[0]
     lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target(spec).tvm())
@@ -142,7 +142,7 @@ def test_two_weight_panels_per_tile_where_the_registers_hold_their_accumulators(
 
 
 def test_weights_that_would_saturate_get_no_saturating_intrinsic():
-    func, _, _ = _conv_kernel(8, 100)  # int8 weights up to 100: vpmaddubsw's int16 pair sums can overflow
+    func, _, _ = int8_conv_kernel(8, 100)  # int8 weights up to 100: vpmaddubsw's int16 pair sums can overflow
     block = next(b for b in _blocks(func) if int8_dot.weight_max(b) is not None)
     assert not int8_dot.fits(int8_dot.Int8Dot("avx2", 4), block)
     assert int8_dot.fits(int8_dot.Int8Dot("vnni", 4), block)  # vpdpbusd sums in int32: exact
@@ -153,7 +153,7 @@ def test_weights_that_would_saturate_get_no_saturating_intrinsic():
 
 
 def test_a_strided_convolution_is_offered_only_the_one_row_intrinsic():
-    func, _, _ = _conv_kernel(8, 63, stride=2)
+    func, _, _ = int8_conv_kernel(8, 63, stride=2)
     block = next(b for b in _blocks(func) if int8_dot.weight_max(b) is not None)
     assert int8_dot.row_stride(block) == 2
     assert [d.rows for d in int8_dot.for_target(parse_target("cpu:haswell")) if int8_dot.fits(d, block)] == [1]

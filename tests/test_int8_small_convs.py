@@ -127,10 +127,10 @@ def test_a_quantized_image_is_padded_to_whole_vector_rows_and_quantized_along_th
     whole float vectors (ResNet's 230 columns were read value by value: 0.25 of its 2.3 ms)."""
     from explorer.models import load_model
     from explorer.workload.model_kernels import model_kernels
-    from tests.test_int8_amx import _amx_cnn
+    from tests.test_int8_amx import amx_int8_cnn
 
     path = tmp_path / "stem7.onnx"
-    onnx.save(ort_quantize(_amx_cnn(stem=7, stride=2, side=30), tmp_path), path)
+    onnx.save(ort_quantize(amx_int8_cnn(stem=7, stride=2, side=30), tmp_path), path)
     with tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}):  # (the rewrite wants int8 dot products)
         kernels = model_kernels(load_model(str(path), None))
     image = next(k for k in kernels if "quantize" in k.name and "transpose" in k.name)

@@ -13,16 +13,13 @@ import re
 
 import numpy as np
 import pytest
-import tvm
 
 from explorer.schedule import microkernel
 from explorer.schedule.codegen import asm_stats
 from explorer.schedule.defaults import default_schedule
 from explorer.target import host_target, parse_target
 from explorer.workload import load_kernel, load_workload
-
-TARGETS = {"avx2": "cpu:x86-64-v3", "avx512": "cpu:x86-64-v4", "neon": "aarch64:cortex-a76"}
-VECTOR_BITS = {"avx2": 256, "avx512": 512, "neon": 128}
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 CONV_56 = "conv2d_nhwc:N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1"  # ResNet-18's 56x56 3x3 conv
 CONV_7 = "conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1"  # its last, 9.4 MB of weights
@@ -48,19 +45,6 @@ DECISIONS = {
 }
 
 
-def _asm(func_or_mod, target) -> str:
-    mod = func_or_mod if isinstance(func_or_mod, tvm.IRModule) else tvm.IRModule({"main": func_or_mod})
-    lib = tvm.compile(mod, target=target.tvm())
-    return (lib.mod.imports[0] if lib.mod.imports else lib.mod).inspect_source("asm")
-
-
-def _assert_vector_width(asm: str, bits: int) -> None:
-    """FMAs of ``bits``-wide vectors, and no vector register wider than the target has."""
-    stats = asm_stats(asm)
-    assert stats.fma.get(bits, 0) > 0, stats.summary()
-    assert max(stats.vector, default=0) <= bits, stats.summary()
-
-
 @pytest.mark.parametrize("isa", sorted(TARGETS))
 @pytest.mark.parametrize("spec", sorted(DECISIONS), ids=lambda s: s.split(",stride")[0])
 def test_the_default_tiles_follow_the_target_and_build_to_its_vector_width(spec, isa):
@@ -73,7 +57,7 @@ def test_the_default_tiles_follow_the_target_and_build_to_its_vector_width(spec,
     assert (f"the last {tail} in {tail}x" in said) if tail else ("the last" not in said), said
     assert ("outputs as one axis" in said) is fused, said
     assert ("weights packed in panels" in said) is packed, said
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 def _fma_region_spills(asm: str, isa: str) -> tuple[int, int]:
@@ -101,7 +85,7 @@ def test_a_register_tile_fits_the_register_file_with_its_weights_and_row_operand
     in the FMA loop of ResNet's 3x3 convs, NEON's 7x16 likewise (468 moves)."""
     target = parse_target(TARGETS[isa])
     func, _ = default_schedule(load_kernel(spec).func, target.cpu_spec())
-    assert _fma_region_spills(_asm(func, target), isa) == (0, 0)
+    assert _fma_region_spills(target_asm(func, target), isa) == (0, 0)
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
@@ -112,9 +96,9 @@ def test_a_weight_wider_than_the_tile_is_packed_at_build_time_for_every_target(i
     from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
     from explorer.ir.relax_walk import prim_funcs
     from export.build import prepare
-    from tests.test_weight_layouts import _matmul_model
+    from tests.test_weight_layouts import matmul_model
 
-    _, weight = _matmul_model(tmp_path / "mm.onnx")
+    _, weight = matmul_model(tmp_path / "mm.onnx")
     target = parse_target(TARGETS[isa])
     prepared = prepare(load_workload(str(tmp_path / "mm.onnx")), target)
     assert prepared.packed == 1
@@ -160,26 +144,26 @@ def test_a_weight_whose_row_one_tile_spans_is_left_in_place(isa):
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
 def test_the_micro_kernel_is_as_wide_as_the_targets_vectors_and_builds_to_its_fmas(isa):
-    from tests.test_microkernel import _tensorized
+    from tests.test_microkernel import tensorized_matmul
 
     target = parse_target(TARGETS[isa])
     mk = microkernel.for_target(target)
     assert mk is not None and mk.nr == VECTOR_BITS[isa] // 32
-    sch = _tensorized(load_kernel(f"matmul:M=16,N={2 * mk.nr},K=8"), mk)
-    _assert_vector_width(_asm(sch.mod, target), VECTOR_BITS[isa])
+    sch = tensorized_matmul(load_kernel(f"matmul:M=16,N={2 * mk.nr},K=8"), mk)
+    assert_vector_width(target_asm(sch.mod, target), VECTOR_BITS[isa])
 
 
 def test_int8_kernels_take_the_targets_dot_product_or_none():
     """x86 widths and their instructions are built in tests/test_int8_kernels.py; NEON has no int8
     intrinsic in schedx: its int8 conv still gets a default schedule that builds to NEON vectors."""
-    from tests.test_int8_kernels import _conv_kernel
+    from tests.test_int8_kernels import int8_conv_kernel
 
     target = parse_target(TARGETS["neon"])
     assert target.cpu_spec().int8_dot == ""
-    func, _, _ = _conv_kernel(8, 63)
+    func, _, _ = int8_conv_kernel(8, 63)
     scheduled, choice = default_schedule(func, target.cpu_spec())
     assert "schedx_int8" not in " ".join(choice.steps)
-    stats = asm_stats(_asm(scheduled, target))
+    stats = asm_stats(target_asm(scheduled, target))
     assert stats.vector.get(128, 0) > 0 and max(stats.vector) == 128, stats.summary()
 
 
@@ -195,7 +179,7 @@ def test_a_host_that_hides_avx512_gets_avx2_decisions_and_code(monkeypatch):
     assert target.vector_width == 256 and "avx512f" not in target.features
     func, choice = default_schedule(load_kernel(CONV_56).func, target.cpu_spec())
     assert f"register tile {DECISIONS[CONV_56]['avx2'][0]} " in choice.steps[0], choice.steps
-    _assert_vector_width(_asm(func, target), 256)
+    assert_vector_width(target_asm(func, target), 256)
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
@@ -206,7 +190,7 @@ def test_the_assembly_view_finds_the_hot_loop_on_every_target(isa):
 
     target = parse_target(TARGETS[isa])
     func, _ = default_schedule(load_kernel(MATMUL_98).func, target.cpu_spec())
-    asm = _asm(func, target)
+    asm = target_asm(func, target)
     hot = hot_loop(asm)
     assert hot is not None and hot.fma > 0
     lines = asm.splitlines()

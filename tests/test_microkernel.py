@@ -28,7 +28,7 @@ def _fmas(asm: str, lanes: int) -> int:
     return asm_stats(asm).fma.get(32 * lanes, 0)
 
 
-def _tensorized(kernel, mk: microkernel.MicroKernel):
+def tensorized_matmul(kernel, mk: microkernel.MicroKernel):
     """``kernel`` (a matmul) tiled to the micro-kernel's shape by hand and tensorized."""
     from tvm import s_tir
 
@@ -85,7 +85,7 @@ def test_the_hosts_intrinsic_registers_once_and_from_a_trace():
 def test_hand_tensorized_matmul_matches_numpy_and_uses_fma_of_the_hosts_width():
     mk = microkernel.for_target(HOST)
     k = builtin_kernel("matmul", M=64, N=4 * mk.nr, K=32)
-    sch = _tensorized(k, mk)
+    sch = tensorized_matmul(k, mk)
     assert "T.Broadcast" in sch.mod.script()
     assert check(k, sch.mod, target=HOST, isolate=False) == (True, "")
     assert _fmas(_asm(sch.mod, HOST), mk.nr) > 0
@@ -95,7 +95,7 @@ def test_hand_tensorized_matmul_matches_numpy_and_uses_fma_of_the_hosts_width():
 def test_avx512_kernel_builds_to_zmm_fma_without_running():
     target = parse_target("cpu:x86-64-v4")
     mk = microkernel.for_target(target)
-    sch = _tensorized(builtin_kernel("matmul", M=16, N=32, K=8), mk)
+    sch = tensorized_matmul(builtin_kernel("matmul", M=16, N=32, K=8), mk)
     assert _fmas(_asm(sch.mod, target), 16) > 0  # built for AVX-512; not run here
 
 

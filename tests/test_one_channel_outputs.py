@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_kernel
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 MASK_HEAD = "conv2d_nhwc:N=1,C=32,H=64,W=64,K=1,R=3,S=3,stride=1,pad=1"
 REGRESSION_HEAD = "matmul:M=64,N=1,K=256"
@@ -37,7 +37,7 @@ def test_a_one_channel_convolution_tiles_its_pixels_from_a_copy_laid_out_for_the
     tile = said.split("register tile ")[1].split()[0]
     assert int(tile.split("x")[1]) >= cpu.lanes("float32"), said
     assert "T.vectorized" in func.script()
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
@@ -49,8 +49,8 @@ def test_a_convolution_to_three_channels_vectorizes_its_pixels_with_the_channels
     assert choice.rule == "full" and said.startswith("register tile 3x"), choice.steps
     assert "copied with the vector axis innermost" in said, said
     assert int(said.split("register tile 3x")[1].split()[0]) % cpu.lanes("float32") == 0, said
-    asm = _asm(func, target)
-    _assert_vector_width(asm, VECTOR_BITS[isa])
+    asm = target_asm(func, target)
+    assert_vector_width(asm, VECTOR_BITS[isa])
     if isa != "neon":  # accumulators in registers: no lane-by-lane assembly around the multiply-adds
         assert asm.count("vinsertps") < 40, asm.count("vinsertps")
 
@@ -83,7 +83,7 @@ def test_a_product_by_one_column_sums_in_vector_partial_results(isa):
     cpu = target.cpu_spec()
     func, choice = default_schedule(load_kernel(REGRESSION_HEAD).func, cpu)
     assert f"{cpu.lanes('float32')} partial results in a vector" in " ".join(choice.steps), choice.steps
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 def _heads_model(path) -> str:
@@ -140,7 +140,7 @@ def test_a_product_to_three_columns_copies_its_input_once_straight_into_panels(i
     readers = [b for b in blocks(func) if any(r.source.same_as(func.params[0]) for r in b.reads)]
     assert len(readers) == 1 and readers[0].name_hint.endswith("_global_global"), names  # the panels' copy
     assert sum(n.startswith("A_global") for n in names) == 1, names  # and no copy before it
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.heavy

@@ -16,7 +16,7 @@ from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 PRIME = 1031  # outputs no power of two divides
 
@@ -50,7 +50,7 @@ def test_a_head_no_vector_divides_runs_in_whole_vectors_over_padded_packed_weigh
     copies = [b for b in blocks(func) if LAYOUT_REWRITE_PREPROC in b.annotations]
     assert len(copies) == 1 and copies[0].reads[0].source.same_as(func.params[1]), [b.name_hint for b in blocks(func)]
     assert not any(b.name_hint == "w_pad" or b.name_hint.endswith("B_pad") for b in blocks(func))
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))

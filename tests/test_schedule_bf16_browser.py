@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import chromium_page, open_page, pick_option, schedx_ui, screenshot_dir
+from tests.browser import chromium_page, open_page, pick_option, schedx_ui, screenshot_dir, settle
 from tests.test_bf16_kernels import HAS_BF16
-from tests.test_browser_readability import _settle
 
 pytestmark = pytest.mark.browser
 
@@ -22,14 +21,14 @@ def test_a_models_bf16_kernel_is_picked_built_and_measured(tmp_path, width, heig
         open_page(page, f"{url}/schedule", "Next step")
         sidebar = page.locator('section[data-testid="stSidebar"]')
         sidebar.get_by_text("From a model", exact=True).click()
-        _settle(page)
+        settle(page)
         pick_option(page, "Model", "Small CNN")
-        _settle(page)
+        settle(page)
         sidebar.get_by_text("bf16", exact=True).click()  # the Precision choice, by the mouse
-        _settle(page)
+        settle(page)
         assert page.get_by_role("radio", name="bf16", exact=True).is_checked()
         pick_option(page, "Fused kernel (most FLOPs first)", "dense_bf16")  # the classifier, in bf16
-        _settle(page)
+        settle(page)
         page.get_by_role("button", name="Build & measure").click()
         page.locator('[data-testid="stMetric"]').filter(has_text="verified").first.wait_for(timeout=300_000)
         verified = page.locator('[data-testid="stMetric"]').filter(has_text="verified").first.inner_text()
@@ -47,7 +46,7 @@ def test_the_bf16_choice_is_left_out_with_the_reason_where_the_cpu_lacks_it(tmp_
             chromium_page(1600, 1000, timeout_ms=240_000) as page:
         open_page(page, f"{url}/schedule", "Next step")
         page.locator('section[data-testid="stSidebar"]').get_by_text("From a model", exact=True).click()
-        _settle(page)
+        settle(page)
         assert page.get_by_role("radio", name="bf16", exact=True).count() == 0  # not offered; int8 still is
         assert page.get_by_role("radio", name="int8", exact=True).is_enabled()
         assert page.get_by_text("bf16 is not available").first.is_visible()

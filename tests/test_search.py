@@ -299,14 +299,14 @@ def test_a_schedule_that_fails_its_confirmation_no_longer_ranks(tmp_path):
 
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from tests.fake_measure import _Done
+    from tests.fake_measure import DoneFuture
 
     class FailsAgain(LuckyRunner):
         def run(self, runner_inputs):
             results = super().run(runner_inputs)
             h = str(runner_inputs[0].artifact_path).split(":", 1)[1]
             if self.ran.count(h) > 1 and h != self.ran[0]:  # a search schedule's second run
-                return [_Done(RunnerResult(None, "run failed: the output differs"))]
+                return [DoneFuture(RunnerResult(None, "run failed: the output differs"))]
             return results
 
     k = builtin_kernel("matmul", M=64, N=64, K=64)

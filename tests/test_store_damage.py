@@ -19,7 +19,8 @@ from store import schema
 PAGE = 4096
 
 
-def _fill(path: Path, n: int) -> Path:
+def filled_store(path: Path, n: int) -> Path:
+    """A schedx database at ``path`` of one workload and ``n`` records, checkpointed whole into the file."""
     with Store(path) as store:
         store.add_workload(Workload(key="1", name="matmul", flops=2 * 64 ** 3, mod_b64="bW9k"))
         store.add_records([Record(workload_key="1", target='{"kind": "llvm"}', hardware="hw", source="search",
@@ -31,7 +32,7 @@ def _fill(path: Path, n: int) -> Path:
     return path
 
 
-def _damage(path: Path, seed: int = 0) -> None:
+def damage_pages(path: Path, seed: int = 0) -> None:
     """Overwrite a run of pages in the middle of the file (the header and schema stay intact)."""
     size = path.stat().st_size
     start = (size // 3) // PAGE * PAGE
@@ -46,8 +47,8 @@ def _digest(path: Path) -> str:
 
 @pytest.fixture
 def damaged(tmp_path) -> Path:
-    path = _fill(tmp_path / "damaged.db", 600)
-    _damage(path)
+    path = filled_store(tmp_path / "damaged.db", 600)
+    damage_pages(path)
     return path
 
 
@@ -65,9 +66,9 @@ def test_a_damaged_database_is_refused_at_open(damaged):
 def test_damage_after_opening_is_a_store_error_not_a_traceback(tmp_path):
     """A file damaged while a process has it open (the UI, a search): the first read that meets a
     bad page raises CorruptDatabaseError; check() finds it at once."""
-    path = _fill(tmp_path / "schedx.db", 3000)  # bigger than SQLite's page cache
+    path = filled_store(tmp_path / "schedx.db", 3000)  # bigger than SQLite's page cache
     with Store(path) as store:
-        _damage(path)
+        damage_pages(path)
         with pytest.raises(CorruptDatabaseError, match="is damaged"):
             store.records()
         with pytest.raises(CorruptDatabaseError, match="is damaged"):
@@ -79,23 +80,23 @@ def test_damage_after_opening_is_a_store_error_not_a_traceback(tmp_path):
 
 
 def test_quick_check_runs_once_per_process_per_file_version(tmp_path):
-    path = _fill(tmp_path / "schedx.db", 50)
+    path = filled_store(tmp_path / "schedx.db", 50)
     Store(path).close()  # the first open in this process checks the file
     db = schema.connect(path)
     try:
         assert schema.check_once(db, path) is False  # unchanged since: not again
     finally:
         db.close()
-    _damage(path)  # the file changed under us: the next open checks it again
+    damage_pages(path)  # the file changed under us: the next open checks it again
     with pytest.raises(CorruptDatabaseError):
         Store(path)
     copy = tmp_path / "copy.db"
-    shutil.copy(_fill(tmp_path / "fresh.db", 5), copy)
+    shutil.copy(filled_store(tmp_path / "fresh.db", 5), copy)
     Store(copy).close()  # a copy is a new file, checked like any other
 
 
 def test_merge_errors_name_the_file_at_fault(tmp_path, damaged):
-    ours_path = _fill(tmp_path / "ours.db", 5)
+    ours_path = filled_store(tmp_path / "ours.db", 5)
     with Store(ours_path) as ours:
         with pytest.raises(CorruptDatabaseError) as err:
             ours.merge(damaged)

@@ -16,7 +16,8 @@ TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["GetLoops", ["b0"], [], ["l
 ARGS = [["TENSOR", "float32", [64, 64]], ["TENSOR", "float32", [64, 64]], ["TENSOR", "float32", [64, 64]]]
 
 
-def _trace(decision):
+def matmul_trace(decision):
+    """The 64x64 matmul's trace (``TRACE``) with ``decision`` for its tile."""
     return [TRACE[0], [[2, decision]]]
 
 
@@ -32,10 +33,10 @@ def write_ms(folder, workloads, records):
 def ms_dir(tmp_path):
     return write_ms(tmp_path / "tune_tir_work", [["9593177933350849261", "okYAAAAAAAB7CiAgInJvb3Rf"],
                                                  ["11208504982831217585", "b3RoZXJtb2R1bGU="]], [
-        [0, [_trace([16, 4]), [0.002, 0.0021, 0.0019], TARGET, ARGS]],
-        [0, [_trace([8, 8]), [0.001, 0.0011], TARGET, ARGS]],
-        [0, [_trace([4, 16]), [1e10], TARGET, ARGS]],  # failed build: MetaSchedule's marker
-        [1, [_trace([2, 32]), [0.004], TARGET, None]],
+        [0, [matmul_trace([16, 4]), [0.002, 0.0021, 0.0019], TARGET, ARGS]],
+        [0, [matmul_trace([8, 8]), [0.001, 0.0011], TARGET, ARGS]],
+        [0, [matmul_trace([4, 16]), [1e10], TARGET, ARGS]],  # failed build: MetaSchedule's marker
+        [1, [matmul_trace([2, 32]), [0.004], TARGET, None]],
     ])
 
 
@@ -54,7 +55,7 @@ def test_import(store, ms_dir):
     assert first.source == "import" and first.hardware == HW
     assert first.median_s == pytest.approx(0.002) and first.latencies == [0.002, 0.0021, 0.0019]
     assert first.gflops is None  # FLOPs unknown to the store
-    assert first.trace == _trace([16, 4]) and first.args_info == ARGS
+    assert first.trace == matmul_trace([16, 4]) and first.args_info == ARGS
     assert json.loads(first.target) == TARGET
     assert records[2].latencies == [] and records[2].median_s is None
     w = store.workload("9593177933350849261")
@@ -139,8 +140,9 @@ def test_import_of_a_folder_without_files(store, tmp_path):
 def _fill(store, key, hardware, medians, created_day):
     store.add_workload(Workload(key=key, name=f"w{key}", flops=10 ** 9, mod_b64="bW9k"))
     return store.add_records([Record(workload_key=key, target='{"kind": "llvm"}', hardware=hardware, source="search",
-                                     status="ok", steps=[], trace=_trace([int(m * 1e4), 1]), latencies=[m], median_s=m,
-                                     gflops=None, environment={}, created=f"2025-01-{created_day:02d}T00:00:00+00:00")
+                                     status="ok", steps=[], trace=matmul_trace([int(m * 1e4), 1]), latencies=[m],
+                                     median_s=m, gflops=None, environment={},
+                                     created=f"2025-01-{created_day:02d}T00:00:00+00:00")
                               for m in medians])
 
 

@@ -82,10 +82,10 @@ def test_corrupt_file_is_an_error_message(tmp_path):
 
 
 def test_damaged_database_is_an_error_message(tmp_path):
-    from tests.test_store_damage import _damage, _fill
+    from tests.test_store_damage import damage_pages, filled_store
 
-    path = _fill(tmp_path / "damaged.db", 600)
-    _damage(path)
+    path = filled_store(tmp_path / "damaged.db", 600)
+    damage_pages(path)
     at = _page(path).run()
     assert not at.exception and not at.dataframe
     assert "damaged.db is damaged" in at.error[0].value

@@ -16,7 +16,7 @@ from explorer.schedule.defaults import default_schedule
 from explorer.schedule.defaults.tile_choice import STREAM_STEP_BYTES
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS, VECTOR_BITS, _asm, _assert_vector_width
+from tests.isa_asm import TARGETS, VECTOR_BITS, assert_vector_width, target_asm
 
 
 def _hidden_layer(path, k=2048, n=1024) -> str:
@@ -41,7 +41,7 @@ def test_a_matrix_vector_product_streams_its_packed_weights_a_few_lines_a_step(i
     assert choice.rule == "full" and "weights packed in panels" in said, choice.steps
     rows, width = (int(x) for x in said.split("register tile ")[1].split()[0].split("x"))
     assert rows == 1 and width % cpu.lanes("float32") == 0 and width * 4 <= STREAM_STEP_BYTES, said
-    _assert_vector_width(_asm(func, target), VECTOR_BITS[isa])
+    assert_vector_width(target_asm(func, target), VECTOR_BITS[isa])
 
 
 @pytest.mark.heavy

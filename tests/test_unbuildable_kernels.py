@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_isa_decisions import TARGETS
+from tests.isa_asm import TARGETS
 
 
 def _argmax_model(path) -> str:

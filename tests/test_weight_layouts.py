@@ -142,7 +142,7 @@ def test_short_reductions_take_one_broadcast_for_more_vectors_on_avx2():
     assert "register tile 7x32 " in choice.steps[0], choice.steps
 
 
-def _matmul_model(path):
+def matmul_model(path):
     """One MatMul by a 256x1024 initializer ``W`` (rows 4 KB apart, 1 MB): its kernel packs ``W``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -161,7 +161,7 @@ def test_a_packed_initializer_is_named_after_it_and_the_model_still_computes_rig
     from explorer.workload.reference import ort_session
     from export.build import build, model_params
 
-    model, weight = _matmul_model(tmp_path / "mm.onnx")
+    model, weight = matmul_model(tmp_path / "mm.onnx")
     workload = load_workload(str(tmp_path / "mm.onnx"))
     built = build(workload, host_target())
     (spec, value), = [(p, v) for p, v in zip(built.params, built.param_values)]
@@ -183,7 +183,7 @@ def test_a_weight_two_kernels_pack_alike_is_packed_and_stored_once(tmp_path):
     import onnx
     from onnx import helper
 
-    model, _ = _matmul_model(tmp_path / "mm.onnx")
+    model, _ = matmul_model(tmp_path / "mm.onnx")
     graph = model.graph
     graph.node.append(helper.make_node("Relu", ["y"], ["r"]))
     graph.node.append(helper.make_node("MatMul", ["r2", "W"], ["z"]))
@@ -216,7 +216,7 @@ def test_a_model_kernel_that_packs_is_verified_whole_and_timed_without_the_packi
     from explorer.measure import measure
     from explorer.measure.run import without_layout_rewrites
 
-    _matmul_model(tmp_path / "mm.onnx")
+    matmul_model(tmp_path / "mm.onnx")
     task = _packing_task(load_workload(str(tmp_path / "mm.onnx")), _host_cpu())
     func, _ = default_schedule(task.mod["main"], _host_cpu())
     timed = without_layout_rewrites(tvm.IRModule({"main": func}))
@@ -237,7 +237,7 @@ def test_a_search_on_a_task_whose_default_packs_its_weights_runs_to_the_end(smal
     from search.tune import tune
     from store import Store
 
-    _matmul_model(tmp_path / "mm.onnx")
+    matmul_model(tmp_path / "mm.onnx")
     task = _packing_task(load_workload(str(tmp_path / "mm.onnx")), _host_cpu())
     with Store(tmp_path / "s.db") as store:
         summary = tune(ValidJob.of_tasks([task], "cpu", source="mm"), store, SearchParams(trials=16, per_batch=8))
