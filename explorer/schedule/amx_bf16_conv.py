@@ -286,7 +286,8 @@ def _funcs(dot: AmxBf16Conv):
 def _rows_funcs(dot: AmxBf16Conv):
     """:func:`_funcs` (update form) for a call over ``out_rows`` whole output rows of ``x`` pixels:
     ``C[y, x, 16 nt] += sum over taps f32(A[y * stride + rh, x * stride + rw, c]) * f32(B[...])``, A
-    the padded input from the call's first pixel, C its first output pixel."""
+    the padded input from the call's first pixel, C its first output pixel; a 1x1 kernel's description
+    without its unit tap axes, as the block drops them."""
     from tvm.script import tirx as T
 
     y, x = dot.out_rows, dot.rows // dot.out_rows
@@ -308,6 +309,20 @@ def _rows_funcs(dot: AmxBf16Conv):
                         B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
 
     @T.prim_func(s_tir=True)
+    def desc1x1(a: T.handle, b: T.handle, c: T.handle) -> None:  # (the block drops its unit tap axes)
+        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        B = T.match_buffer(b, (nt, 1, 1, k2, PANEL, PAIR), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
+            T.writes(C[0:y, 0:x, 0:cols])
+            for r, p, i, _rh, _rw, kk in T.grid(y, x, cols, 1, 1, k):
+                with T.sblock("update"):
+                    vr, vp, vi, vk = T.axis.remap("SSSR", [r, p, i, kk])
+                    C[vr, vp, vi] = C[vr, vp, vi] + _f32(A[vr * s, vp * s, vk]) * _f32(
+                        B[vi // PANEL, 0, 0, vk // PAIR, vi % PANEL, vk % PAIR])
+
+    @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         sh, sw, sy, sx = T.int32(), T.int32(), T.int32(), T.int32()
         A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[sh, sw, 1])
@@ -322,7 +337,7 @@ def _rows_funcs(dot: AmxBf16Conv):
                                      T.int64(kh * kw), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k * 2),
                                      T.Cast("int64", sh * (s * 2)), T.Cast("int64", sy * 4)))
 
-    return desc, impl
+    return (desc1x1 if kh == kw == 1 else desc), impl
 
 
 def _flat_funcs(dot: AmxBf16Conv):

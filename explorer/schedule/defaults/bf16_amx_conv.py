@@ -63,6 +63,12 @@ TALL_GRID = 4
 # 0.127-0.136 ms. Not where the input outweighs the weights (those calls are
 # grouped instead: 3x3 64 -> 128 s2 @28 as two rows 0.091 -> 0.101 ms). False: one row a call.
 ROWS_A_CALL = True
+# 1x1 kernels too (amx_bf16_conv's rows description without tap axes): MobileNetV2's two-product
+# expansions 64 -> 384 and 96 -> 576 @14 alone (one thread, 9 alternated rounds, load 1.3) 0.91x and
+# 0.93x; in the model (one thread, 7 rounds, load 2.8) 0.93x both, 160 -> 960 and 320 -> 1280 @7 0.79x
+# and 0.86x (all 7 rows a call); ResNet-18's layer4.0 1x1 downsample 0.87x, the model level (4.64 /
+# 4.67 ms of kernels). False: 1x1 kernels one row a call, as before.
+ROWS_A_CALL_1X1 = True
 # Where those rows are odd in number (up to this many), one call takes them all: the 2 x 2 grid over
 # each pair of rows, the last row a 1 x 2 grid, one ldtilecfg. ResNet-18's layer4.0 3x3 256 -> 512
 # s2 @7 alone, looped (one thread, 15 alternated rounds, load 3.4): 0.202 -> 0.154 ms best, 0.214 ->
@@ -136,7 +142,7 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec, *, weights_heavy: bo
         mt, nt = TALL_GRID, 1
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
     dot = AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps, update=True)
-    if ROWS_A_CALL and not row_taps and kh * kw > 1 and weights_heavy:
+    if ROWS_A_CALL and not row_taps and (kh * kw > 1 or ROWS_A_CALL_1X1) and weights_heavy:
         dot = _over_rows(dot, rows, cols, extents[-6])
     return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu, weights_heavy)
 
