@@ -25,6 +25,7 @@ from explorer.passes.winograd import WinogradConv3x3
 from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.concat_copies import ConcatAsCopies
+from explorer.passes.expand_depthwise import ExpandIntoDepthwise
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fast_math import FastMathTransform
 from explorer.passes.fold_numpy import FoldConstantNumpy
@@ -98,6 +99,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("GateIntoConvWeights", "schedx: a squeeze-and-excitation gate multiplied into the weights of the 1x1 "
            "convolution that reads the gated map (where the map has more pixels than the weights have "
            "columns), not into the map: one pass over the activations less.", lambda: GateIntoConvWeights),
+        _t("ExpandIntoDepthwise", "schedx: a 1x1 expansion (bias, ReLU6) whose map is larger than a core's L2 "
+           "computed inside the strided depthwise conv that reads it, by bands of output rows: the map never "
+           "leaves the L2.", lambda: ExpandIntoDepthwise),
         _t("DropDeadConvTaps", "schedx: drop the kernel taps of a convolution that only ever read padding "
            "(dilated convolutions on small maps: DeepLabV3's ASPP reads 1 tap of 9).", lambda: DropDeadConvTaps),
         _t("TransposedConvAsPixelShuffle", "schedx: a transposed convolution (upsampling: U-Nets, GAN generators, "

@@ -62,7 +62,8 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "ConcatAs
 # GateIntoConvWeights (an SE gate scaling a 1x1 conv's weights, not the map) too, after both: the
 # weights it scales are no longer constants.
 INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "SinkTransposes",
-                                                 "PadConvOutputChannels", "WinogradConv3x3", "GateIntoConvWeights")
+                                                 "PadConvOutputChannels", "WinogradConv3x3", "GateIntoConvWeights",
+                                                 "ExpandIntoDepthwise")
                                      + _FAST_MATH + TUNING_PASSES)
 INFERENCE_NCHW_PASSES: tuple[str, ...] = _PREPARE + _FAST_MATH + TUNING_PASSES
 # What schedx tunes and exports: its PrimFuncs are the tasks (explorer.workload.fusion).

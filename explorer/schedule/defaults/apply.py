@@ -36,6 +36,7 @@ from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root
 from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
 from explorer.schedule.defaults.bf16_conv import scheduled_already
 from explorer.schedule.defaults.bf16_panels import schedule_panels
+from explorer.schedule.defaults.expand_depthwise import expand_depthwise_blocks, schedule_expand_depthwise
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
 from explorer.schedule.defaults.machine import CpuSpec
@@ -105,6 +106,9 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = Defau
     """The ``full`` rule: producers and epilogues inlined, the reduction register-tiled (``variant``
     picks among its choices, :mod:`.variant`), the schedule and its steps."""
     sch = _fresh(func)
+    fused = expand_depthwise_blocks(sch) if variant == DefaultVariant() else None
+    if fused is not None:  # an expansion inside its depthwise conv: by bands (the next rows: block by block)
+        return sch, schedule_expand_depthwise(sch, fused, cpu)
     inline_producers(sch)
     inline_epilogues(sch)
     steps: list[str] = []

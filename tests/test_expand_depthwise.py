@@ -1,0 +1,111 @@
+"""``ExpandIntoDepthwise``: an inverted-residual block's 1x1 expansion computed inside the strided
+depthwise conv that reads it (one kernel, by bands of output rows); outputs as ONNX Runtime's and
+as the two kernels', and the default rule builds for other CPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from explorer.models import import_onnx
+from explorer.passes.catalog import make_pass
+from explorer.passes.expand_depthwise import expand_into_depthwise
+from explorer.passes.pipelines import INFERENCE_PASSES
+from explorer.schedule.defaults.apply import apply_default_schedules
+from explorer.target import host_target, parse_target
+from tests.onnx_cases import ort_run
+
+INPUTS, EXPANDED, SIDE = 8, 32, 28
+_PASS = "ExpandIntoDepthwise"
+
+
+def _block(stride: int) -> onnx.ModelProto:
+    """x -> 1x1 conv (bias) -> ReLU6 -> 3x3 depthwise conv (``stride``, bias) -> ReLU6 -> 1x1 projection."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.4, shape).astype("float32"), name) for name, shape in
+             (("we", (EXPANDED, INPUTS, 1, 1)), ("be", (EXPANDED,)), ("wd", (EXPANDED, 1, 3, 3)),
+              ("bd", (EXPANDED,)), ("wp", (INPUTS, EXPANDED, 1, 1)))]
+    inits += [numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("lo", 0.0), ("hi", 6.0))]
+    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["ea"]),
+             helper.make_node("Conv", ["ea", "wd", "bd"], ["d"], group=EXPANDED, pads=[1, 1, 1, 1],
+                              strides=[stride, stride]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["da"]),
+             helper.make_node("Conv", ["da", "wp"], ["y"])]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, INPUTS, SIDE, SIDE])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="")
+
+
+def _fused(model: onnx.ModelProto, rewrite: bool) -> tvm.IRModule:
+    """The block through the inference pipeline, the expansion rewritten whatever its size (``rewrite``)
+    or not at all."""
+    mod = import_onnx(model).mod
+    at = INFERENCE_PASSES.index(_PASS)
+    with tvm.target.Target({"kind": "llvm"}):
+        for name in INFERENCE_PASSES[:at]:
+            mod = make_pass(name)(mod)
+        if rewrite:
+            mod = expand_into_depthwise(mod, min_bytes=0)
+        for name in INFERENCE_PASSES[at + 1:]:
+            mod = make_pass(name)(mod)
+    return mod
+
+
+def _kernels(mod: tvm.IRModule) -> list[str]:
+    return [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    target = host_target()
+    scheduled, _ = apply_default_schedules(mod, target.cpu_spec())
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target=target.tvm()), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+@pytest.fixture(scope="module")
+def strided() -> onnx.ModelProto:
+    return _block(2)
+
+
+def test_the_expansion_and_its_depthwise_conv_become_one_kernel_with_both_epilogues(strided):
+    mod = _fused(strided, rewrite=True)
+    names = _kernels(mod)
+    fused = [n for n in names if "expand_depthwise" in n]
+    assert len(fused) == 1 and "maximum" in fused[0] and "minimum" in fused[0], names  # the depthwise ReLU6 fused in
+    before = _kernels(_fused(strided, rewrite=False))
+    assert len(names) == len(before) - 1, (names, before)
+    script = mod[fused[0]].script()
+    assert f"T.int64({SIDE + 2}), T.int64({SIDE + 2}), T.int64({EXPANDED})" in script  # the map, padded
+    assert "T.min(T.max(" in script  # the expansion's ReLU6 inside the kernel
+
+
+def test_the_pipeline_leaves_a_map_smaller_than_the_l2_and_a_stride_1_conv_alone(strided):
+    assert not any("expand_depthwise" in n for n in _kernels(_fused(strided, rewrite=False)))
+    with tvm.target.Target({"kind": "llvm"}):
+        mod = import_onnx(_block(1)).mod
+        for name in INFERENCE_PASSES[:INFERENCE_PASSES.index(_PASS)]:
+            mod = make_pass(name)(mod)
+        assert expand_into_depthwise(mod, min_bytes=0).same_as(mod)  # stride 1: not rewritten
+
+
+def test_the_fused_kernel_computes_what_onnx_runtime_and_the_two_kernels_do(strided):
+    x = np.random.default_rng(1).uniform(-1, 2, (1, INPUTS, SIDE, SIDE)).astype("float32")
+    want = ort_run(strided, {"x": x})[0]
+    fused, pair = _run(_fused(strided, rewrite=True), x), _run(_fused(strided, rewrite=False), x)
+    np.testing.assert_allclose(fused, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fused, pair, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["host", "cpu:znver3", "cpu:sapphirerapids"])
+def test_the_default_rule_schedules_the_kernel_by_bands_and_it_builds(strided, spec):
+    target = host_target() if spec == "host" else parse_target(spec)
+    mod = _fused(strided, rewrite=True)
+    name = next(n for n in _kernels(mod) if "expand_depthwise" in n)
+    scheduled, choices = apply_default_schedules(mod, target.cpu_spec())
+    assert choices[name].rule == "full" and "bands of 7 output rows (15 expanded rows)" in choices[name].steps[0], choices[name]
+    tvm.compile(scheduled, target=target.tvm())  # compiles for that CPU (nothing runs)
