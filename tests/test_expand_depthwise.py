@@ -13,7 +13,7 @@ from tvm import relax
 
 from explorer.models import import_onnx
 from explorer.passes.catalog import make_pass
-from explorer.passes.expand_depthwise import expand_into_depthwise
+from explorer.passes.expand_depthwise import DEFAULT_L2_BYTES, expand_into_depthwise, float_lanes, min_map_bytes
 from explorer.passes.pipelines import INFERENCE_PASSES
 from explorer.schedule.defaults.apply import apply_default_schedules
 from explorer.target import host_target, parse_target
@@ -23,22 +23,36 @@ INPUTS, EXPANDED, SIDE = 8, 32, 28
 _PASS = "ExpandIntoDepthwise"
 
 
-def _block(stride: int) -> onnx.ModelProto:
-    """x -> 1x1 conv (bias) -> ReLU6 -> 3x3 depthwise conv (``stride``, bias) -> ReLU6 -> 1x1 projection."""
+def _block(stride: int, *, side: int = SIDE, expanded: int = EXPANDED, pad: int = 1,
+           expansion_outputs: int | None = None) -> onnx.ModelProto:
+    """x -> 1x1 conv (bias) -> ReLU6 -> 3x3 depthwise conv (``stride``, ``pad``, bias) -> ReLU6 -> 1x1
+    projection; ``expansion_outputs`` 1: the 1x1 conv has one output channel, its bias ``expanded``."""
     rng = np.random.default_rng(0)
+    outputs = expansion_outputs or expanded
+    bias_shape = (expanded,) if outputs == expanded else (expanded, 1, 1)
     inits = [numpy_helper.from_array(rng.normal(0, 0.4, shape).astype("float32"), name) for name, shape in
-             (("we", (EXPANDED, INPUTS, 1, 1)), ("be", (EXPANDED,)), ("wd", (EXPANDED, 1, 3, 3)),
-              ("bd", (EXPANDED,)), ("wp", (INPUTS, EXPANDED, 1, 1)))]
+             (("we", (outputs, INPUTS, 1, 1)), ("be", bias_shape), ("wd", (expanded, 1, 3, 3)),
+              ("bd", (expanded,)), ("wp", (INPUTS, expanded, 1, 1)))]
     inits += [numpy_helper.from_array(np.array(v, "float32"), n) for n, v in (("lo", 0.0), ("hi", 6.0))]
-    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e"]),
-             helper.make_node("Clip", ["e", "lo", "hi"], ["ea"]),
-             helper.make_node("Conv", ["ea", "wd", "bd"], ["d"], group=EXPANDED, pads=[1, 1, 1, 1],
+    expansion = ([helper.make_node("Conv", ["x", "we", "be"], ["e"])] if outputs == expanded else
+                 [helper.make_node("Conv", ["x", "we"], ["e0"]), helper.make_node("Add", ["e0", "be"], ["e"])])
+    nodes = [*expansion, helper.make_node("Clip", ["e", "lo", "hi"], ["ea"]),
+             helper.make_node("Conv", ["ea", "wd", "bd"], ["d"], group=expanded, pads=[pad] * 4,
                               strides=[stride, stride]),
              helper.make_node("Clip", ["d", "lo", "hi"], ["da"]),
              helper.make_node("Conv", ["da", "wp"], ["y"])]
-    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, INPUTS, SIDE, SIDE])],
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, INPUTS, side, side])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="")
+
+
+def _through_pipeline(model: onnx.ModelProto, spec: str) -> tvm.IRModule:
+    """``model`` through every pass of the inference pipeline as a build for ``spec`` runs them."""
+    mod = import_onnx(model).mod
+    with parse_target(spec).tvm():
+        for name in INFERENCE_PASSES:
+            mod = make_pass(name)(mod)
+    return mod
 
 
 def _fused(model: onnx.ModelProto, rewrite: bool) -> tvm.IRModule:
@@ -109,3 +123,26 @@ def test_the_default_rule_schedules_the_kernel_by_bands_and_it_builds(strided, s
     scheduled, choices = apply_default_schedules(mod, target.cpu_spec())
     assert choices[name].rule == "full" and "bands of 7 output rows (15 expanded rows)" in choices[name].steps[0], choices[name]
     tvm.compile(scheduled, target=target.tvm())  # compiles for that CPU (nothing runs)
+
+
+def test_the_real_pipeline_rewrites_a_map_larger_than_the_l2_and_leaves_a_small_one():
+    """For another CPU (cpu:znver3: the default 2 MiB, 8 lanes): 48 channels at 112 x 112 (2.4 MB) fused,
+    the 28 x 28 block (100 KB) not."""
+    with parse_target("cpu:znver3").tvm():
+        assert min_map_bytes() == DEFAULT_L2_BYTES and float_lanes() == 8
+    assert any("expand_depthwise" in n for n in _kernels(_through_pipeline(_block(2, side=112, expanded=48), "cpu:znver3")))
+    assert not any("expand_depthwise" in n for n in _kernels(_through_pipeline(_block(2), "cpu:znver3")))
+
+
+@pytest.mark.parametrize("case", ["broadcast expansion", "13-wide output", "channels no whole vectors"])
+def test_no_rewrite_where_the_shapes_differ_or_the_bands_schedule_cannot_take_the_kernel(case):
+    """A 1-channel expansion broadcast to 32 by its bias (the kernel's map would have 1 channel); output
+    rows no depthwise tile divides (pad 0: 13 wide); 36 channels on 16 lanes."""
+    model = {"broadcast expansion": lambda: _block(2, expansion_outputs=1),
+             "13-wide output": lambda: _block(2, pad=0),
+             "channels no whole vectors": lambda: _block(2, expanded=36)}[case]()
+    mod = import_onnx(model).mod
+    with tvm.target.Target({"kind": "llvm"}):
+        for name in INFERENCE_PASSES[:INFERENCE_PASSES.index(_PASS)]:
+            mod = make_pass(name)(mod)
+        assert expand_into_depthwise(mod, min_bytes=0, lanes=16).same_as(mod)

@@ -32,6 +32,7 @@ from tvm import relax
 from explorer.ir.relax_walk import iter_bindings, relax_functions, use_counts
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.passes.expand_depthwise_kernel import EpilogueStep, expand_depthwise_func
+from explorer.schedule.defaults.expand_depthwise import band_rule_fits
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _STEPS = {tvm.ir.Op.get("relax.add"): "add", tvm.ir.Op.get("relax.maximum"): "max",
@@ -56,6 +57,14 @@ def min_map_bytes() -> int:
     target = pass_cpu_target()
     l2 = _host_l2_bytes() if target is not None and target.is_host else 0
     return l2 or DEFAULT_L2_BYTES
+
+
+def float_lanes() -> int:
+    """float32 lanes of a vector on the CPU the pass compiles for (16 on AVX-512, 8 on AVX2)."""
+    from explorer.passes.pass_target import pass_cpu_target
+    from explorer.target import host_target
+
+    return (pass_cpu_target() or host_target()).cpu_spec().lanes("float32")
 
 
 def _shape(expr) -> list[int] | None:
@@ -133,7 +142,7 @@ def _chain(data, uses: dict, values: dict):
     return None
 
 
-def _rewrite(uses: dict, values: dict, min_bytes: int):
+def _rewrite(uses: dict, values: dict, min_bytes: int, lanes: int):
     def rewrite(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
         if not _depthwise(call):
             return None
@@ -143,8 +152,12 @@ def _rewrite(uses: dict, values: dict, min_bytes: int):
         conv, steps, consts = found
         x, w1 = conv.args
         map_shape = _shape(call.args[0])
+        if _shape(conv) != map_shape:  # a step broadcast the expansion (a 1-channel conv plus a C-channel bias)
+            return None
         if 4 * map_shape[0] * map_shape[1] * map_shape[2] * map_shape[3] <= min_bytes:
             return None
+        if not band_rule_fits(int(_shape(call)[2]), map_shape[3], lanes):
+            return None  # the bands' schedule cannot take it: two kernels stay faster than one unbanded
         padding = static_ints(call.attrs.padding)
         func = expand_depthwise_func(_shape(x), w1.value.shape, [c.value.shape for c in consts],
                                      call.args[1].value.shape, steps=steps,
@@ -154,15 +167,17 @@ def _rewrite(uses: dict, values: dict, min_bytes: int):
     return rewrite
 
 
-def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int) -> tvm.IRModule:
+def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int, lanes: int = 16) -> tvm.IRModule:
     """``mod`` with each 1x1 expansion whose float32 map is larger than ``min_bytes`` computed inside
-    the strided depthwise conv that reads it (module docstring); ``mod`` itself where none is."""
+    the strided depthwise conv that reads it, where the bands' schedule takes it on vectors of ``lanes``
+    float32 (:func:`explorer.schedule.defaults.expand_depthwise.band_rule_fits`; module docstring);
+    ``mod`` itself where none is."""
     uses: dict = {}
     values: dict = {}
     for func in relax_functions(mod).values():
         uses.update(use_counts(func))
         values.update((b.var, b.value) for b in iter_bindings(func) if isinstance(b, relax.VarBinding))
-    rewritten = rewrite_calls(mod, _rewrite(uses, values, min_bytes))
+    rewritten = rewrite_calls(mod, _rewrite(uses, values, min_bytes, lanes))
     if rewritten.same_as(mod):
         return mod
     return relax.transform.DeadCodeElimination()(rewritten)  # the expansion's chain, now unread
@@ -171,7 +186,7 @@ def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int) -> tvm.IRModule:
 @tvm.transform.module_pass(opt_level=0, name="ExpandIntoDepthwise")
 def ExpandIntoDepthwise(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Compute each 1x1 expansion larger than one core's L2 inside the strided depthwise conv reading it."""
-    return expand_into_depthwise(mod, min_map_bytes())
+    return expand_into_depthwise(mod, min_map_bytes(), float_lanes())
 
 
-__all__ = ["DEFAULT_L2_BYTES", "ExpandIntoDepthwise", "expand_into_depthwise", "min_map_bytes"]
+__all__ = ["DEFAULT_L2_BYTES", "ExpandIntoDepthwise", "expand_into_depthwise", "float_lanes", "min_map_bytes"]

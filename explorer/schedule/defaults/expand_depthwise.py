@@ -44,6 +44,13 @@ def expand_depthwise_blocks(sch: s_tir.Schedule) -> dict | None:
     return {**roles, "epilogue": epilogue}
 
 
+def band_rule_fits(out_width: int, channels: int, lanes: int) -> bool:
+    """Whether :func:`schedule_expand_depthwise` takes a fused kernel of ``channels`` channels and output
+    rows ``out_width`` wide on vectors of ``lanes``: a depthwise tile divides the row and the channels
+    are whole vectors (else the kernel would fall to a rule that works through the whole map)."""
+    return channels % lanes == 0 and any(out_width % t == 0 for t in ROW_TILES)
+
+
 def _channel_tile(channels: int, lanes: int) -> int:
     for vectors in (CHANNEL_VECTORS, 1):
         if channels % (vectors * lanes) == 0:
@@ -119,4 +126,4 @@ def schedule_expand_depthwise(sch: s_tir.Schedule, blocks: dict, cpu: CpuSpec) -
             f"expansion tile {EXPANSION_PIXELS}x{ex_channels}, depthwise tile {dw_pixels}x{dw_channels}, taps unrolled"]
 
 
-__all__ = ["BAND_ROWS", "CHANNEL_VECTORS", "expand_depthwise_blocks", "schedule_expand_depthwise"]
+__all__ = ["BAND_ROWS", "CHANNEL_VECTORS", "band_rule_fits", "expand_depthwise_blocks", "schedule_expand_depthwise"]
