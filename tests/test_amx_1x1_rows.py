@@ -19,6 +19,7 @@ from tests.test_bf16_kernels import NEEDS_AMX
 # strided 1x1 onto a 7x7 map (all 7 rows a call: 3 pairs and a row), ResNet-18's layer4.0 downsample
 # in small, and a 1x1 whose input outweighs its weights (one row a call, its calls grouped)
 HEAVY_14, STRIDED_7, LIGHT = (1, 32, 14, 14, 320, 1, 1, 0), (1, 32, 14, 14, 256, 1, 2, 0), (1, 64, 14, 14, 64, 1, 1, 0)
+SEVEN_WIDE = (1, 32, 7, 7, 320, 1, 1, 0)  # MobileNetV2's 7x7 1x1s: all 7 rows a call, stride 1
 
 
 def test_weights_heavy_1x1_kernels_take_whole_output_rows_a_call_and_light_ones_do_not():
@@ -50,7 +51,7 @@ def test_a_replayed_trace_of_a_1x1_over_two_rows_builds_the_same_kernel():
 
 
 @NEEDS_AMX
-@pytest.mark.parametrize("shape", [HEAVY_14, STRIDED_7], ids=["two-rows", "seven-rows-strided"])
+@pytest.mark.parametrize("shape", [HEAVY_14, STRIDED_7, SEVEN_WIDE], ids=["two-rows", "seven-rows-strided", "seven-rows"])
 def test_1x1_over_whole_rows_matches_numpy_as_bf16_products_with_fp32_sums(shape):
     lib, choice = built_direct_conv("cpu", shape)
     assert "output rows a call" in choice.steps[0], choice
