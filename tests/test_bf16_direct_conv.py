@@ -135,6 +135,20 @@ def test_a_weights_heavy_kernel_across_rows_runs_its_epilogue_per_panel_in_the_c
     assert "epilogue per panel" not in few.steps[0], few
 
 
+def test_a_weights_heavy_kernel_across_rows_packs_all_of_its_input_in_each_cores_share_of_the_panels():
+    target = parse_target("cpu:sapphirerapids")
+    two = replace(target.cpu_spec(), cores=2)
+    func, choice = default_schedule(direct_conv_func(*SHAPES[13]), two)  # a 7x7 map, 8 panels: 4 a core
+    assert "epilogue per panel" in choice.steps[0] and "padded in that chunk" in choice.steps[0], choice
+    assert func.script().count("T.parallel(") == 1  # no parallel packing before the calls
+    ll = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("ll")
+    lambdas = [f for f in ll.split("\ndefine ") if "@__tvm_parallel_lambda" in f.split("\n")[0]]
+    assert len(lambdas) == 1 and "@schedx_amx_bf16_conv_tile" in lambdas[0] and "lshr <" in lambdas[0]
+    _, one = default_schedule(direct_conv_func(*SHAPES[13]), replace(two, cores=1))  # one core: packed once
+    _, strided = default_schedule(direct_conv_func(*SHAPES[10]), two)  # weights-heavy, not across rows
+    assert "rows in parallel" in one.steps[0] and "rows in parallel" in strided.steps[0], (one, strided)
+
+
 def test_weights_heavy_strided_convolutions_onto_seven_rows_take_all_seven_a_call_in_pairs_and_a_row():
     lib, choice = built_direct_conv("cpu:sapphirerapids", SHAPES[12])  # 7x7 outputs, 2 images: 3 pairs and a row
     step = choice.steps[0]

@@ -19,7 +19,8 @@ several grids of tiles (:data:`GROUPED_CALLS`). The call's own
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
 vectorized, before; a 1x1 kernel whose input outgrows L2, or is strided, packs the rows a chunk of
-calls reads in that chunk instead (:data:`PACK_PER_CALL`).
+calls reads in that chunk instead (:data:`PACK_PER_CALL`), and a weights-heavy kernel tiled across
+rows all of its input in each core's share of the panels (:data:`PACK_PER_CORE`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ WEIGHTS_HEAVY = 1.5
 # level; layer4's 3x3 512 @7 level (0.650 / 0.654 ms, 0.318 / 0.319). False: every call in parallel, the epilogue after all of
 # them (in one thread: the plain rule left it serial).
 FLAT_EPILOGUE_PER_PANEL = True
+# A weights-heavy kernel tiled across rows (its panels of output channels in parallel, each core reading
+# all of the input) packs the whole input in each core's share of the panels, into a copy of its own,
+# not once with its rows in parallel: a row packed by the other core was read from that core's cache
+# (layer3 scaled 1.46x to 2 threads). Looped alone, 2 threads (11 alternated rounds, load 0.5-0.9):
+# ResNet-18's 3x3 256 @14 0.108 -> 0.086 ms, 3x3 512 @7 0.129 -> 0.121 and 0.125 -> 0.120; one thread
+# level (0.995, 1.007; 1.046 for 256 @14: the input packed twice). In the model (fresh processes,
+# alternated, idle rounds only, load 1.1-1.4), 2 threads: layer3's 3x3s 0.247 -> 0.224 and 0.118 ->
+# 0.106 ms, layer4's 0.368 -> 0.358 and 0.173 -> 0.168; whole-model wall ratio (median of rounds)
+# 0.991, 0.994, 0.987, 0.996 in four runs of 12-20 rounds, kernels 2.722 -> 2.658 ms; one thread level
+# (1.011 and 0.990, the bundle run second slower in both). Not layer3.0's strided 3x3 (not across rows): looped 0.084 -> 0.067 ms
+# at 2 threads but 0.109 -> 0.120 at one, and in the model 0.094 -> 0.101 (its fp32 input, written by
+# both cores, read whole by each). False: packed once, its rows in parallel, as before.
+PACK_PER_CORE = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
@@ -212,7 +226,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         calls = sch.fuse(*order)
     else:  # the panels in parallel, a panel's calls in turn, then its row copy and epilogue
         calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
-    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu)
+    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_panel is not None)
     packs = calls
     if chunk > 1:
         packs, calls = sch.split(calls, [None, chunk])
@@ -254,8 +268,13 @@ def _merge_per_panel(sch: s_tir.Schedule, panels, epilogue, cols: int):
     return sch.merge(panels, panel)
 
 
-def _pack_chunk(sch: s_tir.Schedule, block, dot: AmxBf16Conv, col_calls: int, calls: int, cpu: CpuSpec) -> int:
-    """Calls a chunk whose input rows are packed in the chunk (:data:`PACK_PER_CALL`); 0: packed once."""
+def _pack_chunk(sch: s_tir.Schedule, block, dot: AmxBf16Conv, col_calls: int, calls: int, cpu: CpuSpec,
+                per_panel: bool = False) -> int:
+    """Calls a chunk whose input rows are packed in the chunk (:data:`PACK_PER_CALL`; ``per_panel``, a
+    weights-heavy kernel's panels with their epilogues: a core's share, all of its input,
+    :data:`PACK_PER_CORE`); 0: packed once."""
+    if PACK_PER_CORE and per_panel and cpu.cores > 1 and calls % cpu.cores == 0:
+        return calls // cpu.cores
     if not PACK_PER_CALL or dot.kh * dot.kw > 1 or dot.flat or dot.out_rows > 1 or col_calls > 1:
         return 0
     packed = _bytes(sch, block, weights=False)
