@@ -59,12 +59,13 @@ def min_map_bytes() -> int:
     return l2 or DEFAULT_L2_BYTES
 
 
-def float_lanes() -> int:
-    """float32 lanes of a vector on the CPU the pass compiles for (16 on AVX-512, 8 on AVX2)."""
+def float_lanes() -> int | None:
+    """float32 lanes of a vector on the CPU the pass compiles for (16 on AVX-512, 8 on AVX2); None
+    where schedx cannot read that target (the pass then rewrites nothing, as PadConvOutputChannels)."""
     from explorer.passes.pass_target import pass_cpu_target
-    from explorer.target import host_target
 
-    return (pass_cpu_target() or host_target()).cpu_spec().lanes("float32")
+    target = pass_cpu_target()
+    return None if target is None else target.cpu_spec().lanes("float32")
 
 
 def _shape(expr) -> list[int] | None:
@@ -186,7 +187,8 @@ def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int, lanes: int = 16) ->
 @tvm.transform.module_pass(opt_level=0, name="ExpandIntoDepthwise")
 def ExpandIntoDepthwise(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Compute each 1x1 expansion larger than one core's L2 inside the strided depthwise conv reading it."""
-    return expand_into_depthwise(mod, min_map_bytes(), float_lanes())
+    lanes = float_lanes()
+    return mod if lanes is None else expand_into_depthwise(mod, min_map_bytes(), lanes)
 
 
 __all__ = ["DEFAULT_L2_BYTES", "ExpandIntoDepthwise", "expand_into_depthwise", "float_lanes", "min_map_bytes"]

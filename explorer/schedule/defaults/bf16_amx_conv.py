@@ -114,7 +114,8 @@ FLAT_EPILOGUE_PER_PANEL = True
 # 0.991, 0.994, 0.987, 0.996 in four runs of 12-20 rounds, kernels 2.722 -> 2.658 ms; one thread level
 # (1.011 and 0.990, the bundle run second slower in both). Not layer3.0's strided 3x3 (not across rows): looped 0.084 -> 0.067 ms
 # at 2 threads but 0.109 -> 0.120 at one, and in the model 0.094 -> 0.101 (its fp32 input, written by
-# both cores, read whole by each). False: packed once, its rows in parallel, as before.
+# both cores, read whole by each). Measured on 2 cores only: with more, every core packs the whole input
+# (and a 2-core build run on one thread packs it twice). False: packed once, its rows in parallel, as before.
 PACK_PER_CORE = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
