@@ -186,6 +186,19 @@ def settle(page, *, pause_ms: int = 250, timeout_ms: int | None = None) -> None:
                            " && !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
 
 
+def wait_for_page_text(page, *texts: str, timeout_ms: int = 60_000) -> None:
+    """Wait until the page's HTML holds every one of ``texts`` (a rerun replaces its elements one by
+    one, top to bottom, so a header from the new run can show above code from the old one); fail
+    naming the texts that never came."""
+    try:
+        page.wait_for_function("ts => ts.every(t => document.documentElement.outerHTML.includes(t))",
+                               arg=list(texts), timeout=timeout_ms)
+    except Exception as err:  # playwright's TimeoutError: say what is missing, not only that time ran out
+        html = page.content()
+        missing = [t for t in texts if t not in html]
+        raise AssertionError(f"not on the page after {timeout_ms} ms: {missing}") from err
+
+
 def pick_and_settle(page, label: str, option_text: str) -> None:
     """Choose an option in the Streamlit selectbox labelled ``label`` (its list not filtered)."""
     settle(page)

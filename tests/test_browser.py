@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.browser import (apply_schedule_step, chromium_page, open_page, pick_and_settle, schedx_ui,
-                           screenshot_dir, settle)
+                           screenshot_dir, settle, wait_for_page_text)
 
 pytestmark = pytest.mark.browser
 
@@ -44,7 +44,7 @@ def test_graph_text_diff_and_counts_views(ui_url, page, tmp_path):
     settle(page)
     page.locator('[data-testid="stExpander"] summary').filter(has_text="main: changed").first.click()
     page.locator("table.sbs").first.wait_for()
-    assert "fused_" in page.content()
+    wait_for_page_text(page, "fused_")
     page.screenshot(path=str(screenshot_dir(tmp_path) / "passes-textdiff.png"), full_page=False)
     page.get_by_role("radio", name="Counts & time", exact=True).click()
     page.locator(".sx-bars").first.wait_for()
@@ -59,7 +59,7 @@ def test_schedule_matmul_by_hand_and_measure(ui_url, page, tmp_path):
     page.get_by_text("Steps (2 of 2)").wait_for()
     apply_schedule_step(page, "parallel", "C/i  (")
     page.get_by_text("Steps (3 of 3)").wait_for()
-    assert "T.vectorized(64)" in page.content() and "T.parallel(512)" in page.content()
+    wait_for_page_text(page, "T.vectorized(64)", "T.parallel(512)")
     page.get_by_role("button", name="Build & measure").click()
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="GFLOPS").first
     metric.wait_for(timeout=180_000)
