@@ -242,3 +242,24 @@ def test_on_this_machine_the_measured_vdpbf16ps_rate_decides(tmp_path, monkeypat
     assert why_convs_fp32(target) is None
     stored(477.0 * VECTOR_MIN_RATE, ratio=0.52)  # the two kernels timed side by side outrank figures of other loads
     assert "measured at 0.52x" in why_convs_fp32(target)
+
+
+def test_has_convs_finds_a_conv_in_any_function_and_nothing_else():
+    from tvm import relax
+
+    from explorer.passes.bf16_conv import has_convs
+
+    def module(with_conv: bool) -> tvm.IRModule:
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((1, 8, 6, 6), "float32"))
+        w = relax.Var("w", relax.TensorType((8, 8, 3, 3), "float32"))
+        with bb.function("helper", [x, w]):
+            y = bb.emit(relax.op.nn.conv2d(x, w) if with_conv else relax.op.add(x, x))
+            bb.emit_func_output(y)
+        z = relax.Var("z", relax.TensorType((4, 4), "float32"))
+        with bb.function("main", [z]):
+            bb.emit_func_output(bb.emit(relax.op.matmul(z, z)))
+        return bb.get()
+
+    assert has_convs(module(True))  # found in a function other than main
+    assert not has_convs(module(False))  # a matmul, an add: no conv
