@@ -16,6 +16,8 @@ from explorer.passes.catalog import make_pass
 from explorer.passes.expand_depthwise import DEFAULT_L2_BYTES, expand_into_depthwise, float_lanes, min_map_bytes
 from explorer.passes.pipelines import INFERENCE_PASSES
 from explorer.schedule.defaults.apply import apply_default_schedules
+from explorer.schedule.defaults.depthwise import ROW_TILES, first_divisor
+from explorer.schedule.defaults.expand_depthwise import BandTiles, band_tiles
 from explorer.target import host_target, parse_target
 from tests.onnx_cases import ort_run
 
@@ -122,6 +124,8 @@ def test_the_default_rule_schedules_the_kernel_by_bands_and_it_builds(strided, s
     name = next(n for n in _kernels(mod) if "expand_depthwise" in n)
     scheduled, choices = apply_default_schedules(mod, target.cpu_spec())
     assert choices[name].rule == "full" and "bands of 7 output rows (15 expanded rows)" in choices[name].steps[0], choices[name]
+    tiles = band_tiles(SIDE // 2, EXPANDED, target.cpu_spec().lanes("float32"))  # what the pass asked
+    assert f"depthwise tile {tiles.pixels}x{tiles.channels}" in choices[name].steps[0], choices[name]
     tvm.compile(scheduled, target=target.tvm())  # compiles for that CPU (nothing runs)
 
 
@@ -150,3 +154,12 @@ def test_no_rewrite_where_the_shapes_differ_or_the_bands_schedule_cannot_take_th
         assert expand_into_depthwise(mod, min_bytes=0, lanes=lanes).same_as(mod)
         if case == "channels no whole vectors":  # the same block on 8 lanes is rewritten: the lanes alone refused it
             assert not expand_into_depthwise(mod, min_bytes=0, lanes=8).same_as(mod)
+
+
+def test_the_band_tiles_are_the_first_row_tile_dividing_the_row_and_whole_vectors_of_channels():
+    """One answer for the pass (rewrite or not) and the schedule (which tiles): none where no row tile
+    divides the row or the channels are no whole vectors; two vectors of channels where they divide."""
+    assert first_divisor(56, ROW_TILES) == 7 and first_divisor(48, ROW_TILES) == 8 and first_divisor(13, ROW_TILES) is None
+    assert band_tiles(56, 96, 16) == BandTiles(7, 32) and band_tiles(56, 48, 16) == BandTiles(7, 16)
+    assert band_tiles(24, 48, 8) == BandTiles(8, 16)
+    assert band_tiles(13, 96, 16) is None and band_tiles(56, 40, 16) is None

@@ -47,3 +47,14 @@ def test_a_model_with_a_topk_and_packed_weights_exports_and_matches_onnx_runtime
     assert prepare(workload, host_target()).packed >= 1  # the product's weights are packed at build time
     report = export_workload(workload, "cpu", tmp_path / "bundle", layers=False)
     assert report.ok and report.verified, report.verdict
+
+
+def test_a_cuda_build_sorts_with_the_gpu_kernel(tmp_path):
+    """A CUDA build's task pipeline runs under the CUDA target, so the dispatch lowers the top-k with
+    TOPI's GPU sort, thread-bound (the CPU's sort left a kernel no thread was bound to: the CUDA checks
+    failed the bundle)."""
+    from export import export_workload
+
+    report = export_workload(load_workload(_router(tmp_path / "r.onnx")), "cuda:sm_80", tmp_path / "b",
+                             layers=False, nvcc=False)
+    assert report.ok and report.cuda.unbound == () and report.cuda.missing_kernels == (), report.cuda.summary()

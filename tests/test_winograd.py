@@ -133,16 +133,13 @@ def test_winograd_models_match_onnx_runtime(tmp_path, args):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("spec", [pytest.param("cuda:sm_80", marks=pytest.mark.slow), "aarch64:cortex-a76"])
-def test_winograd_kernels_build_for_the_gpu_and_arm(tmp_path, spec):
-    """Built and checked, not run: every kernel bound to GPU threads and compiled by nvcc; the
-    aarch64 library cross-compiled."""
+def test_winograd_kernels_cross_compile_for_arm(tmp_path):
+    """Built and checked, not run: the aarch64 library cross-compiled. (A CUDA build keeps the direct
+    convolution for dlight: tests/test_pass_target.py.)"""
     from export import export_workload
 
     for name, args in (("c", {}), ("grouped", {"group": 2, "channels": 256, "size": 18})):
         path = _conv_model(tmp_path / f"{name}.onnx", **args)
         assert any("winograd" in n for n in _task_names(path))
-        report = export_workload(load_workload(path), spec, tmp_path / name, layers=False)
+        report = export_workload(load_workload(path), "aarch64:cortex-a76", tmp_path / name, layers=False)
         assert report.ok, report.verdict
-        if spec.startswith("cuda"):
-            assert report.cuda.ok and report.cuda.nvcc == "ok", report.cuda.summary()

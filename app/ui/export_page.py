@@ -65,7 +65,7 @@ def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp
     search at bf16 made; int8: its QDQ model, quantized once and cached) and its tasks, loaded once
     per session (fusing ResNet-18 takes seconds); the export builds that workload as it is."""
     from explorer.workload import load_workload
-    from explorer.workload.fusion import other_cpu
+    from explorer.workload.fusion import own_pipeline_target
     from export import workload_tasks
 
     memo = state.kept(K.WORKLOADS, dict)
@@ -73,8 +73,8 @@ def load(spec: str, shapes: str | None = None, target=None, precision: str = "fp
         with st.spinner(f"Loading {spec} and fusing its kernels..."):
             workload = load_workload(spec, shapes)
             memo[(spec, shapes, "fp32", None)] = (workload, workload_tasks(workload))
-    # another CPU than this machine's has tasks of its own (explorer.workload.Workload.for_target)
-    key = (spec, shapes, precision, getattr(other_cpu(target), "key", None))
+    # another CPU than this machine's, or a device, has tasks of its own (explorer.workload.Workload.for_target)
+    key = (spec, shapes, precision, getattr(own_pipeline_target(target), "key", None))
     if key not in memo:
         from explorer.precision import for_precision
 

@@ -32,7 +32,8 @@ from tvm import relax
 from explorer.ir.relax_walk import iter_bindings, relax_functions, use_counts
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.passes.expand_depthwise_kernel import EpilogueStep, expand_depthwise_func
-from explorer.schedule.defaults.expand_depthwise import band_rule_fits
+from explorer.passes.pass_target import cpu_rewrite, pass_cpu_target
+from explorer.schedule.defaults.expand_depthwise import band_tiles
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _STEPS = {tvm.ir.Op.get("relax.add"): "add", tvm.ir.Op.get("relax.maximum"): "max",
@@ -52,8 +53,6 @@ def _host_l2_bytes() -> int:
 def min_map_bytes() -> int:
     """The smallest expanded map worth the rewrite: one core's L2 on this machine (as Linux reports it),
     :data:`DEFAULT_L2_BYTES` for any other CPU or where the size is unknown."""
-    from explorer.passes.pass_target import pass_cpu_target
-
     target = pass_cpu_target()
     l2 = _host_l2_bytes() if target is not None and target.is_host else 0
     return l2 or DEFAULT_L2_BYTES
@@ -62,8 +61,6 @@ def min_map_bytes() -> int:
 def float_lanes() -> int | None:
     """float32 lanes of a vector on the CPU the pass compiles for (16 on AVX-512, 8 on AVX2); None
     where schedx cannot read that target (the pass then rewrites nothing, as PadConvOutputChannels)."""
-    from explorer.passes.pass_target import pass_cpu_target
-
     target = pass_cpu_target()
     return None if target is None else target.cpu_spec().lanes("float32")
 
@@ -157,7 +154,7 @@ def _rewrite(uses: dict, values: dict, min_bytes: int, lanes: int):
             return None
         if 4 * map_shape[0] * map_shape[1] * map_shape[2] * map_shape[3] <= min_bytes:
             return None
-        if not band_rule_fits(int(_shape(call)[2]), map_shape[3], lanes):
+        if band_tiles(int(_shape(call)[2]), map_shape[3], lanes) is None:
             return None  # the bands' schedule cannot take it: two kernels stay faster than one unbanded
         padding = static_ints(call.attrs.padding)
         func = expand_depthwise_func(_shape(x), w1.value.shape, [c.value.shape for c in consts],
@@ -171,7 +168,7 @@ def _rewrite(uses: dict, values: dict, min_bytes: int, lanes: int):
 def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int, lanes: int = 16) -> tvm.IRModule:
     """``mod`` with each 1x1 expansion whose float32 map is larger than ``min_bytes`` computed inside
     the strided depthwise conv that reads it, where the bands' schedule takes it on vectors of ``lanes``
-    float32 (:func:`explorer.schedule.defaults.expand_depthwise.band_rule_fits`; module docstring);
+    float32 (:func:`explorer.schedule.defaults.expand_depthwise.band_tiles`; module docstring);
     ``mod`` itself where none is."""
     uses: dict = {}
     values: dict = {}
@@ -185,6 +182,7 @@ def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int, lanes: int = 16) ->
 
 
 @tvm.transform.module_pass(opt_level=0, name="ExpandIntoDepthwise")
+@cpu_rewrite
 def ExpandIntoDepthwise(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Compute each 1x1 expansion larger than one core's L2 inside the strided depthwise conv reading it."""
     lanes = float_lanes()

@@ -44,6 +44,7 @@ from tvm import relax
 
 from explorer.ir.relax_walk import iter_bindings, relax_functions, use_counts
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
+from explorer.passes.pass_target import cpu_rewrite
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
@@ -146,6 +147,7 @@ def _rewrite(uses: _Uses, min_elements: int):
 
 
 @tvm.transform.module_pass(opt_level=0, name="GateIntoConvWeights")
+@cpu_rewrite
 def GateIntoConvWeights(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Multiply channel gates into the 1x1 convolution's weights (see the module docstring)."""
     rewritten = rewrite_calls(mod, _rewrite(_Uses.of(mod), min_map_elements()))

@@ -61,6 +61,9 @@ _FAST_MATH: tuple[str, ...] = ("FastMathTransform", "FastActivations", "ConcatAs
 # WinogradConv3x3 (3x3 stride-1 convolutions as Winograd products: their weights transformed once);
 # GateIntoConvWeights (an SE gate scaling a 1x1 conv's weights, not the map) too, after both: the
 # weights it scales are no longer constants.
+# Those four (and QDQToInt8Kernels) rewrite for a CPU's vectors and caches: in a device build's task
+# pipeline, which runs under the device's target, they leave the module as it is
+# (explorer.passes.pass_target.cpu_rewrite).
 INFERENCE_PASSES: tuple[str, ...] = (_PREPARE + ("ConvertLayoutNHWC", "FoldConstantNumpy", "SinkTransposes",
                                                  "PadConvOutputChannels", "WinogradConv3x3", "GateIntoConvWeights",
                                                  "ExpandIntoDepthwise")

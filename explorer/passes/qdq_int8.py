@@ -43,6 +43,7 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
+from explorer.passes.pass_target import cpu_rewrite
 from explorer.passes.qdq_requantize import requantize
 from explorer.schedule.int8_dot import PANEL, ROW_STRIDE_ATTR, WEIGHT_MAX_ATTR
 
@@ -273,6 +274,7 @@ def int8_dot_for_current_target() -> str | None:
 
 
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
+@cpu_rewrite
 def QDQToInt8Kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Quantized conv2d/matmul as int8 kernels with int32 accumulation (see the module docstring),
     on a CPU with int8 dot-product instructions; elsewhere the model is left as it is (without

@@ -35,6 +35,7 @@ import tvm
 from tvm import relax, te
 
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
+from explorer.passes.pass_target import cpu_rewrite
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
@@ -185,6 +186,7 @@ def _winograd(call: relax.Call, builder: relax.BlockBuilder):
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConv3x3")
+@cpu_rewrite
 def WinogradConv3x3(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """3x3 stride-1 convolutions as Winograd F(4x4, 3x3) products (see the module docstring)."""
     return rewrite_calls(mod, _winograd)

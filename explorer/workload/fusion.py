@@ -30,18 +30,18 @@ def fused_module(mod: tvm.IRModule, name: str = "the model", target=None) -> tvm
 
 def pipeline_target(target=None) -> tvm.target.Target:
     """The TVM target the task pipeline runs under for ``target`` (an :class:`explorer.target.Target`):
-    a CPU other than this machine's (a named or cross-compiled one) is itself, so that the passes whose
-    rewrite pays on some CPUs only (:mod:`explorer.passes.pass_target`: padded channels, int8 kernels)
-    decide for the CPU the code is built for, never for the build host; this machine, a device target
-    (its host half is this machine) or None is a generic host target, which those passes read as this
-    machine."""
-    other = other_cpu(target)
-    return tvm.target.Target({"kind": "llvm"}) if other is None else other.tvm()
+    a CPU other than this machine's (a named or cross-compiled one) or a device is itself, so that the
+    passes whose rewrite pays on some CPUs only (:mod:`explorer.passes.pass_target`: padded channels,
+    Winograd products, int8 kernels) decide for the CPU the code is built for, never for the build host,
+    and leave a device's module alone (TVM's own passes then lower sorts and scatters for that device);
+    this machine or None is a generic host target, which those passes read as this machine."""
+    own = own_pipeline_target(target)
+    return tvm.target.Target({"kind": "llvm"}) if own is None else own.tvm()
 
 
-def other_cpu(target):
-    """``target`` where it is a CPU other than this machine's (its task pipeline differs), else None."""
-    return None if target is None or target.is_host or not target.cpu_rules else target
+def own_pipeline_target(target):
+    """``target`` where its task pipeline differs from this machine's (another CPU, or a device), else None."""
+    return None if target is None or (target.is_host and target.cpu_rules) else target
 
 
-__all__ = ["WorkloadError", "fused_module", "other_cpu", "pipeline_target"]
+__all__ = ["WorkloadError", "fused_module", "own_pipeline_target", "pipeline_target"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import tvm
 
-from explorer.workload.fusion import WorkloadError, fused_module, other_cpu
+from explorer.workload.fusion import WorkloadError, fused_module, own_pipeline_target
 from explorer.workload.spec import is_kernel_spec
 from explorer.workload.task import Task, kernel_task, module_tasks, relax_name
 
@@ -38,7 +38,7 @@ class Workload:
     origin: str = ""
     notes: tuple[str, ...] = field(default=())
     precision: object | None = None  # explorer.precision.Precision once built at one (None: as written)
-    build_target: object | None = None  # the other CPU its task pipeline runs for (None: this machine; for_target)
+    build_target: object | None = None  # the other CPU or device its task pipeline runs for (None: this machine; for_target)
     _fused: tvm.IRModule | None = field(default=None, repr=False)
 
     @property
@@ -64,9 +64,10 @@ class Workload:
 
     def for_target(self, target) -> Workload:
         """This workload with its task pipeline run for ``target`` (an :class:`explorer.target.Target`):
-        a model built for another CPU than this machine's gets that CPU's tasks
-        (:func:`explorer.workload.fusion.pipeline_target`); itself where nothing changes."""
-        other = other_cpu(target)
+        a model built for another CPU than this machine's gets that CPU's tasks, one built for a device
+        tasks no CPU's rewrite touched (:func:`explorer.workload.fusion.pipeline_target`); itself where
+        nothing changes."""
+        other = own_pipeline_target(target)
         if self.kind == "kernel" or getattr(other, "key", None) == getattr(self.build_target, "key", None):
             return self
         return replace(self, build_target=other, _fused=None)

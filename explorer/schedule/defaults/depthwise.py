@@ -57,6 +57,11 @@ def is_depthwise(facts: BlockFacts, vec: int, rows: int | None) -> bool:
                and not any(k == vec for k, _ in a.groups) for a in facts.reads)
 
 
+def first_divisor(extent: int, candidates: tuple[int, ...]) -> int | None:
+    """The first of ``candidates`` (tiles in order of preference) that divides ``extent``, or None."""
+    return next((c for c in candidates if extent % c == 0), None)
+
+
 def _row_tile(extent: int, candidates: tuple[int, ...]) -> int | None:
     """The first candidate that divides ``extent``, or ``extent`` itself when no larger than one
     (candidates come filtered by :func:`.tile_choice.fits`, which fewer rows always pass)."""
@@ -64,7 +69,7 @@ def _row_tile(extent: int, candidates: tuple[int, ...]) -> int | None:
         return None
     if extent <= max(candidates):
         return extent
-    return next((rt for rt in candidates if extent % rt == 0), None)
+    return first_divisor(extent, candidates)
 
 
 def _fitting(facts: BlockFacts, vec: int, cpu: CpuSpec, row_tiles: tuple[int, ...], vec_tile: int) -> tuple[int, ...]:
@@ -118,4 +123,5 @@ def choose_conv_tiles(facts: BlockFacts, vec: int, rows: int | None, cpu: CpuSpe
     return choose_tiles(facts, vec, rows, cpu, tails, rank, streams), rank
 
 
-__all__ = ["MAX_TAPS", "ROW_TILES", "WHOLE_PIXEL_VECTORS", "choose_conv_tiles", "depthwise_tiling", "is_depthwise"]
+__all__ = ["MAX_TAPS", "ROW_TILES", "WHOLE_PIXEL_VECTORS", "choose_conv_tiles", "depthwise_tiling", "first_divisor",
+           "is_depthwise"]

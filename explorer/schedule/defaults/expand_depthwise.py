@@ -14,12 +14,14 @@ against 7x16 0.80 / 0.82, 8x16 0.94.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm import s_tir
 
 from explorer.passes.expand_depthwise_kernel import (DEPTHWISE, EXPAND, EXPANSION_PIXELS, INPUT, MAP,
                                                      ROLE_ATTR)
 from explorer.schedule.defaults.analysis import NotApplicable, root_blocks
-from explorer.schedule.defaults.depthwise import ROW_TILES
+from explorer.schedule.defaults.depthwise import ROW_TILES, first_divisor
 from explorer.schedule.defaults.machine import CpuSpec
 
 # output rows a band: the first that divides the output's rows into a multiple of the cores' bands (else
@@ -44,25 +46,23 @@ def expand_depthwise_blocks(sch: s_tir.Schedule) -> dict | None:
     return {**roles, "epilogue": epilogue}
 
 
-def band_rule_fits(out_width: int, channels: int, lanes: int) -> bool:
-    """Whether :func:`schedule_expand_depthwise` takes a fused kernel of ``channels`` channels and output
-    rows ``out_width`` wide on vectors of ``lanes``: a depthwise tile divides the row and the channels
-    are whole vectors (else the kernel would fall to a rule that works through the whole map)."""
-    return channels % lanes == 0 and any(out_width % t == 0 for t in ROW_TILES)
+@dataclass(frozen=True)
+class BandTiles:
+    """The depthwise conv's tile in the bands' schedule: ``pixels`` of an output row by ``channels``."""
+
+    pixels: int
+    channels: int
 
 
-def _channel_tile(channels: int, lanes: int) -> int:
-    for vectors in (CHANNEL_VECTORS, 1):
-        if channels % (vectors * lanes) == 0:
-            return vectors * lanes
-    raise NotApplicable(f"{channels} channels are no whole vectors of {lanes}")
-
-
-def _first_divisor(extent: int, candidates: tuple[int, ...]) -> int:
-    found = next((c for c in candidates if extent % c == 0), None)
-    if found is None:
-        raise NotApplicable(f"no tile of {candidates} divides {extent}")
-    return found
+def band_tiles(out_width: int, channels: int, lanes: int) -> BandTiles | None:
+    """The tile :func:`schedule_expand_depthwise` takes for a fused kernel of ``channels`` channels and
+    output rows ``out_width`` wide on vectors of ``lanes`` (the expansion's tile has as many channels);
+    None where it takes none: no depthwise tile of :data:`.depthwise.ROW_TILES` divides the row, or the
+    channels are no whole vectors. The pass asks this before it rewrites (else the kernel would fall to
+    a rule that works through the whole map), so that the two never disagree."""
+    pixels = first_divisor(out_width, ROW_TILES)
+    vectors = next((v for v in (CHANNEL_VECTORS, 1) if channels % (v * lanes) == 0), None)
+    return None if pixels is None or vectors is None else BandTiles(pixels, vectors * lanes)
 
 
 def _vectorize_last(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -82,14 +82,16 @@ def schedule_expand_depthwise(sch: s_tir.Schedule, blocks: dict, cpu: CpuSpec) -
     dw, expand, mp, inp = blocks[DEPTHWISE], blocks[EXPAND], blocks[MAP], blocks[INPUT]
     n, h, w, c, ry, rx = sch.get_loops(dw)
     out_h, out_w, channels = (int(sch.get(loop).extent) for loop in (h, w, c))
+    tiles = band_tiles(out_w, channels, lanes)
+    if tiles is None:
+        raise NotApplicable(f"no depthwise tile of {ROW_TILES} pixels divides the {out_w}-wide rows, "
+                            f"or {channels} channels are no whole vectors of {lanes}")
     band = next((b for b in BAND_ROWS if out_h % b == 0 and (out_h // b) % cpu.cores == 0), None) \
-        or _first_divisor(out_h, BAND_ROWS)
-    dw_pixels = _first_divisor(out_w, ROW_TILES)
-    dw_channels, ex_channels = _channel_tile(channels, lanes), _channel_tile(channels, lanes)
+        or first_divisor(out_h, BAND_ROWS)  # 1 divides every height
 
     hb, hi = sch.split(h, [None, band])
-    wo, wi = sch.split(w, [None, dw_pixels])
-    co, ci = sch.split(c, [None, dw_channels])
+    wo, wi = sch.split(w, [None, tiles.pixels])
+    co, ci = sch.split(c, [None, tiles.channels])
     sch.reorder(hb, hi, wo, co, ry, rx, wi, ci)
     cu, cv = sch.split(ci, [None, lanes])
     for loop in (ry, rx, wi, cu):
@@ -106,7 +108,7 @@ def schedule_expand_depthwise(sch: s_tir.Schedule, blocks: dict, cpu: CpuSpec) -
     row, pw, pc = sch.get_loops(mp)[-3:]
     map_rows = int(sch.get(row).extent)
     pwo, pwi = sch.split(pw, [None, EXPANSION_PIXELS])
-    pco, pci = sch.split(pc, [None, ex_channels])
+    pco, pci = sch.split(pc, [None, tiles.channels])
     sch.reorder(pwo, pco, pwi, pci)
     sch.compute_at(expand, pco)
     ew, ec, ek = sch.get_loops(expand)[-3:]
@@ -123,7 +125,8 @@ def schedule_expand_depthwise(sch: s_tir.Schedule, blocks: dict, cpu: CpuSpec) -
     sch.decompose_reduction(expand, ek)
     sch.decompose_reduction(dw, ry)
     return [f"expansion inside the depthwise conv: bands of {band} output rows ({map_rows} expanded rows), "
-            f"expansion tile {EXPANSION_PIXELS}x{ex_channels}, depthwise tile {dw_pixels}x{dw_channels}, taps unrolled"]
+            f"expansion tile {EXPANSION_PIXELS}x{tiles.channels}, depthwise tile {tiles.pixels}x{tiles.channels}, "
+            "taps unrolled"]
 
 
-__all__ = ["BAND_ROWS", "CHANNEL_VECTORS", "band_rule_fits", "expand_depthwise_blocks", "schedule_expand_depthwise"]
+__all__ = ["BAND_ROWS", "CHANNEL_VECTORS", "BandTiles", "band_tiles", "expand_depthwise_blocks", "schedule_expand_depthwise"]
