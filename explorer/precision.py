@@ -134,7 +134,7 @@ def for_precision(workload, target, name: str = "fp32", calibration=None):
     if name == "fp32":
         return workload, Precision("fp32", None)
     if name == "int8":
-        return _int8(workload, calibration)
+        return _int8(workload, calibration, target)
     mod, converted, kept = bf16_module(workload.mod, target)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
     precision = Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + kept, converted)
@@ -142,8 +142,25 @@ def for_precision(workload, target, name: str = "fp32", calibration=None):
                                 precision=precision), precision)
 
 
-def _int8(workload, calibration):
-    """The int8 build of a workload: its QDQ model (quantized, or from the cache) as a workload."""
+def int8_kept_float(target) -> tuple[str, ...]:
+    """What an int8 build for ``target`` (None: this machine) computes in float: what the quantizer
+    leaves, and every convolution and matmul where the target has no int8 kernels (a CPU without int8
+    dot-product instructions, or a device: QDQToInt8Kernels leaves the QDQ model as it is there)."""
+    from explorer.schedule.int8_dot import isa_for
+
+    if target is None:
+        from explorer.target import host_target
+
+        target = host_target()
+    if target.cpu_rules and isa_for(target) is not None:
+        return INT8_KEPT_FLOAT
+    where = "a CPU without int8 dot-product instructions" if target.cpu_rules else "a device build"
+    return INT8_KEPT_FLOAT[:1] + (f"every convolution and matmul, computed in float between dequantize and quantize "
+                                  f"(no int8 kernels for {target.spec}: {where})",)
+
+
+def _int8(workload, calibration, target):
+    """The int8 build of a workload for ``target``: its QDQ model (quantized, or from the cache) as a workload."""
     from explorer.models.int8_precision import int8_workload
     from explorer.models.quantize import QuantizeError
 
@@ -151,7 +168,7 @@ def _int8(workload, calibration):
         built, quantization = int8_workload(workload, calibration or Calibration())
     except QuantizeError as err:
         raise PrecisionError(str(err)) from err
-    precision = Precision("int8", None, INT8_KEPT_FLOAT, quantization=quantization)
+    precision = Precision("int8", None, int8_kept_float(target), quantization=quantization)
     return dataclasses.replace(built, precision=precision), precision
 
 
@@ -201,5 +218,5 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
             f"{shapes}",)
 
 
-__all__ = ["BF16_TOLERANCE", "DEFAULT_SAMPLES", "INT8_KEPT_FLOAT", "KEPT_FP32", "PRECISIONS", "Calibration",
+__all__ = ["BF16_TOLERANCE", "DEFAULT_SAMPLES", "INT8_KEPT_FLOAT", "int8_kept_float", "KEPT_FP32", "PRECISIONS", "Calibration",
            "Precision", "PrecisionError", "bf16_module", "check_precision", "for_precision", "refusal"]

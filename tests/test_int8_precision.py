@@ -145,3 +145,18 @@ def test_an_export_makes_the_model_at_its_precision_once(float_model, tmp_path, 
     result = run_export(ExportSpec(workload=float_model, out_dir=tmp_path / "b", target=target, precision=precision,
                                    use_records=False, verify=False, layers=False))
     assert result.report.manifest["precision"]["name"] == precision and len(calls) == 1
+
+
+def test_export_int8_for_cuda_keeps_the_qdq_model_in_float_and_says_so(float_model, tmp_path):
+    # no int8 kernels for a device (QDQToInt8Kernels rewrites for a CPU's dot-product instructions):
+    # the bundle computes every conv and matmul in float between dequantize and quantize, as it says
+    result = _schedx("export", float_model, "--precision", "int8", "--calibrate", "2", "--no-db", "--no-nvcc",
+                     "--target", "cuda:sm_80", "-o", str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    kept = manifest["precision"]["kept_fp32"]
+    assert any("every convolution and matmul" in k and "cuda:sm_80" in k for k in kept), kept
+    names = [t["name"] for t in manifest["tasks"]]
+    assert any("conv2d" in n for n in names) and not any("conv2d_nhwc_int8" in n or "dense_int8" in n for n in names)
+    host = for_precision(load_workload(float_model), parse_target("cpu"), "int8", Calibration(samples=2))[1]
+    assert not any("every convolution" in k for k in host.kept_fp32)  # this CPU has int8 kernels
