@@ -1,13 +1,16 @@
 """1x1 convolutions over whole output rows a call (:data:`explorer.schedule.defaults.bf16_amx_conv.ROWS_A_CALL_1X1`,
 the rows description without tap axes in :mod:`explorer.schedule.amx_bf16_conv`): a weights-heavy 1x1 whose
 output rows fill one tile each takes two rows a call as a 2 x 2 grid (each B tile feeds two products), the
-split product's expansions (MobileNetV2's 64 -> 384 @14) too. Structure for a Sapphire Rapids target on any
-host; numbers where the CPU has AMX."""
+split product's expansions (MobileNetV2's 64 -> 384 @14) too, in bands of rows, one a core, each packing its
+own rows (:data:`~explorer.schedule.defaults.bf16_amx_conv.ROW_BANDS_1X1`). Structure for a Sapphire Rapids
+target on any host; numbers where the CPU has AMX."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
+from tvm import s_tir
 
 from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.defaults import bf16_amx_conv, default_schedule
@@ -37,6 +40,47 @@ def test_without_the_switch_a_1x1_kernel_takes_one_row_a_call(monkeypatch):
     monkeypatch.setattr(bf16_amx_conv, "ROWS_A_CALL_1X1", False)
     _, choice = default_schedule(direct_conv_func(*HEAVY_14), parse_target("cpu:sapphirerapids").cpu_spec())
     assert "1 x 2 tiles of 14 rows" in choice.steps[0] and "output rows a call" not in choice.steps[0], choice
+
+
+def _parallel_launches(lib) -> int:
+    """Parallel regions the built kernel launches (each a load of TVM's launch function in its LLVM IR)."""
+    return lib.mod.inspect_source("ll").count("@__TVMBackendParallelLaunch, align")
+
+
+def _loops(func, block: str) -> list[tuple[int, bool]]:
+    """(extent, parallel) of each loop around ``block`` in the scheduled ``func``."""
+    sch = s_tir.Schedule(func)
+    return [(int(sch.get(loop).extent), sch.get(loop).kind == tvm.tirx.ForKind.PARALLEL)
+            for loop in sch.get_loops(sch.get_sblock(block))]
+
+
+def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_one_parallel_region():
+    target = parse_target("cpu:sapphirerapids")  # 2 cores
+    func, choice = default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
+    assert "rows outermost (a band of rows a core)" in choice.steps[0] and "padded in that chunk" in choice.steps[0]
+    # one loop over the 2 bands, the packing inside it: 7 pairs of rows, 70 calls, 35 a band reading rows 0-7
+    # and 6-13 (a band split inside a pair of rows packs the pair too), not all 14
+    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (8, False)], func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (35, False)]
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
+    assert _parallel_launches(lib) == 1
+
+
+def test_on_a_7_row_map_each_core_packs_the_whole_input_in_its_share_of_the_panels_but_not_strided():
+    target = parse_target("cpu:sapphirerapids")
+    func, seven = default_schedule(direct_conv_func(*SEVEN_WIDE), target.cpu_spec())
+    assert "7 output rows a call" in seven.steps[0] and "rows outermost" not in seven.steps[0], seven
+    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (7, False)], func.script()  # all 7 rows a core
+    assert _parallel_launches(tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())) == 1
+    strided, choice = built_direct_conv("cpu:sapphirerapids", STRIDED_7)
+    assert "padded once" in choice.steps[0] and _parallel_launches(strided) == 2, choice  # the packing, the calls
+
+
+def test_without_bands_the_panels_run_outermost_after_the_packing(monkeypatch):
+    monkeypatch.setattr(bf16_amx_conv, "ROW_BANDS_1X1", False)
+    lib, choice = built_direct_conv("cpu:sapphirerapids", HEAVY_14)
+    assert "rows outermost" not in choice.steps[0] and "padded once" in choice.steps[0], choice
+    assert _parallel_launches(lib) == 2  # the packing's rows, then the calls
 
 
 def test_a_replayed_trace_of_a_1x1_over_two_rows_builds_the_same_kernel():

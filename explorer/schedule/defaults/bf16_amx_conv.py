@@ -13,14 +13,16 @@ outweigh the input, per panel of output channels, after the panel's calls in the
 iteration (:data:`FLAT_EPILOGUE_PER_PANEL`). A call's C tiles are a
 column of 4 x 1 where the pixels allow and the input outweighs the weights (:data:`TALL_GRID`), else
 2 x 2; where the weights outweigh the input and a row fills one tile, a call takes two whole output
-rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`). Where the input outweighs the weights, one call takes
-several grids of tiles (:data:`GROUPED_CALLS`). The call's own
+rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`); a 1x1 one with more rows than a call runs its
+rows outermost instead, a band of rows a core (:data:`ROW_BANDS_1X1`). Where the input outweighs the
+weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call's own
 ``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
 vectorized, before; a 1x1 kernel whose input outgrows L2, or is strided, packs the rows a chunk of
 calls reads in that chunk instead (:data:`PACK_PER_CALL`), and a weights-heavy kernel tiled across
-rows all of its input in each core's share of the panels (:data:`PACK_PER_CORE`).
+rows all of its input in each core's share of the panels (:data:`PACK_PER_CORE`), a weights-heavy 1x1 over
+whole rows the rows each core's share reads in that share (its band; all of them on a 7-row map).
 """
 
 from __future__ import annotations
@@ -117,6 +119,28 @@ FLAT_EPILOGUE_PER_PANEL = True
 # both cores, read whole by each). Measured on 2 cores only: with more, every core packs the whole input
 # (and a 2-core build run on one thread packs it twice). False: packed once, its rows in parallel, as before.
 PACK_PER_CORE = True
+# A weights-heavy 1x1 kernel over whole output rows with more rows than a call takes (MobileNetV2's split
+# expansions 64 -> 384 and 96 -> 576 @14: 7 pairs of rows) runs its rows outermost, each core a band of
+# rows (all the panels), and packs its band's input rows in the band (one parallel loop, not two), where
+# the calls split evenly between the cores. Why those kernels did not scale to 2 threads: panels outermost
+# split the output by channels between the cores, while the packing before them (rows in parallel) and the
+# depthwise conv after them (rows in parallel) split it by rows, so each core read half of the packed input
+# and half of its next kernel's input from the other core's cache. Alone, looped (MobileNetV2's kernels,
+# 11 alternated rounds, idle rounds only, load 0.4-0.5): 2 threads 96 -> 576 0.0404 -> 0.0235 ms, 64 -> 384
+# 0.0299 -> 0.0143; 1 thread (CPU time) 0.0487 -> 0.0430, 0.0268 -> 0.0271. In the model (bundles
+# alternated in one process, 2 threads, 16 idle rounds, load 0.9): 0.215 -> 0.149 and 0.199 -> 0.141 ms
+# for their 3 and 4 calls, the depthwise convs after them 0.077 -> 0.060 and 0.053 -> 0.043, wall 0.923x.
+# Only the rows outermost, packed once: 0.940x. Each core packing all of the input in its share of the
+# panels instead (PACK_PER_CORE's way): alone 0.74x and 0.57x, in the model wall 0.992x. Where a call takes
+# all the rows (7-row maps: one band) at stride 1, each core packs the whole input in its share of the
+# panels: in the model (2 threads, 20 and 24 idle rounds, load 0.6) 160 -> 960 @7 0.104 -> 0.077 and
+# 0.098 -> 0.074 ms, 320 -> 1280 0.062 -> 0.058 and 0.061 -> 0.055, wall 0.993x and 0.974x; one thread (14
+# rounds) level, 1.008x (each of the 2 shares packs it). Not strided: ResNet-18's layer4.0 1x1 downsample
+# alone 1.19x slower at one thread. Against False (the whole model, wall medians, 20-24 idle rounds, load
+# 0.6-1.3), 2 threads: the bands alone 0.926x and 0.911x, with the 7-row maps 0.931x (2.50 -> 2.29 ms,
+# OpenVINO 1.77 in the same rounds); one thread 0.989x (bands) and 0.969x (both). Measured on 2 cores
+# only. False: panels outermost, packed once.
+ROW_BANDS_1X1 = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
@@ -214,7 +238,10 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     else:
         row_o, row_i = sch.split(row, [None, dot.rows])
         inner = [row_i]
-    order = [col_o, *outer, row_o] if weights_heavy else [*outer, row_o, col_o]
+    row_calls = int(sch.get(row_o).extent)
+    all_calls = col_calls * row_calls * prod(int(sch.get(loop).extent) for loop in outer)
+    bands = _row_bands(dot, weights_heavy, all_calls, row_calls, cpu)
+    order = [col_o, *outer, row_o] if weights_heavy and not bands else [*outer, row_o, col_o]
     sch.reorder(*order, *inner, col_i, *reduce)
     # a flat kernel's tiles are no box of output pixels (its row copy and epilogue run after it), but
     # a panel's calls cover all of its pixels (FLAT_EPILOGUE_PER_PANEL; one image)
@@ -227,7 +254,8 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         calls = sch.fuse(*order)
     else:  # the panels in parallel, a panel's calls in turn, then its row copy and epilogue
         calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
-    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_panel is not None)
+    per_core = bands or (PACK_PER_CORE and per_panel is not None)
+    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_core)
     packs = calls
     if chunk > 1:
         packs, calls = sch.split(calls, [None, chunk])
@@ -243,8 +271,17 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "
              f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
              f"{_grids(dot)}{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''}), parallel outside"
+             f"{', rows outermost (a band of rows a core)' if bands and row_calls > 1 else ''}"
              f"{'' if epilogue is None else ', epilogue per tile' if per_panel is None else ', epilogue per panel'}"]
     return "; ".join(steps + _schedule_input(sch, packs if chunk else None))
+
+
+def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, calls: int, row_calls: int, cpu: CpuSpec) -> bool:
+    """Whether a weights-heavy 1x1 kernel over whole output rows runs in bands of rows, one a core, each
+    packing the rows it reads (:data:`ROW_BANDS_1X1`; one band, a call over all the rows, at stride 1 only):
+    ``calls`` in all, ``row_calls`` of them down the map."""
+    return (ROW_BANDS_1X1 and weights_heavy and dot.out_rows > 1 and dot.kh * dot.kw == 1
+            and (row_calls > 1 or dot.stride == 1) and cpu.cores > 1 and calls % cpu.cores == 0)
 
 
 def _panel_epilogue(sch: s_tir.Schedule, block, channels: int):
@@ -270,11 +307,11 @@ def _merge_per_panel(sch: s_tir.Schedule, panels, epilogue, cols: int):
 
 
 def _pack_chunk(sch: s_tir.Schedule, block, dot: AmxBf16Conv, col_calls: int, calls: int, cpu: CpuSpec,
-                per_panel: bool = False) -> int:
-    """Calls a chunk whose input rows are packed in the chunk (:data:`PACK_PER_CALL`; ``per_panel``, a
-    weights-heavy kernel's panels with their epilogues: a core's share, all of its input,
-    :data:`PACK_PER_CORE`); 0: packed once."""
-    if PACK_PER_CORE and per_panel and cpu.cores > 1 and calls % cpu.cores == 0:
+                per_core: bool = False) -> int:
+    """Calls a chunk whose input rows are packed in the chunk (:data:`PACK_PER_CALL`; ``per_core``, a
+    weights-heavy kernel's panels with their epilogues or its bands of rows: a core's share, all of its
+    input or its band's rows, :data:`PACK_PER_CORE`, :data:`ROW_BANDS_1X1`); 0: packed once."""
+    if per_core and cpu.cores > 1 and calls % cpu.cores == 0:
         return calls // cpu.cores
     if not PACK_PER_CALL or dot.kh * dot.kw > 1 or dot.flat or dot.out_rows > 1 or col_calls > 1:
         return 0
