@@ -105,7 +105,8 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
     for i, batch in enumerate(batches):
         shapes = batch_shapes(base, batch)
         say(f"batch {batch}: loading", i / len(batches))
-        workload = load_workload(spec, shapes)
+        # the tasks of the target's CPU (its own vector width's rewrites), as its export looks records up for
+        workload = load_workload(spec, shapes).for_target(target)
         tasks = workload.tasks()
         done = 0
         if trials > 0:

@@ -4,7 +4,8 @@ explorer never imports store, search, export or app (but ``store.outcome``, the 
 how a measurement ends, ``store.values``, the one ``to_dict`` of values that cross rooms, and
 ``export.runner.compare``, the one rule that compares outputs, which a bundle's run.py carries: all
 three import nothing of schedx); store never imports TVM; only app imports
-streamlit or click. No two modules import each other (at any depth of a function), no concept
+streamlit or click. No two modules import each other (at any depth of a function, or at import time
+through a package's ``__init__``), every module of explorer imports on its own in a fresh process, no concept
 is defined twice (one ``Task``, one target parser), and libraries never print.
 
 Behaviour too: no module outside ``explorer/target`` branches on a target's kind or reads a
@@ -16,6 +17,9 @@ end (export, bench, profile, sweep; command line and pages) ships what one choos
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +67,27 @@ def test_import_direction(room):
     assert not bad, "\n".join(bad)
 
 
+def _runs_at_import(tree: ast.Module) -> list[ast.AST]:
+    """The nodes of a module that run when it is imported: not a function's body, not ``if TYPE_CHECKING``."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def _module_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports, at any depth of a function; and, for an import that runs when
+    the module is imported, the packages above the imported module that are not its own: importing
+    ``explorer.passes.x`` runs ``explorer/passes/__init__.py`` first, and a package that imports its
+    modules eagerly closes a cycle that no ``import`` line names (the one that made
+    ``explorer.schedule.defaults.expand_depthwise`` fail to import on its own)."""
     mods = {}
     for _, path in _sources():
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
@@ -74,9 +98,15 @@ def _module_graph() -> dict[str, set[str]]:
             name = name.rpartition(".")[0]
         return name or None
 
+    def packages_above(name: str) -> set[str]:
+        parts = name.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts))} & mods.keys()
+
     graph = {m: set() for m in mods}
     for m, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        at_import = {id(node) for node in _runs_at_import(tree)}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -87,6 +117,8 @@ def _module_graph() -> dict[str, set[str]]:
                 r = resolve(t)
                 if r and r != m:
                     graph[m].add(r)
+                    if id(node) in at_import:  # its own packages are imported already when it runs
+                        graph[m] |= packages_above(r) - packages_above(m) - {m}
     return graph
 
 
@@ -108,7 +140,41 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in state:
             visit(m)
-    assert not cycles, "import cycles (move the shared piece down):\n" + "\n".join(cycles)
+    assert not cycles, ("import cycles (move the shared piece down, or let the package load its names on first "
+                        "use: store.lazy):\n" + "\n".join(cycles))
+
+
+# imports TVM and the libraries explorer builds on once, then imports each module given on stdin in a fresh
+# child (forked before any schedx module is loaded): the modules that fail, with their error
+_IMPORT_EACH = """
+import importlib, os, sys
+import numpy, onnx, tvm
+from tvm import relax, s_tir
+for name in sys.stdin.read().split():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(name)
+        except BaseException as err:
+            print(f"{name}: {type(err).__name__}: {err}", flush=True)
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        print(f"{name}: killed by signal {os.WTERMSIG(status)}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a child per module")
+def test_every_explorer_module_imports_on_its_own():
+    """Each module of explorer imports first in a fresh process (what a notebook, a bundle's build or a
+    search worker may do), whatever order the rest of the suite imports them in (about 10 s)."""
+    names = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+             for p in sorted((ROOT / "explorer").rglob("*.py"))]
+    done = subprocess.run([sys.executable, "-c", _IMPORT_EACH], input="\n".join(names), capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not done.stdout.strip(), "modules that fail to import on their own:\n" + done.stdout
 
 
 @pytest.mark.parametrize("concept, one_home", [("Task", "explorer/workload/task.py"),

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
 
 from app.cli import cli
 from explorer.target.environment import hardware_fingerprint
 from explorer.schedule.steps import Step
 from explorer.schedule.trace import steps_to_trace
-from explorer.target import host_target
+from explorer.errors import ExplorerError
+from explorer.target import host_target, parse_target
 from explorer.workload import load_workload
 from export.choose import best_schedules, shape_warnings
 from export.sweep import batch_shapes, sweep
 from search.records import task_workload
 from store import Record, Store
+from store.outcome import Outcome
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
@@ -98,3 +103,40 @@ def test_a_model_with_a_dynamic_batch_sweeps_without_shapes(tmp_path):
     r = CliRunner().invoke(cli, ["sweep", str(tmp_path / "dyn.onnx"), "--batch", "1", "--runs", "1", "--shapes",
                                  "height=8", "--db", str(tmp_path / "none.db")], obj={})
     assert r.exit_code == 1 and "no input dimension is named 'height'" in r.output, r.output
+
+
+def _projection(path, channels: int = 24, inputs: int = 16, size: int = 8) -> str:
+    """A 1x1 conv to 24 channels (+ bias, ReLU): AVX-512 pads its outputs to 32 (PadConvOutputChannels),
+    AVX2 computes 24, so the two CPUs' task pipelines give it two different tasks."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.2, (channels, inputs, 1, 1)).astype("float32"), "w"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (channels,)).astype("float32"), "b")]
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "projection", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, inputs, size, size])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, channels, size, size])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+def test_a_sweep_for_another_cpu_tunes_and_ships_that_cpus_tasks(tmp_path):
+    model = _projection(tmp_path / "projection.onnx")
+    target = parse_target("cpu:haswell")  # AVX2 (8 lanes): runs on an AVX-512 machine too
+    try:
+        target.require_runnable("time")
+    except ExplorerError as err:
+        pytest.skip(str(err))
+    theirs = load_workload(model, "input:1x16x8x8").for_target(target).tasks()
+    here = {t.key for t in load_workload(model).tasks()}
+    conv = next((t for t in theirs if t.key not in here), None)  # the conv as haswell computes it: 24 channels
+    if conv is None:
+        pytest.skip("this machine's tasks are haswell's (an AVX2 CPU): nothing tells them apart")
+
+    db = tmp_path / "tuned.db"
+    result = sweep(model, [1], target=target, db=db, trials=4, runs=2, budget_s=0.5, check_in_model=False)
+    with Store(db) as store:
+        tuned = {r.workload_key for r in store.records() if r.status == Outcome.OK}
+    assert conv.key in tuned and tuned <= {t.key for t in theirs}, "the sweep tuned this machine's tasks"
+    point = result.points[0]  # what it shipped: the best of those records where one beat the default schedule
+    assert point.trials > 0 and point.tasks == len(theirs)
+    assert point.from_records == len(best_schedules(db, theirs, target)[0])
