@@ -2,8 +2,9 @@
 the rows description without tap axes in :mod:`explorer.schedule.amx_bf16_conv`): a weights-heavy 1x1 whose
 output rows fill one tile each takes two rows a call as a 2 x 2 grid (each B tile feeds two products), the
 split product's expansions (MobileNetV2's 64 -> 384 @14) too, in bands of rows, one a core, each packing its
-own rows (:data:`~explorer.schedule.defaults.bf16_amx_conv.ROW_BANDS_1X1`). Structure for a Sapphire Rapids
-target on any host; numbers where the CPU has AMX."""
+own rows (:data:`~explorer.schedule.defaults.bf16_amx_conv.ROW_BANDS_1X1`), a band of up to 7 rows one call
+(``BAND_A_CALL_1X1``); on a 7-row map 16-channel panels where 32-channel ones would split unevenly among the cores
+(``EVEN_PANELS_ODD_ROWS``). Structure for a Sapphire Rapids target on any host; numbers where the CPU has AMX."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ from tests.test_bf16_kernels import NEEDS_AMX
 # in small, and a 1x1 whose input outweighs its weights (one row a call, its calls grouped)
 HEAVY_14, STRIDED_7, LIGHT = (1, 32, 14, 14, 320, 1, 1, 0), (1, 32, 14, 14, 256, 1, 2, 0), (1, 64, 14, 14, 64, 1, 1, 0)
 SEVEN_WIDE = (1, 32, 7, 7, 320, 1, 1, 0)  # MobileNetV2's 7x7 1x1s: all 7 rows a call, stride 1
+FIVE_PANELS = (1, 64, 7, 7, 160, 1, 1, 0)  # its 960 -> 160 @7 in small: 5 panels of 32 channels
 
 
 def test_weights_heavy_1x1_kernels_take_whole_output_rows_a_call_and_light_ones_do_not():
     lib, choice = built_direct_conv("cpu:sapphirerapids", HEAVY_14)
-    step = choice.steps[0]
-    assert "2 x 2 tiles of 14 rows" in step and "2 output rows a call" in step and "_t1x1_taps_y2_u" in step, choice
+    step = choice.steps[0]  # a band of 7 rows a core (2 cores), the band a call (BAND_A_CALL_1X1)
+    assert "2 x 2 tiles of 14 rows" in step and "7 output rows a call" in step and "_t1x1_taps_y7_u" in step, choice
     assert "tdpbf16ps" in lib.mod.inspect_source("asm")
     _, seven = built_direct_conv("cpu:sapphirerapids", STRIDED_7)
     assert "7 output rows a call" in seven.steps[0] and "_s2_t1x1_taps_y7_u" in seven.steps[0], seven
@@ -58,12 +60,36 @@ def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_
     target = parse_target("cpu:sapphirerapids")  # 2 cores
     func, choice = default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
     assert "rows outermost (a band of rows a core)" in choice.steps[0] and "padded in that chunk" in choice.steps[0]
-    # one loop over the 2 bands, the packing inside it: 7 pairs of rows, 70 calls, 35 a band reading rows 0-7
-    # and 6-13 (a band split inside a pair of rows packs the pair too), not all 14
-    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (8, False)], func.script()
-    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (35, False)]
+    # one loop over the 2 bands, the packing inside it: a call over a band's 7 rows a panel, 10 panels a band,
+    # each band packing its own 7 rows, not all 14
+    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (7, False)], func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (10, False)]
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
     assert _parallel_launches(lib) == 1
+
+
+def _two_rows_a_call(monkeypatch, spec: str = "cpu:sapphirerapids") -> tuple:
+    monkeypatch.setattr(bf16_amx_conv, "BAND_A_CALL_1X1", False)
+    return default_schedule(direct_conv_func(*HEAVY_14), parse_target(spec).cpu_spec())
+
+
+def test_without_band_calls_the_bands_take_two_rows_a_call(monkeypatch):
+    func, choice = _two_rows_a_call(monkeypatch)
+    assert "2 output rows a call" in choice.steps[0] and "_t1x1_taps_y2_u" in choice.steps[0], choice
+    # 7 pairs of rows, 70 calls, 35 a band reading rows 0-7 and 6-13 (a band split inside a pair of rows
+    # packs the pair too)
+    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (8, False)], func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (35, False)]
+
+
+@NEEDS_AMX
+def test_two_rows_a_call_matches_numpy_as_bf16_products_with_fp32_sums(monkeypatch):
+    func, choice = _two_rows_a_call(monkeypatch, "cpu")
+    assert "2 output rows a call" in choice.steps[0], choice
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu").tvm())
+    got, x, w = run_direct_conv(lib, HEAVY_14)
+    exact = reference_conv_nhwc(bf16_round(x), bf16_round(w), 1, 0)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
 
 
 def test_on_a_7_row_map_each_core_packs_the_whole_input_in_its_share_of_the_panels_but_not_strided():
@@ -74,6 +100,19 @@ def test_on_a_7_row_map_each_core_packs_the_whole_input_in_its_share_of_the_pane
     assert _parallel_launches(tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())) == 1
     strided, choice = built_direct_conv("cpu:sapphirerapids", STRIDED_7)
     assert "padded once" in choice.steps[0] and _parallel_launches(strided) == 2, choice  # the packing, the calls
+
+
+def test_a_7_row_map_with_an_odd_number_of_32_channel_panels_takes_16_channel_panels_5_a_core(monkeypatch):
+    target = parse_target("cpu:sapphirerapids")  # 2 cores: 5 panels of 32 split 3 and 2, 10 of 16 split 5 and 5
+    func, choice = default_schedule(direct_conv_func(*FIVE_PANELS), target.cpu_spec())
+    assert "2 x 1 tiles of 7 rows" in choice.steps[0] and "_7x2x1_" in choice.steps[0], choice
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (5, False)], func.script()
+    _, even = default_schedule(direct_conv_func(*SEVEN_WIDE), target.cpu_spec())  # 10 panels of 32: as before
+    assert "2 x 2 tiles of 7 rows" in even.steps[0], even
+    monkeypatch.setattr(bf16_amx_conv, "EVEN_PANELS_ODD_ROWS", False)
+    func, old = default_schedule(direct_conv_func(*FIVE_PANELS), target.cpu_spec())
+    assert "2 x 2 tiles of 7 rows" in old.steps[0], old
+    assert [extent for extent, _ in _loops(func, "conv2d_nhwc_bf16_o_update")] == [5], func.script()
 
 
 def test_without_bands_the_panels_run_outermost_after_the_packing(monkeypatch):
@@ -95,10 +134,32 @@ def test_a_replayed_trace_of_a_1x1_over_two_rows_builds_the_same_kernel():
 
 
 @NEEDS_AMX
-@pytest.mark.parametrize("shape", [HEAVY_14, STRIDED_7, SEVEN_WIDE], ids=["two-rows", "seven-rows-strided", "seven-rows"])
+@pytest.mark.parametrize("shape", [HEAVY_14, STRIDED_7, SEVEN_WIDE, FIVE_PANELS],
+                         ids=["two-rows", "seven-rows-strided", "seven-rows", "seven-rows-16-channel-panels"])
 def test_1x1_over_whole_rows_matches_numpy_as_bf16_products_with_fp32_sums(shape):
     lib, choice = built_direct_conv("cpu", shape)
     assert "output rows a call" in choice.steps[0], choice
     got, x, w = run_direct_conv(lib, shape)
     exact = reference_conv_nhwc(bf16_round(x), bf16_round(w), shape[6], shape[7])
     assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("shape,cores,banded", [((1, 64, 14, 14, 384, 1, 1, 0), 4, False), (HEAVY_14, 5, False),
+                                                ((2, 32, 14, 14, 640, 1, 1, 0), 8, False),
+                                                ((3, 32, 14, 14, 960, 1, 1, 0), 2, False),
+                                                ((1, 96, 14, 14, 576, 1, 1, 0), 9, False),
+                                                ((3, 32, 7, 7, 960, 1, 1, 0), 4, False),
+                                                (HEAVY_14, 2, True), (HEAVY_14, 7, True)])
+def test_on_any_core_count_and_batch_the_packing_loops_have_fixed_extents(shape, cores, banded):
+    # bands whose shares pack different numbers of rows gave the packing a loop whose extent varies by share
+    # (64 -> 384 @14 on 4 cores: shares of 2, 3, 3 and 2 row pairs), which MetaSchedule's DisallowDynamicLoop
+    # refuses: such a default could not seed a search. The rule keeps bands only where every share packs alike
+    # (14 rows: two bands of 7 on 2 cores, seven of 2 on 7), whole images a core where there are several.
+    import dataclasses
+
+    cpu = dataclasses.replace(parse_target("cpu:sapphirerapids").cpu_spec(), cores=cores)
+    func, choice = default_schedule(direct_conv_func(*shape), cpu)
+    sch = s_tir.Schedule(func)
+    packing = sch.get_loops(sch.get_sblock("bf16_nhwc_input"))
+    assert all(isinstance(sch.get(loop).extent, tvm.tirx.IntImm) for loop in packing), func.script()
+    assert ("rows outermost" in choice.steps[0]) == banded, choice

@@ -14,7 +14,9 @@ iteration (:data:`FLAT_EPILOGUE_PER_PANEL`). A call's C tiles are a
 column of 4 x 1 where the pixels allow and the input outweighs the weights (:data:`TALL_GRID`), else
 2 x 2; where the weights outweigh the input and a row fills one tile, a call takes two whole output
 rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`); a 1x1 one with more rows than a call runs its
-rows outermost instead, a band of rows a core (:data:`ROW_BANDS_1X1`). Where the input outweighs the
+rows outermost instead, a band of rows a core (:data:`ROW_BANDS_1X1`), a band of 3-7 rows one call
+(:data:`BAND_A_CALL_1X1`); a call over all of a 7-row map takes 16-channel panels where 32-channel ones
+would split unevenly among the cores (:data:`EVEN_PANELS_ODD_ROWS`). Where the input outweighs the
 weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call's own
 ``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
@@ -141,6 +143,29 @@ PACK_PER_CORE = True
 # OpenVINO 1.77 in the same rounds); one thread 0.989x (bands) and 0.969x (both). Measured on 2 cores
 # only. False: panels outermost, packed once.
 ROW_BANDS_1X1 = True
+# A call over all of an odd number of rows (ODD_ROWS_A_CALL) whose 32-channel panels do not divide among
+# the cores takes panels of 16 channels (a 2 x 1 grid each step of two rows), as many calls as cores can
+# share evenly: MobileNetV2's 960 -> 160 and 576 -> 160 @7 (5 panels: 3 on one core, 2 on the other; 10
+# calls, 5 a core). In the model (2 threads, bundles alternated in one process, 24 idle rounds, load 1.2):
+# the two kernels' 3 calls 0.067 -> 0.061 ms (per-round ratio 0.905, quartiles 0.869-0.920; again, load
+# 0.8: 0.925, 0.911-0.964), wall level (0.993-0.997: 6 us of 2.26 ms); 1 thread level (1.010, 16 rounds).
+# Alone, one thread (CPU time, 12 rounds, load 1.6):
+# 0.0173 -> 0.0168 and 0.0089 -> 0.0087 ms; 3 x 1 grids instead (three rows a step): 0.0160 and 0.0092
+# ms, in the model 0.963x. Measured on 2 cores only. False: 32-channel panels there, as before.
+EVEN_PANELS_ODD_ROWS = True
+# With ROW_BANDS_1X1, a stride-1 1x1 whose rows split evenly into one band a core of 3 to ODD_ROWS_A_CALL
+# rows takes the whole band a call, not two rows (pairs of rows, then the last alone: a 14-row map's two
+# bands of 7 at 2 cores): each panel's weights then feed all of the band's rows from L1, where two rows a
+# call walked all the weights through L2 once a pair. MobileNetV2's split expansions 96 -> 576 and 64 ->
+# 384 @14, alone (11-12 alternated rounds, load 0.5): 2 threads 0.0234 -> 0.0215 and 0.0158 -> 0.0152 ms,
+# 1 thread (CPU time) 0.0498 -> 0.0434 and 0.0273 -> 0.0252. In the model (bundles alternated in one
+# process, idle rounds, load 0.55-0.67), 2 threads: their 7 calls 0.275 -> 0.230 and 0.281 -> 0.241 ms
+# (per-round ratios 0.843 and 0.868), the wall 0.983x and 0.968x (24 and 30 rounds, order swapped); 1
+# thread (16 rounds) 0.961x for the kernels (0.384 -> 0.360 ms), the wall level (0.995). Both rules
+# against neither (30 idle rounds, load 0.9): 2 threads wall 0.978x (quartiles 0.958-0.991; OpenVINO's
+# default 0.756x the old), the four kernels 0.872x (0.360 -> 0.317 ms); 1 thread (20 rounds) wall 0.987x
+# (0.973-1.016). Measured on 2 cores only. False: two rows a call there, as before.
+BAND_A_CALL_1X1 = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
@@ -182,7 +207,7 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec, *, weights_heavy: bo
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
     dot = AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps, update=True)
     if ROWS_A_CALL and not row_taps and (kh * kw > 1 or ROWS_A_CALL_1X1) and weights_heavy:
-        dot = _over_rows(dot, rows, cols, extents[-6])
+        dot = _over_rows(dot, rows, cols, extents[-6], cpu.cores)
     return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu, weights_heavy)
 
 
@@ -194,16 +219,23 @@ def weights_outweigh_input(sch: s_tir.Schedule, block) -> bool:
     return _bytes(sch, block, weights=True) > WEIGHTS_HEAVY * _bytes(sch, block, weights=False)
 
 
-def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int) -> AmxBf16Conv:
+def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int, cores: int) -> AmxBf16Conv:
     """``dot`` over two whole output rows a call as a 2 x 2 grid where a row fills one tile
-    (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped), over all of an odd number
-    of rows (pairs, then the last row alone: :data:`ODD_ROWS_A_CALL`); else ``dot``."""
+    (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped), a 1x1's over all of a
+    core's band of rows (:data:`BAND_A_CALL_1X1`), over all of an odd number of rows (pairs, then the
+    last row alone: :data:`ODD_ROWS_A_CALL`; 2 x 1 where 32-channel panels would split unevenly among
+    the ``cores``: :data:`EVEN_PANELS_ODD_ROWS`); else ``dot``."""
     if dot.mt != 1 or width != dot.m or cols % (2 * PANEL):
         return dot
+    band = height // cores if height % cores == 0 else 0
+    if (BAND_A_CALL_1X1 and ROW_BANDS_1X1 and dot.kh * dot.kw == 1 and dot.stride == 1
+            and 3 <= band <= ODD_ROWS_A_CALL):
+        return replace(dot, mt=2, nt=2, out_rows=band)
     if height % 2 == 0:
         return replace(dot, mt=2, nt=2, out_rows=2)
     if ODD_ROWS_A_CALL and 3 <= height <= ODD_ROWS_A_CALL:
-        return replace(dot, mt=2, nt=2, out_rows=height)
+        uneven = (cols // (2 * PANEL)) % cores != 0 and (cols // PANEL) % cores == 0
+        return replace(dot, mt=2, nt=1 if EVEN_PANELS_ODD_ROWS and uneven else 2, out_rows=height)
     return dot
 
 
@@ -239,8 +271,8 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         row_o, row_i = sch.split(row, [None, dot.rows])
         inner = [row_i]
     row_calls = int(sch.get(row_o).extent)
-    all_calls = col_calls * row_calls * prod(int(sch.get(loop).extent) for loop in outer)
-    bands = _row_bands(dot, weights_heavy, all_calls, row_calls, cpu)
+    images = prod(int(sch.get(loop).extent) for loop in outer)
+    bands = _row_bands(dot, weights_heavy, images, row_calls, col_calls, cpu)
     order = [col_o, *outer, row_o] if weights_heavy and not bands else [*outer, row_o, col_o]
     sch.reorder(*order, *inner, col_i, *reduce)
     # a flat kernel's tiles are no box of output pixels (its row copy and epilogue run after it), but
@@ -276,12 +308,24 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     return "; ".join(steps + _schedule_input(sch, packs if chunk else None))
 
 
-def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, calls: int, row_calls: int, cpu: CpuSpec) -> bool:
+def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: int, col_calls: int,
+               cpu: CpuSpec) -> bool:
     """Whether a weights-heavy 1x1 kernel over whole output rows runs in bands of rows, one a core, each
     packing the rows it reads (:data:`ROW_BANDS_1X1`; one band, a call over all the rows, at stride 1 only):
-    ``calls`` in all, ``row_calls`` of them down the map."""
-    return (ROW_BANDS_1X1 and weights_heavy and dot.out_rows > 1 and dot.kh * dot.kw == 1
-            and (row_calls > 1 or dot.stride == 1) and cpu.cores > 1 and calls % cpu.cores == 0)
+    ``images`` x ``row_calls`` down the map x ``col_calls`` panels. Only where every core's share packs
+    the same number of rows (a share whose rows vary would give the packing a loop whose extent varies by
+    share, which MetaSchedule's DisallowDynamicLoop refuses: the default could not seed a search), whole
+    images a core where there are several, and on more than 2 cores at least a row of calls a share (else
+    every core packs the same rows again)."""
+    calls = images * row_calls * col_calls
+    if not (ROW_BANDS_1X1 and weights_heavy and dot.out_rows > 1 and dot.kh * dot.kw == 1
+            and (row_calls > 1 or dot.stride == 1) and cpu.cores > 1 and calls % cpu.cores == 0):
+        return False
+    share = calls // cpu.cores
+    if images > 1:
+        return share % (row_calls * col_calls) == 0
+    rows = {(c * share + share - 1) // col_calls - (c * share) // col_calls for c in range(cpu.cores)}
+    return len(rows) == 1 and (cpu.cores <= 2 or share >= col_calls)
 
 
 def _panel_epilogue(sch: s_tir.Schedule, block, channels: int):
