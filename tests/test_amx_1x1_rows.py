@@ -23,24 +23,27 @@ from tests.test_bf16_kernels import NEEDS_AMX
 # strided 1x1 onto a 7x7 map (all 7 rows a call: 3 pairs and a row), ResNet-18's layer4.0 downsample
 # in small, and a 1x1 whose input outweighs its weights (one row a call, its calls grouped)
 HEAVY_14, STRIDED_7, LIGHT = (1, 32, 14, 14, 320, 1, 1, 0), (1, 32, 14, 14, 256, 1, 2, 0), (1, 64, 14, 14, 64, 1, 1, 0)
+# the rules are decided per core count (bands of rows, one a core) and were measured on 2 cores: the target
+# says 2, whatever this host has (on an x86 host a CPU target otherwise takes the host's usable cores)
+SPR2 = parse_target("cpu:sapphirerapids", cores=2)
 SEVEN_WIDE = (1, 32, 7, 7, 320, 1, 1, 0)  # MobileNetV2's 7x7 1x1s: all 7 rows a call, stride 1
 FIVE_PANELS = (1, 64, 7, 7, 160, 1, 1, 0)  # its 960 -> 160 @7 in small: 5 panels of 32 channels
 
 
 def test_weights_heavy_1x1_kernels_take_whole_output_rows_a_call_and_light_ones_do_not():
-    lib, choice = built_direct_conv("cpu:sapphirerapids", HEAVY_14)
+    lib, choice = built_direct_conv(SPR2, HEAVY_14)
     step = choice.steps[0]  # a band of 7 rows a core (2 cores), the band a call (BAND_A_CALL_1X1)
     assert "2 x 2 tiles of 14 rows" in step and "7 output rows a call" in step and "_t1x1_taps_y7_u" in step, choice
     assert "tdpbf16ps" in lib.mod.inspect_source("asm")
-    _, seven = built_direct_conv("cpu:sapphirerapids", STRIDED_7)
+    _, seven = built_direct_conv(SPR2, STRIDED_7)
     assert "7 output rows a call" in seven.steps[0] and "_s2_t1x1_taps_y7_u" in seven.steps[0], seven
-    _, light = built_direct_conv("cpu:sapphirerapids", LIGHT)
+    _, light = built_direct_conv(SPR2, LIGHT)
     assert "output rows a call" not in light.steps[0], light
 
 
 def test_without_the_switch_a_1x1_kernel_takes_one_row_a_call(monkeypatch):
     monkeypatch.setattr(bf16_amx_conv, "ROWS_A_CALL_1X1", False)
-    _, choice = default_schedule(direct_conv_func(*HEAVY_14), parse_target("cpu:sapphirerapids").cpu_spec())
+    _, choice = default_schedule(direct_conv_func(*HEAVY_14), SPR2.cpu_spec())
     assert "1 x 2 tiles of 14 rows" in choice.steps[0] and "output rows a call" not in choice.steps[0], choice
 
 
@@ -57,7 +60,7 @@ def _loops(func, block: str) -> list[tuple[int, bool]]:
 
 
 def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_one_parallel_region():
-    target = parse_target("cpu:sapphirerapids")  # 2 cores
+    target = SPR2  # 2 cores
     func, choice = default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
     assert "rows outermost (a band of rows a core)" in choice.steps[0] and "padded in that chunk" in choice.steps[0]
     # one loop over the 2 bands, the packing inside it: a call over a band's 7 rows a panel, 10 panels a band,
@@ -68,9 +71,9 @@ def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_
     assert _parallel_launches(lib) == 1
 
 
-def _two_rows_a_call(monkeypatch, spec: str = "cpu:sapphirerapids") -> tuple:
+def _two_rows_a_call(monkeypatch, target=SPR2) -> tuple:
     monkeypatch.setattr(bf16_amx_conv, "BAND_A_CALL_1X1", False)
-    return default_schedule(direct_conv_func(*HEAVY_14), parse_target(spec).cpu_spec())
+    return default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
 
 
 def test_without_band_calls_the_bands_take_two_rows_a_call(monkeypatch):
@@ -84,7 +87,7 @@ def test_without_band_calls_the_bands_take_two_rows_a_call(monkeypatch):
 
 @NEEDS_AMX
 def test_two_rows_a_call_matches_numpy_as_bf16_products_with_fp32_sums(monkeypatch):
-    func, choice = _two_rows_a_call(monkeypatch, "cpu")
+    func, choice = _two_rows_a_call(monkeypatch, parse_target("cpu", cores=2))
     assert "2 output rows a call" in choice.steps[0], choice
     lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu").tvm())
     got, x, w = run_direct_conv(lib, HEAVY_14)
@@ -93,17 +96,17 @@ def test_two_rows_a_call_matches_numpy_as_bf16_products_with_fp32_sums(monkeypat
 
 
 def test_on_a_7_row_map_each_core_packs_the_whole_input_in_its_share_of_the_panels_but_not_strided():
-    target = parse_target("cpu:sapphirerapids")
+    target = SPR2
     func, seven = default_schedule(direct_conv_func(*SEVEN_WIDE), target.cpu_spec())
     assert "7 output rows a call" in seven.steps[0] and "rows outermost" not in seven.steps[0], seven
     assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (7, False)], func.script()  # all 7 rows a core
     assert _parallel_launches(tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())) == 1
-    strided, choice = built_direct_conv("cpu:sapphirerapids", STRIDED_7)
+    strided, choice = built_direct_conv(SPR2, STRIDED_7)
     assert "padded once" in choice.steps[0] and _parallel_launches(strided) == 2, choice  # the packing, the calls
 
 
 def test_a_7_row_map_with_an_odd_number_of_32_channel_panels_takes_16_channel_panels_5_a_core(monkeypatch):
-    target = parse_target("cpu:sapphirerapids")  # 2 cores: 5 panels of 32 split 3 and 2, 10 of 16 split 5 and 5
+    target = SPR2  # 2 cores: 5 panels of 32 split 3 and 2, 10 of 16 split 5 and 5
     func, choice = default_schedule(direct_conv_func(*FIVE_PANELS), target.cpu_spec())
     assert "2 x 1 tiles of 7 rows" in choice.steps[0] and "_7x2x1_" in choice.steps[0], choice
     assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (5, False)], func.script()
@@ -117,7 +120,7 @@ def test_a_7_row_map_with_an_odd_number_of_32_channel_panels_takes_16_channel_pa
 
 def test_without_bands_the_panels_run_outermost_after_the_packing(monkeypatch):
     monkeypatch.setattr(bf16_amx_conv, "ROW_BANDS_1X1", False)
-    lib, choice = built_direct_conv("cpu:sapphirerapids", HEAVY_14)
+    lib, choice = built_direct_conv(SPR2, HEAVY_14)
     assert "rows outermost" not in choice.steps[0] and "padded once" in choice.steps[0], choice
     assert _parallel_launches(lib) == 2  # the packing's rows, then the calls
 
@@ -128,7 +131,7 @@ def test_a_replayed_trace_of_a_1x1_over_two_rows_builds_the_same_kernel():
     from explorer.schedule.trace import replay
     from explorer.workload.keys import owned_task_module
 
-    func, choice = default_schedule(direct_conv_func(*HEAVY_14), parse_target("cpu:sapphirerapids").cpu_spec())
+    func, choice = default_schedule(direct_conv_func(*HEAVY_14), SPR2.cpu_spec())
     replayed = replay(owned_task_module(direct_conv_func(*HEAVY_14)), choice.trace).mod["main"]
     assert tvm_ffi.structural_equal(replayed, func)
 
@@ -149,6 +152,8 @@ def test_1x1_over_whole_rows_matches_numpy_as_bf16_products_with_fp32_sums(shape
                                                 ((3, 32, 14, 14, 960, 1, 1, 0), 2, False),
                                                 ((1, 96, 14, 14, 576, 1, 1, 0), 9, False),
                                                 ((3, 32, 7, 7, 960, 1, 1, 0), 4, False),
+                                                ((1, 32, 16, 16, 480, 1, 1, 0), 6, False),
+                                                ((1, 32, 24, 16, 960, 1, 2, 0), 4, False),
                                                 (HEAVY_14, 2, True), (HEAVY_14, 7, True)])
 def test_on_any_core_count_and_batch_the_packing_loops_have_fixed_extents(shape, cores, banded):
     # bands whose shares pack different numbers of rows gave the packing a loop whose extent varies by share
@@ -157,7 +162,7 @@ def test_on_any_core_count_and_batch_the_packing_loops_have_fixed_extents(shape,
     # (14 rows: two bands of 7 on 2 cores, seven of 2 on 7), whole images a core where there are several.
     import dataclasses
 
-    cpu = dataclasses.replace(parse_target("cpu:sapphirerapids").cpu_spec(), cores=cores)
+    cpu = dataclasses.replace(SPR2.cpu_spec(), cores=cores)
     func, choice = default_schedule(direct_conv_func(*shape), cpu)
     sch = s_tir.Schedule(func)
     packing = sch.get_loops(sch.get_sblock("bf16_nhwc_input"))

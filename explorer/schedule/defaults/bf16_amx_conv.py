@@ -207,7 +207,7 @@ def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec, *, weights_heavy: bo
     stride = int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1))
     dot = AmxBf16Conv(m, mt, nt, k, stride, kh, kw, row_taps, update=True)
     if ROWS_A_CALL and not row_taps and (kh * kw > 1 or ROWS_A_CALL_1X1) and weights_heavy:
-        dot = _over_rows(dot, rows, cols, extents[-6], cpu.cores)
+        dot = _over_rows(dot, rows, cols, extents[-6], cpu.cores, prod(extents[:-6]))
     return _grouped(sch, block, dot, rows, cols, extents[:-5], cpu, weights_heavy)
 
 
@@ -219,22 +219,23 @@ def weights_outweigh_input(sch: s_tir.Schedule, block) -> bool:
     return _bytes(sch, block, weights=True) > WEIGHTS_HEAVY * _bytes(sch, block, weights=False)
 
 
-def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int, cores: int) -> AmxBf16Conv:
+def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int, cores: int, images: int) -> AmxBf16Conv:
     """``dot`` over two whole output rows a call as a 2 x 2 grid where a row fills one tile
     (:data:`ROWS_A_CALL`: a weights-heavy kernel, its calls not grouped), a 1x1's over all of a
-    core's band of rows (:data:`BAND_A_CALL_1X1`), over all of an odd number of rows (pairs, then the
-    last row alone: :data:`ODD_ROWS_A_CALL`; 2 x 1 where 32-channel panels would split unevenly among
-    the ``cores``: :data:`EVEN_PANELS_ODD_ROWS`); else ``dot``."""
+    core's band of rows (:data:`BAND_A_CALL_1X1`: one image, more than one core), over all of an odd
+    number of rows (pairs, then the last row alone: :data:`ODD_ROWS_A_CALL`; a 1x1 of one image 2 x 1
+    where 32-channel panels would split unevenly among the ``cores``: :data:`EVEN_PANELS_ODD_ROWS`);
+    else ``dot``. ``images``: the batch (the loops outside the rows)."""
     if dot.mt != 1 or width != dot.m or cols % (2 * PANEL):
         return dot
-    band = height // cores if height % cores == 0 else 0
-    if (BAND_A_CALL_1X1 and ROW_BANDS_1X1 and dot.kh * dot.kw == 1 and dot.stride == 1
-            and 3 <= band <= ODD_ROWS_A_CALL):
+    one_1x1 = dot.kh * dot.kw == 1 and images == 1
+    band = height // cores if cores > 1 and height % cores == 0 else 0
+    if BAND_A_CALL_1X1 and ROW_BANDS_1X1 and one_1x1 and dot.stride == 1 and 3 <= band <= ODD_ROWS_A_CALL:
         return replace(dot, mt=2, nt=2, out_rows=band)
     if height % 2 == 0:
         return replace(dot, mt=2, nt=2, out_rows=2)
     if ODD_ROWS_A_CALL and 3 <= height <= ODD_ROWS_A_CALL:
-        uneven = (cols // (2 * PANEL)) % cores != 0 and (cols // PANEL) % cores == 0
+        uneven = one_1x1 and (cols // (2 * PANEL)) % cores != 0 and (cols // PANEL) % cores == 0
         return replace(dot, mt=2, nt=1 if EVEN_PANELS_ODD_ROWS and uneven else 2, out_rows=height)
     return dot
 
@@ -315,8 +316,9 @@ def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: in
     ``images`` x ``row_calls`` down the map x ``col_calls`` panels. Only where every core's share packs
     the same number of rows (a share whose rows vary would give the packing a loop whose extent varies by
     share, which MetaSchedule's DisallowDynamicLoop refuses: the default could not seed a search), whole
-    images a core where there are several, and on more than 2 cores at least a row of calls a share (else
-    every core packs the same rows again)."""
+    images a core where there are several, and on more than 2 cores whole rows of calls a share (shares
+    of the same span but other offsets still gave 16x16 / 480 channels on 6 cores a varying extent; and
+    shorter shares would have every core pack the same rows again)."""
     calls = images * row_calls * col_calls
     if not (ROW_BANDS_1X1 and weights_heavy and dot.out_rows > 1 and dot.kh * dot.kw == 1
             and (row_calls > 1 or dot.stride == 1) and cpu.cores > 1 and calls % cpu.cores == 0):
@@ -325,7 +327,7 @@ def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: in
     if images > 1:
         return share % (row_calls * col_calls) == 0
     rows = {(c * share + share - 1) // col_calls - (c * share) // col_calls for c in range(cpu.cores)}
-    return len(rows) == 1 and (cpu.cores <= 2 or share >= col_calls)
+    return len(rows) == 1 and (cpu.cores <= 2 or share % col_calls == 0)
 
 
 def _panel_epilogue(sch: s_tir.Schedule, block, channels: int):
