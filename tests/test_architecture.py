@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -147,12 +148,13 @@ def test_no_import_cycles():
 # imports TVM and the libraries explorer builds on once, then imports each module given on stdin in a fresh
 # child (forked before any schedx module is loaded): the modules that fail, with their error
 _IMPORT_EACH = """
-import importlib, os, sys
+import importlib, os, signal, sys
 import numpy, onnx, tvm
 from tvm import relax, s_tir
 for name in sys.stdin.read().split():
     pid = os.fork()
     if pid == 0:
+        signal.alarm(60)  # an import that hangs dies (SIGALRM) and is named, not the whole run
         try:
             importlib.import_module(name)
         except BaseException as err:
@@ -162,6 +164,8 @@ for name in sys.stdin.read().split():
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         print(f"{name}: killed by signal {os.WTERMSIG(status)}", flush=True)
+    elif os.WEXITSTATUS(status):
+        print(f"{name}: exited with status {os.WEXITSTATUS(status)}", flush=True)
 """
 
 
@@ -171,10 +175,16 @@ def test_every_explorer_module_imports_on_its_own():
     search worker may do), whatever order the rest of the suite imports them in (about 10 s)."""
     names = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
              for p in sorted((ROOT / "explorer").rglob("*.py"))]
-    done = subprocess.run([sys.executable, "-c", _IMPORT_EACH], input="\n".join(names), capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert not done.stdout.strip(), "modules that fail to import on their own:\n" + done.stdout
+    proc = subprocess.Popen([sys.executable, "-c", _IMPORT_EACH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+    try:
+        out, err = proc.communicate("\n".join(names), timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the parent and any child still importing
+        proc.communicate()
+        pytest.fail("importing explorer's modules one by one took over 300 s")
+    assert proc.returncode == 0, err[-2000:]
+    assert not out.strip(), "modules that fail to import on their own:\n" + out
 
 
 @pytest.mark.parametrize("concept, one_home", [("Task", "explorer/workload/task.py"),
