@@ -147,3 +147,22 @@ def test_a_concatenation_of_parts_transposed_alike_runs_before_the_transpose():
         ex = tvm.compile(m, target=tvm.target.Target({"kind": "llvm"}))
         return relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(f) for f in feeds]).numpy()
     np.testing.assert_array_equal(run(sunk), run(mod))
+
+
+def test_a_pad_of_a_transposed_map_pads_the_map_and_keeps_its_values():
+    """pad(permute_dims(y, NHWC -> NCHW), uneven widths) becomes permute_dims(pad(y, the widths moved), ...)."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((1, 5, 6, 4), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+            padded = bb.emit(relax.op.nn.pad(nchw, [0, 0, 0, 0, 1, 2, 3, 0], "constant", 0.25))
+            out = bb.emit_output(relax.Tuple([relax.op.permute_dims(padded, [0, 2, 3, 1])]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    sunk = SinkTransposes(mod)
+    script = sunk.script()
+    assert "R.permute_dims" not in script and "pad_width=[0, 0, 1, 2, 3, 0, 0, 0]" in script, script
+    x = np.random.default_rng(3).standard_normal((1, 5, 6, 4)).astype("float32")
+    for want, got in zip(_run(mod, x), _run(sunk, x)):
+        np.testing.assert_array_equal(got, want)

@@ -25,6 +25,7 @@ from explorer.passes.winograd import WinogradConv3x3
 from explorer.passes.sink_transposes import SinkTransposes
 from explorer.passes.upsampling_conv import TransposedConvAsPixelShuffle
 from explorer.passes.concat_copies import ConcatAsCopies
+from explorer.passes.constant_pad import ConstantPadToRelaxOp
 from explorer.passes.expand_depthwise import ExpandIntoDepthwise
 from explorer.passes.fast_activations import FastActivations
 from explorer.passes.fast_math import FastMathTransform
@@ -77,6 +78,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
            "call), so a schedule may read them packed, packed once at build time.", lambda: MarkWeightBuffers),
         _t("ClipToRelaxOps", "schedx: turn Clip/ReLU6 emitted as TensorIR max/min back into Relax maximum/minimum, "
            "so layouts convert through them and they fuse into the convolution.", lambda: ClipToRelaxOps),
+        _t("ConstantPadToRelaxOp", "schedx: a constant pad the importer emitted as TensorIR (ONNX Pad: Keras' "
+           "ZeroPadding2D before a pool) becomes R.nn.pad again, recognised by equality with TOPI's pad, so "
+           "transposes move through it and the pool after it runs NHWC.", lambda: ConstantPadToRelaxOp),
         _t("ToMixedPrecision", "Compute in float16 where safe, accumulating in float32.",
            lambda: relax.transform.ToMixedPrecision(out_dtype="float32")),
         _t("EliminateCommonSubexpr", "Reuse the result of identical computations."),

@@ -43,7 +43,7 @@ TUNING_PASSES: tuple[str, ...] = (
 # folds the get-item, and the relu joins the kernel.
 # BatchNormAsScaleShift first makes such a batch-norm one multiply-add by constants (no divide).
 _PREPARE: tuple[str, ...] = (
-    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "BatchNormAsScaleShift", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps",
+    "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "BatchNormAsScaleShift", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps", "ConstantPadToRelaxOp",
 )
 # FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->

@@ -9,8 +9,9 @@ max-pool over NCHW (stride-2 reads along the rows it vectorizes) and more in the
 ONNX Runtime's transpose optimizer does the same thing for the same reason.
 
 For ``z = op(permute_dims(y, p), ...)``, where ``op`` is elementwise (the other operands constants
-or transposed the same way), a pool or a concatenation of parts all transposed the same way (a
-U-Net's skip joined to its upsampled map), ``op`` is computed on ``y`` and ``z`` becomes
+or transposed the same way), a pool, a pad (Keras' ZeroPadding2D before a pool: its widths follow
+``p``) or a concatenation of parts all transposed the same way (a U-Net's skip joined to its
+upsampled map), ``op`` is computed on ``y`` and ``z`` becomes
 ``permute_dims(op'(y), p)``: the same values. Constants are transposed to match, a quantize's
 channel axis and a pool's layout follow ``p``. The next op sees a transpose again and the move
 repeats; ``permute_dims(permute_dims(y, p), inverse of p)`` is ``y``. Transposes no one reads any
@@ -34,6 +35,7 @@ _BINARY = {f"relax.{n}" for n in ("add", "subtract", "multiply", "divide", "maxi
 _QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequantize}
 _POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
           "relax.nn.adaptive_avg_pool2d": relax.op.nn.adaptive_avg_pool2d}
+_PAD = "relax.nn.pad"
 # permute_dims(NHWC value, TO_NCHW) is the NCHW value: a pool over it can run in NHWC instead
 TO_NCHW = (0, 3, 1, 2)
 
@@ -115,6 +117,15 @@ class _Sinker(PyExprMutator):
                 return _POOLS[name](x[0], a.output_size, layout="NHWC", out_layout="NHWC")
             return _POOLS[name](x[0], a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode),
                                 bool(a.count_include_pad), layout="NHWC", out_layout="NHWC")
+        if name == _PAD:
+            x = self._matching(call.args[:1], perm)
+            if x is None:
+                return None
+            a = call.attrs
+            widths = [int(w) for w in a.pad_width]  # (before, after) per axis of the transposed value
+            inverse = np.argsort(perm)
+            moved = [w for axis in range(len(perm)) for w in widths[2 * inverse[axis]:2 * inverse[axis] + 2]]
+            return relax.op.nn.pad(x[0], moved, str(a.pad_mode), float(a.pad_value))
         return None
 
     def _concat(self, call: relax.Call) -> relax.Expr:
