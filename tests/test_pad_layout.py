@@ -109,3 +109,39 @@ def test_a_call_tir_that_is_not_topis_pad_stays_even_when_named_pad():
     script = ConstantPadToRelaxOp(topis).script()
     assert "R.call_tir" not in script and "pad_width=[0, 0, 0, 0, 1, 1, 0, 2]" in script, script
 
+
+
+@pytest.mark.parametrize("shape,before,after,dtype,value", [
+    ((1, 8, 40, 40), [0, 0, 16, 16], [0, 0, 0, 0], "float32", 0.0),  # all before: once past a search's cut
+    ((1, 8, 10, 10), [0, 0, 15, 15], [0, 0, 15, 15], "float32", 0.0),
+    ((2, 3, 5), [1, 0, 2], [0, 4, 1], "int8", -3),  # 3-d, batch and channel axes, an integer fill
+])
+def test_the_widths_and_value_are_read_from_the_function_in_one_comparison(shape, before, after, dtype, value):
+    from explorer.passes.constant_pad import topi_pad_widths
+
+    x = te.placeholder(shape, dtype, name="A")
+    func = te.create_prim_func([x, topi.nn.pad(x, before, after, value)], index_dtype_override="int64")
+    func = func.without_attr("global_symbol")  # as the importer's call_tir carries it
+    out_shape = [s + b + a for s, b, a in zip(shape, before, after)]
+    assert topi_pad_widths(func, list(shape), out_shape, dtype) == (before, after, value)
+
+
+def test_a_fill_a_float_cannot_hold_and_a_shape_only_known_at_run_time_stay():
+    from explorer.passes.constant_pad import topi_pad_widths
+
+    x = te.placeholder((4, 4), "int64", name="A")
+    big = 2 ** 62 + 1  # R.nn.pad's value is a float: it would round to 2^62
+    func = te.create_prim_func([x, topi.nn.pad(x, [1, 1], [1, 1], tvm.tirx.const(big, "int64"))],
+                               index_dtype_override="int64")
+    assert topi_pad_widths(func, [4, 4], [6, 6], "int64") is None
+
+    x = te.placeholder((4, 4), "float32", name="A")
+    pad = te.create_prim_func([x, topi.nn.pad(x, [1, 1], [1, 1], 0.0)], index_dtype_override="int64")
+    bb = relax.BlockBuilder()
+    s = relax.Var("s", relax.ShapeType(ndim=2))
+    v = relax.Var("v", relax.TensorType(s, "float32"))  # a shape held in a variable, not an expression
+    with bb.function("main", [v, s]):
+        gv = bb.add_func(pad.without_attr("global_symbol"), "pad")
+        bb.emit_func_output(bb.emit(relax.call_tir(gv, (v,), relax.TensorType((6, 6), "float32"))))
+    mod = bb.get()
+    assert ConstantPadToRelaxOp(mod).same_as(mod)  # left alone (the same module), no error

@@ -166,3 +166,19 @@ def test_a_pad_of_a_transposed_map_pads_the_map_and_keeps_its_values():
     x = np.random.default_rng(3).standard_normal((1, 5, 6, 4)).astype("float32")
     for want, got in zip(_run(mod, x), _run(sunk, x)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_pad_read_by_a_kernel_keeps_the_transpose_above_it():
+    """The pad before a quantized conv's NHWC kernel (QDQToInt8Kernels writes permute_dims then R.nn.pad):
+    the conv takes no transpose further, so moving one below the pad would only move it onto the larger map."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((1, 4, 6, 6), "float32"))
+    w = relax.const(np.ones((3, 3, 4, 8), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            nhwc = bb.emit(relax.op.permute_dims(y, [0, 2, 3, 1]))
+            padded = bb.emit(relax.op.nn.pad(nhwc, [0, 0, 1, 1, 1, 1, 0, 0], "constant", 3.0))
+            out = bb.emit_output(relax.op.nn.conv2d(padded, w, data_layout="NHWC", kernel_layout="HWIO"))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert SinkTransposes(mod).same_as(mod)

@@ -7,37 +7,46 @@ fused into a scalar pad kernel (0.5 ms), a max-pool over NCHW and a transpose ba
 ``R.nn.pad`` the transpose moves below it (``SinkTransposes``) and cancels, and the pool runs NHWC.
 
 A ``call_tir(f, (x,))`` is rewritten only when ``f`` is structurally equal to the PrimFunc TOPI
-makes for the same input, widths and value: the widths are searched among the splits of each
-axis's growth into before + after, the value is read from ``f``'s body. Reflect, edge and
+makes for the same input, widths and value: the widths before each axis and the value are read from
+``f``'s body (the offsets of its load, the constant of its ``if_then_else``), the widths after from the
+shapes, then the two functions are compared once. Reflect, edge and
 circular pads (other TOPI functions), or any other kernel, are left as they are.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import tvm
 import tvm_ffi
 from tvm import relax, te, tirx, topi
+from tvm.ir.expr import TensorLoad
 
 from explorer.ir.tir_walk import blocks
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
-# at most this many before/after splits are compared (a 4-d pad of 2 on two axes: 9)
-_MAX_SPLITS = 256
 
 
-def _pad_value(func: tirx.PrimFunc) -> float | int | None:
-    """The constant of the ``if_then_else(inside, x[...], value)`` a TOPI pad stores, or None."""
+def _pad_parts(func: tirx.PrimFunc):
+    """``(before, value)`` of the ``out[i] = if_then_else(inside, x[i - before], value)`` a TOPI pad
+    stores (each index of the load ``v``, ``v - b`` or ``v + c``: ``before`` 0, ``b``, ``-c``), or None."""
     found = blocks(func)
     store = found[0].body if len(found) == 1 else None
     value = getattr(store, "value", None) if isinstance(store, tirx.BufferStore) else None
     if not (isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE)):
         return None
-    constant = value.args[2]
-    return constant.value if isinstance(constant, (tirx.IntImm, tirx.FloatImm)) else None
+    load, constant = value.args[1], value.args[2]
+    if not isinstance(load, TensorLoad) or not isinstance(constant, (tirx.IntImm, tirx.FloatImm)):
+        return None
+    before = []
+    for index in load.indices:
+        if isinstance(index, tirx.Var):
+            before.append(0)
+        elif isinstance(index, (tirx.Sub, tirx.Add)) and isinstance(index.b, tirx.IntImm):
+            before.append(int(index.b.value) if isinstance(index, tirx.Sub) else -int(index.b.value))
+        else:
+            return None
+    return before, constant.value
 
 
 def _topi_pad(shape: list[int], dtype: str, before: list[int], after: list[int], value) -> tirx.PrimFunc:
@@ -49,19 +58,18 @@ def _topi_pad(shape: list[int], dtype: str, before: list[int], after: list[int],
 
 def topi_pad_widths(func: tirx.PrimFunc, shape: list[int], out_shape: list[int], dtype: str):
     """``(before, after, value)`` when ``func`` is TOPI's constant pad of a ``shape`` tensor to
-    ``out_shape``, else None."""
-    growth = [o - i for i, o in zip(shape, out_shape)]
-    if len(growth) != len(shape) or any(g < 0 for g in growth) or not any(growth):
+    ``out_shape``, else None: the widths and value read from ``func``'s body, then ``func`` compared
+    whole with the PrimFunc TOPI makes for them (one comparison)."""
+    parts = _pad_parts(func)
+    if parts is None or len(parts[0]) != len(shape) or len(out_shape) != len(shape):
         return None
-    value = _pad_value(func)
-    if value is None:
+    before, value = parts
+    after = [o - i - b for i, o, b in zip(shape, out_shape, before)]
+    if any(w < 0 for w in before + after) or not any(before + after) or float(value) != value:
+        return None  # (a crop; no pad; an integer a float cannot hold, which R.nn.pad's attribute is)
+    if not tvm_ffi.structural_equal(func, _topi_pad(shape, dtype, before, after, value)):
         return None
-    splits = itertools.product(*[range(g + 1) for g in growth])
-    for before in itertools.islice(splits, _MAX_SPLITS):
-        after = [g - b for g, b in zip(growth, before)]
-        if tvm_ffi.structural_equal(func, _topi_pad(shape, dtype, list(before), after, value)):
-            return list(before), after, value
-    return None
+    return before, after, value
 
 
 def _as_relax_pad(mod: tvm.IRModule, call: relax.Call):
@@ -74,7 +82,8 @@ def _as_relax_pad(mod: tvm.IRModule, call: relax.Call):
     x = call.args[1].fields[0]
     x_ty, out_ty = getattr(x, "ty", None), call.ty
     if not isinstance(x_ty, relax.TensorType) or not isinstance(out_ty, relax.TensorType) \
-            or x_ty.dtype != out_ty.dtype or x_ty.shape is None or out_ty.shape is None:
+            or x_ty.dtype != out_ty.dtype or not isinstance(x_ty.shape, relax.ShapeExpr) \
+            or not isinstance(out_ty.shape, relax.ShapeExpr):
         return None
     shape, out_shape = static_ints(x_ty.shape.values), static_ints(out_ty.shape.values)
     if shape is None or out_shape is None:

@@ -9,9 +9,10 @@ max-pool over NCHW (stride-2 reads along the rows it vectorizes) and more in the
 ONNX Runtime's transpose optimizer does the same thing for the same reason.
 
 For ``z = op(permute_dims(y, p), ...)``, where ``op`` is elementwise (the other operands constants
-or transposed the same way), a pool, a pad (Keras' ZeroPadding2D before a pool: its widths follow
-``p``) or a concatenation of parts all transposed the same way (a U-Net's skip joined to its
-upsampled map), ``op`` is computed on ``y`` and ``z`` becomes
+or transposed the same way), a pool, a pad whose readers take the transpose further (Keras'
+ZeroPadding2D before a pool: its widths follow ``p``; not the pad before an int8 kernel) or a
+concatenation of parts all transposed the same way (a U-Net's skip joined to its upsampled map),
+``op`` is computed on ``y`` and ``z`` becomes
 ``permute_dims(op'(y), p)``: the same values. Constants are transposed to match, a quantize's
 channel axis and a pool's layout follow ``p``. The next op sees a transpose again and the move
 repeats; ``permute_dims(permute_dims(y, p), inverse of p)`` is ``y``. Transposes no one reads any
@@ -25,7 +26,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.ir.relax_walk import is_constant
+from explorer.ir.relax_walk import is_constant, iter_bindings, use_counts
 
 _PERMUTE = "relax.permute_dims"
 _UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "nn.leakyrelu", "sigmoid", "tanh", "exp", "round", "floor",
@@ -55,11 +56,35 @@ def _rank(expr) -> int | None:
     return None if ndim is None or ndim < 0 else int(ndim)
 
 
+def _onward_pads(mod: tvm.IRModule) -> set:
+    """The pad calls whose every reader is an op a transpose moves through (an elementwise op, a pool,
+    a pad, a concatenation, a transpose): a transpose moved below such a pad goes on and can cancel;
+    below any other (the pad before a quantized conv's int8 kernel, which reads NHWC) it would only
+    be moved, onto the larger padded map."""
+    onward = _UNARY | _BINARY | set(_POOLS) | {_PAD, _CONCAT, _PERMUTE}
+    pads: set = set()
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        counts = use_counts(func)
+        readers: dict = {}
+        for b in iter_bindings(func):
+            if isinstance(b.value, relax.Call):
+                for arg in b.value.args:
+                    if isinstance(arg, relax.Var):
+                        readers.setdefault(arg, []).append(_op_name(b.value))
+        pads |= {b.value for b in iter_bindings(func) if isinstance(b.value, relax.Call)
+                 and _op_name(b.value) == _PAD and counts.get(b.var, 0) > 0
+                 and len(readers.get(b.var, [])) == counts[b.var] and set(readers[b.var]) <= onward}
+    return pads
+
+
 @mutator
 class _Sinker(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
         super().__init__(mod)
         self.moved = 0
+        self.onward_pads = _onward_pads(mod)
 
     def _transposed(self, expr) -> tuple[relax.Expr, tuple[int, ...]] | None:
         """(y, p) when ``expr`` is bound to ``permute_dims(y, p)``."""
@@ -165,6 +190,8 @@ class _Sinker(PyExprMutator):
             return self._concat(call)
         t = self._transposed(call.args[0])
         if t is None:
+            return call
+        if _op_name(call) == _PAD and op not in self.onward_pads:
             return call
         sunk = self._sunk(call, t[1])
         if sunk is None:
