@@ -13,7 +13,8 @@ from tvm import relax
 
 from explorer.models import import_onnx
 from explorer.passes.catalog import make_pass
-from explorer.passes.expand_depthwise import DEFAULT_L2_BYTES, expand_into_depthwise, float_lanes, min_map_bytes
+from explorer.passes.expand_depthwise import DEFAULT_L2_BYTES, expand_into_depthwise, min_map_bytes
+from explorer.passes.pass_target import pass_cpu_target
 from explorer.passes.pipelines import INFERENCE_PASSES
 from explorer.schedule.defaults.apply import apply_default_schedules
 from explorer.schedule.defaults.depthwise import ROW_TILES, first_divisor
@@ -133,7 +134,8 @@ def test_the_real_pipeline_rewrites_a_map_larger_than_the_l2_and_leaves_a_small_
     """For another CPU (cpu:znver3: the default 2 MiB, 8 lanes): 48 channels at 112 x 112 (2.4 MB) fused,
     the 28 x 28 block (100 KB) not."""
     with parse_target("cpu:znver3").tvm():
-        assert min_map_bytes() == DEFAULT_L2_BYTES and float_lanes() == 8
+        seen = pass_cpu_target()  # what the pass reads
+        assert min_map_bytes(seen) == DEFAULT_L2_BYTES and seen.cpu_spec().lanes("float32") == 8
     assert any("expand_depthwise" in n for n in _kernels(_through_pipeline(_block(2, side=112, expanded=48), "cpu:znver3")))
     assert not any("expand_depthwise" in n for n in _kernels(_through_pipeline(_block(2), "cpu:znver3")))
 

@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 
 from explorer.passes.call_rewrite import rewrite_calls
-from explorer.passes.pass_target import cpu_rewrite, pass_cpu_target
+from explorer.passes.pass_target import cpu_rewrite
 
 _CONVS = {tvm.ir.Op.get("relax.nn.conv2d"): relax.op.nn.conv2d, tvm.ir.Op.get("relax.nn.conv1d"): relax.op.nn.conv1d}
 MIN_CHANNELS = 8
@@ -76,12 +76,9 @@ def _pad_outputs(call: relax.Call, builder, lanes: Callable[[str], int]):
 
 @tvm.transform.module_pass(opt_level=0, name="PadConvOutputChannels")
 @cpu_rewrite
-def PadConvOutputChannels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def PadConvOutputChannels(mod: tvm.IRModule, target) -> tvm.IRModule:
     """Pad channels-last convolutions' output channels to whole vectors of the CPU the pipeline compiles
     for (see the module docstring)."""
-    target = pass_cpu_target()
-    if target is None:  # a target schedx cannot read: its vectors are unknown
-        return mod
     spec = target.cpu_spec()
     return rewrite_calls(mod, lambda call, builder: _pad_outputs(call, builder, spec.lanes))
 

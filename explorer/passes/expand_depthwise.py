@@ -32,7 +32,7 @@ from tvm import relax
 from explorer.ir.relax_walk import iter_bindings, relax_functions, use_counts
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.passes.expand_depthwise_kernel import EpilogueStep, expand_depthwise_func
-from explorer.passes.pass_target import cpu_rewrite, pass_cpu_target
+from explorer.passes.pass_target import cpu_rewrite
 from explorer.schedule.defaults.expand_depthwise import band_tiles
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -50,19 +50,11 @@ def _host_l2_bytes() -> int:
     return unit_bytes(2, cache_units())
 
 
-def min_map_bytes() -> int:
-    """The smallest expanded map worth the rewrite: one core's L2 on this machine (as Linux reports it),
-    :data:`DEFAULT_L2_BYTES` for any other CPU or where the size is unknown."""
-    target = pass_cpu_target()
-    l2 = _host_l2_bytes() if target is not None and target.is_host else 0
+def min_map_bytes(target) -> int:
+    """The smallest expanded map worth the rewrite on the CPU ``target``: one core's L2 on this machine
+    (as Linux reports it), :data:`DEFAULT_L2_BYTES` for any other CPU or where the size is unknown."""
+    l2 = _host_l2_bytes() if target.is_host else 0
     return l2 or DEFAULT_L2_BYTES
-
-
-def float_lanes() -> int | None:
-    """float32 lanes of a vector on the CPU the pass compiles for (16 on AVX-512, 8 on AVX2); None
-    where schedx cannot read that target (the pass then rewrites nothing, as PadConvOutputChannels)."""
-    target = pass_cpu_target()
-    return None if target is None else target.cpu_spec().lanes("float32")
 
 
 def _shape(expr) -> list[int] | None:
@@ -183,10 +175,9 @@ def expand_into_depthwise(mod: tvm.IRModule, min_bytes: int, lanes: int = 16) ->
 
 @tvm.transform.module_pass(opt_level=0, name="ExpandIntoDepthwise")
 @cpu_rewrite
-def ExpandIntoDepthwise(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def ExpandIntoDepthwise(mod: tvm.IRModule, target) -> tvm.IRModule:
     """Compute each 1x1 expansion larger than one core's L2 inside the strided depthwise conv reading it."""
-    lanes = float_lanes()
-    return mod if lanes is None else expand_into_depthwise(mod, min_map_bytes(), lanes)
+    return expand_into_depthwise(mod, min_map_bytes(target), target.cpu_spec().lanes("float32"))
 
 
-__all__ = ["DEFAULT_L2_BYTES", "ExpandIntoDepthwise", "expand_into_depthwise", "float_lanes", "min_map_bytes"]
+__all__ = ["DEFAULT_L2_BYTES", "ExpandIntoDepthwise", "expand_into_depthwise", "min_map_bytes"]

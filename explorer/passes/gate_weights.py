@@ -148,7 +148,7 @@ def _rewrite(uses: _Uses, min_elements: int):
 
 @tvm.transform.module_pass(opt_level=0, name="GateIntoConvWeights")
 @cpu_rewrite
-def GateIntoConvWeights(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def GateIntoConvWeights(mod: tvm.IRModule, target) -> tvm.IRModule:
     """Multiply channel gates into the 1x1 convolution's weights (see the module docstring)."""
     rewritten = rewrite_calls(mod, _rewrite(_Uses.of(mod), min_map_elements()))
     if rewritten.same_as(mod):

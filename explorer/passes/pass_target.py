@@ -47,13 +47,14 @@ def pass_cpu_target():
 PassFunction = Callable[[tvm.IRModule, tvm.transform.PassContext], tvm.IRModule]
 
 
-def cpu_rewrite(rewrite: PassFunction) -> PassFunction:
-    """A module pass function that rewrites for a CPU, run only where :func:`pass_cpu_target` names one:
-    ``mod`` unchanged for a device target or one schedx cannot read (module docstring). Goes under
-    ``tvm.transform.module_pass``."""
+def cpu_rewrite(rewrite: Callable[[tvm.IRModule, object], tvm.IRModule]) -> PassFunction:
+    """A module pass function from ``rewrite(mod, target)``, which rewrites for the CPU ``target``
+    (:func:`pass_cpu_target`, read once), run only where there is one: ``mod`` unchanged for a device
+    target or one schedx cannot read (module docstring). Goes under ``tvm.transform.module_pass``."""
     @functools.wraps(rewrite)
     def run(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return mod if pass_cpu_target() is None else rewrite(mod, ctx)
+        target = pass_cpu_target()
+        return mod if target is None else rewrite(mod, target)
     return run
 
 

@@ -263,23 +263,15 @@ def _dequantizes(mod: tvm.IRModule) -> bool:
                for f in mod.functions.values() if isinstance(f, relax.Function) for b in iter_bindings(f))
 
 
-def int8_dot_for_current_target() -> str | None:
-    """The int8 dot-product instructions of the CPU the pass compiles for
-    (:func:`explorer.passes.pass_target.pass_cpu_target`); None: none that schedx knows."""
-    from explorer.passes.pass_target import pass_cpu_target
-    from explorer.schedule.int8_dot import isa_for
-
-    target = pass_cpu_target()
-    return None if target is None else isa_for(target)
-
-
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
 @cpu_rewrite
-def QDQToInt8Kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def QDQToInt8Kernels(mod: tvm.IRModule, target) -> tvm.IRModule:
     """Quantized conv2d/matmul as int8 kernels with int32 accumulation (see the module docstring),
     on a CPU with int8 dot-product instructions; elsewhere the model is left as it is (without
     them, int32 multiplies are slower than the float kernels)."""
-    if not _dequantizes(mod) or int8_dot_for_current_target() is None:
+    from explorer.schedule.int8_dot import isa_for
+
+    if not _dequantizes(mod) or isa_for(target) is None:
         return mod
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions.items():
@@ -290,4 +282,4 @@ def QDQToInt8Kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return requantize(relax.transform.DeadCodeElimination()(rewriter.builder_.get()))
 
 
-__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8", "int8_dot_for_current_target"]
+__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8"]

@@ -187,7 +187,7 @@ def _winograd(call: relax.Call, builder: relax.BlockBuilder):
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConv3x3")
 @cpu_rewrite
-def WinogradConv3x3(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def WinogradConv3x3(mod: tvm.IRModule, target) -> tvm.IRModule:
     """3x3 stride-1 convolutions as Winograd F(4x4, 3x3) products (see the module docstring)."""
     return rewrite_calls(mod, _winograd)
 
