@@ -146,13 +146,13 @@ def int8_kept_float(target) -> tuple[str, ...]:
     """What an int8 build for ``target`` (None: this machine) computes in float: what the quantizer
     leaves, and every convolution and matmul where the target has no int8 kernels (a CPU without int8
     dot-product instructions, or a device: QDQToInt8Kernels leaves the QDQ model as it is there)."""
-    from explorer.schedule.int8_dot import isa_for
+    from explorer.passes.qdq_int8 import int8_kernels_for
 
     if target is None:
         from explorer.target import host_target
 
         target = host_target()
-    if target.cpu_rules and isa_for(target) is not None:
+    if int8_kernels_for(target):
         return INT8_KEPT_FLOAT
     where = "a CPU without int8 dot-product instructions" if target.cpu_rules else "a device build"
     return INT8_KEPT_FLOAT[:1] + (f"every convolution and matmul, computed in float between dequantize and quantize "

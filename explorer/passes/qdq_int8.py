@@ -263,15 +263,21 @@ def _dequantizes(mod: tvm.IRModule) -> bool:
                for f in mod.functions.values() if isinstance(f, relax.Function) for b in iter_bindings(f))
 
 
+def int8_kernels_for(target) -> bool:
+    """Whether :func:`QDQToInt8Kernels` writes int8 kernels for ``target`` (an
+    :class:`explorer.target.Target`): a CPU with int8 dot-product instructions schedx knows."""
+    from explorer.schedule.int8_dot import isa_for
+
+    return bool(target.cpu_rules) and isa_for(target) is not None
+
+
 @tvm.transform.module_pass(opt_level=0, name="QDQToInt8Kernels")
 @cpu_rewrite
 def QDQToInt8Kernels(mod: tvm.IRModule, target) -> tvm.IRModule:
     """Quantized conv2d/matmul as int8 kernels with int32 accumulation (see the module docstring),
     on a CPU with int8 dot-product instructions; elsewhere the model is left as it is (without
     them, int32 multiplies are slower than the float kernels)."""
-    from explorer.schedule.int8_dot import isa_for
-
-    if not _dequantizes(mod) or isa_for(target) is None:
+    if not _dequantizes(mod) or not int8_kernels_for(target):
         return mod
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions.items():
@@ -282,4 +288,4 @@ def QDQToInt8Kernels(mod: tvm.IRModule, target) -> tvm.IRModule:
     return requantize(relax.transform.DeadCodeElimination()(rewriter.builder_.get()))
 
 
-__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8"]
+__all__ = ["QDQToInt8Kernels", "conv2d_nhwc_int8", "dense_int8", "int8_kernels_for"]
