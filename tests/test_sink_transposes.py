@@ -182,3 +182,131 @@ def test_a_pad_read_by_a_kernel_keeps_the_transpose_above_it():
         bb.emit_func_output(out)
     mod = bb.get()
     assert SinkTransposes(mod).same_as(mod)
+
+
+def _run_many(mod: tvm.IRModule, *xs: np.ndarray) -> np.ndarray:
+    ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x) for x in xs]).numpy()
+
+
+def _global_pool_of_nhwc_map(keepdims: bool) -> tvm.IRModule:
+    """A CNN's end as schedx computes it: the NHWC map transposed back to NCHW, averaged over H and W
+    (ONNX GlobalAveragePool), flattened for the classifier."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((1, 7, 7, 16), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+            pooled = bb.emit(relax.op.mean(nchw, [2, 3], keepdims))
+            out = bb.emit_output(relax.op.reshape(pooled, (1, 16)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_a_global_average_pool_reduces_the_nhwc_map_and_no_transpose_is_left(keepdims):
+    mod = _global_pool_of_nhwc_map(keepdims)
+    sunk = SinkTransposes(mod)
+    script = sunk.script()
+    assert "R.permute_dims" not in script and "R.mean(y, axis=[1, 2]" in script, script
+    x = np.random.default_rng(4).standard_normal((1, 7, 7, 16)).astype("float32")
+    np.testing.assert_allclose(_run_many(sunk, x), _run_many(mod, x), rtol=1e-6)
+
+
+def test_a_reduction_that_keeps_axes_out_of_order_keeps_a_transpose_of_what_is_left():
+    """sum over H of an NHWC map seen as NCHW: (N, C, W) is left, y's order (N, W, C): one small transpose."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((2, 3, 4, 5), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+            out = bb.emit_output(relax.op.sum(nchw, [2], False))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    sunk = SinkTransposes(mod)
+    script = sunk.script()
+    assert "R.sum(y, axis=[1]" in script and "R.permute_dims(lv, axes=[0, 2, 1])" in script, script
+    x = np.random.default_rng(5).standard_normal((2, 3, 4, 5)).astype("float32")
+    np.testing.assert_allclose(_run_many(sunk, x), _run_many(mod, x), rtol=1e-6)
+
+def test_an_identity_transpose_vanishes_and_the_convolution_keeps_its_epilogue():
+    """ConvertLayout leaves permute_dims(x, [0, 1, 2, 3]) after converted convs (Keras MobileNetV3):
+    a reshape there (kInjective) splits relu off the conv's kernel; the identity must simply go."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 16), "float32"))
+    w = relax.const(np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+            i = bb.emit(relax.op.permute_dims(c, [0, 1, 2, 3]))
+            out = bb.emit_output(relax.op.nn.relu(i))
+        bb.emit_func_output(out)
+    sunk = SinkTransposes(bb.get())
+    assert "R.reshape" not in sunk.script() and "R.permute_dims" not in sunk.script(), sunk.script()
+    with tvm.target.Target({"kind": "llvm"}):
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(
+            relax.transform.LegalizeOps()(sunk))))
+    names = [gv.name_hint for gv, f in fused.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert names == ["fused_conv2d_relu"], names
+
+
+def test_a_squeeze_excitation_gate_lets_both_map_transposes_cancel():
+    """map = permute(y, NCHW); gate = sigmoid(permute(g, NCHW)) (1, C, 1, 1); permute(map * gate, NHWC):
+    the gate's transpose moves only unit axes, but turned into a reshape it no longer matches the map's,
+    and the multiply (and two transposes of the whole map) stay in NCHW."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((1, 8, 8, 16), "float32"))
+    g = relax.Var("g", relax.TensorType((1, 1, 1, 16), "float32"))
+    with bb.function("main", [y, g]):
+        with bb.dataflow():
+            m = bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+            gate = bb.emit(relax.op.sigmoid(bb.emit(relax.op.permute_dims(g, [0, 3, 1, 2]))))
+            out = bb.emit_output(relax.op.permute_dims(bb.emit(relax.op.multiply(m, gate)), [0, 2, 3, 1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    sunk = SinkTransposes(mod)
+    assert "R.permute_dims" not in sunk.script() and "R.reshape" not in sunk.script(), sunk.script()
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((1, 8, 8, 16)).astype("float32"), rng.standard_normal((1, 1, 1, 16)).astype("float32")
+    np.testing.assert_allclose(_run_many(sunk, a, b), _run_many(mod, a, b), rtol=1e-6)
+
+
+def test_a_pooled_vector_transposed_back_for_the_next_nhwc_conv_cancels():
+    """SE squeeze: mean(permute(y, NCHW), [2, 3], keepdims) then permute(., NHWC) for a 1x1 conv: nothing left."""
+    bb = relax.BlockBuilder()
+    y = relax.Var("y", relax.TensorType((1, 7, 7, 16), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            pooled = bb.emit(relax.op.mean(bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2])), [2, 3], True))
+            out = bb.emit_output(relax.op.permute_dims(pooled, [0, 2, 3, 1]))
+        bb.emit_func_output(out)
+    script = SinkTransposes(bb.get()).script()
+    assert "R.reshape" not in script and "R.permute_dims" not in script, script
+
+
+def test_a_reduction_whose_transpose_other_ops_read_too_is_left_alone():
+    """A layer norm over a transposed sequence (SVTR): mean and subtract both read permute(x, [0, 2, 1]).
+    The transpose stays for the subtract; moving the mean only makes it reduce a strided axis and adds
+    a reshape (PP-OCR SVTR: 23 -> 26 kernels)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 96, 256), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(relax.op.permute_dims(x, [0, 2, 1]))
+            mu = bb.emit(relax.op.mean(t, [-1], True))
+            out = bb.emit_output(relax.op.subtract(t, mu))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert SinkTransposes(mod).same_as(mod), SinkTransposes(mod).script()
+
+
+def test_a_transpose_of_a_tensor_shaped_by_a_shape_variable_still_sinks():
+    bb = relax.BlockBuilder()
+    s = relax.Var("s", relax.ShapeType(ndim=4))
+    y = relax.Var("y", relax.TensorType(s, "float32"))
+    with bb.function("main", [y, s]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))))
+        bb.emit_func_output(out)
+    script = SinkTransposes(bb.get()).script()  # raised TypeError: relax.ShapeType does not support subscript
+    assert "R.nn.relu(y)" in script and "R.permute_dims" in script, script

@@ -13,7 +13,9 @@ or transposed the same way), a pool, a pad whose readers take the transpose furt
 ZeroPadding2D before a pool: its widths follow ``p``; not the pad before an int8 kernel) or a
 concatenation of parts all transposed the same way (a U-Net's skip joined to its upsampled map),
 ``op`` is computed on ``y`` and ``z`` becomes
-``permute_dims(op'(y), p)``: the same values. Constants are transposed to match, a quantize's
+``permute_dims(op'(y), p)``: the same values. A reduction (``mean``, ``sum``, ``max``, ``min``: a CNN's global
+average pool) reduces ``y`` over the axes ``p`` names instead; a transpose left moving only axes of extent 1 (the
+pooled ``1 x 1 x 1 x C`` vector) becomes a reshape. Constants are transposed to match, a quantize's
 channel axis and a pool's layout follow ``p``. The next op sees a transpose again and the move
 repeats; ``permute_dims(permute_dims(y, p), inverse of p)`` is ``y``. Transposes no one reads any
 more are dropped (``DeadCodeElimination``).
@@ -37,6 +39,7 @@ _QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequan
 _POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
           "relax.nn.adaptive_avg_pool2d": relax.op.nn.adaptive_avg_pool2d}
 _PAD = "relax.nn.pad"
+_REDUCTIONS = {f"relax.{n}": getattr(relax.op, n) for n in ("mean", "sum", "max", "min")}
 # permute_dims(NHWC value, TO_NCHW) is the NCHW value: a pool over it can run in NHWC instead
 TO_NCHW = (0, 3, 1, 2)
 
@@ -61,7 +64,7 @@ def _onward_pads(mod: tvm.IRModule) -> set:
     a pad, a concatenation, a transpose): a transpose moved below such a pad goes on and can cancel;
     below any other (the pad before a quantized conv's int8 kernel, which reads NHWC) it would only
     be moved, onto the larger padded map."""
-    onward = _UNARY | _BINARY | set(_POOLS) | {_PAD, _CONCAT, _PERMUTE}
+    onward = _UNARY | _BINARY | set(_POOLS) | set(_REDUCTIONS) | {_PAD, _CONCAT, _PERMUTE}
     pads: set = set()
     for func in mod.functions.values():
         if not isinstance(func, relax.Function):
@@ -79,12 +82,32 @@ def _onward_pads(mod: tvm.IRModule) -> set:
     return pads
 
 
+def _as_reshape(call: relax.Call) -> relax.Expr:
+    """``permute_dims(x, p)`` as a reshape where it moves only axes of extent 1 (the others keep their
+    order): the same bytes, and no kernel. Any other call is returned as it is."""
+    shape = getattr(getattr(call.args[0], "ty", None), "shape", None)
+    if _op_name(call) != _PERMUTE or not isinstance(shape, relax.ShapeExpr):
+        return call
+    shape = shape.values
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+        return call
+    perm = _axes(call, len(shape))
+    moved = [i for i in perm if int(shape[i]) != 1]
+    if moved != sorted(moved):
+        return call
+    return relax.op.reshape(call.args[0], [int(shape[i]) for i in perm])
+
+
 @mutator
 class _Sinker(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
         super().__init__(mod)
         self.moved = 0
         self.onward_pads = _onward_pads(mod)
+        self.uses: dict = {}
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                self.uses.update(use_counts(func))
 
     def _transposed(self, expr) -> tuple[relax.Expr, tuple[int, ...]] | None:
         """(y, p) when ``expr`` is bound to ``permute_dims(y, p)``."""
@@ -171,6 +194,25 @@ class _Sinker(PyExprMutator):
         joined = self.builder_.emit(relax.op.concat(ys, axis=perm[axis]))
         return relax.op.permute_dims(joined, list(perm))
 
+    def _reduction(self, call: relax.Call) -> relax.Expr:
+        """``mean(permute_dims(y, p), axes)`` as the same reduction of ``y`` over the axes ``p`` names:
+        the global average pool at a CNN's end reduces the NHWC map over H and W, and what is left to
+        transpose is the pooled vector (a reshape when only unit axes move), not the map."""
+        t = self._transposed(call.args[0])
+        if t is None or call.attrs.axis is None or self.uses.get(call.args[0], 0) != 1:
+            return call
+        y, perm = t
+        axes = sorted({int(a) % len(perm) for a in call.attrs.axis})
+        reduced = self.builder_.emit(_REDUCTIONS[_op_name(call)](y, [perm[a] for a in axes], bool(call.attrs.keepdims)))
+        self.moved += 1
+        if call.attrs.keepdims:
+            return relax.op.permute_dims(reduced, list(perm))
+        kept = [perm[i] for i in range(len(perm)) if i not in axes]  # y's axes left, in the output's order
+        order = [sorted(kept).index(a) for a in kept]
+        if order == sorted(order):
+            return reduced
+        return relax.op.permute_dims(reduced, order)
+
     def visit_call_(self, op):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call) or not call.args:
@@ -185,7 +227,13 @@ class _Sinker(PyExprMutator):
                 if combined == tuple(range(len(combined))):
                     return y
                 return relax.op.permute_dims(y, list(combined))
+            rank = _rank(call.args[0])
+            if rank and _axes(call, rank) == tuple(range(rank)):  # an identity (ConvertLayout leaves them)
+                self.moved += 1
+                return call.args[0]
             return call
+        if _op_name(call) in _REDUCTIONS:
+            return self._reduction(call)
         if _op_name(call) == _CONCAT:
             return self._concat(call)
         t = self._transposed(call.args[0])
@@ -208,9 +256,38 @@ def SinkTransposes(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             sinker.builder_.update_func(gv, sinker.visit_expr(func))
     if not sinker.moved:
-        return mod
+        return _reshapes(mod)
     # a pair that cancels leaves an alias (``y = x``), which FuseOps reads as an opaque step: gone
-    return relax.transform.CanonicalizeBindings()(relax.transform.DeadCodeElimination()(sinker.builder_.get()))
+    return _reshapes(relax.transform.CanonicalizeBindings()(relax.transform.DeadCodeElimination()(sinker.builder_.get())))
+
+
+@mutator
+class _Reshaper(PyExprMutator):
+    """Every ``permute_dims`` that moves only axes of extent 1, as a reshape."""
+
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.changed = 0
+
+    def visit_call_(self, op):
+        call = self.visit_expr_post_order(op)
+        out = _as_reshape(call) if isinstance(call, relax.Call) and call.args else call
+        self.changed += out is not call
+        return out
+
+
+def _reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """The transposes left after sinking that move only unit axes, as reshapes (views once built). Not
+    during the walk: a transpose still to cancel against another (a squeeze-excitation gate's) must stay
+    one until then."""
+    r = _Reshaper(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            r.builder_.update_func(gv, r.visit_expr(func))
+    if not r.changed:
+        return mod
+    # reshape(reshape(x)) (the pooled vector, then the classifier's flatten) as one: a view, not a copy kernel
+    return relax.transform.RemoveRedundantReshape()(r.builder_.get())
 
 
 __all__ = ["SinkTransposes"]
