@@ -115,7 +115,8 @@ def test_a_7_row_map_with_an_odd_number_of_32_channel_panels_takes_16_channel_pa
     monkeypatch.setattr(bf16_amx_conv, "EVEN_PANELS_ODD_ROWS", False)
     func, old = default_schedule(direct_conv_func(*FIVE_PANELS), target.cpu_spec())
     assert "2 x 2 tiles of 7 rows" in old.steps[0], old
-    assert [extent for extent, _ in _loops(func, "conv2d_nhwc_bf16_o_update")] == [5], func.script()
+    # (the 5 calls, then a unit loop in each: the sums a buffer of one call, SUMS_PER_CALL)
+    assert [extent for extent, _ in _loops(func, "conv2d_nhwc_bf16_o_update")] == [5, 1], func.script()
 
 
 def test_without_bands_the_panels_run_outermost_after_the_packing(monkeypatch):

@@ -11,7 +11,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 from explorer.passes import bf16_conv
-from explorer.passes.bf16_conv_bits import BITS_NAME
+from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME
 from explorer.passes.bf16_conv_nhwc import INPUT_NAME
 from explorer.target import parse_target
 from explorer.workload import load_workload
@@ -113,17 +113,23 @@ def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_an
 @NEEDS_AMX
 @pytest.mark.parametrize("model", [_block, _basic_block], ids=["depthwise", "direct"])
 def test_rounding_in_the_producer_gives_the_numbers_of_rounding_in_the_consumer(tmp_path, monkeypatch, model):
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, model(), bf16_conv, "PRODUCER_ROUNDS")
+    assert np.array_equal(outputs[True], outputs[False])
+
+
+def _outputs_on_and_off(tmp_path, monkeypatch, model: onnx.ModelProto, module, switch: str) -> dict:
+    """The model's bf16 bundle output with ``module.switch`` True and False (each bundle verified)."""
     from export.flow import export_workload
     from export.runner.running import run_bundle
 
-    path = _path(tmp_path, model())
+    path = _path(tmp_path, model)
     outputs = {}
-    for rounds in (True, False):
-        monkeypatch.setattr(bf16_conv, "PRODUCER_ROUNDS", rounds)
-        report = export_workload(path, "cpu", tmp_path / f"b{rounds}", precision="bf16", layers=False)
+    for on in (True, False):
+        monkeypatch.setattr(module, switch, on)
+        report = export_workload(path, "cpu", tmp_path / f"b{on}", precision="bf16", layers=False)
         assert report.verified, report.verdict
-        outputs[rounds] = run_bundle(tmp_path / f"b{rounds}")[1][0]
-    assert np.array_equal(outputs[True], outputs[False])
+        outputs[on] = run_bundle(tmp_path / f"b{on}")[1][0]
+    return outputs
 
 
 @pytest.mark.parametrize("flat", [False, True], ids=["rows", "flat"])
@@ -139,3 +145,91 @@ def test_a_padded_kernel_reading_bits_pads_them_without_rounding(flat):
     text = te.create_prim_func([x, w, y]).script()
     packing = text.split(f'T.sblock("{INPUT_NAME}")')[1].split("T.sblock(")[0]
     assert "T.if_then_else" in packing and "reinterpret" not in packing  # the border's zeros, the bits as they are
+
+
+def _stem(size: int = 32, *, after: str = "residual") -> onnx.ModelProto:
+    """ResNet's stem in small: 7x7 stride-2 conv 3 -> 64 + bias + relu, 3x3 stride-2 max pool, then
+    ``after`` it: "residual" a 3x3 conv + bias with the pool's output added and relu (ResNet); "conv" the
+    3x3 conv + bias alone; "fp32_conv" a 1x1 64 -> 16 conv (K 64: kept fp32); "" nothing (the pool's
+    output is the model's)."""
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.1, (64, 3, 7, 7)).astype("float32"), "ws"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 64).astype("float32"), "bs"),
+             numpy_helper.from_array(rng.normal(0, 0.05, (64, 64, 3, 3)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 64).astype("float32"), "b1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, (16, 64, 1, 1)).astype("float32"), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "ws", "bs"], ["s"], strides=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node("Relu", ["s"], ["sr"]),
+             helper.make_node("MaxPool", ["sr"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    out, channels, name = size // 4, 64, "y"
+    if after == "residual":
+        nodes += [helper.make_node("Conv", ["p", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Add", ["c", "p"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    elif after == "conv":
+        nodes += [helper.make_node("Conv", ["p", "w1", "b1"], ["y"], pads=[1, 1, 1, 1])]
+    elif after == "fp32_conv":
+        nodes, channels = nodes + [helper.make_node("Conv", ["p", "w2"], ["y"])], 16
+    else:
+        name = "p"
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, channels, out, out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_max_pool_read_by_a_convolution_reads_its_producers_bits(tmp_path, monkeypatch):
+    from explorer.passes import bf16_conv_bits
+
+    kernels = _kernels(_path(tmp_path, _stem()))
+    stem = [n for n in kernels if "conv2d_nhwc_bf16" in n and BITS_NAME in n]
+    pool = [n for n in kernels if POOL_NAME in n]
+    assert len(stem) == 1 and len(pool) == 1 and "relu" in stem[0], sorted(kernels)  # the rounding fused: no kernel
+    assert '"uint16"' in kernels[stem[0]].split("\n")[4]  # conv + bias + relu writes the bits
+    head = kernels[pool[0]].split("\n")[4]  # the pool reads the bits, writes fp32
+    assert head.index('"uint16"') < head.index('"float32"'), head
+    monkeypatch.setattr(bf16_conv_bits, "POOL_READS_BITS", False)  # as before: both fp32
+    assert not any(BITS_NAME in n or POOL_NAME in n for n in _kernels(_path(tmp_path, _stem()))), sorted(kernels)
+
+
+@pytest.mark.parametrize("after", ["", "fp32_conv"], ids=["model_output", "fp32_conv"])
+def test_a_max_pool_no_bf16_convolution_reads_keeps_its_fp32_input(tmp_path, after):
+    """The pool's output a model output (it would move by half a bf16 step), or read by a convolution
+    kept fp32 (K 64: nothing rounds the pool's values there): the pool and its producer stay fp32."""
+    kernels = _kernels(_path(tmp_path, _stem(after=after)))
+    assert not any(BITS_NAME in n or POOL_NAME in n for n in kernels), sorted(kernels)
+
+
+def test_the_pool_of_bits_is_the_max_pool_of_their_values():
+    from tvm import te
+
+    from explorer.passes.bf16_conv_bits import _max_pool_bits
+
+    bits = te.placeholder((1, 9, 9, 16), "uint16", "bits")
+    lib = tvm.compile(te.create_prim_func([bits, _max_pool_bits(bits, [3, 3], [2, 2], [1, 1], [1, 1, 1, 1])]), target="llvm")
+    values = np.random.default_rng(2).standard_normal((1, 9, 9, 16)).astype("float32")
+    b = (values.view(np.uint32) >> 16).astype(np.uint16)  # (truncated: any bf16 values)
+    wide = (b.astype(np.uint32) << 16).view(np.float32)
+    padded = np.pad(wide, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
+    expected = np.max([padded[:, i:i + 9:2, j:j + 9:2] for i in range(3) for j in range(3)], axis=0)
+    out = tvm.runtime.tensor(np.zeros((1, 5, 5, 16), "float32"))
+    lib(tvm.runtime.tensor(b), out)
+    assert np.array_equal(out.numpy(), expected)
+
+
+@NEEDS_AMX
+def test_a_stem_whose_pool_reads_bits_verifies_and_moves_the_output_by_rounding_alone(tmp_path, monkeypatch):
+    from explorer.passes import bf16_conv_bits
+
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(), bf16_conv_bits, "POOL_READS_BITS")
+    # the residual adds the pool's values rounded to bf16: at most half a bf16 step (2^-9) of them
+    assert np.abs(outputs[True] - outputs[False]).max() <= 2 ** -8 * np.abs(outputs[False]).max()
+
+
+
+@NEEDS_AMX
+def test_a_pool_of_bits_read_by_a_bf16_convolution_alone_gives_the_same_numbers(tmp_path, monkeypatch):
+    """The maximum of rounded values is the rounded maximum: with no residual add the output is the same."""
+    from explorer.passes import bf16_conv_bits
+
+    assert any(POOL_NAME in n for n in _kernels(_path(tmp_path, _stem(after="conv"))))
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(after="conv"), bf16_conv_bits, "POOL_READS_BITS")
+    assert np.array_equal(outputs[True], outputs[False])

@@ -78,7 +78,7 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import tensor_info
-from explorer.passes.bf16_conv_bits import emit_bits, rounded_by_producer
+from explorer.passes.bf16_conv_bits import emit_bits, pool_of_bits, pools_reading_bits, rounded_by_producer
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
                                             nhwc_channels, pack_nhwc_weights, row_tiled)
 from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
@@ -311,12 +311,9 @@ def _rewritable(call: relax.Call) -> bool:
             and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
 
 
-def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
-             rounded: frozenset = frozenset()):
-    """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
-    (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
-    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits; ``rounded``: inputs
-    their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`)."""
+def _plan(call: relax.Call, amx: bool):
+    """``(weights, direct, why)`` for a convolution this pass would convert (``direct``: on the direct
+    NHWC kernel; ``why``: why :func:`why_fp32` keeps it fp32, else None), or None for any other call."""
     if not call.op.same_as(_CONV2D) or not _rewritable(call):
         return None
     shape, dtype = tensor_info(call.args[0].ty)
@@ -327,10 +324,24 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
         return None
     a = call.attrs
     direct = amx and AMX_DIRECT_ENABLED and amx_direct_fits(w.shape, int(out_shape[3]), a.dilation, a.strides)
-    why = why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
+    return w, direct, why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
+
+
+def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
+             rounded: frozenset = frozenset()):
+    """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
+    (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
+    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits; ``rounded``: inputs
+    their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`)."""
+    plan = _plan(call, amx)
+    if plan is None:
+        return None
+    w, direct, why = plan
     if why is not None:
         kept.append(why)
         return None
+    out_shape, _ = tensor_info(call.ty)
+    a = call.attrs
     pad = [int(v) for v in a.padding]
     if direct:  # (a reduction under the direct cut that why_fp32 let through is a split product)
         split = int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
@@ -361,8 +372,13 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
     converted, kept = [], []
     folded = fold_batch_norms(mod) if folded is None else folded
     rounded = frozenset(rounded_by_producer(folded)) if amx and PRODUCER_ROUNDS else frozenset()
+    pooled = frozenset(pools_reading_bits(folded, lambda conv: (p := _plan(conv, amx)) is not None and p[2] is None)) \
+        if amx and PRODUCER_ROUNDS else frozenset()
 
     def counted(call, builder):
+        pool = pool_of_bits(call, builder, pooled)  # (a max pool reading its producer's bits: no conversion)
+        if pool is not None:
+            return pool
         new = _rewrite(call, builder, kept, amx, rounded)
         converted.extend([call] if new is not None else [])
         return new

@@ -247,13 +247,15 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list, para
     # im2col output, which its copy back to NCHW reads)
     epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith(PRODUCTS) else None
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
-    outer = sch.fuse(*batch, j_o, i_o)
+    outer, unit = sch.fuse(*batch, j_o, i_o), None
+    if dot.update:  # a unit loop (a split: a step the Schedule page shows) for the init to sit under
+        outer, unit = sch.split(outer, [None, 1])
     if parallel:
         sch.parallel(outer)
     # the call sums from tilezero: its init a block of its own, tensorized into no code (no zeros
     # stored before the call, none loaded back)
-    if dot.update:  # the init inside the parallel loop (before a unit loop): the sums stay one call's buffer
-        zero_init(sch, tile, sch.add_unit_loop(tile), dot.rows, dot.cols)
+    if unit is not None:  # the init inside the parallel loop (before the unit loop): the sums stay one call's buffer
+        zero_init(sch, tile, unit, dot.rows, dot.cols)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)

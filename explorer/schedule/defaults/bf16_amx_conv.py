@@ -166,6 +166,19 @@ EVEN_PANELS_ODD_ROWS = True
 # default 0.756x the old), the four kernels 0.872x (0.360 -> 0.317 ms); 1 thread (20 rounds) wall 0.987x
 # (0.973-1.016). Measured on 2 cores only. False: two rows a call there, as before.
 BAND_A_CALL_1X1 = True
+# A call's fp32 sums in a buffer of that call, which its epilogue reads right after: a unit loop above
+# the call in the parallel iteration, where the sums' init is decomposed (bf16.py's products do so).
+# The init decomposed at the parallel loop itself went before it, so the sums buffer spanned the whole
+# output (ResNet-18's stem 3.2 MB, layer1's 0.8 MB), each call storing its tiles to memory no call had
+# touched. Calls grouped a chunk (PACK_PER_CALL, ROW_BANDS_1X1, PACK_PER_CORE) keep one buffer a chunk,
+# a per-panel epilogue one a panel; a flat kernel without one keeps the whole output's (its row copy runs
+# after every call). ResNet-18 bf16, 2 threads (bundles
+# alternated in one process, 14 idle rounds each way, load 1.8-2.1): wall 0.948x and 0.938x (order
+# swapped), the stem 0.309 -> 0.263 and 0.297 -> 0.256 ms, the stride-2 3x3s 0.083 -> 0.071, 0.097 ->
+# 0.083 ms, kernel sums 2.63 -> 2.50 ms; the stem alone looped, 1 thread, 0.53-0.56 -> 0.45-0.47 ms (CPU
+# time). MobileNetV2 (its 1x1s' sums 50-100 KB): wall level (1.017x and 0.991x, 16 rounds each). False: the
+# init before the parallel loop, as before.
+SUMS_PER_CALL = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
@@ -289,13 +302,20 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
     per_core = bands or (PACK_PER_CORE and per_panel is not None)
     chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_core)
-    packs = calls
+    packs, unit = calls, None
     if chunk > 1:
         packs, calls = sch.split(calls, [None, chunk])
+    elif per_panel is None and SUMS_PER_CALL:  # a unit loop a split makes (a step the Schedule page shows)
+        packs, unit = sch.split(calls, [None, 1])
     sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
-    # (per panel: the init inside the panel's iteration, so that its epilogue can follow there)
-    zero_init(sch, tile, calls if per_panel is None else sch.get_loops(tile)[-1], dot.rows, dot.cols, dot.out_rows)
+    # (per panel: the init inside the panel's iteration, so that its epilogue can follow there; else
+    # under a unit loop in the parallel iteration: a call's sums a buffer of that call, SUMS_PER_CALL)
+    if per_panel is not None:
+        init_at = sch.get_loops(tile)[-1]
+    else:
+        init_at = unit if unit is not None else calls
+    zero_init(sch, tile, init_at, dot.rows, dot.cols, dot.out_rows)
     sch.tensorize(tile, register(dot))
     sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
