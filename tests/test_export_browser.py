@@ -22,7 +22,7 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
             page.set_default_timeout(180_000)
-            open_page(page, f"{url}/export", "Kernels (9, 0 with records)")  # small_cnn is the default model
+            open_page(page, f"{url}/export", "Kernels (8, 0 with records)")  # small_cnn is the default model
             page.get_by_role("button", name="Build & verify").click()
             button = page.get_by_role("button", name="Download small_cnn")
             button.wait_for()
@@ -49,7 +49,7 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
 def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(tmp_path, width, height):
     with schedx_ui(env={"SCHEDX_DB": str(tmp_path / "empty.db")}) as url, chromium_page(width, height,
                                                                                        timeout_ms=180_000) as page:
-        open_page(page, f"{url}/export", "Kernels (9, 0 with records)")
+        open_page(page, f"{url}/export", "Kernels (8, 0 with records)")
         sidebar = page.locator('section[data-testid="stSidebar"]')
         sidebar.get_by_text("bf16", exact=True).click()  # the Precision choice, by the mouse
         page.get_by_role("radio", name="bf16", exact=True).wait_for(state="attached")

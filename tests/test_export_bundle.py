@@ -51,11 +51,11 @@ def test_manifest_describes_the_bundle(cnn_bundle):
     assert m["target"]["device"] == "cpu" and m["tvm_version"].startswith("0.27")
     assert {"lib.so", "params.bin", "inputs.npz", "reference.npz", "run.py", "README.md"} <= set(m["files"])
     assert all(len(f["sha256"]) == 64 for f in m["files"].values())
-    assert len(m["tasks"]) == 9 and all(t["schedule"] == "default" for t in m["tasks"])
+    assert len(m["tasks"]) == 8 and all(t["schedule"] == "default" for t in m["tasks"])
     assert m["records"] == {}
     assert abs(sum(t["share"] for t in m["tasks"]) - 1) < 1e-9
     # no records: the warning names the kernels and their FLOPs share
-    assert any("9 of 9 kernels (100.0% of the FLOPs)" in w for w in m["warnings"])
+    assert any("8 of 8 kernels (100.0% of the FLOPs)" in w for w in m["warnings"])
     # parameters in their own file, named after the ONNX initializers where they are the same bytes
     # (convolution weights with their batch-norm folded in are computed at build time: "folded";
     # weights in their kernel's layout: "packed:<initializer>")

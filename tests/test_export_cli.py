@@ -30,7 +30,7 @@ def test_export_json_report(exported):
     folder, data = exported
     assert data["ok"] and data["folder"] == str(folder)
     assert data["verification"]["fresh_process"]["ok"] and data["verification"]["layers"]["ok"]
-    assert len(data["tasks"]) == 9 and any("have no record" in w for w in data["warnings"])
+    assert len(data["tasks"]) == 8 and any("have no record" in w for w in data["warnings"])
     assert (folder / "lib.so").is_file() and (folder / "params.bin").is_file()
 
 
@@ -56,7 +56,7 @@ def test_run_reports_the_three_figures_beside_onnx_runtime(exported):
     assert result.exit_code == 0, result.output
     data = _json(result)
     tvm_row, ort_row = data["rows"]
-    assert tvm_row["name"].startswith("TVM bundle (0/9") and tvm_row["compile_s"] > 0
+    assert tvm_row["name"].startswith("TVM bundle (0/8") and tvm_row["compile_s"] > 0
     assert tvm_row["first_s"] > 0 and tvm_row["median_s"] > 0 and tvm_row["p90_s"] >= tvm_row["median_s"]
     assert ort_row["name"] == "onnxruntime" and ort_row["runs"] >= 5 and ort_row["rounds"] == 3  # alternated
     assert tvm_row["ci_low_s"] <= tvm_row["median_s"] <= tvm_row["ci_high_s"]

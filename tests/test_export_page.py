@@ -54,7 +54,7 @@ def test_builds_small_cnn_and_offers_the_zip(tmp_path):
     at = _page(tmp_path / "none.db")
     assert not at.exception and not at.error
     assert any("No database at" in c.value for c in at.caption)
-    assert at.dataframe and len(at.dataframe[0].value) == 9
+    assert at.dataframe and len(at.dataframe[0].value) == 8
     at.button(key="ex_build").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.success and "small_cnn for llvm" in at.success[0].value and "verified:" in at.success[0].value

@@ -27,7 +27,7 @@ CONV_STEPS = [
 ]
 # the task pipeline folds batch-norm into the convolutions: conv + bias + relu is one kernel
 CONV_TASKS = ("small_cnn/fused_conv2d2_add2_relu2", "small_cnn/fused_conv2d1_add1_relu1",
-              "small_cnn/fused_conv2d_add_relu")
+              "small_cnn/fused_transpose_conv2d_add_relu")
 
 
 def _record(key: str, *, median: float, steps=(), trace=None, target=None, hardware=None, source="manual") -> Record:
@@ -70,7 +70,7 @@ def test_best_record_per_task_for_this_target_and_machine(cnn, store):
     assert {name: s.record_id for name, s in schedules.items()} == {n: ids[n][0] for n in CONV_TASKS}
     assert all(s.trace is not None for s in schedules.values())  # the search record replays its trace
     by_name = {c.task.name: c for c in choices}
-    first = "small_cnn/fused_conv2d_add_relu"
+    first = "small_cnn/fused_transpose_conv2d_add_relu"
     assert [r.id for r in by_name[first].candidates] == list(ids[first])  # other machine/target left out
     assert by_name["small_cnn/mean"].candidates == ()
 
@@ -86,7 +86,7 @@ def test_export_applies_the_records_and_names_the_rest(cnn, store, tmp_path):
     applied = [t for t in m["tasks"] if t["schedule"] == "record"]
     assert sorted(t["name"] for t in applied) == sorted(CONV_TASKS)
     warning = next(w for w in m["warnings"] if "have no record" in w)
-    assert warning.startswith("6 of 9 kernels (0.5% of the FLOPs)") and "small_cnn/max_pool2d (0.3%)" in warning
+    assert warning.startswith("5 of 8 kernels (0.5% of the FLOPs)") and "small_cnn/max_pool2d (0.3%)" in warning
     assert "default CPU schedules" in warning
 
 
@@ -94,13 +94,13 @@ def test_a_pick_overrides_the_best_and_none_means_default(cnn, store):
     _, tasks, _ = cnn
     db, ids = store
     choices = task_choices(db, tasks, parse_target("cpu"))
-    c0, c1, fused = "small_cnn/fused_conv2d_add_relu", "small_cnn/fused_conv2d1_add1_relu1", \
+    c0, c1, fused = "small_cnn/fused_transpose_conv2d_add_relu", "small_cnn/fused_conv2d1_add1_relu1", \
         "small_cnn/fused_conv2d2_add2_relu2"
     schedules = schedules_for(choices, {c0: ids[c0][1], c1: None})
     assert schedules[c0].record_id == ids[c0][1] and schedules[c0].steps  # the manual one: steps
     assert c1 not in schedules
     assert schedules[fused].record_id == ids[fused][0]
-    with pytest.raises(ExportError, match="record 999999 is not a record of task small_cnn/fused_conv2d_add_relu"):
+    with pytest.raises(ExportError, match="record 999999 is not a record of task small_cnn/fused_transpose_conv2d_add_relu"):
         schedules_for(choices, {c0: 999999})
 
 

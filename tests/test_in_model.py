@@ -26,7 +26,7 @@ from store import Record, Store
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
-TASK = "small_cnn/fused_conv2d_add_relu"  # conv + folded batch-norm + relu
+TASK = "small_cnn/fused_transpose_conv2d_add_relu"  # conv + folded batch-norm + relu
 # a plain parallel loop nest: far slower than the default's register tile, whatever the machine
 SLOW = ({"primitive": "parallel", "args": {"loop": "conv2d_nhwc/yy"}},)
 

@@ -103,7 +103,7 @@ def test_a_kernel_of_a_model_given_by_path_loads_by_its_listed_name(tmp_path):
 
     path = tmp_path / "my_net.onnx"
     onnx.save(build_onnx("small_cnn"), path)
-    kernel = load_any_kernel(f"{path}/fused_conv2d_add_relu")
-    assert kernel.name.endswith("/fused_conv2d_add_relu") and kernel.info.flops > 0
+    kernel = load_any_kernel(f"{path}/fused_transpose_conv2d_add_relu")
+    assert kernel.name.endswith("/fused_transpose_conv2d_add_relu") and kernel.info.flops > 0
     with pytest.raises(Exception, match="has no fused kernel 'fused_nothing'"):
         load_any_kernel(f"{path}/fused_nothing")

@@ -40,7 +40,7 @@ def test_records_are_named_in_the_profile(tmp_path):
     from export.schedules import TaskSchedule
 
     steps = ({"primitive": "parallel", "args": {"loop": "conv2d_nhwc/yy"}},)
-    task = "small_cnn/fused_conv2d_add_relu"  # conv + folded batch-norm + relu
+    task = "small_cnn/fused_transpose_conv2d_add_relu"  # conv + folded batch-norm + relu
     p = profile_workload("small_cnn", runs=2, ort=False,
                          schedules={task: TaskSchedule(steps=steps, record_id=41, source="manual")})
     row = next(k for k in p.kernels if k.task == task)

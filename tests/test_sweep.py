@@ -39,7 +39,7 @@ def test_a_two_point_batch_sweep_times_tvm_and_onnx_runtime():
 
 def test_records_at_other_shapes_are_named_and_not_applied(tmp_path):
     batch2 = load_workload("small_cnn", batch_shapes(load_workload("small_cnn"), 2))
-    conv = "small_cnn/fused_conv2d_add_relu"  # conv + folded batch-norm + relu
+    conv = "small_cnn/fused_transpose_conv2d_add_relu"  # conv + folded batch-norm + relu
     task = next(t for t in batch2.tasks() if t.name == conv)
     steps = [Step("parallel", {"loop": "conv2d_nhwc/yy"})]
     with Store(tmp_path / "s.db") as store:

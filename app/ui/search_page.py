@@ -30,7 +30,7 @@ def start_form(store: Store) -> None:
         c1, c2, c3 = st.columns([4, 1, 1])
         workload = c1.text_input("Workload", "matmul:M=256,N=256,K=256", key="search_workload",
                                  help="A kernel spec (" + ", ".join(list(BUILTINS)[:4]) + ", ... with :P=V), "
-                                      "a model's fused kernel (resnet18/fused_conv2d_add_relu) or a whole model ("
+                                      "a model's fused kernel (resnet18/fused_transpose_conv2d_add_relu) or a whole model ("
                                       + ", ".join(ZOO) + ")")
         trials = c2.number_input("Trials", 0, 100000, 64, key="search_trials",
                                  help="0: no trial limit (the minutes decide)")

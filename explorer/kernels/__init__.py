@@ -2,7 +2,7 @@
 PrimFunc with its buffers, FLOPs and reference).
 
 A built-in's spec is ``NAME`` or ``NAME:P=V,P=V`` (``conv2d_nchw:K=128,stride=2``); a model's fused
-kernel (``resnet18/fused_conv2d_add_relu``) comes from :mod:`explorer.workload`.
+kernel (``resnet18/fused_transpose_conv2d_add_relu``) comes from :mod:`explorer.workload`.
 """
 
 from __future__ import annotations

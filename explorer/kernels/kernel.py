@@ -18,7 +18,7 @@ MODEL_SOURCE = "model:"  # a model's fused kernel: source "model:NAME"
 
 
 def kernel_model(spec: str) -> str | None:
-    """The model a fused-kernel spec names (``resnet18/fused_conv2d_add_relu`` -> ``resnet18``;
+    """The model a fused-kernel spec names (``resnet18/fused_transpose_conv2d_add_relu`` -> ``resnet18``;
     ``path/to/m.onnx/fused_add`` -> ``path/to/m.onnx``); None for any other spec (a built-in
     kernel has a ``:`` or no ``/``)."""
     if "/" not in spec or ":" in spec:

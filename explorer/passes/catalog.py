@@ -32,6 +32,7 @@ from explorer.passes.fast_math import FastMathTransform
 from explorer.passes.fold_numpy import FoldConstantNumpy
 from explorer.passes.gate_weights import GateIntoConvWeights
 from explorer.passes.layout import NHWC, ConvertLayoutNHWC
+from explorer.passes.layout_into_conv import FuseLayoutIntoConv
 from explorer.passes.weight_buffers import MarkWeightBuffers
 from explorer.passes.qdq_int8 import QDQToInt8Kernels
 from explorer.passes.onnx_idioms import SimplifyInference
@@ -123,6 +124,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("LegalizeOps", "Lower every high-level Relax operator to a TensorIR PrimFunc called with call_tir."),
         _t("AnnotateTIROpPattern", "Tag each PrimFunc with its operator pattern (elementwise, injective, reduction, ...) for fusion."),
         _t("FuseOps", "Group operators into fused Relax functions by their patterns (conv + bias + relu, ...)."),
+        _t("FuseLayoutIntoConv", "schedx: after FuseOps, a transpose read by one convolution or matmul alone (an NCHW model's "
+           "input before the first NHWC conv) joins that convolution's group, where the conv's pad or packing copy "
+           "reads through it: one kernel and one pass over the map less.", lambda: FuseLayoutIntoConv),
         _t("FuseTIR", "Turn each fused Relax function into one fused TensorIR PrimFunc (a kernel)."),
         _t("RewriteDataflowReshape", "Turn reshapes that only reinterpret memory into views."),
         _t("ToNonDataflow", "Leave dataflow blocks: the graph becomes a plain binding sequence."),

@@ -20,13 +20,15 @@ from explorer.passes.catalog import make_pass
 CPU_TARGET = '{"kind": "llvm"}'
 CUDA_TARGET = "cuda"
 
+# FuseLayoutIntoConv right after FuseOps: a transpose read by one convolution or matmul alone (an NCHW model's
+# input) joins that convolution's group, which copies its input anyway (explorer.passes.layout_into_conv).
 # MarkWeightBuffers last: each kernel learns which arguments are weights (a schedule may read
 # them packed, computed once at build time: export.weight_layouts); it changes the kernels' keys.
 # DispatchSortScan first: LegalizeOps has no lowering for sort, argsort and topk (a k-nearest-
 # neighbours layer's TopK failed the build with "CodeGenVM cannot emit this Relax operator").
 TUNING_PASSES: tuple[str, ...] = (
-    "DispatchSortScan", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR", "DeadCodeElimination",
-    "MarkWeightBuffers",
+    "DispatchSortScan", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseLayoutIntoConv", "FuseTIR",
+    "DeadCodeElimination", "MarkWeightBuffers",
 )
 # The graph for inference before fusion: batch-norm folded into the convolution's weights and a
 # bias (its tuple output no longer stops conv + bias + activation (+ residual) from being one
@@ -109,7 +111,7 @@ PIPELINES: dict[str, PipelineSpec] = {
             CPU_TARGET, lambda t: _sequential(INFERENCE_NCHW_PASSES, "inference-nchw")),
         PipelineSpec(
             "tuning", "Fusion only",
-            "DispatchSortScan, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR, "
+            "DispatchSortScan, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseLayoutIntoConv, FuseTIR, "
             "DeadCodeElimination, MarkWeightBuffers on the graph as imported: batch-norm stays its own kernels, layouts as the model "
             "has them.",
             CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),

@@ -27,7 +27,7 @@ def model_kernels(loaded: LoadedModel) -> list[Kernel]:
 def load_kernel(spec: str, *, shapes: str | None = None, model_kernels_by_name: dict[str, Kernel] | None = None
                 ) -> Kernel:
     """The kernel a spec names: a built-in (``matmul:M=512``) or a model's fused kernel
-    (``resnet18/fused_conv2d_add_relu``, the model loaded with ``shapes``)."""
+    (``resnet18/fused_transpose_conv2d_add_relu``, the model loaded with ``shapes``)."""
     model = kernel_model(spec)
     if model is not None:
         if model_kernels_by_name is None:

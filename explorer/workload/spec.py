@@ -1,5 +1,5 @@
 """What kind of workload a user typed: a kernel (``matmul:M=64``, ``matmul``,
-``resnet18/fused_conv2d_add_relu``) or a model (``resnet18``, ``example:densenet121``,
+``resnet18/fused_transpose_conv2d_add_relu``) or a model (``resnet18``, ``example:densenet121``,
 ``path/to/model.onnx``). The one place that decides it."""
 
 from __future__ import annotations
