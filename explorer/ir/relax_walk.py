@@ -139,3 +139,8 @@ def use_counts(func: relax.Function) -> dict[relax.Var, int]:
 
     _Uses().visit_expr(func.body)
     return counts
+
+
+def op_name(call: relax.Call) -> str:
+    """The operator's name (``relax.add``), or "" for a call of a function."""
+    return getattr(call.op, "name", "") if isinstance(call.op, tvm.ir.Op) else ""

@@ -37,7 +37,7 @@ def _clip_as_min_max(call: relax.Call):
     return relax.op.minimum(relax.op.maximum(x, relax.const(bounds[0], dtype)), relax.const(bounds[1], dtype))
 
 
-def _scalar_min_max(func: tirx.PrimFunc):
+def scalar_min_max(func: tirx.PrimFunc):
     """``relax.op.maximum``/``minimum`` if ``func`` computes ``out = max|min(A, B[()])`` elementwise."""
     params = list(func.params)
     found = blocks(func)
@@ -83,7 +83,7 @@ class _Rewriter(PyExprMutator):
         func = self.mod.functions.get(gv) if isinstance(gv, tvm.ir.GlobalVar) else None
         if not isinstance(func, tirx.PrimFunc) or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
             return call
-        make = _scalar_min_max(func)
+        make = scalar_min_max(func)
         if make is None:
             return call
         self.rewritten += 1
@@ -100,4 +100,4 @@ def ClipToRelaxOps(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination()(out)
 
 
-__all__ = ["ClipToRelaxOps"]
+__all__ = ["ClipToRelaxOps", "scalar_min_max"]

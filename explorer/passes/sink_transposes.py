@@ -28,13 +28,13 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from explorer.ir.relax_walk import is_constant, iter_bindings, use_counts
+from explorer.ir.relax_walk import is_constant, iter_bindings, op_name, use_counts
 
 _PERMUTE = "relax.permute_dims"
-_UNARY = {f"relax.{n}" for n in ("astype", "nn.relu", "nn.leakyrelu", "sigmoid", "tanh", "exp", "round", "floor",
-                                 "ceil", "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
+UNARY_OPS = {f"relax.{n}" for n in ("astype", "nn.relu", "nn.leakyrelu", "sigmoid", "tanh", "exp", "round", "floor",
+                                    "ceil", "negative", "sqrt", "clip", "nn.gelu", "nn.silu", "abs")}
 _CONCAT = "relax.concat"
-_BINARY = {f"relax.{n}" for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
+BINARY_OPS = {f"relax.{n}" for n in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
 _QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequantize}
 _POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
           "relax.nn.adaptive_avg_pool2d": relax.op.nn.adaptive_avg_pool2d}
@@ -42,11 +42,6 @@ _PAD = "relax.nn.pad"
 _REDUCTIONS = {f"relax.{n}": getattr(relax.op, n) for n in ("mean", "sum", "max", "min")}
 # permute_dims(NHWC value, TO_NCHW) is the NCHW value: a pool over it can run in NHWC instead
 TO_NCHW = (0, 3, 1, 2)
-
-
-def _op_name(call: relax.Call) -> str:
-    """The operator's name (``relax.add``), or "" for a call of a function."""
-    return getattr(call.op, "name", "") if isinstance(call.op, tvm.ir.Op) else ""
 
 
 def _axes(call: relax.Call, rank: int) -> tuple[int, ...]:
@@ -64,7 +59,7 @@ def _onward_pads(mod: tvm.IRModule) -> set:
     a pad, a concatenation, a transpose): a transpose moved below such a pad goes on and can cancel;
     below any other (the pad before a quantized conv's int8 kernel, which reads NHWC) it would only
     be moved, onto the larger padded map."""
-    onward = _UNARY | _BINARY | set(_POOLS) | set(_REDUCTIONS) | {_PAD, _CONCAT, _PERMUTE}
+    onward = UNARY_OPS | BINARY_OPS | set(_POOLS) | set(_REDUCTIONS) | {_PAD, _CONCAT, _PERMUTE}
     pads: set = set()
     for func in mod.functions.values():
         if not isinstance(func, relax.Function):
@@ -75,9 +70,9 @@ def _onward_pads(mod: tvm.IRModule) -> set:
             if isinstance(b.value, relax.Call):
                 for arg in b.value.args:
                     if isinstance(arg, relax.Var):
-                        readers.setdefault(arg, []).append(_op_name(b.value))
+                        readers.setdefault(arg, []).append(op_name(b.value))
         pads |= {b.value for b in iter_bindings(func) if isinstance(b.value, relax.Call)
-                 and _op_name(b.value) == _PAD and counts.get(b.var, 0) > 0
+                 and op_name(b.value) == _PAD and counts.get(b.var, 0) > 0
                  and len(readers.get(b.var, [])) == counts[b.var] and set(readers[b.var]) <= onward}
     return pads
 
@@ -86,7 +81,7 @@ def _as_reshape(call: relax.Call) -> relax.Expr:
     """``permute_dims(x, p)`` as a reshape where it moves only axes of extent 1 (the others keep their
     order): the same bytes, and no kernel. Any other call is returned as it is."""
     shape = getattr(getattr(call.args[0], "ty", None), "shape", None)
-    if _op_name(call) != _PERMUTE or not isinstance(shape, relax.ShapeExpr):
+    if op_name(call) != _PERMUTE or not isinstance(shape, relax.ShapeExpr):
         return call
     shape = shape.values
     if not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
@@ -112,7 +107,7 @@ class _Sinker(PyExprMutator):
     def _transposed(self, expr) -> tuple[relax.Expr, tuple[int, ...]] | None:
         """(y, p) when ``expr`` is bound to ``permute_dims(y, p)``."""
         value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-        if isinstance(value, relax.Call) and _op_name(value) == _PERMUTE:
+        if isinstance(value, relax.Call) and op_name(value) == _PERMUTE:
             rank = _rank(value.args[0])
             if rank is not None:
                 return value.args[0], _axes(value, rank)
@@ -139,12 +134,12 @@ class _Sinker(PyExprMutator):
 
     def _sunk(self, call: relax.Call, perm: tuple[int, ...]) -> relax.Expr | None:
         """``call`` computed before the transpose ``perm``, or None when it cannot be."""
-        name = _op_name(call)
-        if name in _UNARY or name in _BINARY:
-            if name in _UNARY and not all(is_constant(a) or isinstance(a, relax.PrimValue) for a in call.args[1:]):
+        name = op_name(call)
+        if name in UNARY_OPS or name in BINARY_OPS:
+            if name in UNARY_OPS and not all(is_constant(a) or isinstance(a, relax.PrimValue) for a in call.args[1:]):
                 return None
             first = self._matching(call.args[:1], perm)
-            rest = call.args[1:] if name in _UNARY else self._matching(call.args[1:], perm)
+            rest = call.args[1:] if name in UNARY_OPS else self._matching(call.args[1:], perm)
             if first is None or rest is None:
                 return None
             return relax.Call(call.op, [*first, *rest], call.attrs)
@@ -203,7 +198,7 @@ class _Sinker(PyExprMutator):
             return call
         y, perm = t
         axes = sorted({int(a) % len(perm) for a in call.attrs.axis})
-        reduced = self.builder_.emit(_REDUCTIONS[_op_name(call)](y, [perm[a] for a in axes], bool(call.attrs.keepdims)))
+        reduced = self.builder_.emit(_REDUCTIONS[op_name(call)](y, [perm[a] for a in axes], bool(call.attrs.keepdims)))
         self.moved += 1
         if call.attrs.keepdims:
             return relax.op.permute_dims(reduced, list(perm))
@@ -217,7 +212,7 @@ class _Sinker(PyExprMutator):
         call = self.visit_expr_post_order(op)
         if not isinstance(call, relax.Call) or not call.args:
             return call
-        if _op_name(call) == _PERMUTE:  # a transpose of a transpose: one permutation, or none
+        if op_name(call) == _PERMUTE:  # a transpose of a transpose: one permutation, or none
             t = self._transposed(call.args[0])
             if t is not None:
                 y, inner = t
@@ -232,14 +227,14 @@ class _Sinker(PyExprMutator):
                 self.moved += 1
                 return call.args[0]
             return call
-        if _op_name(call) in _REDUCTIONS:
+        if op_name(call) in _REDUCTIONS:
             return self._reduction(call)
-        if _op_name(call) == _CONCAT:
+        if op_name(call) == _CONCAT:
             return self._concat(call)
         t = self._transposed(call.args[0])
         if t is None:
             return call
-        if _op_name(call) == _PAD and op not in self.onward_pads:
+        if op_name(call) == _PAD and op not in self.onward_pads:
             return call
         sunk = self._sunk(call, t[1])
         if sunk is None:
@@ -290,4 +285,4 @@ def _reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.RemoveRedundantReshape()(r.builder_.get())
 
 
-__all__ = ["SinkTransposes"]
+__all__ = ["BINARY_OPS", "UNARY_OPS", "SinkTransposes"]
