@@ -2,9 +2,13 @@
 (TensorFlow's ResNet50V2 at 160 x 160: 20-, 10- and 5-pixel rows) is computed over rows it can (a
 1x1 one over the map laid out as one padded row, a strided one with wider padded output rows); the
 values stay those of the convolution, and a bf16 build for an AMX CPU takes the direct kernel with
-no transposes left between the convolutions."""
+no transposes left between the convolutions. The bias, activation, batch norm and residual add after
+such a convolution are computed on its rows (explorer.passes.row_epilogue): in its kernel, with the
+same numbers."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import onnx
@@ -48,6 +52,42 @@ def _tf_pointwise_block(size: int, stride: int = 1) -> onnx.ModelProto:
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 128, out, out])],
         [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(rng.normal(0, 0.1, 256).astype(np.float32), "b1"),
          numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(w3, "w3")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _preactivation_blocks(size: int, activation: str = "Relu") -> onnx.ModelProto:
+    """Two of ResNet50V2's pre-activation bottleneck blocks on ``size``-wide maps, as tf2onnx writes
+    them (the batch norms of the convolutions folded into biases): a shortcut 1x1 convolution and a
+    main branch (1x1, bias, activation, 1x1, bias) summed; the sum's batch norm (a multiply-add by
+    constants) and activation, a second main branch, summed with the first sum. ``activation``:
+    ``Relu``, or ``Clip`` to 0..6 (a ReLU6, which the importer writes as TensorIR max and min)."""
+    rng = np.random.default_rng(0)
+    inits = {}
+
+    def const(name: str, shape, scale: float = 0.05) -> str:
+        inits[name] = numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+        return name
+
+    for name, value in (("lo", 0.0), ("hi", 6.0)):
+        inits[name] = numpy_helper.from_array(np.array(value, np.float32), name)
+
+    def act(x: str, out: str) -> list:
+        return [helper.make_node(activation, [x] + (["lo", "hi"] if activation == "Clip" else []), [out])]
+
+    def conv(x: str, out: str, cin: int, cout: int, bias: bool = True) -> list:
+        names = [x, const(out + "_w", (cout, cin, 1, 1))] + ([const(out + "_b", cout, 0.1)] if bias else [])
+        return [helper.make_node("Conv", names, [out], kernel_shape=[1, 1])]
+
+    nodes = [helper.make_node("Transpose", ["input"], ["x"], perm=[0, 3, 1, 2]),
+             *conv("x", "short", 128, 256, bias=False), *conv("x", "a1", 128, 128), *act("a1", "r1"),
+             *conv("r1", "m1", 128, 256), helper.make_node("Add", ["short", "m1"], ["sum1"]),
+             helper.make_node("Mul", ["sum1", const("scale", (1, 256, 1, 1), 0.5)], ["n1"]),
+             helper.make_node("Add", ["n1", const("shift", (1, 256, 1, 1), 0.1)], ["n2"]), *act("n2", "pre"),
+             *conv("pre", "a2", 256, 128), *act("a2", "r2"), *conv("r2", "m2", 128, 256),
+             helper.make_node("Add", ["m2", "sum1"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "preactivation", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, size, size, 128])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 256, size, size])], list(inits.values()))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -152,12 +192,58 @@ def test_a_bf16_build_for_an_amx_cpu_folds_batch_norms_once_and_builds_what_both
 
 
 @NEEDS_AMX
-def test_export_of_the_tf_block_at_bf16_verifies_on_this_amx_cpu(tmp_path):
+@pytest.mark.parametrize("block", ["pointwise", "preactivation"])
+def test_export_of_the_tf_block_at_bf16_verifies_on_this_amx_cpu(tmp_path, block):
     from app.cli import cli
 
-    path = tmp_path / "pointwise.onnx"
-    onnx.save(_tf_pointwise_block(10), path)
+    path = tmp_path / f"{block}.onnx"
+    onnx.save(_tf_pointwise_block(10) if block == "pointwise" else _preactivation_blocks(10), path)
     result = CliRunner().invoke(cli, ["export", str(path), "-o", str(tmp_path / "bundle"), "--no-db",
                                       "--precision", "bf16"], obj={})
     assert result.exit_code == 0, result.output
     assert "verified" in result.output.lower(), result.output
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_the_bias_activation_and_residual_adds_after_convolutions_on_rows_join_their_kernels(activation):
+    mod = import_onnx(_preactivation_blocks(10, activation)).mod
+    built, converted, _ = bf16_module(mod, parse_target("cpu:sapphirerapids"))
+    assert converted == 5
+    kernels = [gv.name_hint for gv, f in fused_module(built).functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    steps = ("add", "relu", "maximum", "minimum", "multiply")
+    # before: each convolution's slice and reshape, then its bias and activation (and the sums) a kernel apart
+    assert not [k for k in kernels if "reshape" in k and any(s in k for s in steps)], kernels
+    act = "relu" if activation == "Relu" else "maximum"
+    # the main branches' first convolutions: bias and activation in the kernel, before the padded pixels go
+    assert sum("conv2d_nhwc_bf16" in k and f"_add_{act}" in k and k.endswith("strided_slice") for k in kernels) == 2
+    # both residual sums in a convolution's kernel, on its sliced row
+    assert sum("conv2d_nhwc_bf16" in k and "strided_slice1_add" in k for k in kernels) == 2, kernels
+    # what stays a kernel of its own: the sum's batch norm (read by the next convolution and the next sum),
+    # the output's layout, and the rows as maps (views)
+    alone = sorted(k for k in kernels if "conv2d" not in k)
+    assert [k for k in alone if k.rstrip("0123456789") != "reshape"] == [
+        f"fused_multiply_add3_{act}1" + ("_minimum1" if act == "maximum" else ""), "fused_reshape1_transpose"], kernels
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_steps_computed_on_the_rows_give_the_numbers_they_gave_on_the_maps(activation):
+    mod = import_onnx(_preactivation_blocks(10, activation)).mod
+    rows, count = convs_on_tiled_rows(mod)
+    assert count == 5
+    # every step on the rows: none on a 10 x 10 map (NCHW) any more
+    step = re.compile(r"R\.Tensor\(\(1, \d+, 10, 10\).* = R\.(add|multiply|nn\.relu|maximum|minimum|call_tir)\(")
+    on_maps = [line for line in rows["main"].script().splitlines() if step.search(line)]
+    assert not on_maps, on_maps
+    x = np.random.default_rng(1).normal(size=(1, 10, 10, 128)).astype(np.float32)
+    np.testing.assert_array_equal(_run(rows, x), _run(mod, x))
+
+
+@pytest.mark.parametrize("size, stride", [(10, 2), (20, 2)])
+def test_steps_after_a_strided_convs_wider_rows_give_the_numbers_they_gave(size, stride):
+    """A strided convolution's rows padded on the right (10 -> 14: a slice, no reshape): its bias and
+    ReLU computed on the padded rows, the extra columns cut off after, the same numbers."""
+    mod = import_onnx(_tf_pointwise_block(size, stride)).mod
+    rows, count = convs_on_tiled_rows(mod)
+    assert count >= 1
+    x = np.random.default_rng(2).normal(size=(1, size, size, 128)).astype(np.float32)
+    np.testing.assert_array_equal(_run(rows, x), _run(mod, x))

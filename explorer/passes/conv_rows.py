@@ -12,14 +12,17 @@ and every strided convolution fell off the direct kernel (fp32 ones at 270 GFLOP
 - **A 1x1 stride-1 convolution** is the same product for every pixel, so its ``H x W`` pixels
   can take any shape: here one row of ``H * W`` pixels, padded on the right with zero columns to
   a width ``P`` the kernel tiles (:func:`padded_width`: 100 -> 112, 25 -> 28, 400 stays), the
-  ``P - H*W`` extra outputs (zero inputs, no bias: zeros) sliced off after.
+  ``P - H*W`` extra outputs (zero inputs; the bias and activation that
+  :mod:`explorer.passes.row_epilogue` moves onto the row are computed on them too) sliced off after.
 - **A strided convolution** gets more zero padding on the right, so that its output rows are
   ``P`` wide (20 -> 28, 10 -> 14, 5 -> 7: at most :data:`MAX_STRIDED_PADDING` more products),
   the extra columns sliced off after.
 
 The reshapes and the slice are written on the NHWC value, between transposes that
 ``SinkTransposes`` cancels against those the direct kernel puts around itself, so the activations
-stay NHWC from one convolution to the next. Only for AMX CPUs
+stay NHWC from one convolution to the next. The bias, activation, batch norm and residual add after such a
+convolution are computed on its rows, before the slice and the reshape, so that they join its kernel
+(:mod:`explorer.passes.row_epilogue`). Only for AMX CPUs
 (:func:`explorer.precision.bf16_module` calls it), only where the direct kernel then takes the
 convolution in bf16 (``why_fp32``), and after batch-norm is folded
 (:func:`explorer.passes.bf16_conv.fold_batch_norms`: a batch-norm after the slice would no longer
@@ -37,6 +40,7 @@ from explorer.passes.bf16_conv import fold_batch_norms, has_convs, split_fits, w
 from explorer.passes.bf16_conv_nhwc import amx_direct_fits
 from explorer.passes.bf16_dense import constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
+from explorer.passes.row_epilogue import epilogues_on_rows
 from explorer.schedule.amx_int8 import GRIDS
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -149,7 +153,8 @@ def convs_on_tiled_rows(mod: tvm.IRModule, *, folded: tvm.IRModule | None = None
         return new
 
     rewritten = rewrite_calls(fold_batch_norms(mod) if folded is None else folded, counted)
-    return (rewritten, len(count)) if count else (mod, 0)
+    # the bias, activation and residual add after each, on its rows: in its kernel (explorer.passes.row_epilogue)
+    return (epilogues_on_rows(rewritten)[0], len(count)) if count else (mod, 0)
 
 
 __all__ = ["GOOD_TILE", "MAX_PADDING", "MAX_STRIDED_PADDING", "convs_on_tiled_rows", "padded_width"]
