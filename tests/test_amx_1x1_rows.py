@@ -64,9 +64,10 @@ def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_
     func, choice = default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
     assert "rows outermost (a band of rows a core)" in choice.steps[0] and "padded in that chunk" in choice.steps[0]
     # one loop over the 2 bands, the packing inside it: a call over a band's 7 rows a panel, 10 panels a band,
-    # each band packing its own 7 rows, not all 14
+    # each band packing its own 7 rows, not all 14 (then a unit loop in each call: its sums a buffer of one
+    # call, SUMS_PER_CALL_IN_CHUNK)
     assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (7, False)], func.script()
-    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (10, False)]
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (10, False), (1, False)]
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
     assert _parallel_launches(lib) == 1
 
@@ -82,7 +83,7 @@ def test_without_band_calls_the_bands_take_two_rows_a_call(monkeypatch):
     # 7 pairs of rows, 70 calls, 35 a band reading rows 0-7 and 6-13 (a band split inside a pair of rows
     # packs the pair too)
     assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (8, False)], func.script()
-    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (35, False)]
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (35, False), (1, False)]
 
 
 @NEEDS_AMX
@@ -109,7 +110,7 @@ def test_a_7_row_map_with_an_odd_number_of_32_channel_panels_takes_16_channel_pa
     target = SPR2  # 2 cores: 5 panels of 32 split 3 and 2, 10 of 16 split 5 and 5
     func, choice = default_schedule(direct_conv_func(*FIVE_PANELS), target.cpu_spec())
     assert "2 x 1 tiles of 7 rows" in choice.steps[0] and "_7x2x1_" in choice.steps[0], choice
-    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (5, False)], func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (5, False), (1, False)], func.script()
     _, even = default_schedule(direct_conv_func(*SEVEN_WIDE), target.cpu_spec())  # 10 panels of 32: as before
     assert "2 x 2 tiles of 7 rows" in even.steps[0], even
     monkeypatch.setattr(bf16_amx_conv, "EVEN_PANELS_ODD_ROWS", False)

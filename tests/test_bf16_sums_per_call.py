@@ -64,6 +64,25 @@ def test_the_sums_are_a_buffer_of_one_call_not_of_the_whole_output(monkeypatch):
     monkeypatch.setattr(bf16_amx_conv, "SUMS_PER_CALL", False)  # as before: the whole output's sums
     assert _sums_bytes(STEM) in _workspaces(_built(STEM)[0])
 
+# MobileNetV2's 1x1 expansion 96 -> 576 @14 (weights-heavy: a band of 7 rows a core, the band's calls one
+# chunk) and its 144 -> 24 @56 (the input packed by chunks of calls)
+BAND_1X1, CHUNKED_1X1 = (1, 96, 14, 14, 576, 1, 1, 0), (1, 144, 56, 56, 24, 1, 1, 0)
+
+
+def test_calls_grouped_a_chunk_keep_their_sums_a_buffer_of_one_call_too(monkeypatch):
+    for shape, how in ((BAND_1X1, "rows outermost (a band of rows a core)"), (CHUNKED_1X1, "in that chunk")):
+        lib, choice = _built(shape)
+        assert how in choice.steps[0] and "epilogue per tile" in choice.steps[0], choice
+        # a call's sums: its rows of m pixels (mt, or all of a band's) x nt 16-channel panels, g grids
+        m, mt, nt = (int(v) for v in re.search(r"bf16conv_(\d+)x(\d+)x(\d+)_", choice.steps[0]).groups())
+        groups = re.search(r"_g(\d+)x(\d+)", choice.steps[0])
+        rows = re.search(r"_y(\d+)", choice.steps[0])
+        call_sums = ((int(rows[1]) if rows else mt) * m * nt * 16 * 4
+                     * (int(groups[1]) * int(groups[2]) if groups else 1))
+        assert call_sums in _workspaces(lib), (shape, _workspaces(lib), call_sums)
+    monkeypatch.setattr(bf16_amx_conv, "SUMS_PER_CALL_IN_CHUNK", False)  # as before: a band's sums (7 of 14 rows)
+    assert _sums_bytes(BAND_1X1) // 2 in _workspaces(_built(BAND_1X1)[0])
+
 
 @NEEDS_AMX
 def test_the_stem_and_a_3x3_with_bias_and_relu_match_numpy():

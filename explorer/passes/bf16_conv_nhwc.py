@@ -32,6 +32,9 @@ from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bit
 
 ROW_STRIDE_ATTR = "schedx.bf16_row_stride"  # how far apart the input pixels of consecutive output pixels are
 FLAT_ATTR = "schedx.bf16_flat_width"  # a kernel tiled across rows: the padded input's width
+# the packing block's box of padded rows and columns that hold the input: [top, height, left, width]
+# (the rest is zero padding; the schedule packs the box branch-free, :mod:`..defaults.bf16_amx_conv`)
+INSIDE_ATTR = "schedx.bf16_pack_inside"
 CONV_NAME, INPUT_NAME, ROWS_NAME = "conv2d_nhwc_bf16", "bf16_nhwc_input", "conv2d_nhwc_bf16_rows"
 # stride-1 convolutions whose row tiling takes fewer pixels a call are tiled across rows: 7- and
 # 14-pixel rows (3x3 256 @14 with a residual add, one thread: 0.181 -> 0.152 ms; 28-pixel rows, two
@@ -130,7 +133,10 @@ def conv2d_nhwc_bf16(x: te.Tensor, w: te.Tensor, *, strides=(1, 1), padding=(0, 
     if x.dtype == "uint16" and tuple(int(v) for v in x.shape) == packed and (pt, pl) == (0, 0):
         xb = x  # bf16 bits already, nothing to pad: the tiles read the input itself
     else:
-        xb = te.compute(packed, convert, name=INPUT_NAME, attrs={PACK_ATTR: 1})
+        attrs = {PACK_ATTR: 1}
+        if channels % PANEL:  # channels no vector fills (a stem's 3 + 1): where the box is packed apart
+            attrs[INSIDE_ATTR] = [pt, int(x.shape[1]), pl, int(x.shape[2])]
+        xb = te.compute(packed, convert, name=INPUT_NAME, attrs=attrs)
     rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
     return te.compute(
         (n, oh, ow, panels * PANEL),
@@ -168,6 +174,6 @@ def conv2d_nhwc_bf16_flat(x: te.Tensor, w: te.Tensor, *, padding=(0, 0), out_hw:
     return te.compute((n, oh, ow, panels * PANEL), lambda b, yy, xx, o: y[b, yy * width + xx, o], name=ROWS_NAME)
 
 
-__all__ = ["CONV_NAME", "FLAT_ATTR", "INPUT_NAME", "MAX_CHANNEL_PADDING", "ROWS_NAME", "ROW_STRIDE_ATTR",
-           "amx_direct_fits", "conv2d_nhwc_bf16", "conv2d_nhwc_bf16_flat", "flat_rows", "nhwc_channels",
-           "pack_nhwc_weights", "rounded_bits", "row_tiled"]
+__all__ = ["CONV_NAME", "FLAT_ATTR", "INPUT_NAME", "INSIDE_ATTR", "MAX_CHANNEL_PADDING", "ROWS_NAME",
+           "ROW_STRIDE_ATTR", "amx_direct_fits", "conv2d_nhwc_bf16", "conv2d_nhwc_bf16_flat", "flat_rows",
+           "nhwc_channels", "pack_nhwc_weights", "rounded_bits", "row_tiled"]

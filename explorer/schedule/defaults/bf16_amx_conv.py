@@ -21,8 +21,9 @@ weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call
 ``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
-vectorized, before; a 1x1 kernel whose input outgrows L2, or is strided, packs the rows a chunk of
-calls reads in that chunk instead (:data:`PACK_PER_CALL`), and a weights-heavy kernel tiled across
+vectorized (where they fill no vector, the input's box of rows and columns apart from the padding:
+:data:`PACK_INSIDE_APART`), before; a 1x1 kernel whose input outgrows L2, or is strided, packs
+the rows a chunk of calls reads in that chunk instead (:data:`PACK_PER_CALL`), and a weights-heavy kernel tiled across
 rows all of its input in each core's share of the panels (:data:`PACK_PER_CORE`), a weights-heavy 1x1 over
 whole rows the rows each core's share reads in that share (its band; all of them on a 7-row map).
 """
@@ -34,7 +35,7 @@ from math import prod
 
 from tvm import s_tir
 
-from explorer.passes.bf16_conv_nhwc import FLAT_ATTR, INPUT_NAME, ROW_STRIDE_ATTR
+from explorer.passes.bf16_conv_nhwc import FLAT_ATTR, INPUT_NAME, INSIDE_ATTR, ROW_STRIDE_ATTR
 from explorer.schedule.amx_bf16_conv import K_CHANNELS, AmxBf16Conv, register, row_taps_fit
 from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, MIN_CALLS_PER_CORE, call_fits, most_dividing, zero_init
 from explorer.schedule.amx_ir import TILE_REGISTERS
@@ -170,7 +171,7 @@ BAND_A_CALL_1X1 = True
 # the call in the parallel iteration, where the sums' init is decomposed (bf16.py's products do so).
 # The init decomposed at the parallel loop itself went before it, so the sums buffer spanned the whole
 # output (ResNet-18's stem 3.2 MB, layer1's 0.8 MB), each call storing its tiles to memory no call had
-# touched. Calls grouped a chunk (PACK_PER_CALL, ROW_BANDS_1X1, PACK_PER_CORE) keep one buffer a chunk,
+# touched. Calls grouped a chunk (PACK_PER_CALL, ROW_BANDS_1X1) keep one a call too (SUMS_PER_CALL_IN_CHUNK),
 # a per-panel epilogue one a panel; a flat kernel without one keeps the whole output's (its row copy runs
 # after every call). ResNet-18 bf16, 2 threads (bundles
 # alternated in one process, 14 idle rounds each way, load 1.8-2.1): wall 0.948x and 0.938x (order
@@ -179,9 +180,33 @@ BAND_A_CALL_1X1 = True
 # time). MobileNetV2 (its 1x1s' sums 50-100 KB): wall level (1.017x and 0.991x, 16 rounds each). False: the
 # init before the parallel loop, as before.
 SUMS_PER_CALL = True
+# With SUMS_PER_CALL, calls grouped a chunk (PACK_PER_CALL, ROW_BANDS_1X1; not a per-panel epilogue) keep
+# one buffer a call too (a unit loop in the chunk), not one a chunk: a band of 7 rows x 384 channels kept
+# 150 KB of sums a core, each call's tiles stored to lines no call had touched since the last run (a
+# read for ownership each) with a pixel stride of all the channels; one call's 12.5 KB stay in L1 and
+# its epilogue reads them at a 128-byte stride (the epilogue's code was already whole zmm loads, adds,
+# max/min and stores). MobileNetV2 bf16, 2 threads (bundles alternated in one process, idle rounds only,
+# load 1.3-1.5): the AMX convs 0.919x, 0.922x and 0.943x (order swapped; 20-24 rounds), 64 -> 384 @14
+# x4 0.130 -> 0.105 ms, 96 -> 576 @14 x3 0.138 -> 0.119, 160 -> 960 @7 x3 0.091 -> 0.084, wall 0.966x
+# and 0.981x; 1 thread (16 rounds, load 1.0) AMX convs 0.943x, wall 0.987x. ResNet-18 level (2 threads,
+# AMX convs 0.997x, wall 1.018x, quartiles 0.988-1.061: its chunked kernels are few). Outputs
+# bit-identical. What is left of the fp32 epilogue is its output's stores (writing bf16 bits instead, the
+# 64 -> 384 @14 took 0.079 ms at 2 threads, H5). False: one buffer a chunk, as before.
+SUMS_PER_CALL_IN_CHUNK = True
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
+# A packing whose channels fill no vector (ResNet's stem: 3 channels and a zero one, read from the NCHW
+# image) packs its input's box of rows and columns apart from the padding: one pixel at a time with a
+# branch for the padding before, the box now branch-free, which LLVM vectorizes (8 pixels a step: each
+# channel's plane loaded, rounded, the channels interleaved: vpmovdw, vpermt2w, one 64-byte store).
+# ResNet-18's stem alone, looped (one thread, CPU time, alternated rounds, load 1.1-1.8): 0.395 -> 0.349
+# and 0.365 -> 0.321 ms, bit-identical output. In the model (2 threads, bundles alternated in one
+# process, 16 idle rounds each way, load 1.8-2.1): the stem 0.210 -> 0.190 and 0.210 -> 0.191 ms
+# (per-round ratios 0.926 and 0.896), the wall level (0.993x and 1.012x, the bundle run second faster
+# in both). A 3-channel 3x3 stride-2 stem in bf16 alike (R6, alone, 1 thread: 0.171 -> 0.134 ms; ResNet's
+# 0.350 -> 0.284). False: the packing one pixel at a time with a branch, as before.
+PACK_INSIDE_APART = True
 
 
 def amx_conv_call(sch: s_tir.Schedule, block, cpu: CpuSpec, *, weights_heavy: bool) -> AmxBf16Conv:
@@ -305,6 +330,8 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     packs, unit = calls, None
     if chunk > 1:
         packs, calls = sch.split(calls, [None, chunk])
+        if per_panel is None and SUMS_PER_CALL and SUMS_PER_CALL_IN_CHUNK:
+            calls, unit = sch.split(calls, [None, 1])
     elif per_panel is None and SUMS_PER_CALL:  # a unit loop a split makes (a step the Schedule page shows)
         packs, unit = sch.split(calls, [None, 1])
     sch.parallel(packs)
@@ -397,8 +424,10 @@ def _grids(dot: AmxBf16Conv) -> str:
 
 
 def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
-    """The packing block's rows in parallel, its channels vectorized where they fill vectors; with
-    ``call`` (the parallel loop of chunks of calls), the rows a chunk reads packed in that chunk instead."""
+    """The packing block's rows in parallel, its channels vectorized where they fill vectors, or, where
+    they do not (the stem's 3 + 1 channels), its box of input rows and columns packed apart from the
+    padding (:data:`PACK_INSIDE_APART`); with ``call`` (the parallel loop of chunks of calls), the rows
+    a chunk reads packed in that chunk instead."""
     block = next((b for b in root_blocks(sch) if sch.get(b).name_hint == INPUT_NAME), None)
     if block is None:
         return []
@@ -409,9 +438,13 @@ def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
             call = None
     loops = sch.get_loops(block)  # n, h, w, c (n, pixel, c: flattened)
     c = loops[-1]
+    lanes = int(sch.get(c).extent) % PACK_LANES == 0
+    if call is None and not lanes and _pack_inside_apart(sch, block):
+        return [f"{INPUT_NAME}: rounded to bf16 and padded once, the input's rows and columns apart from the "
+                "padding (the box's rows in parallel, no branch: vectorized by LLVM)"]
     if call is None:
         sch.parallel(sch.fuse(*loops[:2]))
-    if int(sch.get(c).extent) % PACK_LANES == 0:
+    if lanes:
         # 16 lanes a vector: vectorized whole, padded channels (144 -> 160) made TVM keep the loop
         # scalar (a select per lane) and LLVM vectorize it 8 lanes wide (the 144 -> 24 @56 kernel,
         # one thread, load 4: 0.085-0.086 -> 0.075-0.077 ms; unpadded ones level to 4% faster)
@@ -419,6 +452,43 @@ def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
     if call is not None:
         return [f"{INPUT_NAME}: the rows a chunk of calls reads rounded to bf16 and padded in that chunk"]
     return [f"{INPUT_NAME}: rows in parallel, rounded to bf16 and padded once"]
+
+
+def _pack_inside_apart(sch: s_tir.Schedule, block) -> bool:
+    """The packing's rows, then the columns of its input rows, split into the padding before, the
+    input's box and the padding after (``loop_partition``: a block each), the box's rows in parallel and
+    its channels unrolled: with no branch left, LLVM vectorizes the box's pixels, loading each channel's
+    plane (an NCHW image: the stem's transpose is in its packing; an NHWC input's pixels alike) and
+    interleaving the channels
+    (:data:`PACK_INSIDE_APART`). False (nothing done) where the block says no box
+    (:data:`explorer.passes.bf16_conv_nhwc.INSIDE_ATTR`: a flattened packing), has no padding, or it is off."""
+    inside = (sch.get(block).annotations or {}).get(INSIDE_ATTR)
+    loops = sch.get_loops(block)
+    if not PACK_INSIDE_APART or inside is None or len(loops) != 4:
+        return False
+    top, height, left, width = (int(v) for v in inside)
+    row_parts = _parts(int(sch.get(loops[1]).extent), top, height)
+    col_parts = _parts(int(sch.get(loops[2]).extent), left, width)
+    if not row_parts[0] and not col_parts[0]:
+        return False
+    rows = sch.loop_partition(loops[1], row_parts[0])[row_parts[1]] if row_parts[0] else loops[1]
+    cols = sch.get_loops(sch.get_child_blocks(rows)[0])[-2]
+    box = sch.loop_partition(cols, col_parts[0])[col_parts[1]] if col_parts[0] else cols
+    sch.unroll(sch.get_loops(sch.get_child_blocks(box)[0])[-1])
+    sch.parallel(rows)
+    return True
+
+
+def _parts(extent: int, start: int, length: int) -> tuple[list[int], int]:
+    """The ``loop_partition`` factors that split a loop of ``extent`` into ``[0, start)``,
+    ``[start, start + length)`` and the rest, leaving out empty parts, and which part is the middle one;
+    no factors where there is nothing to split off (or no input in the loop)."""
+    end = min(start + length, extent)
+    if start >= extent or (start == 0 and end == extent):
+        return [], 0
+    if end == extent:
+        return [start], 1
+    return ([start, end - start], 1) if start > 0 else ([end], 0)
 
 
 def _bytes(sch: s_tir.Schedule, block, *, weights: bool) -> int:

@@ -41,13 +41,18 @@ def schedule_conv_packing(sch: s_tir.Schedule) -> list[str]:
 
 
 def scheduled_already(sch: s_tir.Schedule, name: str) -> bool:
-    """Whether block ``name`` has a parallel loop already (scheduled with its product)."""
+    """Whether block ``name`` has a parallel loop already (scheduled with its product), or was split into
+    parts by its product's schedule (``loop_partition``: a packing's padding apart from its input, blocks
+    named ``name_...``), nothing left to schedule under that name. A block gone any other way: False (the
+    next rule takes the kernel, as a failure should)."""
     from tvm.tirx import ForKind
+
+    from explorer.ir.tir_walk import blocks
 
     try:
         block = sch.get_sblock(name)
-    except Exception:  # noqa: BLE001 - inlined or gone
-        return False
+    except Exception:  # noqa: BLE001 - gone
+        return any(b.name_hint.startswith(f"{name}_") for b in blocks(sch.mod["main"]))
     return any(sch.get(loop).kind == ForKind.PARALLEL for loop in sch.get_loops(block))
 
 
