@@ -64,8 +64,8 @@ def test_a_weights_heavy_1x1_runs_a_band_of_rows_a_core_packing_its_own_rows_in_
     func, choice = default_schedule(direct_conv_func(*HEAVY_14), target.cpu_spec())
     assert "rows outermost (a band of rows a core)" in choice.steps[0] and "padded in that chunk" in choice.steps[0]
     # one loop over the 2 bands, the packing inside it: a call over a band's 7 rows a panel, 10 panels a band,
-    # each band packing its own 7 rows, not all 14 (then a unit loop in each call: its sums a buffer of one
-    # call, SUMS_PER_CALL_IN_CHUNK)
+    # each band packing its own 7 rows, not all 14 (then a unit loop around each call, SUMS_PER_CALL_IN_CHUNK:
+    # with an epilogue, its sums a buffer of one call; this kernel has none, its sums are its output)
     assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (7, False)], func.script()
     assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (10, False), (1, False)]
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())

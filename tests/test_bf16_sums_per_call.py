@@ -64,6 +64,7 @@ def test_the_sums_are_a_buffer_of_one_call_not_of_the_whole_output(monkeypatch):
     monkeypatch.setattr(bf16_amx_conv, "SUMS_PER_CALL", False)  # as before: the whole output's sums
     assert _sums_bytes(STEM) in _workspaces(_built(STEM)[0])
 
+
 # MobileNetV2's 1x1 expansion 96 -> 576 @14 (weights-heavy: a band of 7 rows a core, the band's calls one
 # chunk) and its 144 -> 24 @56 (the input packed by chunks of calls)
 BAND_1X1, CHUNKED_1X1 = (1, 96, 14, 14, 576, 1, 1, 0), (1, 144, 56, 56, 24, 1, 1, 0)
@@ -85,8 +86,8 @@ def test_calls_grouped_a_chunk_keep_their_sums_a_buffer_of_one_call_too(monkeypa
 
 
 @NEEDS_AMX
-def test_the_stem_and_a_3x3_with_bias_and_relu_match_numpy():
-    for shape in (STEM, LAYER1):
+def test_the_stem_a_3x3_and_the_chunked_1x1s_with_bias_and_relu_match_numpy():
+    for shape in (STEM, LAYER1, BAND_1X1, CHUNKED_1X1):
         lib, _ = _built(shape, parse_target("cpu"))
         n, c, h, w, oc, k, s, p = shape
         rng = np.random.default_rng(3)

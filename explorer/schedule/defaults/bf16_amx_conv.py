@@ -337,7 +337,8 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
     # (per panel: the init inside the panel's iteration, so that its epilogue can follow there; else
-    # under a unit loop in the parallel iteration: a call's sums a buffer of that call, SUMS_PER_CALL)
+    # under a unit loop around each call, in the parallel iteration or in a chunk's loop over its calls:
+    # a call's sums a buffer of that call, SUMS_PER_CALL and SUMS_PER_CALL_IN_CHUNK)
     if per_panel is not None:
         init_at = sch.get_loops(tile)[-1]
     else:
