@@ -87,7 +87,7 @@ def test_calls_grouped_a_chunk_keep_their_sums_a_buffer_of_one_call_too(monkeypa
 
 @NEEDS_AMX
 def test_the_stem_a_3x3_and_the_chunked_1x1s_with_bias_and_relu_match_numpy():
-    for shape in (STEM, LAYER1, BAND_1X1, CHUNKED_1X1):
+    for shape in (STEM, LAYER1, BAND_1X1, (1, 144, 56, 56, 32, 1, 1, 0)):  # (chunked: 32 channels, no slice)
         lib, _ = _built(shape, parse_target("cpu"))
         n, c, h, w, oc, k, s, p = shape
         rng = np.random.default_rng(3)
