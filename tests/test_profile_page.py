@@ -33,7 +33,7 @@ def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
         assert metrics["TVM / openvino f32"].endswith(")") and any(k.startswith("TVM / openvino default (")
                                                                    for k in metrics)
     table = at.dataframe[0].value
-    assert table["task"].iloc[0].startswith("small_cnn/") and set(table["schedule"]) <= {"default"} | {
+    assert table["kernel"].iloc[0].startswith("fused_") and "/" not in table["kernel"].iloc[0] and set(table["schedule"]) <= {"default"} | {
         s for s in table["schedule"] if s.startswith("record")}
     # issue 52: 5 of 8 kernels read 0 ms / 0.0 %; one that ran below the instrument's resolution
     # shows the most it took ("< 0.0018"), one that did not run says so

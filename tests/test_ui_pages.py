@@ -171,9 +171,9 @@ def test_each_graph_is_sent_once_per_session():
     assert "json" in first["before"] and "json" in first["after"]
     snap = _picker(at, "After pass")
     fuse = snap.format_func(snap.value)
-    snap.select(next(o for o in snap.options if "FuseTIR" in o)).run()
+    snap.select(next(o for o in snap.options if "FuseLayoutIntoConv" in o)).run()
     data = json.loads(at.get("bidi_component")[0].proto.json)
-    assert "json" not in data["before"] and "json" in data["after"]  # FuseTIR got what FuseOps made
+    assert "json" not in data["before"] and "json" in data["after"]  # the pass after FuseOps got what FuseOps made
     _picker(at, "After pass").select(fuse).run()
     data = json.loads(at.get("bidi_component")[0].proto.json)
     assert "json" not in data["before"] and "json" not in data["after"]

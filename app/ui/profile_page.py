@@ -114,9 +114,10 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
         right.plotly_chart(ort_nodes_figure(result), width="stretch", key=KEY + "ort")
     # a kernel faster than the instrument can resolve shows bounds ("< 0.0018" ms, "≥ 9.1" GFLOPS), never 0
     mixed = {k.family for k in result.kernels} != {"fp32"}  # a precision column where the model mixes them
-    order = ["task", "ms", "share", "calls", "GFLOPS", "% peak", "% roofline", *(["precision"] if mixed else []),
+    order = ["kernel", "ms", "share", "calls", "GFLOPS", "% peak", "% roofline", *(["precision"] if mixed else []),
              "schedule"]
-    rows = [{"task": k.task, **k.cells(result.kernels_s), "calls": k.calls, "precision": k.family,
+    # the kernel's name without its model's (every row's: the page names the model), so the columns fit
+    rows = [{"kernel": k.task.split("/", 1)[-1], **k.cells(result.kernels_s), "calls": k.calls, "precision": k.family,
              "schedule": f"record {k.record_id}" if k.schedule == "record" else k.schedule} for k in result.kernels]
     rows = [{c: r.get(c) for c in order} for r in rows]  # each column as wide as its values (app/layout.py)
     st.dataframe(rows, hide_index=True, width="stretch", column_order=order, column_config=sized_columns(rows))
