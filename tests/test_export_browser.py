@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_page, chromium_path, open_page, schedx_ui, screenshot_dir
+from tests.browser import CHROMIUM_ARGS, chromium_page, chromium_path, open_page, schedx_ui, screenshot_dir, server_log
 from tests.test_bf16_kernels import HAS_BF16
 
 pytestmark = pytest.mark.browser
@@ -49,12 +49,7 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
 def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(tmp_path, width, height):
     with schedx_ui(env={"SCHEDX_DB": str(tmp_path / "empty.db")}) as url, chromium_page(width, height,
                                                                                        timeout_ms=180_000) as page:
-        open_page(page, f"{url}/export", "Kernels (8, 0 with records)")
-        sidebar = page.locator('section[data-testid="stSidebar"]')
-        sidebar.get_by_text("bf16", exact=True).click()  # the Precision choice, by the mouse
-        page.get_by_role("radio", name="bf16", exact=True).wait_for(state="attached")
-        assert page.get_by_role("radio", name="bf16", exact=True).is_checked()
-        page.get_by_role("button", name="Build & verify").click()
+        _choose_bf16_and_build(page, url)
         page.get_by_role("button", name="Download small_cnn").wait_for()
         note = page.get_by_text("Precision: bf16").first
         note.wait_for()
@@ -64,3 +59,26 @@ def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(tmp_pa
         assert "Kept in fp32" in text and "softmax" in text and "too short for bf16 to pay" in text
         assert page.get_by_text("1e-02 x max |ref|", exact=False).count() >= 1  # verified at bf16's rule
         page.screenshot(path=str(screenshot_dir(tmp_path) / f"export-bf16-{width}.png"), full_page=False)
+
+def _choose_bf16_and_build(page, url: str) -> None:
+    """Open the Export page, choose bf16 in the sidebar and click Build & verify, all by the mouse. Twice in
+    the full parallel suite (never alone, nor beside two CPU-burning processes) the page never offered the
+    button again within 180 s after the precision click (the rerun never reached the browser; the cause was
+    not found): the page is opened afresh once, as a user would reload it, then the failure names what the
+    page and the server showed."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in (1, 2):
+        open_page(page, f"{url}/export", "Kernels (8, 0 with records)")
+        sidebar = page.locator('section[data-testid="stSidebar"]')
+        sidebar.get_by_text("bf16", exact=True).click()  # the Precision choice, by the mouse
+        page.get_by_role("radio", name="bf16", exact=True).wait_for(state="attached")
+        assert page.get_by_role("radio", name="bf16", exact=True).is_checked()
+        try:
+            page.get_by_role("button", name="Build & verify").click(timeout=120_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 2:
+                pytest.fail(f"Build & verify was not clickable within 120 s after choosing bf16, twice.\nThe page "
+                            f"showed:\n{page.locator('body').inner_text(timeout=5_000)[-2000:]}\nThe server's log:\n"
+                            f"{server_log(url)}")
