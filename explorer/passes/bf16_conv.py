@@ -327,6 +327,12 @@ def _plan(call: relax.Call, amx: bool):
     return w, direct, why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
 
 
+def _converts(call: relax.Call, amx: bool) -> bool:
+    """Whether this pass converts ``call`` to a bf16 kernel (:func:`_plan`, nothing keeping it fp32)."""
+    plan = _plan(call, amx)
+    return plan is not None and plan[2] is None
+
+
 def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
              rounded: frozenset = frozenset()):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
@@ -372,8 +378,8 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
     converted, kept = [], []
     folded = fold_batch_norms(mod) if folded is None else folded
     rounded = frozenset(rounded_by_producer(folded)) if amx and PRODUCER_ROUNDS else frozenset()
-    pooled = frozenset(pools_reading_bits(folded, lambda conv: (p := _plan(conv, amx)) is not None and p[2] is None)) \
-        if amx and PRODUCER_ROUNDS else frozenset()
+    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx))) if amx and PRODUCER_ROUNDS \
+        else frozenset()
 
     def counted(call, builder):
         pool = pool_of_bits(call, builder, pooled)  # (a max pool reading its producer's bits: no conversion)
