@@ -17,7 +17,7 @@ from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.defaults import bf16_amx_conv, default_schedule
 from explorer.target import parse_target
 from tests.direct_bf16_conv import built_direct_conv, direct_conv_func, reference_conv_nhwc, run_direct_conv
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 # n, c, h, w, oc, kernel, stride, pad: weights 1.6x the input with 14-pixel rows (two rows a call), a
 # strided 1x1 onto a 7x7 map (all 7 rows a call: 3 pairs and a row), ResNet-18's layer4.0 downsample

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_bf16_kernels import NEEDS_BF16
+from tests.cpu_marks import NEEDS_BF16
 
 ROOT = Path(__file__).resolve().parents[1]
 

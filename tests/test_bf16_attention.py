@@ -19,32 +19,8 @@ from explorer.passes.bf16_dense import bf16_products, bf16_round
 from explorer.precision import BF16_TOLERANCE
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from tests.test_bf16_kernels import HAS_BF16, NEEDS_AMX
-
-SEQ, HIDDEN, HEADS = 32, 64, 2
-DIM = HIDDEN // HEADS
-
-
-def attention_relax(scale: float = DIM ** -0.5, seq: int = SEQ, hidden: int = HIDDEN) -> tvm.IRModule:
-    """x @ Wq, x @ Wk, x @ Wv (+ biases), heads split, softmax(Q K^T * scale) V: a BERT layer's attention."""
-    rng = np.random.default_rng(0)
-    const = lambda *shape: relax.const(rng.standard_normal(shape).astype("float32"))  # noqa: E731
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, seq, hidden), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            heads = []
-            for perm in ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3]):
-                y = bb.emit(relax.op.add(relax.op.matmul(x, const(hidden, hidden)), const(hidden)))
-                y = bb.emit(relax.op.reshape(y, [1, seq, HEADS, hidden // HEADS]))
-                heads.append(bb.emit(relax.op.permute_dims(y, perm)))
-            q, k, v = heads
-            scores = bb.emit(relax.op.multiply(relax.op.matmul(q, k), relax.const(scale, "float32")))
-            probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
-            out = bb.emit_output(relax.op.matmul(probs, v))
-        bb.emit_func_output(out)
-    return bb.get()
-
+from tests.bf16_models import DIM, HEADS, HIDDEN, SEQ, attention_relax
+from tests.cpu_marks import HAS_BF16, NEEDS_AMX
 
 def _fused(mod: tvm.IRModule) -> tvm.IRModule:
     from tvm.relax import transform

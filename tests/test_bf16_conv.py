@@ -9,33 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 import tvm
-from tvm import te
 
 from explorer.passes.bf16_conv import MIN_REDUCTION, bf16_convs, conv2d_bf16, pack_conv_weights, row_panels, why_fp32
 from explorer.passes.bf16_dense import bf16_round
-from explorer.precision import BF16_TOLERANCE
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from tests.test_bf16_kernels import NEEDS_AMX, NEEDS_BF16
-
-# n, c, h, w, oc, kernel, stride, pad: rows of pixels in whole panels (28, 14 wide), across rows
-# (10, 5 wide), odd input channels, output channels not a multiple of 16, a batch of 2
-SHAPES = [(1, 8, 28, 28, 32, 3, 1, 1), (1, 3, 20, 20, 32, 7, 2, 3), (2, 6, 14, 14, 24, 1, 1, 0),
-          (1, 16, 10, 10, 16, 3, 2, 1)]
-
-
-def _out(size: int, k: int, s: int, p: int) -> int:
-    return (size + 2 * p - k) // s + 1
-
-
-def conv_bf16_func(n, c, h, w, oc, k, s, p) -> tvm.tirx.PrimFunc:
-    """The implicit-GEMM bf16 kernel the pass writes for this NCHW convolution."""
-    x = te.placeholder((n, c, h, w), "float32", "x")
-    wb = te.placeholder(pack_conv_weights(np.zeros((oc, c, k, k), np.float32)).shape, "uint16", "w")
-    y = conv2d_bf16(x, wb, kernel=(k, k), out_shape=(n, oc, _out(h, k, s, p), _out(w, k, s, p)),
-                    strides=(s, s), padding=(p, p))
-    return te.create_prim_func([x, wb, y])
-
+from tests.bf16_products import CONV_SHAPES, check_conv_bf16, conv_bf16_func, run_conv_bf16
+from tests.cpu_marks import NEEDS_AMX, NEEDS_BF16
 
 def _built(spec: str, shape, isa: str | None = None):
     target = parse_target(spec)
@@ -64,13 +44,13 @@ def test_rows_are_padded_to_whole_panels_only_where_that_costs_at_most_a_seventh
 @pytest.mark.parametrize("spec, isa, instruction", [("cpu:znver4", None, "vdpbf16ps"),
                                                     ("cpu:sapphirerapids", "avx512bf16", "vdpbf16ps")])
 def test_avx512_bf16_targets_get_vdpbf16ps_in_the_conv_kernel(spec, isa, instruction):
-    lib, choice = _built(spec, SHAPES[0], isa)
+    lib, choice = _built(spec, CONV_SHAPES[0], isa)
     assert choice.rule == "full" and "vdpbf16ps" in choice.steps[0] and "bf16_im2col" in choice.steps[0], choice
     assert instruction in _asm(lib) and "tdpbf16ps" not in _asm(lib)
 
 
 def test_sapphirerapids_conv_runs_on_amx_tiles_and_asks_linux_for_tile_state():
-    lib, choice = _built("cpu:sapphirerapids", SHAPES[0])
+    lib, choice = _built("cpu:sapphirerapids", CONV_SHAPES[0])
     assert "AMX" in choice.steps[0], choice
     asm = _asm(lib)
     assert "tdpbf16ps" in asm and "tileloadd" in asm and "ldtilecfg" in asm
@@ -78,7 +58,7 @@ def test_sapphirerapids_conv_runs_on_amx_tiles_and_asks_linux_for_tile_state():
 
 
 def test_avx2_target_keeps_no_bf16_kernel_and_says_why():
-    func, choice = default_schedule(conv_bf16_func(*SHAPES[0]), parse_target("cpu:x86-64-v3").cpu_spec())
+    func, choice = default_schedule(conv_bf16_func(*CONV_SHAPES[0]), parse_target("cpu:x86-64-v3").cpu_spec())
     assert "no dot-product intrinsic" in " ".join(choice.steps) and "AVX512-BF16" in " ".join(choice.steps)
 
 
@@ -131,46 +111,15 @@ def test_a_model_whose_reductions_are_all_short_keeps_its_module_and_the_precisi
     assert any("1 convolution(s) with a reduction" in line and "8x1x1 -> 16" in line for line in precision.kept_fp32)
 
 
-def run_conv_bf16(lib, shape, seed: int = 0):
-    """The built kernel run on random inputs and weights: its output, the input and the weights."""
-    n, c, h, w, oc, k, s, p = shape
-    rng = np.random.default_rng(seed)
-    x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((oc, c, k, k)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((n, oc, _out(h, k, s, p), _out(w, k, s, p)), "float32"))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_conv_weights(wt)), out)
-    return out.numpy(), x, wt
-
-
-def _conv(x, w, s, p):
-    """NCHW x OIHW in float64 (numpy: the reference)."""
-    k = w.shape[2]
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
-    oh, ow = _out(x.shape[2], k, s, p), _out(x.shape[3], k, s, p)
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
-    for i in range(k):
-        for j in range(k):
-            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + s * oh:s, j:j + s * ow:s], w[:, :, i, j])
-    return out
-
-
-def check_conv_bf16(got, x, w, shape):
-    """``got`` is the bf16 product of ``x`` and ``w`` summed in fp32, and within the bf16 tolerance of fp32."""
-    s, p = shape[6], shape[7]
-    exact = _conv(bf16_round(x), bf16_round(w), s, p)
-    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
-    ref = _conv(x, w, s, p)
-    assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()  # the bf16 tolerance against fp32
-
-
 @NEEDS_BF16
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", CONV_SHAPES)
 def test_vdpbf16ps_conv_matches_numpy_at_the_bf16_tolerance(shape):
     lib, _ = _built("cpu", shape, "avx512bf16")
     check_conv_bf16(*run_conv_bf16(lib, shape), shape)
 
 
 @NEEDS_AMX
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", CONV_SHAPES)
 def test_amx_conv_matches_numpy_at_the_bf16_tolerance(shape):
     lib, choice = _built("cpu", shape, "amx")
     assert "AMX" in choice.steps[0] or shape[4] % 16, choice

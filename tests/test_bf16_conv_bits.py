@@ -15,7 +15,7 @@ from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME
 from explorer.passes.bf16_conv_nhwc import INPUT_NAME
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 
 def _block(hidden: int = 192, project: int = 64, *, residual: bool = False) -> onnx.ModelProto:

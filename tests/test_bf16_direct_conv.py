@@ -21,7 +21,7 @@ from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.workload import load_workload
 from tests.direct_bf16_conv import built_direct_conv, direct_conv_func, reference_conv_nhwc, run_direct_conv
-from tests.test_bf16_kernels import HAS_AMX, HAS_BF16, NEEDS_AMX
+from tests.cpu_marks import HAS_AMX, HAS_BF16, NEEDS_AMX
 
 # n, c, h, w, oc, kernel, stride, pad: padded 3x3 (28-pixel rows: two tiles of 14), strided 3x3, a
 # strided 1x1, the stem (3 channels, 7x7 stride 2: a kernel row of 7 x 4 values one tile row), 24

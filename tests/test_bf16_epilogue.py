@@ -12,7 +12,7 @@ from tvm import relax, te
 from explorer.passes.bf16_dense import bf16_products, bf16_round, dense_bf16, pack_weights
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 M, N, K = 32, 64, 96
 

@@ -4,42 +4,17 @@ bundle verified against ONNX Runtime fp32 at the tolerance its manifest states."
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
 
 from explorer.passes.bf16_dense import bf16_products
 from explorer.precision import BF16_TOLERANCE, PrecisionError, check_precision
 from explorer.target import parse_target
 from explorer.workload import load_workload
 from export.errors import ExportError
-from tests.test_bf16_kernels import HAS_BF16
-
-
-def _mlp(batch: int = 2, seq: int = 16, k: int = 64, hidden: int = 96) -> onnx.ModelProto:
-    """x[batch,seq,k] -> MatMul (hidden) -> Add -> Relu -> Reshape -> Gemm(transB, 40 outputs) -> Softmax."""
-    rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (k, hidden)).astype("float32"), "w1"),
-             numpy_helper.from_array(rng.normal(0, 0.1, hidden).astype("float32"), "b1"),
-             numpy_helper.from_array(rng.normal(0, 0.3, (40, hidden)).astype("float32"), "w2"),
-             numpy_helper.from_array(rng.normal(0, 0.1, 40).astype("float32"), "b2"),
-             numpy_helper.from_array(np.array([-1, hidden], np.int64), "shape")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["r2"]),
-             helper.make_node("Gemm", ["r2", "w2", "b2"], ["y"], transB=1), helper.make_node("Softmax", ["y"], ["p"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, seq, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch * seq, 40]),
-                               helper.make_tensor_value_info("p", TensorProto.FLOAT, [batch * seq, 40])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-@pytest.fixture
-def mlp_path(tmp_path):
-    path = tmp_path / "mlp.onnx"
-    onnx.save(_mlp(), path)
-    return str(path)
+from tests.bf16_models import bf16_mlp, mlp_path  # noqa: F401 - mlp_path: the fixture
+from tests.cpu_marks import HAS_BF16
 
 
 def _asm(built) -> str:
@@ -83,7 +58,7 @@ def test_bf16_model_builds_with_the_targets_bf16_instruction(tmp_path, spec, ins
     from export.build import build
 
     path = tmp_path / "mlp.onnx"
-    onnx.save(_mlp(*shape), path)
+    onnx.save(bf16_mlp(*shape), path)
     built = build(load_workload(str(path)), parse_target(spec), precision="bf16")
     assert instruction in _asm(built) and built.precision.name == "bf16"
     assert built.precision.converted == converted

@@ -18,7 +18,8 @@ from explorer.passes.bf16_dense import dense_bf16, pack_weights
 from explorer.schedule.defaults import default_schedule
 from explorer.schedule.trace import replay
 from explorer.target import parse_target
-from tests.test_bf16_kernels import NEEDS_BF16, check_dense_bf16, dense_bf16_func, run_dense_bf16
+from tests.bf16_products import check_dense_bf16, dense_bf16_func, run_dense_bf16
+from tests.cpu_marks import NEEDS_BF16
 
 
 def _build(spec: str, m: int, n: int, k: int, cores: int = 2):

@@ -18,7 +18,7 @@ from explorer.schedule.bf16_dot import AmxBf16
 from explorer.schedule.defaults import default_schedule
 from explorer.schedule.intrinsics import register_for_trace
 from explorer.target import parse_target
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 
 def _dense(m: int, n: int, k: int) -> tvm.tirx.PrimFunc:

@@ -9,28 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 import tvm
-from tvm import te
 
-from explorer.passes.bf16_dense import bf16_bits, bf16_round, dense_bf16, pack_weights
+from explorer.passes.bf16_dense import bf16_bits, bf16_round, pack_weights
 from explorer.schedule import bf16_dot
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
-from explorer.target.environment import cpu_flags
-
-
-# The flags as schedx reads them (``SCHEDX_CPU_FLAGS`` plays a machine without them: the host target
-# then lacks the instructions, and code forced to use them stops LLVM, process and all)
-HAS_BF16 = "avx512_bf16" in cpu_flags()
-HAS_AMX = {"amx_bf16", "amx_tile"} <= cpu_flags()
-NEEDS_BF16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags)")
-NEEDS_AMX = pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16 (amx_bf16 not in its flags)")
-
-
-def dense_bf16_func(m: int, n: int, k: int) -> tvm.tirx.PrimFunc:
-    """The dense_bf16 kernel of an m x k by k x n product, its weights packed in panels of 16."""
-    x = te.placeholder((m, k), "float32", "x")
-    w = te.placeholder((-(-n // 16), k // 2, 16, 2), "uint16", "w")
-    return te.create_prim_func([x, w, dense_bf16(x, w)])
+from tests.bf16_products import check_dense_bf16, dense_bf16_func, run_dense_bf16
+from tests.cpu_marks import NEEDS_AMX, NEEDS_BF16
 
 
 def _built(target_spec: str, m: int = 32, n: int = 64, k: int = 64, isa: str | None = None):
@@ -99,23 +84,6 @@ def test_avx2_target_has_no_bf16_kernel_and_says_why():
     assert target.cpu_spec().bf16_dot == "" and "AVX512-BF16" in bf16_dot.why_not(target.features, target.arch)
     func, choice = default_schedule(dense_bf16_func(8, 32, 64), target.cpu_spec())
     assert "no dot-product intrinsic" in " ".join(choice.steps) and "AVX512-BF16" in " ".join(choice.steps)
-
-
-def run_dense_bf16(lib, m: int, n: int, k: int, seed: int = 0):
-    """The built kernel run on random inputs and weights: its output, the input and the weights."""
-    rng = np.random.default_rng(seed)
-    x, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((m, -(-n // 16) * 16), "float32"))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_weights(w)), out)
-    return out.numpy()[:, :n], x, w
-
-
-def check_dense_bf16(got, x, w):
-    """``got`` is the bf16 product of ``x`` and ``w`` summed in fp32, and within the bf16 tolerance of fp32."""
-    exact = bf16_round(x).astype(np.float64) @ bf16_round(w).astype(np.float64)
-    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # bf16 products, fp32 sums
-    ref = x @ w
-    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()  # the bf16 tolerance against fp32
 
 
 @NEEDS_BF16

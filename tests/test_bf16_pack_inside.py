@@ -15,7 +15,7 @@ from explorer.passes.bf16_conv_nhwc import nhwc_channels, pack_nhwc_weights
 from explorer.schedule.defaults import bf16_amx_conv, default_schedule
 from explorer.target import parse_target
 from tests.direct_bf16_conv import conv_out_size, direct_conv_func
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 SPR2 = parse_target("cpu:sapphirerapids", cores=2)
 # n, c, h, w, oc, kernel, stride, pad: the stem's 7x7 stride 2 on a small image (odd rows: the packing

@@ -15,8 +15,8 @@ from explorer.precision import for_precision
 from explorer.target import parse_target
 from explorer.workload import load_workload
 from store import Store
-from tests.test_bf16_export import mlp_path  # noqa: F401 - the fixture: an MLP whose two matmuls become bf16
-from tests.test_bf16_kernels import HAS_BF16
+from tests.bf16_models import mlp_path  # noqa: F401 - the fixture: an MLP whose two matmuls become bf16
+from tests.cpu_marks import HAS_BF16
 
 
 def _no_bf16_flags() -> str:

@@ -9,7 +9,7 @@ import pytest
 from explorer.passes.bf16_dense import bf16_kernels, bf16_products, why_fp32
 from explorer.precision import bf16_module
 from explorer.target import parse_target
-from tests.test_bf16_attention import attention_relax
+from tests.bf16_models import attention_relax
 
 
 @pytest.mark.parametrize("m, n, k", [(16, 64, 64), (16, 192, 64), (64, 64, 256), (128, 768, 768)])

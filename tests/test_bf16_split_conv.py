@@ -15,7 +15,7 @@ from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from tests.direct_bf16_conv import conv_out_size, reference_conv_nhwc  # (NHWC reference in float64, output size)
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 # n, c, h, w, oc, kernel, stride, pad: MobileNetV2's 1x1 expansion (64 -> 384) at a small map, 24
 # input channels (parts of 32), a strided 1x1, a padded 3x3 (its taps read both parts too)

@@ -18,7 +18,7 @@ from explorer.schedule.defaults import bf16_amx_conv, default_schedule
 from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS
 from explorer.target import parse_target
 from tests.direct_bf16_conv import conv_out_size, reference_conv_nhwc
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 
 SPR2 = parse_target("cpu:sapphirerapids", cores=2)
 # n, c, h, w, oc, kernel, stride, pad: ResNet's 7x7 stride-2 stem (3 channels, kernel rows as tile rows)

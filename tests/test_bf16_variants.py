@@ -18,9 +18,10 @@ from explorer.schedule.defaults.variants import BF16_VARIANTS, DefaultVariant, d
 from explorer.schedule.trace import replay
 from explorer.target import parse_target
 from explorer.workload import owned_task_module
-from tests.test_bf16_conv import SHAPES as CONV_SHAPES, check_conv_bf16, conv_bf16_func, run_conv_bf16
-from tests.test_bf16_export import mlp_path  # noqa: F401 - the fixture: an MLP whose two matmuls become bf16
-from tests.test_bf16_kernels import HAS_AMX, NEEDS_BF16, check_dense_bf16, dense_bf16_func, run_dense_bf16
+from tests.bf16_products import (CONV_SHAPES, check_conv_bf16, check_dense_bf16, conv_bf16_func, dense_bf16_func,
+                                 run_conv_bf16, run_dense_bf16)
+from tests.bf16_models import mlp_path  # noqa: F401 - the fixture: an MLP whose two matmuls become bf16
+from tests.cpu_marks import HAS_AMX, NEEDS_BF16
 
 
 def test_sizes_need_the_instruction_they_are_counted_in_and_the_label_says_the_choice():

@@ -26,7 +26,7 @@ from explorer.passes.conv_rows import MAX_STRIDED_PADDING, convs_on_tiled_rows, 
 from explorer.precision import bf16_module
 from explorer.target import parse_target
 from explorer.workload.fusion import fused_module
-from tests.test_bf16_kernels import NEEDS_AMX
+from tests.cpu_marks import NEEDS_AMX
 from tvm.ir.instrument import pass_instrument
 
 

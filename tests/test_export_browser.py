@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from tests.browser import CHROMIUM_ARGS, chromium_page, chromium_path, open_page, schedx_ui, screenshot_dir, server_log
-from tests.test_bf16_kernels import HAS_BF16
+from tests.cpu_marks import HAS_BF16
 
 pytestmark = pytest.mark.browser
 

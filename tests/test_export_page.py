@@ -17,7 +17,7 @@ from explorer.target import canonical_target, host_target
 from explorer.workload import load_workload
 from search.records import store_workload
 from store import Record, Store
-from tests.test_bf16_kernels import HAS_BF16
+from tests.cpu_marks import HAS_BF16
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 

@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
 from explorer.passes.qdq_int8 import conv2d_nhwc_int8, dense_int8
@@ -22,7 +21,7 @@ from explorer.schedule import amx_int8
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from explorer.target.environment import cpu_flags
-from tests.quantized_models import ort_quantize
+from tests.quantized_models import amx_int8_cnn, ort_quantize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,30 +191,6 @@ def test_a_trace_names_its_amx_intrinsic_well_enough_to_register_it_again(dot):
 
     amx_int8.register_for_trace(f'["tensorize", "{dot.name}"]')
     assert TensorIntrin.get(dot.name, allow_missing=True) is not None
-
-
-def amx_int8_cnn(stem: int = 3, stride: int = 1, side: int = 16) -> onnx.ModelProto:
-    """A ``stem x stem`` stem 3 -> 64 on a ``side x side`` image (3x3: vpdpbusd, 27 products a sum;
-    7x7 stride 2: AMX tiles, a kernel row a tdpbusd), then 3x3 64 -> 64 and a strided 3x3 64 -> 64
-    (AMX tiles: 16 and 8 rows), each with ReLU."""
-    rng = np.random.default_rng(0)
-
-    def weight(name, o, i, k):
-        return numpy_helper.from_array(rng.normal(0, (2 / (i * k * k)) ** 0.5, (o, i, k, k)).astype("float32"), name)
-
-    inits = [weight("w1", 64, 3, stem), weight("w2", 64, 64, 3), weight("w3", 64, 64, 3)]
-    inits += [numpy_helper.from_array(rng.normal(0, 0.1, 64).astype("float32"), f"b{k}") for k in (1, 2, 3)]
-    half = stem // 2
-    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[half] * 4, strides=[stride] * 2),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
-             helper.make_node("Relu", ["c3"], ["out"])]
-    graph = helper.make_graph(nodes, "amx_int8_cnn",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, side, side])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @NEEDS_AMX_INT8

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tvm
 from click.testing import CliRunner
-from tvm import te
 
 from app.cli import cli
 from explorer.models import import_onnx
@@ -22,6 +21,7 @@ from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.target import parse_target
 from tests.conftest import tiny_cnn
 from tests.onnx_cases import ort_run, random_feeds, tvm_run
+from tests.kernel_cases import int8_conv_kernel
 from tests.quantized_models import ort_quantize, small_mlp
 
 
@@ -64,25 +64,6 @@ def test_the_rewrite_follows_the_cpu_it_compiles_for(tmp_path, config, rewritten
     with tvm.target.Target(config):
         out = QDQToInt8Kernels(loaded.mod)
     assert bool(_int8_kernels(out)) == rewritten
-
-
-def int8_conv_kernel(size: int, weight_max: int, stride: int = 1):
-    """A conv2d_nhwc_int8 kernel as the pass writes it (3x3, 64 -> 64 channels, a ``size`` x
-    ``size`` output), numpy inputs and the exact reference."""
-    from explorer.passes.qdq_int8 import conv2d_nhwc_int8
-
-    side = (size - 1) * stride + 3
-    x = te.placeholder((1, side, side, 64), "uint8", name="X")
-    w = te.placeholder((4, 3, 3, 16, 16, 4), "int8", name="W")
-    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, stride, stride, size, size, weight_max)])
-    rng = np.random.default_rng(0)
-    xs = rng.integers(0, 256, (1, side, side, 64)).astype("uint8")
-    ws = rng.integers(-weight_max, weight_max + 1, (4, 3, 3, 16, 16, 4)).astype("int8")
-    plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(64, 3, 3, 64).astype(np.int64)
-    end = (size - 1) * stride + 1
-    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + end:stride, b:b + end:stride].astype(np.int64), plain[:, a, b])
-              for a in range(3) for b in range(3))
-    return func, [xs, ws, np.zeros((1, size, size, 64), "int32")], ref
 
 
 def _cpu(spec: str) -> CpuSpec:

@@ -19,7 +19,7 @@ from explorer.passes.qdq_int8 import conv2d_nhwc_int8
 from explorer.schedule import int8_dot
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.target import parse_target
-from tests.quantized_models import ort_quantize
+from tests.quantized_models import amx_int8_cnn, ort_quantize
 
 # target, its int8 dot-product instruction set, the instruction in the kernel's assembly
 TARGETS = [("cpu:sapphirerapids", "vnni", "vpdpbusd"),  # AVX512-VNNI and AMX-INT8: the AVX-512 one
@@ -127,7 +127,6 @@ def test_a_quantized_image_is_padded_to_whole_vector_rows_and_quantized_along_th
     whole float vectors (ResNet's 230 columns were read value by value: 0.25 of its 2.3 ms)."""
     from explorer.models import load_model
     from explorer.workload.model_kernels import model_kernels
-    from tests.test_int8_amx import amx_int8_cnn
 
     path = tmp_path / "stem7.onnx"
     onnx.save(ort_quantize(amx_int8_cnn(stem=7, stride=2, side=30), tmp_path), path)

@@ -96,7 +96,7 @@ def test_a_weight_wider_than_the_tile_is_packed_at_build_time_for_every_target(i
     from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
     from explorer.ir.relax_walk import prim_funcs
     from export.build import prepare
-    from tests.test_weight_layouts import matmul_model
+    from tests.kernel_cases import matmul_model
 
     _, weight = matmul_model(tmp_path / "mm.onnx")
     target = parse_target(TARGETS[isa])
@@ -144,7 +144,7 @@ def test_a_weight_whose_row_one_tile_spans_is_left_in_place(isa):
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
 def test_the_micro_kernel_is_as_wide_as_the_targets_vectors_and_builds_to_its_fmas(isa):
-    from tests.test_microkernel import tensorized_matmul
+    from tests.kernel_cases import tensorized_matmul
 
     target = parse_target(TARGETS[isa])
     mk = microkernel.for_target(target)
@@ -156,7 +156,7 @@ def test_the_micro_kernel_is_as_wide_as_the_targets_vectors_and_builds_to_its_fm
 def test_int8_kernels_take_the_targets_dot_product_or_none():
     """x86 widths and their instructions are built in tests/test_int8_kernels.py; NEON has no int8
     intrinsic in schedx: its int8 conv still gets a default schedule that builds to NEON vectors."""
-    from tests.test_int8_kernels import int8_conv_kernel
+    from tests.kernel_cases import int8_conv_kernel
 
     target = parse_target(TARGETS["neon"])
     assert target.cpu_spec().int8_dot == ""

@@ -15,6 +15,7 @@ from explorer.target import host_target, parse_target
 from search.errors import SearchError
 from search.params import SearchParams
 from search.sketches import space_generator
+from tests.kernel_cases import tensorized_matmul
 
 HOST = host_target()
 needs_fma = pytest.mark.skipif(microkernel.for_target(HOST) is None,
@@ -26,23 +27,6 @@ def _fmas(asm: str, lanes: int) -> int:
     """FMA instructions on fp32 vectors of ``lanes`` in an assembly listing, whatever their operand
     order (AVX-512 puts a broadcast memory operand first: ``vfmadd231ps (%rax){1to16}, %zmm1, %zmm2``)."""
     return asm_stats(asm).fma.get(32 * lanes, 0)
-
-
-def tensorized_matmul(kernel, mk: microkernel.MicroKernel):
-    """``kernel`` (a matmul) tiled to the micro-kernel's shape by hand and tensorized."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(kernel.func)
-    block = sch.get_sblock("C")
-    i, j, k = sch.get_loops(block)
-    io, ii = sch.split(i, [None, mk.mr])
-    jo, ji = sch.split(j, [None, mk.nr])
-    ko, ki = sch.split(k, [None, mk.kr])
-    sch.reorder(io, jo, ko, ii, ji, ki)
-    sch.parallel(io)
-    sch.decompose_reduction(block, ko)
-    sch.tensorize(ii, microkernel.register(mk))
-    return sch
 
 
 def _asm(mod, target) -> str:

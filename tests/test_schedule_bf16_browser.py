@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser import chromium_page, open_page, pick_option, schedx_ui, screenshot_dir, settle
-from tests.test_bf16_kernels import HAS_BF16
+from tests.cpu_marks import HAS_BF16
 
 pytestmark = pytest.mark.browser
 

@@ -17,8 +17,8 @@ from search.job_spec import ValidJob
 from search.tune import SearchHooks, tune
 from store import Store
 from tests.fake_measure import FakeBuilder, FakeRunner
-from tests.test_bf16_export import mlp_path  # noqa: F401 - the fixture: a model whose matmuls become bf16
-from tests.test_bf16_kernels import HAS_BF16
+from tests.bf16_models import mlp_path  # noqa: F401 - the fixture: a model whose matmuls become bf16
+from tests.cpu_marks import HAS_BF16
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 

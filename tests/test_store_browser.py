@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.browser import CHROMIUM_ARGS, chromium_path, open_page, schedx_ui, screenshot_dir
-from tests.test_store_page import fill_demo
+from tests.store_cases import fill_demo
 
 pytestmark = pytest.mark.browser
 

@@ -13,9 +13,7 @@ from click.testing import CliRunner
 from app.cli import cli
 from app.cli_store import db, leaderboard
 from store import Store
-from tests.test_store_interop import HW as MS_HW
-from tests.test_store_interop import TARGET, matmul_trace, write_ms
-from tests.test_store_page import fill_demo
+from tests.store_cases import MS_HW, MS_TARGET, fill_demo, matmul_trace, write_ms
 
 HW = "test-machine/2c"
 
@@ -99,8 +97,8 @@ def test_db_info_text(demo):
 
 def test_db_import_export_merge(tmp_path):
     ms_dir = write_ms(tmp_path / "work", [["9593177933350849261", "bW9kdWxl"]],
-                      [[0, [matmul_trace([16, 4]), [0.002], TARGET, None]],
-                       [0, [matmul_trace([8, 8]), [0.001], TARGET, None]]])
+                      [[0, [matmul_trace([16, 4]), [0.002], MS_TARGET, None]],
+                       [0, [matmul_trace([8, 8]), [0.001], MS_TARGET, None]]])
     a = tmp_path / "a.db"
     summary = json.loads(run("db", "import", str(ms_dir), "--db", str(a), "--hardware", MS_HW, "--json").output)
     assert summary["records_added"] == 2 and summary["workloads_added"] == 1
@@ -140,7 +138,7 @@ def test_errors_exit_1_without_traceback(tmp_path, args, message):
 
 
 def test_malformed_import_names_file_and_line(tmp_path):
-    ms_dir = write_ms(tmp_path / "work", [["1", "bW9k"]], [[0, [matmul_trace([1, 2]), [0.1], TARGET, None]]])
+    ms_dir = write_ms(tmp_path / "work", [["1", "bW9k"]], [[0, [matmul_trace([1, 2]), [0.1], MS_TARGET, None]]])
     (ms_dir / "database_tuning_record.json").write_text('[0, [[[], []], [0.1], {"kind": "llvm"}, null]]\n{oops\n')
     result = CliRunner().invoke(cli, ["db", "import", str(ms_dir), "--db", str(tmp_path / "x.db")], obj={})
     assert result.exit_code == 1

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from app.cli import cli
 from store import Store
-from tests.test_store_page import fill_demo
+from tests.store_cases import fill_demo
 
 # what users type, and what a hostile one does: empty, huge, non-ASCII digits, NUL, globs, JSON
 TEXT = st.one_of(

@@ -5,7 +5,6 @@ leaderboard answered from whatever pages are still readable; errors name the fil
 from __future__ import annotations
 
 import hashlib
-import random
 import shutil
 import sqlite3
 from pathlib import Path
@@ -13,32 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from store import CorruptDatabaseError, Record, Store, StoreError, Workload
+from store import CorruptDatabaseError, Store, StoreError
 from store import schema
-
-PAGE = 4096
-
-
-def filled_store(path: Path, n: int) -> Path:
-    """A schedx database at ``path`` of one workload and ``n`` records, checkpointed whole into the file."""
-    with Store(path) as store:
-        store.add_workload(Workload(key="1", name="matmul", flops=2 * 64 ** 3, mod_b64="bW9k"))
-        store.add_records([Record(workload_key="1", target='{"kind": "llvm"}', hardware="hw", source="search",
-                                  status="ok", steps=[{"primitive": "split", "args": {"i": i}}],
-                                  trace=[[["GetSBlock", [], ["C", "main"], ["b0"]]], []],
-                                  latencies=[1e-3 + i * 1e-7], median_s=None, gflops=None,
-                                  environment={"note": "x" * 1000}) for i in range(n)])
-    assert not Path(f"{path}-wal").exists()  # closing checkpointed everything into the file
-    return path
-
-
-def damage_pages(path: Path, seed: int = 0) -> None:
-    """Overwrite a run of pages in the middle of the file (the header and schema stay intact)."""
-    size = path.stat().st_size
-    start = (size // 3) // PAGE * PAGE
-    with open(path, "r+b") as f:
-        f.seek(start)
-        f.write(random.Random(seed).randbytes(size // 3 // PAGE * PAGE))
+from tests.store_cases import damage_pages, fill_demo, filled_store
 
 
 def _digest(path: Path) -> str:
@@ -150,7 +126,6 @@ def test_text_that_is_not_utf8_is_named_and_the_leaderboard_carries_on(tmp_path)
     quick_check, and every leaderboard then failed with "Could not decode to UTF-8 column 'name'".
     Now the rows are read (U+FFFD for the bad bytes), the damaged ones named, the rest shown."""
     from app.cli import cli
-    from tests.test_store_page import fill_demo
 
     db = tmp_path / "text.db"
     fill_demo(db, hardware="fuzz/2c")

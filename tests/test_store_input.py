@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from store import ImportFormatError, Record, Store, StoreError, Workload, default_db_path
-from tests.test_store_interop import ARGS, TARGET, matmul_trace, write_ms
+from tests.store_cases import MS_ARGS, MS_TARGET, matmul_trace, write_ms
 
 HW = "hw/2c"
 
@@ -122,27 +122,27 @@ def _ms(tmp_path, workloads, records):
 @pytest.mark.parametrize("case", ["deep", "digits", "negative", "nan", "huge", "bool_index", "target"])
 def test_malformed_import_names_file_and_line(store, tmp_path, case):
     good_w = ["9593177933350849261", "bW9k"]
-    good_r = [0, [matmul_trace([16, 4]), [0.002], TARGET, ARGS]]
+    good_r = [0, [matmul_trace([16, 4]), [0.002], MS_TARGET, MS_ARGS]]
     workloads, records = [good_w], [good_r]
     if case == "digits":
         workloads = [["٩٥٩٣١٧٧", "bW9k"]]  # Arabic-Indic digits pass str.isdigit()
     elif case == "negative":
-        records = [good_r, [0, [matmul_trace([8, 8]), [-0.5], TARGET, ARGS]]]
+        records = [good_r, [0, [matmul_trace([8, 8]), [-0.5], MS_TARGET, MS_ARGS]]]
     elif case == "bool_index":  # JSON true is no workload index, even with a workload at index 1
         workloads = [good_w, ["123", "bW9k"]]
-        records = [good_r, [True, [matmul_trace([8, 8]), [0.5], TARGET, ARGS]]]
+        records = [good_r, [True, [matmul_trace([8, 8]), [0.5], MS_TARGET, MS_ARGS]]]
     elif case == "target":
-        records = [good_r, [0, [matmul_trace([8, 8]), [0.5], {"kind": "llvm", "mcpu": 123}, ARGS]]]
+        records = [good_r, [0, [matmul_trace([8, 8]), [0.5], {"kind": "llvm", "mcpu": 123}, MS_ARGS]]]
     folder = _ms(tmp_path, workloads, records)
     rfile = folder / "database_tuning_record.json"
     if case == "deep":
         rfile.write_text(json.dumps(good_r) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     elif case == "nan":
-        nan_r = [0, [matmul_trace([8, 8]), [float("nan")], TARGET, ARGS]]
+        nan_r = [0, [matmul_trace([8, 8]), [float("nan")], MS_TARGET, MS_ARGS]]
         rfile.write_text(json.dumps(good_r) + "\n" + json.dumps(nan_r) + "\n")
     elif case == "huge":
         rfile.write_text(json.dumps(good_r) + "\n" + '[0, [' + json.dumps(matmul_trace([8, 8])) + ", [1" + "0" * 400
-                         + "], " + json.dumps(TARGET) + ", null]]\n")
+                         + "], " + json.dumps(MS_TARGET) + ", null]]\n")
 
     def target_fn(target: dict) -> str:  # stands in for TVM's canonicaliser: it rejects what TVM rejects
         if not isinstance(target.get("mcpu", ""), str):

@@ -8,35 +8,17 @@ import json
 import pytest
 
 from store import ImportFormatError, Record, Store, StoreError, Workload
-
-HW = "x86_64/AMD EPYC/avx512/2c"
-TARGET = {"kind": "llvm", "tag": "", "keys": ["cpu"], "num-cores": 2, "mcpu": "znver4"}
-TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["GetLoops", ["b0"], [], ["l1", "l2", "l3"]],
-          ["SamplePerfectTile", ["l1"], [2, 16], ["v4", "v5"]]], [[2, [16, 4]]]]
-ARGS = [["TENSOR", "float32", [64, 64]], ["TENSOR", "float32", [64, 64]], ["TENSOR", "float32", [64, 64]]]
-
-
-def matmul_trace(decision):
-    """The 64x64 matmul's trace (``TRACE``) with ``decision`` for its tile."""
-    return [TRACE[0], [[2, decision]]]
-
-
-def write_ms(folder, workloads, records):
-    """Write a MetaSchedule JSON database: one JSON value per line, as JSONDatabase does."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "database_workload.json").write_text("".join(json.dumps(w) + "\n" for w in workloads))
-    (folder / "database_tuning_record.json").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return folder
+from tests.store_cases import MS_ARGS, MS_HW, MS_TARGET, MS_TRACE, matmul_trace, write_ms
 
 
 @pytest.fixture
 def ms_dir(tmp_path):
     return write_ms(tmp_path / "tune_tir_work", [["9593177933350849261", "okYAAAAAAAB7CiAgInJvb3Rf"],
                                                  ["11208504982831217585", "b3RoZXJtb2R1bGU="]], [
-        [0, [matmul_trace([16, 4]), [0.002, 0.0021, 0.0019], TARGET, ARGS]],
-        [0, [matmul_trace([8, 8]), [0.001, 0.0011], TARGET, ARGS]],
-        [0, [matmul_trace([4, 16]), [1e10], TARGET, ARGS]],  # failed build: MetaSchedule's marker
-        [1, [matmul_trace([2, 32]), [0.004], TARGET, None]],
+        [0, [matmul_trace([16, 4]), [0.002, 0.0021, 0.0019], MS_TARGET, MS_ARGS]],
+        [0, [matmul_trace([8, 8]), [0.001, 0.0011], MS_TARGET, MS_ARGS]],
+        [0, [matmul_trace([4, 16]), [1e10], MS_TARGET, MS_ARGS]],  # failed build: MetaSchedule's marker
+        [1, [matmul_trace([2, 32]), [0.004], MS_TARGET, None]],
     ])
 
 
@@ -47,23 +29,23 @@ def store(tmp_path):
 
 
 def test_import(store, ms_dir):
-    summary = store.import_metaschedule(ms_dir, hardware=HW)
+    summary = store.import_metaschedule(ms_dir, hardware=MS_HW)
     assert summary["workloads_added"] == 2 and summary["records_added"] == 4 and summary["records_skipped"] == 0
     records = store.records(order="id")
     assert [r.status for r in records] == ["ok", "ok", "run_error", "ok"]
     first = records[0]
-    assert first.source == "import" and first.hardware == HW
+    assert first.source == "import" and first.hardware == MS_HW
     assert first.median_s == pytest.approx(0.002) and first.latencies == [0.002, 0.0021, 0.0019]
     assert first.gflops is None  # FLOPs unknown to the store
-    assert first.trace == matmul_trace([16, 4]) and first.args_info == ARGS
-    assert json.loads(first.target) == TARGET
+    assert first.trace == matmul_trace([16, 4]) and first.args_info == MS_ARGS
+    assert json.loads(first.target) == MS_TARGET
     assert records[2].latencies == [] and records[2].median_s is None
     w = store.workload("9593177933350849261")
     assert w.mod_b64 == "okYAAAAAAAB7CiAgInJvb3Rf" and w.source.startswith("import:") and w.flops == 0
-    best = store.best(hardware=HW)
+    best = store.best(hardware=MS_HW)
     assert {r.workload_key: r.median_s for r in best} == {"9593177933350849261": pytest.approx(0.00105),
                                                           "11208504982831217585": 0.004}
-    again = store.import_metaschedule(ms_dir, hardware=HW)
+    again = store.import_metaschedule(ms_dir, hardware=MS_HW)
     assert again["records_added"] == 0 and again["records_skipped"] == 4 and again["workloads_added"] == 0
 
 
@@ -74,7 +56,7 @@ def test_import_hooks_and_flops(store, ms_dir):
         calls.append(key)
         return {"name": f"matmul_{key[:4]}", "shapes": {"M": 64}, "flops": 2 * 64 ** 3}
 
-    store.import_metaschedule(ms_dir, hardware=HW, target_fn=lambda t: "canonical:" + t["kind"], describe=describe)
+    store.import_metaschedule(ms_dir, hardware=MS_HW, target_fn=lambda t: "canonical:" + t["kind"], describe=describe)
     assert sorted(calls) == sorted(["9593177933350849261", "11208504982831217585"])
     r = store.records(order="id")[0]
     assert r.target == "canonical:llvm"
@@ -83,7 +65,7 @@ def test_import_hooks_and_flops(store, ms_dir):
 
 
 def test_export_round_trip(store, ms_dir, tmp_path):
-    store.import_metaschedule(ms_dir, hardware=HW)
+    store.import_metaschedule(ms_dir, hardware=MS_HW)
     out = tmp_path / "exported"
     summary = store.export_metaschedule(out)
     assert summary == {"dir": str(out), "workloads": 2, "records": 4, "skipped_no_trace": 0, "skipped_no_module": 0}
@@ -95,7 +77,7 @@ def test_export_round_trip(store, ms_dir, tmp_path):
         store.export_metaschedule(out)
     assert store.export_metaschedule(out, overwrite=True)["records"] == 4
     with Store(tmp_path / "fresh.db") as fresh:
-        assert fresh.import_metaschedule(out, hardware=HW)["records_added"] == 4
+        assert fresh.import_metaschedule(out, hardware=MS_HW)["records_added"] == 4
         assert [r.trace for r in fresh.records(order="id")] == [r.trace for r in store.records(order="id")]
 
 
@@ -104,12 +86,12 @@ def test_export_filters_and_skips(store, tmp_path):
     store.add_workload(Workload(key="2", name="no_module"))
     base = dict(source="manual", status="ok", steps=[], latencies=[1e-3], median_s=1e-3, gflops=None, environment={})
     store.add_records([
-        Record(workload_key="1", target='{"kind": "llvm"}', hardware=HW, trace=TRACE, **base),
-        Record(workload_key="1", target='{"kind": "llvm"}', hardware="elsewhere", trace=TRACE, **base),
-        Record(workload_key="1", target='{"kind": "llvm"}', hardware=HW, trace=None, **base),
-        Record(workload_key="2", target='{"kind": "llvm"}', hardware=HW, trace=TRACE, **base),
+        Record(workload_key="1", target='{"kind": "llvm"}', hardware=MS_HW, trace=MS_TRACE, **base),
+        Record(workload_key="1", target='{"kind": "llvm"}', hardware="elsewhere", trace=MS_TRACE, **base),
+        Record(workload_key="1", target='{"kind": "llvm"}', hardware=MS_HW, trace=None, **base),
+        Record(workload_key="2", target='{"kind": "llvm"}', hardware=MS_HW, trace=MS_TRACE, **base),
     ])
-    summary = store.export_metaschedule(tmp_path / "out", hardware=HW)
+    summary = store.export_metaschedule(tmp_path / "out", hardware=MS_HW)
     assert (summary["records"], summary["skipped_no_trace"], summary["skipped_no_module"]) == (1, 1, 1)
 
 
@@ -127,14 +109,14 @@ def test_malformed_line_names_file_and_line_and_imports_nothing(store, ms_dir, w
     lines[line - 1] = bad
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ImportFormatError) as err:
-        store.import_metaschedule(ms_dir, hardware=HW)
+        store.import_metaschedule(ms_dir, hardware=MS_HW)
     assert str(path) in str(err.value) and f"line {line}" in str(err.value)
     assert store.count() == 0 and store.workloads() == []
 
 
 def test_import_of_a_folder_without_files(store, tmp_path):
     with pytest.raises(ImportFormatError, match="database_workload.json"):
-        store.import_metaschedule(tmp_path, hardware=HW)
+        store.import_metaschedule(tmp_path, hardware=MS_HW)
 
 
 def _fill(store, key, hardware, medians, created_day):

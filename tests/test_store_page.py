@@ -8,45 +8,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import state
-from explorer.target.environment import hardware_fingerprint
-from store import Record, Store, Workload
+from store import Record, Store
 from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
+from tests.store_cases import damage_pages, fill_demo, filled_store
 
 PAGE = Path(__file__).resolve().parent.parent / "app" / "ui" / "leaderboard.py"
-LLVM = '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}'
-TRACE = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SamplePerfectTile", ["l1"], [2, 16], ["v2", "v3"]]],
-         [[1, [16, 4]]]]
-MATMUL_STEPS = [{"primitive": "split", "args": {"loop": "i", "factors": [None, 4]}},
-                {"primitive": "parallel", "args": {"loop": "i_0"}}]
-
-
-def fill_demo(path: Path, hardware: str | None = None) -> list[int]:
-    """A small leaderboard: two kernels, manual and search records, one failure, one other machine."""
-    hw = hardware or hardware_fingerprint()
-    env = {"hardware": hw, "peak_gflops": 200.0, "peak_gbps": 40.0, "threads": 2}
-    with Store(path) as store:
-        store.add_workload(Workload(key="1001", name="matmul_512x512x512_float32", source="builtin:matmul",
-                                    shapes={"M": 512, "N": 512, "K": 512, "bytes": 3 * 512 * 512 * 4},
-                                    flops=2 * 512 ** 3))
-        store.add_workload(Workload(key="2002", name="conv2d_1x64x56x56", source="builtin:conv2d",
-                                    shapes={"bytes": 2_000_000}, flops=231_211_008))
-
-        def rec(key, median, source, day, **kw):
-            base = dict(workload_key=key, target=LLVM, hardware=hw, source=source, status="ok",
-                        steps=MATMUL_STEPS if source == "manual" else [], trace=TRACE if source == "search" else None,
-                        latencies=[median] * 3 if median else [], median_s=median, gflops=None, environment=env,
-                        created=f"2025-05-{day:02d}T10:00:00+00:00")
-            return Record(**{**base, **kw})
-
-        return store.add_records([
-            rec("1001", 0.25, "manual", 1),
-            rec("1001", 0.0025, "manual", 2, verified=True, max_error=1e-5),
-            rec("1001", 0.0015, "search", 3, trace=[TRACE[0], [[1, [8, 8]]]]),
-            rec("1001", None, "search", 4, status="build_error", error="LocalBuilder: Timeout"),
-            rec("2002", 0.004, "manual", 5),
-            rec("2002", 0.003, "search", 6),
-            rec("2002", 0.001, "import", 7, hardware="aarch64/elsewhere/neon/64c", environment={}),
-        ])
 
 
 def _page(path: Path | None) -> AppTest:
@@ -82,7 +48,6 @@ def test_corrupt_file_is_an_error_message(tmp_path):
 
 
 def test_damaged_database_is_an_error_message(tmp_path):
-    from tests.test_store_damage import damage_pages, filled_store
 
     path = filled_store(tmp_path / "damaged.db", 600)
     damage_pages(path)

@@ -15,6 +15,7 @@ from explorer.target import host_target, parse_target
 from explorer.ir.tir_walk import LAYOUT_REWRITE_PREPROC, blocks
 from explorer.workload import load_kernel, load_workload
 from explorer.passes.weight_buffers import WEIGHTS_ATTR, constant_arguments, mark_weights, weight_positions
+from tests.kernel_cases import matmul_model
 
 AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
 AVX512 = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
@@ -140,21 +141,6 @@ def test_short_reductions_take_one_broadcast_for_more_vectors_on_avx2():
     assert not CpuSpec(vector_bits=128, registers=32, cores=4, arch="aarch64").broadcast_costs
     _, choice = default_schedule(conv, AVX512)
     assert "register tile 7x32 " in choice.steps[0], choice.steps
-
-
-def matmul_model(path):
-    """One MatMul by a 256x1024 initializer ``W`` (rows 4 KB apart, 1 MB): its kernel packs ``W``."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight = np.random.default_rng(0).standard_normal((256, 1024)).astype("float32")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 1024])],
-                              [numpy_helper.from_array(weight, "W")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, path)
-    return model, weight
 
 
 def test_a_packed_initializer_is_named_after_it_and_the_model_still_computes_right(tmp_path):

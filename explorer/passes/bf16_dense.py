@@ -63,16 +63,17 @@ from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
                                             split_heads, untransposed)
 from explorer.passes.call_rewrite import static_ints
-from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, runs_on_tiles, to_bits, widen
+from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, runs_on_tiles, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """fp32 ``x`` rounded to nearest even bf16, as uint16 bits (what :func:`to_bits` computes)."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    """fp32 ``x`` rounded to nearest even bf16, as uint16 bits (what :func:`to_bits` computes, NaN included)."""
+    f = np.ascontiguousarray(x, np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    return np.where(np.isnan(f), (u >> 16) | QUIET_NAN_BIT, (u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from explorer.schedule.amx_conv_intrin import Operands, rows_funcs, taps_funcs, zero_init
 from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 from explorer.schedule.bf16_dot import PAIR, PANEL
 
@@ -145,19 +146,7 @@ def _f32(v):
     return T.reinterpret("float32", T.shift_left(T.Cast("uint32", v), T.uint32(16)))
 
 
-def _zero(rows: int, cols: int):
-    """The descriptions' init (their blocks sum from zero): ``C[rows, cols] = 0``, a TVMScript macro."""
-    from tvm.script import tirx as T
-
-    @T.macro
-    def zero(C):
-        with T.init():
-            for r, i in T.grid(rows, cols):
-                with T.sblock("init"):
-                    vr, vi = T.axis.remap("SS", [r, i])
-                    C[vr, vi] = T.float32(0)
-
-    return zero
+OPERANDS = Operands("uint16", "uint16", "float32", PAIR, _f32)
 
 
 def _zero_funcs(rows: int, cols: int, out_rows: int = 1):
@@ -214,130 +203,20 @@ def _funcs(dot: AmxBf16Conv):
     """``C[rows, 16 nt] = sum over taps f32(A[rh, r * stride + rw, c]) * f32(B[nt, rh, rw, c/2, 16, 2])``
     (the whole sum, from zero: the call starts its C tiles with ``tilezero`` instead of loading
     zeros; the description holds the kernel's init, or with ``update`` the update alone, its init
-    a block of its own tensorized with :func:`register_zero`) and its call (A: the padded NHWC bf16 input from the tile's first pixel, rows ``stride`` pixels
-    apart). The widening is spelt as :func:`explorer.schedule.bf16_dot.widen` spells it."""
-    from tvm.script import tirx as T
-
-    rows, cols, nt, k, k2, s, kh, kw = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
-    update = dot.update
-    span = (rows - 1) * s + kw
-    zero = _zero(rows, cols)
-    # a kernel row's taps as one tile row: one tap per kernel row, its bytes the row's
-    taps, per_row, kbytes = (kh, 1, kw * k * 2) if dot.row_taps else (kh * kw, kw, k * 2)
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (kh, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            if update:  # (parse-time Python: the sums read, the init a block of its own)
-                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            else:
-                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:rows, 0:cols])
-            if not update:
-                zero(C)
-            for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
-                with T.sblock("update"):
-                    vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
-                    C[vr, vi] = C[vr, vi] + _f32(A[vh, vr * s + vw, vk]) * _f32(
-                        B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
-
-    @T.prim_func(s_tir=True)
-    def desc1x1(a: T.handle, b: T.handle, c: T.handle) -> None:  # (the block drops its unit tap axes)
-        A = T.match_buffer(a, (1, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, 1, 1, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            if update:  # (parse-time Python: the sums read, the init a block of its own)
-                T.reads(C[0:rows, 0:cols], A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
-            else:
-                T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:rows, 0:cols])
-            if not update:
-                zero(C)
-            for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
-                with T.sblock("update"):
-                    vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
-                    C[vr, vi] = C[vr, vi] + _f32(A[0, vr * s, vk]) * _f32(
-                        B[vi // PANEL, 0, 0, vk // PAIR, vi % PANEL, vk % PAIR])
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sh, sw, sc = T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (kh, span, k), "uint16", offset_factor=1, strides=[sh, sw, 1])
-        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
-        with T.sblock("root"):
-            if update:  # (parse-time Python: the sums read, the init a block of its own)
-                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            else:
-                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:rows, 0:cols])
-            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
-                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * (s * 2)),
-                                     T.Cast("int64", sh * 2), T.Cast("int64", sw * 2), T.int64(per_row),
-                                     T.int64(taps), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(kbytes)))
-
-    return (desc1x1 if kh == kw == 1 else desc), impl
+    a block of its own tensorized with :func:`register_zero`) and its call:
+    :func:`explorer.schedule.amx_conv_intrin.taps_funcs` (a kernel row's taps as one tile row: one
+    tap per kernel row, its bytes the row's)."""
+    k, kh, kw = dot.k, dot.kh, dot.kw
+    per_row, taps, kbytes = (1, kh, kw * k * 2) if dot.row_taps else (kw, kh * kw, k * 2)
+    return taps_funcs(OPERANDS, dot.function, rows=dot.rows, cols=dot.cols, k=k, stride=dot.stride, kh=kh, kw=kw,
+                      zero=not dot.update, per_row=per_row, taps=taps, kbytes=kbytes)
 
 
 def _rows_funcs(dot: AmxBf16Conv):
     """:func:`_funcs` (update form) for a call over ``out_rows`` whole output rows of ``x`` pixels:
-    ``C[y, x, 16 nt] += sum over taps f32(A[y * stride + rh, x * stride + rw, c]) * f32(B[...])``, A
-    the padded input from the call's first pixel, C its first output pixel; a 1x1 kernel's description
-    without its unit tap axes, as the block drops them."""
-    from tvm.script import tirx as T
-
-    y, x = dot.out_rows, dot.rows // dot.out_rows
-    cols, nt, k, k2, s, kh, kw = dot.cols, dot.nt, dot.k, dot.k // PAIR, dot.stride, dot.kh, dot.kw
-    height, span = (y - 1) * s + kh, (x - 1) * s + kw
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:y, 0:x, 0:cols])
-            for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
-                with T.sblock("update"):
-                    vr, vp, vi, vh, vw, vk = T.axis.remap("SSSRRR", [r, p, i, rh, rw, kk])
-                    C[vr, vp, vi] = C[vr, vp, vi] + _f32(A[vr * s + vh, vp * s + vw, vk]) * _f32(
-                        B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
-
-    @T.prim_func(s_tir=True)
-    def desc1x1(a: T.handle, b: T.handle, c: T.handle) -> None:  # (the block drops its unit tap axes)
-        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, 1, 1, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:y, 0:x, 0:cols])
-            for r, p, i, _rh, _rw, kk in T.grid(y, x, cols, 1, 1, k):
-                with T.sblock("update"):
-                    vr, vp, vi, vk = T.axis.remap("SSSR", [r, p, i, kk])
-                    C[vr, vp, vi] = C[vr, vp, vi] + _f32(A[vr * s, vp * s, vk]) * _f32(
-                        B[vi // PANEL, 0, 0, vk // PAIR, vi % PANEL, vk % PAIR])
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sh, sw, sy, sx = T.int32(), T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (height, span, k), "uint16", offset_factor=1, strides=[sh, sw, 1])
-        B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (y, x, cols), "float32", offset_factor=1, strides=[sy, sx, 1])
-        with T.sblock("root"):
-            T.reads(C[0:y, 0:x, 0:cols], A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:y, 0:x, 0:cols])
-            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0, 0]), T.Cast("int64", sx * 4),
-                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * (s * 2)),
-                                     T.Cast("int64", sh * 2), T.Cast("int64", sw * 2), T.int64(kw),
-                                     T.int64(kh * kw), T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k * 2),
-                                     T.Cast("int64", sh * (s * 2)), T.Cast("int64", sy * 4)))
-
-    return (desc1x1 if kh == kw == 1 else desc), impl
+    :func:`explorer.schedule.amx_conv_intrin.rows_funcs`."""
+    return rows_funcs(OPERANDS, dot.function, y=dot.out_rows, x=dot.rows // dot.out_rows, cols=dot.cols, k=dot.k,
+                      stride=dot.stride, kh=dot.kh, kw=dot.kw, zero=False)
 
 
 def _flat_funcs(dot: AmxBf16Conv):
@@ -348,7 +227,15 @@ def _flat_funcs(dot: AmxBf16Conv):
     rows, cols, nt, k, k2, kh, kw, width = dot.rows, dot.cols, dot.cols // PANEL, dot.k, dot.k // PAIR, dot.kh, dot.kw, dot.flat
     update = dot.update
     span = rows + (kh - 1) * width + kw - 1
-    zero = _zero(rows, cols)
+    init = zero_init("float32", rows, cols)
+
+    @T.macro
+    def regions(A, B, C):
+        if update:  # (parse-time Python: the sums read, the init a block of its own)
+            T.reads(C[0:rows, 0:cols], A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+        else:
+            T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
+        T.writes(C[0:rows, 0:cols])
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -356,13 +243,9 @@ def _flat_funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            if update:  # (parse-time Python: the sums read, the init a block of its own)
-                T.reads(C[0:rows, 0:cols], A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            else:
-                T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:rows, 0:cols])
+            regions(A, B, C)
             if not update:
-                zero(C)
+                init(C)
             for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
                 with T.sblock("update"):
                     vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
@@ -376,11 +259,7 @@ def _flat_funcs(dot: AmxBf16Conv):
         B = T.match_buffer(b, (nt, kh, kw, k2, PANEL, PAIR), "uint16", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            if update:  # (parse-time Python: the sums read, the init a block of its own)
-                T.reads(C[0:rows, 0:cols], A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            else:
-                T.reads(A[0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k2, 0:PANEL, 0:PAIR])
-            T.writes(C[0:rows, 0:cols])
+            regions(A, B, C)
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0]), T.Cast("int64", sa * 2),
                                      T.Cast("int64", sa * (2 * width)), T.Cast("int64", sa * 2), T.int64(kw),

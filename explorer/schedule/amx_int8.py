@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
 
+from explorer.schedule.amx_conv_intrin import Operands, rows_funcs, taps_funcs, zero_init
 from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 
 NAME_PREFIX = "schedx_amx_u8i8_"
@@ -140,37 +140,14 @@ def register_for_trace(trace: object) -> None:
                          int(out_rows or 1)))
 
 
-@cache
-def _zero_init():
-    """``C[0:rows, 0:cols] = 0`` as the kernel's init: a TVMScript macro for the descriptions of calls
-    that start from zero."""
+def _int32(v):
+    """An operand's value as an int32 sum's: what the int8 kernels' blocks spell."""
     from tvm.script import tirx as T
 
-    @T.macro
-    def zero_init(C, rows, cols):
-        with T.init():
-            for r, i in T.grid(rows, cols):
-                with T.sblock("init"):
-                    vr, vi = T.axis.remap("SS", [r, i])
-                    C[vr, vi] = 0
-
-    return zero_init
+    return T.cast(v, "int32")
 
 
-@cache
-def _zero_init_rows():
-    """``C[0:y, 0:x, 0:cols] = 0``: :func:`_zero_init` for a call over whole output rows."""
-    from tvm.script import tirx as T
-
-    @T.macro
-    def zero_init(C, y, x, cols):
-        with T.init():
-            for r, p, i in T.grid(y, x, cols):
-                with T.sblock("init"):
-                    vr, vp, vi = T.axis.remap("SSS", [r, p, i])
-                    C[vr, vp, vi] = 0
-
-    return zero_init
+OPERANDS = Operands("uint8", "int8", "int32", 4, _int32)
 
 
 def _dense_funcs(dot: AmxInt8):
@@ -179,7 +156,15 @@ def _dense_funcs(dot: AmxInt8):
     from tvm.script import tirx as T
 
     rows, cols, nt, k, k4, zero = dot.rows, dot.cols, dot.nt, dot.k, dot.k // 4, dot.zero
-    zero_init = _zero_init()
+    init = zero_init("int32", rows, cols)
+
+    @T.macro
+    def regions(A, B, C):
+        if zero:  # (parse-time Python: the call computes the whole sum from zero)
+            T.reads(A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+        else:
+            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
+        T.writes(C[0:rows, 0:cols])
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -187,13 +172,9 @@ def _dense_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            if zero:  # (parse-time Python: the call computes the whole sum from zero)
-                T.reads(A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
-            else:
-                T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:rows, 0:cols])
+            regions(A, B, C)
             if zero:
-                zero_init(C, rows, cols)
+                init(C)
             for r, i, kk in T.grid(rows, cols, k):
                 with T.sblock("update"):
                     vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
@@ -207,11 +188,7 @@ def _dense_funcs(dot: AmxInt8):
         B = T.match_buffer(b, (nt, k4, PANEL, 4), "int8", offset_factor=1)
         C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            if zero:  # (parse-time Python: the call computes the whole sum from zero)
-                T.reads(A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
-            else:
-                T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], B[0:nt, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:rows, 0:cols])
+            regions(A, B, C)
             T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
                                      T.address_of(A[0, 0]), T.Cast("int64", sa), T.int64(0), T.int64(0), T.int64(1),
                                      T.int64(1), T.address_of(B[0, 0, 0, 0]), T.int64(k)))
@@ -221,116 +198,19 @@ def _dense_funcs(dot: AmxInt8):
 
 def _conv_funcs(dot: AmxInt8):
     """``C[rows, 16 nt] += sum over taps A[rh, r * stride + rw, k] . B[nt, rh, rw, k/4, 16, 4]``
-    (``zero``: ``=``, from the kernel's init) and its call (A: the padded NHWC input from the tile's first pixel, rows ``stride`` pixels apart)."""
-    from tvm.script import tirx as T
-
-    rows, cols, nt, k, k4, s, kh, kw = dot.rows, dot.cols, dot.nt, dot.k, dot.k // 4, dot.stride, dot.kh, dot.kw
-    zero, zero_init = dot.zero, _zero_init()
-    span = (rows - 1) * s + kw
-    # the call's taps: each (kh, kw) tap of k bytes, or (folded) each kernel row of kw x k bytes (A's
-    # pixels are k bytes apart: the block reads all the input's channels)
-    call_kw, taps, kbytes = (1, kh, kw * k) if dot.fold else (kw, kh * kw, k)
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (kh, span, k), "uint8", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            if zero:  # (parse-time Python: the call computes the whole sum from zero)
-                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            else:
-                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:rows, 0:cols])
-            if zero:
-                zero_init(C, rows, cols)
-            for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
-                with T.sblock("update"):
-                    vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
-                    C[vr, vi] = C[vr, vi] + T.cast(A[vh, vr * s + vw, vk], "int32") * T.cast(
-                        B[vi // PANEL, vh, vw, vk // 4, vi % PANEL, vk % 4], "int32")
-
-    @T.prim_func(s_tir=True)
-    def desc1x1(a: T.handle, b: T.handle, c: T.handle) -> None:  # (the block drops its unit tap axes)
-        A = T.match_buffer(a, (1, span, k), "uint8", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, 1, 1, k4, PANEL, 4), "int8", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            if zero:  # (parse-time Python: the call computes the whole sum from zero)
-                T.reads(A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k4, 0:PANEL, 0:4])
-            else:
-                T.reads(C[0:rows, 0:cols], A[0:1, 0:span, 0:k], B[0:nt, 0:1, 0:1, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:rows, 0:cols])
-            if zero:
-                zero_init(C, rows, cols)
-            for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
-                with T.sblock("update"):
-                    vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
-                    C[vr, vi] = C[vr, vi] + T.cast(A[0, vr * s, vk], "int32") * T.cast(
-                        B[vi // PANEL, 0, 0, vk // 4, vi % PANEL, vk % 4], "int32")
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sh, sw, sc = T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (kh, span, k), "uint8", offset_factor=1, strides=[sh, sw, 1])
-        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "int32", offset_factor=1, strides=[sc, 1])
-        with T.sblock("root"):
-            if zero:  # (parse-time Python: the call computes the whole sum from zero)
-                T.reads(A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            else:
-                T.reads(C[0:rows, 0:cols], A[0:kh, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:rows, 0:cols])
-            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0]), T.Cast("int64", sc * 4),
-                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * s), T.Cast("int64", sh),
-                                     T.Cast("int64", sw), T.int64(call_kw), T.int64(taps),
-                                     T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(kbytes)))
-
-    return (desc1x1 if kh == kw == 1 else desc), impl
+    (``zero``: ``=``, from the kernel's init) and its call: :func:`explorer.schedule.amx_conv_intrin.taps_funcs`
+    (folded: each kernel row one tap of ``kw x k`` bytes; A's pixels are ``k`` bytes apart, the block
+    reads all the input's channels)."""
+    per_row, taps, kbytes = (1, dot.kh, dot.kw * dot.k) if dot.fold else (dot.kw, dot.kh * dot.kw, dot.k)
+    return taps_funcs(OPERANDS, dot.function, rows=dot.rows, cols=dot.cols, k=dot.k, stride=dot.stride, kh=dot.kh,
+                      kw=dot.kw, zero=dot.zero, per_row=per_row, taps=taps, kbytes=kbytes)
 
 
 def _rows_funcs(dot: AmxInt8):
-    """:func:`_conv_funcs` (from zero) for a call over ``out_rows`` whole output rows of ``m`` pixels:
-    ``C[y, x, 16 nt] = sum over taps A[y * stride + rh, x * stride + rw, k] . B[...]``, A the padded
-    input from the call's first pixel, C its first output pixel."""
-    from tvm.script import tirx as T
-
-    y, x = dot.out_rows, dot.m
-    cols, nt, k, k4, s, kh, kw = dot.cols, dot.nt, dot.k, dot.k // 4, dot.stride, dot.kh, dot.kw
-    height, span = (y - 1) * s + kh, (x - 1) * s + kw
-    zero_init = _zero_init_rows()
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (height, span, k), "uint8", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
-        C = T.match_buffer(c, (y, x, cols), "int32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:y, 0:x, 0:cols])
-            zero_init(C, y, x, cols)
-            for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
-                with T.sblock("update"):
-                    vr, vp, vi, vh, vw, vk = T.axis.remap("SSSRRR", [r, p, i, rh, rw, kk])
-                    C[vr, vp, vi] = C[vr, vp, vi] + T.cast(A[vr * s + vh, vp * s + vw, vk], "int32") * T.cast(
-                        B[vi // PANEL, vh, vw, vk // 4, vi % PANEL, vk % 4], "int32")
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        sh, sw, sy, sx = T.int32(), T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (height, span, k), "uint8", offset_factor=1, strides=[sh, sw, 1])
-        B = T.match_buffer(b, (nt, kh, kw, k4, PANEL, 4), "int8", offset_factor=1)
-        C = T.match_buffer(c, (y, x, cols), "int32", offset_factor=1, strides=[sy, sx, 1])
-        with T.sblock("root"):
-            T.reads(A[0:height, 0:span, 0:k], B[0:nt, 0:kh, 0:kw, 0:k4, 0:PANEL, 0:4])
-            T.writes(C[0:y, 0:x, 0:cols])
-            T.evaluate(T.call_extern("int32", dot.function, T.address_of(C[0, 0, 0]), T.Cast("int64", sx * 4),
-                                     T.address_of(A[0, 0, 0]), T.Cast("int64", sw * s), T.Cast("int64", sh),
-                                     T.Cast("int64", sw), T.int64(kw), T.int64(kh * kw),
-                                     T.address_of(B[0, 0, 0, 0, 0, 0]), T.int64(k), T.Cast("int64", sh * s),
-                                     T.Cast("int64", sy * 4)))
-
-    return desc, impl
+    """:func:`_conv_funcs` for a call over ``out_rows`` whole output rows of ``m`` pixels:
+    :func:`explorer.schedule.amx_conv_intrin.rows_funcs`."""
+    return rows_funcs(OPERANDS, dot.function, y=dot.out_rows, x=dot.m, cols=dot.cols, k=dot.k, stride=dot.stride,
+                      kh=dot.kh, kw=dot.kw, zero=dot.zero)
 
 
 __all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_PREFIX", "AmxInt8", "amx_int8_function",

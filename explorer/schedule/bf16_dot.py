@@ -39,6 +39,7 @@ from explorer.schedule.amx_ir import DECLARATIONS, RELEASE, c_tiles, entry, tile
 NAME_PREFIX = "schedx_dot_bf16_"
 PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps, the columns of one AMX tile
 PAIR = 2  # bf16 values per 32-bit lane
+QUIET_NAN_BIT = 0x40  # of bf16 bits: set in every NaN :func:`to_bits` writes
 AMX_K = 32  # K per tdpbf16ps (a 64-byte tile row of bf16)
 ROWS = (8, 4, 2, 1)
 # (a call of several grids asks for the next call's B panels, the weights just after its own, into L2:
@@ -267,12 +268,22 @@ def why_not(features, arch: str = "x86_64") -> str:
 
 def to_bits(x):
     """A TE/TIR expression: the fp32 ``x`` rounded to nearest even bf16, as its 16 bits (uint16).
-    (A signalling NaN may become infinity: its payload is in the bits rounded away.)"""
+    A NaN stays a NaN of the same sign: its top 16 bits with the quiet bit set, as ``vcvtneps2bf16``
+    converts it (rounding its bits would carry a payload of ones into the sign, 0x7FFFFFFF to -0,
+    or round a payload below the top 16 bits away, to infinity: a NaN in a model's input would
+    vanish from its output). Finite values and infinities round as before, bit for bit.
+
+    NaN is told apart on the integer bits (``u << 1`` above infinity's), three vector instructions
+    more (an add, a compare into a mask, a masked or): TVM 0.27 does not vectorize ``tirx.isnan`` (the
+    loop is scalarized, and LLVM gathers), and folds ``x != x`` to false."""
     import tvm
 
     u = tvm.tirx.reinterpret("uint32", x)
     c = lambda v: tvm.tirx.const(v, "uint32")  # noqa: E731
-    return ((u + c(0x7FFF) + ((u >> c(16)) & c(1))) >> c(16)).astype("uint16")
+    high = u >> c(16)
+    rounded = (u + c(0x7FFF) + (high & c(1))) >> c(16)
+    nan = (u << c(1)) > c(0xFF000000)  # (the sign shifted out: exponent all ones, a mantissa not zero)
+    return tvm.tirx.Select(nan, high | c(QUIET_NAN_BIT), rounded).astype("uint16")
 
 
 def widen(bits):
@@ -284,5 +295,5 @@ def widen(bits):
 
 
 __all__ = ["AMX_FN", "AMX_K", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
-           "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "ROWS", "amx_ir", "isa_from",
-           "runs_on_tiles", "to_bits", "why_not", "widen"]
+           "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "QUIET_NAN_BIT", "ROWS", "amx_ir",
+           "isa_from", "runs_on_tiles", "to_bits", "why_not", "widen"]
