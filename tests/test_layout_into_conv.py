@@ -15,6 +15,7 @@ from tvm import relax
 from explorer.ir.relax_walk import prim_funcs
 from explorer.models import import_onnx
 from explorer.passes.catalog import make_pass
+from explorer.passes import layout_into_conv
 from explorer.passes.layout_into_conv import fuse_layout_into_conv
 from explorer.passes.pipelines import INFERENCE_PASSES
 from explorer.precision import for_precision
@@ -22,6 +23,7 @@ from explorer.schedule.defaults.apply import apply_default_schedules, default_sc
 from explorer.target import host_target, parse_target
 from explorer.workload import load_workload
 from tests.onnx_cases import ort_run
+from tests.cpu_marks import NEEDS_AMX
 
 _PASS = "FuseLayoutIntoConv"
 SIDE = 32
@@ -181,3 +183,102 @@ def test_a_transformers_merged_heads_go_into_the_output_projections_packing():
     names = [t.name.split("/")[-1] for t in workload.for_target(target).tasks()]
     assert "fused_transpose1_reshape1_dense_bf161_add_add1" in names, names
     assert not any(n.startswith("fused_transpose1_reshape1") and "dense" not in n for n in names), names
+
+
+# A pre-activation batch norm and ReLU (DenseNet, ResNet v2): an elementwise group without a transpose.
+PRE_CHANNELS = 64  # each stem conv's; the concatenation's 128 makes the 1x1 after it long enough for bf16
+
+
+def _preactivation_cnn(taps: int, out_channels: int = 32) -> onnx.ModelProto:
+    """A dense block's step: two stem convs concatenated, the concatenation's batch norm and ReLU read by a
+    ``taps`` x ``taps`` conv alone, whose output is concatenated to the block's map (the map has two readers:
+    the batch norm stays a kernel before the pass, as in tf_densenet121). Few ``out_channels`` keep an fp32 3x3
+    direct (:data:`explorer.passes.winograd.MIN_MACS`)."""
+    c = PRE_CHANNELS
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4),
+             helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Concat", ["c0", "c1"], ["block"], axis=1),
+             helper.make_node("BatchNormalization", ["block", "gamma", "beta", "mean", "var"], ["bn"], epsilon=1.001e-5),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[taps // 2] * 4),
+             helper.make_node("Concat", ["block", "c2"], ["out"], axis=1)]
+    inits = [_weights("w0", c, 3, 3, 3, seed=1), _weights("w1", c, 3, 3, 3, seed=2),
+             numpy_helper.from_array(rng.normal(1, 0.2, 2 * c).astype("float32"), "gamma"),
+             numpy_helper.from_array(rng.normal(0, 0.2, 2 * c).astype("float32"), "beta"),
+             numpy_helper.from_array(rng.normal(0, 0.5, 2 * c).astype("float32"), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 2 * c).astype("float32"), "var"),
+             _weights("w2", out_channels, 2 * c, taps, taps, seed=3)]
+    return _model(nodes, inits, [1, 2 * c + out_channels, SIDE, SIDE])
+
+
+def _batch_norm_kernels(names: list[str]) -> list[str]:
+    return [n for n in names if "multiply_add_relu" in n]
+
+
+def test_a_preactivation_batch_norm_is_read_through_in_the_3x3_convs_padding(monkeypatch):
+    model = _preactivation_cnn(3, out_channels=8)
+    names = _kernels(_fused(model))
+    monkeypatch.setattr(layout_into_conv, "FUSE_ELEMENTWISE", False)  # (the stem's transposes fused alike)
+    before = _kernels(_fused(model))
+    assert _batch_norm_kernels(before) == ["fused_multiply_add_relu"], before
+    assert [n for n in _batch_norm_kernels(names) if "conv2d" not in n] == [], names
+    assert len(_batch_norm_kernels(names)) == 1 and len(names) == len(before) - 1, (names, before)
+    monkeypatch.undo()
+    x = np.random.default_rng(9).uniform(-1, 1, (1, 3, SIDE, SIDE)).astype("float32")
+    fused, apart = _outputs_with_and_without(model, x)
+    np.testing.assert_array_equal(fused, apart)
+    np.testing.assert_allclose(fused, ort_run(model, {"input": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_an_fp32_1x1_conv_leaves_the_batch_norm_a_kernel_of_its_own():
+    """Its copy of the input is no copy (the product reads the map): the batch norm would be computed again
+    for every output channel tile."""
+    names = _kernels(_fused(_preactivation_cnn(1, out_channels=8)))
+    assert "fused_multiply_add_relu" in names and len(_batch_norm_kernels(names)) == 1, names
+
+
+def _bf16_tasks(model: onnx.ModelProto, path, target) -> dict:
+    onnx.save(model, path)
+    workload, _ = for_precision(load_workload(str(path)), target, "bf16")
+    return {t.name.split("/")[-1]: t for t in workload.for_target(target).tasks()}
+
+
+@pytest.mark.parametrize("taps", [1, 3])
+def test_the_amx_bf16_conv_computes_the_batch_norm_in_its_packing(taps, tmp_path):
+    """For an AMX CPU (compiled, not run): the 1x1 and the 3x3 are direct bf16 convs whose packing block
+    reads the block's map and the batch norm's scale and shift, no block between."""
+    from explorer.ir.tir_walk import blocks
+    from explorer.passes.bf16_conv_nhwc import INPUT_NAME
+
+    target = parse_target("cpu:sapphirerapids")
+    tasks = _bf16_tasks(_preactivation_cnn(taps), tmp_path / "pre.onnx", target)
+    assert "fused_multiply_add_relu" not in tasks, list(tasks)
+    name = next(n for n in _batch_norm_kernels(list(tasks)))
+    func, choice = default_schedule(tasks[name].mod["main"], target.cpu_spec())
+    assert choice.rule == "full" and not choice.fallback_reason, choice
+    assert "AMX" in choice.steps[0] and "rounded to bf16 and padded once" in choice.steps[0], choice.steps
+    assert [b.name_hint for b in blocks(func)][0] == INPUT_NAME, func.script()
+    packing = next(b for b in blocks(func) if b.name_hint == INPUT_NAME)
+    assert all(any(r.source.same_as(p) for r in packing.reads) for p in func.params[:3]), (func.params, packing.reads)
+    tvm.compile(tvm.IRModule({"main": func}), target=target.tvm())
+
+
+@NEEDS_AMX
+def test_the_bf16_model_computes_what_it_did_with_the_batch_norm_apart(tmp_path, monkeypatch):
+    from explorer.models import sample_inputs
+    from export.build import build
+
+    path = tmp_path / "pre.onnx"
+    onnx.save(_preactivation_cnn(1), path)
+    outputs = []
+    for fuse in (True, False):
+        monkeypatch.setattr(layout_into_conv, "FUSE_ELEMENTWISE", fuse)
+        built = build(load_workload(str(path)), host_target(), precision="bf16")
+        names = [o.task.name for o in built.outcomes]
+        assert any("multiply_add_relu_conv2d" in n for n in names) == fuse, names
+        vm = relax.VirtualMachine(built.executable, tvm.cpu())
+        x = np.random.default_rng(10).uniform(-1, 1, (1, 3, SIDE, SIDE)).astype("float32")
+        out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(v) for v in built.param_values])
+        outputs.append((out[0] if not hasattr(out, "numpy") else out).numpy())
+    np.testing.assert_array_equal(*outputs)

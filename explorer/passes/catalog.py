@@ -125,8 +125,9 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("AnnotateTIROpPattern", "Tag each PrimFunc with its operator pattern (elementwise, injective, reduction, ...) for fusion."),
         _t("FuseOps", "Group operators into fused Relax functions by their patterns (conv + bias + relu, ...)."),
         _t("FuseLayoutIntoConv", "schedx: after FuseOps, a transpose read by one convolution or matmul alone (an NCHW model's "
-           "input before the first NHWC conv) joins that convolution's group, where the conv's pad or packing copy "
-           "reads through it: one kernel and one pass over the map less.", lambda: FuseLayoutIntoConv),
+           "input before the first NHWC conv), or float elementwise steps (a pre-activation batch norm and ReLU), "
+           "joins that convolution's group, where the conv's pad or packing copy reads through it: one kernel and "
+           "one pass over the map less.", lambda: FuseLayoutIntoConv),
         _t("FuseTIR", "Turn each fused Relax function into one fused TensorIR PrimFunc (a kernel)."),
         _t("RewriteDataflowReshape", "Turn reshapes that only reinterpret memory into views."),
         _t("ToNonDataflow", "Leave dataflow blocks: the graph becomes a plain binding sequence."),

@@ -2,7 +2,11 @@
 with elementwise or other injective steps: a reshape, a slice) and is read by one convolution or
 matmul alone becomes part of that kernel, where it copies its input anyway (BERT at bf16: the heads
 merged back by a transpose and reshape go into the output projection's packing, 0.75x those two
-kernels' time, 1 thread, R3's measurement).
+kernels' time, 1 thread, R3's measurement). So does a kernel of float elementwise or broadcast
+steps, with or without injective ones (:data:`FUSE_ELEMENTWISE`): a pre-activation batch norm and ReLU
+(DenseNet's, ResNet v2's ``x * scale + shift``, :mod:`explorer.passes.batch_norm_affine`) read by one
+convolution is computed in that convolution's padding or bf16 packing, instead of writing a map the
+convolution reads back once. Steps that read or write another type (a quantize, a dequantize) stay.
 
 Every NCHW model that schedx computes in NHWC starts with ``transpose(input)`` before its first
 convolution, and Relax's ``FuseOps`` never puts a producer into a convolution's group (it fuses an
@@ -29,6 +33,16 @@ fp32), fp32 0.194 -> 0.163 (0.82x), ResNet-18 fp32 1.331 -> 1.318 (0.996x); 2 th
 (0.79x), 0.135 -> 0.115 (0.83x), 0.684 -> 0.706 (1.00x per round); whole models within their noise
 (0.98-1.00x). ResNet-18 bf16 again with its stem's output as bf16 bits, 30 rounds: 0.239 -> 0.209 ms (0.87x),
 the model 2.514 -> 2.492 ms (0.989x, quartiles 0.959-1.011).
+Pre-activation batch norms (bf16, two bundles alternated in one process, outputs bit-identical, other sessions
+measuring beside: 2-thread walls inflated): tf_densenet121 (59 of its 62 batch norms join a 1x1 AMX conv's
+packing; 200 -> 140 tasks) 2 threads 0.920x and 0.906x (24 idle rounds each), kernel sum 5.98 -> 5.49 ms,
+1 thread 0.880x (kernel sum 8.42 -> 7.32); tf_resnet50_v2 2 threads 0.931x, 0.949x, 1 thread 0.901x (kernel
+sum 9.53 -> 8.88). An fp32 stride-2 3x3 (its padding copy) after a batch norm: conv + batch norm 0.856 -> 0.813 ms
+(1 thread). The zoo's kernel lists (ResNet-18, MobileNetV2 at fp32 and bf16, BERT at bf16) and int8 QDQ models'
+are unchanged; tf_efficientnet_b0's input normalisation (a multiply-add on the 224 x 224 x 3 image) joins its stem's
+padding copy, and its squeeze-and-excitation squeezes their 1x1 convs (R3: 74 -> 73 kernels at fp32, 77 -> 73 at bf16).
+A search may move a fused padding copy inside output-channel tiles, recomputing the steps per tile: it keeps such a
+schedule only where it measures faster.
 """
 
 from __future__ import annotations
@@ -46,9 +60,13 @@ from explorer.schedule.defaults.expand_depthwise import expand_depthwise_blocks
 from explorer.schedule.defaults.inline import inline_producers
 
 # Relax's operator patterns (AnnotateTIROpPattern's ``op_pattern``)
+BROADCAST = 1
 INJECTIVE = 2
 OUT_ELEMWISE_FUSABLE = 4  # a convolution, a matmul: an epilogue fuses into it
 _SPATIAL = 0  # an iteration variable's type: data parallel
+# Whether a group of float elementwise or broadcast steps (a pre-activation batch norm and ReLU, with or without a
+# reshape) is fused too (the module docstring); only groups with a transpose where False.
+FUSE_ELEMENTWISE = True
 
 
 def _pattern(func) -> int | None:
@@ -112,15 +130,34 @@ def _group_of(call, mod: tvm.IRModule) -> _Group | None:
     return _Group(relax.Function(params, body, call.ty, is_pure=True).with_attr("Primitive", True))
 
 
-def _layout_change(group: _Group, mod: tvm.IRModule) -> bool:
-    """Whether the group only moves data (every kernel elementwise, broadcast or injective) and one
-    of its kernels transposes."""
+def _floats(ty) -> bool:
+    """Whether every tensor of a Relax type (a tensor or a tuple of them) holds floating-point values."""
+    if isinstance(ty, relax.TupleType):
+        return all(_floats(f) for f in ty.fields)
+    dtype = str(ty.dtype) if isinstance(ty, relax.TensorType) else ""
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def _copy_step(group: _Group, mod: tvm.IRModule) -> bool:
+    """Whether the group only moves or maps data (every kernel elementwise, broadcast or injective) and
+    one of its kernels transposes, or one computes (elementwise or broadcast) and the group reads and writes
+    floats alone (a pre-activation batch norm and its ReLU, with the reshape of a map to conv_rows' row:
+    :data:`FUSE_ELEMENTWISE`; not a quantize or dequantize step, nor a reshape alone, which is a view once
+    ``RewriteDataflowReshape`` has run)."""
     kernels = group.kernels(mod)
     if not kernels or len(kernels) != len(group.bindings):
         return False
     if any(_pattern(f) is None or _pattern(f) > INJECTIVE for f, _ in kernels):
         return False
-    return any(_permutes(f) for f, _ in kernels)
+    if any(_permutes(f) for f, _ in kernels):
+        return True
+    # (reshapes alone: a view; a squeeze is "broadcast" to AnnotateTIROpPattern, so a group of squeezes and
+    # reshapes of a few values, tf_efficientnet_b0's squeeze-and-excitation, joins its conv: a copy less, harmless)
+    if not FUSE_ELEMENTWISE or all(_pattern(f) > BROADCAST for f, _ in kernels):
+        return False
+    # floats in, out and between: a quantize -> dequantize pair inside the group (ortq_cnn_qdq) stays apart
+    return (all(_floats(p.ty) for p in group.func.params) and _floats(group.func.ret_ty)
+            and all(_floats(b.var.ty) for b in group.bindings))
 
 
 def _kept_copy_reads(func: tirx.PrimFunc, index: int) -> bool:
@@ -201,13 +238,13 @@ class _Fuser:
         return self.builder.add_func(self.builder.normalize(func), unique)
 
     def _fuse(self, call, values: dict, uses: dict, dropped: set):
-        """The consumer ``call`` with a layout change it alone reads fused into it, else None."""
+        """The consumer ``call`` with a layout change or elementwise step it alone reads fused into it, else None."""
         args = _arguments(call)
         consumer = None
         for k, arg in enumerate(args or ()):
             made = values.get(arg) if isinstance(arg, relax.Var) and uses.get(arg, 0) == 1 else None
             producer = _group_of(made, self.mod) if made is not None else None
-            if producer is None or not _layout_change(producer, self.mod):
+            if producer is None or not _copy_step(producer, self.mod):
                 continue
             consumer = consumer or _group_of(call, self.mod)
             if consumer is None or not _copies_input(consumer, k, self.mod):
@@ -241,8 +278,8 @@ class _Fuser:
 
 
 def fuse_layout_into_conv(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` (after ``FuseOps``) with each layout change read by one convolution alone fused into
-    that convolution's group (see the module docstring); ``mod`` itself where there is none."""
+    """``mod`` (after ``FuseOps``) with each layout change or float elementwise step read by one convolution
+    alone fused into that convolution's group (see the module docstring); ``mod`` itself where there is none."""
     fuser = _Fuser(mod)
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function) and not is_primitive(func):
@@ -253,7 +290,8 @@ def fuse_layout_into_conv(mod: tvm.IRModule) -> tvm.IRModule:
 @tvm.transform.module_pass(opt_level=0, name="FuseLayoutIntoConv")
 @cpu_rewrite
 def FuseLayoutIntoConv(mod: tvm.IRModule, target) -> tvm.IRModule:  # noqa: N802 - named as TVM names passes
-    """A transpose read by one convolution alone, fused into its group (see the module docstring)."""
+    """A transpose, or float elementwise steps, read by one convolution alone, fused into its group (see the
+    module docstring)."""
     return fuse_layout_into_conv(mod)
 
 

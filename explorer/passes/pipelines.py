@@ -21,7 +21,8 @@ CPU_TARGET = '{"kind": "llvm"}'
 CUDA_TARGET = "cuda"
 
 # FuseLayoutIntoConv right after FuseOps: a transpose read by one convolution or matmul alone (an NCHW model's
-# input) joins that convolution's group, which copies its input anyway (explorer.passes.layout_into_conv).
+# input), or float elementwise steps (a pre-activation batch norm and ReLU), joins that convolution's group,
+# which copies its input anyway (explorer.passes.layout_into_conv).
 # MarkWeightBuffers last: each kernel learns which arguments are weights (a schedule may read
 # them packed, computed once at build time: export.weight_layouts); it changes the kernels' keys.
 # DispatchSortScan first: LegalizeOps has no lowering for sort, argsort and topk (a k-nearest-
