@@ -170,3 +170,112 @@ def test_on_any_core_count_and_batch_the_packing_loops_have_fixed_extents(shape,
     packing = sch.get_loops(sch.get_sblock("bf16_nhwc_input"))
     assert all(isinstance(sch.get(loop).extent, tvm.tirx.IntImm) for loop in packing), func.script()
     assert ("rows outermost" in choice.steps[0]) == banded, choice
+
+
+# a 1x1 over a map of one padded row (conv_rows: tf2onnx's MobileNetV2 at 160x160), weights-heavy (4 calls
+# of 28 pixels along the row, 12 panels) and input-heavy (25 calls of 16 pixels, one panel pair)
+ONE_ROW, ONE_ROW_LIGHT = (1, 64, 1, 112, 384, 1, 1, 0), (1, 192, 1, 400, 32, 1, 1, 0)
+SPR8 = parse_target("cpu:sapphirerapids", cores=8)
+
+
+def test_a_weights_heavy_1x1_over_one_row_runs_a_band_of_pixels_a_core_packing_them_in_one_parallel_loop():
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW), SPR2.cpu_spec())
+    assert "pixels outermost (a band of the row a core)" in choice.steps[0], choice
+    # 2 bands of 56 pixels (112 packed rows of K: each band packs its own), 2 calls x 12 panels a band,
+    # a unit loop around each call (its sums a buffer of one call)
+    assert _loops(func, "bf16_nhwc_input")[:2] == [(2, True), (56, False)], func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(2, True), (24, False), (1, False)]
+    assert _parallel_launches(tvm.compile(tvm.IRModule({"main": func}), target=SPR2.tvm())) == 1
+
+
+def test_on_8_cores_a_row_of_4_calls_takes_no_bands_and_its_packing_runs_its_pixels_in_parallel():
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW), SPR8.cpu_spec())
+    assert "outermost" not in choice.steps[0] and "pixels of its one row in parallel" in choice.steps[0], choice
+    assert _loops(func, "bf16_nhwc_input")[0] == (112, True), func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(48, True), (1, False)]
+    assert _parallel_launches(tvm.compile(tvm.IRModule({"main": func}), target=SPR8.tvm())) == 2
+
+
+@pytest.mark.parametrize("target", [SPR2, SPR8], ids=["2-cores", "8-cores"])
+def test_an_input_heavy_1x1_over_one_row_packs_its_pixels_in_parallel_before_its_calls(target):
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW_LIGHT), target.cpu_spec())
+    assert "pixels of its one row in parallel" in choice.steps[0] and "outermost" not in choice.steps[0], choice
+    assert _loops(func, "bf16_nhwc_input")[0] == (400, True), func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(25, True), (1, False)]
+
+
+def test_without_the_switches_a_one_row_1x1_runs_its_panels_outermost_after_a_packing_of_one_task(monkeypatch):
+    monkeypatch.setattr(bf16_amx_conv, "BANDS_ONE_ROW_1X1", False)
+    monkeypatch.setattr(bf16_amx_conv, "PACK_ONE_ROW_BY_PIXELS", False)
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW), SPR2.cpu_spec())
+    assert "outermost" not in choice.steps[0] and "rows in parallel" in choice.steps[0], choice
+    assert _loops(func, "bf16_nhwc_input")[0] == (1, True), func.script()
+    assert _loops(func, "conv2d_nhwc_bf16_o_update") == [(48, True), (1, False)]
+
+
+def test_a_replayed_trace_of_a_one_row_band_builds_the_same_kernel():
+    import tvm_ffi
+
+    from explorer.schedule.trace import replay
+    from explorer.workload.keys import owned_task_module
+
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW), SPR2.cpu_spec())
+    replayed = replay(owned_task_module(direct_conv_func(*ONE_ROW)), choice.trace).mod["main"]
+    assert tvm_ffi.structural_equal(replayed, func)
+
+
+@NEEDS_AMX
+@pytest.mark.parametrize("shape", [ONE_ROW, ONE_ROW_LIGHT], ids=["one-row-bands", "one-row-input-heavy"])
+def test_1x1_over_one_row_matches_numpy_as_bf16_products_with_fp32_sums(shape):
+    func, choice = default_schedule(direct_conv_func(*shape), parse_target("cpu", cores=2).cpu_spec())
+    assert ("pixels outermost" in choice.steps[0]) == (shape == ONE_ROW), choice  # (2 cores: the bands)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu").tvm())
+    got, x, w = run_direct_conv(lib, shape)
+    exact = reference_conv_nhwc(bf16_round(x), bf16_round(w), 1, 0)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+SPR4 = parse_target("cpu:sapphirerapids", cores=4)
+
+
+def test_on_4_cores_a_row_of_4_calls_takes_no_bands_each_band_streaming_all_the_weights():
+    """Measured on 2 cores only (BANDS_ONE_ROW_MAX_CORES): on 4, where the 4 calls would split evenly, panels
+    stay outermost after a packing of the row's pixels in parallel."""
+    func, choice = default_schedule(direct_conv_func(*ONE_ROW), SPR4.cpu_spec())
+    assert "outermost" not in choice.steps[0] and "pixels of its one row in parallel" in choice.steps[0], choice
+
+
+def _split_one_row():
+    from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func
+
+    n, c, h, w, oc = ONE_ROW[:5]
+    packed = pack_split_weights(np.zeros((oc, c, 1, 1), np.float32))
+    return split_conv_func((n, h, w, c), packed.shape, strides=(1, 1), padding=(0, 0), out_hw=(h, w)), pack_split_weights
+
+
+def test_a_split_product_over_one_row_takes_bands_and_its_trace_replays():
+    """tf2onnx's MobileNetV2 expansions are split products (bf16_conv_split): the same bands, the band's pixels
+    packed in the band; the default's trace (the Schedule page's steps) rebuilds the same kernel."""
+    import tvm_ffi
+
+    from explorer.schedule.trace import replay
+    from explorer.workload.keys import owned_task_module
+
+    func, choice = default_schedule(_split_one_row()[0], SPR2.cpu_spec())
+    assert "pixels outermost (a band of the row a core)" in choice.steps[0], choice
+    assert "the pixels of a core's band rounded to bf16" in " ".join(choice.steps), choice
+    assert tvm_ffi.structural_equal(replay(owned_task_module(_split_one_row()[0]), choice.trace).mod["main"], func)
+
+
+@NEEDS_AMX
+def test_a_split_product_over_one_row_in_bands_matches_numpy():
+    func0, pack_split_weights = _split_one_row()
+    func, _ = default_schedule(func0, parse_target("cpu", cores=2).cpu_spec())
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=parse_target("cpu").tvm())
+    n, c, h, w, oc = ONE_ROW[:5]
+    rng = np.random.default_rng(1)
+    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((oc, c, 1, 1)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((n, h, w, oc), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_split_weights(wt)), out)
+    exact = reference_conv_nhwc(bf16_round(x), wt, 1, 0)  # (the weights split in two bf16 parts: about 2^-16 off)
+    assert np.abs(out.numpy() - exact).max() <= 1e-4 * np.abs(exact).max()

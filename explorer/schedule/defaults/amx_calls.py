@@ -20,10 +20,12 @@ MIN_CALLS_PER_CORE = 4  # the calls a core gets at least (load balance between t
 MAX_CALL_SUMS = 32 * 1024  # bytes of fp32 sums one call stores for its epilogue (they stay in L1)
 
 
-def call_fits(grids: int, grid_sums: int, cores: int, per_call: int) -> bool:
+def call_fits(grids: int, grid_sums: int, cores: int, per_call: int, max_sums: int | None = None) -> bool:
     """Whether calls of ``per_call`` grids each (of a kernel's ``grids``, ``grid_sums`` fp32 sums a
-    grid) keep :data:`MIN_CALLS_PER_CORE` calls a core and at most :data:`MAX_CALL_SUMS` bytes of sums."""
-    return grids // per_call >= MIN_CALLS_PER_CORE * cores and grid_sums * per_call * 4 <= MAX_CALL_SUMS
+    grid) keep :data:`MIN_CALLS_PER_CORE` calls a core and at most ``max_sums`` bytes of sums (None:
+    :data:`MAX_CALL_SUMS`)."""
+    cap = MAX_CALL_SUMS if max_sums is None else max_sums
+    return grids // per_call >= MIN_CALLS_PER_CORE * cores and grid_sums * per_call * 4 <= cap
 
 
 def most_dividing(count: int, ok: Callable[[int], bool]) -> int:

@@ -17,7 +17,8 @@ rows (``parallel(n, h / 2, o / 32)``, :data:`ROWS_A_CALL`); a 1x1 one with more 
 rows outermost instead, a band of rows a core (:data:`ROW_BANDS_1X1`), a band of 3-7 rows one call
 (:data:`BAND_A_CALL_1X1`); a call over all of a 7-row map takes 16-channel panels where 32-channel ones
 would split unevenly among the cores (:data:`EVEN_PANELS_ODD_ROWS`). Where the input outweighs the
-weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`). The call's own
+weights, one call takes several grids of tiles (:data:`GROUPED_CALLS`), more where its epilogue adds a
+residual map (:data:`RESIDUAL_CALL_SUMS`). The call's own
 ``tilezero`` is the sums' init: the tile block is decomposed and its init tensorized into no code
 (:func:`explorer.schedule.amx_bf16_conv.register_zero`), trace steps a replay repeats. The packing
 block (``bf16_nhwc_input``: the input rounded and padded) runs its rows in parallel, channels
@@ -25,7 +26,9 @@ vectorized (where they fill no vector, the input's box of rows and columns apart
 :data:`PACK_INSIDE_APART`), before; a 1x1 kernel whose input outgrows L2, or is strided, packs
 the rows a chunk of calls reads in that chunk instead (:data:`PACK_PER_CALL`), and a weights-heavy kernel tiled across
 rows all of its input in each core's share of the panels (:data:`PACK_PER_CORE`), a weights-heavy 1x1 over
-whole rows the rows each core's share reads in that share (its band; all of them on a 7-row map).
+whole rows the rows each core's share reads in that share (its band; all of them on a 7-row map), and one
+over a map of one padded row the pixels of its band, one a core (:data:`BANDS_ONE_ROW_1X1`); a packing done
+once over one row runs its pixels in parallel (:data:`PACK_ONE_ROW_BY_PIXELS`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from explorer.schedule.amx_ir import TILE_REGISTERS
 from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
 from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
-from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
+from explorer.schedule.defaults.epilogue import epilogue_per_tile, epilogue_reads_a_map, vectorize_epilogue
 from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA
 from explorer.schedule.defaults.machine import CpuSpec
 
@@ -154,6 +157,34 @@ ROW_BANDS_1X1 = True
 # 0.0173 -> 0.0168 and 0.0089 -> 0.0087 ms; 3 x 1 grids instead (three rows a step): 0.0160 and 0.0092
 # ms, in the model 0.963x. Measured on 2 cores only. False: 32-channel panels there, as before.
 EVEN_PANELS_ODD_ROWS = True
+# A weights-heavy 1x1 kernel over a map of one (padded) row (conv_rows: tf2onnx's MobileNetV2 at 160x160,
+# 96 -> 576 and 64 -> 384 over a row of 100 pixels, padded to 112) runs its pixels outermost, a band of
+# them a core (all the panels), and packs its band's pixels in its share (one parallel loop), where the
+# calls along the row split evenly among the cores; it ran panels outermost after a packing that was a
+# parallel loop of extent 1 (one core packed all of the input, the other read its half from that core's
+# cache), 2 threads no faster than one. Alone, looped (11 alternated rounds, idle rounds only, load 0.6),
+# 2 threads: 96 -> 576 0.0255 -> 0.0144 ms, 64 -> 384 0.0166 -> 0.0089 (pixels outermost but packed
+# once: 0.0179 and 0.0110); 1 thread (CPU time) 0.0238 -> 0.0233, 0.0139 -> 0.0140. With
+# PACK_ONE_ROW_BY_PIXELS, against neither (bundles alternated in one process, idle rounds only, load 0.6-0.8),
+# 2 threads: tf_mobilenet_v2 wall 0.908x and 0.909x (2.18 -> 2.01 ms; 24 rounds each, order swapped), its AMX
+# convs 0.792x (0.725 -> 0.573 ms; 96 -> 576 x3 0.128 -> 0.087, 64 -> 384 x4 0.104 -> 0.074, 192 -> 32 x1
+# 0.063 -> 0.033), the depthwise convs after them faster too; tf_resnet50_v2 wall 0.930x (16 rounds), its
+# AMX convs 0.907x; 1 thread (12-20 rounds) tf_mobilenet_v2 wall 1.022x and 0.987x, tf_resnet50_v2 1.013x
+# and 0.975x (level). The zoo's resnet18 and mobilenet_v2 have no such kernel (their schedules unchanged).
+# Measured on 2 cores only. False: panels outermost, packed once.
+BANDS_ONE_ROW_1X1 = True
+# Every band streams all the weights: measured at 2 cores only, so at most this many (more: panels outermost).
+BANDS_ONE_ROW_MAX_CORES = 2
+# A packing done once (before the calls) over a map of one (padded) row runs its pixels in parallel, not
+# its rows (one: a parallel loop of extent 1, one core packing all of the input). tf2onnx's MobileNetV2 at
+# 160x160, 192 -> 32 over 400 pixels with the residual add (25 calls: no even bands), alone, looped, 2
+# threads (idle rounds only, load 0.5): 0.0224 -> 0.0104 ms (15 rounds; again 0.0240 -> 0.0100 and 0.0209
+# -> 0.0136, 11 each); packing per chunk of 5 calls instead 0.0105; 1 thread (CPU time, 11 rounds) 0.0136
+# -> 0.0141. tf_resnet50_v2's input-heavy 1x1s over one row (grouped calls), alone, 2 threads (11 idle
+# rounds, load 0.5-0.6): 0.0526 -> 0.0497, 0.0951 -> 0.0834, 0.0442 -> 0.0277, 0.0286 -> 0.0206 ms; 1
+# thread (21 rounds) 0.992x and 0.994x (the base against itself 0.972x, 1.003x). False: rows in parallel
+# there too (one loop of extent 1), as before.
+PACK_ONE_ROW_BY_PIXELS = True
 # With ROW_BANDS_1X1, a stride-1 1x1 whose rows split evenly into one band a core of 3 to ODD_ROWS_A_CALL
 # rows takes the whole band a call, not two rows (pairs of rows, then the last alone: a 14-row map's two
 # bands of 7 at 2 cores): each panel's weights then feed all of the band's rows from L1, where two rows a
@@ -193,6 +224,23 @@ SUMS_PER_CALL = True
 # bit-identical. What is left of the fp32 epilogue is its output's stores (writing bf16 bits instead, the
 # 64 -> 384 @14 took 0.079 ms at 2 threads, H5). False: one buffer a chunk, as before.
 SUMS_PER_CALL_IN_CHUNK = True
+# Grouped calls whose epilogue reads a map of the output's size (a residual add) take up to this many bytes
+# of sums a call, not MAX_CALL_SUMS (amx_calls): more pixels a call, so that each epilogue reads a longer run
+# of the residual. Why the fused add cost nearly what its own kernel had: the residual comes from L3 (1.6 MB
+# at ~18 GB/s, one thread), read in bursts of one call's 8 KB between AMX calls; the epilogue's code was
+# already whole-zmm loads, adds and stores in the sums' order, in the calls' one parallel region.
+# Prefetching the residual a call ahead (prefetcht0/t1, in or before the epilogue), copying it before the
+# call, 16 KB calls or the epilogue channels-outer were all 3-47% slower (the 128 -> 512 1x1 over a row of
+# 400, alone). tf_resnet50_v2's 64 -> 256 1x1 + residual at 40x40 (five 8-pixel tiles a row) now takes a
+# whole row a call (40 KB of sums, not 8 KB); no other kernel of it, resnet18 or mobilenet_v2 changes. In
+# the model (bundles alternated in one process, idle rounds only, outputs identical), 2 threads: its two
+# kernels 0.369 -> 0.299 and 0.357 -> 0.296 ms (per-round ratios 0.824 and 0.856; 20 rounds each, order
+# swapped, load 1.2-1.7), wall 0.992x and 0.993x; 1 thread (10 rounds) 0.687 -> 0.629 ms (0.922), wall 0.978x.
+# Alone, looped, 1 thread: 0.343 -> 0.291 ms. Without the add (a bias alone) 40 KB calls were level or
+# slower: not applied there. None: every call MAX_CALL_SUMS, as before.
+# (40 KB, not more: a whole 40-pixel row of 256 channels; 64 KB gave ResNet-50 v1's 14x14 residual kernels 56 KB
+# calls, past Sapphire Rapids' 48 KB L1 and never measured: R4)
+RESIDUAL_CALL_SUMS = 40 * 1024
 PACK_ONCE_BYTES = 2 * 1024 * 1024
 PACK_CHUNK_BYTES = 64 * 1024
 PACK_LANES = 16  # the packing's vector: 16 fp32 rounded to 16 bf16
@@ -281,15 +329,18 @@ def _over_rows(dot: AmxBf16Conv, width: int, cols: int, height: int, cores: int,
 def _grouped(sch: s_tir.Schedule, block, dot: AmxBf16Conv, rows: int, cols: int, outer: list[int],
              cpu: CpuSpec, weights_heavy: bool) -> AmxBf16Conv:
     """``dot`` with as many grids a call as keep :data:`MIN_CALLS_PER_CORE` calls a core and
-    :data:`MAX_CALL_SUMS` bytes of sums a call: first more channels (all of a pixel's), then more
-    pixels of the row (:data:`GROUPED_CALLS`). Not where the weights outweigh the input (they
+    :data:`MAX_CALL_SUMS` bytes of sums a call (:data:`RESIDUAL_CALL_SUMS` where the epilogue adds a
+    residual map): first more channels (all of a pixel's), then more pixels of the row
+    (:data:`GROUPED_CALLS`). Not where the weights outweigh the input (they
     stream from memory once, each B tile used by the calls of every row in turn: 3x3 512 @7 and
     128 @28 were 2-4% slower grouped, 3x3 64 @56 4% faster)."""
     if not GROUPED_CALLS or dot.out_rows > 1 or weights_heavy:
         return dot
     tiles = prod(outer) * (rows // dot.rows) * (cols // dot.cols)
-    gc = most_dividing(cols // dot.cols, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g))
-    gr = most_dividing(rows // dot.rows, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g * gc))
+    # (a flat kernel's epilogue runs after all its calls, not per call: not there)
+    cap = RESIDUAL_CALL_SUMS if RESIDUAL_CALL_SUMS and not dot.flat and epilogue_reads_a_map(sch, block) else None
+    gc = most_dividing(cols // dot.cols, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g, cap))
+    gr = most_dividing(rows // dot.rows, lambda g: call_fits(tiles, dot.rows * dot.cols, cpu.cores, g * gc, cap))
     return replace(dot, row_groups=gr, col_groups=gc)
 
 
@@ -311,8 +362,13 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         inner = [row_i]
     row_calls = int(sch.get(row_o).extent)
     images = prod(int(sch.get(loop).extent) for loop in outer)
-    bands = _row_bands(dot, weights_heavy, images, row_calls, col_calls, cpu)
-    order = [col_o, *outer, row_o] if weights_heavy and not bands else [*outer, row_o, col_o]
+    one_row = dot.out_rows == 1 and not dot.flat and int(sch.get(outer[-1]).extent) == 1
+    band = None  # a one-row map's band of pixels a core (BANDS_ONE_ROW_1X1)
+    if one_row and _pixel_bands(dot, weights_heavy, images, row_calls, cpu):
+        band, row_o = sch.split(row_o, [cpu.cores, None])
+    bands = band is not None or _row_bands(dot, weights_heavy, images, row_calls, col_calls, cpu)
+    across = [*outer, row_o] if band is None else [*outer, band, row_o]  # (the band outside its calls)
+    order = [col_o, *outer, row_o] if weights_heavy and not bands else [*across, col_o]
     sch.reorder(*order, *inner, col_i, *reduce)
     # a flat kernel's tiles are no box of output pixels (its row copy and epilogue run after it), but
     # a panel's calls cover all of its pixels (FLAT_EPILOGUE_PER_PANEL; one image)
@@ -320,20 +376,29 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     per_panel = (_panel_epilogue(sch, block, col_calls * dot.cols) if dot.flat and weights_heavy and one_image
                  and col_calls >= MIN_CALLS_PER_CORE * cpu.cores else None)
     epilogue = None if dot.flat else epilogue_per_tile(sch, block, order[-1])
+    # a band's pixels packed in the band before the blockize (after it TVM takes the root scope of a
+    # one-row kernel for no stage pipeline, and compute_at refuses), the band's loop the parallel one
+    packing = None if band is None else _schedule_input(sch, band, band=True)
     tile = sch.blockize(row_i)
-    if per_panel is None:
-        calls = sch.fuse(*order)
-    else:  # the panels in parallel, a panel's calls in turn, then its row copy and epilogue
-        calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
-    per_core = bands or (PACK_PER_CORE and per_panel is not None)
-    chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_core)
-    packs, unit = calls, None
-    if chunk > 1:
-        packs, calls = sch.split(calls, [None, chunk])
-        if per_panel is None and SUMS_PER_CALL and SUMS_PER_CALL_IN_CHUNK:
+    if band is not None:
+        packs, calls = sch.fuse(*order[:-2]), sch.fuse(*order[-2:])
+        chunk, unit = int(sch.get(calls).extent), None
+        if SUMS_PER_CALL and SUMS_PER_CALL_IN_CHUNK:
             calls, unit = sch.split(calls, [None, 1])
-    elif per_panel is None and SUMS_PER_CALL:  # a unit loop a split makes (a step the Schedule page shows)
-        packs, unit = sch.split(calls, [None, 1])
+    else:
+        if per_panel is None:
+            calls = sch.fuse(*order)
+        else:  # the panels in parallel, a panel's calls in turn, then its row copy and epilogue
+            calls, epilogue = _merge_per_panel(sch, sch.fuse(*order[:-1]), per_panel, dot.cols), per_panel
+        per_core = bands or (PACK_PER_CORE and per_panel is not None)
+        chunk = _pack_chunk(sch, block, dot, col_calls, int(sch.get(calls).extent), cpu, per_core)
+        packs, unit = calls, None
+        if chunk > 1:
+            packs, calls = sch.split(calls, [None, chunk])
+            if per_panel is None and SUMS_PER_CALL and SUMS_PER_CALL_IN_CHUNK:
+                calls, unit = sch.split(calls, [None, 1])
+        elif per_panel is None and SUMS_PER_CALL:  # a unit loop a split makes (a step the Schedule page shows)
+            packs, unit = sch.split(calls, [None, 1])
     sch.parallel(packs)
     # the tile's init a block of its own, tensorized into no code: the call starts from tilezero
     # (per panel: the init inside the panel's iteration, so that its epilogue can follow there; else
@@ -352,9 +417,10 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     steps = [f"{name}: {dot.name} (AMX tdpbf16ps, direct NHWC, no im2col: {dot.mt} x {dot.nt} tiles of {dot.m} "
              f"rows x {PANEL} channels over {walk}, stride {dot.stride}, fp32 in tiles"
              f"{_grids(dot)}{f', {dot.out_rows} output rows a call' if dot.out_rows > 1 else ''}), parallel outside"
-             f"{', rows outermost (a band of rows a core)' if bands and row_calls > 1 else ''}"
+             f"{', pixels outermost (a band of the row a core)' if band is not None else ''}"
+             f"{', rows outermost (a band of rows a core)' if bands and band is None and row_calls > 1 else ''}"
              f"{'' if epilogue is None else ', epilogue per tile' if per_panel is None else ', epilogue per panel'}"]
-    return "; ".join(steps + _schedule_input(sch, packs if chunk else None))
+    return "; ".join(steps + (packing if packing is not None else _schedule_input(sch, packs if chunk else None)))
 
 
 def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: int, col_calls: int,
@@ -376,6 +442,14 @@ def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: in
         return share % (row_calls * col_calls) == 0
     rows = {(c * share + share - 1) // col_calls - (c * share) // col_calls for c in range(cpu.cores)}
     return len(rows) == 1 and (cpu.cores <= 2 or share % col_calls == 0)
+
+
+def _pixel_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: int, cpu: CpuSpec) -> bool:
+    """Whether a 1x1 kernel over a map of one (padded) row runs in bands of its pixels, one a core,
+    each packing its band's pixels in its share of the calls (:data:`BANDS_ONE_ROW_1X1`): one image at
+    stride 1, its ``row_calls`` along the row splitting evenly among the cores."""
+    return (BANDS_ONE_ROW_1X1 and weights_heavy and images == 1 and dot.kh * dot.kw == 1 and dot.stride == 1
+            and 1 < cpu.cores <= BANDS_ONE_ROW_MAX_CORES and row_calls % cpu.cores == 0)
 
 
 def _panel_epilogue(sch: s_tir.Schedule, block, channels: int):
@@ -424,11 +498,11 @@ def _grids(dot: AmxBf16Conv) -> str:
     return f"; {dot.row_groups} x {dot.col_groups} grids a call, one ldtilecfg" if groups > 1 else ""
 
 
-def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
+def _schedule_input(sch: s_tir.Schedule, call=None, band: bool = False) -> list[str]:
     """The packing block's rows in parallel, its channels vectorized where they fill vectors, or, where
     they do not (the stem's 3 + 1 channels), its box of input rows and columns packed apart from the
     padding (:data:`PACK_INSIDE_APART`); with ``call`` (the parallel loop of chunks of calls), the rows
-    a chunk reads packed in that chunk instead."""
+    a chunk reads packed in that chunk instead (``band``: the chunk is a core's band of a one-row map's pixels)."""
     block = next((b for b in root_blocks(sch) if sch.get(b).name_hint == INPUT_NAME), None)
     if block is None:
         return []
@@ -443,16 +517,21 @@ def _schedule_input(sch: s_tir.Schedule, call=None) -> list[str]:
     if call is None and not lanes and _pack_inside_apart(sch, block):
         return [f"{INPUT_NAME}: rounded to bf16 and padded once, the input's rows and columns apart from the "
                 "padding (the box's rows in parallel, no branch: vectorized by LLVM)"]
+    one_row = (PACK_ONE_ROW_BY_PIXELS and call is None and len(loops) == 4
+               and int(sch.get(loops[1]).extent) == 1)
     if call is None:
-        sch.parallel(sch.fuse(*loops[:2]))
+        sch.parallel(sch.fuse(*loops[:3 if one_row else 2]))  # (one row: its pixels in parallel)
     if lanes:
         # 16 lanes a vector: vectorized whole, padded channels (144 -> 160) made TVM keep the loop
         # scalar (a select per lane) and LLVM vectorize it 8 lanes wide (the 144 -> 24 @56 kernel,
         # one thread, load 4: 0.085-0.086 -> 0.075-0.077 ms; unpadded ones level to 4% faster)
         sch.vectorize(sch.split(c, [None, PACK_LANES])[1])
+    if call is not None and band:
+        return [f"{INPUT_NAME}: the pixels of a core's band rounded to bf16 and padded in that band"]
     if call is not None:
         return [f"{INPUT_NAME}: the rows a chunk of calls reads rounded to bf16 and padded in that chunk"]
-    return [f"{INPUT_NAME}: rows in parallel, rounded to bf16 and padded once"]
+    what = "pixels of its one row" if one_row else "rows"
+    return [f"{INPUT_NAME}: {what} in parallel, rounded to bf16 and padded once"]
 
 
 def _pack_inside_apart(sch: s_tir.Schedule, block) -> bool:

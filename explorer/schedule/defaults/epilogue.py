@@ -3,6 +3,8 @@ and the direct bf16 convolution's (:mod:`.bf16_amx_conv`) share."""
 
 from __future__ import annotations
 
+from math import prod
+
 from tvm import s_tir
 
 from explorer.schedule.defaults.analysis import block_facts
@@ -23,6 +25,18 @@ def epilogue_per_tile(sch: s_tir.Schedule, block, tile_loop):
     return consumers[0]
 
 
+def epilogue_reads_a_map(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block``'s one spatial consumer (its epilogue) reads, besides ``block``'s output, a
+    buffer of as many values as the epilogue writes: a map (a residual add), not a per-channel
+    constant (a bias, a batch norm's scale), a broadcast along some axes, or a scalar."""
+    consumers = sch.get_consumers(block)
+    if len(consumers) != 1 or not block_facts(sch, consumers[0]).is_spatial:
+        return False
+    out, epilogue = sch.get(block).writes[0].source, sch.get(consumers[0])
+    values = prod(int(d) for d in epilogue.writes[0].source.shape)
+    return any(not r.source.same_as(out) and prod(int(d) for d in r.source.shape) >= values for r in epilogue.reads)
+
+
 def vectorize_epilogue(sch: s_tir.Schedule, epilogue) -> None:
     """Vectorize the channel loop of a tile's epilogue (``epilogue_per_tile``'s block; None: nothing
     to do); a loop TVM does not vectorize is left to LLVM."""
@@ -34,4 +48,4 @@ def vectorize_epilogue(sch: s_tir.Schedule, epilogue) -> None:
         pass
 
 
-__all__ = ["epilogue_per_tile", "vectorize_epilogue"]
+__all__ = ["epilogue_per_tile", "epilogue_reads_a_map", "vectorize_epilogue"]
