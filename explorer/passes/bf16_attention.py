@@ -23,6 +23,14 @@ as a weight product's bias does. BERT's layer, 1 thread, profile: ``Q K^T`` 0.10
 ``P V`` 0.082 -> 0.048, the three copies ~0.08 -> 0.071; the layer 0.96x (alternated bundles, CPU
 time, busy machine). Before that, K's rows read by the kernel's own packing: 0.073 -> 0.025 ms.
 
+Heads whose width is no whole AMX tile (SVTR's 24): on a CPU with AMX-BF16, K is padded with zeros
+to a tile row (32) and N to whole panels of 16 in the packings (:func:`padded_shape`), the padded
+columns sliced off after (FuseOps fuses the slice into the product's kernel); zeros times zeros add
+nothing. K = 24 had run on ``vdpbf16ps`` at half the fp32 FMA rate and N = 24 stayed an fp32
+matmul: SVTR (pd_ocr_rec_svtr, 4 heads of 24 over 256 tokens), 1 thread, kernels alone: ``Q K^T``
+0.123 -> 0.041 ms, ``P V`` 0.093 -> 0.053; the model at 2 threads 0.862x (bundles alternated, 16
+idle rounds, quartiles 0.847-0.908). Without AMX they stay as they were.
+
 The fallback: an operand that is no heads split (the softmax's output, ``P``) is rounded by the
 product's kernel itself, in a packing block of its own.
 
@@ -39,7 +47,7 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info, use_counts
-from explorer.schedule.bf16_dot import BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, to_bits, widen
+from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, to_bits, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
@@ -52,38 +60,70 @@ _FLOAT_OUT = ("", "None", "void", "float32")
 MIN_HEAD_PRODUCT = 32 * 32 * 32
 
 
-def bf16_rows(a: te.Tensor, scale: float = 1.0) -> te.Tensor:
+def _zero_beyond(index, extent: int, bits):
+    """``bits`` where ``index`` < ``extent``, else a zero (a padded reduction's or column's bits)."""
+    return tvm.tirx.if_then_else(index < extent, bits, tvm.tirx.const(0, "uint16"))
+
+
+def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None) -> te.Tensor:
     """``a`` (times ``scale``, a power of two: :func:`folded_scales`) rounded to bf16 (nearest even),
     as its bits (uint16), in its own layout: a product's ``a`` operand packed ahead (fused into the
-    kernel that computes ``a``)."""
+    kernel that computes ``a``). ``k_to``: its rows padded with zeros to that length
+    (:func:`padded_shape`)."""
     value = (lambda ix: a[ix]) if scale == 1.0 else (lambda ix: a[ix] * tvm.tirx.const(scale, "float32"))
-    return te.compute(a.shape, lambda *ix: to_bits(value(ix)), name="bf16_pack", attrs={PACK_ATTR: 1})
+    *lead, k = (int(v) for v in a.shape)
+    if k_to is None or k_to == k:
+        return te.compute(a.shape, lambda *ix: to_bits(value(ix)), name="bf16_pack", attrs={PACK_ATTR: 1})
+
+    def padded(*ix):
+        *h, j = ix
+        return _zero_beyond(j, k, to_bits(value((*h, tvm.tirx.min(j, k - 1)))))
+    return te.compute((*lead, k_to), padded, name="bf16_pack", attrs={PACK_ATTR: 1})
 
 
-def bf16_panels(b: te.Tensor, b_rows: bool = False) -> te.Tensor:
+def bf16_panels(b: te.Tensor, b_rows: bool = False, k_to: int | None = None, n_to: int | None = None) -> te.Tensor:
     """``b`` (``[..., K, N]``; ``b_rows``: given as its transpose ``[..., N, K]``) rounded to bf16 as
     bits, in panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``): a product's ``b``
-    operand packed ahead, or by the product's own packing block."""
+    operand packed ahead, or by the product's own packing block. ``k_to``, ``n_to``: K and N padded
+    with zeros to those lengths (:func:`padded_shape`)."""
     *lead, k, n = (int(v) for v in b.shape)
     if b_rows:
         k, n = n, k
+    kp, np_ = k_to or k, n_to or n
 
     def panel(*ix):
         *h, p, k2, c, kk = ix
-        return to_bits(b[(*h, p * PANEL + c, k2 * PAIR + kk)] if b_rows else b[(*h, k2 * PAIR + kk, p * PANEL + c)])
-    return te.compute((*lead, n // PANEL, k // PAIR, PANEL, PAIR), panel, name="bf16_pack_b",
+        i, j = k2 * PAIR + kk, p * PANEL + c
+        if kp != k:
+            i = tvm.tirx.min(i, k - 1)
+        if np_ != n:
+            j = tvm.tirx.min(j, n - 1)
+        bits = to_bits(b[(*h, j, i)] if b_rows else b[(*h, i, j)])
+        if kp != k:
+            bits = _zero_beyond(k2 * PAIR + kk, k, bits)
+        if np_ != n:
+            bits = _zero_beyond(p * PANEL + c, n, bits)
+        return bits
+    return te.compute((*lead, np_ // PANEL, kp // PAIR, PANEL, PAIR), panel, name="bf16_pack_b",
                       attrs={PACK_ATTR: 1, PANEL_READ_ATTR: "rows" if b_rows else "columns"})
 
 
-def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False) -> te.Tensor:
+def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False, pad: bool = False) -> te.Tensor:
     """``c[..., i, j] = sum f32(bf16(a[..., i, k])) * f32(bf16(b[..., k, j]))``, fp32 sums; the
     rounding of each operand a block of its own (``b``'s into panels of 16 columns x pairs).
     ``b_rows``: ``b`` is given as its transpose ``[..., N, K]`` (attention's K as it comes, one
     row a token: its panels then read rows, pairs along K side by side). An operand given as
-    uint16 is already packed (:func:`bf16_rows`, :func:`bf16_panels`): read as it is."""
+    uint16 is already packed (:func:`bf16_rows`, :func:`bf16_panels`): read as it is. ``pad``: an
+    operand this kernel packs is padded as :func:`padded_shape` says (one packed ahead already is);
+    the result then has the padded columns (sliced by the caller)."""
     *lead, m, k = (int(v) for v in a.shape)
-    ab = a if a.dtype == "uint16" else bf16_rows(a)
-    bb = b if b.dtype == "uint16" else bf16_panels(b, b_rows)
+    n = int(b.shape[-4]) * PANEL if b.dtype == "uint16" else int(b.shape[-2] if b_rows else b.shape[-1])
+    kp, np_ = padded_shape(m, k, n, pad)
+    ab = a if a.dtype == "uint16" else bf16_rows(a, k_to=kp)
+    bb = b if b.dtype == "uint16" else bf16_panels(b, b_rows, k_to=kp, n_to=np_)
+    k = int(ab.shape[-1])
+    if int(bb.shape[-3]) * PAIR != k:  # (operands packed ahead each padded their own way)
+        raise ValueError(f"the product's operands disagree on K: {k} in a's rows, {int(bb.shape[-3]) * PAIR} in b's panels")
     panels = int(bb.shape[-4])
     k2, kk = te.reduce_axis((0, k // PAIR), "k2"), te.reduce_axis((0, PAIR), "kk")
 
@@ -105,12 +145,12 @@ class ScaleFolds:
     product_of: dict = field(default_factory=dict)
 
 
-def folded_scales(func: relax.Function) -> ScaleFolds:
+def folded_scales(func: relax.Function, pad: bool = False) -> ScaleFolds:
     """The products of two activations of ``func`` whose result is only multiplied by a constant power
     of two (attention's ``Q K^T / 8``) and whose ``a`` is a heads split (packed ahead anyway). The
     scale then multiplies ``a`` in its packing (:func:`bf16_rows`), exactly (bf16 and fp32 keep a
     power of two's product exact), and the product's kernel has no epilogue: its tiles store the
-    scores themselves."""
+    scores themselves. ``pad``: as :func:`fits` takes it."""
     bindings = [b for b in iter_bindings(func) if isinstance(b, relax.VarBinding)]
     values = {b.var: b.value for b in bindings}
     bound = lambda v: values.get(v, v)  # noqa: E731
@@ -124,7 +164,7 @@ def folded_scales(func: relax.Function) -> ScaleFolds:
             x, c = call.args[side], call.args[other]
             product = values.get(x) if isinstance(x, relax.Var) else None
             scale = _power_of_two(c)
-            if product is not None and scale is not None and uses.get(x) == 1 and fits(product) \
+            if product is not None and scale is not None and uses.get(x) == 1 and fits(product, pad) \
                     and split_heads(product.args[0], bound):
                 scale_of[product], product_of[call] = scale, x
                 break
@@ -165,7 +205,17 @@ def untransposed(b, bound):
     return rhs.args[0], axes[:-2] + [axes[-1], axes[-2]]
 
 
-def fits(call) -> bool:
+def padded_shape(m: int, k: int, n: int, pad: bool) -> tuple[int, int]:
+    """(K, N) of a ``m x k x n`` product of two activations as its bf16 kernel computes it: with
+    ``pad`` (the CPU has AMX tiles), K padded with zeros to a whole tile row (:data:`AMX_K`) and N to
+    whole panels, where the rows fill whole tiles (SVTR's heads of 24: K = 24 ran on vdpbf16ps at
+    half the fp32 FMA rate, N = 24 stayed fp32); else as they are."""
+    if not pad or m % 16:
+        return k, n
+    return -(-k // AMX_K) * AMX_K, -(-n // PANEL) * PANEL
+
+
+def fits(call, pad: bool = False) -> bool:
     """Whether ``call`` is a product of two activations this pass computes in bf16 (module docstring)."""
     if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)) or str(call.attrs.out_dtype) not in _FLOAT_OUT:
         return False
@@ -175,10 +225,13 @@ def fits(call) -> bool:
     (sa, da), (sb, db) = tensor_info(a.ty), tensor_info(b.ty)
     if sa is None or sb is None or da != "float32" or db != "float32" or len(sa) < 3 or len(sa) != len(sb):
         return False
-    if not (tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2] and sa[-1] % PAIR == 0 and sb[-1] % PANEL == 0):
+    if not (tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2]):
+        return False
+    k, n = padded_shape(int(sa[-2]), int(sa[-1]), int(sb[-1]), pad)
+    if k % PAIR or n % PANEL:
         return False
     return int(sa[-2]) * int(sa[-1]) * int(sb[-1]) >= MIN_HEAD_PRODUCT
 
 
-__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales",
+__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales", "padded_shape",
            "split_heads", "untransposed"]

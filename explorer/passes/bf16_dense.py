@@ -61,7 +61,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
-                                            split_heads, untransposed)
+                                            padded_shape, split_heads, untransposed)
 from explorer.passes.call_rewrite import static_ints
 from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, runs_on_tiles, to_bits, widen
 
@@ -247,12 +247,14 @@ class _Rewriter(PyExprMutator):
         # fusing the slice into what follows (K's and V's heads split: one more copy each)
         self.done: dict[relax.Call, relax.Expr] = {}
         self.scales = ScaleFolds()  # the function's folded_scales
+        self.pad = False  # products of two activations padded to whole AMX tiles (bf16_attention.padded_shape)
 
     def start(self, func: relax.Function, isa: str | None, fast_vectors: bool = False) -> list[str]:
         """Take ``func``'s decisions (its kernels, its folded scales) before its rewrite; why the
         products left out stay fp32."""
         kernels, kept = bf16_kernels(func, isa, fast_vectors=fast_vectors)
-        self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func)
+        self.pad = isa == "amx"
+        self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func, self.pad)
         return kept
 
     def _bound(self, expr):
@@ -276,7 +278,7 @@ class _Rewriter(PyExprMutator):
             self.done.update((c, r) for (c, _), r in zip(kernel[1:], results[1:]))
             return results[0]
         scale = self.scales.scale_of.get(op)
-        if not fits(call):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
+        if not fits(call, self.pad):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
             return call if scale is None else relax.op.multiply(self.builder_.emit(call), relax.const(scale, "float32"))
         self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
         return self._activations_product(*call.args, scale=scale)
@@ -287,15 +289,21 @@ class _Rewriter(PyExprMutator):
         which decided that ``a`` is a heads split): ``a`` is then packed ahead with it, whatever its
         binding looks like now, so the scale is never dropped."""
         emit, call_te = self.builder_.emit, self.builder_.call_te
+        (sa, _), (sb, _) = tensor_info(a.ty), tensor_info(b.ty)
+        n = int(sb[-1])
+        k_to, n_to = padded_shape(int(sa[-2]), int(sa[-1]), n, self.pad)
         swapped = untransposed(b, self._bound)
         if swapped is not None:  # K^T: K as it comes, split as Q and V are, its panels read by rows
-            b = emit(call_te(bf16_panels, emit(relax.op.permute_dims(*swapped)), b_rows=True,
-                             primfunc_name_hint="bf16_pack_b"))
+            b = emit(call_te(bf16_panels, emit(relax.op.permute_dims(*swapped)), b_rows=True, k_to=k_to,
+                             n_to=n_to, primfunc_name_hint="bf16_pack_b"))
         elif split_heads(b, self._bound):
-            b = emit(call_te(bf16_panels, b, primfunc_name_hint="bf16_pack_b"))
+            b = emit(call_te(bf16_panels, b, k_to=k_to, n_to=n_to, primfunc_name_hint="bf16_pack_b"))
         if scale is not None or split_heads(a, self._bound):
-            a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, primfunc_name_hint="bf16_pack"))
-        return call_te(batch_dense_bf16, a, b, primfunc_name_hint="batch_dense_bf16")
+            a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, k_to, primfunc_name_hint="bf16_pack"))
+        product = call_te(batch_dense_bf16, a, b, pad=self.pad, primfunc_name_hint="batch_dense_bf16")
+        if n_to == n:
+            return product
+        return relax.op.strided_slice(emit(product), axes=[len(sb) - 1], begin=[0], end=[n])
 
     def _product(self, x, weights: list[np.ndarray], out_shapes: list) -> list[relax.Expr]:
         """One bf16 kernel of ``x`` by ``weights`` side by side: each product's result, not emitted."""
