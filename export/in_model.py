@@ -140,11 +140,13 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
     if not chosen:
         return {}, InModelCheck(rounds=0)
     rounds = max(1, rounds)
+    # a workload built at bf16 or int8 (explorer.precision.for_precision) is exported at that precision, as it is
+    precision = getattr(getattr(workload, "precision", None), "name", "fp32")
     # build -> task -> the kernel's seconds in each round
     seconds: dict[str, dict[str, list[float | None]]] = {"record": {}, "default": {}}
     with private_temp_dir("schedx-in-model-") as tmp:
         built = {name: export_workload(workload, target, Path(tmp) / name, schedules=plan, verify=False, layers=False,
-                                       threads=threads, nvcc=False)
+                                       threads=threads, nvcc=False, precision=precision)
                  for name, plan in (("record", chosen), ("default", None))}
         outcomes = {o.task.name: o for o in built["record"].built.outcomes}
         funcs = {name: outcomes[name].task.funcs for name in chosen if outcomes[name].schedule == "record"}
@@ -159,7 +161,7 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
         if kept:  # the kept records together, against the defaults: the model as a user runs it
             folder = built["record"].folder if kept.keys() == chosen.keys() else \
                 export_workload(workload, target, Path(tmp) / "kept", schedules=kept, verify=False, layers=False,
-                                threads=threads, nvcc=False).folder
+                                threads=threads, nvcc=False, precision=precision).folder
             whole = _whole_model(folder, built["default"].folder, threads, len(kept))
             if whole["verdict"] != "faster":
                 for task in kept:

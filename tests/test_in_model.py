@@ -23,6 +23,7 @@ from export.in_model import MARGIN, _compare, check_in_model
 from export.schedules import TaskSchedule
 from search.records import store_workload
 from store import Record, Store
+from tests.cpu_marks import NEEDS_BF16
 
 pytestmark = pytest.mark.heavy  # real builds or searches: left out of make test-fast
 
@@ -189,3 +190,18 @@ def test_a_second_look_that_stays_undecided_ships_nothing(monkeypatch):
     _fake_rounds(monkeypatch, [noisy, noisy])
     whole = in_model._whole_model(Path("r"), Path("d"), None, 3)
     assert whole["verdict"] == "same" and whole["rounds"] == 16
+
+
+@NEEDS_BF16
+def test_a_workload_built_at_bf16_is_checked_at_bf16():
+    """``schedx export --precision bf16`` hands the check a workload already built at bf16: its two
+    builds are bf16 builds too (they were refused as fp32 ones: "already built at bf16")."""
+    from export.build import as_built
+
+    target = host_target()
+    workload = as_built(load_workload("small_cnn"), target, "bf16")[0]
+    task = next(t.name for t in workload_tasks(workload) if "conv2d" in t.name)
+    broken = ({"primitive": "parallel", "args": {"loop": "no_such_block/yy"}},)
+    kept, check = check_in_model(workload, target, {task: TaskSchedule(steps=broken, record_id=3)},
+                                 rounds=1, runs=3, threads=1)
+    assert kept == {} and check.tasks[task]["verdict"] == "failed" and check.tasks[task]["error"]
