@@ -4,20 +4,27 @@ index maps written back as the text a steps file holds."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import tvm
 import tvm_ffi
+from tvm import te
 
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.schedule.errors import ScheduleError
 from explorer.schedule.index_map import index_map_text, parse_index_map
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import Step, dump_steps, parse_steps
-from explorer.schedule.trace import replay, trace_to_steps
+from explorer.schedule.trace import replay, steps_to_trace, trace_to_steps
 from explorer.workload import load_kernel
 
 AVX2 = CpuSpec(vector_bits=256, registers=16, cores=2, arch="x86_64")
 AVX512 = CpuSpec(vector_bits=512, registers=32, cores=2, arch="x86_64")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("spec, cpu, primitives", [
@@ -117,3 +124,56 @@ def test_annotate_buffer_access_says_how_many_iterators_the_region_takes():
     session.apply(Step("annotate_buffer_access", {"block": "C", "buffer": "write:0",
                                                   "region": "lambda i, j, k: (i, i + 1, j, j + 1)"}))
     assert '"explicit_write_region": [0]' in session.schedule.mod.script()
+
+
+def _two_nests() -> tvm.tirx.PrimFunc:
+    """B and C: two sibling 16 x 16 nests over A."""
+    a = te.placeholder((16, 16), name="A")
+    b = te.compute((16, 16), lambda i, j: a[i, j] * 2.0, name="B")
+    c = te.compute((16, 16), lambda i, j: a[i, j] + 1.0, name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def test_merge_steps_come_back_from_their_trace():
+    """Merging the inner loops merges the outer ones too (up to the nests' common parent): later
+    steps name the merged loops ``_m``, and the trace reads back as the same steps."""
+    func = _two_nests()
+    steps = [Step("split", {"loop": "B/j", "factors": [4, 4]}), Step("split", {"loop": "C/j", "factors": [4, 4]}),
+             Step("merge", {"loops": ["B/j_1", "C/j_1"]}), Step("parallel", {"loop": "B/i_m"})]
+    back = trace_to_steps(func, steps_to_trace(func, steps))
+    assert back == steps, [s.describe() for s in back]
+    session = ScheduleSession(func)
+    session.apply_all(back)
+    assert tvm_ffi.structural_equal(session.schedule.mod, replay(func, steps_to_trace(func, steps)).mod)
+
+
+# TVM 0.27 kills the process when merge names one loop twice: the refusal is checked in a child
+_MERGE_ONE_LOOP_TWICE = """
+import json
+from explorer.schedule.errors import ScheduleError
+from explorer.schedule.session import ScheduleSession
+from explorer.schedule.steps import Step
+from tests.test_trace_steps import _two_nests
+
+said = []
+for first, loops in ((None, ["B/i", "B/i"]), (["B/i", "C/i"], ["B/i_m", "C/i_m"])):
+    session = ScheduleSession(_two_nests())
+    if first:
+        session.apply(Step("merge", {"loops": first}))
+    try:
+        session.apply(Step("merge", {"loops": loops}))
+        said.append("applied")
+    except ScheduleError as err:
+        said.append(f"{err} ({len(session.steps)} steps kept)")
+print(json.dumps(said))
+"""
+
+
+def test_merge_refuses_a_loop_named_twice_instead_of_crashing():
+    """The same loop twice, or two names of one loop after an earlier merge (``B/i_m`` and ``C/i_m``)."""
+    done = subprocess.run([sys.executable, "-c", _MERGE_ONE_LOOP_TWICE], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "`B/i` and `B/i` are one loop; merge takes one loop of each nest (0 steps kept)",
+        "`B/i_m` and `C/i_m` are one loop; merge takes one loop of each nest (1 steps kept)"]

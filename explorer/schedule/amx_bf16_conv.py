@@ -39,6 +39,9 @@ _NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)_
 # the init of a call's sums, which the call itself writes (tilezero): no code (register_zero)
 ZERO_PREFIX = "schedx_amx_bf16conv_zeroed_by_call_"
 _ZERO_NAME = re.compile(ZERO_PREFIX + r"(\d+)x(\d+)(?:_y(\d+))?")
+# _NAME and _ZERO_NAME, in words
+NAME_FORMAT = f"{NAME_PREFIX}<m>x<mt>x<nt>_k<K>_s<stride>_t<KH>x<KW>_<taps|rows|flat<width>>[_y<rows>][_g<R>x<C>][_u]"
+ZERO_FORMAT = f"{ZERO_PREFIX}<rows>x<cols>[_y<rows>]"
 AMX_FN = "schedx_amx_bf16_conv_tile"
 K_CHANNELS = 32  # input channels per tdpbf16ps in the taps walk (a 64-byte tile row of bf16)
 TILE_ROW_BYTES = 64
@@ -125,17 +128,41 @@ def register_zero(rows: int, cols: int, out_rows: int = 1) -> str:
     ``tilezero`` and stores every sum (the zeros would be stored only to be overwritten: a
     ``memset`` per call, 7% of a 3x3 64-channel kernel). Only for the init block of a call made
     with ``update=True``; ``out_rows`` > 1: sums ``[out_rows, rows / out_rows, cols]``; returns its name."""
-    name = f"{ZERO_PREFIX}{rows}x{cols}" + (f"_y{out_rows}" if out_rows > 1 else "")
-    return register_once(name, lambda: _zero_funcs(rows, cols, out_rows))
+    return register_once(zero_name(rows, cols, out_rows), lambda: _zero_funcs(rows, cols, out_rows))
+
+
+def zero_name(rows: int, cols: int, out_rows: int = 1) -> str:
+    """The name :func:`register_zero` registers the init of ``rows x cols`` sums under."""
+    return f"{ZERO_PREFIX}{rows}x{cols}" + (f"_y{out_rows}" if out_rows > 1 else "")
+
+
+def _of_fields(m, mt, nt, k, s, kh, kw, walk, width, y, gr, gc, update) -> AmxBf16Conv:
+    """The intrinsic a name's fields (``_NAME``'s groups) say (not registered)."""
+    return AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows", int(width or 0),
+                       int(gr or 1), int(gc or 1), bool(update), int(y or 1))
+
+
+def _zero_of_fields(rows, cols, y) -> tuple[int, int, int]:
+    """The arguments of :func:`register_zero` an init's name's fields (``_ZERO_NAME``'s groups) say."""
+    return int(rows), int(cols), int(y or 1)
+
+
+def is_name(name: str) -> bool:
+    """Whether ``name`` is an AMX-BF16 convolution intrinsic (or the init of one) that
+    :func:`register_for_trace` registers under that very name (no leading zeros, no default spelt
+    out, a width on ``flat`` alone)."""
+    if (found := _NAME.fullmatch(name)) is not None:
+        return _of_fields(*found.groups()).name == name
+    found = _ZERO_NAME.fullmatch(name)
+    return found is not None and zero_name(*_zero_of_fields(*found.groups())) == name
 
 
 def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-BF16 convolution intrinsic a trace (JSON or text) tensorizes with."""
-    for m, mt, nt, k, s, kh, kw, walk, width, y, gr, gc, update in names_in(trace, NAME_PREFIX, _NAME):
-        register(AmxBf16Conv(int(m), int(mt), int(nt), int(k), int(s), int(kh), int(kw), walk == "rows",
-                             int(width or 0), int(gr or 1), int(gc or 1), bool(update), int(y or 1)))
-    for rows, cols, y in names_in(trace, ZERO_PREFIX, _ZERO_NAME):
-        register_zero(int(rows), int(cols), int(y or 1))
+    for fields in names_in(trace, NAME_PREFIX, _NAME):
+        register(_of_fields(*fields))
+    for fields in names_in(trace, ZERO_PREFIX, _ZERO_NAME):
+        register_zero(*_zero_of_fields(*fields))
 
 
 def _f32(v):
@@ -268,5 +295,5 @@ def _flat_funcs(dot: AmxBf16Conv):
     return desc, impl
 
 
-__all__ = ["AMX_FN", "K_CHANNELS", "NAME_PREFIX", "ZERO_PREFIX", "AmxBf16Conv", "register", "register_for_trace",
-           "register_zero", "row_taps_fit"]
+__all__ = ["AMX_FN", "K_CHANNELS", "NAME_FORMAT", "NAME_PREFIX", "ZERO_FORMAT", "ZERO_PREFIX", "AmxBf16Conv", "is_name",
+           "register", "register_for_trace", "register_zero", "row_taps_fit", "zero_name"]

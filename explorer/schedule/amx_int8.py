@@ -35,6 +35,7 @@ from explorer.schedule.amx_ir import conv_tiles_ir, names_in, register_once
 
 NAME_PREFIX = "schedx_amx_u8i8_"
 _NAME = re.compile(NAME_PREFIX + r"(\d+)x(\d+)x(\d+)_k(\d+)_s(\d+)_t(\d+)x(\d+)(_f)?(_z)?(?:_y(\d+))?")
+NAME_FORMAT = f"{NAME_PREFIX}<m>x<mt>x<nt>_k<K>_s<stride>_t<KH>x<KW>[_f][_z][_y<rows>]"  # _NAME, in words
 AMX_FN = "schedx_amx_u8i8_tile"
 PANEL = 16  # output channels of a B tile (16 x 4 bytes a row)
 K_STEP = 64  # input channels per tdpbusd (a 64-byte tile row)
@@ -133,11 +134,23 @@ def register(dot: AmxInt8) -> str:
     return register_once(dot.name, lambda: funcs(dot))
 
 
+def _of_fields(m, mt, nt, k, s, kh, kw, fold, zero, out_rows) -> AmxInt8:
+    """The intrinsic a name's fields (``_NAME``'s groups) say (not registered)."""
+    return AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero),
+                   int(out_rows or 1))
+
+
+def is_name(name: str) -> bool:
+    """Whether ``name`` is an AMX-INT8 intrinsic that :func:`register_for_trace` registers under that
+    very name (no leading zeros, no default spelt out)."""
+    found = _NAME.fullmatch(name)
+    return found is not None and _of_fields(*found.groups()).name == name
+
+
 def register_for_trace(trace: object) -> None:
     """Register every schedx AMX-INT8 intrinsic a trace (JSON or text) tensorizes with."""
-    for m, mt, nt, k, s, kh, kw, fold, zero, out_rows in names_in(trace, NAME_PREFIX, _NAME):
-        register(AmxInt8(int(m), int(mt), int(k), int(s), int(kh), int(kw), int(nt), bool(fold), bool(zero),
-                         int(out_rows or 1)))
+    for fields in names_in(trace, NAME_PREFIX, _NAME):
+        register(_of_fields(*fields))
 
 
 def _int32(v):
@@ -213,5 +226,5 @@ def _rows_funcs(dot: AmxInt8):
                       kh=dot.kh, kw=dot.kw, zero=dot.zero)
 
 
-__all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_PREFIX", "AmxInt8", "amx_int8_function",
-           "amx_int8_ir", "available", "foldable", "register", "register_for_trace"]
+__all__ = ["AMX_FN", "AMX_INT8_ENABLED", "FEATURES", "GRIDS", "K_STEP", "NAME_FORMAT", "NAME_PREFIX", "AmxInt8",
+           "amx_int8_function", "amx_int8_ir", "available", "foldable", "is_name", "register", "register_for_trace"]

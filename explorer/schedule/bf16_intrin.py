@@ -11,6 +11,9 @@ from explorer.schedule.amx_ir import names_in, register_once
 from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
 
 _NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
+# _NAME, in words: its two families
+AVX512BF16_FORMAT = f"{NAME_PREFIX}avx512bf16_<rows>x16"
+AMX_FORMAT = f"{NAME_PREFIX}amx_<rows>x<cols>x<K>[_g<R>x<C>][_kb<N>][_zero][_u]"
 
 
 def register(dot: Bf16Dot | AmxBf16) -> str:
@@ -18,12 +21,25 @@ def register(dot: Bf16Dot | AmxBf16) -> str:
     return register_once(dot.name, lambda: amx_funcs(dot) if isinstance(dot, AmxBf16) else dot_funcs(dot.rows))
 
 
+def _of_fields(_, rows, m, n, k, gr, gc, kb, zero, update) -> Bf16Dot | AmxBf16:
+    """The intrinsic a name's fields (``_NAME``'s groups) say (not registered)."""
+    if rows:
+        return Bf16Dot(int(rows))
+    return AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero), row_groups=int(gr or 1),
+                   col_groups=int(gc or 1), update=bool(update), kblocks=int(kb or 1))
+
+
+def is_name(name: str) -> bool:
+    """Whether ``name`` is a bf16 intrinsic (AVX512-BF16 or AMX-BF16) that :func:`register_for_trace`
+    registers under that very name (no leading zeros, no default spelt out)."""
+    found = _NAME.fullmatch(name)
+    return found is not None and _of_fields(*found.groups()).name == name
+
+
 def register_for_trace(trace: object) -> None:
     """Register every schedx bf16 intrinsic a trace (JSON or text) tensorizes with."""
-    for _, rows, m, n, k, gr, gc, kb, zero, update in names_in(trace, NAME_PREFIX, _NAME):
-        register(Bf16Dot(int(rows)) if rows else AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero),
-                                                         row_groups=int(gr or 1), col_groups=int(gc or 1),
-                                                         update=bool(update), kblocks=int(kb or 1)))
+    for fields in names_in(trace, NAME_PREFIX, _NAME):
+        register(_of_fields(*fields))
 
 
 def dot_funcs(rows: int):
@@ -149,4 +165,4 @@ def amx_funcs(dot):
     return (desc_zero if dot.zero and not dot.update else desc), impl
 
 
-__all__ = ["amx_funcs", "dot_funcs", "register", "register_for_trace"]
+__all__ = ["AMX_FORMAT", "AVX512BF16_FORMAT", "amx_funcs", "dot_funcs", "is_name", "register", "register_for_trace"]

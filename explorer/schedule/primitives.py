@@ -14,10 +14,11 @@ import tvm
 from tvm import s_tir
 
 from explorer.schedule.index_map import parse_index_map
+from explorer.schedule.intrinsics import FAMILIES as SCHEDX_FAMILIES
 from explorer.schedule.intrinsics import NAMES as SCHEDX_INTRINSICS
-from explorer.schedule.intrinsics import register_for_trace
+from explorer.schedule.intrinsics import is_schedx_name, register_for_trace
 from explorer.schedule.refs import resolve_block, resolve_loop, resolve_target
-from explorer.schedule.errors import StepsFileError
+from explorer.schedule.errors import ScheduleError, StepsFileError
 
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread.x", "vthread.y", "vthread.z")
@@ -26,14 +27,20 @@ SCOPES = ("global", "local", "shared", "shared.dyn", "wmma.accumulator")
 # dot_16x4_vnni tensorizes but its LLVM call fails verification at build time (vpdpbusd operand
 # types), which measurement reports as a build error.
 X86_INTRINSICS = ("dot_16x4_avx512", "dot_16x4_vnni")
-# schedx's own: fp32 FMA micro-kernels and int8 dot products (explorer.schedule.intrinsics), registered when used.
+# schedx's own (explorer.schedule.intrinsics), registered when used: those of fixed shape listed (what the
+# form offers); the AMX ones, named per shape, accepted by is_schedx_name (what a default's steps hold)
 INTRINSICS = X86_INTRINSICS + SCHEDX_INTRINSICS
+INTRINSICS_TEXT = ("a tensor intrinsic: TVM's " + " or ".join(X86_INTRINSICS) + ", or one of schedx's: "
+                   + "; ".join(SCHEDX_FAMILIES))
 
 
 @dataclass(frozen=True)
 class Param:
     """One argument: ``kind`` is block, loop, loops, target (block or loop), factors, int, bool,
-    str, choice, value (annotation value), buffer (``read:0``/``write:0``) or index_map."""
+    str, choice, value (annotation value), buffer (``read:0``/``write:0``) or index_map.
+
+    A choice whose values cannot all be listed (intrinsics named per shape) lists those a form offers
+    in ``choices`` and takes the rest where ``accepts`` says so; ``takes`` says what it takes, in words."""
 
     name: str
     kind: str
@@ -41,6 +48,8 @@ class Param:
     default: object = None
     choices: tuple = ()
     help: str = ""
+    accepts: Callable[[object], bool] | None = None
+    takes: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,18 @@ def _split(sch, a):
 
 def _loops(sch, refs):
     return [resolve_loop(sch, r) for r in refs]
+
+
+def _merge(sch, a):
+    """TVM's merge, refused where one loop is named twice (two names for one loop after an earlier
+    merge, ``B/i_m`` and ``C/i_m``): TVM 0.27 kills the process on that."""
+    loops = _loops(sch, a["loops"])
+    for i, loop in enumerate(loops):
+        for j in range(i):
+            if sch.get_sref(loops[j]).same_as(sch.get_sref(loop)):
+                raise ScheduleError(f"`{a['loops'][j]}` and `{a['loops'][i]}` are one loop; merge takes one loop "
+                                    "of each nest")
+    return sch.merge(*loops)
 
 
 def _cache(kind):
@@ -157,6 +178,9 @@ _PRIMS = [
               "Split a loop into several, innermost factor last.", _split),
     Primitive("fuse", (Param("loops", "loops", help="adjacent loops, outer first"),),
               "Fuse adjacent loops into one.", lambda s, a: s.fuse(*_loops(s, a["loops"]))),
+    Primitive("merge", (Param("loops", "loops", help="one loop of each sibling nest, same extent and depth"),),
+              "Merge the loops of sibling nests into one loop running them in turn (each from 0, same extent); "
+              "the loops above them, up to the nests' common parent, are merged too.", _merge),
     Primitive("reorder", (Param("loops", "loops", help="the new order, outer first"),),
               "Reorder loops of one nest.", lambda s, a: s.reorder(*_loops(s, a["loops"]))),
     Primitive("parallel", (_LOOP,), "Run a loop's iterations on all cores.",
@@ -227,9 +251,11 @@ _PRIMS = [
               lambda s, a: s.set_scope(resolve_block(s, a["block"]), a["buffer_index"], a["scope"])),
     Primitive("blockize", (Param("target", "loop"),), "Turn the subtree under a loop into one block.",
               lambda s, a: s.blockize(resolve_loop(s, a["target"]))),
-    Primitive("tensorize", (Param("target", "target"), Param("intrin", "choice", choices=INTRINSICS)),
-              "Replace a loop nest by a hardware intrinsic (x86 AVX-512/VNNI int8 dot 16x4, or an fp32 FMA "
-              "micro-kernel C[8, lanes] += A[8, 4] @ B[4, lanes]).", _tensorize),
+    Primitive("tensorize", (Param("target", "target"), Param("intrin", "choice", choices=INTRINSICS,
+                                                           accepts=is_schedx_name, takes=INTRINSICS_TEXT)),
+              "Replace a loop nest by a hardware intrinsic (x86 AVX-512/VNNI int8 dot 16x4, an fp32 FMA "
+              "micro-kernel C[8, lanes] += A[8, 4] @ B[4, lanes], schedx's int8 and bf16 dot products, or an "
+              "AMX tile kernel).", _tensorize),
 ]
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _PRIMS}
 
@@ -254,7 +280,7 @@ def _check(param: Param, value: object) -> object:
     elif k == "bool":
         ok = isinstance(value, bool)
     elif k == "choice":
-        ok = value in param.choices
+        ok = value in param.choices or (param.accepts is not None and param.accepts(value))
     elif k == "value":
         ok = isinstance(value, (int, float, str, bool))
     elif k == "buffer":
@@ -262,6 +288,8 @@ def _check(param: Param, value: object) -> object:
         ok = isinstance(value, str) and kind in ("read", "write") and idx.isdigit()
     else:
         ok = False
+    if not ok and param.takes:
+        raise StepsFileError(f"argument {param.name!r} must be {param.takes}, got {value!r}")
     if not ok:
         allowed = f" ({', '.join(map(str, param.choices))})" if param.choices else ""
         raise StepsFileError(f"argument {param.name!r} must be {_KIND_TEXT[k]}{allowed}, got {value!r}")

@@ -107,7 +107,7 @@ def _step_of(sch: s_tir.Schedule, kind: str, inputs: list, attrs: list, open_sam
     a = [to_plain(v) for v in attrs]
     if kind == "Split":
         return Step("split", {"loop": n[0], "factors": [f if f is None or isinstance(f, str) else int(f) for f in n[1:]]})
-    if kind in ("Fuse", "Reorder"):
+    if kind in ("Fuse", "Reorder", "Merge"):
         return Step(kind.lower(), {"loops": n})
     if kind in ("Parallel", "Vectorize", "Unroll"):
         return Step(kind.lower(), {"loop": n[0]})
