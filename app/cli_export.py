@@ -204,7 +204,10 @@ def bench(workload: str, db: str | None, no_db: bool, shapes: str | None, runs: 
     (bf16 on AMX / AVX512-BF16 CPUs; where it is installed), side by side, on the same input and threads.
 
     The contenders run in alternated rounds; each median comes with its 95% confidence interval,
-    and each pair of rows is called faster, slower, or no different beyond the noise."""
+    and each pair of rows is called faster, slower, or no different beyond the noise. OpenVINO's
+    rows state their outputs' error against ONNX Runtime (fp32 unless the model is quantized) by the
+    rule schedx verifies its own builds of the model with (within or over schedx's bound for that
+    precision, and why)."""
     from export.entry import BenchSpec, run_bench
 
     spec = BenchSpec(workload=workload, target=target_spec, shapes=shapes, use_records=not no_db, db=db,

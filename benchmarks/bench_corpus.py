@@ -13,8 +13,10 @@ Per model, in a child process of its own (a native crash or a hang fails one row
     ``schedx bench`` does), the median of each one's runs pooled over the rounds;
   - OpenVINO at 2 threads in the same rounds (``export.openvino_row``): its f32 and its default
     precision (bf16 on a CPU with AMX or AVX512-BF16), tvm 2t's ratio against each (columns
-    ``/ovf32`` and ``/ovdef``; the 95% intervals in the JSON's ``ratio_ci``); a note where
-    OpenVINO is not installed;
+    ``/ovf32`` and ``/ovdef``; the 95% intervals in the JSON's ``ratio_ci``), and each one's
+    outputs against ONNX Runtime (fp32 unless the model is quantized) by schedx's own rule for the
+    model (a line under the row, JSON ``openvino_error``: the error of max|ref|, within or over the
+    bound schedx holds a build at that precision to, and why); a note where OpenVINO is not installed;
   - at bf16 or int8: the same model built in fp32 at 2 and 1 threads in the same rounds, tvm's
     ratio against it at the same threads (columns ``/fp32`` and ``1t``: what the precision buys);
   - its slowest kernel: ms, share of the kernels' time, GFLOPS and % of the measured peak (fp32
@@ -23,8 +25,8 @@ Per model, in a child process of its own (a native crash or a hang fails one row
   - with ``--busy N``: the timing runs beside N busy processes (``while True: pass``), as on a
     loaded machine (the export and the profile run before and after them).
 A summary line ends the table: verified k/N, the median and worst ratio against ONNX Runtime at
-2 threads and against OpenVINO f32 and default, and the kernels over 20% of a model's time that run
-below 10% of the peak.
+2 threads and against OpenVINO f32 and default (and OpenVINO's worst error by schedx's rule), and
+the kernels over 20% of a model's time that run below 10% of the peak.
 
 Run: ``python -m benchmarks.corpus.build`` once (it exports the files), then
 ``python -m benchmarks.bench_corpus [--only a,b] [--precision bf16] [--cross] [--json out.json] [--markdown]``
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -170,6 +173,9 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                 result["ratio_ov_f32"] = round(rows["tvm 2t"].median_s / rows[OV_F32_ROW].median_s, 2)
                 result["ratio_ov_default"] = round(rows["tvm 2t"].median_s / rows[OV_DEFAULT_ROW].median_s, 2)
                 result["openvino_default"] = rows[OV_DEFAULT_ROW].name  # "openvino default (bf16)"
+                # each row's outputs against ONNX Runtime, by schedx's verification rule for the model
+                result["openvino_error"] = {rows[a].name: rows[a].error.to_dict() | {"text": rows[a].error.text()}
+                                            for a in anchors if rows[a].error}
         except Exception as exc:  # noqa: BLE001
             result["timing_error"] = _error(exc)
         finally:
@@ -259,6 +265,8 @@ def row_text(r: dict) -> str:
     for key in ("precision_note", "fp32_error"):
         if r.get(key):
             line += f"\n    {key.replace('_', ' ')}: {r[key]}"
+    if r.get("openvino_error"):  # is the anchor like for like: its outputs by schedx's own rule
+        line += "\n    " + "; ".join(f"{name} {e['text']}" for name, e in r["openvino_error"].items())
     return line
 
 
@@ -289,9 +297,28 @@ def _openvino_summary(results: list[dict]) -> list[str]:
         label = ", ".join(precisions) if key == "ratio_ov_default" and precisions else label
         lines.append(f"tvm / {label} at 2 threads: median {statistics.median(r[key] for r in have):.2f}x, worst "
                      f"{worst[key]:.2f}x ({worst['name']}), {sum(r[key] <= 1.0 for r in have)}/{len(have)} <= 1.0x")
+    lines += _openvino_error_summary(results)
     if not lines:
         note = next((r["openvino_note"] for r in results if r.get("openvino_note")), None)
         lines += [note] if note else []
+    return lines
+
+
+def _openvino_error_summary(results: list[dict]) -> list[str]:
+    """Per OpenVINO row: its worst error against ONNX Runtime (of max|ref|) over the models and how
+    many were over the bound schedx holds a build of that model at that precision to."""
+    by_row: dict[str, list[tuple[str, dict]]] = {}
+    for r in results:
+        for name, e in (r.get("openvino_error") or {}).items():
+            by_row.setdefault(name, []).append((r["name"], e))
+    lines = []
+    for name, errors in by_row.items():
+        # no figure (an output of another shape) counts as the worst
+        model, worst = max(errors, key=lambda x: math.inf if x[1]["max_rel_error"] is None else x[1]["max_rel_error"])
+        error = "no error figure" if worst["max_rel_error"] is None else f"{worst['max_rel_error']:.2e} of max|ref|"
+        lines.append(f"{name} against ONNX Runtime: worst error {error} ({model}), "
+                     f"{sum(not e['within'] for _, e in errors)}/{len(errors)} over schedx's rule for the model "
+                     f"at {worst['precision']}")
     return lines
 
 

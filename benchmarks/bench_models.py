@@ -12,7 +12,10 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
     rows, compared with ``tvm default`` and each OpenVINO row;
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - OpenVINO at ``--threads`` (``export.openvino_row``): its f32 and its default precision (bf16 on
-    a CPU with AMX or AVX512-BF16), each TVM row against both under the noise; where OpenVINO is
+    a CPU with AMX or AVX512-BF16), each TVM row against both under the noise, and each one's
+    outputs against ONNX Runtime (fp32 unless the model is quantized) by schedx's own rule for the
+    model (the error of max|ref|, within or over the bound schedx holds a build at that precision
+    to, and why: printed after the row's median, JSON ``output_error``); where OpenVINO is
     not installed, a one-line note instead;
   - the per-kernel top 5 (time per fused kernel from the Relax VM profiler, ``export.profile``) of
     the build shipped (tuned; with no search, the default at ``--precision``);
@@ -181,6 +184,8 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     result["ci_ms"] = {n: [round(r.ci_low_s * 1e3, 3), round(r.ci_high_s * 1e3, 3)] for n, r in rows.items()
                        if r.ci_low_s is not None}
     result["comparisons"] = [c.to_dict() | {"text": c.text()} for c in comparisons]
+    # OpenVINO's outputs against ONNX Runtime fp32, by schedx's verification rule (export.openvino_row)
+    result["output_error"] = {n: r.error.to_dict() | {"text": r.error.text()} for n, r in rows.items() if r.error}
     ort1, ort2 = rows["onnxruntime 1 thread"].median_s, rows["onnxruntime 2 threads"].median_s
     result["ratios"] = {f"{n} / ort {k}": round(r.median_s / o, 2) for n, r in rows.items() if n.startswith("tvm")
                         for k, o in (("1t", ort1), ("2t", ort2))}
@@ -292,7 +297,8 @@ def show_model(r: dict) -> None:
     for name, ms in r["median_ms"].items():
         low, high = r["ci_ms"].get(name, (None, None))
         ci = f"  (95% CI {low:.2f}-{high:.2f})" if low is not None else ""
-        out(f"  {name:<26} {ms:9.2f} ms{ci}")
+        error = (r.get("output_error") or {}).get(name)
+        out(f"  {name:<26} {ms:9.2f} ms{ci}" + (f"  {error['text']}" if error else ""))
     for c in r["comparisons"]:
         out(f"  {c['text']}")
     for note in r.get("notes") or []:

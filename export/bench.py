@@ -4,8 +4,10 @@ input and thread count: compile time, first-inference latency, steady-state medi
 Rows are named ``tvm tuned`` (the store's records, defaults for the rest), ``tvm default`` (no
 records: every kernel on the target's default schedule), ``onnxruntime``, and OpenVINO's
 ``openvino f32`` and ``openvino default (bf16)`` (:mod:`export.openvino_row`, where it is
-installed); the details (record count, versions, load time) go in the row's note. A row and its
-timing helpers live in :mod:`export.rows`.
+installed); the details (record count, versions, load time) go in the row's note, and OpenVINO's
+rows state their outputs' error against ONNX Runtime by schedx's own rule for the model (the row's
+``error``: a bf16 anchor over the bound a schedx bf16 build must pass is not like for like). A row
+and its timing helpers live in :mod:`export.rows`.
 
 TVM is timed as deployed: the bundle is exported, then loaded and run in a fresh process (its
 ``run.py``), so the first inference is a cold one. ``runs`` runs follow the first, fewer when
@@ -65,7 +67,7 @@ class BenchReport:
         for r in self.rows:
             compile_s = "-" if r.compile_s is None else f"{r.compile_s:.2f}"
             lines.append(f"{r.name[:42]:<42} {compile_s:>10} {ms(r.first_s):>10} {ms(r.median_s):>10} {ci(r):>15} "
-                         f"{ms(r.p90_s):>10} {r.runs:>5}" + (f"  {r.note}" if r.note else ""))
+                         f"{ms(r.p90_s):>10} {r.runs:>5}" + (f"  {r.remarks()}" if r.remarks() else ""))
         lines += [c.text() for c in self.comparisons]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -111,7 +113,7 @@ def alternate(contenders: Mapping[str, Callable[[int, float], BenchRow]], *, rou
     firsts, by_round = alternate_rounds(contenders, rounds=rounds, runs=runs, budget_s=budget_s, say=say)
     pooled = {n: [t for runs in by_round[n] for t in runs] for n in names}
     rows = {n: latency_row(firsts[n].name, firsts[n].compile_s, firsts[n].first_s, pooled[n], firsts[n].note,
-                           by_round[n]) for n in names}
+                           by_round[n], firsts[n].error) for n in names}
     # rounds are fresh processes: compared round by round (export.noise.compare_rounds)
     comparisons = [compare_rounds(by_round[a], by_round[b], a_name=rows[a].name, b_name=rows[b].name)
                    for a, b in pairs if len(pooled[a]) >= 3 and len(pooled[b]) >= 3]

@@ -22,7 +22,7 @@ from export.build import Built, Progress, build
 from export.elf_check import ElfCheck, check_elf
 from export.layers import LayerReport, compare_layers
 from export.schedules import TaskSchedule
-from export.verify import Verification, verify_folder
+from export.verify import DYNAMIC_QUANT_TOLERANCE, Verification, verification_rule, verify_folder
 from explorer import interrupts
 from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
@@ -200,25 +200,19 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
 
     mark = time.perf_counter()
     say("writing the bundle", 0.65)
-    out_tolerance = tolerance(workload.outputs[0][2]) if workload.outputs else 1e-4
-    if _dynamic_quantized(workload):  # ONNX Runtime quantizes the activations on the fly; TVM computes in float
-        out_tolerance = max(out_tolerance, DYNAMIC_QUANT_TOLERANCE)
-    float16 = _float16_inside(workload)
-    if float16:  # float32 inputs and outputs around float16 work: float16's rule
-        out_tolerance = max(out_tolerance, tolerance("float16"))
-    if built.precision is not None and built.precision.tolerance:  # bf16: held to its own stated bound, per output
-        out_tolerance = max(out_tolerance, built.precision.tolerance)
-    manifest = _manifest(workload, target, built, tolerance=out_tolerance)
+    rule = verification_rule(workload.onnx_model, built.precision.tolerance if built.precision is not None else None,
+                             output_dtype=workload.outputs[0][2] if workload.outputs else None,
+                             output_count=len(workload.outputs))  # bf16: held to its own stated bound, per output
+    manifest = _manifest(workload, target, built, tolerance=rule.rtol)
     if built.precision is not None:
         manifest["precision"] = built.precision.to_dict()
-    if float16:  # the model's own float16 tensors stay float16: TVM computes them in float16, as written
+    if rule.float16_inside:  # the model's own float16 tensors stay float16: TVM computes them in float16, as written
         manifest["computed_in"] = "float16"
-    atols = _int8_atols(workload)
+    atols = list(rule.output_atol)
     if atols:
         manifest["output_atol"] = atols
-    activations = _output_activations(workload)
-    if any(activations):  # an output made by a sigmoid, tanh or softmax is judged by the scale of its input
-        manifest["output_activation"] = activations
+    if any(rule.activations):  # an output made by a sigmoid, tanh or softmax is judged by the scale of its input
+        manifest["output_activation"] = list(rule.activations)
     manifest = bundle_io.write_bundle(staging, executable=built.executable, manifest=manifest, inputs=inputs,
                                       references=references, param_names=[p.name for p in built.params],
                                       param_values=built.param_values, extra_files=extra, compiler=target.compiler)
@@ -240,7 +234,7 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     elif layers and workload.onnx_model is not None:
         mark = time.perf_counter()
         say("comparing layer by layer with ONNX Runtime", 0.85)
-        if _dynamic_quantized(workload):  # its layers within the same tolerance, DynamicQuantizeLSTMs as computed
+        if rule.dynamic_quantized:  # its layers within the same tolerance, DynamicQuantizeLSTMs as computed
             from explorer.models.dynamic_quant import layer_reference
 
             reference = layer_reference(workload.onnx_model)
@@ -251,7 +245,7 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
                 manifest["warnings"] = list(built.warnings)
         else:
             report.layers = compare_layers(workload.onnx_model, inputs, threads=threads,
-                                           **({"tolerance": tolerance("float16")} if _float16_inside(workload) else {}))
+                                           **({"tolerance": tolerance("float16")} if rule.float16_inside else {}))
         seconds["layers"] = time.perf_counter() - mark
     manifest["verification"] = {
         "fresh_process": report.verification.to_dict() if report.verification else None,
@@ -278,62 +272,6 @@ def _check_memory(workload: Workload) -> None:
     except Exception:  # noqa: BLE001 - a dtype TVM cannot size: no estimate, the export goes on as before
         return
     check_memory(needed, f"exporting {workload.name}")
-
-
-# ONNX Runtime's DynamicQuantizeLSTM quantizes its inputs and states to 8 bits at every step; the
-# bundle computes the same layer in float with the same (dequantized) weights, so the outputs differ
-# by the activations' quantization: 0.9% of the largest output on the corpus's LSTM tagger. Its other
-# operators (DynamicQuantizeLinear, ConvInteger, MatMulInteger) are computed as ONNX Runtime does, but an
-# activation a float ulp away lands one quantization step apart, and such steps add up along a deep
-# CNN: ddddocr's CRNN (21 ConvInteger, a 512-wide DynamicQuantizeLSTM) is 1.9% off, its layers 0.2%.
-DYNAMIC_QUANT_TOLERANCE = 3e-2
-
-
-def _dynamic_quantized(workload: Workload) -> bool:
-    from explorer.models.dynamic_quant import is_dynamically_quantized
-
-    return workload.onnx_model is not None and is_dynamically_quantized(workload.onnx_model)
-
-
-def _float16_inside(workload: Workload) -> bool:
-    """Whether the ONNX model computes in float16 (a float16 weight or cast, in If branches too),
-    whatever its inputs and outputs are (onnxconverter-common keeps them float32 when asked)."""
-    if workload.onnx_model is None:
-        return False
-    from onnx import TensorProto
-
-    from explorer.models.onnx_ops import walk_nodes
-
-    half = TensorProto.FLOAT16
-    return (any(i.data_type == half for i in workload.onnx_model.graph.initializer)
-            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == half for a in n.attribute)
-                   for n, _ in walk_nodes(workload.onnx_model.graph)))
-
-
-def _int8_atols(workload: Workload) -> list[float | None]:
-    """Per output, the absolute tolerance of an int8 (QDQ) model: a few of its output's
-    quantization steps (rounding differs in the last step between TVM and ONNX Runtime). Empty
-    for float models."""
-    from explorer.models.qdq import int8_tolerance, is_quantized
-
-    if workload.onnx_model is None or not is_quantized(workload.onnx_model):
-        return []
-    by_name = int8_tolerance(workload.onnx_model)
-    # the bundle's outputs are the ONNX graph's, in order (the Relax module names them output, output0, ...)
-    names = [o.name for o in workload.onnx_model.graph.output]
-    if len(names) != len(workload.outputs):
-        return []
-    return [by_name.get(name) for name in names]
-
-
-def _output_activations(workload: Workload) -> list[str | None]:
-    """Per output, the non-linearity that makes it (:func:`export.verify.output_activations`);
-    empty unless the workload is an ONNX model whose outputs are the bundle's, in order."""
-    from export.verify import output_activations
-
-    if workload.onnx_model is None or len(workload.onnx_model.graph.output) != len(workload.outputs):
-        return []
-    return output_activations(workload.onnx_model)
 
 
 def _verify(folder: Path, target: Target, threads: int | None) -> Verification:

@@ -161,6 +161,88 @@ def verify_folder(folder: str | Path, *, threads: int | None = None, device: str
                         worst=check["worst"])
 
 
+# ONNX Runtime's DynamicQuantizeLSTM quantizes its inputs and states to 8 bits at every step; the
+# bundle computes the same layer in float with the same (dequantized) weights, so the outputs differ
+# by the activations' quantization: 0.9% of the largest output on the corpus's LSTM tagger. Its other
+# operators (DynamicQuantizeLinear, ConvInteger, MatMulInteger) are computed as ONNX Runtime does, but an
+# activation a float ulp away lands one quantization step apart, and such steps add up along a deep
+# CNN: ddddocr's CRNN (21 ConvInteger, a 512-wide DynamicQuantizeLSTM) is 1.9% off, its layers 0.2%.
+DYNAMIC_QUANT_TOLERANCE = 3e-2
+
+
+@dataclass(frozen=True)
+class VerificationRule:
+    """How schedx judges a model's outputs against ONNX Runtime's (:func:`verification_rule`), as a
+    bundle's manifest records it: ``rtol``, each float output's relative bound (of its max |ref|);
+    ``output_atol``, per output, an int8 (QDQ) model's few quantization steps, accepted as well;
+    ``activations``, per output, the non-linearity that makes it (judged at its input's scale); and
+    what about the model widened the bound."""
+
+    rtol: float
+    output_atol: tuple[float | None, ...] = ()
+    activations: tuple[str | None, ...] = ()
+    float16_inside: bool = False  # computes in float16 whatever its inputs and outputs are
+    quantized: bool = False  # int8 (QDQ) or quantized on the fly by ONNX Runtime (dynamic)
+    dynamic_quantized: bool = False
+
+    @property
+    def reference(self) -> str:
+        """What the outputs are compared with: ONNX Runtime computing the model as written."""
+        return "ONNX Runtime" if self.quantized or self.float16_inside else "ONNX Runtime fp32"
+
+
+def verification_rule(onnx_model, precision_tolerance: float | None = None, *, output_dtype: str | None = None,
+                      output_count: int | None = None) -> VerificationRule:
+    """The rule schedx verifies a build of ``onnx_model`` (None: a kernel) with: the relative bound
+    of its first output's dtype (``output_dtype``; default: the graph's), widened to float16's for
+    a model that computes in float16, to :data:`DYNAMIC_QUANT_TOLERANCE` for a dynamically
+    quantized one and to ``precision_tolerance`` (a bf16 build's stated bound); an int8 (QDQ)
+    model's outputs also within a few quantization steps. ``output_count``: the build's outputs,
+    where they may not be the graph's (per-output steps and activations only when they are)."""
+    from export.verify_bundle import tolerances
+
+    rtol = tolerances(output_dtype or _first_output_dtype(onnx_model))[0]
+    if onnx_model is None:
+        return VerificationRule(max(rtol, precision_tolerance or 0.0))
+    from explorer.models.dynamic_quant import is_dynamically_quantized
+    from explorer.models.qdq import int8_tolerance, is_quantized
+
+    dynamic, float16, int8 = (is_dynamically_quantized(onnx_model), _float16_inside(onnx_model),
+                              is_quantized(onnx_model))
+    for widen, bound in ((dynamic, DYNAMIC_QUANT_TOLERANCE), (float16, tolerances("float16")[0]),
+                         (precision_tolerance, precision_tolerance)):
+        if widen:
+            rtol = max(rtol, bound)
+    names = [o.name for o in onnx_model.graph.output]  # a build's outputs are the graph's, in order
+    same = output_count is None or output_count == len(names)
+    steps = int8_tolerance(onnx_model) if int8 and same else {}
+    return VerificationRule(rtol, tuple(steps.get(n) for n in names) if int8 and same else (),
+                            tuple(output_activations(onnx_model)) if same else (), float16, int8 or dynamic, dynamic)
+
+
+def _first_output_dtype(onnx_model) -> str:
+    """The numpy name of the graph's first output's element type; float32 where unknown."""
+    try:
+        from onnx.helper import tensor_dtype_to_np_dtype
+
+        return str(tensor_dtype_to_np_dtype(onnx_model.graph.output[0].type.tensor_type.elem_type))
+    except Exception:  # noqa: BLE001 - no model, no output, or a type numpy has no name for
+        return "float32"
+
+
+def _float16_inside(onnx_model) -> bool:
+    """Whether the ONNX model computes in float16 (a float16 weight or cast, in If branches too),
+    whatever its inputs and outputs are (onnxconverter-common keeps them float32 when asked)."""
+    from onnx import TensorProto
+
+    from explorer.models.onnx_ops import walk_nodes
+
+    half = TensorProto.FLOAT16
+    return (any(i.data_type == half for i in onnx_model.graph.initializer)
+            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == half for a in n.attribute)
+                   for n, _ in walk_nodes(onnx_model.graph)))
+
+
 # Operators that pass values through unchanged: an output behind them is still its activation's
 _PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
 
@@ -182,4 +264,5 @@ def output_activations(onnx_model) -> list[str | None]:
     return found
 
 
-__all__ = ["Verification", "child_env", "output_activations", "run_in_child", "verify_folder"]
+__all__ = ["DYNAMIC_QUANT_TOLERANCE", "Verification", "VerificationRule", "child_env", "output_activations",
+           "run_in_child", "verification_rule", "verify_folder"]

@@ -5,6 +5,7 @@ refused up front. Run as a user runs it: the module in a subprocess, on a manife
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -24,14 +25,16 @@ def _save(model: onnx.ModelProto, path) -> None:
 
 
 def dense_model() -> onnx.ModelProto:
-    """x (4x256) @ w (256x64) + b, ReLU: one product with a constant weight (bf16 converts it)."""
+    """x (4x256) @ w (256x256) + b, ReLU: one product with a constant weight that bf16 converts on AMX and on
+    AVX512-BF16 alike (N = 256 and N x K = 65536: :func:`explorer.passes.bf16_dense.why_fp32`'s smallest
+    vdpbf16ps product; 256 x 64 stays fp32 there)."""
     rng = np.random.default_rng(0)
-    w = helper.make_tensor("w", TensorProto.FLOAT, [256, 64], rng.standard_normal((256, 64)).astype("f4").ravel())
-    b = helper.make_tensor("b", TensorProto.FLOAT, [64], rng.standard_normal(64).astype("f4"))
+    w = helper.make_tensor("w", TensorProto.FLOAT, [256, 256], rng.standard_normal((256, 256)).astype("f4").ravel())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [256], rng.standard_normal(256).astype("f4"))
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]
     graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [w, b])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])], [w, b])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -96,3 +99,9 @@ def test_bf16_rows_state_the_error_against_the_tolerance_and_the_fp32_build_besi
     assert f"{row['verify_error']:.1e} <= 1e-02" in proc.stdout
     assert "tvm bf16 / tvm fp32 at 2 threads: median" in proc.stdout
     assert "precision bf16" in proc.stdout.splitlines()[0]
+    if importlib.util.find_spec("openvino"):  # OpenVINO's rows: their outputs' error by schedx's rule, under the row
+        errors = row["openvino_error"]
+        assert errors["openvino f32"]["within"] and errors["openvino f32"]["bound"] == 1e-4
+        assert f"    openvino f32 {errors['openvino f32']['text']}; " in proc.stdout
+        assert any(line.startswith("openvino f32 against ONNX Runtime: worst error ")
+                   for line in proc.stdout.splitlines())

@@ -32,6 +32,10 @@ def test_profile_shows_kernels_and_onnx_runtime(tmp_path):
     if "openvino f32" in metrics:  # OpenVINO installed (the dev extra): f32 and its default precision, as ratios
         assert metrics["TVM / openvino f32"].endswith(")") and any(k.startswith("TVM / openvino default (")
                                                                    for k in metrics)
+        # and their outputs' error by schedx's verification rule: is the anchor like for like
+        errors = next(c.value for c in at.caption if c.value.startswith("OpenVINO's outputs by schedx's verification"))
+        assert "openvino f32 error " in errors and " against ONNX Runtime fp32 (within schedx's fp32 bound 1e-04)" \
+            in errors, errors
     table = at.dataframe[0].value
     assert table["kernel"].iloc[0].startswith("fused_") and "/" not in table["kernel"].iloc[0] and set(table["schedule"]) <= {"default"} | {
         s for s in table["schedule"] if s.startswith("record")}

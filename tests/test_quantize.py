@@ -126,7 +126,7 @@ def test_an_int8_output_is_judged_in_quantization_steps_whatever_the_graph_names
     tolerance and marked NOT VERIFIED one quantization step off."""
     from explorer.models.qdq import INT8_STEPS
     from explorer.workload import load_workload
-    from export.flow import _int8_atols
+    from export.verify import verification_rule
 
     nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
              helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["logits"])]
@@ -135,7 +135,9 @@ def test_an_int8_output_is_judged_in_quantization_steps_whatever_the_graph_names
                               [numpy_helper.from_array(np.array(0.25, "float32"), "scale"),
                                numpy_helper.from_array(np.array(0, "uint8"), "zero")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "qdq.onnx")
-    assert _int8_atols(load_workload(str(tmp_path / "qdq.onnx"))) == [INT8_STEPS * 0.25]
+    workload = load_workload(str(tmp_path / "qdq.onnx"))
+    rule = verification_rule(workload.onnx_model, output_count=len(workload.outputs))
+    assert rule.output_atol == (INT8_STEPS * 0.25,) and rule.reference == "ONNX Runtime" and rule.rtol == 1e-4
 
 
 @pytest.mark.parametrize("flags, reduced", [("avx2 fma avx_vnni", True), ("avx2 fma", True),

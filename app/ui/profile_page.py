@@ -108,6 +108,9 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
                                                            f"({a.versus.low:.2f}-{a.versus.high:.2f})",
                                    help=f"ratio of medians with its 95% CI: {a.versus.text()} (timed one after the "
                                         "other, not in alternated rounds: `schedx bench` alternates them)")
+        errors = [f"{a.row.name} {a.row.error.text()}" for a in result.openvino if a.row.error]
+        if errors:  # an anchor whose outputs would fail schedx's own check is not like for like
+            st.caption("OpenVINO's outputs by schedx's verification rule: " + "; ".join(errors))
     left, right = st.columns(2)
     left.plotly_chart(profile_figure(result), width="stretch", key=KEY + "fig")
     if result.ort:
