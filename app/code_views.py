@@ -84,6 +84,9 @@ def code_tabs(session, target, tabs) -> None:
     for tab, attr, vectors in zip(tabs, ("lowered_tir", "llvm_ir", "asm"), (False, False, True)):
         with tab:
             text = getattr(now, attr)
+            if now.refused and not text:  # instructions the target lacks: lowered, never handed to LLVM
+                st.error(now.refused)
+                continue
             changed = changed_lines(getattr(before, attr), text) if before is not None else []
             if vectors:
                 st.caption(f"{target.label}: {stats_delta(now, before)}")

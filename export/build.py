@@ -95,8 +95,12 @@ def apply_schedule(func: tvm.tirx.PrimFunc, schedule: TaskSchedule, name: str) -
 
 
 def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str, TaskSchedule] | None,
-                    ) -> tuple[tvm.IRModule, list[TaskOutcome]]:
-    """Each task's schedule applied to every PrimFunc it stands for (``task.funcs``)."""
+                    target: Target | None = None) -> tuple[tvm.IRModule, list[TaskOutcome]]:
+    """Each task's schedule applied to every PrimFunc it stands for (``task.funcs``); a record whose
+    instructions ``target`` lacks (:func:`explorer.schedule.isa_check.isa_refusal`: LLVM would abort
+    the process) falls back to the default, saying why."""
+    from explorer.schedule.isa_check import isa_refusal
+
     share = shares(tasks)
     mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)  # never edit the caller's
     outcomes = []
@@ -114,6 +118,11 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
             reraise_interrupt(err)  # not Ctrl-C, which TVM turns into a bare RuntimeError
             msg = str(err) if isinstance(err, ExportError) else short_tvm_message(err, 300)
             outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], msg))
+            continue
+        why = next((w for w in (isa_refusal(tvm.IRModule({"main": f}), target) for f in scheduled.values()) if w), "") \
+            if target is not None else ""
+        if why:
+            outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], why))
             continue
         for func_name, func in scheduled.items():
             mod[mod.get_global_var(func_name)] = func
@@ -156,7 +165,7 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
     if safe and schedules:  # a record whose kernel did not compile is left out
         schedules = {k: v for k, v in schedules.items()
                      if not any(t.name == k or t.key == k for t in tasks if safe.intersection(t.funcs))}
-    mod, outcomes = _schedule_tasks(mod, tasks, schedules)
+    mod, outcomes = _schedule_tasks(mod, tasks, schedules, target)
     mod, notes = target.apply_default_schedules(mod, target.tvm(), safe)
     seconds["schedule"] = time.perf_counter() - start
 

@@ -95,8 +95,8 @@ def test_a_kernel_broken_on_purpose_is_not_verified(tmp_path, monkeypatch):
 
     real = build._schedule_tasks
 
-    def broken(mod, tasks, schedules):
-        mod, outcomes = real(mod, tasks, schedules)
+    def broken(mod, tasks, schedules, *rest):
+        mod, outcomes = real(mod, tasks, schedules, *rest)
         name = next(gv.name_hint for gv in mod.get_global_vars() if "matmul" in gv.name_hint)
         mod[mod.get_global_var(name)] = _drop_last_term(mod[mod.get_global_var(name)])
         return mod, outcomes

@@ -17,6 +17,7 @@ from explorer.kernels import BUILTINS, Kernel, builtin_kernel, kernel_model, mak
 from explorer.workload import load_kernel
 from explorer.models import ZOO
 from explorer.schedule.choices import all_loops, block_choices, parse_factors, parse_value
+from explorer.schedule.isa_check import isa_refusal, targets_with
 from explorer.schedule.primitives import PRIMITIVES, Param
 from explorer.schedule.session import ScheduleSession
 from explorer.schedule.steps import ScheduleError, StepsFileError, Step, dump_steps, parse_steps, steps_from_json
@@ -197,11 +198,12 @@ def history(session: ScheduleSession, kernel: Kernel) -> None:
             st.rerun()
 
 
-def _other_targets() -> tuple[str, ...]:
-    """Targets worth comparing the code for: an older vector width here, another architecture."""
-    from explorer.target import host_target
-
-    return host_target().neighbours
+def _other_targets(session: ScheduleSession) -> tuple[str, ...]:
+    """Targets worth comparing the code for: those with the instructions the schedule uses where this
+    CPU lacks them (a record made on an AMX machine: its code, compile only), an older vector width
+    here, another architecture."""
+    host = host_target()
+    return tuple(dict.fromkeys((*targets_with(session.mod, host), *host.neighbours)))
 
 
 def views(session: ScheduleSession, target) -> None:
@@ -237,8 +239,11 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     why = "choose a valid target" if target is None else target.why_not_here()
     if why:
         st.caption(f"Measuring needs a target this machine runs ({why}); the code views still show the target's code.")
+    refused = "" if why else isa_refusal(session.mod, target)  # building would abort LLVM, and this page with it
+    if refused:
+        st.error(f"Cannot build or measure this schedule here: {refused}")
     store = state.kept(state.MEASUREMENTS, dict).setdefault(kernel.info.spec, {"history": []})
-    if st.button("Build & measure", type="primary", key="measure", disabled=bool(why)):
+    if st.button("Build & measure", type="primary", key="measure", disabled=bool(why or refused)):
         peaks = machine_peaks()
         with st.spinner(f"Building for {target.label}, verifying and timing in a separate process..."):
             try:
@@ -357,7 +362,7 @@ def main() -> None:
         step_form(session)
     with steps:
         history(session, kernel)
-    target = target_picker("schedule_target", cpu_only=True, choices=_other_targets())
+    target = target_picker("schedule_target", cpu_only=True, choices=_other_targets(session))
     views(session, target)
     measure_panel(session, kernel, target)
 

@@ -17,6 +17,7 @@ from explorer.measure.calibration import Calibration, calibration
 from explorer.measure.memory import MemoryLimitError
 from explorer.measure.peak_check import within_peak
 from explorer.measure.result import MeasureResult
+from explorer.schedule.isa_check import IsaError, require_isa
 from explorer.target import Target, parse_target
 from store.outcome import Outcome
 
@@ -33,7 +34,8 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     built by TVM. ``peaks`` defaults to this machine's cached calibration; the peak is that of the
     kernel's instruction family (:mod:`explorer.measure.families`: fp32, bf16 or int8), and a kernel
     faster than it raises it (:func:`explorer.measure.peak_check.within_peak`, said in ``peak_note``).
-    ``target`` (default: this machine's CPU) must be one this machine runs:
+    ``target`` (default: this machine's CPU) must be one this machine runs, and have the instructions
+    ``mod`` calls (:func:`explorer.schedule.isa_check.require_isa`: LLVM aborts on the others):
     :class:`explorer.target.TargetError` otherwise."""
     from dataclasses import replace
 
@@ -42,6 +44,7 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     target = parse_target(target)
     target.require_runnable("measure")
     mod = mod if mod is not None else tvm.IRModule({"main": kernel.func})
+    require_isa(mod, target, "measure")
     interface = interface_change(kernel, mod)
     if interface:
         return MeasureResult(status=Outcome.BUILD_ERROR, error=interface, flops=kernel.info.flops, target=target.key)
@@ -108,7 +111,11 @@ def check(kernel: Kernel, mod: tvm.IRModule, *, target: Target | str | None = No
     """Build and run ``mod`` once and compare with the reference, no timing: ``(verified, why
     not)``. In a child process by default, like :func:`measure` (a schedule that crashes the
     build or the run, such as a tensorize for instructions the target lacks, is a failed check);
-    ``isolate=False`` runs it here, for schedules known not to crash."""
-    result = measure(kernel, mod, target=target, repeat=0, isolate=isolate, timeout=timeout, seed=seed,
-                     peaks=_NO_PEAKS)
+    ``isolate=False`` runs it here, for schedules known not to crash. A schedule whose instructions the
+    target lacks is a failed check without a build (:class:`explorer.schedule.isa_check.IsaError`'s reason)."""
+    try:
+        result = measure(kernel, mod, target=target, repeat=0, isolate=isolate, timeout=timeout, seed=seed,
+                         peaks=_NO_PEAKS)
+    except IsaError as err:
+        return False, str(err)
     return bool(result.verified), "" if result.verified else (result.error or result.status)

@@ -17,6 +17,7 @@ import tvm
 
 from explorer.errors import ExplorerError, short_tvm_message
 from explorer.schedule.asm_loops import asm_loops
+from explorer.schedule.isa_check import isa_refusal
 from explorer.schedule.line_map import LineMap, MappedShare, Spanned, line_map, reparsed
 from explorer.target.asm import ANY_ASM, AsmSyntax
 from store.values import DictValue
@@ -75,6 +76,8 @@ class CodeViews:
     # TVMScript <-> assembly lines (CPU targets whose script reads back; see explorer.schedule.line_map)
     mapping: LineMap | None = None
     hot_mapped: MappedShare | None = None  # how many of the hot loop's instructions have a script line
+    # why the target cannot build it (instructions it lacks: LLVM would abort): only the lowered TIR is shown
+    refused: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -109,13 +112,19 @@ def asm_stats(asm: str, syntax: AsmSyntax = ANY_ASM) -> AsmStats:
 def code_views(mod: tvm.IRModule, target) -> CodeViews:
     """Lower and build ``mod`` (a scheduled one-function module) for ``target`` (a
     :class:`explorer.target.Target`); raise :class:`ExplorerError` with TVM's reason when it does
-    not build."""
+    not build. A kernel using instructions the target lacks (:func:`explorer.schedule.isa_check.isa_refusal`:
+    LLVM would abort the process) is lowered, not built: its views say why in ``refused``."""
     start = time.perf_counter()
     tvm_target = target.tvm()
-    parsed = _reparsed_for(mod, target)  # built instead of ``mod``: the same kernel, its lines as spans
+    refused = isa_refusal(mod, target)
+    # built instead of ``mod``: the same kernel, its lines as spans
+    parsed = None if refused else _reparsed_for(mod, target)
     try:
         with tvm_target:
             lowered = _lowering()(tvm.tirx.transform.BindTarget(tvm_target)(mod))
+        if refused:
+            return CodeViews(target.label, lowered.script(), "", "", asm_stats(""), time.perf_counter() - start,
+                             refused=f"not built for {target.label}: {refused}")
         built = tvm.compile(parsed.mod if parsed is not None else mod, target=tvm_target).mod
         llvm_ir = built.inspect_source("ll")
         asm = built.inspect_source("asm")
