@@ -275,7 +275,12 @@ def _flat_funcs(dot: AmxBf16Conv):
                 init(C)
             for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
                 with T.sblock("update"):
-                    vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
+                    vr, vi = T.axis.remap("SS", [r, i])
+                    # a tap axis of extent 1 dropped, as blockize drops it (a 1x7 or 7x1 kernel:
+                    # explorer.schedule.amx_conv_intrin)
+                    vh = T.axis.reduce(kh, rh) if kh > 1 else T.meta_var(0)
+                    vw = T.axis.reduce(kw, rw) if kw > 1 else T.meta_var(0)
+                    vk = T.axis.reduce(k, kk)
                     C[vr, vi] = C[vr, vi] + _f32(A[vr + vh * width + vw, vk]) * _f32(
                         B[vi // PANEL, vh, vw, vk // PAIR, vi % PANEL, vk % PAIR])
 

@@ -13,10 +13,13 @@ lane: 4 int8, 2 bf16). Two shapes of pixels:
 
 ``zero``: the description holds the kernel's init (``C = 0``: the call computes the whole sum, its C
 tiles from ``tilezero``) and reads no C; without it the call adds to C (its update alone: a
-decomposed block, or a trace recorded before). A 1x1 kernel's description drops the unit tap axes,
-as the block does. The implementation calls the tile function (:func:`explorer.schedule.amx_ir.conv_tiles_ir`)
-with byte strides: C's row, A's pixel stride, A's row, A's pixel, taps a kernel row, taps, the bytes
-a tap reduces (and for rows: A's and C's stride between output rows).
+decomposed block, or a trace recorded before). A description drops each tap axis of extent 1 (a 1x1
+kernel's both, a 1x7's rows, a 7x1's columns), as ``blockize`` drops it from the block it tensorizes:
+one kept matched no such kernel, and the default fell back to a scalar loop nest (Inception v3's 1x7
+and 7x1 convolutions at ~2 GFLOPS). The implementation calls the tile function
+(:func:`explorer.schedule.amx_ir.conv_tiles_ir`) with byte strides: C's row, A's pixel stride, A's row,
+A's pixel, taps a kernel row, taps, the bytes a tap reduces (and for rows: A's and C's stride between
+output rows).
 """
 
 from __future__ import annotations
@@ -106,18 +109,14 @@ def taps_funcs(ops: Operands, function: str, *, rows: int, cols: int, k: int, st
             regions(A, B, C)
             if zero:
                 init(C)
-            if kh * kw == 1:  # (parse-time Python: the block drops its unit tap axes)
-                for r, i, _rh, _rw, kk in T.grid(rows, cols, 1, 1, k):
-                    with T.sblock("update"):
-                        vr, vi, vk = T.axis.remap("SSR", [r, i, kk])
-                        C[vr, vi] = C[vr, vi] + widen(A[0, vr * s, vk]) * widen(
-                            B[vi // PANEL, 0, 0, vk // lane, vi % PANEL, vk % lane])
-            else:
-                for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
-                    with T.sblock("update"):
-                        vr, vi, vh, vw, vk = T.axis.remap("SSRRR", [r, i, rh, rw, kk])
-                        C[vr, vi] = C[vr, vi] + widen(A[vh, vr * s + vw, vk]) * widen(
-                            B[vi // PANEL, vh, vw, vk // lane, vi % PANEL, vk % lane])
+            for r, i, rh, rw, kk in T.grid(rows, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vi = T.axis.remap("SS", [r, i])
+                    vh = T.axis.reduce(kh, rh) if kh > 1 else T.meta_var(0)  # (unit tap axes dropped)
+                    vw = T.axis.reduce(kw, rw) if kw > 1 else T.meta_var(0)
+                    vk = T.axis.reduce(k, kk)
+                    C[vr, vi] = C[vr, vi] + widen(A[vh, vr * s + vw, vk]) * widen(
+                        B[vi // PANEL, vh, vw, vk // lane, vi % PANEL, vk % lane])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -163,18 +162,14 @@ def rows_funcs(ops: Operands, function: str, *, y: int, x: int, cols: int, k: in
             regions(A, B, C)
             if zero:
                 init(C)
-            if kh * kw == 1:  # (parse-time Python: the block drops its unit tap axes)
-                for r, p, i, _rh, _rw, kk in T.grid(y, x, cols, 1, 1, k):
-                    with T.sblock("update"):
-                        vr, vp, vi, vk = T.axis.remap("SSSR", [r, p, i, kk])
-                        C[vr, vp, vi] = C[vr, vp, vi] + widen(A[vr * s, vp * s, vk]) * widen(
-                            B[vi // PANEL, 0, 0, vk // lane, vi % PANEL, vk % lane])
-            else:
-                for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
-                    with T.sblock("update"):
-                        vr, vp, vi, vh, vw, vk = T.axis.remap("SSSRRR", [r, p, i, rh, rw, kk])
-                        C[vr, vp, vi] = C[vr, vp, vi] + widen(A[vr * s + vh, vp * s + vw, vk]) * widen(
-                            B[vi // PANEL, vh, vw, vk // lane, vi % PANEL, vk % lane])
+            for r, p, i, rh, rw, kk in T.grid(y, x, cols, kh, kw, k):
+                with T.sblock("update"):
+                    vr, vp, vi = T.axis.remap("SSS", [r, p, i])
+                    vh = T.axis.reduce(kh, rh) if kh > 1 else T.meta_var(0)  # (unit tap axes dropped)
+                    vw = T.axis.reduce(kw, rw) if kw > 1 else T.meta_var(0)
+                    vk = T.axis.reduce(k, kk)
+                    C[vr, vp, vi] = C[vr, vp, vi] + widen(A[vr * s + vh, vp * s + vw, vk]) * widen(
+                        B[vi // PANEL, vh, vw, vk // lane, vi % PANEL, vk % lane])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
