@@ -29,11 +29,14 @@ from __future__ import annotations
 import dataclasses
 
 from explorer.errors import ExplorerError
+from explorer.passes.conv_groups_limit import MAX_GROUPS
 
 PRECISIONS = ("fp32", "bf16", "int8")
 BF16_TOLERANCE = 1e-2
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
-             "reductions and pooling", "recurrent state", "depthwise and grouped convolutions",
+             "reductions and pooling", "recurrent state",
+             f"depthwise and grouped convolutions (on AMX-BF16, not those of at most {MAX_GROUPS} groups each a bf16 "
+             "convolution: explorer.passes.conv_groups)",
              "products of two activations whose shapes the bf16 kernel does not take, and weight products whose "
              "shape does not pay on the CPU's bf16 instructions (listed per build; attention's QK^T and PV "
              "run in bf16: both operands rounded at run time)")
@@ -183,6 +186,7 @@ def bf16_module(mod, target=None):
     the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both). The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, vdpbf16ps_pays, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
+    from explorer.passes.conv_groups import convs_by_group
     from explorer.passes.conv_rows import convs_on_tiled_rows
     from explorer.schedule.bf16_dot import isa_from
 
@@ -197,6 +201,9 @@ def bf16_module(mod, target=None):
         # convolutions whose rows the direct kernel cannot tile: over rows it can (rewritten from the folded module)
         mod, tiled = convs_on_tiled_rows(mod, folded=folded)
         folded = mod if tiled else folded  # a rewrite of the folded module: folding it again changes nothing
+        # grouped convolutions whose groups the direct kernel takes in bf16: one convolution per group
+        grouped, split = convs_by_group(folded, folded=folded)
+        mod, folded = (grouped, grouped) if split else (mod, folded)
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
     mod, convs, short = bf16_convs(mod, amx=isa == "amx", folded=folded) if all_fp32 is None else (mod, 0, ())
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too

@@ -72,21 +72,39 @@ def padded_width(pixels: int, most: float = MAX_PADDING) -> int | None:
     return fits[0] if fits else None
 
 
-def _weights(call: relax.Call) -> np.ndarray | None:
-    """The constant OIHW fp32 weights of an ungrouped NCHW convolution with static shapes, else None."""
+def conv_weights(call: relax.Call, groups: range = range(1, 2)) -> np.ndarray | None:
+    """The constant OIHW fp32 weights of an NCHW convolution with static shapes whose groups are in
+    ``groups`` (ungrouped: 1), else None."""
     if not call.op.same_as(_CONV2D):
         return None
     a = call.attrs
-    if (int(a.groups) != 1 or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
+    if (int(a.groups) not in groups or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW"
             or str(a.out_layout) != "NCHW" or str(a.out_dtype) not in _FLOAT_OUT):
         return None
     shape, dtype = tensor_info(call.args[0].ty)
     out_shape, _ = tensor_info(call.ty)
     w = constant_value(call.args[1])
     if (w is None or w.dtype != np.float32 or w.ndim != 4 or dtype != "float32" or shape is None or out_shape is None
-            or len(shape) != 4 or static_ints([*shape, *out_shape]) is None):
+            or len(shape) != 4 or static_ints([*shape, *out_shape]) is None or w.shape[0] % int(a.groups)):
         return None
     return w
+
+
+def rewrite_folded(mod: tvm.IRModule, rewrite, folded: tvm.IRModule | None) -> tuple[tvm.IRModule, int]:
+    """``(rewritten, count)``: ``mod`` with batch-norm folded (``folded``, where the caller has it;
+    None: folded here) and every call ``rewrite`` answers replaced, and how many it answered;
+    ``(mod, 0)`` where it answered none."""
+    if not has_convs(mod):
+        return mod, 0
+    count = []
+
+    def counted(call, builder):
+        new = rewrite(call, builder)
+        count.extend([call] if new is not None else [])
+        return new
+
+    rewritten = rewrite_calls(fold_batch_norms(mod) if folded is None else folded, counted)
+    return (rewritten, len(count)) if count else (mod, 0)
 
 
 def _converted(w: np.ndarray, width: int | None, attrs) -> bool:
@@ -126,7 +144,7 @@ def _wider_rows(call: relax.Call, w: np.ndarray, builder: relax.BlockBuilder):
 
 
 def _on_tiled_rows(call: relax.Call, builder: relax.BlockBuilder):
-    w = _weights(call)
+    w = conv_weights(call)
     if w is None:
         return None
     a = call.attrs
@@ -143,18 +161,10 @@ def convs_on_tiled_rows(mod: tvm.IRModule, *, folded: tvm.IRModule | None = None
     cannot tile computed over rows it can (module docstring), and how many were; ``mod`` itself
     where none was. ``folded``: ``mod`` with its batch norms folded already, where the caller has it
     (:func:`explorer.precision.bf16_module` folds once for this and the bf16 rewrite); None: folded here."""
-    if not has_convs(mod):
-        return mod, 0
-    count = []
-
-    def counted(call, builder):
-        new = _on_tiled_rows(call, builder)
-        count.extend([call] if new is not None else [])
-        return new
-
-    rewritten = rewrite_calls(fold_batch_norms(mod) if folded is None else folded, counted)
+    rewritten, count = rewrite_folded(mod, _on_tiled_rows, folded)
     # the bias, activation and residual add after each, on its rows: in its kernel (explorer.passes.row_epilogue)
-    return (epilogues_on_rows(rewritten)[0], len(count)) if count else (mod, 0)
+    return (epilogues_on_rows(rewritten)[0], count) if count else (mod, 0)
 
 
-__all__ = ["GOOD_TILE", "MAX_PADDING", "MAX_STRIDED_PADDING", "convs_on_tiled_rows", "padded_width"]
+__all__ = ["GOOD_TILE", "MAX_PADDING", "MAX_STRIDED_PADDING", "conv_weights", "convs_on_tiled_rows", "padded_width",
+           "rewrite_folded"]

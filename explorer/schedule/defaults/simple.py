@@ -29,6 +29,7 @@ from explorer.schedule.defaults.analysis import (PARALLEL_MIN_VOLUME, BlockFacts
                                                   partial_rows)
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.defaults.strides import contiguous_run
+from explorer.schedule.defaults.transpose_blocks import blocked_transpose
 
 
 def _vector_factor(extent: int, lanes: int) -> int:
@@ -81,6 +82,9 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
             return _transpose_by_read_rows(sch, facts, loops, inner, along, cpu)
         if _padded_image(facts, inner):
             return _padded_image_by_rows(sch, facts, loops)
+        blocked = blocked_transpose(sch, facts, loops, inner, cpu)
+        if blocked:
+            return blocked
         if len(loops) > 1 and facts.volume >= PARALLEL_MIN_VOLUME:
             sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
         return f"parallel transpose ({facts.name})"
@@ -133,6 +137,9 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     if strided == 1 and len(loops) > 1:
         # a transpose that only the simplified indices show (an inlined reshape's ``(h * 32 + w)
         # // 256 + c``): as above, the innermost loop left to LLVM
+        blocked = blocked_transpose(sch, facts, loops, inner, cpu)
+        if blocked:
+            return blocked
         if facts.volume >= PARALLEL_MIN_VOLUME:
             sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
         return f"parallel transpose ({facts.name})"
