@@ -43,7 +43,8 @@ from explorer.precision import PRECISIONS
               help="Sign the bundle with this ed25519 private key (manifest.sig; `schedx keygen` makes a pair).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: convolutions and matmuls with constant weights in bf16 with fp32 accumulation (needs "
-                   "AVX512-BF16 or AMX-BF16), the rest in fp32; verified at the bf16 tolerance the manifest states. "
+                   "AVX512-BF16 or AMX-BF16), the rest in fp32; verified at the bf16 tolerance the manifest states "
+                   "(a bundle that misses it is built again with every matmul in fp32, said in its warnings). "
                    f"{INT8_HELP}; verified against ONNX Runtime running the int8 model, the quantizer's own "
                    "figures against the float model said beside it.")
 @calibration_options

@@ -76,7 +76,8 @@ def _base(entry: dict) -> dict:
 def verification_fields(report) -> dict:
     """What a row states of its verification: the largest normalised error against the tolerance it
     was held to (per output: the precision's own for bf16, quantization steps for int8), and what the
-    precision converted and kept in fp32."""
+    precision converted and kept in fp32 (``matmuls_fp32``: the bf16 export's second build, every matmul
+    in fp32)."""
     v = report.verification
     fields: dict = {}
     if v is not None and v.max_rel_error is not None:
@@ -87,6 +88,8 @@ def verification_fields(report) -> dict:
     precision = report.built.precision
     if precision is not None and precision.name == "bf16":
         fields["converted"] = precision.converted
+        if precision.matmuls_fp32:  # the bf16 build missed the tolerance: built again with every matmul in fp32
+            fields["matmuls_fp32"] = True
         if not precision.converted:
             fields["precision_note"] = "no product with constant weights to compute in bf16: runs in fp32"
     return fields

@@ -7,9 +7,11 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
     the search's confirmation round (its best schedules and its default timed again in turns),
     then only the records whose kernel beats the default inside the model (``export.in_model``,
     as ``schedx export --check-in-model``; ``--no-check-in-model``: every confirmed record);
-  - ``tvm default bf16`` with ``--precision bf16``: the default build at bf16 (``export.build.as_built``
-    and ``export_workload(precision=...)``, as ``schedx bench --precision bf16``), beside the fp32
-    rows, compared with ``tvm default`` and each OpenVINO row;
+  - ``tvm default bf16`` with ``--precision bf16``: the default build at bf16 as ``schedx export
+    --precision bf16 --no-db`` ships it (``export.build.as_built`` and ``export_workload(precision=...)``,
+    verified: where it misses the bf16 tolerance, built again with every matmul in fp32; ``schedx bench
+    --precision bf16`` times the first build, unverified), beside the fp32 rows, compared with ``tvm
+    default`` and each OpenVINO row;
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - OpenVINO at ``--threads`` (``export.openvino_row``): its f32 and its default precision (bf16 on
     a CPU with AMX or AVX512-BF16), each TVM row against both under the noise, and each one's
@@ -94,8 +96,9 @@ def bundle(workload, target, folder: Path, schedules, precision: str = "fp32") -
 
 
 def precision_bundle(workload, target, folder: Path, precision: str) -> tuple[str, Path] | None:
-    """The row name and the default build at ``precision`` (verified at its own tolerance), as
-    ``schedx bench --precision`` builds it (:data:`export.bench.PRECISION_ROWS`); None at fp32."""
+    """The row name (:data:`export.bench.PRECISION_ROWS`) and the default build at ``precision`` as
+    ``schedx export --precision`` ships it (verified at its own tolerance; a bf16 build that misses it
+    built again with every matmul in fp32, unlike ``schedx bench``'s unverified row); None at fp32."""
     if precision == "fp32":
         return None
     from export.bench import PRECISION_ROWS

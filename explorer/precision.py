@@ -22,6 +22,12 @@ A bf16 build is verified against the fp32 reference at :data:`BF16_TOLERANCE` pe
 (relative to that output's largest magnitude): rounding both operands of a product to bf16's 8
 significant bits gives errors of about 2^-9 per operand; a sum of K such products with random
 signs stays under 1e-2 of the output's scale (measured 2.5e-3 on 768- and 1024-long products).
+Deep models add such errors layer after layer, and no rule by a layer's shape says where the sum
+passes the tolerance (maxvit_t: 22 attention blocks and 11 MBConvs in series, the error spread over
+its early weight products, its convolutions and its classifier, 1.0-1.36e-2 on 8 inputs; OpenVINO's
+bf16 1.31e-2): a build can keep :data:`MATMULS_FP32` instead (``for_precision(..., matmuls_fp32=True)``;
+:func:`with_matmuls_fp32` from a bf16 build, what an export builds where the bf16 bundle fails verification:
+:mod:`export.flow`).
 """
 
 from __future__ import annotations
@@ -33,13 +39,18 @@ from explorer.passes.conv_groups_limit import MAX_GROUPS
 
 PRECISIONS = ("fp32", "bf16", "int8")
 BF16_TOLERANCE = 1e-2
+ATTENTION_IN_BF16 = "; attention's QK^T and PV run in bf16: both operands rounded at run time"  # not with MATMULS_FP32
 KEPT_FP32 = ("element-wise work (bias, activations, residual adds)", "softmax", "layer and batch normalisation",
              "reductions and pooling", "recurrent state",
              f"depthwise and grouped convolutions (on AMX-BF16, not those of at most {MAX_GROUPS} groups each a bf16 "
              "convolution: explorer.passes.conv_groups)",
              "products of two activations whose shapes the bf16 kernel does not take, and weight products whose "
-             "shape does not pay on the CPU's bf16 instructions (listed per build; attention's QK^T and PV "
-             "run in bf16: both operands rounded at run time)")
+             f"shape does not pay on the CPU's bf16 instructions (listed per build{ATTENTION_IN_BF16})")
+# the class a bf16 build keeps in fp32 where its bundle failed verification: the one that carried most
+# of maxvit_t's error (all its matmuls in fp32: 4.1-5.2e-3 on 8 inputs, against 6.9-11.9e-3 with all its
+# convolutions in fp32 instead and 1.03-1.36e-2 with neither; 1 thread 81.1 against 71.7 ms)
+MATMULS_FP32 = ("every matmul (weight products and attention's products): the build with them in bf16 missed "
+                "the bf16 tolerance on its sample input, so they were built again in fp32")
 INT8_KEPT_FLOAT = ("what ONNX Runtime's quantizer leaves in float (its QDQ model's float nodes)",
                    "grouped and dilated convolutions, computed in float between dequantize and quantize")
 
@@ -80,12 +91,17 @@ class Precision:
     kept_fp32: tuple[str, ...] = ()
     converted: int = 0  # products computed in bf16
     quantization: dict | None = None  # int8: the quantizer's report (the int8 model against the float one)
+    matmuls_fp32: bool = False  # bf16: every matmul kept fp32 (MATMULS_FP32), the build's second try
+    # bf16: the Relax module as written, before the rewrite (what with_matmuls_fp32 builds again from)
+    written: object | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
              "converted_products": self.converted}
         if self.quantization is not None:
             d["quantization"] = dict(self.quantization)
+        if self.matmuls_fp32:
+            d["matmuls_fp32"] = True
         return d
 
 
@@ -120,16 +136,21 @@ def refusal(name: str, target, kind: str = "model", what: str = "the workload") 
     return ""
 
 
-def for_precision(workload, target, name: str = "fp32", calibration=None):
+def for_precision(workload, target, name: str = "fp32", calibration=None, *, matmuls_fp32: bool | None = None):
     """``(workload, precision)``: ``workload`` as built at precision ``name`` for ``target`` (a new
-    workload for bf16: its weight products rewritten; for int8: its QDQ model, quantized with
-    ``calibration``, a :class:`Calibration`), and what that precision
-    means. A workload already built at ``name`` (one this function returned) comes back as it is."""
+    workload for bf16: its weight products rewritten, none of its matmuls where ``matmuls_fp32``:
+    :data:`MATMULS_FP32`; for int8: its QDQ model, quantized with ``calibration``, a
+    :class:`Calibration`), and what that precision means. A workload already built at ``name``
+    (one this function returned) comes back as it is, unless ``matmuls_fp32`` asks for other matmuls
+    than it was built with (refused: :func:`with_matmuls_fp32` builds it again from the model as written)."""
     done = getattr(workload, "precision", None)
     if done is not None:
         if done.name != name:
             raise PrecisionError(f"{workload.name} is already built at {done.name}, not {name}: give the model as "
                                  f"written")
+        if matmuls_fp32 is not None and bool(matmuls_fp32) != done.matmuls_fp32:
+            raise PrecisionError(f"{workload.name} is already built at bf16 with its matmuls in "
+                                 f"{'fp32' if done.matmuls_fp32 else 'bf16'}: give the model as written")
         return workload, done
     why = refusal(name, target, workload.kind, workload.name)
     if why:
@@ -138,11 +159,25 @@ def for_precision(workload, target, name: str = "fp32", calibration=None):
         return workload, Precision("fp32", None)
     if name == "int8":
         return _int8(workload, calibration, target)
-    mod, converted, kept = bf16_module(workload.mod, target)
+    matmuls_fp32 = bool(matmuls_fp32)
+    mod, converted, kept = bf16_module(workload.mod, target, matmuls_fp32=matmuls_fp32)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
-    precision = Precision("bf16", BF16_TOLERANCE, KEPT_FP32 + kept, converted)
+    always = tuple(k.replace(ATTENTION_IN_BF16, "") for k in KEPT_FP32) if matmuls_fp32 else KEPT_FP32
+    precision = Precision("bf16", BF16_TOLERANCE, always + kept, converted, matmuls_fp32=matmuls_fp32,
+                          written=workload.mod)
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note,
                                 precision=precision), precision)
+
+
+def with_matmuls_fp32(workload, target):
+    """``(workload, precision)``: a workload :func:`for_precision` built at bf16 with matmuls in bf16,
+    built again from its module as written (kept on its :class:`Precision`: no reload of its spec)
+    with every matmul in fp32 (:data:`MATMULS_FP32`)."""
+    done = getattr(workload, "precision", None)
+    if done is None or done.name != "bf16" or done.matmuls_fp32 or done.written is None:
+        raise PrecisionError(f"{workload.name} is not a bf16 build with its matmuls in bf16: nothing to build again")
+    written = dataclasses.replace(workload, mod=done.written, precision=None, _fused=None)
+    return for_precision(written, target, "bf16", matmuls_fp32=True)
 
 
 def int8_kept_float(target) -> tuple[str, ...]:
@@ -175,7 +210,7 @@ def _int8(workload, calibration, target):
     return dataclasses.replace(built, precision=precision), precision
 
 
-def bf16_module(mod, target=None):
+def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
     """``(mod, converted, kept)``: a model's Relax module with its convolutions and matmuls by
     constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
     tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col where
@@ -183,7 +218,8 @@ def bf16_module(mod, target=None):
     were, and lines for what stayed fp32 by size or by the target's instructions: the
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
-    the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both). The caller checks the target first."""
+    the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both); ``matmuls_fp32``:
+    no matmul rewritten (:data:`MATMULS_FP32`, listed). The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, vdpbf16ps_pays, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.passes.conv_groups import convs_by_group
@@ -208,6 +244,8 @@ def bf16_module(mod, target=None):
     mod, convs, short = bf16_convs(mod, amx=isa == "amx", folded=folded) if all_fp32 is None else (mod, 0, ())
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
     fast_vectors = isa == "avx512bf16" and vdpbf16ps_pays(target)
+    if matmuls_fp32:
+        return mod, convs, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + (MATMULS_FP32,)
     mod, products, small = bf16_products(mod, isa=isa or None, fast_vectors=fast_vectors)
     return mod, convs + products, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + kept_in_fp32(small)
 
@@ -225,5 +263,6 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
             f"{shapes}",)
 
 
-__all__ = ["BF16_TOLERANCE", "DEFAULT_SAMPLES", "INT8_KEPT_FLOAT", "int8_kept_float", "KEPT_FP32", "PRECISIONS", "Calibration",
-           "Precision", "PrecisionError", "bf16_module", "check_precision", "for_precision", "refusal"]
+__all__ = ["BF16_TOLERANCE", "DEFAULT_SAMPLES", "INT8_KEPT_FLOAT", "int8_kept_float", "KEPT_FP32", "MATMULS_FP32",
+           "PRECISIONS", "Calibration", "Precision", "PrecisionError", "bf16_module", "check_precision",
+           "for_precision", "refusal", "with_matmuls_fp32"]

@@ -208,7 +208,8 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     :func:`alternate`), ``runs`` runs and ``budget_s`` seconds each in all, and consecutive rows are
     compared under the noise (tuned vs default, default vs ONNX Runtime, ...), and the build schedx
     ships (tuned, else default) against each OpenVINO row. ``precision="bf16"`` adds a row
-    (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`) right after
+    (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`; not verified, so never
+    built again with its matmuls in fp32 as an export that fails verification is: a note says so) right after
     ``tvm default``, so the two are compared; ``"int8"`` adds :data:`INT8_ROW` (the model quantized
     with ``calibration`` and built as its QDQ model) there and :data:`ORT_INT8_ROW` (ONNX Runtime
     running that QDQ model) after ``onnxruntime``, the two int8 rows compared, the quantizer's
@@ -241,6 +242,10 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         from explorer.models.int8_precision import summary
 
         report.notes.append(f"{INT8_ROW}: {summary(meaning.quantization)}")
+    if meaning is not None and meaning.name == "bf16" and meaning.converted and not meaning.matmuls_fp32:
+        from export.flow import UNVERIFIED_BF16
+
+        report.notes.append(f"{BF16_ROW}: {UNVERIFIED_BF16}")
     load = machine_load()
     inputs = workload.sample_inputs()
     contenders: dict[str, Callable[[int, float], BenchRow]] = {}

@@ -5,6 +5,15 @@ a device bundle gets its target's own checks of the device code (``target.device
 :mod:`explorer.target.cuda_check`) and runs on the device too when one is visible. Models from
 ONNX are also compared layer by layer (:mod:`export.layers`). The verification is added to the
 manifest afterwards (the manifest's own text is not hashed, so the file hashes stay valid).
+
+A bf16 bundle whose outputs fail verification is built once more, from the model as written, with
+every matmul in fp32 (:data:`explorer.precision.MATMULS_FP32`: the class that carried most of a deep
+model's bf16 error, maxvit_t's), where the first build computed any in bf16; that bundle is the one
+published, its warnings saying why, what the first one's error was and what is left in bf16. Its
+records are the first build's by workload key (those of the first build's bf16 matmul kernels do not
+apply, said). Where that build is refused, the first bundle is published, NOT VERIFIED, saying why.
+An export that does not verify (``verify=False``: the in-model check's, ``schedx bench`` and
+``profile``'s bf16 builds) never builds again: :data:`UNVERIFIED_BF16` says so beside their figures.
 """
 
 from __future__ import annotations
@@ -21,11 +30,16 @@ from export import folders
 from export.build import Built, Progress, build
 from export.elf_check import ElfCheck, check_elf
 from export.layers import LayerReport, compare_layers
-from export.schedules import TaskSchedule
+from export.schedules import TaskSchedule, pick
 from export.verify import DYNAMIC_QUANT_TOLERANCE, Verification, verification_rule, verify_folder
 from explorer import interrupts
+from explorer.errors import ExplorerError
 from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
+
+
+UNVERIFIED_BF16 = ("the bf16 build is not verified here: `schedx export --precision bf16` verifies it and, where "
+                   "it misses the bf16 tolerance, ships it with every matmul in fp32 instead (slower)")
 
 
 @dataclass
@@ -90,9 +104,7 @@ class ExportReport:
         was held to (``worst``), and the layer where TVM and ONNX Runtime first part."""
         v, text = self.verification, ""
         if worst and v is not None and not v.ok and v.status != "skipped":
-            from export.verify_bundle import describe_worst
-
-            detail = describe_worst(v.worst) if v.worst is not None and not v.worst["ok"] else v.why
+            detail = _worst(v)
             text += f" ({detail})" if detail else ""
         if self.layers is not None and self.layers.growth():
             text += (f"; layer by layer (TVM without this bundle's schedules, against ONNX Runtime), "
@@ -164,6 +176,10 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
         report = _export(workload, target, folder, staging, schedules=schedules, verify=verify, layers=layers,
                          threads=threads, nvcc=nvcc, seed=seed, say=say, notes=notes, seconds=seconds,
                          precision=precision)
+        if _retries(report, workload):  # the bf16 bundle failed: built again with its matmuls in fp32
+            report, staging = _matmuls_fp32(report, workload, target, folder, staging, schedules=schedules,
+                                            verify=verify, layers=layers, threads=threads, nvcc=nvcc, seed=seed,
+                                            say=say, notes=notes, seconds=seconds, force=force, precision=precision)
         interrupts.check()  # a Ctrl-C something below swallowed: nothing is published
         folders.publish(staging, folder, force=force)
     except BaseException:
@@ -176,7 +192,9 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
 
 def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, schedules, verify: bool,
             layers: bool, threads: int | None, nvcc: bool, seed: int, say: Progress, notes: list[str] | None,
-            seconds: dict[str, float], precision: str = "fp32") -> ExportReport:
+            seconds: dict[str, float], precision: str = "fp32", layers_of: LayerReport | None = None) -> ExportReport:
+    """One build of ``workload`` into ``staging``; ``layers_of``: the layer-by-layer comparison an earlier
+    build of the same ONNX model made (it depends on the model and the inputs alone), reused."""
     from explorer.fault_points import hold
     from explorer.measure.verify import tolerance
 
@@ -231,6 +249,8 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
         built.warnings.append("layer-by-layer comparison skipped: the int8 (QDQ) model's layers are compared by its "
                               "outputs, within a few quantization steps")
         manifest["warnings"] = list(built.warnings)
+    elif layers and workload.onnx_model is not None and layers_of is not None:
+        report.layers = layers_of
     elif layers and workload.onnx_model is not None:
         mark = time.perf_counter()
         say("comparing layer by layer with ONNX Runtime", 0.85)
@@ -255,6 +275,90 @@ def _export(workload: Workload, target: Target, folder: Path, staging: Path, *, 
     }
     (staging / bundle_io.MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return report
+
+
+def _retries(report: ExportReport, workload: Workload) -> bool:
+    """Whether ``workload``'s bundle is built again with every matmul in fp32: a bf16 build with its
+    matmuls in bf16 whose outputs failed verification."""
+    first, v = workload.precision, report.verification
+    return (first is not None and first.name == "bf16" and not first.matmuls_fp32 and v is not None
+            and v.status == "failed")
+
+
+def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folder: Path, staging: Path, *,
+                  schedules, force: bool, say: Progress, notes: list[str] | None,
+                  **export) -> tuple[ExportReport, Path]:
+    """``(report, staging)``: the bundle ``workload`` (built at bf16, failed verification in
+    ``staging``) built again with every matmul in fp32 in a second staging folder, when that build
+    computes fewer products in bf16; else the first (none of its matmuls was in bf16; or that build was
+    refused: its warnings say why). The second progresses in [0.9, 1); the records go by workload key
+    (:func:`_by_key`)."""
+    from explorer.precision import with_matmuls_fp32
+
+    say("building again with every matmul in fp32", 0.9)
+    second = folders.staging_folder(folder, force=force, attempt="matmuls-fp32")
+    try:
+        again, precision = with_matmuls_fp32(workload, target)
+        if precision.converted >= workload.precision.converted:  # its matmuls were fp32 already
+            shutil.rmtree(second, ignore_errors=True)
+            return first, staging
+        again = again.for_target(target)
+        left = (f"{precision.converted} convolution{'s' if precision.converted != 1 else ''} still in bf16"
+                if precision.converted else "nothing left in bf16: this bundle computes in fp32")
+        why = (f"the bf16 build with its matmuls in bf16 failed verification ({_worst(first.verification)}); this "
+               f"bundle is built again with every matmul in fp32 ({left})")
+        keyed = _by_key(schedules, first.built.outcomes)
+        lost = _records_lost(first.built.outcomes, again)
+        report = _export(again, target, folder, second, schedules=keyed, say=_within(say, 0.9),
+                         notes=[*(notes or []), why, *lost], layers_of=first.layers, **export)
+    except ExplorerError as err:  # the first bundle is published, NOT VERIFIED, saying why there is no second
+        shutil.rmtree(second, ignore_errors=True)
+        first.built.warnings.append(f"the bf16 build failed verification, and building it again with every matmul "
+                                    f"in fp32 failed: {err}")
+        first.manifest["warnings"] = list(first.built.warnings)
+        (staging / bundle_io.MANIFEST).write_text(json.dumps(first.manifest, indent=2, default=str))
+        return first, staging
+    except BaseException:
+        shutil.rmtree(second, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return report, second
+
+
+def _by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
+    """The first build's schedules by the workload key of the task each met (a name names another
+    kernel in a build whose matmuls changed); those given by key that met none kept as they are."""
+    if not schedules:
+        return schedules
+    names = {o.task.name for o in outcomes}
+    keyed = {k: s for k, s in schedules.items() if k not in names and k.isdigit()}
+    keyed.update({o.task.key: s for o in outcomes if (s := pick(schedules, o.task)) is not None})
+    return keyed
+
+
+def _records_lost(outcomes, again: Workload) -> list[str]:
+    """A warning naming the first build's records whose kernels the second build lacks (its matmuls
+    in bf16: they do not apply to the fp32 ones), none when there are none."""
+    keys = {t.key for t in again.tasks()}
+    lost = [o.task.name for o in outcomes if o.schedule == "record" and o.task.key not in keys]
+    if not lost:
+        return []
+    one = len(lost) == 1
+    return [f"{len(lost)} record{'' if one else 's'} of the bf16 build's matmul kernels "
+            f"({', '.join(lost[:4])}{' and more' if len(lost) > 4 else ''}) {'does' if one else 'do'} not apply to "
+            f"this build's fp32 matmuls, which run their default schedules"]
+
+
+def _within(say: Progress, start: float) -> Progress:
+    """``say`` for a stage of the export that runs in [``start``, 1)."""
+    return lambda stage, frac: say(stage, start + (1 - start) * min(frac, 0.99))
+
+
+def _worst(v: Verification) -> str:
+    """A failed verification's worst element, in words (why it failed where no element did)."""
+    from export.verify_bundle import describe_worst
+
+    return describe_worst(v.worst) if v.worst is not None and not v.worst["ok"] else v.why
 
 
 def _check_memory(workload: Workload) -> None:
@@ -291,4 +395,4 @@ def _layers_summary(layers: LayerReport | None) -> dict | None:
     return d
 
 
-__all__ = ["ExportReport", "export_workload"]
+__all__ = ["UNVERIFIED_BF16", "ExportReport", "export_workload"]

@@ -107,12 +107,17 @@ def check_destination(folder: Path, *, force: bool = False) -> None:
                           f"(none of them is changed or deleted)")
 
 
-def staging_folder(folder: Path, *, force: bool = False) -> Path:
+def staging_folder(folder: Path, *, force: bool = False, attempt: str = "") -> Path:
     """Where an export writes and verifies its bundle before :func:`publish` puts it at ``folder``
     (a hidden sibling, so the move is a rename on the same file system). Leftovers of exports that
     were killed (their process gone) are cleared first: a staging folder is removed; a folder set
-    aside by a swap is put back where the destination is missing, else removed."""
+    aside by a swap is put back where the destination is missing, else removed. ``attempt`` names a
+    second folder of the same export, beside its first (kept: nothing is cleared)."""
     check_destination(folder, force=force)
+    if attempt:
+        staging = folder.parent / f".{folder.name}{_STAGING}{attempt}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        return staging
     folder.parent.mkdir(parents=True, exist_ok=True)
     for old in sorted(folder.parent.glob(f".{folder.name}{_ASIDE}*")) + sorted(
             folder.parent.glob(f".{folder.name}{_STAGING}*")):
