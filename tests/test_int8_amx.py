@@ -29,19 +29,22 @@ HAS_AMX_INT8 = {"amx_int8", "amx_tile"} <= cpu_flags()
 NEEDS_AMX_INT8 = pytest.mark.skipif(not HAS_AMX_INT8, reason="this CPU has no AMX-INT8 (amx_int8 not in its flags)")
 
 
-def _conv(size: int, stride: int = 1, cin: int = 64, cout: int = 32, kernel: int = 3, weight_max: int = 63):
-    """A conv2d_nhwc_int8 kernel as the QDQ pass writes it, numpy inputs and the exact result."""
-    side = (size - 1) * stride + kernel
-    x_shape, w_shape = (1, side, side, cin), (cout // 16, kernel, kernel, cin // 4, 16, 4)
+def _conv(size, stride: int = 1, cin: int = 64, cout: int = 32, kernel=3, weight_max: int = 63):
+    """A conv2d_nhwc_int8 kernel as the QDQ pass writes it, numpy inputs and the exact result;
+    ``size`` (the output map) and ``kernel`` an int (square) or ``(rows, columns)``."""
+    (oh, ow), (kh, kw) = (size, size) if isinstance(size, int) else size, \
+        (kernel, kernel) if isinstance(kernel, int) else kernel
+    x_shape = (1, (oh - 1) * stride + kh, (ow - 1) * stride + kw, cin)
+    w_shape = (cout // 16, kh, kw, cin // 4, 16, 4)
     x, w = te.placeholder(x_shape, "uint8", name="X"), te.placeholder(w_shape, "int8", name="W")
-    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, stride, stride, size, size, weight_max)])
+    func = te.create_prim_func([x, w, conv2d_nhwc_int8(x, w, stride, stride, oh, ow, weight_max)])
     rng = np.random.default_rng(0)
     xs = rng.integers(0, 256, x_shape).astype("uint8")
     ws = rng.integers(-weight_max, weight_max + 1, w_shape).astype("int8")
-    plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(cout, kernel, kernel, cin).astype(np.int64)
-    end = (size - 1) * stride + 1
-    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + end:stride, b:b + end:stride].astype(np.int64), plain[:, a, b])
-              for a in range(kernel) for b in range(kernel))
+    plain = ws.transpose(0, 4, 1, 2, 3, 5).reshape(cout, kh, kw, cin).astype(np.int64)
+    rows, cols = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+    ref = sum(np.einsum("nhwc,oc->nhwo", xs[:, a:a + rows:stride, b:b + cols:stride].astype(np.int64), plain[:, a, b])
+              for a in range(kh) for b in range(kw))
     return func, [xs, ws, np.zeros(ref.shape, "int32")], ref
 
 
@@ -133,6 +136,32 @@ def test_the_stem_keeps_the_vector_instructions_without_amx_int8(spec, instructi
     asm = _asm(lib)
     assert amx_int8.NAME_PREFIX not in step and instruction in asm, step
     assert not any(i in asm for i in TILE_INSTRUCTIONS)
+
+
+# Inception's 1x7 and 7x1 (rows of 16: a 17-wide row splits into no tiles of 7-16 and stays on vpdpbusd), a
+# 3x1 and a 1x3 at stride 2: TVM's blockize drops a tap axis of extent 1, the tile call's description too
+ASYMMETRIC = [((17, 16), 1, 192, 192, (1, 7)), ((17, 16), 1, 192, 192, (7, 1)), ((14, 14), 2, 128, 64, (3, 1)),
+              ((14, 14), 2, 128, 64, (1, 3))]
+ASYMMETRIC_IDS = ["1x7-192ch-16px", "7x1-192ch-16px", "3x1-stride2", "1x3-stride2"]
+
+
+@pytest.mark.parametrize("size, stride, cin, cout, kernel", ASYMMETRIC, ids=ASYMMETRIC_IDS)
+def test_a_1xn_or_nx1_convolution_computes_on_amx_tiles(size, stride, cin, cout, kernel):
+    lib, step = _built("cpu:sapphirerapids", _conv(size, stride, cin, cout, kernel)[0])
+    assert f"_t{kernel[0]}x{kernel[1]}" in step and "AMX tdpbusd" in step, step
+    asm = _asm(lib)
+    assert all(i in asm for i in TILE_INSTRUCTIONS), [i for i in TILE_INSTRUCTIONS if i not in asm]
+
+
+@NEEDS_AMX_INT8
+@pytest.mark.parametrize("size, stride, cin, cout, kernel", ASYMMETRIC, ids=ASYMMETRIC_IDS)
+def test_a_1xn_or_nx1_amx_kernel_computes_exactly_on_this_cpu(size, stride, cin, cout, kernel):
+    func, args, ref = _conv(size, stride, cin, cout, kernel, weight_max=127)
+    lib, step = _built("cpu", func)
+    assert amx_int8.NAME_PREFIX in step, step
+    nd = [tvm.runtime.tensor(a) for a in args]
+    lib(*nd)
+    assert np.array_equal(nd[2].numpy(), ref)
 
 
 @pytest.mark.parametrize("kh, kw, k, folds", [(7, 7, 4, True), (3, 3, 16, True), (3, 3, 20, True),
