@@ -114,13 +114,13 @@ def _schedule_tasks(mod: tvm.IRModule, tasks: list[Task], schedules: Mapping[str
             continue
         try:  # all of the task's functions get the schedule, or none does
             scheduled = {f: apply_schedule(mod[mod.get_global_var(f)], chosen, f) for f in task.funcs}
+            why = next((w for w in (isa_refusal(tvm.IRModule({"main": f}), target) for f in scheduled.values())
+                        if w), "") if target is not None else ""
         except Exception as err:  # noqa: BLE001 - a record that does not apply falls back to the default
             reraise_interrupt(err)  # not Ctrl-C, which TVM turns into a bare RuntimeError
             msg = str(err) if isinstance(err, ExportError) else short_tvm_message(err, 300)
             outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], msg))
             continue
-        why = next((w for w in (isa_refusal(tvm.IRModule({"main": f}), target) for f in scheduled.values()) if w), "") \
-            if target is not None else ""
         if why:
             outcomes.append(TaskOutcome(task, "failed", chosen.record_id, share[task.name], why))
             continue

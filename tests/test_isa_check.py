@@ -237,7 +237,7 @@ def test_the_schedule_page_opens_an_amx_record_on_a_cpu_without_amx_and_says_why
 
 _EXPORT_RECORD = """
 import json, sys
-from explorer.target import host_target
+from explorer.target import host_target, parse_target
 from explorer.workload import load_workload
 from export.build import _schedule_tasks, workload_tasks
 from export.schedules import TaskSchedule
@@ -246,7 +246,8 @@ steps = steps["steps"] if isinstance(steps, dict) else steps
 workload = load_workload("matmul_int8:M=64,N=64,K=512")
 tasks = workload_tasks(workload)
 schedules = {tasks[0].name: TaskSchedule(steps=tuple(steps), record_id=7, source="manual")}
-_, outcomes = _schedule_tasks(workload.fused_module(), tasks, schedules, host_target())
+target = host_target() if len(sys.argv) < 2 else parse_target(sys.argv[1])
+_, outcomes = _schedule_tasks(workload.fused_module(), tasks, schedules, target)
 print(json.dumps([[o.schedule, o.record_id, o.error] for o in outcomes]))
 """
 
@@ -261,3 +262,13 @@ def test_an_export_with_an_amx_record_on_a_cpu_without_amx_falls_back_to_the_def
     (schedule, record, why), = json.loads(done.stdout.strip().splitlines()[-1])
     assert schedule == "failed" and record == 7, (schedule, record, why)
     assert "AMX-INT8 tiles (llvm.x86.tdpbusd" in why and "this CPU has no amx-int8, amx-tile" in why, why
+
+
+def test_an_export_keeps_an_amx_record_for_a_target_that_has_amx_on_any_host():
+    """The same record for ``cpu:sapphirerapids`` (a cross build, compile only): applied, nothing refused."""
+    done = subprocess.run([sys.executable, "-c", _EXPORT_RECORD, "cpu:sapphirerapids"], input=_amx_int8_matmul_steps(),
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SCHEDX_CPU_FLAGS": _flags_without("amx")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (schedule, record, why), = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (schedule, record, why) == ("record", 7, ""), (schedule, record, why)
