@@ -48,8 +48,9 @@ from explorer.measure.families import FP32, NO_INSTRUCTIONS, FamilyPeak, family_
 from explorer.target.environment import hardware_fingerprint
 
 # 2: numpy measured without OpenBLAS core pins; 3: the FMA peak kernel beside numpy (best of
-# both), the load at calibration time, provisional when busy, raised by kernels measured above it
-CALIBRATION_VERSION = 3
+# both), the load at calibration time, provisional when busy, raised by kernels measured above it;
+# 4: the vdpbf16ps peak kernel with 16 chains (12 under-read on Zen 5: explorer.measure.instructions)
+CALIBRATION_VERSION = 4
 MATMUL_N = 2048
 QUIET_RECHECK_S = 60.0  # how often a process looks again whether a provisional calibration can be redone
 

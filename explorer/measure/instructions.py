@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 FAMILIES = ("bf16", "int8")
 VECTOR_CHAINS = 12  # vdpbf16ps / vpdpbusd accumulators: 2 ports x 5-6 cycles, within 32 registers
+# vdpbf16ps with 16: on Zen 5 (2 cores, 2 threads, 5 repeats each) 12 chains 878-929 GFLOPS, 16 952-989,
+# 20 and more 384-678 (the registers spill), and a direct convolution's 28-sum tile ran at 952: 12 under-read
+BF16_VECTOR_CHAINS = 16
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class Instruction:
 
 INSTRUCTIONS = (
     Instruction("bf16", "amx", "tdpbf16ps", 2 * 16 * 16 * 32, 4, "bf16 AMX"),
-    Instruction("bf16", "avx512bf16", "vdpbf16ps", 2 * 16 * 2, VECTOR_CHAINS, "bf16 AVX512-BF16"),
+    Instruction("bf16", "avx512bf16", "vdpbf16ps", 2 * 16 * 2, BF16_VECTOR_CHAINS, "bf16 AVX512-BF16"),
     Instruction("int8", "amx", "tdpbusd", 2 * 16 * 16 * 64, 4, "int8 AMX"),
     Instruction("int8", "vnni", "vpdpbusd", 2 * 16 * 4, VECTOR_CHAINS, "int8 VNNI"),
     Instruction("int8", "avx512bw", "vpmaddubsw", 2 * 64, 8, "int8 AVX512BW"),
