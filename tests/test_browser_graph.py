@@ -5,6 +5,7 @@ Regression tests for issue 12, items 5, 7, 8 and the passes part of 10; one UI s
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -198,9 +199,17 @@ def test_a_1000_node_graph_whole_with_zoom_fit_and_minimap(ui_url, page, tmp_pat
     # issue 29: a zoom or pan step redrew all 1000 nodes (300 ms); only those near the view are drawn
     assert 0 < int(after.get_attribute("data-shown")) < int(after.get_attribute("data-nodes")) / 3
     svg = after.locator("svg.sx-canvas")
-    after.locator("button.sx-btn", has_text="+").click()
+    plus, started = after.locator("button.sx-btn", has_text="+"), time.monotonic()
+    plus.click()
     # a zoom step moves the drawn picture (a CSS transform: no layout of 1000 labels, one frame) ...
-    assert "scale(1.4" in (svg.get_attribute("style") or "") and world.get_attribute("transform") == fitted
+    # (style and view read in one call: the view is drawn anew SETTLE_MS = 180 ms after the step, and on a
+    # busy machine two reads straddled it; where the reads came after that, the view must show the step)
+    style, view = after.evaluate("(p) => [p.querySelector('svg.sx-canvas').getAttribute('style') || '', "
+                                 "p.querySelector('g.sx-world').getAttribute('transform')]")
+    if time.monotonic() - started < 0.15:
+        assert "scale(1.4" in style and view == fitted, (style, view, fitted)
+    else:
+        assert view == fitted and "scale(1.4" in style or view != fitted and "scale(1.4" not in style, (style, view)
     # ... and the view is drawn anew at the new scale once the gesture rests
     page.wait_for_function("() => { const p = " + ROOT_JS + ".querySelector('.sx-panel[data-side=\"after\"]');"
                            " return !p.querySelector('svg.sx-canvas').style.transform; }")
