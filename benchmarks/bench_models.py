@@ -215,8 +215,7 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     result["headroom"] = {"ms": round(prof.headroom_s * 1e3, 3), "share": round(prof.headroom_s / prof.kernels_s, 3),
                           "peak_gflops": round(prof.roofline_peak_gflops, 1), "peaks": roofline_peaks_text(prof),
                           "tiers": tiers_text(prof), "text": line} if line else None
-    result["above_roofline"] = [{"task": k.task.split("/")[-1], "percent": round(k.percent_of_roofline, 1),
-                                 "tier": k.tier} for k in prof.kernels if (k.percent_of_roofline or 0.0) > 100.0]
+    result["roof_notes"] = list(prof.roof_notes)  # a kernel above its roofline: measured again, raised, or blank
     result["profiled"] = "tvm tuned" if schedules else ("tvm default" if opts.precision == "fp32"
                                                         else at_precision[0])
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
@@ -311,8 +310,10 @@ def show_model(r: dict) -> None:
     h = r.get("headroom")
     if h:
         out(f"  {h.get('text') or 'headroom left in the model as shipped: %.3f ms' % h['ms']}")  # older results: no text
-    for k in r.get("above_roofline") or []:  # a roofline a kernel runs above is wrong: say so
+    for k in r.get("above_roofline") or []:  # older results: a roofline a kernel ran above
         out(f"  above its roofline: {k['task']} at {k['percent']:.0f}% (bytes in {k['tier']})")
+    for note in r.get("roof_notes") or []:
+        out(f"  {note}")
     if r.get("peaks"):
         out(f"  {r['peaks']}")
     for note in r.get("peak_notes") or []:

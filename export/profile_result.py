@@ -52,6 +52,9 @@ class Profile:
     family_peaks: tuple[FamilyPeak, ...] = ()
     # each family's FLOP peak of its kernels' rooflines (roofline_peak_gflops is fp32's)
     roofline_peaks: dict = field(default_factory=dict)
+    # the checks of the memory roof (explorer.measure.roof_check): a kernel above its roofline, what
+    # was measured again or raised, or why its % roofline is blank (each also among ``notes``)
+    roof_notes: tuple[str, ...] = ()
 
     def peaks(self) -> tuple[FamilyPeak, ...]:
         """The peaks this profile's kernels read against: fp32, then each other family a kernel of

@@ -40,7 +40,10 @@ class KernelTime:
     family: str = FP32  # its instruction family: its % of peak is against that family's peak (GOPS for int8)
     peak_gflops: float | None = None  # the peak its % is against
     nbytes: int = 0  # its arguments' bytes per call, each read or written once (its roofline's traffic)
-    tier: str = ""  # the smallest tier those bytes fit in: "L2", "L3" or "memory" ("": no roofline)
+    tier: str = ""  # the smallest tier those bytes fit in: "L1", "L2", "L3" or "memory" ("": no roofline)
+    # its % roofline is no figure (above 100 % from a short time, or a kernel the checks did not trust:
+    # export.profile_peaks.unsure_above_peak): left blank, its roofline kept
+    roofline_blank: bool = False
 
     @property
     def ran(self) -> bool:
@@ -60,7 +63,10 @@ class KernelTime:
 
     @property
     def percent_of_roofline(self) -> float | None:
-        return 100.0 * self.gflops / self.roofline_gflops if self.gflops and self.roofline_gflops else None
+        """Its GFLOPS as a % of its roofline (None without both, or where :attr:`roofline_blank`)."""
+        if self.roofline_blank or not self.gflops or not self.roofline_gflops:
+            return None
+        return 100.0 * self.gflops / self.roofline_gflops
 
     @property
     def headroom_s(self) -> float:
@@ -126,13 +132,15 @@ class Rows:
 
 def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: float, *,
                 peak_gflops: float | None = None, memory: MemoryRoof | None = None,
-                family_peaks: Mapping[str, float | None] | None = None) -> Rows:
+                family_peaks: Mapping[str, float | None] | None = None, untrusted: frozenset[str] = frozenset()
+                ) -> Rows:
     """Rows from the instrument's ``calls`` (function -> seconds and calls, per run) with
     ``per_call`` seconds of its own cost taken out of every call (a row never below zero; one
     left with less than was taken out is a bound: see :class:`KernelTime`). A task's % of peak and
     roofline are against its family's peak: ``peak_gflops`` for fp32, ``family_peaks`` for the
     others (a family missing there has no % peak and no roofline); its roofline's bandwidth is that
-    of the tier of ``memory`` its bytes fit in (no roofline without ``memory``)."""
+    of the tier of ``memory`` its bytes fit in (no roofline without ``memory``). The ``untrusted`` tasks
+    (a peak check's: :func:`export.profile_peaks.checked_rows`) lift no family's roof."""
     measured, kernels_s, owned = [], 0.0, set()
     for task in tasks:
         count = sum(calls.get(f, {}).get("calls", 0) for f in task.funcs)
@@ -147,7 +155,10 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
         measured.append((task, probe, gflops))
     other_s = sum(max(0.0, c["seconds"] - per_call * c.get("calls", 0)) for f, c in calls.items() if f not in owned)
     peaks = {**(family_peaks or {}), FP32: peak_gflops}
-    roof = {fam: roofline_peak(peaks.get(fam), [(p.seconds, g) for t, p, g in measured if t.family == fam])
+    # a kernel's GFLOPS lifts its family's roof from PEAK_SHARE of all the kernels' time, as profile_peaks
+    # calls a figure sure (of its family's alone, a bf16 BERT's fast_softmax, under 1 % of the time, lifted fp32's)
+    roof = {fam: roofline_peak(peaks.get(fam), [(p.seconds, g if t.family == fam and t.name not in untrusted else None)
+                                                for t, p, g in measured])
             for fam in {FP32} | {t.family for t in tasks}}
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=p.calls, seconds=p.seconds,

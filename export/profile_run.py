@@ -18,9 +18,9 @@ from explorer.target import Target, parse_target
 from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload, load_workload
 from export.profile_result import OrtNode, Profile
-from export.profile_rows import kernel_rows, task_cost
+from export.profile_rows import task_cost
 from export.profile_text import run_notes
-from export.profile_peaks import checked_peaks, unsure_above_peak
+from export.profile_peaks import checked_rows
 from export.schedules import TaskSchedule
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     beside it runs the int8 model); with the machine's peaks
     (:class:`explorer.measure.calibration.Calibration`'s: ``peak_gflops`` the fp32 one, ``family_peaks``
     its ``families``), each kernel's % of its family's peak and its roofline: the bandwidth of where
-    its bytes fit in, of ``memory``'s tiers: the L2 caches, the L3 or memory
+    its bytes fit in, of ``memory``'s tiers: the L1 caches, the L2 caches, the L3 or memory
     (:meth:`explorer.measure.cache_peak.CachePeak.memory_roof`; None: no rooflines)."""
     from export.flow import export_workload
 
@@ -72,16 +72,13 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     calls = child["profile"]["calls"]
     per_call = instrument_cost(calls, end_to_end_s)
     costs = [task_cost(o.task, o.schedule, o.record_id) for o in report.built.outcomes]
-    rows = kernel_rows(costs, calls, per_call, peak_gflops=peak_gflops, memory=memory,
-                       family_peaks={f.family: f.gflops for f in family_peaks})
-    peak_gflops, family_peaks, peak_notes = checked_peaks(rows.kernels, peak_gflops, family_peaks)
-    if peak_notes:  # a kernel read above its calibrated peak: every row against the peak it was raised to
-        rows = kernel_rows(costs, calls, per_call, peak_gflops=peak_gflops, memory=memory,
-                           family_peaks={f.family: f.gflops for f in family_peaks})
-    rows, unsure = unsure_above_peak(rows)
-    kernels, kernels_s, other_s = rows.kernels, rows.kernels_s, rows.other_s
+    checked = checked_rows(costs, calls, per_call, peak_gflops=peak_gflops, memory=memory, family_peaks=family_peaks)
+    peak_gflops, family_peaks, memory = checked.peak_gflops, checked.family_peaks, checked.memory
+    kernels, kernels_s, other_s = checked.rows.kernels, checked.rows.kernels_s, checked.rows.other_s
     notes = run_notes(instrumented_s=child["profile"]["instrumented_run_s"], plain_s=end_to_end_s, per_call=per_call,
-                      kernels=kernels, rows_s=kernels_s + other_s, unsure=unsure) + peak_notes
+                      kernels=kernels, rows_s=kernels_s + other_s, unsure=checked.unsure)
+    notes += [*checked.peak_notes, *checked.roof_notes]
+    notes += report.built.fallbacks  # kernels whose default rule failed: a slow row's likely cause
     if load.busy:
         notes.append(load.note())  # (also the report's busy_note)
     ort_nodes, ort_s = (), None
@@ -98,8 +95,9 @@ def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, 
     return Profile(workload=workload.spec, target=report.manifest["target"]["label"], runs=runs,
                    end_to_end_s=end_to_end_s, kernels_s=kernels_s, other_s=other_s, kernels=kernels, ort=ort_nodes,
                    ort_s=ort_s, peak_gflops=peak_gflops, notes=tuple(notes), busy_note=load.note(), instrument_s=per_call,
-                   memory=memory, roofline_peak_gflops=rows.roofline_peak_gflops, openvino=anchors,
-                   family_peaks=family_peaks, roofline_peaks=rows.roofline_peaks)
+                   memory=memory, roofline_peak_gflops=checked.rows.roofline_peak_gflops, openvino=anchors,
+                   family_peaks=family_peaks, roofline_peaks=checked.rows.roofline_peaks,
+                   roof_notes=checked.roof_notes)
 
 
 def instrument_cost(calls: Mapping[str, dict], plain_s: float) -> float:

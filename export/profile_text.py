@@ -62,8 +62,8 @@ def run_notes(*, instrumented_s: float, plain_s: float, per_call: float, kernels
                      f"of them: their rows show the time as timed, the most they took (< ms), and the rates it "
                      f"gives, lower bounds (≥); kernels that did not run say so")
     if unsure:
-        notes.append(f"{unsure} short kernel(s) read above the peak from a time too short to be sure (under "
-                     f"{PEAK_SHARE:.0%} of the kernels' time): their % peak is left blank")
+        notes.append(f"{unsure} short kernel(s) read above the peak or the roofline from a time too short to be sure "
+                     f"(under {PEAK_SHARE:.0%} of the kernels' time): each figure of theirs above 100 % is left blank")
     return notes
 
 

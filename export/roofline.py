@@ -1,19 +1,20 @@
 """The roofline of a profiled kernel: the most its arithmetic intensity allows, its FLOPs per byte of
 arguments times the bandwidth those bytes can move at (:class:`explorer.measure.memory_roof.MemoryRoof`:
-as many as the L2 caches hold at theirs, the rest the L3 holds at its, the rest at memory's), at
-most its family's FLOP peak: the calibrated one, or the best GFLOPS a kernel with a share of the
-time reached where that is higher (:func:`roofline_peak`).
+as many as the L1 caches hold at theirs, the rest the L2 caches hold at theirs, the rest the L3
+holds at its, the rest at memory's), at most its family's FLOP peak: the calibrated one, or the best
+GFLOPS a kernel with a share of the time reached where that is higher (:func:`roofline_peak`).
 """
 
 from __future__ import annotations
 
+from explorer.measure.figure_check import MAX_RAISE
 from explorer.measure.memory_roof import MemoryRoof
 
 # a kernel's GFLOPS counts as the attained peak from this share of the kernels' time up (a short
 # kernel's time is the least sure), and at most this many times the calibrated peak (beyond is a
 # measurement gone wrong, not the machine)
 PEAK_SHARE = 0.05
-PEAK_CAP = 1.25
+PEAK_CAP = MAX_RAISE
 
 
 def roofline_bound(flops: int, nbytes: int, peak_gflops: float | None, memory: MemoryRoof | None) -> float | None:

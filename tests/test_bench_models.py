@@ -49,7 +49,7 @@ def test_the_bf16_row_prints_beside_the_fp32_rows_and_is_compared_with_them(tmp_
     # names the memory tiers of the rooflines
     headroom = model["headroom"]
     assert "bf16 " in headroom["peaks"] and "fp32 " in headroom["peaks"] and "L2 " in headroom["tiers"]
-    assert headroom["text"] in printed and isinstance(model["above_roofline"], list)
+    assert headroom["text"] in printed and isinstance(model["roof_notes"], list)
     if importlib.util.find_spec("openvino"):  # its rows' outputs against ONNX Runtime fp32 by schedx's rule
         assert len(model["output_error"]) == 2 and "openvino f32" in model["output_error"]
         assert all(f"  {e['text']}" in printed for e in model["output_error"].values())

@@ -181,18 +181,18 @@ def test_a_figure_above_the_peak_recalibrates_and_is_under_the_new_one(cache, mo
 
 def test_a_figure_still_above_after_recalibrating_raises_the_stored_peak_and_says_so(cache, monkeypatch):
     calls = _fixed_peaks(monkeypatch, 104.0, 110.0, 100.0)
-    check = peak_check.within_peak(322.04, "matmul:M=1024,N=1024,K=1024")
-    assert check.note == ("above the calibrated peak: peak raised to 322.1 GFLOPS measured by "
+    check = peak_check.within_peak(130.04, "matmul:M=1024,N=1024,K=1024")  # within 1.25 times the 110 measured
+    assert check.note == ("above the calibrated peak: peak raised to 130.1 GFLOPS measured by "
                           "matmul:M=1024,N=1024,K=1024")
-    assert check.percent(322.04) <= 100.0 and len(calls) == 2
+    assert check.percent(130.04) <= 100.0 and len(calls) == 2
     stored = cal_mod.calibration()
-    assert stored.peak_gflops == 322.1 and stored.raised_by == "matmul:M=1024,N=1024,K=1024"
+    assert stored.peak_gflops == 130.1 and stored.raised_by == "matmul:M=1024,N=1024,K=1024"
     assert "measured by matmul" in stored.summary()
     # a second kernel above it in the same process: raised at once, not measured again
-    assert peak_check.within_peak(330.0, "conv").peak_gflops == 330.0 and len(calls) == 2
+    assert peak_check.within_peak(135.0, "conv").peak_gflops == 135.0 and len(calls) == 2
     # a later measurement that comes out lower keeps the figure a kernel reached
     again = cal_mod.calibration(refresh=True)
-    assert (again.peak_gflops, again.raised_by, len(calls)) == (330.0, "conv", 3)
+    assert (again.peak_gflops, again.raised_by, len(calls)) == (135.0, "conv", 3)
 
 
 def test_another_machines_calibration_is_raised_in_the_answer_only(cache, monkeypatch):

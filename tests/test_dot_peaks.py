@@ -153,14 +153,14 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_bf16_kernel_above_the_bf16_peak_raises_that_peak_only(cache):
-    check = peak_check.within_peak(1500.04, "m/conv2d_bf16", family="bf16")
-    assert check.peak_gflops == 1500.1 and check.family == "bf16"
-    assert check.note == "above the calibrated bf16 peak: bf16 peak raised to 1500.1 GFLOPS measured by m/conv2d_bf16"
+    check = peak_check.within_peak(1200.04, "m/conv2d_bf16", family="bf16")  # within 1.25 times the 1000 measured
+    assert check.peak_gflops == 1200.1 and check.family == "bf16"
+    assert check.note == "above the calibrated bf16 peak: bf16 peak raised to 1200.1 GFLOPS measured by m/conv2d_bf16"
     stored = cal_mod.calibration()
     assert stored.peak_gflops == 400.0 and not stored.raised_by  # fp32 untouched
-    assert stored.family("bf16").gflops == 1500.1 and stored.family("bf16").raised_by == "m/conv2d_bf16"
+    assert stored.family("bf16").gflops == 1200.1 and stored.family("bf16").raised_by == "m/conv2d_bf16"
     assert stored.peak_for("int8") == 2000.0
-    assert peak_check.within_peak(900.0, "m/dense_bf16", family="bf16").percent(900.0) == pytest.approx(60.0, 0.01)
+    assert peak_check.within_peak(900.0, "m/dense_bf16", family="bf16").percent(900.0) == pytest.approx(75.0, 0.01)
     assert cache == ["all", "all"]  # measured once, again once when the kernel read above (then raised)
 
 
@@ -242,7 +242,7 @@ def test_a_machine_seen_without_its_tiles_reads_bf16_against_vdpbf16ps_and_keeps
     # a raise of the vector peak stays the vector instruction's (measured again first: the same figures)
     seen["isas"] = vector
     monkeypatch.setattr(cal_mod, "measure_peaks", lambda: replace(base, families=vectors))
-    peak_check.within_peak(150.0, "m/conv2d_bf16", family="bf16")
+    peak_check.within_peak(130.0, "m/conv2d_bf16", family="bf16")  # within 1.25 times the 110 measured
     assert cal_mod.calibration().family("bf16").raised_by == "m/conv2d_bf16"
     seen["isas"] = amx
     assert cal_mod.calibration().family("bf16") == tiles[0]

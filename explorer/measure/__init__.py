@@ -74,7 +74,8 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
     peak = cal.peak_for(family)
     env = current_environment(target.key).to_dict()
     env.update(peak_gflops=peak, peak_gbps=cal.peak_gbps, peak_family=family)
-    return replace(result.with_peaks(peak, cal.peak_gbps, check.note), environment=env, peak_family=family)
+    return replace(result.with_peaks(peak, cal.peak_gbps, check.note, check.trusted), environment=env,
+                   peak_family=family)
 
 
 def require_memory(kernel: Kernel, doing: str = "measuring") -> None:

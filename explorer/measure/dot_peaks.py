@@ -28,7 +28,6 @@ and prints one JSON line (:func:`measure_in_child`).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -320,25 +319,29 @@ def _fma_runs(target, repeats: int) -> list[float]:
 
 
 def _main(argv: list[str]) -> int:
+    from explorer.measure.peak_kernel import child_main, error_text
     from explorer.target import host_target
 
     repeats = int(argv[0]) if argv else 5
-    result = {}
-    target = host_target()
-    fma: list[float] = []
-    for family in FAMILIES:
-        try:
-            kernel = for_target(target, family)
-            runs = time_kernel(kernel, target, repeats=repeats)
-            fma = fma or _fma_runs(target, repeats)
-            result[family] = {"gflops": round(max(runs), 1), "runs": [round(g, 1) for g in runs],
-                              "kernel": kernel.to_dict(),
-                              "fp32_ratio": round(max(runs) / max(fma), 3) if fma else None}
-        except Exception as err:  # noqa: BLE001 - the caller gets the reason as data
-            result[family] = {"error": str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}",
-                              "isa": instructions_of(target)[family]}
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0
+
+    def measure() -> dict:
+        result = {}
+        target = host_target()
+        fma: list[float] = []
+        for family in FAMILIES:
+            try:
+                kernel = for_target(target, family)
+                runs = time_kernel(kernel, target, repeats=repeats)
+                fma = fma or _fma_runs(target, repeats)
+                result[family] = {"gflops": round(max(runs), 1), "runs": [round(g, 1) for g in runs],
+                                  "kernel": kernel.to_dict(),
+                                  "fp32_ratio": round(max(runs) / max(fma), 3) if fma else None}
+            except Exception as err:  # noqa: BLE001 - the caller gets the reason as data
+                result[family] = {"error": str(err) if isinstance(err, ValueError) else error_text(err),
+                                  "isa": instructions_of(target)[family]}
+        return result
+
+    return child_main(measure)
 
 
 if __name__ == "__main__":

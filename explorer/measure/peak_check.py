@@ -8,8 +8,14 @@ if the kernel is still above it, the stored peak is raised to the kernel's figur
 returned note says so, for the callers to show. Every "% of peak" (measurements, profiles,
 benchmarks) is computed against the peak this returns.
 
+A kernel above :data:`explorer.measure.figure_check.MAX_RAISE` times the peak its calibration
+measured (:func:`measured_peak`: the calibration kernels' own figure, never a raise, so raises do
+not pile up) raises nothing: its FLOPs or its time are not what the peak counts (FLOPs miscounted,
+a time too short), the check says the kernel is not trusted, its % peak is to be left blank
+(:meth:`PeakCheck.percent` is None), and the note says why.
+
 Only this machine's calibration is measured again or stored; a calibration of another machine (or
-a test's) is raised in the returned value alone.
+a test's) is raised in the returned value alone (nothing is stored, so that raise is not capped).
 
 Per instruction family (:mod:`explorer.measure.families`): a bf16 kernel is checked against the
 bf16 peak and raises that one only; so does an int8 kernel (GOPS); every other kernel the fp32 one.
@@ -17,36 +23,42 @@ bf16 peak and raises that one only; so does an int8 kernel (GOPS); every other k
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 
 from explorer.target.environment import hardware_fingerprint
 from explorer.measure.calibration import Calibration, calibration, raise_peak
 from explorer.measure.families import FP32
+from explorer.measure.figure_check import RECHECK_EVERY_S as RECALIBRATE_EVERY_S
+from explorer.measure.figure_check import MAX_RAISE, ceil_tenth, recheck_due
 
-RECALIBRATE_EVERY_S = 600.0  # a process measures the calibration again at most this often
 _recalibrated: dict[str, float] = {}  # hardware -> when this process measured the calibration again
 
 
 @dataclass(frozen=True)
 class PeakCheck:
-    """The peak a figure is to be read against (``peak_gflops``), the calibration behind it, and
-    a note when the figure was above the peak it was given ("" when it was not)."""
+    """The peak a figure is to be read against (``peak_gflops``), the calibration behind it, a
+    note when the figure was above the peak it was given ("" when it was not), and whether the
+    figure is one (False: its % peak is to be left blank)."""
 
     peak_gflops: float | None
     note: str = ""
     calibration: Calibration | None = None
     family: str = FP32
+    trusted: bool = True
 
     def percent(self, gflops: float | None) -> float | None:
-        """``gflops`` as a % of the peak (None without both)."""
-        return 100.0 * gflops / self.peak_gflops if gflops and self.peak_gflops else None
+        """``gflops`` as a % of the peak (None without both, or where the figure is not trusted)."""
+        return 100.0 * gflops / self.peak_gflops if gflops and self.peak_gflops and self.trusted else None
 
 
-def _ceil_tenth(gflops: float) -> float:
-    """Rounded up to 0.1 GFLOPS, so the figure it came from reads at most 100.0 %."""
-    return math.ceil(gflops * 10.0) / 10.0
+def measured_peak(cal: Calibration, family: str = FP32) -> float | None:
+    """The peak of ``family`` as ``cal``'s own kernels measured it, before any kernel raised it: fp32's
+    the better of the FMA kernel and numpy's matmul, a family's its kernel's figure (its peak where
+    the calibration did not record one)."""
+    if family == FP32:
+        return max(cal.fma_gflops or 0.0, cal.numpy_gflops or 0.0) or cal.peak_gflops or None
+    found = cal.family(family)
+    return (found.measured or found.gflops) if found else None
 
 
 def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = None, *,
@@ -57,8 +69,9 @@ def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = N
     what the caller holds. Under it, nothing changes. Above it: this machine's stored calibration is
     measured again (see the module docstring) and, if ``gflops`` still exceeds the family's peak,
     that peak is raised to ``gflops``; the note then reads "above the calibrated peak: peak raised to
-    X GFLOPS measured by KERNEL" ("bf16 peak", "int8 peak ... GOPS" for those families). A family
-    the CPU has no peak for (None) is left as it is."""
+    X GFLOPS measured by KERNEL" ("bf16 peak", "int8 peak ... GOPS" for those families), unless
+    ``gflops`` is above :data:`MAX_RAISE` times the measured peak: then nothing is raised and the
+    check is not trusted. A family the CPU has no peak for (None) is left as it is."""
     cal = peaks
     if peak_gflops is None:
         cal = cal or calibration()
@@ -67,13 +80,10 @@ def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = N
         return PeakCheck(peak_gflops, "", cal, family)
     hw = hardware_fingerprint()
     if cal is not None and cal.hardware != hw:  # not this machine's: raised here only
-        return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel, family), kernel, family)
+        return _raised(raise_peak(cal, ceil_tenth(gflops), kernel, family), kernel, family)
     cal = calibration()
-    now = time.monotonic()
     what, unit = _words(family)
-    due = now - _recalibrated.get(hw, -RECALIBRATE_EVERY_S) >= RECALIBRATE_EVERY_S
-    if gflops > (cal.peak_for(family) or 0.0) and due:
-        _recalibrated[hw] = now
+    if gflops > (cal.peak_for(family) or 0.0) and recheck_due(_recalibrated, hw):
         cal = calibration(refresh=True)
         if gflops <= (cal.peak_for(family) or 0.0):
             return PeakCheck(cal.peak_for(family), f"above the calibrated {what} of {peak_gflops:.1f} {unit}: "
@@ -83,7 +93,14 @@ def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = N
         note = f"above the {what} of {peak_gflops:.1f} {unit} it was read against: the calibrated {what} is " \
                f"{cal.peak_for(family):.1f} {unit} ({cal.family(family).source})"
         return PeakCheck(cal.peak_for(family), note, cal, family)
-    return _raised(raise_peak(cal, _ceil_tenth(gflops), kernel, family), kernel, family)
+    measured = measured_peak(cal, family) or 0.0
+    if gflops > MAX_RAISE * measured:
+        peak = cal.peak_for(family)
+        return PeakCheck(peak, f"{kernel} at {gflops:.1f} {unit} is above {MAX_RAISE:g} times the {what} measured "
+                               f"({measured:.1f} {unit}), so its FLOPs or its time are not what the {what} counts: "
+                               f"the {what} stays {peak:.1f} {unit} and its % peak is left blank", cal, family,
+                         trusted=False)
+    return _raised(raise_peak(cal, ceil_tenth(gflops), kernel, family), kernel, family)
 
 
 def _words(family: str) -> tuple[str, str]:
@@ -98,4 +115,4 @@ def _raised(cal: Calibration, kernel: str, family: str = FP32) -> PeakCheck:
                      cal, family)
 
 
-__all__ = ["RECALIBRATE_EVERY_S", "PeakCheck", "within_peak"]
+__all__ = ["RECALIBRATE_EVERY_S", "PeakCheck", "measured_peak", "within_peak"]

@@ -161,25 +161,38 @@ def measure_in_child(repeats: int = 5, timeout: float = 300.0, *, module: str = 
     return {"error": f"the peak kernel's process failed (status {proc.returncode}): {tail}"}
 
 
+def error_text(err: Exception) -> str:
+    """What a child process says of a measurement that failed: ``ValueError: why``."""
+    return f"{type(err).__name__}: {err}"
+
+
+def child_main(measure) -> int:
+    """A measuring child's entry point (what :func:`measure_in_child` reads): ``measure()``'s dict printed
+    as one JSON line, ``{"error": why}`` where it raised; 0."""
+    try:
+        result = measure()
+    except Exception as err:  # noqa: BLE001 - the caller gets the reason as data
+        result = {"error": error_text(err)}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
 def _main(argv: list[str]) -> int:
     from explorer.target import host_target
 
-    repeats = int(argv[0]) if argv else 5
-    try:
+    def measure() -> dict:
         target = host_target()
         kernel = for_target(target)
-        runs = time_kernel(kernel, target, repeats=repeats)
-        result = {"gflops": round(max(runs), 1), "runs": [round(g, 1) for g in runs], "kernel": kernel.to_dict(),
-                  "target": target.label}
-    except Exception as err:  # noqa: BLE001 - the caller gets the reason as data
-        result = {"error": f"{type(err).__name__}: {err}"}
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0
+        runs = time_kernel(kernel, target, repeats=int(argv[0]) if argv else 5)
+        return {"gflops": round(max(runs), 1), "runs": [round(g, 1) for g in runs], "kernel": kernel.to_dict(),
+                "target": target.label}
+
+    return child_main(measure)
 
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["ITERS", "MAX_CHAINS", "PeakKernel", "assembly", "build", "compile_main", "executable_asm", "for_target",
-           "measure_in_child", "prim_func", "time_kernel"]
+__all__ = ["ITERS", "MAX_CHAINS", "PeakKernel", "assembly", "build", "child_main", "compile_main", "error_text",
+           "executable_asm", "for_target", "measure_in_child", "prim_func", "time_kernel"]

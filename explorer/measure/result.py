@@ -33,6 +33,8 @@ class MeasureResult:
     arithmetic_intensity: float | None = None
     peak_note: str = ""  # the kernel read above the calibrated peak: what was done (explorer.measure.peak_check)
     peak_family: str = "fp32"  # whose peak peak_gflops is: fp32, bf16 or int8 (GOPS) (explorer.measure.families)
+    # False: the figure read further above the peak than a calibration may be raised by (peak_note says so): no % peak
+    peak_trusted: bool = True
 
     @property
     def ok(self) -> bool:
@@ -40,7 +42,7 @@ class MeasureResult:
 
     @property
     def percent_of_peak(self) -> float | None:
-        if self.gflops is None or not self.peak_gflops:
+        if self.gflops is None or not self.peak_gflops or not self.peak_trusted:
             return None
         return 100.0 * self.gflops / self.peak_gflops
 
@@ -51,8 +53,9 @@ class MeasureResult:
             return None
         return min(self.peak_gflops, self.arithmetic_intensity * self.peak_gbps)
 
-    def with_peaks(self, peak_gflops: float | None, peak_gbps: float | None, note: str = "") -> MeasureResult:
-        return replace(self, peak_gflops=peak_gflops, peak_gbps=peak_gbps, peak_note=note)
+    def with_peaks(self, peak_gflops: float | None, peak_gbps: float | None, note: str = "",
+                   trusted: bool = True) -> MeasureResult:
+        return replace(self, peak_gflops=peak_gflops, peak_gbps=peak_gbps, peak_note=note, peak_trusted=trusted)
 
     def to_dict(self) -> dict:
         d = asdict(self)
