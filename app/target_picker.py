@@ -46,8 +46,9 @@ def target_picker(key: str, *, choices: tuple[str, ...] = (), cpu_only: bool = F
     if runnable and why:
         st.error(f"{target.label} cannot run here: {why}. Pick `cpu`, or a CPU this machine runs.")
         return None
+    notes = [note for note in target.notes if not (why and why in note)]  # (a note that repeats why: said once)
     st.caption(f"Building for **{target.label}**" + (f" · not runnable here: {why}" if why else " · runs here")
-               + (f" · {'; '.join(target.notes)}" if target.notes else ""))
+               + (f" · {'; '.join(notes)}" if notes else ""))
     return target
 
 

@@ -29,7 +29,8 @@ cross-cutting, so at explorer's top:        ``errors.py`` (the room's exceptions
 every room of schedx uses them              (a build's fp32/bf16), ``interrupts.py`` (Ctrl-C,
                                             SIGTERM), ``temp_dirs.py``, ``processes.py`` (is a
                                             process alive), ``fault_points.py`` (where the fault
-                                            suite holds a process), ``tvm_fast.py`` (starting TVM)
+                                            suite holds a process), ``tvm_fast.py`` (starting TVM),
+                                            ``text.py`` (text cut to fit where it is read)
 =========================================  ==================================================
 """
 

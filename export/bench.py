@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from export.choose import NO_RECORDS
 from export.noise import Comparison, compare_rounds
 from export.rows import BenchRow, latency_row, time_calls
 from export.schedules import TaskSchedule
+
+if TYPE_CHECKING:
+    from export.flow import ExportReport
 
 # Row names of `schedx bench --json` (scripts read them)
 TUNED_ROW, DEFAULT_ROW, ORT_ROW = "tvm tuned", "tvm default", "onnxruntime"
@@ -170,13 +174,26 @@ def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, 
 
 
 def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, threads: int,
-                   precision: str = "fp32") -> tuple[Path, float]:
-    """Export ``workload`` (no verification) into ``folder``; the bundle and its compile seconds."""
+                   precision: str = "fp32") -> ExportReport:
+    """Export ``workload`` (no verification) into ``folder``."""
     from export.flow import export_workload
 
-    report = export_workload(workload, target, folder, schedules=schedules, verify=False, layers=False,
-                             threads=threads, precision=precision)
-    return report.folder, report.seconds["build"] + report.seconds["write"]
+    return export_workload(workload, target, folder, schedules=schedules, verify=False, layers=False,
+                           threads=threads, precision=precision)
+
+
+def _compile_s(report: ExportReport) -> float:
+    return report.seconds["build"] + report.seconds["write"]
+
+
+def _fallback_notes(by_row: Mapping[str, list[str]]) -> list[str]:
+    """One note per kernel whose default rule fell back (:attr:`export.build.Built.fallbacks`), naming
+    the rows (builds) where it did: ``tvm tuned, tvm default: kernel ...``."""
+    rows: dict[str, list[str]] = {}
+    for row, lines in by_row.items():
+        for line in lines:
+            rows.setdefault(line, []).append(row)
+    return [f"{', '.join(names)}: {line}" for line, names in rows.items()]
 
 
 def bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float | None = None, note: str = ""):
@@ -187,11 +204,14 @@ def bundle_contender(folder: Path, name: str, *, threads: int, compile_s: float 
 
 
 def export_row(workload: Workload, target: Target, name: str, schedules, *, threads: int, runs: int,
-               budget_s: float, note: str = "") -> BenchRow:
-    """Build ``workload`` with ``schedules`` and time it once (no rounds): the sweep's row per batch size."""
+               budget_s: float, note: str = "") -> tuple[BenchRow, tuple[str, ...]]:
+    """Build ``workload`` with ``schedules`` and time it once (no rounds): the sweep's row per batch size,
+    and the build's lines on kernels whose default rule fell back (:attr:`export.build.Built.fallbacks`)."""
     with private_temp_dir("schedx-bench-") as tmp:
-        folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
-        return bundle_contender(folder, name, threads=threads, compile_s=compile_s, note=note)(runs, budget_s)
+        report = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
+        row = bundle_contender(report.folder, name, threads=threads, compile_s=_compile_s(report), note=note)(
+            runs, budget_s)
+        return row, tuple(report.built.fallbacks)
 
 
 def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSchedule] | None = None,
@@ -249,24 +269,26 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     load = machine_load()
     inputs = workload.sample_inputs()
     contenders: dict[str, Callable[[int, float], BenchRow]] = {}
+    fallbacks: dict[str, list[str]] = {}  # each build row's kernels whose default rule fell back
     with private_temp_dir("schedx-bench-") as tmp:
+        def build_row(row: str, folder: str, built: Workload, row_schedules, note: str, at: str = "fp32") -> None:
+            exported = _export_bundle(built, target, row_schedules, Path(tmp) / folder, threads, at)
+            fallbacks[row] = exported.built.fallbacks
+            contenders[row] = bundle_contender(exported.folder, row, threads=threads, compile_s=_compile_s(exported),
+                                               note=note)
+
         if schedules:
             say("building TVM with records", 0.05)
-            folder, compile_s = _export_bundle(workload, target, schedules, Path(tmp) / "tuned", threads)
-            contenders[TUNED_ROW] = bundle_contender(folder, TUNED_ROW, threads=threads, compile_s=compile_s,
-                                                      note=f"{len(schedules)} records, defaults for the rest")
+            build_row(TUNED_ROW, "tuned", workload, schedules, f"{len(schedules)} records, defaults for the rest")
         else:
             report.notes.append(f"{TUNED_ROW}: {no_schedules_why}")
         say("building TVM without records", 0.25)
-        folder, compile_s = _export_bundle(workload, target, None, Path(tmp) / "default", threads)
-        contenders[DEFAULT_ROW] = bundle_contender(folder, DEFAULT_ROW, threads=threads, compile_s=compile_s,
-                                                    note=f"no records: {target.default_schedule}")
+        build_row(DEFAULT_ROW, "default", workload, None, f"no records: {target.default_schedule}")
         if at_precision is not None:
             say(f"building TVM without records at {precision}", 0.3)
             row_name, row_note = PRECISION_ROWS[precision]
-            folder, compile_s = _export_bundle(at_precision, target, None, Path(tmp) / precision, threads, precision)
-            contenders[row_name] = bundle_contender(folder, row_name, threads=threads, compile_s=compile_s,
-                                                    note=row_note)
+            build_row(row_name, precision, at_precision, None, row_note, precision)
+        report.notes.extend(_fallback_notes(fallbacks))
         anchors: dict[str, Callable[[int, float], BenchRow]] = {}
         if workload.onnx_model is not None:
             from export.openvino_row import openvino_contenders

@@ -28,6 +28,7 @@ from export.errors import ExportError
 from export.params import ParamSpec, lift_constants
 from export.weight_layouts import fold_weight_layouts
 from export.schedules import TaskOutcome, TaskSchedule, coverage_warning, pick, shares
+from export.tune_command import tune_commands
 
 Progress = Callable[[str, float], None]
 
@@ -47,6 +48,9 @@ class Built:
     warnings: list[str] = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
     precision: object = None  # explorer.precision.Precision (None: fp32, as written)
+    # the kernels where a default rule meant for them failed and a simpler one took them, or a bf16/int8
+    # product ran without its dot-product tile (also in warnings): what a bench or a profile repeats
+    fallbacks: list[str] = field(default_factory=list)
 
     @property
     def compile_seconds(self) -> float:
@@ -166,7 +170,10 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
         schedules = {k: v for k, v in schedules.items()
                      if not any(t.name == k or t.key == k for t in tasks if safe.intersection(t.funcs))}
     mod, outcomes = _schedule_tasks(mod, tasks, schedules, target)
-    mod, notes = target.apply_default_schedules(mod, target.tvm(), safe)
+    # a kernel whose default rule fell back is named by its task, with the command that searches it
+    mod, notes = target.apply_default_schedules(mod, target.tvm(), safe,
+                                                task_names={f: task.name for task in tasks for f in task.funcs},
+                                                tune_commands=tune_commands(workload, target, tasks))
     seconds["schedule"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -238,7 +245,7 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     warnings.extend(target.notes)
     return Built(workload=workload, target=target, executable=executable, lowered=lowered, params=params,
                  param_values=values, outcomes=outcomes, warnings=warnings, seconds=seconds,
-                 precision=prepared.precision)
+                 precision=prepared.precision, fallbacks=list(prepared.notes))
 
 
 def _codegen(mod: tvm.IRModule, target: Target, tvm_target) -> tuple[tvm.IRModule, object]:

@@ -122,8 +122,9 @@ def sweep(spec: str, batches: list[int], *, target: str | Target = "cpu", db=Non
         if shipped.decision is not None:
             notes += [f"batch {batch}: {line}" for line in (shipped.summary(), *shipped.dropped)]
         say(f"batch {batch}: timing", (i + 0.6) / len(batches))
-        row = export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads, runs=runs,
-                         budget_s=budget_s)
+        row, fallbacks = export_row(workload, target, f"tvm batch {batch}", schedules or None, threads=threads,
+                                    runs=runs, budget_s=budget_s)
+        notes += [f"batch {batch}: {line}" for line in fallbacks]  # kernels whose default rule fell back
         ort_s = None
         if workload.onnx_model is not None:
             try:

@@ -448,7 +448,7 @@ def test_session_state_is_touched_only_in_app_state():
 # explorer's top level holds only what every room of schedx uses; the rest lives in the room that owns it
 # (the where-to-put-what map in explorer/__init__.py)
 EXPLORER_TOP = {"__init__.py", "errors.py", "precision.py", "interrupts.py", "temp_dirs.py", "processes.py",
-                "fault_points.py", "tvm_fast.py"}
+                "fault_points.py", "tvm_fast.py", "text.py"}
 DEFAULTS = "explorer/schedule/defaults/"
 # the modules that write a recurrent layer's kernel (for a target: recurrence.for_target)
 RECURRENCE_WRITERS = {f"explorer.schedule.defaults.{m}" for m in ("recurrence", "recurrence_cpu", "recurrence_gpu")}

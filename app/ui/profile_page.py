@@ -169,6 +169,8 @@ def sweep_tab(spec: str, target) -> None:
     if found is not None and found[:2] == (spec, target.key):
         st.plotly_chart(sweep_figure(found[2]), width="stretch", key=KEY + "sweep_fig")
         st.dataframe([p.to_dict() for p in found[2].points], hide_index=True, width="stretch")
+        for note in found[2].notes:
+            st.caption(note)
 
 
 def quantize_tab(spec: str, shapes: str | None) -> None:

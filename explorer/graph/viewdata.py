@@ -20,17 +20,10 @@ import networkx as nx
 from explorer.graph.dot import DTYPE_SHORT, KIND_FILL, STATUS_STYLE, fmt_bytes
 from explorer.graph.layout import GraphLayout, layout
 from explorer.graph.onnx_names import OnnxNode, OnnxSources
+from explorer.text import shorten
 
 TITLE_CHARS = 34
 STATUS_CODES = {"kept": 0, "changed": 1, "removed": 2, "added": 3, "fused": 4, "merged": 5, "lowered": 6}
-
-
-def shorten(text: str, limit: int = TITLE_CHARS) -> str:
-    """``text`` cut in the middle to at most ``limit`` characters."""
-    if len(text) <= limit:
-        return text
-    keep = limit - 1
-    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2:]
 
 
 def type_text(shape, dtype) -> str:
@@ -110,13 +103,13 @@ def group_text(d: Mapping, n: str, groups: Mapping[tuple, str]) -> str:
 def node_lines(d: Mapping, names: list[OnnxNode]) -> list[str]:
     """Title (the model's name), what it calls, its output type."""
     if d["kind"] == "input":
-        return [shorten(d["var"] or "input"), "input · " + type_text(d["shape"], d["dtype"])]
+        return [shorten(d["var"] or "input", TITLE_CHARS), "input · " + type_text(d["shape"], d["dtype"])]
     if d["kind"] == "output":
         return ["output", type_text(d["shape"], d["dtype"])]
     call = shorten(d["label"], TITLE_CHARS)
     lines = []
     if names:
-        title = shorten(names[0].name) + (f" +{len(names) - 1}" if len(names) > 1 else "")
+        title = shorten(names[0].name, TITLE_CHARS) + (f" +{len(names) - 1}" if len(names) > 1 else "")
         if title != call:
             lines.append(title)
     lines.append(call)
@@ -190,5 +183,5 @@ def to_json(payload: dict) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["STATUS_CODES", "node_lines", "onnx_names_of", "shorten", "snapshot_view", "status_codes", "style_table",
+__all__ = ["STATUS_CODES", "node_lines", "onnx_names_of", "snapshot_view", "status_codes", "style_table",
            "to_json", "type_text"]

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer.schedule.errors import ScheduleError, StepsFileError
+from explorer.text import shorten
+
+DESCRIBED_VALUE_CHARS = 72  # an annotation value is shown up to this long (Step.describe's limit)
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,14 @@ class Step:
     def to_dict(self) -> dict:
         return {"primitive": self.primitive, "args": dict(self.args)}
 
-    def describe(self) -> str:
-        """``split(loop=C/i, factors=[None, 32])``: how the history lists it."""
-        inner = ", ".join(f"{k}={_show(v)}" for k, v in self.args.items())
+    def describe(self, limit: int | None = DESCRIBED_VALUE_CHARS) -> str:
+        """``split(loop=C/i, factors=[None, 32])``: how the history, a message or a list shows it. An
+        annotation's value (a parameter of kind ``value``) longer than ``limit`` characters is cut in the
+        middle, with its length (an AMX step's ``pragma_import_llvm`` value is the whole LLVM IR of its
+        tile kernel, ~5000 characters); ``limit=None``: whole. Names of blocks and loops, and index maps,
+        always stay whole."""
+        values = _value_params(self.primitive) if limit is not None else frozenset()
+        inner = ", ".join(f"{k}={_cut(v, limit) if k in values else _show(v)}" for k, v in self.args.items())
         return f"{self.primitive}({inner})"
 
 
@@ -36,6 +44,20 @@ def _show(value: object) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_show(v) for v in value) + "]"
     return str(value)
+
+
+def _value_params(primitive: str) -> frozenset[str]:
+    from explorer.schedule.primitives import PRIMITIVES
+
+    known = PRIMITIVES.get(primitive)
+    return frozenset(p.name for p in known.params if p.kind == "value") if known else frozenset()
+
+
+def _cut(value: object, limit: int) -> str:
+    text = _show(value)
+    if len(text) <= limit:
+        return text
+    return f"{shorten(' '.join(text.split()), limit)} ({len(text):,} characters)"
 
 
 # Bounds on what a steps file may hold. A hand schedule has tens of steps (assets/steps/ holds 12);
@@ -115,5 +137,5 @@ def load_steps(path: str | Path) -> list[Step]:
 def dump_steps(steps: list[Step]) -> str:
     return json.dumps([s.to_dict() for s in steps], indent=2)
 
-__all__ = ["MAX_STEPS", "MAX_STEPS_BYTES", "ScheduleError", "Step", "StepsFileError", "dump_steps", "load_steps",
-           "parse_steps", "steps_from_json"]
+__all__ = ["DESCRIBED_VALUE_CHARS", "MAX_STEPS", "MAX_STEPS_BYTES", "ScheduleError", "Step", "StepsFileError",
+           "dump_steps", "load_steps", "parse_steps", "steps_from_json"]

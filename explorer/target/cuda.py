@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -76,8 +77,11 @@ class CudaTarget(Target):
 
         return list(pipeline.dataflow_lower_passes(tvm_target)) + list(pipeline.finalize_passes(tvm_target))
 
-    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
-        """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.defaults.gpu`)."""
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset(), *,
+                                task_names: Mapping[str, str] = {}, tune_commands: Mapping[str, str] = {}) -> tuple:
+        """dlight's rules, which bind threads, kernel by kernel (see :mod:`explorer.schedule.defaults.gpu`;
+        its notes name functions, and schedx does not search GPU targets: ``task_names`` and
+        ``tune_commands`` go unused)."""
         from explorer.schedule.defaults.gpu import apply_gpu_defaults
 
         return apply_gpu_defaults(mod, tvm_target)

@@ -15,6 +15,7 @@ listing) in one module for another kind of device, registered in :mod:`explorer.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -175,10 +176,13 @@ class Target:
         """Relax lowering and finalisation passes of this target's backend (after scheduling)."""
         raise NotImplementedError
 
-    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset(), *,
+                                task_names: Mapping[str, str] = {}, tune_commands: Mapping[str, str] = {}) -> tuple:
         """``(mod, notes)``: ``mod`` with the target's default schedule on every PrimFunc not
         scheduled yet, and notes on kernels where a rule failed; the functions named in ``safe``
-        (whose first schedule did not compile) get the target's simplest rule, where it has one."""
+        (whose first schedule did not compile) get the target's simplest rule, where it has one.
+        A note names a kernel by its task (``task_names``: function name -> task name; else by its
+        function) and says how to search it (``tune_commands``: task name -> a ``schedx tune`` command)."""
         raise NotImplementedError
 
     @property
@@ -316,12 +320,17 @@ class CpuTarget(Target):
 
         return [loops_as_tir_pass(), *pipeline.dataflow_lower_passes(tvm_target), *pipeline.finalize_passes(tvm_target)]
 
-    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset()) -> tuple:
+    def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset(), *,
+                                task_names: Mapping[str, str] = {}, tune_commands: Mapping[str, str] = {}) -> tuple:
         """schedx's rules, tiled, parallel and vectorized for this target's vector width,
-        registers and cores (see :mod:`explorer.schedule.defaults`)."""
-        from explorer.schedule.defaults import apply_default_schedules
+        registers and cores (see :mod:`explorer.schedule.defaults`), and a note per kernel whose
+        rule failed and fell to a simpler one, or whose bf16/int8 product ran without its dot-product
+        tile (:mod:`explorer.schedule.defaults.fallbacks`; not those in ``safe``: the build says why
+        it rebuilt them)."""
+        from explorer.schedule.defaults import apply_default_schedules, fallback_notes
 
-        return apply_default_schedules(mod, self.cpu_spec(), safe)[0], []
+        scheduled, choices = apply_default_schedules(mod, self.cpu_spec(), safe)
+        return scheduled, fallback_notes(choices, skip=safe, task_names=task_names, tune_commands=tune_commands)
 
     @property
     def rescues_kernels(self) -> bool:

@@ -10,7 +10,8 @@ rule in this package, one question per module.
 - a recurrent layer's kernel (LSTM/GRU/RNN steps), written for the target before any rule is
   tried (:mod:`.recurrence`; its spec in :mod:`.recurrence_spec`);
 - GPU: dlight's rules kernel by kernel (:mod:`.gpu`).
-- every kernel's decision as plain data, to compare before and after a change (:mod:`.dump`).
+- every kernel's decision as plain data, to compare before and after a change (:mod:`.dump`);
+  the kernels whose rule failed and fell to a simpler one, as a build's warnings (:mod:`.fallbacks`).
 
 Tensor intrinsics the rules and the search tile around stay beside the schedule primitives
 (``explorer/schedule/int8_dot.py``, ``bf16_dot.py``, ``microkernel.py``). Names load on first use:
@@ -21,6 +22,7 @@ from store.lazy import lazy_names
 
 __getattr__ = lazy_names(__name__, {"CpuSpec": "machine", "DefaultChoice": "apply",
                                     "apply_default_schedules": "apply", "default_schedule": "apply",
-                                    "DefaultVariant": "variant"})
+                                    "DefaultVariant": "variant", "fallback_notes": "fallbacks"})
 
-__all__ = ["CpuSpec", "DefaultChoice", "DefaultVariant", "apply_default_schedules", "default_schedule"]
+__all__ = ["CpuSpec", "DefaultChoice", "DefaultVariant", "apply_default_schedules", "default_schedule",
+           "fallback_notes"]

@@ -36,6 +36,7 @@ from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root
 from explorer.schedule.defaults.bf16 import bf16_block, tile_bf16
 from explorer.schedule.defaults.bf16_conv import scheduled_already
 from explorer.schedule.defaults.bf16_panels import schedule_panels
+from explorer.schedule.defaults.declined_dot import DeclinedDot
 from explorer.schedule.defaults.expand_depthwise import expand_depthwise_blocks, schedule_expand_depthwise
 from explorer.schedule.defaults.inline import inline_epilogues, inline_producers
 from explorer.schedule.defaults.int8 import int8_block, tile_int8
@@ -133,7 +134,9 @@ def tiled(func: tvm.tirx.PrimFunc, cpu: CpuSpec, variant: DefaultVariant = Defau
         except NotApplicable as why:
             if variant.bf16_isa and tile_dot is not tile_int8:  # a bf16 choice that does not fit: no such variant
                 raise
-            steps.append(f"{name}: no dot-product intrinsic ({why})")
+            int8 = tile_dot is tile_int8
+            steps.append(DeclinedDot(name, "int8" if int8 else "bf16", str(why),
+                                     cpu_lacks=not (cpu.int8_dot if int8 else cpu.bf16_dot)).step)
         else:
             names = [n for n in names if n != name and not scheduled_already(sch, n)]  # (a bf16 conv's packing)
             anchor = None
