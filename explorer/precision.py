@@ -8,7 +8,8 @@ carries its :class:`Precision` (``Workload.precision``), and every later call wi
 chooser of records, the build) takes it as it is instead of rewriting or quantizing it again.
 
 ``bf16`` rewrites a model's 2-D convolutions (:mod:`explorer.passes.bf16_conv`: an implicit GEMM
-over the output pixels, or on a CPU with AMX-BF16 tiles direct from the NHWC input) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
+over the output pixels, or direct from the NHWC input on a CPU with AMX-BF16 tiles or a fast
+``vdpbf16ps``) and matmuls (:mod:`explorer.passes.bf16_dense`) with constant weights:
 weights rounded and packed once, at build time; activations rounded once per kernel; attention's
 products of two activations too (:mod:`explorer.passes.bf16_attention`: both rounded per call); and
 needs a CPU with AVX512-BF16 or AMX-BF16 (:mod:`explorer.schedule.bf16_dot`); it is refused,
@@ -16,7 +17,8 @@ with the reason, for other targets and for single kernels. Kept in fp32: :data:`
 the convolutions whose reduction is too short for bf16 to pay (listed, with why, per build:
 :func:`explorer.passes.bf16_conv.why_fp32`), and every convolution on a CPU whose bf16
 instruction is ``vdpbf16ps`` alone unless it was measured here to do 1.5x the fp32 FMA rate
-(:func:`explorer.passes.bf16_conv.why_convs_fp32`: on the Intel CPU measured it does half).
+(:func:`explorer.passes.bf16_conv.why_convs_fp32`: on the Intel CPU measured it does half, on a Zen 5
+1.8-1.95x).
 
 A bf16 build is verified against the fp32 reference at :data:`BF16_TOLERANCE` per output
 (relative to that output's largest magnitude): rounding both operands of a product to bf16's 8
@@ -213,8 +215,8 @@ def _int8(workload, calibration, target):
 def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
     """``(mod, converted, kept)``: a model's Relax module with its convolutions and matmuls by
     constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
-    tiles the convolutions they fit run direct in NHWC, elsewhere through an im2col where
-    vdpbf16ps pays for them: :func:`explorer.passes.bf16_conv.why_convs_fp32`), how many
+    tiles, or vdpbf16ps measured to pay for them, the convolutions the direct kernel fits run direct in
+    NHWC, others through an im2col: :func:`explorer.passes.bf16_conv.why_convs_fp32`), how many
     were, and lines for what stayed fp32 by size or by the target's instructions: the
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
@@ -241,9 +243,10 @@ def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
         grouped, split = convs_by_group(folded, folded=folded)
         mod, folded = (grouped, grouped) if split else (mod, folded)
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
-    mod, convs, short = bf16_convs(mod, amx=isa == "amx", folded=folded) if all_fp32 is None else (mod, 0, ())
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
     fast_vectors = isa == "avx512bf16" and vdpbf16ps_pays(target)
+    mod, convs, short = bf16_convs(mod, amx=isa == "amx", vectors=fast_vectors, folded=folded) \
+        if all_fp32 is None else (mod, 0, ())
     if matmuls_fp32:
         return mod, convs, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + (MATMULS_FP32,)
     mod, products, small = bf16_products(mod, isa=isa or None, fast_vectors=fast_vectors)
@@ -257,7 +260,7 @@ def _short_convs(why: tuple[str, ...]) -> tuple[str, ...]:
     from collections import Counter
 
     shapes = ", ".join(f"{w.split(':')[0]}" + (f" x{n}" if n > 1 else "") for w, n in Counter(why).items())
-    # the cut each line names: MIN_REDUCTION, or MIN_REDUCTION_DIRECT where the direct AMX kernel would take it
+    # the cut each line names: MIN_REDUCTION, or MIN_REDUCTION_DIRECT where the direct kernel would take it
     cuts = " or ".join(sorted({w.split(" < ")[1].split(",")[0] for w in why}, key=int))
     return (f"{len(why)} convolution(s) with a reduction C_in*kh*kw < {cuts}, too short for bf16 to pay: "
             f"{shapes}",)

@@ -199,10 +199,13 @@ def test_a_trace_names_its_tile_intrinsics_well_enough_to_register_them_again():
         assert call.function in TensorIntrin.get(call.name).impl.script() and desc is not None
 
 
-def test_a_cpu_without_amx_gets_no_tile_instruction_for_the_direct_kernel():
+def test_a_cpu_without_amx_gets_the_vector_tile_for_the_direct_kernel():
+    """The direct kernel on a CPU with AVX512-BF16 alone: its vdpbf16ps tile (tests/test_bf16_vector_conv.py),
+    no tile instruction."""
     lib, choice = built_direct_conv("cpu:znver4", SHAPES[0])
-    assert "no dot-product intrinsic" in " ".join(choice.steps) and "AMX-BF16" in " ".join(choice.steps)
-    assert "tdpbf16ps" not in lib.mod.inspect_source("asm")
+    assert "vdpbf16ps, direct NHWC" in " ".join(choice.steps) and not choice.fallback_reason, choice
+    asm = lib.mod.inspect_source("asm")
+    assert "tdpbf16ps" not in asm and "vdpbf16ps" in asm
 
 
 @NEEDS_AMX

@@ -40,9 +40,18 @@ direct kernel computes it as a **split product** (:mod:`explorer.passes.bf16_con
 weights as two bf16 parts, the input rounded once, two products a value): faster than fp32 and
 adding only the activations' rounding, where plain bf16 on them would miss the tolerance (measured per
 layer, the error a convolution adds grows with the layers after it, not with its K: an early
-layer's rounding is carried and amplified through the rest of the model). Any other convolution,
-and every one on an AVX512-BF16 CPU without AMX, keeps the im2col path (:data:`AMX_DIRECT_ENABLED`
-off: every one).
+layer's rounding is carried and amplified through the rest of the model). Any other convolution
+keeps the im2col path (:data:`AMX_DIRECT_ENABLED` off: every one).
+
+**On a CPU with AVX512-BF16 alone** (``vectors``: no AMX, its ``vdpbf16ps`` measured to pay, below) the
+same direct NHWC kernel computes the convolutions it fits
+(:func:`explorer.passes.bf16_conv_nhwc.vector_direct_fits`: undilated, output rows a tile of 2-16
+pixels divides; input channels padded to pairs only) on ``vdpbf16ps``
+(:mod:`explorer.schedule.defaults.bf16_vector_conv`), at the direct kernel's reduction cut
+:data:`MIN_REDUCTION_DIRECT` (no split products: a shorter one stays fp32); the others take the
+im2col path (:data:`VECTOR_DIRECT_ENABLED` off: every one). On a Zen 5 (2 cores) a 3x3 64 -> 64 @56
+convolution ran at about 900 GFLOPS direct against about 500 through the im2col, and ResNet-18 at bf16
+took 4.67 ms against 7.97 (fp32 7.20).
 
 Kept in fp32: depthwise and other grouped convolutions (a group's few channels make short
 products with little to gain), convolutions of other layouts or ranks (1-D, 3-D, transposed),
@@ -62,10 +71,10 @@ AVX512-BF16 without AMX) gains from them only where its ``vdpbf16ps`` does at le
 (and fp32 runs its 3x3 ones as Winograd, fewer FLOPs), so halving their bytes does not pay for
 a slower instruction. On the Intel Xeon of 2026-12-06 with its tiles hidden ``vdpbf16ps`` ran at
 0.50-0.57x the fp32 FMA rate, and ResNet-18's bf16 im2col convolutions at 38-100 GFLOPS against
-fp32's 110-200 (one thread, busy): the model took 1.81x fp32's time. Elsewhere (another CPU, not
-measured: Zen 4/5, Cooper Lake; no documented vdpbf16ps rate was found for them) every
-convolution stays fp32, and the build's fp32 list says why; on such a machine itself the measured
-rate decides.
+fp32's 110-200 (one thread, busy): the model took 1.81x fp32's time. On a Zen 5 (2026-12-07) it ran at
+1.8-1.95x the fp32 FMA rate (two ``vdpbf16ps`` a cycle), and the direct kernel above pays. A CPU not
+measured on this machine (a cross-built ``cpu:znver4``) keeps every convolution fp32, and the build's
+fp32 list says why; on such a machine itself the measured rate decides.
 
 The pass first folds batch-norm into the convolutions' weights (the pipeline's own passes, run
 early: after this rewrite a convolution is a kernel call they cannot see into).
@@ -80,7 +89,7 @@ from tvm import relax, te
 from explorer.ir.relax_walk import tensor_info
 from explorer.passes.bf16_conv_bits import emit_bits, pool_of_bits, pools_reading_bits, rounded_by_producer
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
-                                            nhwc_channels, pack_nhwc_weights, row_tiled)
+                                            nhwc_channels, pack_nhwc_weights, row_tiled, vector_direct_fits)
 from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
 from explorer.passes.bf16_dense import bf16_bits, constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
@@ -91,10 +100,11 @@ _FLOAT_OUT = ("", "None", "void", "float32")
 # the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for: measured one conv
 # at a time against the default fp32 build (docs/notes/measurements.md, "bf16 convolutions")
 MIN_REDUCTION = 512
-# the same for the direct AMX kernel (explorer.passes.bf16_conv_nhwc), which has no im2col copy nor
-# output copy to pay for: it is faster than fp32 from K = 32 on, but every converted layer adds its
-# rounding error, and MobileNetV2 with every K >= 32 in bf16 misses the 1e-2 tolerance (1.35e-2);
-# from 128 it verifies (docs/notes/measurements.md, "bf16 convolutions, direct on AMX")
+# the same for the direct kernel (explorer.passes.bf16_conv_nhwc, on AMX tiles or on vdpbf16ps), which has
+# no im2col copy nor output copy to pay for: on AMX it is faster than fp32 from K = 32 on, but every
+# converted layer adds its rounding error, and MobileNetV2 with every K >= 32 in bf16 misses the 1e-2
+# tolerance (1.35e-2); from 128 it verifies (docs/notes/measurements.md, "bf16 convolutions, direct on
+# AMX"; measured on AMX, taken for vdpbf16ps as it is)
 MIN_REDUCTION_DIRECT = 128
 # Below that cut the direct kernel computes a convolution as a split product (explorer.passes.
 # bf16_conv_split: two bf16 products a value, the weights' rounding gone; three, with the
@@ -114,6 +124,10 @@ MIN_SPLIT_WORK = 16384
 VECTOR_MIN_RATE = 1.5
 # Off: every bf16 convolution takes the im2col path, AMX CPUs too
 AMX_DIRECT_ENABLED = True
+# A CPU whose vdpbf16ps pays (:func:`vdpbf16ps_pays`, no AMX) computes the convolutions the direct kernel
+# fits on it (:func:`explorer.passes.bf16_conv_nhwc.vector_direct_fits`) direct in NHWC too, at the direct
+# kernel's reduction cut (no split products on vectors). Off: the im2col path, as before
+VECTOR_DIRECT_ENABLED = True
 # A direct kernel's input rounded to bf16 by the depthwise convolution that computes it, where the
 # kernel is its only reader (explorer.passes.bf16_conv_bits: identical numbers, half the bytes, no
 # rounding pass in the consumer). Off: every direct kernel rounds its own fp32 input
@@ -207,8 +221,8 @@ def split_product(weight_shape: tuple[int, ...]) -> bool:
 def why_fp32(weight_shape: tuple[int, ...], *, direct: bool = False, splittable: bool = False) -> str | None:
     """Why a convolution with OIHW weights of ``weight_shape`` stays fp32 (None: it is computed
     in bf16): a reduction ``K = C_in * kh * kw`` shorter than :data:`MIN_REDUCTION`, or for the
-    direct AMX kernel (``direct``: no im2col, no output copy) than :data:`MIN_REDUCTION_DIRECT`
-    unless it is a split product (``splittable``: the kernel takes one, :func:`split_fits`;
+    direct kernel (``direct``: AMX's or vdpbf16ps', no im2col, no output copy) than
+    :data:`MIN_REDUCTION_DIRECT` unless it is a split product (``splittable``: AMX's kernel takes one, :func:`split_fits`;
     :func:`split_product`)."""
     oc, ic, kh, kw = (int(v) for v in weight_shape)
     k, least = ic * kh * kw, MIN_REDUCTION_DIRECT if direct else MIN_REDUCTION
@@ -275,16 +289,17 @@ def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
 
 
 def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool,
-            bits: bool = False):
-    """The direct AMX kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
+            bits: bool = False, vectors: bool = False):
+    """The direct kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
     :mod:`explorer.passes.bf16_conv_split`) between the transposes to and from NHWC that
     ``SinkTransposes`` cancels between consecutive convolutions; ``bits``: its input rounded to bf16
-    by the producer (:mod:`explorer.passes.bf16_conv_bits`; not for a split product, which reads fp32)."""
+    by the producer (:mod:`explorer.passes.bf16_conv_bits`; not for a split product, which reads fp32);
+    ``vectors``: for ``vdpbf16ps`` alone (input channels in pairs, rows tiled, never across them)."""
     oc, ic, kh, kw = w.shape
     xn = builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
     if bits and not split:
         xn = emit_bits(xn, builder)
-    channels, out_hw = nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
+    channels, out_hw = _ceil(ic, PAIR) if vectors else nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
     packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
     weights = relax.const(packed)
     if split:
@@ -293,7 +308,7 @@ def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, 
         ty = relax.TensorType([n, *out_hw, _ceil(oc, PANEL)], "float32")
         gv = builder.add_func(func.without_attr("global_symbol"), "conv2d_nhwc_bf16")
         y = relax.call_tir(gv, [xn, weights], ty)
-    elif flat_rows((kh, kw), strides, out_shape[3], channels):
+    elif not vectors and flat_rows((kh, kw), strides, out_shape[3], channels):
         y = builder.call_te(conv2d_nhwc_bf16_flat, xn, weights, padding=padding, out_hw=out_hw,
                             primfunc_name_hint="conv2d_nhwc_bf16")
     else:
@@ -311,9 +326,10 @@ def _rewritable(call: relax.Call) -> bool:
             and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
 
 
-def _plan(call: relax.Call, amx: bool):
+def _plan(call: relax.Call, amx: bool, vectors: bool = False):
     """``(weights, direct, why)`` for a convolution this pass would convert (``direct``: on the direct
-    NHWC kernel; ``why``: why :func:`why_fp32` keeps it fp32, else None), or None for any other call."""
+    NHWC kernel, AMX's or, ``vectors``, vdpbf16ps'; ``why``: why :func:`why_fp32` keeps it fp32, else
+    None), or None for any other call."""
     if not call.op.same_as(_CONV2D) or not _rewritable(call):
         return None
     shape, dtype = tensor_info(call.args[0].ty)
@@ -323,23 +339,29 @@ def _plan(call: relax.Call, amx: bool):
             or out_shape is None or len(shape) != 4 or static_ints([*shape, *out_shape]) is None:
         return None
     a = call.attrs
+    if vectors and amx:
+        raise ValueError("a convolution's direct kernel is for AMX tiles or for vdpbf16ps, not both")
+    if vectors:
+        direct = VECTOR_DIRECT_ENABLED and vector_direct_fits(int(out_shape[3]), a.dilation)
+        return w, direct, why_fp32(w.shape, direct=direct)
     direct = amx and AMX_DIRECT_ENABLED and amx_direct_fits(w.shape, int(out_shape[3]), a.dilation, a.strides)
     return w, direct, why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
 
 
 def _converts(call: relax.Call, amx: bool) -> bool:
-    """Whether this pass converts ``call`` to a bf16 kernel (:func:`_plan`, nothing keeping it fp32)."""
+    """Whether this pass converts ``call`` to a bf16 kernel on AMX or im2col (:func:`_plan`, nothing keeping it fp32)."""
     plan = _plan(call, amx)
     return plan is not None and plan[2] is None
 
 
 def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
-             rounded: frozenset = frozenset()):
+             rounded: frozenset = frozenset(), vectors: bool = False):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
     (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
-    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits; ``rounded``: inputs
+    AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits (``vectors``: the CPU's
+    vdpbf16ps pays, and its direct kernel takes them); ``rounded``: inputs
     their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`)."""
-    plan = _plan(call, amx)
+    plan = _plan(call, amx, vectors)
     if plan is None:
         return None
     w, direct, why = plan
@@ -352,7 +374,8 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
     if direct:  # (a reduction under the direct cut that why_fp32 let through is a split product)
         split = int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
-                       out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded)
+                       out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded,
+                       vectors=vectors)
     return builder.call_te(
         conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
@@ -366,10 +389,11 @@ def fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([make_pass(name) for name in FOLD_FIRST])(mod)
 
 
-def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
+def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
                folded: tvm.IRModule | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
     """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
-    AMX-BF16 tiles, the direct NHWC kernel where it fits), how many, and the convolutions
+    AMX-BF16 tiles, the direct NHWC kernel where it fits; ``vectors``: for a CPU whose vdpbf16ps pays, its
+    direct NHWC kernel where it fits), how many, and the convolutions
     :func:`why_fp32` kept in fp32 (why, one line each). ``folded``: ``mod`` with its batch norms
     folded already (:func:`fold_batch_norms`, a quarter of a second on ResNet-18), where the caller
     has it; None: folded here. ``mod`` itself comes back where no convolution is converted."""
@@ -385,7 +409,7 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
         pool = pool_of_bits(call, builder, pooled)  # (a max pool reading its producer's bits: no conversion)
         if pool is not None:
             return pool
-        new = _rewrite(call, builder, kept, amx, rounded)
+        new = _rewrite(call, builder, kept, amx, rounded, vectors)
         converted.extend([call] if new is not None else [])
         return new
 
@@ -398,11 +422,12 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False,
 @tvm.transform.module_pass(opt_level=0, name="Bf16Convs")
 def Bf16Convs(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """2-D convolutions with constant weights as bf16 kernels with fp32 accumulation (module
-    docstring), through the im2col kernel (the direct one needs to know the CPU has AMX tiles:
-    :func:`explorer.precision.bf16_module`)."""
+    docstring), through the im2col kernel (the direct one needs to know the CPU has AMX tiles or a
+    vdpbf16ps that pays: :func:`explorer.precision.bf16_module`)."""
     return bf16_convs(mod)[0]
 
 
 __all__ = ["AMX_DIRECT_ENABLED", "FOLD_FIRST", "MIN_REDUCTION", "MIN_REDUCTION_DIRECT", "MIN_SPLIT_WORK",
-           "PRODUCER_ROUNDS", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16", "fold_batch_norms", "has_convs",
+           "PRODUCER_ROUNDS", "VECTOR_DIRECT_ENABLED", "VECTOR_MIN_RATE", "Bf16Convs", "bf16_convs", "conv2d_bf16",
+           "fold_batch_norms", "has_convs",
            "pack_conv_weights", "row_panels", "split_fits", "split_product", "vdpbf16ps_pays", "why_convs_fp32", "why_fp32"]

@@ -1,5 +1,6 @@
-"""The direct bf16 convolution for CPUs with AMX-BF16 tiles: NHWC, no im2col (the int8 AMX kernel's
-design, :mod:`explorer.passes.qdq_int8`, in bf16).
+"""The direct bf16 convolution for CPUs with AMX-BF16 tiles, or with a ``vdpbf16ps`` that pays (AVX512-BF16
+alone: :func:`vector_direct_fits`, :mod:`explorer.schedule.defaults.bf16_vector_conv`): NHWC, no im2col (the
+int8 AMX kernel's design, :mod:`explorer.passes.qdq_int8`, in bf16).
 
     y[n, h, w, o] = sum f32(Xb[n, h*sh + kh, w*sw + kw, c]) * f32(Wb[o // 16, kh, kw, c // 2, o % 16, c % 2])
 
@@ -12,7 +13,9 @@ design, :mod:`explorer.passes.qdq_int8`, in bf16).
 - fp32 sums in tile registers over every tap and channel
   (:mod:`explorer.schedule.amx_bf16_conv`), the output NHWC fp32 with the output channels padded
   to 16 (sliced off after it). Tiles run along output rows of 7-16 pixels; at stride 1 with
-  short rows (7x7 and 14x14 maps), across them (:func:`conv2d_nhwc_bf16_flat`).
+  short rows (7x7 and 14x14 maps), across them (:func:`conv2d_nhwc_bf16_flat`). On vectors the
+  input channels are padded to pairs only, the sums are zmm registers (2-16 pixels of a row by
+  panels of 16 channels), and rows are never walked across.
 
 The graph reads ``permute_dims(x, NHWC)`` and returns ``permute_dims(y, NCHW)``: between two such
 convolutions ``SinkTransposes`` cancels the pair through the bias adds, activations, residual adds
@@ -28,7 +31,7 @@ from tvm import te
 from explorer.passes.bf16_dense import bf16_bits
 from explorer.schedule.amx_bf16_conv import K_CHANNELS, row_taps_fit
 from explorer.schedule.amx_int8 import GRIDS
-from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
+from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, VECTOR_CONV_ROWS, to_bits, widen
 
 ROW_STRIDE_ATTR = "schedx.bf16_row_stride"  # how far apart the input pixels of consecutive output pixels are
 FLAT_ATTR = "schedx.bf16_flat_width"  # a kernel tiled across rows: the padded input's width
@@ -89,6 +92,13 @@ def amx_direct_fits(weight_shape, out_width: int, dilation, strides) -> bool:
     channels = nhwc_channels(ic, kw)
     return (all(int(d) == 1 for d in dilation) and channels is not None
             and (row_tiled(out_width) or flat_rows((kh, kw), strides, out_width, channels)))
+
+
+def vector_direct_fits(out_width: int, dilation) -> bool:
+    """Whether the direct kernel on ``vdpbf16ps`` alone takes a convolution (input channels padded to
+    pairs, any count): undilated, output rows of ``out_width`` pixels that a tile of
+    :data:`~explorer.schedule.bf16_dot.VECTOR_CONV_ROWS` pixels divides."""
+    return all(int(d) == 1 for d in dilation) and any(out_width % r == 0 for r in VECTOR_CONV_ROWS if r <= out_width)
 
 
 def pack_nhwc_weights(w_oihw: np.ndarray, channels: int) -> np.ndarray:
@@ -176,4 +186,4 @@ def conv2d_nhwc_bf16_flat(x: te.Tensor, w: te.Tensor, *, padding=(0, 0), out_hw:
 
 __all__ = ["CONV_NAME", "FLAT_ATTR", "INPUT_NAME", "INSIDE_ATTR", "MAX_CHANNEL_PADDING", "ROWS_NAME",
            "ROW_STRIDE_ATTR", "amx_direct_fits", "conv2d_nhwc_bf16", "conv2d_nhwc_bf16_flat", "flat_rows",
-           "nhwc_channels", "pack_nhwc_weights", "rounded_bits", "row_tiled"]
+           "nhwc_channels", "pack_nhwc_weights", "rounded_bits", "row_tiled", "vector_direct_fits"]

@@ -42,6 +42,9 @@ PAIR = 2  # bf16 values per 32-bit lane
 QUIET_NAN_BIT = 0x40  # of bf16 bits: set in every NaN :func:`to_bits` writes
 AMX_K = 32  # K per tdpbf16ps (a 64-byte tile row of bf16)
 ROWS = (8, 4, 2, 1)
+# the pixels of one output row a direct convolution's vdpbf16ps tile takes (each a broadcast a step;
+# :mod:`explorer.schedule.defaults.bf16_vector_conv`): a count in this range that divides the row
+VECTOR_CONV_ROWS = range(2, 17)
 # (a call of several grids asks for the next call's B panels, the weights just after its own, into L2:
 # a few lines each K step spread over all its steps, so they arrive from L3 or memory while it computes)
 # the block annotation of the kernels this module computes (its value: the number of weight panels)
@@ -185,14 +188,39 @@ def function_name(mt: int, nt: int, zero: bool, row_groups: int, col_groups: int
 
 @dataclass(frozen=True)
 class Bf16Dot:
-    """AVX512-BF16: ``C[rows, 16] += A[rows, 2] . B[16, 2]`` (bf16 bits, fp32 accumulation)."""
+    """AVX512-BF16: ``C[rows, 16] += A[rows, 2] . B[16, 2]`` (bf16 bits, fp32 accumulation); with
+    ``panels`` > 1, ``C[rows, 16 panels] += A[rows, 2] . B[panels, 16, 2]`` (the panels at any
+    distance apart), computed row by row, each row's broadcast pair feeding every panel's
+    ``vdpbf16ps`` in turn: ``rows x panels`` sums, ``panels`` weight rows and one broadcast live at a
+    time (one panel a call instead kept every row's broadcast live across the panels' calls, and
+    LLVM spilled the sums of a 14 x 2 tile). ``weights_rank``, ``stride``: see the fields."""
 
     rows: int
+    panels: int = 1
+    # the dimensions of the weights buffer the panels are read from (a product's [N/16, K/2, 16, 2]: 4;
+    # a direct convolution's [O/16, KH, KW, C/2, 16, 2]: 6): the description reads B in as many
+    # (its panels' axis first, unit axes between it and a panel's 16 x 2), so that tensorize matches
+    weights_rank: int = 3
+    # how far apart (in A's rows) the rows of the tile are read: a strided convolution's output pixels read
+    # every ``stride``-th input pixel of a row (the description's A spans ``(rows - 1) x stride + 1`` rows)
+    stride: int = 1
     isa: str = "avx512bf16"
 
     @property
     def name(self) -> str:
-        return f"{NAME_PREFIX}avx512bf16_{self.rows}x{PANEL}"
+        rank = f"_w{self.weights_rank}" if self.weights_rank != 3 else ""
+        stride = f"_s{self.stride}" if self.stride != 1 else ""
+        return f"{NAME_PREFIX}avx512bf16_{self.rows}x{PANEL * self.panels}{rank}{stride}"
+
+    def __post_init__(self):
+        if self.rows < 1 or self.panels < 1 or self.weights_rank < 3 or self.stride < 1:
+            raise ValueError(f"no vdpbf16ps call of {self.rows} rows, {self.panels} panels, weights of rank "
+                             f"{self.weights_rank}, stride {self.stride}")
+
+    @property
+    def one_panel(self) -> bool:
+        """Whether this is the plain one-panel call (its description has no panel loop)."""
+        return self.panels == 1 and self.weights_rank == 3 and self.stride == 1
 
     @property
     def llvm_ir(self) -> str:

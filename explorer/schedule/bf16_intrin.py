@@ -10,21 +10,23 @@ import re
 from explorer.schedule.amx_ir import names_in, register_once
 from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
 
-_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x16|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
+_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x(\d+)(?:_w(\d+))?(?:_s(\d+))?|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
 # _NAME, in words: its two families
-AVX512BF16_FORMAT = f"{NAME_PREFIX}avx512bf16_<rows>x16"
+AVX512BF16_FORMAT = f"{NAME_PREFIX}avx512bf16_<rows>x<16 panels>[_w<weights rank>][_s<stride>]"
 AMX_FORMAT = f"{NAME_PREFIX}amx_<rows>x<cols>x<K>[_g<R>x<C>][_kb<N>][_zero][_u]"
 
 
 def register(dot: Bf16Dot | AmxBf16) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
-    return register_once(dot.name, lambda: amx_funcs(dot) if isinstance(dot, AmxBf16) else dot_funcs(dot.rows))
+    return register_once(dot.name, lambda: amx_funcs(dot) if isinstance(dot, AmxBf16) else
+                         dot_funcs(dot.rows) if dot.one_panel else
+                         panel_funcs(dot.rows, dot.panels, dot.weights_rank, dot.stride))
 
 
-def _of_fields(_, rows, m, n, k, gr, gc, kb, zero, update) -> Bf16Dot | AmxBf16:
+def _of_fields(_, rows, lanes, rank, stride, m, n, k, gr, gc, kb, zero, update) -> Bf16Dot | AmxBf16:
     """The intrinsic a name's fields (``_NAME``'s groups) say (not registered)."""
     if rows:
-        return Bf16Dot(int(rows))
+        return Bf16Dot(int(rows), int(lanes) // PANEL, int(rank or 3), int(stride or 1))
     return AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero), row_groups=int(gr or 1),
                    col_groups=int(gc or 1), update=bool(update), kblocks=int(kb or 1))
 
@@ -33,7 +35,10 @@ def is_name(name: str) -> bool:
     """Whether ``name`` is a bf16 intrinsic (AVX512-BF16 or AMX-BF16) that :func:`register_for_trace`
     registers under that very name (no leading zeros, no default spelt out)."""
     found = _NAME.fullmatch(name)
-    return found is not None and _of_fields(*found.groups()).name == name
+    try:
+        return found is not None and _of_fields(*found.groups()).name == name
+    except ValueError:  # fields no intrinsic has (no rows, no panels, a zero stride)
+        return False
 
 
 def register_for_trace(trace: object) -> None:
@@ -98,6 +103,67 @@ def dot_funcs(rows: int):
 
     # one row: the block to tensorize has no row iterator left (a unit one is dropped), nor may the description
     return (desc_one_row if rows == 1 else desc), impl
+
+
+def panel_funcs(rows: int, panels: int, rank: int = 3, stride: int = 1):
+    """``C[rows, 16 panels] += A[rows x stride, 2] . B[panels, 16, 2]`` (loops panel, row, lane, pair: the
+    order the schedules tile in; every ``stride``-th row of A; B read as ``rank`` dimensions, unit ones
+    between its panels and their 16 x 2)
+    and its ``vdpbf16ps`` implementation, row by row, each row's broadcast pair feeding every panel
+    (:class:`explorer.schedule.bf16_dot.Bf16Dot`)."""
+    from tvm.script import tirx as T
+
+    lanes, units, span = PANEL, (0,) * (rank - 3), (rows - 1) * stride + 1
+
+    def over_panels(name: str, body):
+        import tvm
+
+        steps = [tvm.tirx.Var(f"unit_stride{d}", "int32") for d in range(len(units))]  # (one each: not one shared)
+
+        @T.prim_func(s_tir=True)
+        def func(a: T.handle, b: T.handle, c: T.handle) -> None:
+            A = T.match_buffer(a, (span, PAIR), "uint16", offset_factor=1, strides=[T.int32(), 1])
+            B = T.match_buffer(b, (panels, *(1 for _ in units), lanes, PAIR), "uint16", offset_factor=1,
+                               strides=[T.int32(), *steps, PAIR, 1])
+            C = T.match_buffer(c, (rows, panels * lanes), "float32", offset_factor=1, strides=[T.int32(), 1])
+            with T.sblock("root"):
+                T.reads(C[0:rows, 0:panels * lanes], A[0:span, 0:PAIR], B[0:panels, *(slice(0, 1) for _ in units), 0:lanes, 0:PAIR])
+                T.writes(C[0:rows, 0:panels * lanes])
+                body(A, B, C)
+        return func.with_attr("global_symbol", name)
+
+    @T.macro
+    def update(A, B, C, vr, vj, vk):
+        C[vr, vj] = C[vr, vj] + T.reinterpret(
+            "float32", T.shift_left(T.Cast("uint32", A[vr * stride, vk]), T.uint32(16))) * T.reinterpret(
+            "float32", T.shift_left(T.Cast("uint32", B[vj // lanes, *units, vj % lanes, vk]), T.uint32(16)))
+
+    @T.macro
+    def product(A, B, C):
+        for p, r, i, k in T.grid(panels, rows, lanes, PAIR):
+            with T.sblock("update"):
+                vr = T.axis.spatial(rows, r)
+                vj = T.axis.spatial(panels * lanes, p * lanes + i)
+                vk = T.axis.reduce(PAIR, k)
+                update(A, B, C, vr, vj, vk)
+
+    @T.macro
+    def one_panel(A, B, C):  # (the schedule's block has no unit panel loop to match)
+        for r, i, k in T.grid(rows, lanes, PAIR):
+            with T.sblock("update"):
+                vr, vj, vk = T.axis.remap("SSR", [r, i, k])
+                update(A, B, C, vr, vj, vk)
+
+    @T.macro
+    def dot_calls(A, B, C):
+        for r in T.unroll(rows):
+            for p in T.unroll(panels):
+                C[r, T.ramp(p * lanes, 1, lanes)] = T.call_extern(
+                    "float32x16", DOT_FN, C[r, T.ramp(p * lanes, 1, lanes)],
+                    T.broadcast(T.reinterpret("int32", A[r * stride, T.ramp(T.int32(0), 1, PAIR)]), lanes),
+                    T.reinterpret("int32x16", B[p, *units, 0, T.ramp(T.int32(0), 1, PAIR * lanes)]))
+
+    return over_panels("desc", product if panels > 1 else one_panel), over_panels("impl", dot_calls)
 
 
 def amx_funcs(dot):
@@ -165,4 +231,5 @@ def amx_funcs(dot):
     return (desc_zero if dot.zero and not dot.update else desc), impl
 
 
-__all__ = ["AMX_FORMAT", "AVX512BF16_FORMAT", "amx_funcs", "dot_funcs", "is_name", "register", "register_for_trace"]
+__all__ = ["AMX_FORMAT", "AVX512BF16_FORMAT", "amx_funcs", "dot_funcs", "is_name", "panel_funcs", "register",
+           "register_for_trace"]

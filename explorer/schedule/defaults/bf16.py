@@ -48,7 +48,8 @@ The packing block (fp32 activations to bf16 bits) stays a block of its own, para
 vectorized by the general rules; the epilogue after the product (bias, activation) too. A
 convolution (:mod:`explorer.passes.bf16_conv`: the same loops, channels as rows and pixels as
 columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`. A direct NHWC convolution
-(:mod:`explorer.passes.bf16_conv_nhwc`, AMX CPUs only) is tiled by :mod:`.bf16_amx_conv`.
+(:mod:`explorer.passes.bf16_conv_nhwc`) is tiled by :mod:`.bf16_amx_conv` on AMX CPUs, by
+:mod:`.bf16_vector_conv` on ``vdpbf16ps`` alone.
 
 The rule's choices (the instructions, the rows by panels of a ``vdpbf16ps`` step, the grid of AMX
 tiles) can be made otherwise: the search measures those variants beside the default
@@ -67,6 +68,7 @@ from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, call_fits, most_
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
+from explorer.schedule.defaults.bf16_vector_conv import tile_vector_conv
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
 
@@ -137,10 +139,16 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
     batch = int((sch.get(block).annotations or {}).get(BATCH_ATTR, 0))
     if batch:  # a product of two activations: its batch axes (attention's batch, heads) one loop, run in parallel
         loops = [sch.fuse(*loops[:batch]) if batch > 1 else loops[0], *loops[batch:]]
-    elif len(loops) in (6, 7):  # a direct NHWC convolution: AMX tiles only, no choices of its own
-        if isa == "avx512bf16" or rows or cols:
-            raise NotApplicable("a direct NHWC bf16 convolution has one tiling: AMX tiles")
-        return tile_amx_conv(sch, block, cpu)
+    elif len(loops) in (6, 7):  # a direct NHWC convolution: the CPU's instructions decide, no choices of its own
+        if rows or cols or (isa and isa != cpu.bf16_dot):
+            raise NotApplicable("a direct NHWC bf16 convolution has one tiling: its CPU's (AMX tiles, "
+                                "else vdpbf16ps)")
+        if cpu.bf16_dot == "amx":  # (a kernel the tiles do not fit, built for vectors: every AMX CPU has vdpbf16ps)
+            try:
+                return tile_amx_conv(sch, block, cpu)
+            except NotApplicable:
+                pass
+        return tile_vector_conv(sch, block, cpu)
     outer = loops[:1] if batch else []  # fused with the tiles' loops into the parallel one
     if batch or len(loops) == 5 and int(sch.get(loops[0]).extent) == 1:  # [1, M, K]: the unit loop stays outside
         loops = loops[1:]

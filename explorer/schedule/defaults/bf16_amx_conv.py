@@ -378,7 +378,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     epilogue = None if dot.flat else epilogue_per_tile(sch, block, order[-1])
     # a band's pixels packed in the band before the blockize (after it TVM takes the root scope of a
     # one-row kernel for no stage pipeline, and compute_at refuses), the band's loop the parallel one
-    packing = None if band is None else _schedule_input(sch, band, band=True)
+    packing = None if band is None else schedule_input(sch, band, band=True)
     tile = sch.blockize(row_i)
     if band is not None:
         packs, calls = sch.fuse(*order[:-2]), sch.fuse(*order[-2:])
@@ -420,7 +420,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
              f"{', pixels outermost (a band of the row a core)' if band is not None else ''}"
              f"{', rows outermost (a band of rows a core)' if bands and band is None and row_calls > 1 else ''}"
              f"{'' if epilogue is None else ', epilogue per tile' if per_panel is None else ', epilogue per panel'}"]
-    return "; ".join(steps + (packing if packing is not None else _schedule_input(sch, packs if chunk else None)))
+    return "; ".join(steps + (packing if packing is not None else schedule_input(sch, packs if chunk else None)))
 
 
 def _row_bands(dot: AmxBf16Conv, weights_heavy: bool, images: int, row_calls: int, col_calls: int,
@@ -498,7 +498,7 @@ def _grids(dot: AmxBf16Conv) -> str:
     return f"; {dot.row_groups} x {dot.col_groups} grids a call, one ldtilecfg" if groups > 1 else ""
 
 
-def _schedule_input(sch: s_tir.Schedule, call=None, band: bool = False) -> list[str]:
+def schedule_input(sch: s_tir.Schedule, call=None, band: bool = False) -> list[str]:
     """The packing block's rows in parallel, its channels vectorized where they fill vectors, or, where
     they do not (the stem's 3 + 1 channels), its box of input rows and columns packed apart from the
     padding (:data:`PACK_INSIDE_APART`); with ``call`` (the parallel loop of chunks of calls), the rows
@@ -577,4 +577,4 @@ def _bytes(sch: s_tir.Schedule, block, *, weights: bool) -> int:
                if str(r.source.dtype) == "uint16" and (len(r.source.shape) == 6) == weights)
 
 
-__all__ = ["amx_conv_call", "tile_amx_conv", "weights_outweigh_input"]
+__all__ = ["amx_conv_call", "schedule_input", "tile_amx_conv", "weights_outweigh_input"]
