@@ -33,8 +33,8 @@ import sys
 from dataclasses import asdict, dataclass
 
 from explorer.measure.instructions import FAMILIES, INSTRUCTIONS, VECTOR_CHAINS, Instruction
+from explorer.schedule.llvm_import import IMPORT_LLVM
 
-IMPORT_PRAGMA = "pragma_import_llvm"
 WORDS = 2048  # int32 words of scratch per core: results in the first 4 KB, operands in the next 4 KB
 OPERANDS = 4096  # byte offset of the operands in a core's scratch
 ITERS = 1 << 17  # iterations of a vector kernel per call (AMX: ITERS >> 4): about a millisecond
@@ -250,7 +250,7 @@ def prim_func(kernel: DotKernel):
 
     @T.prim_func(s_tir=True)
     def peak(scratch: T.Buffer((cores, WORDS), "int32"), iters: T.int64):
-        for c in T.parallel(cores, annotations={IMPORT_PRAGMA: ir}):
+        for c in T.parallel(cores, annotations={IMPORT_LLVM: ir}):
             T.evaluate(T.call_extern("int32", fn, T.address_of(scratch[c, 0]), iters))
 
     return peak

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import tvm
 
 from explorer.ir.tir_walk import walk
+from explorer.schedule.llvm_import import IMPORT_LLVM
 from explorer.target import Target, TargetError
 
 
@@ -90,7 +91,6 @@ _FAMILY_RES = tuple((family, re.compile(family.pattern)) for family in FAMILIES)
 _INTRINSIC = re.compile(r"llvm\.(?:x86|aarch64)\.[\w.]+")
 _CALLED = re.compile(r'call_llvm(?:_pure)?_intrin\("[^"]*", "(llvm\.[\w.]+)"')
 _DEFINE = re.compile(r"^define\s[^@]*@([\w.$]+)\(", re.M)
-IMPORT_LLVM = "pragma_import_llvm"
 
 
 def family_of(intrinsic: str) -> IsaFamily | None:

@@ -71,8 +71,8 @@ from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
 from explorer.schedule.defaults.bf16_vector_conv import tile_vector_conv
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.llvm_import import IMPORT_LLVM
 
-IMPORT_PRAGMA = "pragma_import_llvm"
 PRODUCTS = ("dense_bf16", "batch_dense_bf16")  # the matmuls' kernels (not an im2col convolution's)
 # bytes of weight panels one call reads, beyond its first column group: more columns a call where K is
 # short (128x3072x768 4% faster at 2 column groups than 1), fewer where it is long (128x768x3072 5% slower)
@@ -238,7 +238,7 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, b
         sch.vectorize(sch.get_loops(block)[-1])
     sch.decompose_reduction(tile, k2)
     sch.tensorize(tile, register(dot))
-    sch.annotate(outer, IMPORT_PRAGMA, dot.llvm_ir)
+    sch.annotate(outer, IMPORT_LLVM, dot.llvm_ir)
     chains = f", K in {split} interleaved partial sums" if split > 1 else ""
     return (f"{name}: {dot.name} (vdpbf16ps, {dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of "
             f"{PANEL} channels, fp32 accumulation{chains}), {_where(parallel)}")
@@ -265,7 +265,7 @@ def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list, para
     if unit is not None:  # the init inside the parallel loop (before the unit loop): the sums stay one call's buffer
         zero_init(sch, tile, unit, dot.rows, dot.cols)
     sch.tensorize(tile, register(dot))
-    sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    sch.annotate(sch.get_loops(tile)[0], IMPORT_LLVM, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
     groups = f", {dot.row_groups} x {dot.col_groups} grids a call" if dot.row_groups * dot.col_groups > 1 else ""
     return (f"{name}: {dot.name} (AMX tdpbf16ps, {dot.mt} x {dot.nt} tiles of 16 x 16 over K={dot.k}{groups}, "
@@ -277,4 +277,4 @@ def _where(parallel: bool) -> str:
     return "parallel outside" if parallel else "on one core (too little work to share)"
 
 
-__all__ = ["AMX_PARALLEL_MIN_MACS", "IMPORT_PRAGMA", "MIN_CHAINS", "bf16_block", "tile_bf16"]
+__all__ = ["AMX_PARALLEL_MIN_MACS", "MIN_CHAINS", "bf16_block", "tile_bf16"]

@@ -46,8 +46,8 @@ from explorer.schedule.amx_int8 import GRIDS
 from explorer.schedule.bf16_dot import PANEL
 from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, epilogue_reads_a_map, vectorize_epilogue
-from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.llvm_import import IMPORT_LLVM
 
 # One call computes several grids of tiles (more pixels of the output row, more channels), loading
 # the tile configuration once and allocating one buffer of sums: 3x3 64 -> 64 @56, one thread,
@@ -410,7 +410,7 @@ def tile_amx_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         init_at = unit if unit is not None else calls
     zero_init(sch, tile, init_at, dot.rows, dot.cols, dot.out_rows)
     sch.tensorize(tile, register(dot))
-    sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    sch.annotate(sch.get_loops(tile)[0], IMPORT_LLVM, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
     walk = (f"{dot.kh} kernel rows of {dot.kw}x{dot.k} values a tile row" if dot.row_taps
             else f"{dot.kh}x{dot.kw} taps x K={dot.k}" + (f", pixels across rows {dot.flat} wide" if dot.flat else ""))

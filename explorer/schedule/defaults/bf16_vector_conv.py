@@ -29,8 +29,8 @@ from explorer.schedule.bf16_intrin import register
 from explorer.schedule.defaults.analysis import NotApplicable
 from explorer.schedule.defaults.bf16_amx_conv import schedule_input, weights_outweigh_input
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
-from explorer.schedule.defaults.int8_amx import IMPORT_PRAGMA
 from explorer.schedule.defaults.machine import CpuSpec
+from explorer.schedule.llvm_import import IMPORT_LLVM
 
 # vector registers a tile leaves besides its sums and its weight panel rows (one a panel): the broadcast
 # pair of the row being computed (:class:`explorer.schedule.bf16_dot.Bf16Dot`, rows by panels)
@@ -78,7 +78,7 @@ def tile_vector_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     sch.decompose_reduction(tile, rh)
     dot = Bf16Dot(rows, panels, weights_rank=6, stride=int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1)))
     sch.tensorize(tile, register(dot))
-    sch.annotate(outer, IMPORT_PRAGMA, dot.llvm_ir)
+    sch.annotate(outer, IMPORT_LLVM, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
     taps = f"{prod(int(sch.get(loop).extent) for loop in (rh, rw))} taps"
     step = (f"{name}: {dot.name} (vdpbf16ps, direct NHWC, no im2col: {rows} pixels x {panels} panel"

@@ -30,8 +30,8 @@ from explorer.schedule.defaults.analysis import NotApplicable
 from explorer.schedule.defaults.epilogue import vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.int8_dot import row_stride
+from explorer.schedule.llvm_import import IMPORT_LLVM
 
-IMPORT_PRAGMA = "pragma_import_llvm"
 # The cut, measured here (docs/notes/measurements.md, "AMX-INT8"): a call's fixed cost (tile config,
 # C tiles loaded and stored) wants a reduction of at least two tdpbusd (1x1 convolutions of 64
 # channels ran 0.5-1.05x vpdpbusd's speed), and the kernel enough work in all (a 1x1 128 -> 64 at
@@ -121,7 +121,7 @@ def tile_amx_int8(sch: s_tir.Schedule, block, dot: AmxInt8, epilogue_at) -> str:
     # tensorized with its init (no decompose_reduction): the call starts its sums from tilezero, and
     # no loop writes zeros first (over the whole int32 output, it was a parallel pass of its own)
     sch.tensorize(tile, register(dot))
-    sch.annotate(sch.get_loops(tile)[0], IMPORT_PRAGMA, dot.llvm_ir)
+    sch.annotate(sch.get_loops(tile)[0], IMPORT_LLVM, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
     taps = f", {dot.kh}x{dot.kw} taps{f', each kernel row one K={dot.kstep} (kw folded)' if dot.fold else ''}" \
         if dot.kh else ""
