@@ -9,8 +9,8 @@ Per model (the zoo's ResNet-18, MobileNetV2 and BERT layer by default), in one r
     as ``schedx export --check-in-model``; ``--no-check-in-model``: every confirmed record);
   - ``tvm default bf16`` with ``--precision bf16``: the default build at bf16 as ``schedx export
     --precision bf16 --no-db`` ships it (``export.build.as_built`` and ``export_workload(precision=...)``,
-    verified: where it misses the bf16 tolerance, built again with every matmul in fp32; ``schedx bench
-    --precision bf16`` times the first build, unverified), beside the fp32 rows, compared with ``tvm
+    verified: where it misses the bf16 tolerance, built again with every matmul in fp32, as ``schedx bench
+    --precision bf16`` times it too), beside the fp32 rows, compared with ``tvm
     default`` and each OpenVINO row;
   - ONNX Runtime at 1 and 2 threads; the ratios against both;
   - OpenVINO at ``--threads`` (``export.openvino_row``): its f32 and its default precision (bf16 on

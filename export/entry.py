@@ -23,7 +23,7 @@ from explorer.precision import Calibration
 from explorer.target import Target, parse_target
 from explorer.workload import Workload, load_workload
 from export.build import Progress, as_built
-from export.flow import UNVERIFIED_BF16, ExportReport, export_workload
+from export.flow import ExportReport, export_workload
 from export.folders import check_destination
 from export.schedules import TaskSchedule
 from export.shipping import ShipSpec, Shipped, shipped_schedules
@@ -233,9 +233,6 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
                                precision=spec.precision, family_peaks=peaks.families)
     if shipped.decision is not None:
         profile = replace(profile, notes=(shipped.summary(), *shipped.dropped, *profile.notes))
-    built = workload.precision
-    if built is not None and built.name == "bf16" and built.converted and not built.matmuls_fp32:
-        profile = replace(profile, notes=(*profile.notes, UNVERIFIED_BF16))
     say("done", 1.0)
     return ProfileResult(profile, shipped, workload)
 

@@ -12,8 +12,9 @@ model's bf16 error, maxvit_t's), where the first build computed any in bf16; tha
 published, its warnings saying why, what the first one's error was and what is left in bf16. Its
 records are the first build's by workload key (those of the first build's bf16 matmul kernels do not
 apply, said). Where that build is refused, the first bundle is published, NOT VERIFIED, saying why.
-An export that does not verify (``verify=False``: the in-model check's, ``schedx bench`` and
-``profile``'s bf16 builds) never builds again: :data:`UNVERIFIED_BF16` says so beside their figures.
+An export that does not verify (``verify=False``: the in-model check's) never builds again.
+``schedx bench`` and ``profile`` verify their bf16 builds, so they time the bundle export ships, and
+:func:`bf16_shipped_note` says which it is beside their figures.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
 
 
-UNVERIFIED_BF16 = ("the bf16 build is not verified here: `schedx export --precision bf16` verifies it and, where "
-                   "it misses the bf16 tolerance, ships it with every matmul in fp32 instead (slower)")
 
 
 @dataclass
@@ -54,6 +53,8 @@ class ExportReport:
     device: DeviceCode | None = None  # the target's checks of its device code (None: a CPU's library)
     elf: ElfCheck | None = None
     seconds: dict = field(default_factory=dict)
+    # a bf16 bundle built a second time, every matmul in fp32: why (the first build's failure), else ""
+    rebuilt: str = ""
 
     @property
     def device_check(self):
@@ -322,7 +323,21 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
         shutil.rmtree(second, ignore_errors=True)
         raise
     shutil.rmtree(staging, ignore_errors=True)
+    report.rebuilt = why
     return report, second
+
+
+def bf16_shipped_note(report: ExportReport) -> str:
+    """What a bench or a profile says of the bf16 bundle it times, exported with verification (and
+    so as ``schedx export --precision bf16`` ships it): verified at the bf16 tolerance, built again
+    with every matmul in fp32 (why), or not verified (the verdict); "" for a bundle with nothing in bf16."""
+    built = report.built.precision
+    if built is None or built.name != "bf16" or (not built.converted and not report.rebuilt):
+        return ""
+    head = "the bf16 build, as `schedx export --precision bf16` ships it"
+    if report.rebuilt:
+        head = f"{head}: {report.rebuilt}"
+    return f"{head}; {report.verdict}"
 
 
 def _by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
@@ -395,4 +410,4 @@ def _layers_summary(layers: LayerReport | None) -> dict | None:
     return d
 
 
-__all__ = ["UNVERIFIED_BF16", "ExportReport", "export_workload"]
+__all__ = ["ExportReport", "bf16_shipped_note", "export_workload"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,8 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                      peak_gflops: float | None = None, memory: MemoryRoof | None = None, precision: str = "fp32",
                      calibration=None, family_peaks: tuple[FamilyPeak, ...] = ()) -> Profile:
     """Profile ``workload`` built for ``target`` (which must run here) with ``schedules`` at
-    ``precision`` (:mod:`explorer.precision`; int8: quantized with ``calibration``, and ONNX Runtime
+    ``precision`` (:mod:`explorer.precision`; bf16: the bundle export ships, verified, a note saying which;
+    int8: quantized with ``calibration``, and ONNX Runtime
     beside it runs the int8 model); with the machine's peaks
     (:class:`explorer.measure.calibration.Calibration`'s: ``peak_gflops`` the fp32 one, ``family_peaks``
     its ``families``), each kernel's % of its family's peak and its roofline: the bandwidth of where
@@ -47,12 +49,18 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
         workload = load_workload(workload, shapes)
     from export.build import as_built
 
+    from export.flow import bf16_shipped_note
+
     workload = as_built(workload, target, precision, calibration)[0]  # what is built and profiled, ONNX Runtime's too
     with private_temp_dir("schedx-profile-") as tmp:
-        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules, verify=False,
-                                 layers=False, threads=threads, precision=precision)
-        return profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
-                              memory=memory, family_peaks=family_peaks)
+        # bf16: verified, so that the bundle profiled is the one export ships (built again with every matmul in
+        # fp32 where the first misses the bf16 tolerance)
+        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules,
+                                 verify=precision == "bf16", layers=False, threads=threads, precision=precision)
+        profile = profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
+                                 memory=memory, family_peaks=family_peaks)
+    shipped = bf16_shipped_note(report)
+    return replace(profile, notes=(*profile.notes, shipped)) if shipped else profile
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,
