@@ -46,7 +46,9 @@ CASES = {"3x3-s1": (1, 64, 56, 56, 64, 3, 1, 1), "3x3-s2": (1, 64, 56, 56, 128, 
          "vit-patch": (1, 3, 224, 224, 32, 16, 16, 0)}
 # the intrinsic of each one's default on 32 vector registers: pixels x output channels a tile
 TILE_NAMES = {"3x3-s1": "14x32_w6", "3x3-s2": "14x32_w6_s2", "1x1-s2": "14x32_w6_s2", "one-panel": "14x16_w6",
-              "7x7-map": "7x32_w6", "stem": "14x32_w6_s2", "vit-patch": "14x32_w6_s16"}
+              "7x7-map": "7x32_w6_pf2", "stem": "14x32_w6_s2", "vit-patch": "14x32_w6_s16"}
+# the weights-heavy cases (output channels outermost): each call prefetches its next block's panels, 2 on
+AHEAD = {CASES["7x7-map"]: 2}
 # a tolerance of bf16 products with fp32 sums against the float64 sum of the same bf16-rounded values
 # (measured here: 1.6e-7 to 1.4e-6 of max |ref|)
 EXACT = 1e-5
@@ -82,10 +84,12 @@ def vector_conv_func(shape) -> tvm.tirx.PrimFunc:
 
 
 def _expected_step(shape, cpu) -> str:
-    """The head of the default's step: the intrinsic named by the tile :func:`vector_tile` picks."""
+    """The head of the default's step: the intrinsic named by the tile :func:`vector_tile` picks (and
+    the prefetch of :data:`AHEAD`, where each of the ``cpu``'s cores has two blocks of output channels)."""
     n, c, h, w, oc, k, s, p = shape
     rows, panels = vector_tile(conv_out_size(w, k, s, p), _ceil(oc, PANEL), cpu)
-    name = Bf16Dot(rows, panels, weights_rank=6, stride=s).name
+    ahead = AHEAD.get(tuple(shape), 0) if _ceil(oc, PANEL) // PANEL // panels >= 2 * cpu.cores else 0
+    name = Bf16Dot(rows, panels, weights_rank=6, stride=s, ahead=ahead).name
     return f"conv2d_nhwc_bf16: {name} (vdpbf16ps, direct NHWC, no im2col"
 
 
@@ -180,7 +184,7 @@ def test_the_direct_kernel_pads_input_channels_to_pairs_only():
 @pytest.mark.parametrize("case", list(CASES))
 def test_zen_builds_the_vector_direct_tile_with_broadcast_pairs_and_no_amx(spec, case):
     target = parse_target(spec)
-    cpu = target.cpu_spec()
+    cpu = replace(target.cpu_spec(), cores=2)  # (TILE_NAMES: two cores, as the prefetch's rule reads them)
     func, choice = default_schedule(vector_conv_func(CASES[case]), cpu)
     assert choice.rule == "full" and choice.fallback_reason == "", choice
     assert choice.steps[0].startswith(f"conv2d_nhwc_bf16: schedx_dot_bf16_avx512bf16_{TILE_NAMES[case]} (vdpbf16ps, "
@@ -204,9 +208,58 @@ def test_sapphirerapids_keeps_the_amx_tile_for_the_same_convolutions(shape):
     assert "tdpbf16ps" in _asm(func, target)
 
 
+def _zmm_stores(asm: str) -> int:
+    return len(re.findall(r"vmov\w+\s+%zmm\d+, [^%\n]*\(", asm))
+
+
+def test_weights_heavy_tiles_prefetch_the_next_blocks_panels_and_keep_their_sums_in_registers(monkeypatch):
+    """ResNet's 3x3 512 -> 512 @7 (output channels outermost): each call asks for the same line of the next
+    block's two panels with prefetcht1, and the tile's sums stay in registers across the reduction, as without
+    the prefetch (LLVM's own llvm.prefetch, whose pointer argument alias analysis could not tell from the
+    sums', had LICM store every sum after each vdpbf16ps: 3x slower). Lighter kernels prefetch nothing."""
+    import explorer.schedule.defaults.bf16_vector_conv as vector_conv
+
+    target = parse_target("cpu:znver5")
+    cpu = replace(target.cpu_spec(), cores=2)
+    func, choice = default_schedule(vector_conv_func(CASES["7x7-map"]), cpu)
+    assert "_7x32_w6_pf2 " in choice.steps[0], choice.steps
+    prefetched = _asm(func, target)
+    # each prefetch's address is a weight load's (same registers) two panels on: 2 x 3 x 3 x 256 pairs x 64 bytes
+    fetched = re.findall(r"leaq\s+(-?\d*)\((%\w+),(%\w+)\), (%\w+)\s*\n\s*#APP\s*\n\s*prefetcht1\s+\(\4\)", prefetched)
+    loads = {(int(off or 0), base, index) for off, base, index in
+             re.findall(r"vmov[au]ps\s+(-?\d*)\((%\w+),(%\w+)\), %zmm", prefetched)}
+    assert len(fetched) >= 2 and all((int(off or 0) - 2 * 147456, base, index) in loads
+                                     for off, base, index, _ in fetched), (fetched, loads)
+    monkeypatch.setattr(vector_conv, "PREFETCH_NEXT_PANELS", False)
+    plain_func, plain_choice = default_schedule(vector_conv_func(CASES["7x7-map"]), cpu)
+    assert "_7x32_w6 " in plain_choice.steps[0], plain_choice.steps
+    plain = _asm(plain_func, target)
+    assert "prefetch" not in plain
+    assert _zmm_stores(prefetched) == _zmm_stores(plain) > 0  # the epilogue's stores alone, in both
+    assert "vdpbf16ps" in prefetched and "tdpbf16ps" not in prefetched
+    monkeypatch.undo()
+    light, light_choice = default_schedule(vector_conv_func(CASES["3x3-s1"]), cpu)
+    assert "_pf" not in light_choice.steps[0] and "prefetch" not in _asm(light, target)
+
+
+def test_a_kernel_prefetches_only_where_each_core_has_a_next_block_of_its_own():
+    """16 blocks of 32 output channels (ResNet's layer4) on 2 or 8 cores: two or more a core; on 9 cores, or a
+    weights-heavy kernel of one block (a 6x6 map of 64 -> 64), a core's block has no next one of its own."""
+    from explorer.schedule.defaults.bf16_vector_conv import prefetches
+
+    cpu = parse_target("cpu:znver5").cpu_spec()
+    assert prefetches(16, replace(cpu, cores=2)) and prefetches(16, replace(cpu, cores=8))
+    assert not prefetches(16, replace(cpu, cores=9)) and not prefetches(1, replace(cpu, cores=1))
+    one_block, choice = default_schedule(vector_conv_func((1, 64, 6, 6, 64, 3, 1, 1)), replace(cpu, cores=2))
+    assert "output channels outermost" in choice.steps[0] and "_pf" not in choice.steps[0], choice.steps
+    many, choice = default_schedule(vector_conv_func(CASES["7x7-map"]), replace(cpu, cores=9))
+    assert "output channels outermost" in choice.steps[0] and "_pf" not in choice.steps[0], choice.steps
+
+
 @pytest.mark.parametrize("dot", [Bf16Dot(14, 2, 6), Bf16Dot(14, 2, 6, 2), Bf16Dot(14, 1, 6), Bf16Dot(7, 3, 6, 2),
                                  Bf16Dot(16, 1, 6), Bf16Dot(4, 4, 6), Bf16Dot(14, 2, 6, 16), Bf16Dot(2, 10, 6, 32),
-                                 Bf16Dot(13, 3, 6, 11)], ids=lambda d: d.name)
+                                 Bf16Dot(13, 3, 6, 11), Bf16Dot(7, 2, 6, ahead=2), Bf16Dot(7, 2, 6, 2, ahead=2)],
+                         ids=lambda d: d.name)
 def test_vector_conv_intrinsic_names_register_again_from_a_trace(dot):
     from tvm.s_tir import TensorIntrin
 
@@ -216,6 +269,7 @@ def test_vector_conv_intrinsic_names_register_again_from_a_trace(dot):
     register_for_trace(f'["Tensorize", [], {{"intrin": "{dot.name}"}}]')  # a trace's text names it
     intrin = TensorIntrin.get(dot.name)
     assert intrin is not None and "schedx_dpbf16ps_512" in intrin.impl.script()
+    assert ("schedx_prefetch_l2" in intrin.impl.script()) == bool(dot.ahead)
     a, b, c = (int(v) for v in intrin.desc.params[0].shape), intrin.desc.params[1].shape, intrin.desc.params[2].shape
     assert tuple(a) == ((dot.rows - 1) * dot.stride + 1, 2)  # every stride-th pixel of a row, one channel pair
     assert len(b) == 6 and tuple(int(v) for v in c) == (dot.rows, PANEL * dot.panels)  # a conv's packed weights
@@ -224,10 +278,13 @@ def test_vector_conv_intrinsic_names_register_again_from_a_trace(dot):
 
 @pytest.mark.parametrize("name", ["schedx_dot_bf16_avx512bf16_8x0_w6", "schedx_dot_bf16_avx512bf16_0x16_w6",
                                   "schedx_dot_bf16_avx512bf16_8x16_w2", "schedx_dot_bf16_avx512bf16_8x16_w6_s0",
-                                  "schedx_dot_bf16_avx512bf16_8x24_w6", "schedx_dot_bf16_avx512bf16_8x16_w6_s02"])
+                                  "schedx_dot_bf16_avx512bf16_8x24_w6", "schedx_dot_bf16_avx512bf16_8x16_w6_s02",
+                                  "schedx_dot_bf16_avx512bf16_7x32_w6_pf0", "schedx_dot_bf16_avx512bf16_7x32_w6_pf02",
+                                  "schedx_dot_bf16_avx512bf16_7x32_w6_pf2_s2"])
 def test_names_no_call_has_are_refused(name):
     """A steps file may name only an intrinsic that exists: no rows, no panels, a weights rank under 3, a zero
-    stride, lanes not whole panels or a stride spelt with a leading zero is no name (R4 found the first four
+    stride, lanes not whole panels, a stride or prefetch spelt with a leading zero, a prefetch of none or
+    fields out of order is no name (R4 found the first four
     accepted, then registered as a bogus description)."""
     assert not is_name(name)
 

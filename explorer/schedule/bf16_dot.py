@@ -69,6 +69,18 @@ define <16 x float> @{DOT_FN}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {
 }}
 declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
 """
+# a cache line into L2 (prefetcht1): a direct convolution's next weight panels (:attr:`Bf16Dot.ahead`). The
+# instruction is inline assembly on the address as a plain register, with no memory effect LLVM can see:
+# ``llvm.prefetch`` reads its pointer argument for LLVM's alias analysis, and as LLVM cannot tell the next
+# panels' address from the sums', LICM then kept every sum in memory (a store after each vdpbf16ps: 3x slower)
+PREFETCH_FN = "schedx_prefetch_l2"
+PREFETCH_IR = f"""
+define void @{PREFETCH_FN}(ptr %p) alwaysinline nounwind willreturn memory(inaccessiblemem: readwrite) {{
+  call void asm sideeffect "prefetcht1 ($0)", "r"(ptr %p) #0
+  ret void
+}}
+attributes #0 = {{ nounwind willreturn memory(inaccessiblemem: readwrite) }}
+"""
 
 
 def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
@@ -193,7 +205,7 @@ class Bf16Dot:
     distance apart), computed row by row, each row's broadcast pair feeding every panel's
     ``vdpbf16ps`` in turn: ``rows x panels`` sums, ``panels`` weight rows and one broadcast live at a
     time (one panel a call instead kept every row's broadcast live across the panels' calls, and
-    LLVM spilled the sums of a 14 x 2 tile). ``weights_rank``, ``stride``: see the fields."""
+    LLVM spilled the sums of a 14 x 2 tile). ``weights_rank``, ``stride``, ``ahead``: see the fields."""
 
     rows: int
     panels: int = 1
@@ -205,26 +217,31 @@ class Bf16Dot:
     # every ``stride``-th input pixel of a row (the description's A spans ``(rows - 1) x stride + 1`` rows)
     stride: int = 1
     isa: str = "avx512bf16"
+    # each call also asks for the weight line this many panels past each of its own into L2 (0: none): a
+    # weights-heavy convolution's next block of output channels (the same offset in the next panels), whose
+    # weights then arrive from L3 or memory while this block computes its rows
+    ahead: int = 0
 
     @property
     def name(self) -> str:
         rank = f"_w{self.weights_rank}" if self.weights_rank != 3 else ""
         stride = f"_s{self.stride}" if self.stride != 1 else ""
-        return f"{NAME_PREFIX}avx512bf16_{self.rows}x{PANEL * self.panels}{rank}{stride}"
+        ahead = f"_pf{self.ahead}" if self.ahead else ""
+        return f"{NAME_PREFIX}avx512bf16_{self.rows}x{PANEL * self.panels}{rank}{stride}{ahead}"
 
     def __post_init__(self):
-        if self.rows < 1 or self.panels < 1 or self.weights_rank < 3 or self.stride < 1:
+        if self.rows < 1 or self.panels < 1 or self.weights_rank < 3 or self.stride < 1 or self.ahead < 0:
             raise ValueError(f"no vdpbf16ps call of {self.rows} rows, {self.panels} panels, weights of rank "
-                             f"{self.weights_rank}, stride {self.stride}")
+                             f"{self.weights_rank}, stride {self.stride}, prefetch {self.ahead} panels ahead")
 
     @property
     def one_panel(self) -> bool:
         """Whether this is the plain one-panel call (its description has no panel loop)."""
-        return self.panels == 1 and self.weights_rank == 3 and self.stride == 1
+        return self.panels == 1 and self.weights_rank == 3 and self.stride == 1 and not self.ahead
 
     @property
     def llvm_ir(self) -> str:
-        return DOT_IR
+        return DOT_IR + (PREFETCH_IR if self.ahead else "")
 
 
 @dataclass(frozen=True)
@@ -323,5 +340,6 @@ def widen(bits):
 
 
 __all__ = ["AMX_FN", "AMX_K", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
-           "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "QUIET_NAN_BIT", "ROWS", "amx_ir",
+           "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "PREFETCH_FN", "PREFETCH_IR",
+           "QUIET_NAN_BIT", "ROWS", "amx_ir",
            "isa_from", "runs_on_tiles", "to_bits", "why_not", "widen"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 from explorer.schedule.amx_ir import names_in, register_once
-from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, AmxBf16, Bf16Dot
+from explorer.schedule.bf16_dot import DOT_FN, NAME_PREFIX, PAIR, PANEL, PREFETCH_FN, AmxBf16, Bf16Dot
 
-_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x(\d+)(?:_w(\d+))?(?:_s(\d+))?|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
+_NAME = re.compile(NAME_PREFIX + r"(avx512bf16_(\d+)x(\d+)(?:_w(\d+))?(?:_s(\d+))?(?:_pf(\d+))?|amx_(16|32)x(16|32)x(\d+)(?:_g(\d+)x(\d+))?(?:_kb(\d+))?(_zero)?(_u)?)")
 # _NAME, in words: its two families
-AVX512BF16_FORMAT = f"{NAME_PREFIX}avx512bf16_<rows>x<16 panels>[_w<weights rank>][_s<stride>]"
+AVX512BF16_FORMAT = f"{NAME_PREFIX}avx512bf16_<rows>x<16 panels>[_w<weights rank>][_s<stride>][_pf<panels ahead>]"
 AMX_FORMAT = f"{NAME_PREFIX}amx_<rows>x<cols>x<K>[_g<R>x<C>][_kb<N>][_zero][_u]"
 
 
@@ -20,13 +20,13 @@ def register(dot: Bf16Dot | AmxBf16) -> str:
     """Register ``dot`` as a tensor intrinsic (once per process); returns its name."""
     return register_once(dot.name, lambda: amx_funcs(dot) if isinstance(dot, AmxBf16) else
                          dot_funcs(dot.rows) if dot.one_panel else
-                         panel_funcs(dot.rows, dot.panels, dot.weights_rank, dot.stride))
+                         panel_funcs(dot.rows, dot.panels, dot.weights_rank, dot.stride, dot.ahead))
 
 
-def _of_fields(_, rows, lanes, rank, stride, m, n, k, gr, gc, kb, zero, update) -> Bf16Dot | AmxBf16:
+def _of_fields(_, rows, lanes, rank, stride, ahead, m, n, k, gr, gc, kb, zero, update) -> Bf16Dot | AmxBf16:
     """The intrinsic a name's fields (``_NAME``'s groups) say (not registered)."""
     if rows:
-        return Bf16Dot(int(rows), int(lanes) // PANEL, int(rank or 3), int(stride or 1))
+        return Bf16Dot(int(rows), int(lanes) // PANEL, int(rank or 3), int(stride or 1), ahead=int(ahead or 0))
     return AmxBf16(int(k), int(m) // 16, int(n) // PANEL, zero=bool(zero), row_groups=int(gr or 1),
                    col_groups=int(gc or 1), update=bool(update), kblocks=int(kb or 1))
 
@@ -105,12 +105,13 @@ def dot_funcs(rows: int):
     return (desc_one_row if rows == 1 else desc), impl
 
 
-def panel_funcs(rows: int, panels: int, rank: int = 3, stride: int = 1):
+def panel_funcs(rows: int, panels: int, rank: int = 3, stride: int = 1, ahead: int = 0):
     """``C[rows, 16 panels] += A[rows x stride, 2] . B[panels, 16, 2]`` (loops panel, row, lane, pair: the
     order the schedules tile in; every ``stride``-th row of A; B read as ``rank`` dimensions, unit ones
     between its panels and their 16 x 2)
     and its ``vdpbf16ps`` implementation, row by row, each row's broadcast pair feeding every panel
-    (:class:`explorer.schedule.bf16_dot.Bf16Dot`)."""
+    (:class:`explorer.schedule.bf16_dot.Bf16Dot`); ``ahead``: each call first asks for each panel's line
+    that many panels on into L2."""
     from tvm.script import tirx as T
 
     lanes, units, span = PANEL, (0,) * (rank - 3), (rows - 1) * stride + 1
@@ -155,6 +156,11 @@ def panel_funcs(rows: int, panels: int, rank: int = 3, stride: int = 1):
                 update(A, B, C, vr, vj, vk)
 
     @T.macro
+    def prefetch(B):  # each panel's line ``ahead`` panels on (past B's panels: a prefetch never faults)
+        for p in T.unroll(panels):
+            T.evaluate(T.call_extern("void", PREFETCH_FN, T.address_of(B[p + ahead, *units, 0, 0])))
+
+    @T.macro
     def dot_calls(A, B, C):
         for r in T.unroll(rows):
             for p in T.unroll(panels):
@@ -163,7 +169,13 @@ def panel_funcs(rows: int, panels: int, rank: int = 3, stride: int = 1):
                     T.broadcast(T.reinterpret("int32", A[r * stride, T.ramp(T.int32(0), 1, PAIR)]), lanes),
                     T.reinterpret("int32x16", B[p, *units, 0, T.ramp(T.int32(0), 1, PAIR * lanes)]))
 
-    return over_panels("desc", product if panels > 1 else one_panel), over_panels("impl", dot_calls)
+    @T.macro
+    def prefetched(A, B, C):
+        prefetch(B)
+        dot_calls(A, B, C)
+
+    return (over_panels("desc", product if panels > 1 else one_panel),
+            over_panels("impl", prefetched if ahead else dot_calls))
 
 
 def amx_funcs(dot):

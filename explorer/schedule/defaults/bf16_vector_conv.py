@@ -4,7 +4,8 @@ AMX tiles: Zen 4/5, Cooper Lake): the AMX kernel's input, weights and output, th
 micro-kernel (:class:`explorer.schedule.bf16_dot.Bf16Dot`) on them:
 
     parallel(n, h, w / rows, o / (16 panels)) . kh . kw . c / 2 . panels (unrolled)
-        . [rows pixels x 16 channels x 2: vdpbf16ps, the input pair a 32-bit broadcast]
+        . [rows pixels x 16 channels x 2: vdpbf16ps, the input pair a 32-bit broadcast
+           (weights-heavy: first, prefetcht1 of each panel's line in the next block of output channels)]
     then, in the same parallel iteration, the epilogue of that tile (bias, residual add, relu)
 
 ``rows`` pixels of one output row by ``panels`` x 16 output channels are the tile's sums
@@ -13,7 +14,8 @@ micro-kernel (:class:`explorer.schedule.bf16_dot.Bf16Dot`) on them:
 ``[O/16, KH, KW, C/2, 16, 2]``: the AMX B tile's rows) and broadcasts one channel pair of each of
 the tile's input pixels, straight from the rounded, padded NHWC input (no im2col, no output copy).
 Where the weights outweigh the input (ResNet's last stages) the output channels run outermost, so
-each core streams its share of the weights once. The packing block (the input rounded to bf16 and
+each core streams its share of the weights once, each call asking for the next block's weight lines
+into L2 (:data:`PREFETCH_NEXT_PANELS`). The packing block (the input rounded to bf16 and
 padded once) is scheduled as the AMX kernel's is (:func:`.bf16_amx_conv.schedule_input`).
 """
 
@@ -35,6 +37,12 @@ from explorer.schedule.llvm_import import IMPORT_LLVM
 # vector registers a tile leaves besides its sums and its weight panel rows (one a panel): the broadcast
 # pair of the row being computed (:class:`explorer.schedule.bf16_dot.Bf16Dot`, rows by panels)
 SPARE_REGISTERS = 1
+# a weights-heavy kernel (output channels outermost) asks, each call, for the same weight line of its next
+# block of output channels into L2: that block's weights arrive from L3 or memory while this block
+# computes its rows. Measured on Zen 5 (docs/notes/measurements.md, stop 64): ResNet-18's 3x3 512 -> 512
+# @7 alone with the caches flushed before each run 0.333 -> 0.299 ms (0.264 -> 0.274 with its weights
+# in cache), the model at bf16 0.98x (alternated bundles, 10 of 12 rounds faster). Off: no prefetch
+PREFETCH_NEXT_PANELS = True
 
 
 def vector_tile(width: int, channels: int, cpu: CpuSpec) -> tuple[int, int]:
@@ -51,6 +59,15 @@ def vector_tile(width: int, channels: int, cpu: CpuSpec) -> tuple[int, int]:
         raise NotApplicable(f"no tile of {VECTOR_CONV_ROWS.start}-{VECTOR_CONV_ROWS.stop - 1} pixels divides "
                             f"output rows of {width}")
     return max(fits, key=lambda t: (t[0] * t[1], -t[1]))
+
+
+def prefetches(blocks: int, cpu: CpuSpec) -> bool:
+    """Whether a weights-heavy kernel of ``blocks`` blocks of output channels (its tiles' panels) prefetches
+    its next block's weights (:data:`PREFETCH_NEXT_PANELS`): where each core computes two blocks or more (the
+    parallel loop is split into one contiguous run a core, output channels outermost); a core's only block has
+    no next one of its own. (Two blocks' weights, up to 2 x 32 channels x 9 taps x 512 channels x 2 bytes
+    = 590 KB, fit the 1 MB or larger L2 of every CPU with AVX512-BF16.)"""
+    return PREFETCH_NEXT_PANELS and blocks >= 2 * max(1, cpu.cores)
 
 
 def tile_vector_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
@@ -76,7 +93,8 @@ def tile_vector_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     outer = sch.fuse(*order)
     sch.parallel(outer)
     sch.decompose_reduction(tile, rh)
-    dot = Bf16Dot(rows, panels, weights_rank=6, stride=int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1)))
+    dot = Bf16Dot(rows, panels, weights_rank=6, stride=int((sch.get(block).annotations or {}).get(ROW_STRIDE_ATTR, 1)),
+                  ahead=panels if weights_heavy and prefetches(channels // PANEL // panels, cpu) else 0)
     sch.tensorize(tile, register(dot))
     sch.annotate(outer, IMPORT_LLVM, dot.llvm_ir)
     vectorize_epilogue(sch, epilogue)
@@ -88,4 +106,4 @@ def tile_vector_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     return "; ".join([step, *schedule_input(sch)])
 
 
-__all__ = ["SPARE_REGISTERS", "tile_vector_conv", "vector_tile"]
+__all__ = ["PREFETCH_NEXT_PANELS", "SPARE_REGISTERS", "prefetches", "tile_vector_conv", "vector_tile"]
