@@ -14,6 +14,7 @@ from explorer.passes.bf16_conv import MIN_REDUCTION, bf16_convs, conv2d_bf16, pa
 from explorer.passes.bf16_dense import bf16_round
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
+from explorer.target.host import host_cpu
 from tests.bf16_products import CONV_SHAPES, check_conv_bf16, conv_bf16_func, run_conv_bf16
 from tests.cpu_marks import NEEDS_AMX, NEEDS_BF16
 
@@ -183,7 +184,8 @@ def test_on_this_machine_the_measured_vdpbf16ps_rate_decides(tmp_path, monkeypat
                             "bf16 AVX512-BF16", bf16_gflops, isa="avx512bf16", fp32_ratio=ratio)
         int8 = FamilyPeak("int8", 900.0, "int8 VNNI vpdpbusd kernel, 12 accumulators", "int8 VNNI", 900.0, isa="vnni")
         cal_mod.save(cal_mod.Calibration(hardware_fingerprint(), 480.0, 20.0, "now", cal_mod.CALIBRATION_VERSION,
-                                         fma_gflops=477.0, numpy_gflops=300.0, families=(vector, int8)))
+                                         fma_gflops=477.0, numpy_gflops=300.0, families=(vector, int8),
+                                         cpu=host_cpu().llvm_cpu))
 
     stored(262.0)  # 0.55x: what this Intel CPU measured
     assert "measured at 0.55x the fp32 FMA rate on this machine" in why_convs_fp32(target)

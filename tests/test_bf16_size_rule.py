@@ -9,6 +9,7 @@ import pytest
 from explorer.passes.bf16_dense import bf16_kernels, bf16_products, why_fp32
 from explorer.precision import bf16_module
 from explorer.target import parse_target
+from explorer.target.host import host_cpu
 from tests.bf16_models import attention_relax
 
 
@@ -90,7 +91,7 @@ def test_on_this_machine_a_fast_measured_vdpbf16ps_takes_the_compute_bound_produ
                             477.0 * rate, isa="avx512bf16")
         calibration.save(calibration.Calibration(hardware_fingerprint(), 480.0, 20.0, "now",
                                                  calibration.CALIBRATION_VERSION, fma_gflops=477.0,
-                                                 numpy_gflops=300.0, families=(vector,)))
+                                                 numpy_gflops=300.0, families=(vector,), cpu=host_cpu().llvm_cpu))
         _, done, kept = bf16_module(attention_relax(seq=64, hidden=256), host_target())
         assert done == converted, (rate, kept)
         assert any("64x256 -> 768 x3" in line for line in kept) == (converted == 2)

@@ -18,6 +18,7 @@ from explorer.measure.machine_load import MachineLoad
 from explorer.measure import peak_check, peak_kernel
 from explorer.schedule.codegen import asm_stats, hot_loop
 from explorer.target import host_target, parse_target
+from explorer.target.host import host_cpu
 
 cal_mod = importlib.import_module("explorer.measure.calibration")  # the package's `calibration` is the function
 FAMILY_PEAKS = (FamilyPeak("bf16", 1000.0, "bf16 AMX tdpbf16ps kernel, 4 tiles", "bf16 AMX", 1000.0),
@@ -138,6 +139,24 @@ def test_an_older_calibration_version_is_measured_again(cache, monkeypatch):
     assert cal_mod.calibration().version == cal_mod.CALIBRATION_VERSION and len(cache) == 2
 
 
+def test_another_cpus_calibration_under_the_same_fingerprint_is_measured_again_keeping_none_of_it(cache,
+                                                                                                  monkeypatch):
+    """Zen 4 and Zen 5 guests both read "AMD EPYC", avx512, 2 cores: a calibration cached by one (a raised
+    peak with it) was the other's until LLVM's name of the CPU joined the key."""
+    _load(monkeypatch, 0.0)
+    mine = cal_mod.calibration()
+    assert mine.cpu == host_cpu().llvm_cpu and len(cache) == 1
+    other = replace(mine, cpu="znver4" if mine.cpu != "znver4" else "znver5", peak_gflops=9999.0, raised_by="k")
+    cal_mod.save(other)
+    again = cal_mod.calibration()
+    assert len(cache) == 2 and again.cpu == mine.cpu and again.peak_gflops != 9999.0 and again.raised_by == ""
+    assert cal_mod.raise_peak(other, 12345.0, "k2").peak_gflops == 12345.0  # in the answer only: not stored
+    assert cal_mod.calibration() == again and len(cache) == 2
+    if mine.cpu:  # (a CPU LLVM cannot name is "" both ways)
+        cal_mod.save(replace(again, cpu=""))  # cached before the CPU's name was kept: measured again once
+        assert cal_mod.calibration().cpu == mine.cpu and len(cache) == 3
+
+
 def test_the_summary_names_the_fma_kernel_numpy_and_the_copy():
     cal = cal_mod.Calibration("hw", 362.1, 20.5, "now", 3, fma_gflops=362.1, fma_kernel="FMA kernel AVX512 16 lanes",
                               numpy_gflops=341.0, load_avg=0.1)
@@ -158,7 +177,8 @@ def _fixed_peaks(monkeypatch, *figures: float) -> list:
     def fake():
         calls.append(1)
         return cal_mod.Calibration(hardware_fingerprint(), figures[len(calls) - 1], 20.0, "now",
-                                   cal_mod.CALIBRATION_VERSION, numpy_gflops=figures[len(calls) - 1])
+                                   cal_mod.CALIBRATION_VERSION, numpy_gflops=figures[len(calls) - 1],
+                                   cpu=host_cpu().llvm_cpu)
 
     monkeypatch.setattr(cal_mod, "measure_peaks", fake)
     return calls

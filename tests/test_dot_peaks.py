@@ -16,6 +16,7 @@ import pytest
 from explorer.measure import dot_peaks, peak_check
 from explorer.measure.families import FamilyPeak, family_of_name, kernel_family, peaks_line
 from explorer.target import host_target, parse_target
+from explorer.target.host import host_cpu
 
 cal_mod = importlib.import_module("explorer.measure.calibration")
 HOST = host_target()
@@ -176,7 +177,8 @@ def test_an_old_calibration_keeps_fp32_has_its_families_measured_and_loses_a_bf1
 
     old = {"hardware": hardware_fingerprint(), "peak_gflops": 1346.2, "peak_gbps": 26.7, "measured_at": "then",
            "version": cal_mod.CALIBRATION_VERSION, "fma_gflops": 477.4, "fma_kernel": "FMA kernel AVX512 16 lanes",
-           "numpy_gflops": 360.0, "raised_by": "resnet18/fused_conv2d_bf164_add6_add8_relu3"}
+           "numpy_gflops": 360.0, "raised_by": "resnet18/fused_conv2d_bf164_add6_add8_relu3",
+           "cpu": host_cpu().llvm_cpu}
     path = cal_mod._cache_path(old["hardware"])
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(old))

@@ -73,6 +73,10 @@ class Calibration:
     families: tuple[FamilyPeak, ...] = ()  # the bf16 and int8 peaks (explorer.measure.dot_peaks)
     # the same families' peaks of this machine's other instruction sets (its tiles hidden, or not), kept
     other_families: tuple[FamilyPeak, ...] = ()
+    # LLVM's name of the CPU it was measured on ("znver5"; "" where LLVM could not name it, or written before
+    # stop 64): a cached calibration of another CPU under the same fingerprint (Zen 4 and Zen 5 guests both
+    # read "AMD EPYC", avx512, 2 cores) is measured again, nothing of it kept
+    cpu: str = ""
 
     def family(self, name: str) -> FamilyPeak | None:
         """The peak of instruction family ``name`` (``fp32`` included), None where never measured."""
@@ -278,13 +282,22 @@ def _cached(hardware: str) -> Calibration | None:
     from explorer.measure.dot_peaks import host_instructions
 
     cal = cached_json(_cache_path(hardware), hardware, CALIBRATION_VERSION, Calibration.from_dict)
-    return None if cal is None else cal.for_instructions(host_instructions())
+    if cal is None or cal.cpu != _llvm_cpu():  # (another CPU under the same fingerprint: nothing of it is kept)
+        return None
+    return cal.for_instructions(host_instructions())
+
+
+def _llvm_cpu() -> str:
+    """LLVM's name of this CPU ("" where it has none): what tells apart CPUs one fingerprint names alike."""
+    from explorer.target.host import host_cpu
+
+    return host_cpu().llvm_cpu
 
 
 def _remeasured(old: Calibration | None) -> Calibration:
     """A new measurement; a peak a kernel raised (fp32 or a family's) stays where the new figure
     comes out lower."""
-    cal = measure_peaks()
+    cal = replace(measure_peaks(), cpu=_llvm_cpu())  # (this machine's figures: its CPU's name is the key)
     if old is not None and old.raised_by and old.peak_gflops > cal.peak_gflops:
         cal = replace(cal, peak_gflops=old.peak_gflops, raised_by=old.raised_by)
     if old is not None:
@@ -341,7 +354,8 @@ def raise_peak(cal: Calibration, gflops: float, kernel: str, family: str = FP32)
         new = replace(old, gflops=float(gflops), raised_by=kernel)
         raised = replace(cal, families=tuple(new if f.family == family else f for f in cal.families)
                          + (() if cal.family(family) else (new,)))
-    return save(raised) if cal.hardware == hardware_fingerprint() and cal.version == CALIBRATION_VERSION else raised
+    mine = cal.hardware == hardware_fingerprint() and cal.version == CALIBRATION_VERSION and cal.cpu == _llvm_cpu()
+    return save(raised) if mine else raised
 
 
 def measured_rate(target, family: str) -> float | None:
