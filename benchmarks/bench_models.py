@@ -98,7 +98,7 @@ def bundle(workload, target, folder: Path, schedules, precision: str = "fp32") -
 def precision_bundle(workload, target, folder: Path, precision: str) -> tuple[str, Path] | None:
     """The row name (:data:`export.bench.PRECISION_ROWS`) and the default build at ``precision`` as
     ``schedx export --precision`` ships it (verified at its own tolerance; a bf16 build that misses it
-    built again with every matmul in fp32, unlike ``schedx bench``'s unverified row); None at fp32."""
+    built again with every matmul in fp32, as ``schedx bench`` times it too); None at fp32."""
     if precision == "fp32":
         return None
     from export.bench import PRECISION_ROWS

@@ -183,6 +183,15 @@ def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, 
                            threads=threads, precision=precision)
 
 
+def _rebuilt_row_note(exported: ExportReport) -> str:
+    """The bf16 row's own note where its bundle was built again with every matmul in fp32 ("" where not)."""
+    if not exported.rebuilt:
+        return ""
+    left = exported.built.precision.converted
+    return ("no records; every matmul in fp32 (with them in bf16 the build missed its tolerance), "
+            + (f"{left} convolution{'s' if left != 1 else ''} in bf16" if left else "nothing left in bf16"))
+
+
 def _compile_s(report: ExportReport) -> float:
     return report.seconds["build"] + report.seconds["write"]
 
@@ -229,8 +238,8 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     :func:`alternate`), ``runs`` runs and ``budget_s`` seconds each in all, and consecutive rows are
     compared under the noise (tuned vs default, default vs ONNX Runtime, ...), and the build schedx
     ships (tuned, else default) against each OpenVINO row. ``precision="bf16"`` adds a row
-    (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`; not verified, so never
-    built again with its matmuls in fp32 as an export that fails verification is: a note says so) right after
+    (:data:`BF16_ROW`, the default build at bf16, :mod:`explorer.precision`; verified, and built again
+    with its matmuls in fp32 where it misses the tolerance, as ``schedx export`` ships it: a note says which) right after
     ``tvm default``, so the two are compared; ``"int8"`` adds :data:`INT8_ROW` (the model quantized
     with ``calibration`` and built as its QDQ model) there and :data:`ORT_INT8_ROW` (ONNX Runtime
     running that QDQ model) after ``onnxruntime``, the two int8 rows compared, the quantizer's
@@ -272,9 +281,11 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     with private_temp_dir("schedx-bench-") as tmp:
         def build_row(row: str, folder: str, built: Workload, row_schedules, note: str, at: str = "fp32") -> None:
             exported = _export_bundle(built, target, row_schedules, Path(tmp) / folder, threads, at)
-            shipped = bf16_shipped_note(exported)  # (bf16: verified, the bundle export ships)
+            # (bf16: verified, the bundle export ships; the precision row is the build without records)
+            shipped = bf16_shipped_note(exported, "schedx export --precision bf16" + ("" if row_schedules else " --no-db"))
             if shipped:
                 report.notes.append(f"{row}: {shipped}")
+            note = _rebuilt_row_note(exported) or note
             fallbacks[row] = exported.built.fallbacks
             contenders[row] = bundle_contender(exported.folder, row, threads=threads, compile_s=_compile_s(exported),
                                                note=note)

@@ -39,6 +39,8 @@ from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
 
 
+# the warning of a bf16 bundle that failed verification and could not be built again with its matmuls in fp32
+REBUILD_FAILED = "the bf16 build failed verification, and building it again with every matmul in fp32 failed"
 
 
 @dataclass
@@ -314,8 +316,7 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
                          notes=[*(notes or []), why, *lost], layers_of=first.layers, **export)
     except ExplorerError as err:  # the first bundle is published, NOT VERIFIED, saying why there is no second
         shutil.rmtree(second, ignore_errors=True)
-        first.built.warnings.append(f"the bf16 build failed verification, and building it again with every matmul "
-                                    f"in fp32 failed: {err}")
+        first.built.warnings.append(f"{REBUILD_FAILED}: {err}")
         first.manifest["warnings"] = list(first.built.warnings)
         (staging / bundle_io.MANIFEST).write_text(json.dumps(first.manifest, indent=2, default=str))
         return first, staging
@@ -327,17 +328,19 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
     return report, second
 
 
-def bf16_shipped_note(report: ExportReport) -> str:
-    """What a bench or a profile says of the bf16 bundle it times, exported with verification (and
-    so as ``schedx export --precision bf16`` ships it): verified at the bf16 tolerance, built again
-    with every matmul in fp32 (why), or not verified (the verdict); "" for a bundle with nothing in bf16."""
+def bf16_shipped_note(report: ExportReport, command: str = "schedx export --precision bf16") -> str:
+    """What a bench or a profile says of the bf16 bundle it times, exported with verification as
+    ``command`` exports it (and ships it): verified at the bf16 tolerance, built again with every
+    matmul in fp32 (why), or not verified (the verdict, and why no second build was made); "" for a
+    bundle with nothing in bf16."""
     built = report.built.precision
     if built is None or built.name != "bf16" or (not built.converted and not report.rebuilt):
         return ""
-    head = "the bf16 build, as `schedx export --precision bf16` ships it"
+    head = f"the bf16 bundle as `{command}` ships it"
     if report.rebuilt:
         head = f"{head}: {report.rebuilt}"
-    return f"{head}; {report.verdict}"
+    unbuilt = [w for w in report.built.warnings if w.startswith(REBUILD_FAILED)]
+    return "; ".join([head, report.verdict, *unbuilt])
 
 
 def _by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
@@ -410,4 +413,4 @@ def _layers_summary(layers: LayerReport | None) -> dict | None:
     return d
 
 
-__all__ = ["ExportReport", "bf16_shipped_note", "export_workload"]
+__all__ = ["REBUILD_FAILED", "ExportReport", "bf16_shipped_note", "export_workload"]
