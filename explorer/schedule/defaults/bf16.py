@@ -68,7 +68,7 @@ from explorer.schedule.defaults.amx_calls import MAX_CALL_SUMS, call_fits, most_
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, root_blocks
 from explorer.schedule.defaults.bf16_amx_conv import tile_amx_conv
 from explorer.schedule.defaults.bf16_conv import schedule_conv_packing
-from explorer.schedule.defaults.bf16_vector_conv import tile_vector_conv
+from explorer.schedule.defaults.bf16_vector_conv import fits_registers, tile_vector_conv
 from explorer.schedule.defaults.epilogue import epilogue_per_tile, vectorize_epilogue
 from explorer.schedule.defaults.machine import CpuSpec
 from explorer.schedule.llvm_import import IMPORT_LLVM
@@ -108,7 +108,7 @@ def _panels(channels: int, dot: Bf16Dot, cpu: CpuSpec, few_rows: bool = False, p
     if not (few_rows and dot.rows < MIN_CHAINS):
         return 2 if channels % (2 * PANEL) == 0 and 2 * dot.rows + 4 <= cpu.registers else 1
     count = channels // PANEL
-    fit = [p for p in range(1, count + 1) if count % p == 0 and dot.rows * p + p + 1 <= cpu.registers
+    fit = [p for p in range(1, count + 1) if count % p == 0 and fits_registers(dot.rows, p, cpu)
            and (not parallel or count // p * row_tasks >= cpu.cores)]
     return next((p for p in fit if dot.rows * p >= MIN_CHAINS), fit[-1] if fit else 1)
 
@@ -176,7 +176,7 @@ def tile_bf16(sch: s_tir.Schedule, block, cpu: CpuSpec, *, isa: str = "", rows: 
         panels = cols or _panels(extent_j, dot, cpu, product and not batch, not serial, extent_i // dot.rows)
         if extent_i % dot.rows or extent_j % (panels * PANEL):
             raise NotApplicable(f"{dot.rows} rows x {panels} panels do not divide {extent_i} x {extent_j}")
-        if (rows or cols) and dot.rows * panels + panels + 1 > cpu.registers:
+        if (rows or cols) and not fits_registers(dot.rows, panels, cpu):
             raise NotApplicable(f"{dot.rows} rows x {panels} panels need more than {cpu.registers} vector registers")
         split = _k_split(dot.rows * panels, half) if product and not batch else 1
         step = _tile_avx512(sch, block, loops, dot, panels, outer, not serial, split)

@@ -45,6 +45,13 @@ SPARE_REGISTERS = 1
 PREFETCH_NEXT_PANELS = True
 
 
+def fits_registers(rows: int, panels: int, cpu: CpuSpec) -> bool:
+    """Whether a ``vdpbf16ps`` tile of ``rows`` by ``panels`` (a call of rows by panels, each row's broadcast
+    feeding every panel) fits the CPU's vector registers: its ``rows x panels`` sums, a weight row a panel and
+    :data:`SPARE_REGISTERS`. The one rule of the direct convolution's tile and a product's panels."""
+    return rows * panels + panels + SPARE_REGISTERS <= cpu.registers
+
+
 def vector_tile(width: int, channels: int, cpu: CpuSpec) -> tuple[int, int]:
     """``(rows, panels)`` of a tile for output rows of ``width`` pixels and ``channels`` output
     channels (padded to 16): the most sums (``rows x panels`` accumulators, independent chains of
@@ -54,7 +61,7 @@ def vector_tile(width: int, channels: int, cpu: CpuSpec) -> tuple[int, int]:
     :data:`~explorer.schedule.bf16_dot.VECTOR_CONV_ROWS` divides the width."""
     count = channels // PANEL
     fits = [(r, p) for r in VECTOR_CONV_ROWS if r <= width and width % r == 0
-            for p in range(1, count + 1) if count % p == 0 and r * p + p + SPARE_REGISTERS <= cpu.registers]
+            for p in range(1, count + 1) if count % p == 0 and fits_registers(r, p, cpu)]
     if not fits:
         raise NotApplicable(f"no tile of {VECTOR_CONV_ROWS.start}-{VECTOR_CONV_ROWS.stop - 1} pixels divides "
                             f"output rows of {width}")
@@ -106,4 +113,5 @@ def tile_vector_conv(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
     return "; ".join([step, *schedule_input(sch)])
 
 
-__all__ = ["PREFETCH_NEXT_PANELS", "SPARE_REGISTERS", "prefetches", "tile_vector_conv", "vector_tile"]
+__all__ = ["PREFETCH_NEXT_PANELS", "SPARE_REGISTERS", "fits_registers", "prefetches", "tile_vector_conv",
+           "vector_tile"]
