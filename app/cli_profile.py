@@ -81,12 +81,13 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         click.echo("ONNX Runtime's slowest nodes:")
         for n in result.ort[:min(top_k, 8)]:
             click.echo(f"{n.seconds * 1e3:9.3f} ms  {n.op_type:<14} {n.node}")
-    # a bundle built again with every matmul in fp32: a bf16 search's records reach its bf16 kernels alone
-    rebuilt = precision == "bf16" and result.rebuilt
-    hot = suggested_kernels(result, searched, family="bf16" if rebuilt else None)
-    if rebuilt:
-        click.echo("this bundle was built again with every matmul in fp32: those kernels run their default schedules "
-                   "(the records of a bf16 search do not reach them)")
+    # a bundle built again with every matmul in fp32: a bf16 search's records never reach its fp32 matmuls
+    hot = suggested_kernels(result, searched | set(result.unreached))
+    if result.unreached:
+        funcs = sorted(t.rpartition("/")[2] for t in result.unreached)
+        names = ", ".join(funcs[:4]) + (" and more" if len(funcs) > 4 else "")
+        click.echo(f"this bundle was built again with every matmul in fp32: its fp32 matmul kernels ({names}) run "
+                   "their default schedules (the records of a bf16 search do not reach them)")
     if hot:
         click.echo("tune the kernels with the most to gain that have no record:" if result.headroom_s else
                    "tune the hottest kernels that have no record:")
@@ -109,12 +110,11 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
         click.echo(f"note: {note}")
 
 
-def suggested_kernels(result, searched: set[str], count: int = 3, family: str | None = None) -> list:
-    """The kernels worth a search: no record yet and not written whole for the target (of instruction
-    ``family`` alone where given), those with the most headroom first (a kernel at its roofline has
-    nothing to give, however hot); by time where the profile has no rooflines or no kernel any headroom."""
+def suggested_kernels(result, searched: set[str], count: int = 3) -> list:
+    """The kernels worth a search: no record yet (nor in ``searched``) and not written whole for the target,
+    those with the most headroom first (a kernel at its roofline has nothing to give, however hot); by time
+    where the profile has no rooflines or no kernel any headroom."""
     # "written": a kernel schedx writes whole for the target (a recurrent layer's): nothing to search
-    open_ = [k for k in result.kernels if k.schedule not in ("record", "written") and k.task not in searched
-             and family in (None, k.family)]
+    open_ = [k for k in result.kernels if k.schedule not in ("record", "written") and k.task not in searched]
     gaining = sorted((k for k in open_ if k.headroom_s > 0), key=lambda k: -k.headroom_s)
     return gaining[:count] if gaining else open_[:count]

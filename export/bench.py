@@ -183,13 +183,15 @@ def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, 
                            threads=threads, precision=precision)
 
 
-def _rebuilt_row_note(exported: ExportReport) -> str:
-    """The bf16 row's own note where its bundle was built again with every matmul in fp32 ("" where not)."""
+def _rebuilt_row_note(exported: ExportReport, records: str) -> str:
+    """A bf16 row's own note (``records``: what it was built with) where its bundle was built again with every
+    matmul in fp32 ("" where not)."""
+    from export.flow import bf16_left
+
     if not exported.rebuilt:
         return ""
-    left = exported.built.precision.converted
-    return ("no records; every matmul in fp32 (with them in bf16 the build missed its tolerance), "
-            + (f"{left} convolution{'s' if left != 1 else ''} in bf16" if left else "nothing left in bf16"))
+    return (f"{records}; every matmul in fp32 (with them in bf16 the build missed its tolerance), "
+            f"{bf16_left(exported.built.precision.converted)}")
 
 
 def _compile_s(report: ExportReport) -> float:
@@ -285,7 +287,7 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
             shipped = bf16_shipped_note(exported, "schedx export --precision bf16" + ("" if row_schedules else " --no-db"))
             if shipped:
                 report.notes.append(f"{row}: {shipped}")
-            note = _rebuilt_row_note(exported) or note
+            note = _rebuilt_row_note(exported, f"{len(row_schedules)} records" if row_schedules else "no records") or note
             fallbacks[row] = exported.built.fallbacks
             contenders[row] = bundle_contender(exported.folder, row, threads=threads, compile_s=_compile_s(exported),
                                                note=note)

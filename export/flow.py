@@ -39,10 +39,6 @@ from explorer.target import DeviceCode, Target, parse_target
 from explorer.workload import Workload, load_workload
 
 
-# the warning of a bf16 bundle that failed verification and could not be built again with its matmuls in fp32
-REBUILD_FAILED = "the bf16 build failed verification, and building it again with every matmul in fp32 failed"
-
-
 @dataclass
 class ExportReport:
     """What an export produced and what the checks found."""
@@ -57,6 +53,11 @@ class ExportReport:
     seconds: dict = field(default_factory=dict)
     # a bf16 bundle built a second time, every matmul in fp32: why (the first build's failure), else ""
     rebuilt: str = ""
+    # such a second build's kernels the first build did not have (its fp32 matmuls): records of a bf16 search
+    # never reach them
+    unreached: tuple[str, ...] = ()
+    # a bf16 bundle that failed verification and could not be built again: why ("" otherwise)
+    rebuild_error: str = ""
 
     @property
     def device_check(self):
@@ -306,8 +307,7 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
             shutil.rmtree(second, ignore_errors=True)
             return first, staging
         again = again.for_target(target)
-        left = (f"{precision.converted} convolution{'s' if precision.converted != 1 else ''} still in bf16"
-                if precision.converted else "nothing left in bf16: this bundle computes in fp32")
+        left = bf16_left(precision.converted) + ("" if precision.converted else ": this bundle computes in fp32")
         why = (f"the bf16 build with its matmuls in bf16 failed verification ({_worst(first.verification)}); this "
                f"bundle is built again with every matmul in fp32 ({left})")
         keyed = _by_key(schedules, first.built.outcomes)
@@ -316,7 +316,9 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
                          notes=[*(notes or []), why, *lost], layers_of=first.layers, **export)
     except ExplorerError as err:  # the first bundle is published, NOT VERIFIED, saying why there is no second
         shutil.rmtree(second, ignore_errors=True)
-        first.built.warnings.append(f"{REBUILD_FAILED}: {err}")
+        first.rebuild_error = (f"the bf16 build failed verification, and building it again with every matmul in "
+                               f"fp32 failed: {err}")
+        first.built.warnings.append(first.rebuild_error)
         first.manifest["warnings"] = list(first.built.warnings)
         (staging / bundle_io.MANIFEST).write_text(json.dumps(first.manifest, indent=2, default=str))
         return first, staging
@@ -325,7 +327,15 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
         raise
     shutil.rmtree(staging, ignore_errors=True)
     report.rebuilt = why
+    had = {o.task.key for o in first.built.outcomes}
+    report.unreached = tuple(o.task.name for o in report.built.outcomes if o.task.key not in had)
     return report, second
+
+
+def bf16_left(converted: int) -> str:
+    """``2 convolutions still in bf16`` / ``nothing left in bf16``: what a bf16 build with every matmul in fp32
+    computes in bf16."""
+    return f"{converted} convolution{'s' if converted != 1 else ''} still in bf16" if converted else "nothing left in bf16"
 
 
 def bf16_shipped_note(report: ExportReport, command: str = "schedx export --precision bf16") -> str:
@@ -339,8 +349,7 @@ def bf16_shipped_note(report: ExportReport, command: str = "schedx export --prec
     head = f"the bf16 bundle as `{command}` ships it"
     if report.rebuilt:
         head = f"{head}: {report.rebuilt}"
-    unbuilt = [w for w in report.built.warnings if w.startswith(REBUILD_FAILED)]
-    return "; ".join([head, report.verdict, *unbuilt])
+    return "; ".join([head, report.verdict, *([report.rebuild_error] if report.rebuild_error else [])])
 
 
 def _by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
@@ -413,4 +422,4 @@ def _layers_summary(layers: LayerReport | None) -> dict | None:
     return d
 
 
-__all__ = ["REBUILD_FAILED", "ExportReport", "bf16_shipped_note", "export_workload"]
+__all__ = ["ExportReport", "bf16_left", "bf16_shipped_note", "export_workload"]

@@ -55,8 +55,9 @@ class Profile:
     # the checks of the memory roof (explorer.measure.roof_check): a kernel above its roofline, what
     # was measured again or raised, or why its % roofline is blank (each also among ``notes``)
     roof_notes: tuple[str, ...] = ()
-    # a bf16 bundle built again with every matmul in fp32 (as export ships it: the first missed its tolerance)
-    rebuilt: bool = False
+    # a bf16 bundle built again with every matmul in fp32 (as export ships it: the first missed its tolerance):
+    # the kernels of that build the first did not have (its fp32 matmuls), which a bf16 search's records never reach
+    unreached: tuple[str, ...] = ()
 
     def peaks(self) -> tuple[FamilyPeak, ...]:
         """The peaks this profile's kernels read against: fp32, then each other family a kernel of

@@ -59,8 +59,9 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
                                  verify=precision == "bf16", layers=False, threads=threads, precision=precision)
         profile = profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
                                  memory=memory, family_peaks=family_peaks)
-    shipped = bf16_shipped_note(report)  # (first: what the figures are of)
-    return replace(profile, notes=(shipped, *profile.notes), rebuilt=bool(report.rebuilt)) if shipped else profile
+    # (first: what the figures are of; the command export ships it with: records, or none)
+    shipped = bf16_shipped_note(report, "schedx export --precision bf16" + ("" if schedules else " --no-db"))
+    return replace(profile, notes=(shipped, *profile.notes), unreached=report.unreached) if shipped else profile
 
 
 def profile_export(report: ExportReport, workload: Workload, *, runs: int = 10, threads: int | None = None,

@@ -12,9 +12,10 @@ kernel (:mod:`explorer.measure.dot_peaks`: AMX ``tdpbf16ps``/``tdpbusd``, ``vdpb
 ``vpdpbusd``, ``vpmaddubsw``), and a kernel is read against its family's
 (:meth:`Calibration.peak_for`). A family the CPU lacks is kept with no figure and the reason.
 
-Cache contract: one JSON file per hardware fingerprint in ``$XDG_CACHE_HOME/schedx/calibration``,
-written atomically (other processes on the machine read it meanwhile). A calibration of another
-:data:`CALIBRATION_VERSION` is measured again. One taken while other work kept the machine busy
+Cache contract: one JSON file per hardware fingerprint and CPU (LLVM's name of it, :attr:`Calibration.cpu`:
+Zen 4 and Zen 5 guests share a fingerprint) in ``$XDG_CACHE_HOME/schedx/calibration``, written
+atomically (other processes on the machine read it meanwhile). A calibration of another
+:data:`CALIBRATION_VERSION`, or of another CPU, is measured again, nothing of it kept. One taken while other work kept the machine busy
 (:class:`explorer.measure.machine_load.MachineLoad`) is *provisional*: it is measured again the first
 time it is asked for on a quiet machine. A kernel measured above the peak raises it
 (:func:`explorer.measure.peak_check.within_peak`): the raised figure names that kernel and
@@ -162,7 +163,9 @@ def cache_dir() -> Path:
 
 
 def _cache_path(hardware: str) -> Path:
-    return cache_dir() / (hashlib.sha256(hardware.encode()).hexdigest()[:16] + ".json")
+    """This machine's calibration file: one per fingerprint and CPU (LLVM's name), so that CPUs one
+    fingerprint names alike keep a file each where a cache is shared between them."""
+    return cache_dir() / (hashlib.sha256(f"{hardware}/{_llvm_cpu()}".encode()).hexdigest()[:16] + ".json")
 
 
 def cached_json(path: Path, hardware: str, version: int, from_dict):
@@ -267,7 +270,8 @@ def measure_peaks(matmul_n: int = MATMUL_N, copy_mb: int = 256, *, repeats: int 
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), CALIBRATION_VERSION,
                        fma_gflops=fma_gflops, fma_kernel=kernel["kernel"]["label"] if fma_gflops else kernel["error"],
                        numpy_gflops=round(numpy_gflops, 1), load_avg=round(os.getloadavg()[0], 2),
-                       other_cores=load.other_cores, cores=load.cores, provisional=load.busy, families=families)
+                       other_cores=load.other_cores, cores=load.cores, provisional=load.busy, families=families,
+                       cpu=_llvm_cpu())
 
 
 def save(cal: Calibration) -> Calibration:

@@ -106,7 +106,7 @@ def _panels(channels: int, dot: Bf16Dot, cpu: CpuSpec, few_rows: bool = False, p
     stream of weights of its own: a classifier's weights come from L3 faster in several streams
     than in one (module docstring)."""
     if not (few_rows and dot.rows < MIN_CHAINS):
-        return 2 if channels % (2 * PANEL) == 0 and 2 * dot.rows + 4 <= cpu.registers else 1
+        return 2 if channels % (2 * PANEL) == 0 and fits_registers(dot.rows, 2, cpu) else 1
     count = channels // PANEL
     fit = [p for p in range(1, count + 1) if count % p == 0 and fits_registers(dot.rows, p, cpu)
            and (not parallel or count // p * row_tasks >= cpu.cores)]
