@@ -48,7 +48,6 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
     from export.build import as_built
-
     from export.flow import bf16_shipped_note
 
     workload = as_built(workload, target, precision, calibration)[0]  # what is built and profiled, ONNX Runtime's too

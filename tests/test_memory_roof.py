@@ -5,6 +5,7 @@ and profile rows that never read above 100 % of the roofline they are priced at.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -146,6 +147,28 @@ def test_the_caches_bandwidth_is_measured_once_cached_and_again_when_provisional
     again = cache_peak.cache_peak()
     assert not again.provisional and (again.gbps, again.l3_gbps) == (200.0, 40.0) and not taken  # not the busy 60
     assert cache_peak.cache_peak() == again
+
+
+def test_another_cpus_cache_figures_under_the_same_fingerprint_and_cache_sizes_are_not_this_ones(tmp_path,
+                                                                                                 monkeypatch):
+    """Zen 4 and Zen 5 guests of 2 cores share a fingerprint and their cache sizes: each keeps its own file (LLVM's
+    name of the CPU in its key), so one's figures are never read, nor raised past, as the other's."""
+    import explorer.measure.cache_peak as cache_peak
+    import explorer.target.host as host_mod
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    real = host_mod.host_cpu()
+    other = "znver4" if real.llvm_cpu != "znver4" else "znver5"
+    theirs = cache_peak.CachePeak(cache_peak.hardware_fingerprint(), 999.0, 2 * MB, l3_gbps=888.0, l3_bytes=32 * MB,
+                                  sizes=cache_peak.cache_sizes())
+    monkeypatch.setattr(host_mod, "host_cpu", lambda: replace(real, llvm_cpu=other))
+    cache_peak.save(theirs)
+    assert cache_peak.cache_peak() == theirs  # that CPU reads its own
+    monkeypatch.setattr(host_mod, "host_cpu", lambda: real)
+    mine = cache_peak.CachePeak(theirs.hardware, 300.0, 2 * MB, l3_gbps=150.0, l3_bytes=32 * MB, sizes=theirs.sizes)
+    monkeypatch.setattr(cache_peak, "measure_cache_peak", lambda: mine)
+    assert cache_peak.cache_peak() == mine  # measured here, not raised to the other CPU's figures
+    assert len(list(tmp_path.rglob("*-l2.json"))) == 2
 
 
 def test_a_quiet_figure_is_never_lost_to_a_busy_measurement_after_it(tmp_path, monkeypatch):

@@ -40,8 +40,9 @@ its tier raised (:mod:`explorer.measure.roof_check`): ``raised`` names the tier,
 figure the tier was measured at (the raise is at most :data:`explorer.measure.figure_check.MAX_RAISE`
 times it), and a raised figure survives later measurements that come out lower, quiet ones too.
 
-Cache contract: one JSON file per hardware fingerprint (its vector ISA included) beside the
-calibration's (``<fingerprint hash>-l2.json`` in :func:`explorer.measure.calibration.cache_dir`),
+Cache contract: one JSON file per hardware fingerprint (its vector ISA included) and CPU (LLVM's name)
+beside the calibration's (``<cache_name>-l2.json`` in :func:`explorer.measure.calibration.cache_dir`:
+Zen 4 and Zen 5 guests of the same cache sizes keep a file each),
 written atomically; another :data:`VERSION` is measured again, and so is one whose cache sizes
 (``sizes``: the L1d, L2 and L3 bytes Linux reported when it was measured) are not this machine's
 now: the fingerprint names a CPU's family, not its caches (a Zen 4 and a Zen 5 guest of 2 cores
@@ -53,7 +54,6 @@ figures are 0, and rooflines keep the copy's bandwidth.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from explorer.measure.cache_sizes import cache_units, level_bytes, level_count, unit_bytes, usable_cpus
-from explorer.measure.calibration import cache_dir, cached_json, write_json
+from explorer.measure.calibration import cache_dir, cache_name, cached_json, write_json
 from explorer.measure.memory_roof import MemoryRoof
 from explorer.target.environment import hardware_fingerprint
 
@@ -264,7 +264,7 @@ _quiet_checked: dict[str, float] = {}  # hardware -> when this process last look
 
 
 def _path(hardware: str):
-    return cache_dir() / (hashlib.sha256(hardware.encode()).hexdigest()[:16] + "-l2.json")
+    return cache_dir() / (cache_name(hardware) + "-l2.json")  # (one per fingerprint and CPU, as the calibration's)
 
 
 def _cached(hardware: str) -> CachePeak | None:

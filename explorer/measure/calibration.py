@@ -162,10 +162,15 @@ def cache_dir() -> Path:
     return Path(base) / "schedx" / "calibration"
 
 
+def cache_name(hardware: str) -> str:
+    """The stem of this machine's cached figures' file names (the calibration's, the cache bandwidths'):
+    one per fingerprint and CPU (LLVM's name), so that CPUs one fingerprint names alike (Zen 4 and Zen 5
+    guests) keep a file each where a cache folder is shared between them."""
+    return hashlib.sha256(f"{hardware}/{_llvm_cpu()}".encode()).hexdigest()[:16]
+
+
 def _cache_path(hardware: str) -> Path:
-    """This machine's calibration file: one per fingerprint and CPU (LLVM's name), so that CPUs one
-    fingerprint names alike keep a file each where a cache is shared between them."""
-    return cache_dir() / (hashlib.sha256(f"{hardware}/{_llvm_cpu()}".encode()).hexdigest()[:16] + ".json")
+    return cache_dir() / (cache_name(hardware) + ".json")
 
 
 def cached_json(path: Path, hardware: str, version: int, from_dict):
@@ -383,5 +388,5 @@ def measured_rate(target, family: str) -> float | None:
     return figure / fp32 if figure and fp32 else None
 
 
-__all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "cached_json", "calibration",
+__all__ = ["CALIBRATION_VERSION", "Calibration", "FamilyPeak", "cache_dir", "cache_name", "cached_json", "calibration",
            "measure_families", "measure_peaks", "measured_rate", "numpy_matmul_gflops", "raise_peak", "save", "write_json"]
