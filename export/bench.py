@@ -173,16 +173,6 @@ def _numpy_row(workload: Workload, inputs: dict[str, np.ndarray], *, runs: int, 
     return latency_row("numpy reference", None, first, latencies, "written for accuracy, not speed")
 
 
-def _export_bundle(workload: Workload, target: Target, schedules, folder: Path, threads: int,
-                   precision: str = "fp32") -> ExportReport:
-    """Export ``workload`` into ``folder``: at bf16 verified, so that the bundle is the one ``schedx export``
-    ships (built again with every matmul in fp32 where the first misses the bf16 tolerance); else not."""
-    from export.flow import export_workload
-
-    return export_workload(workload, target, folder, schedules=schedules, verify=precision == "bf16", layers=False,
-                           threads=threads, precision=precision)
-
-
 def _rebuilt_row_note(exported: ExportReport, records: str) -> str:
     """A bf16 row's own note (``records``: what it was built with) where its bundle was built again with every
     matmul in fp32 ("" where not)."""
@@ -219,8 +209,10 @@ def export_row(workload: Workload, target: Target, name: str, schedules, *, thre
                budget_s: float, note: str = "") -> tuple[BenchRow, tuple[str, ...]]:
     """Build ``workload`` with ``schedules`` and time it once (no rounds): the sweep's row per batch size,
     and the build's lines on kernels whose default rule fell back (:attr:`export.build.Built.fallbacks`)."""
+    from export.flow import export_to_time
+
     with private_temp_dir("schedx-bench-") as tmp:
-        report = _export_bundle(workload, target, schedules, Path(tmp) / "bundle", threads)
+        report = export_to_time(workload, target, Path(tmp) / "bundle", schedules=schedules, threads=threads)
         row = bundle_contender(report.folder, name, threads=threads, compile_s=_compile_s(report), note=note)(
             runs, budget_s)
         return row, tuple(report.built.fallbacks)
@@ -274,7 +266,7 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
         from explorer.models.int8_precision import summary
 
         report.notes.append(f"{INT8_ROW}: {summary(meaning.quantization)}")
-    from export.flow import bf16_shipped_note
+    from export.flow import bf16_shipped_note, export_to_time
 
     load = machine_load()
     inputs = workload.sample_inputs()
@@ -282,9 +274,10 @@ def bench_workload(workload: str | Workload, *, schedules: Mapping[str, TaskSche
     fallbacks: dict[str, list[str]] = {}  # each build row's kernels whose default rule fell back
     with private_temp_dir("schedx-bench-") as tmp:
         def build_row(row: str, folder: str, built: Workload, row_schedules, note: str, at: str = "fp32") -> None:
-            exported = _export_bundle(built, target, row_schedules, Path(tmp) / folder, threads, at)
+            exported = export_to_time(built, target, Path(tmp) / folder, schedules=row_schedules, threads=threads,
+                                      precision=at)
             # (bf16: verified, the bundle export ships; the precision row is the build without records)
-            shipped = bf16_shipped_note(exported, "schedx export --precision bf16" + ("" if row_schedules else " --no-db"))
+            shipped = bf16_shipped_note(exported, records=bool(row_schedules))
             if shipped:
                 report.notes.append(f"{row}: {shipped}")
             note = _rebuilt_row_note(exported, f"{len(row_schedules)} records" if row_schedules else "no records") or note

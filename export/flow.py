@@ -332,21 +332,31 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
     return report, second
 
 
+def export_to_time(workload: Workload, target: Target, folder: Path, *, schedules, threads: int | None,
+                   precision: str = "fp32") -> ExportReport:
+    """Export ``workload`` into ``folder`` for a bench or a profile to time: at bf16 verified, so that the
+    bundle is the one ``schedx export`` ships (built again with every matmul in fp32 where the first misses
+    the bf16 tolerance); else not verified (nothing else is built twice); no layer-by-layer check."""
+    return export_workload(workload, target, folder, schedules=schedules, verify=precision == "bf16", layers=False,
+                           threads=threads, precision=precision)
+
+
 def bf16_left(converted: int) -> str:
     """``2 convolutions still in bf16`` / ``nothing left in bf16``: what a bf16 build with every matmul in fp32
     computes in bf16."""
     return f"{converted} convolution{'s' if converted != 1 else ''} still in bf16" if converted else "nothing left in bf16"
 
 
-def bf16_shipped_note(report: ExportReport, command: str = "schedx export --precision bf16") -> str:
+def bf16_shipped_note(report: ExportReport, records: bool = True) -> str:
     """What a bench or a profile says of the bf16 bundle it times, exported with verification as
-    ``command`` exports it (and ships it): verified at the bf16 tolerance, built again with every
-    matmul in fp32 (why), or not verified (the verdict, and why no second build was made); "" for a
-    bundle with nothing in bf16."""
+    ``schedx export --precision bf16`` exports it (and ships it; ``records``: False where it was built
+    without records, ``--no-db``): verified at the bf16 tolerance, built again with every matmul in fp32
+    (why), or not verified (the verdict, and why no second build was made); "" for a bundle with
+    nothing in bf16."""
     built = report.built.precision
     if built is None or built.name != "bf16" or (not built.converted and not report.rebuilt):
         return ""
-    head = f"the bf16 bundle as `{command}` ships it"
+    head = f"the bf16 bundle as `schedx export --precision bf16{'' if records else ' --no-db'}` ships it"
     if report.rebuilt:
         head = f"{head}: {report.rebuilt}"
     return "; ".join([head, report.verdict, *([report.rebuild_error] if report.rebuild_error else [])])
@@ -422,4 +432,4 @@ def _layers_summary(layers: LayerReport | None) -> dict | None:
     return d
 
 
-__all__ = ["ExportReport", "bf16_left", "bf16_shipped_note", "export_workload"]
+__all__ = ["ExportReport", "bf16_left", "bf16_shipped_note", "export_to_time", "export_workload"]

@@ -105,15 +105,20 @@ def checked_roof(kernels: tuple[KernelTime, ...], memory: MemoryRoof | None, *, 
     those checked, and the tasks whose figure the check did not trust (their % roofline is no figure).
     ``hardware``: the machine whose figures ``memory`` holds (None: this one; another's is raised in the
     answer alone, never measured again nor stored as this machine's)."""
-    bound = [k for k in kernels if memory is not None and k.gflops and k.nbytes and k.flops and k.resolved
-             and k.share >= PEAK_SHARE and (k.percent_of_roofline or 0.0) > 100.0 and _bound_by_bytes(k, memory)]
+    if memory is None:
+        return memory, [], frozenset()
+    bound = [k for k in kernels if k.gflops and k.nbytes and k.flops and k.resolved and k.share >= PEAK_SHARE
+             and (k.percent_of_roofline or 0.0) > 100.0 and _bound_by_bytes(k, memory)]
     if not bound:
         return memory, [], frozenset()
     from explorer.measure.roof_check import within_roof
 
+    def gbps(k: KernelTime) -> float:  # the bytes it moved a second
+        return k.nbytes * k.calls / k.seconds / 1e9
+
     notes, untrusted = [], set()
-    for k in sorted(bound, key=lambda k: -k.nbytes * k.calls / k.seconds):
-        check = within_roof(k.nbytes * k.calls / k.seconds / 1e9, k.nbytes, k.task, memory, hardware=hardware)
+    for k in sorted(bound, key=lambda k: -gbps(k)):
+        check = within_roof(gbps(k), k.nbytes, k.task, memory, hardware=hardware)
         memory = check.roof
         notes += [check.note] if check.note else []
         untrusted |= set() if check.trusted else {k.task}

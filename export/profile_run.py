@@ -41,25 +41,22 @@ def profile_workload(workload: str | Workload, target: str | Target = "cpu", *,
     its ``families``), each kernel's % of its family's peak and its roofline: the bandwidth of where
     its bytes fit in, of ``memory``'s tiers: the L1 caches, the L2 caches, the L3 or memory
     (:meth:`explorer.measure.cache_peak.CachePeak.memory_roof`; None: no rooflines)."""
-    from export.flow import export_workload
+    from export.flow import bf16_shipped_note, export_to_time
 
     target = parse_target(target)
     target.require_runnable("profile")
     if isinstance(workload, str):
         workload = load_workload(workload, shapes)
     from export.build import as_built
-    from export.flow import bf16_shipped_note
 
     workload = as_built(workload, target, precision, calibration)[0]  # what is built and profiled, ONNX Runtime's too
     with private_temp_dir("schedx-profile-") as tmp:
-        # bf16: verified, so that the bundle profiled is the one export ships (built again with every matmul in
-        # fp32 where the first misses the bf16 tolerance)
-        report = export_workload(workload, target, Path(tmp) / "bundle", schedules=schedules,
-                                 verify=precision == "bf16", layers=False, threads=threads, precision=precision)
+        report = export_to_time(workload, target, Path(tmp) / "bundle", schedules=schedules, threads=threads,
+                                precision=precision)
         profile = profile_export(report, workload, runs=runs, threads=threads, ort=ort, peak_gflops=peak_gflops,
                                  memory=memory, family_peaks=family_peaks)
     # (first: what the figures are of; the command export ships it with: records, or none)
-    shipped = bf16_shipped_note(report, "schedx export --precision bf16" + ("" if schedules else " --no-db"))
+    shipped = bf16_shipped_note(report, records=bool(schedules))
     return replace(profile, notes=(shipped, *profile.notes), unreached=report.unreached) if shipped else profile
 
 

@@ -185,9 +185,10 @@ def parallel_gbps(nbytes: int, threads: int, *, read: bool = False, repeats: int
     return threads * passes * 2 * 4 * n / max(best) / 1e9
 
 
-def cache_sizes() -> tuple[int, int, int]:
-    """The usable cores' L1 data, L2 and L3 caches' bytes as Linux reports them (0 for one it does not)."""
-    units = cache_units()
+def cache_sizes(units=None) -> tuple[int, int, int]:
+    """The usable cores' L1 data, L2 and L3 caches' bytes as Linux reports them (0 for one it does not);
+    ``units``: :func:`~explorer.measure.cache_sizes.cache_units` where the caller read them already."""
+    units = cache_units() if units is None else units
     return level_bytes(1, units), level_bytes(2, units), level_bytes(3, units)
 
 
@@ -240,7 +241,7 @@ def measure_cache_peak() -> CachePeak:
     from explorer.measure.peak_kernel import measure_in_child
 
     units = cache_units()
-    sizes = cache_sizes()
+    sizes = cache_sizes(units)
     l1, l2, l3 = sizes
     cores = len(usable_cpus())
     load = machine_load()

@@ -101,11 +101,13 @@ def within_roof(gbps: float, nbytes: int, kernel: str, roof: MemoryRoof, *, hard
     if hardware not in (None, here):  # another machine's figures: raised in the answer alone
         return _raised(roof, gbps, nbytes, kernel, said, None)
     with measuring(what=f"the cache figures ({kernel} above its roof)"):
+        stored = None
         if recheck_due(_rechecked, here):
-            roof = roof.at_least(cache_peak(refresh=True).memory_roof(roof.memory_gbps))
+            stored = cache_peak(refresh=True)  # (the figures just stored: not read back)
+            roof = roof.at_least(stored.memory_roof(roof.memory_gbps))
             if gbps <= roof.gbps_for(nbytes):
                 return RoofCheck(roof, f"{said}: the cache figures, measured again, hold it")
-        return _raised(roof, gbps, nbytes, kernel, said, cache_peak())
+        return _raised(roof, gbps, nbytes, kernel, said, stored or cache_peak())
 
 
 def _raised(roof: MemoryRoof, gbps: float, nbytes: int, kernel: str, said: str, stored: CachePeak | None
