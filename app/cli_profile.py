@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import click
@@ -91,23 +90,29 @@ def profile(model: str, target_spec: str, shapes: str | None, db: str | None, no
     if hot:
         click.echo("tune the kernels with the most to gain that have no record:" if result.headroom_s else
                    "tune the hottest kernels that have no record:")
-        # the model as the user named it (a path stays a path); at int8 the quantized model, whose kernels these are
-        # (its input shapes fixed)
-        base, at_shapes = (profiled.workload.spec, None) if precision == "int8" else (model, shapes)
-        if precision == "bf16":  # a bf16 kernel exists only in the rewritten model: search the model at bf16
-            gain = sum(k.headroom_s or 0.0 for k in hot)
-            click.echo(f"  schedx tune {shlex.quote(model)} --precision bf16 --minutes {5 * len(hot)}"
-                       + (f" --shapes '{shapes}'" if shapes else "")
-                       + f"  # {', '.join(k.task.rpartition('/')[2] for k in hot)}"
-                       + (f": up to {gain * 1e3:.3g} ms to gain" if gain else ""))
-            hot = []
-        for k in hot:
-            spec = f"{base}/{k.task.rpartition('/')[2]}"  # the kernel by its function name
-            gain = f"  # up to {k.headroom_s * 1e3:.3g} ms to gain" if k.headroom_s else ""
-            click.echo(f"  schedx tune {shlex.quote(spec)} --minutes 5"
-                       + (f" --shapes '{at_shapes}'" if at_shapes else "") + gain)
+        for line in tune_lines(profiled, hot):
+            click.echo(f"  {line}")
     for note in result.notes:
         click.echo(f"note: {note}")
+
+
+def tune_lines(profiled, hot: list) -> list[str]:
+    """One ``schedx tune`` line per command that searches the ``hot`` kernels, as a fallback warning names it
+    (:func:`export.tune_command.tune_command`): a kernel of a float model by its function; a kernel that exists only
+    in the model as rewritten (bf16, int8) through the model's own search, one line for all of them. Five minutes a
+    kernel, and the kernels and their headroom in a comment."""
+    from export.tune_command import tune_command
+
+    by_command: dict[str, list] = {}
+    for k in hot:
+        by_command.setdefault(tune_command(profiled.workload, profiled.target, k.task), []).append(k)
+    lines = []
+    for command, kernels in by_command.items():
+        gain = sum(k.headroom_s or 0.0 for k in kernels)
+        names = ", ".join(k.task.rpartition("/")[2] for k in kernels) if len(kernels) > 1 else ""
+        comment = names + (": " if names and gain else "") + (f"up to {gain * 1e3:.3g} ms to gain" if gain else "")
+        lines.append(f"{command} --minutes {5 * len(kernels)}" + (f"  # {comment}" if comment else ""))
+    return lines
 
 
 def suggested_kernels(result, searched: set[str], count: int = 3) -> list:

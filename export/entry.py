@@ -205,11 +205,12 @@ class ProfileSpec:
 class ProfileResult:
     """The profile (:class:`export.profile.Profile`; its notes say which in-model decision was
     applied), which schedules shipped (its choices: the tasks that have records), and the
-    workload profiled."""
+    workload profiled (as built) and its target."""
 
     profile: Profile
     shipped: Shipped
     workload: Workload
+    target: Target
 
 
 def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileResult:
@@ -234,7 +235,7 @@ def run_profile(spec: ProfileSpec, progress: Progress | None = None) -> ProfileR
     if shipped.decision is not None:
         profile = replace(profile, notes=(shipped.summary(), *shipped.dropped, *profile.notes))
     say("done", 1.0)
-    return ProfileResult(profile, shipped, workload)
+    return ProfileResult(profile, shipped, workload, target)
 
 
 @dataclass(frozen=True)

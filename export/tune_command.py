@@ -28,9 +28,9 @@ from explorer.target import Target
 from explorer.workload import Task, Workload
 
 
-def tune_command(workload: Workload, target: Target, task: Task) -> str:
-    """The ``schedx tune`` command line (quoted for a POSIX shell) that searches ``task`` of ``workload``,
-    a workload as built (:func:`export.build.as_built`), for ``target``."""
+def tune_command(workload: Workload, target: Target, task: str) -> str:
+    """The ``schedx tune`` command line (quoted for a POSIX shell) that searches the task named ``task`` of
+    ``workload``, a workload as built (:func:`export.build.as_built`), for ``target``."""
     precision = getattr(workload.precision, "name", "fp32")
     spec, shapes, options = workload.spec, workload.shapes, []
     if workload.kind == "model" and precision == "int8":
@@ -45,7 +45,7 @@ def tune_command(workload: Workload, target: Target, task: Task) -> str:
     elif workload.kind == "model" and precision != "fp32":
         options += ["--precision", precision]
     elif workload.kind == "model" and workload.build_target is None:
-        kernel = f"{spec}/{task.name.rpartition('/')[2]}"
+        kernel = f"{spec}/{task.rpartition('/')[2]}"
         spec = kernel if kernel_model(kernel) == spec else spec
     if shapes:
         options += ["--shapes", shapes]
@@ -54,7 +54,7 @@ def tune_command(workload: Workload, target: Target, task: Task) -> str:
 
 def tune_commands(workload: Workload, target: Target, tasks: Iterable[Task]) -> dict[str, str]:
     """Task name -> :func:`tune_command`, for each of ``tasks``."""
-    return {task.name: tune_command(workload, target, task) for task in tasks}
+    return {task.name: tune_command(workload, target, task.name) for task in tasks}
 
 
 __all__ = ["tune_command", "tune_commands"]

@@ -402,3 +402,31 @@ def test_a_build_for_another_cpu_names_its_target_as_spelled():
     argv = shlex.split(_command(line))
     assert argv[:3] == ["schedx", "tune", "matmul:M=64,N=64,K=32"], argv
     assert parse_target(argv[argv.index("--target") + 1]).key == target.key, argv
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_profiles_tune_lines_are_the_commands_a_fallback_warning_names(monkeypatch, one_conv, precision):
+    """`schedx profile` ends with the searches of its hottest kernels: each line is :func:`tune_command`'s
+    command (plus ``--minutes``), so it parses into a job that searches the kernel the profile timed (at int8 the
+    float model with the calibration it was quantized with), as a fallback warning's command does."""
+    from app.cli import cli
+
+    argv = ["profile", str(one_conv), "--no-db", "--runs", "2", "--top", "3", "--precision", precision]
+    if precision == "int8":
+        argv += ["--calibrate", "4"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines() if line.strip().startswith("schedx tune ")]
+    assert lines, result.output
+    for line in lines:
+        command, _, comment = line.partition("  # ")
+        argv = shlex.split(command)
+        minutes = argv[argv.index("--minutes") + 1]
+        del argv[argv.index("--minutes"):argv.index("--minutes") + 2]
+        job = _validated(monkeypatch, shlex.join(argv))
+        if precision == "fp32":  # one kernel a line, by its function, five minutes
+            assert argv[2].startswith(f"{one_conv}/") and len(job.tasks) == 1 and minutes == "5", line
+        else:  # its kernels exist only in the quantized model: one search of the model for them all, 5 minutes each
+            kernels = comment.partition(":")[0].split(", ") if "," in comment else ["one"]  # names listed if several
+            assert len(lines) == 1 and minutes == str(5 * len(kernels)), line
+            assert "--precision int8" in command and "--calibrate 4" in command and f"{one_conv}/" not in command

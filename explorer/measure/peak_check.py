@@ -3,7 +3,7 @@
 A kernel measured faster than the calibrated peak means the calibration is wrong (it was taken on
 a busy machine, or the calibration kernels miss something the machine can do), not that the
 kernel beats the machine. :func:`within_peak` measures the calibration again (at most every
-:data:`RECALIBRATE_EVERY_S` seconds per process);
+:data:`explorer.measure.figure_check.RECHECK_EVERY_S` seconds per process);
 if the kernel is still above it, the stored peak is raised to the kernel's figure and the
 returned note says so, for the callers to show. Every "% of peak" (measurements, profiles,
 benchmarks) is computed against the peak this returns.
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from explorer.target.environment import hardware_fingerprint
 from explorer.measure.calibration import Calibration, calibration, raise_peak
 from explorer.measure.families import FP32
-from explorer.measure.figure_check import RECHECK_EVERY_S as RECALIBRATE_EVERY_S
 from explorer.measure.figure_check import MAX_RAISE, ceil_tenth, recheck_due
 
 _recalibrated: dict[str, float] = {}  # hardware -> when this process measured the calibration again
@@ -115,4 +114,4 @@ def _raised(cal: Calibration, kernel: str, family: str = FP32) -> PeakCheck:
                      cal, family)
 
 
-__all__ = ["RECALIBRATE_EVERY_S", "PeakCheck", "measured_peak", "within_peak"]
+__all__ = ["PeakCheck", "measured_peak", "within_peak"]
