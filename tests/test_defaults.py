@@ -455,3 +455,35 @@ def test_a_gate_that_broadcasts_over_a_feature_map_keeps_the_register_tile(cpu):
         conv = args[0].reshape(1, 144) @ args[1].reshape(144, 576)
         gate = np.clip(conv * 0.1666667 + 0.5, 0.0, 1.0).reshape(1, 1, 1, 576)
         np.testing.assert_allclose(out.numpy(), gate * args[2], rtol=1e-4, atol=1e-4)
+
+
+def test_an_expression_is_walked_once_a_node_and_a_blocks_value_once_a_rule(monkeypatch):
+    """A convolution with fused activations stores a value whose nodes are shared many times over (``fast_exp``
+    reads its clamped input eight times): :func:`sub_exprs` yields each node once, and the facts of a value a
+    rule asks for again (after a step that left the block alone) are not walked again. Walked as a tree, with
+    no memory, a conv with SiLU, GELU and a sigmoid took seconds to schedule."""
+    from tvm import te, tirx, topi
+
+    from explorer.schedule.defaults import analysis
+
+    x = tirx.Var("x", "float32")
+    shared = x * x
+    twice = shared + shared  # the graph: twice -> shared -> x; the tree: 7 nodes
+    assert len(list(analysis.sub_exprs(twice))) == 3
+    deep = x
+    for _ in range(30):  # 2^31 - 1 nodes as a tree
+        deep = deep + deep
+    assert len(list(analysis.sub_exprs(deep))) == 31
+
+    a = te.placeholder((64, 64), name="a")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, topi.math.fast_exp(a)]))
+    block = sch.get_sblock("T_fast_exp")
+    walks = []
+    original = analysis.sub_exprs
+    monkeypatch.setattr(analysis, "sub_exprs", lambda expr: walks.append(expr) or original(expr))
+    value = sch.get(block).body.value
+    of_value = lambda: sum(w.same_as(value) for w in walks)  # noqa: E731 - (its indices are walked each time)
+    first = analysis.block_facts(sch, block)
+    assert of_value() > 0
+    walked = of_value()
+    assert analysis.block_facts(sch, block) == first and of_value() == walked  # remembered, not walked again

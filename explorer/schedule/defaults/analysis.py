@@ -6,7 +6,9 @@ Read from TensorIR with :class:`tvm.s_tir.Schedule` queries; nothing here change
 
 from __future__ import annotations
 
+import functools
 import math
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -103,19 +105,33 @@ def _int(x) -> int | None:
     return int(x.value) if isinstance(x, tirx.IntImm) else None
 
 
+@functools.cache
+def _is_expr_type(kind: type) -> bool:
+    """Whether values of type ``kind`` are TIR expressions (asked once a type: ``isinstance`` with TVM's
+    expression classes goes through ``abc`` every time)."""
+    return issubclass(kind, tirx.Expr)
+
+
 def sub_exprs(expr) -> Iterator[object]:
-    """Every node of a TIR expression, ``expr`` first (TVM 0.27 has no Python TIR visitor)."""
-    stack = [expr]
+    """Every node of a TIR expression, ``expr`` first, each once (TVM 0.27 has no Python TIR visitor). An
+    expression is a graph, not a tree: its nodes can be shared (``fast_exp`` reads its clamped input eight
+    times, SiLU and GELU theirs twice), and walked as a tree a convolution with a few activations inlined
+    into it was a million nodes (seconds a block)."""
+    stack, seen = [expr], set()
     while stack:
         node = stack.pop()
+        handle = node.__chandle__()
+        if handle in seen:
+            continue
+        seen.add(handle)
         yield node
         for attr in ("a", "b", "value", "condition", "true_value", "false_value", "body"):
             child = getattr(node, attr, None)
-            if isinstance(child, tirx.Expr):
+            if _is_expr_type(type(child)):
                 stack.append(child)
         for attr in ("args", "indices"):
             for child in getattr(node, attr, None) or ():
-                if isinstance(child, tirx.Expr):
+                if _is_expr_type(type(child)):
                     stack.append(child)
 
 
@@ -144,11 +160,12 @@ def _divisions(expr, positions: dict[str, int]) -> tuple[tuple[int, int], ...]:
 
 def _stepping(expr, positions: dict[str, int]) -> frozenset[int]:
     """The iterators ``expr`` uses outside every floor division by a constant."""
-    found, stack = set(), [expr]
+    found, stack, seen = set(), [expr], set()
     while stack:
         node = stack.pop()
-        if isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm):
+        if node.__chandle__() in seen or isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm):
             continue
+        seen.add(node.__chandle__())
         if isinstance(node, tirx.Var) and node.name in positions:
             found.add(positions[node.name])
         for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
@@ -177,6 +194,31 @@ def _access(read, positions: dict[str, int], analyzer) -> Access:
                                     for k, _ in _divisions(analyzer.simplify(rg.min), positions)))
 
 
+# value -> (the value, its facts): a rule asks for the facts of the same blocks after each step, and a step leaves
+# the blocks it does not touch as they were (the same nodes); the value is held, so its handle is not reused
+_VALUE_FACTS: OrderedDict[int, tuple[object, tuple[bool, bool, frozenset[str]]]] = OrderedDict()
+_VALUE_FACTS_KEPT = 256
+
+
+def _value_facts(value) -> tuple[bool, bool, frozenset[str]]:
+    """``(costly, padding, bordered)`` of a block's stored value (see :class:`BlockFacts`), remembered for the
+    last :data:`_VALUE_FACTS_KEPT` values: a convolution with fused activations stores a value of thousands of
+    nodes (the activations' inputs inlined into each of their uses)."""
+    handle = value.__chandle__()
+    if handle in _VALUE_FACTS:
+        _VALUE_FACTS.move_to_end(handle)
+        return _VALUE_FACTS[handle][1]
+    costly = bool(_calls(value) - _CHEAP_CALLS)
+    padding = _is_padding(value)
+    bordered = frozenset() if padding else frozenset(
+        str(getattr(load.source, "name", "")) for n in sub_exprs(value)
+        if _is_padding(n) for load in sub_exprs(n) if isinstance(load, TensorLoad))
+    _VALUE_FACTS[handle] = (value, (costly, padding, bordered))
+    if len(_VALUE_FACTS) > _VALUE_FACTS_KEPT:
+        _VALUE_FACTS.popitem(last=False)
+    return costly, padding, bordered
+
+
 def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFacts:
     """The facts of ``block`` in ``sch`` (see :class:`BlockFacts`)."""
     blk = sch.get(block)
@@ -198,11 +240,7 @@ def block_facts(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> BlockFac
                 dims.append(None)
         out_dims = tuple(dims)
         dtype = str(body.buffer.dtype)
-        costly = bool(_calls(body.value) - _CHEAP_CALLS)
-        padding = _is_padding(body.value)
-        if not padding:
-            bordered = frozenset(str(getattr(load.source, "name", "")) for n in sub_exprs(body.value)
-                                 if _is_padding(n) for load in sub_exprs(n) if isinstance(load, TensorLoad))
+        costly, padding, bordered = _value_facts(body.value)
     # the innermost index simplified within the iterators' domains: inlined reshapes leave terms
     # such as ``(t // 100 + d) % 64 // 64`` that are 0 and would read as divisions of ``t``
     analyzer = sym.Analyzer()
