@@ -57,6 +57,18 @@ def resnet18():
     return load_model("resnet18")
 
 
+@pytest.fixture
+def one_round_in_model_check(monkeypatch):
+    """Exports take the real in-model check (export.in_model.check_in_model) at one round of three
+    profiled runs instead of three of ten: enough for a record that loses by far (a plain parallel
+    loop nest against the default's register tile)."""
+    import functools
+
+    import export.in_model as in_model
+
+    monkeypatch.setattr(in_model, "check_in_model", functools.partial(in_model.check_in_model, rounds=1, runs=3))
+
+
 def pytest_configure(config):
     """Mark every process this run starts (UI servers, search jobs, pool workers inherit it)."""
     import os

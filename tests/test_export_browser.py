@@ -15,9 +15,19 @@ from tests.cpu_marks import HAS_BF16
 pytestmark = pytest.mark.browser
 
 
-def test_export_small_cnn_and_download_the_zip(tmp_path):
+@pytest.fixture(scope="module")
+def export_ui(tmp_path_factory):
+    """One server for the file's exports, on a database that does not exist (every kernel gets its
+    default schedule: an export stores no records, so it stays so); each test's page is a session of
+    its own."""
+    with schedx_ui(env={"SCHEDX_DB": str(tmp_path_factory.mktemp("export") / "empty.db")}) as url:
+        yield url
+
+
+def test_export_small_cnn_and_download_the_zip(export_ui, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
-    with schedx_ui(env={"SCHEDX_DB": str(tmp_path / "empty.db")}) as url, sync_api.sync_playwright() as p:
+    url = export_ui
+    with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
@@ -46,10 +56,9 @@ def test_export_small_cnn_and_download_the_zip(tmp_path):
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): a bf16 "
                                          "bundle cannot be verified here, and the choice is disabled")
 @pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1100)])
-def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(tmp_path, width, height):
-    with schedx_ui(env={"SCHEDX_DB": str(tmp_path / "empty.db")}) as url, chromium_page(width, height,
-                                                                                       timeout_ms=180_000) as page:
-        _choose_bf16_and_build(page, url)
+def test_export_small_cnn_at_bf16_says_what_stayed_fp32_and_the_tolerance(export_ui, tmp_path, width, height):
+    with chromium_page(width, height, timeout_ms=180_000) as page:
+        _choose_bf16_and_build(page, export_ui)
         page.get_by_role("button", name="Download small_cnn").wait_for()
         note = page.get_by_text("Precision: bf16").first
         note.wait_for()

@@ -159,7 +159,7 @@ def test_any_model_with_symbolic_dims_loads_with_the_shapes_given(tmp_path):
     assert at.success and "verified:" in at.success[0].value
 
 
-def test_the_in_model_check_drops_a_record_slower_than_the_default_there(tmp_path):
+def test_the_in_model_check_drops_a_record_slower_than_the_default_there(tmp_path, one_round_in_model_check):
     """The checkbox runs `schedx export --check-in-model`'s check before the build: the plain
     parallel loop nest the picked record is loses to the default schedule inside the model."""
     db = tmp_path / "records.db"

@@ -15,7 +15,6 @@ from tvm import te
 
 from explorer.passes.fast_activations import fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_silu
 from explorer.passes.pipelines import INFERENCE_PASSES, INFERENCE_NCHW_PASSES
-from explorer.schedule.codegen import code_views
 from explorer.schedule.defaults import default_schedule
 from explorer.target import host_target, parse_target
 from explorer.workload import load_workload
@@ -61,7 +60,13 @@ def test_the_pipelines_rewrite_after_the_layout_conversion():
     assert INFERENCE_PASSES.index("ConvertLayoutNHWC") < INFERENCE_PASSES.index("FastMathTransform")
 
 
-# one target in make test, the other two (about 60 s each) in make test-slow
+def _asm(func: tvm.tirx.PrimFunc, target) -> str:
+    """The kernel's assembly for ``target``, compiled only (a plain build: code_views' lowered view,
+    script reparse and line map cost several times the build and add nothing to what is called)."""
+    return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm()).mod.inspect_source("asm")
+
+
+# one target in make test, the other two (about 10 s each on 2 busy cores) in make test-slow
 @pytest.mark.parametrize("spec", [pytest.param("cpu:x86-64-v3", marks=pytest.mark.slow), "cpu:x86-64-v4",
                                   pytest.param("aarch64:cortex-a76", marks=pytest.mark.slow)])
 def test_the_model_kernels_call_no_libm_per_element(tmp_path, spec):
@@ -77,7 +82,7 @@ def test_the_model_kernels_call_no_libm_per_element(tmp_path, spec):
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         scheduled, _ = default_schedule(func, target.cpu_spec())
-        asm = code_views(tvm.IRModule({"main": scheduled}), target).asm
+        asm = _asm(scheduled, target)
         calls = [ln for ln in asm.splitlines() if any(f in ln for f in LIBM) and ("call" in ln or "bl\t" in ln
                                                                                      or "bl " in ln or "jmp" in ln)]
         assert not calls, (gv.name_hint, calls[:3])
@@ -142,7 +147,7 @@ def test_constant_powers_call_no_powf(tmp_path, spec, model):
     mod = load_workload(model(tmp_path / "model.onnx")).fused_module()
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
-            asm = code_views(tvm.IRModule({"main": default_schedule(func, target.cpu_spec())[0]}), target).asm
+            asm = _asm(default_schedule(func, target.cpu_spec())[0], target)
             assert "powf" not in asm, gv.name_hint
 
 

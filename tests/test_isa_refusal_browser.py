@@ -57,6 +57,23 @@ def amx_record_db(tmp_path_factory):
     return db, record_id, len(llvm_ir) - 2
 
 
+@pytest.fixture(scope="module")
+def amx_ui(amx_record_db):
+    """One server, AMX hidden from its CPU's flags, on the AMX record's database, for both widths
+    (each width's page a session of its own; its log read for LLVM's abort after both)."""
+    with schedx_ui({"SCHEDX_DB": str(amx_record_db[0]), "SCHEDX_CPU_FLAGS": NO_AMX}) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def profile_ui(tmp_path_factory):
+    """One server for both widths' profiles (a database of no records: nothing for an in-model
+    decision to time), each width's page a session of its own."""
+    pytest.importorskip("openvino", reason="openvino is not installed (pip install 'schedx[openvino]')")
+    with schedx_ui({"SCHEDX_DB": str(tmp_path_factory.mktemp("profile") / "p.db")}) as url:
+        yield url
+
+
 def _texts(plain) -> list[str]:
     """Every string in a plain JSON value."""
     if isinstance(plain, str):
@@ -91,11 +108,11 @@ def _unreadable(page, within: str) -> list[dict]:
 
 @pytest.mark.parametrize("width,height", SIZES)
 def test_an_amx_record_is_refused_for_this_cpu_and_built_for_the_target_the_refusal_names(
-        tmp_path, amx_record_db, width, height):
-    db, record_id, llvm_chars = amx_record_db
+        tmp_path, amx_record_db, amx_ui, width, height):
+    _, record_id, llvm_chars = amx_record_db
     shots = screenshot_dir(tmp_path)
-    with schedx_ui({"SCHEDX_DB": str(db), "SCHEDX_CPU_FLAGS": NO_AMX}) as url, \
-            chromium_page(width, height, timeout_ms=120_000) as page:
+    url = amx_ui
+    with chromium_page(width, height, timeout_ms=120_000) as page:
         open_page(page, f"{url}/leaderboard", "best records")
         page.get_by_role("button", name="Open in Schedule page").click()  # the record goes to the editor
         page.wait_for_url("**/schedule")
@@ -177,13 +194,12 @@ def _tiny_onnx(path) -> str:
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_profile_page_shows_openvinos_rows_with_their_error(tmp_path, width, height):
+def test_the_profile_page_shows_openvinos_rows_with_their_error(profile_ui, tmp_path, width, height):
     """The cheapest real path the page offers: a 6-node ONNX model typed as the spec (small_cnn costs a
     whole-model build); profiled by the button, OpenVINO's rows beside TVM's with their outputs' error."""
-    pytest.importorskip("openvino", reason="openvino is not installed (pip install 'schedx[openvino]')")
     model = _tiny_onnx(tmp_path / "tiny.onnx")
-    with schedx_ui({"SCHEDX_DB": str(tmp_path / "p.db")}) as url, \
-            chromium_page(width, height, timeout_ms=120_000) as page:
+    url = profile_ui
+    with chromium_page(width, height, timeout_ms=120_000) as page:
         open_page(page, f"{url}/profile", "Profiled runs")
         box = page.get_by_label("or any model spec", exact=True)
         box.click()

@@ -12,13 +12,20 @@ from tests.cpu_marks import HAS_BF16
 pytestmark = pytest.mark.browser
 
 
+@pytest.fixture(scope="module")
+def bf16_ui(tmp_path_factory):
+    """One server for both widths: the model's bf16 kernels are extracted once (its cache), each
+    width's page still picks, builds and measures its kernel in a session of its own."""
+    with schedx_ui({"SCHEDX_DB": str(tmp_path_factory.mktemp("bf16-schedule") / "s.db")}) as url:
+        yield url
+
+
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bf16 choice "
                                          "is disabled here and a bf16 kernel cannot run")
 @pytest.mark.parametrize("width,height", [(1100, 900), (1600, 1000)])
-def test_a_models_bf16_kernel_is_picked_built_and_measured(tmp_path, width, height):
-    with schedx_ui({"SCHEDX_DB": str(tmp_path / "s.db")}) as url, chromium_page(width, height,
-                                                                                 timeout_ms=240_000) as page:
-        open_page(page, f"{url}/schedule", "Next step")
+def test_a_models_bf16_kernel_is_picked_built_and_measured(bf16_ui, tmp_path, width, height):
+    with chromium_page(width, height, timeout_ms=240_000) as page:
+        open_page(page, f"{bf16_ui}/schedule", "Next step")
         sidebar = page.locator('section[data-testid="stSidebar"]')
         sidebar.get_by_text("From a model", exact=True).click()
         settle(page)

@@ -47,7 +47,7 @@ def draw_step(data, session: ScheduleSession) -> Step:
                              "value": data.draw(st.sampled_from([16, 64]))})
 
 
-def _random_sequence(name: str, data) -> None:
+def _random_sequence(name: str, data, *, isolate: bool) -> None:
     kernel = builtin_kernel(name, **KERNELS[name])
     session = ScheduleSession(kernel.func)
     for _ in range(data.draw(st.integers(1, 6))):
@@ -58,12 +58,14 @@ def _random_sequence(name: str, data) -> None:
         except ScheduleError:
             assert session.mod.same_as(mod) and session.history == history and session.cursor == cursor
             continue
-        ok, why = check(kernel, session.mod)
+        ok, why = check(kernel, session.mod, isolate=isolate)
         assert ok, f"{[s.describe() for s in session.steps]}: {why}"
 
 
-# The default suite draws the same examples every run (CI must not fail by chance); the slow one
-# explores (it found TVM's decompose_reduction running a reduction twice, now refused).
+# The default suite draws the same examples every run (CI must not fail by chance), so it checks
+# them in this process (a child per check cost 2 s of start-up, most of the test); the slow one
+# explores (it found TVM's decompose_reduction running a reduction twice, now refused), each check
+# in a child, so that a schedule that crashes TVM is a failed example hypothesis can shrink.
 FAST = settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 SLOW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -72,7 +74,7 @@ SLOW = settings(max_examples=200, deadline=None, suppress_health_check=list(Heal
 @FAST
 @given(data=st.data())
 def test_random_steps(name, data):
-    _random_sequence(name, data)
+    _random_sequence(name, data, isolate=False)
 
 
 @pytest.mark.slow
@@ -80,7 +82,7 @@ def test_random_steps(name, data):
 @SLOW
 @given(data=st.data())
 def test_random_steps_many(name, data):
-    _random_sequence(name, data)
+    _random_sequence(name, data, isolate=True)
 
 
 def test_a_decompose_reduction_that_would_repeat_the_reduction_is_refused():

@@ -22,16 +22,16 @@ def test_sketches_text_and_json():
 
 def test_tune_writes_the_leaderboard_and_jobs_lists_it(tmp_path):
     db = str(tmp_path / "cli.db")
-    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--trials", "8", "--per-batch", "4",
+    r = CliRunner().invoke(cli, ["tune", "matmul:M=32,N=32,K=32", "--trials", "4", "--per-batch", "4",
                                  "--population", "32", "--generations", "1", "--db", db, "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
-    assert summary["trials"] == 8 and summary["measured"] + summary["failed"] == 8
+    assert summary["trials"] == 4 and summary["measured"] + summary["failed"] == 4
     (confirmed,) = summary["confirmed"]
     assert confirmed["default_s"] > 0 and confirmed["calls"] == 1 and confirmed["gain_s"] >= 0
     assert confirmed["after_origin"], confirmed
     jobs = json.loads(CliRunner().invoke(cli, ["jobs", "--db", db, "--json"]).output)
-    assert jobs[0]["status"] == "done" and jobs[0]["progress"]["trials"] == 8
+    assert jobs[0]["status"] == "done" and jobs[0]["progress"]["trials"] == 4
     lb = CliRunner().invoke(cli, ["leaderboard", "--db", db, "--json"])
     assert lb.exit_code == 0 and json.loads(lb.output)
     # timed as the model runs them (cache flushed before each single run), and the records say so

@@ -90,15 +90,18 @@ def test_store_workload_matches_metaschedule():
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """Tune a 64^3 matmul for 8 trials into a fresh store; close it; return the file."""
+    """Tune a 64^3 matmul for 4 trials (one batch, a small population: the records are what the tests
+    read) into a fresh store; close it; return the file."""
     tmp = tmp_path_factory.mktemp("adapter")
     path = tmp / "schedx.db"
     func = _matmul()
     with Store(path) as store:
         store.add_workload(store_workload(_mod(func), name="matmul_64x64x64_float32", source="builtin:matmul"))
         db = StoreDatabase(store, hardware=HW, target_filter=canonical_target(TARGET))
-        ms.tune_tir(func, Target(TARGET), work_dir=str(tmp / "work"), max_trials_global=8, num_trials_per_iter=4,
-                    builder=_builder(), database=db, num_tuning_cores=2, seed=0)
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=32, init_min_unmeasured=8,
+                                                         genetic_num_iters=1)
+        ms.tune_tir(func, Target(TARGET), work_dir=str(tmp / "work"), max_trials_global=4, num_trials_per_iter=4,
+                    builder=_builder(), database=db, num_tuning_cores=2, seed=0, strategy=strategy)
     return path, tmp
 
 
