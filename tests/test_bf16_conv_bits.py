@@ -1,6 +1,7 @@
 """A convolution (depthwise, or a direct bf16 one) hands its only reader, a direct bf16 convolution,
 its output already rounded to bf16 (:mod:`explorer.passes.bf16_conv_bits`): the graph and the fused
-kernels on any host, and on an AMX CPU the same numbers as the consumer rounding it itself."""
+kernels for an AMX CPU and for one with AVX512-BF16 alone (built for each, on any host), and on a host
+with bf16 instructions the same numbers as the consumer rounding it itself."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME
 from explorer.passes.bf16_conv_nhwc import INPUT_NAME
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.cpu_marks import NEEDS_AMX
+from tests.cpu_marks import NEEDS_BF16
+
+# the direct kernel on AMX tiles, and on vdpbf16ps vectors alone (Zen 4/5): the producer rounds for both
+TARGETS = ["cpu:sapphirerapids", "cpu:znver5"]
 
 
 def _block(hidden: int = 192, project: int = 64, *, residual: bool = False) -> onnx.ModelProto:
@@ -64,16 +68,17 @@ def _path(tmp_path, model: onnx.ModelProto) -> str:
     return str(path)
 
 
-def _kernels(path: str) -> dict[str, str]:
+def _kernels(path: str, target: str = TARGETS[0]) -> dict[str, str]:
     from explorer.precision import for_precision
 
-    workload, _ = for_precision(load_workload(path), parse_target("cpu:sapphirerapids"), "bf16")
+    workload, _ = for_precision(load_workload(path), parse_target(target), "bf16")
     return {gv.name_hint: f.script() for gv, f in workload.fused_module().functions_items()
             if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-def test_the_depthwise_kernel_writes_bf16_bits_and_the_projection_reads_them_without_a_packing_pass(tmp_path):
-    kernels = _kernels(_path(tmp_path, _block()))
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_depthwise_kernel_writes_bf16_bits_and_the_projection_reads_them_without_a_packing_pass(tmp_path, target):
+    kernels = _kernels(_path(tmp_path, _block()), target)
     depthwise = [n for n in kernels if BITS_NAME in n]
     project = [n for n in kernels if "conv2d_nhwc_bf16" in n]
     assert len(depthwise) == 1 and "group_conv2d" in kernels[depthwise[0]], sorted(kernels)
@@ -81,23 +86,29 @@ def test_the_depthwise_kernel_writes_bf16_bits_and_the_projection_reads_them_wit
     assert len(project) == 1 and INPUT_NAME not in kernels[project[0]]  # 192 channels, whole tile rows: read as is
 
 
-def test_a_projection_whose_channels_need_padding_keeps_a_packing_pass_that_only_pads(tmp_path):
-    kernels = _kernels(_path(tmp_path, _block(hidden=144, project=32)))  # 144 channels padded to 160
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_projection_whose_channels_need_padding_keeps_a_packing_pass_that_only_pads(tmp_path, target):
+    kernels = _kernels(_path(tmp_path, _block(hidden=144, project=32)), target)  # 144 channels padded to 160
     assert any(BITS_NAME in n for n in kernels), sorted(kernels)
     project = next(s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n)
+    if target == "cpu:znver5":  # vectors pad the channels to pairs only: 144 channels of bits are read as they are
+        assert INPUT_NAME not in project
+        return
     packing = project.split(f'T.sblock("{INPUT_NAME}")')[1].split("T.sblock(")[0]
     assert "T.if_then_else" in packing and "reinterpret" not in packing  # zeros past 144 channels, no rounding
 
 
-def test_a_depthwise_output_with_a_second_reader_stays_fp32(tmp_path):
-    kernels = _kernels(_path(tmp_path, _block(project=192, residual=True)))
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_depthwise_output_with_a_second_reader_stays_fp32(tmp_path, target):
+    kernels = _kernels(_path(tmp_path, _block(project=192, residual=True)), target)
     assert not any(BITS_NAME in n for n in kernels), sorted(kernels)
     project = next(s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n)
     assert INPUT_NAME in project  # the projection rounds its fp32 input itself
 
 
-def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_and_relu(tmp_path):
-    kernels = _kernels(_path(tmp_path, _basic_block()))
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_and_relu(tmp_path, target):
+    kernels = _kernels(_path(tmp_path, _basic_block()), target)
     convs = {n: s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n}
     first = [n for n in convs if BITS_NAME in n]
     assert len(convs) == 2 and len(first) == 1 and "relu" in first[0], sorted(kernels)  # fused: no kernel of its own
@@ -110,7 +121,7 @@ def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_an
     assert "reinterpret" in own  # the block's input (read by the residual add too) rounded by conv1 itself
 
 
-@NEEDS_AMX
+@NEEDS_BF16
 @pytest.mark.parametrize("model", [_block, _basic_block], ids=["depthwise", "direct"])
 def test_rounding_in_the_producer_gives_the_numbers_of_rounding_in_the_consumer(tmp_path, monkeypatch, model):
     outputs = _outputs_on_and_off(tmp_path, monkeypatch, model(), bf16_conv, "PRODUCER_ROUNDS")
@@ -176,10 +187,11 @@ def _stem(size: int = 32, *, after: str = "residual") -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def test_a_max_pool_read_by_a_convolution_reads_its_producers_bits(tmp_path, monkeypatch):
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_max_pool_read_by_a_convolution_reads_its_producers_bits(tmp_path, monkeypatch, target):
     from explorer.passes import bf16_conv_bits
 
-    kernels = _kernels(_path(tmp_path, _stem()))
+    kernels = _kernels(_path(tmp_path, _stem()), target)
     stem = [n for n in kernels if "conv2d_nhwc_bf16" in n and BITS_NAME in n]
     pool = [n for n in kernels if POOL_NAME in n]
     assert len(stem) == 1 and len(pool) == 1 and "relu" in stem[0], sorted(kernels)  # the rounding fused: no kernel
@@ -187,14 +199,15 @@ def test_a_max_pool_read_by_a_convolution_reads_its_producers_bits(tmp_path, mon
     head = kernels[pool[0]].split("\n")[4]  # the pool reads the bits, writes fp32
     assert head.index('"uint16"') < head.index('"float32"'), head
     monkeypatch.setattr(bf16_conv_bits, "POOL_READS_BITS", False)  # as before: both fp32
-    assert not any(BITS_NAME in n or POOL_NAME in n for n in _kernels(_path(tmp_path, _stem()))), sorted(kernels)
+    assert not any(BITS_NAME in n or POOL_NAME in n for n in _kernels(_path(tmp_path, _stem()), target)), sorted(kernels)
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("after", ["", "fp32_conv"], ids=["model_output", "fp32_conv"])
-def test_a_max_pool_no_bf16_convolution_reads_keeps_its_fp32_input(tmp_path, after):
+def test_a_max_pool_no_bf16_convolution_reads_keeps_its_fp32_input(tmp_path, after, target):
     """The pool's output a model output (it would move by half a bf16 step), or read by a convolution
     kept fp32 (K 64: nothing rounds the pool's values there): the pool and its producer stay fp32."""
-    kernels = _kernels(_path(tmp_path, _stem(after=after)))
+    kernels = _kernels(_path(tmp_path, _stem(after=after)), target)
     assert not any(BITS_NAME in n or POOL_NAME in n for n in kernels), sorted(kernels)
 
 
@@ -215,7 +228,7 @@ def test_the_pool_of_bits_is_the_max_pool_of_their_values():
     assert np.array_equal(out.numpy(), expected)
 
 
-@NEEDS_AMX
+@NEEDS_BF16
 def test_a_stem_whose_pool_reads_bits_verifies_and_moves_the_output_by_rounding_alone(tmp_path, monkeypatch):
     from explorer.passes import bf16_conv_bits
 
@@ -225,11 +238,11 @@ def test_a_stem_whose_pool_reads_bits_verifies_and_moves_the_output_by_rounding_
 
 
 
-@NEEDS_AMX
+@NEEDS_BF16
 def test_a_pool_of_bits_read_by_a_bf16_convolution_alone_gives_the_same_numbers(tmp_path, monkeypatch):
     """The maximum of rounded values is the rounded maximum: with no residual add the output is the same."""
     from explorer.passes import bf16_conv_bits
 
-    assert any(POOL_NAME in n for n in _kernels(_path(tmp_path, _stem(after="conv"))))
+    assert any(POOL_NAME in n for n in _kernels(_path(tmp_path, _stem(after="conv")), "cpu"))
     outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(after="conv"), bf16_conv_bits, "POOL_READS_BITS")
     assert np.array_equal(outputs[True], outputs[False])

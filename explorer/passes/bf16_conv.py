@@ -31,7 +31,7 @@ those of ``dense_bf16`` (``i, j, k2, kk``) and :mod:`explorer.schedule.defaults.
 or a kernel row of at most 32 values, output rows that split into tiles of 7-16 pixels) takes the
 direct kernel instead: NHWC, the input rounded and padded once, the tiles' A rows read straight
 from it (no im2col), NHWC fp32 out between transposes that ``SinkTransposes`` cancels between
-convolutions (:mod:`explorer.passes.bf16_conv_nhwc`); where a depthwise convolution computes its
+convolutions (:mod:`explorer.passes.bf16_conv_nhwc`); where a convolution's chain computes its
 input for it alone, that producer rounds it (:data:`PRODUCER_ROUNDS`,
 :mod:`explorer.passes.bf16_conv_bits`). Without its copies it pays from a shorter
 reduction, :data:`MIN_REDUCTION_DIRECT`. Below that, where the work per output pixel ``K x C_out``
@@ -51,7 +51,7 @@ pixels divides; input channels padded to pairs only) on ``vdpbf16ps``
 :data:`MIN_REDUCTION_DIRECT` (no split products: a shorter one stays fp32); the others take the
 im2col path (:data:`VECTOR_DIRECT_ENABLED` off: every one). On a Zen 5 (2 cores) a 3x3 64 -> 64 @56
 convolution ran at about 900 GFLOPS direct against about 500 through the im2col, and ResNet-18 at bf16
-took 4.67 ms against 7.97 (fp32 7.20).
+took 4.67 ms against 7.97 (fp32 7.20). Producers round for it as they do on AMX (:data:`PRODUCER_ROUNDS`).
 
 Kept in fp32: depthwise and other grouped convolutions (a group's few channels make short
 products with little to gain), convolutions of other layouts or ranks (1-D, 3-D, transposed),
@@ -128,9 +128,11 @@ AMX_DIRECT_ENABLED = True
 # fits on it (:func:`explorer.passes.bf16_conv_nhwc.vector_direct_fits`) direct in NHWC too, at the direct
 # kernel's reduction cut (no split products on vectors). Off: the im2col path, as before
 VECTOR_DIRECT_ENABLED = True
-# A direct kernel's input rounded to bf16 by the depthwise convolution that computes it, where the
-# kernel is its only reader (explorer.passes.bf16_conv_bits: identical numbers, half the bytes, no
-# rounding pass in the consumer). Off: every direct kernel rounds its own fp32 input
+# A direct kernel's input rounded to bf16 by the convolution's chain that computes it (a depthwise one, or a
+# direct one), where the kernel is its only reader, and a max pool between them reading the bits
+# (explorer.passes.bf16_conv_bits: identical numbers, half the bytes, no rounding pass in the consumer), on
+# AMX tiles and on vdpbf16ps vectors alike (on vectors from stop 65: ResNet-18 on Zen 5, see that module).
+# Off: every direct kernel rounds its own fp32 input
 PRODUCER_ROUNDS = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
 # (explorer.passes.pipelines' preparation, the part a convolution needs before it is rewritten)
@@ -348,9 +350,9 @@ def _plan(call: relax.Call, amx: bool, vectors: bool = False):
     return w, direct, why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
 
 
-def _converts(call: relax.Call, amx: bool) -> bool:
-    """Whether this pass converts ``call`` to a bf16 kernel on AMX or im2col (:func:`_plan`, nothing keeping it fp32)."""
-    plan = _plan(call, amx)
+def _converts(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
+    """Whether this pass converts ``call`` to a bf16 kernel (:func:`_plan`, nothing keeping it fp32)."""
+    plan = _plan(call, amx, vectors)
     return plan is not None and plan[2] is None
 
 
@@ -401,8 +403,8 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
         return mod, 0, ()
     converted, kept = [], []
     folded = fold_batch_norms(mod) if folded is None else folded
-    rounded = frozenset(rounded_by_producer(folded)) if amx and PRODUCER_ROUNDS else frozenset()
-    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx))) if amx and PRODUCER_ROUNDS \
+    rounded = frozenset(rounded_by_producer(folded)) if (amx or vectors) and PRODUCER_ROUNDS else frozenset()
+    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors))) if (amx or vectors) and PRODUCER_ROUNDS \
         else frozenset()
 
     def counted(call, builder):
