@@ -22,7 +22,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 
-from explorer.kernels import kernel_model
+from explorer.kernels import fused_kernel_spec
 from explorer.precision import DEFAULT_SAMPLES
 from explorer.target import Target
 from explorer.workload import Task, Workload
@@ -45,8 +45,7 @@ def tune_command(workload: Workload, target: Target, task: str) -> str:
     elif workload.kind == "model" and precision != "fp32":
         options += ["--precision", precision]
     elif workload.kind == "model" and workload.build_target is None:
-        kernel = f"{spec}/{task.rpartition('/')[2]}"
-        spec = kernel if kernel_model(kernel) == spec else spec
+        spec = fused_kernel_spec(spec, task) or spec
     if shapes:
         options += ["--shapes", shapes]
     return shlex.join(["schedx", "tune", spec, *options, "--target", target.spec])

@@ -16,7 +16,7 @@ from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME
 from explorer.passes.bf16_conv_nhwc import INPUT_NAME
 from explorer.target import parse_target
 from explorer.workload import load_workload
-from tests.cpu_marks import NEEDS_BF16
+from tests.cpu_marks import HAS_AMX, HAS_BF16
 
 # the direct kernel on AMX tiles, and on vdpbf16ps vectors alone (Zen 4/5): the producer rounds for both
 TARGETS = ["cpu:sapphirerapids", "cpu:znver5"]
@@ -69,11 +69,16 @@ def _path(tmp_path, model: onnx.ModelProto) -> str:
 
 
 def _kernels(path: str, target: str = TARGETS[0]) -> dict[str, str]:
+    """The fused kernels of the model at ``path`` built at bf16 for ``target`` (compile only, on any host: the
+    Zen 5 as one whose ``vdpbf16ps`` was measured to pay, which only that machine can measure)."""
     from explorer.precision import for_precision
 
-    workload, _ = for_precision(load_workload(path), parse_target(target), "bf16")
-    return {gv.name_hint: f.script() for gv, f in workload.fused_module().functions_items()
-            if isinstance(f, tvm.tirx.PrimFunc)}
+    with pytest.MonkeyPatch.context() as mp:
+        if target != TARGETS[0]:
+            mp.setattr(bf16_conv, "vdpbf16ps_pays", lambda _target: True)
+        workload, _ = for_precision(load_workload(path), parse_target(target), "bf16")
+        return {gv.name_hint: f.script() for gv, f in workload.fused_module().functions_items()
+                if isinstance(f, tvm.tirx.PrimFunc)}
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -121,24 +126,41 @@ def test_a_direct_kernel_read_only_by_the_next_one_writes_bits_after_its_bias_an
     assert "reinterpret" in own  # the block's input (read by the residual add too) rounded by conv1 itself
 
 
-@NEEDS_BF16
 @pytest.mark.parametrize("model", [_block, _basic_block], ids=["depthwise", "direct"])
 def test_rounding_in_the_producer_gives_the_numbers_of_rounding_in_the_consumer(tmp_path, monkeypatch, model):
-    outputs = _outputs_on_and_off(tmp_path, monkeypatch, model(), bf16_conv, "PRODUCER_ROUNDS")
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, model(), bf16_conv, "PRODUCER_ROUNDS", BITS_NAME)
     assert np.array_equal(outputs[True], outputs[False])
 
 
-def _outputs_on_and_off(tmp_path, monkeypatch, model: onnx.ModelProto, module, switch: str) -> dict:
-    """The model's bf16 bundle output with ``module.switch`` True and False (each bundle verified)."""
+def _skip_unless_the_host_runs_direct_bf16_convs() -> None:
+    """Skip (saying why) on a host whose bf16 builds keep convolutions off the direct kernel: no AMX, and no
+    AVX512-BF16 whose measured ``vdpbf16ps`` rate pays (a Zen 4, a Cooper Lake, a CPU without bf16)."""
+    from explorer.target import host_target
+
+    if HAS_AMX:
+        return
+    if not HAS_BF16:
+        pytest.skip("this CPU has neither AMX-BF16 nor AVX512-BF16: a bf16 bundle cannot run here")
+    if not bf16_conv.vdpbf16ps_pays(host_target()):
+        pytest.skip(f"this machine's measured vdpbf16ps rate is under {bf16_conv.VECTOR_MIN_RATE}x its fp32 FMAs': "
+                    "its bf16 builds keep convolutions fp32, so nothing here reads bits")
+
+
+def _outputs_on_and_off(tmp_path, monkeypatch, model: onnx.ModelProto, module, switch: str, marker: str) -> dict:
+    """The model's bf16 bundle output with ``module.switch`` True and False (each bundle verified; the one with
+    it on has a kernel named with ``marker``: the bits are there to compare)."""
     from export.flow import export_workload
     from export.runner.running import run_bundle
 
+    _skip_unless_the_host_runs_direct_bf16_convs()
     path = _path(tmp_path, model)
     outputs = {}
     for on in (True, False):
         monkeypatch.setattr(module, switch, on)
         report = export_workload(path, "cpu", tmp_path / f"b{on}", precision="bf16", layers=False)
         assert report.verified, report.verdict
+        funcs = [f for o in report.built.outcomes for f in o.task.funcs]
+        assert any(marker in f for f in funcs) == on, (on, funcs)
         outputs[on] = run_bundle(tmp_path / f"b{on}")[1][0]
     return outputs
 
@@ -228,21 +250,40 @@ def test_the_pool_of_bits_is_the_max_pool_of_their_values():
     assert np.array_equal(out.numpy(), expected)
 
 
-@NEEDS_BF16
 def test_a_stem_whose_pool_reads_bits_verifies_and_moves_the_output_by_rounding_alone(tmp_path, monkeypatch):
     from explorer.passes import bf16_conv_bits
 
-    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(), bf16_conv_bits, "POOL_READS_BITS")
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(), bf16_conv_bits, "POOL_READS_BITS", POOL_NAME)
     # the residual adds the pool's values rounded to bf16: at most half a bf16 step (2^-9) of them
     assert np.abs(outputs[True] - outputs[False]).max() <= 2 ** -8 * np.abs(outputs[False]).max()
 
 
 
-@NEEDS_BF16
 def test_a_pool_of_bits_read_by_a_bf16_convolution_alone_gives_the_same_numbers(tmp_path, monkeypatch):
     """The maximum of rounded values is the rounded maximum: with no residual add the output is the same."""
     from explorer.passes import bf16_conv_bits
 
-    assert any(POOL_NAME in n for n in _kernels(_path(tmp_path, _stem(after="conv")), "cpu"))
-    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(after="conv"), bf16_conv_bits, "POOL_READS_BITS")
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _stem(after="conv"), bf16_conv_bits, "POOL_READS_BITS",
+                                  POOL_NAME)
     assert np.array_equal(outputs[True], outputs[False])
+
+
+@pytest.mark.parametrize("model", [_basic_block, lambda: _block(hidden=144, project=32)], ids=["padded", "as_is"])
+def test_a_vector_kernel_reading_bits_is_scheduled_and_compiles_to_vdpbf16ps(tmp_path, model):
+    """Compile only, for the Zen 5 (any host): the direct kernel whose input is its producer's bits, padded by a
+    packing block that only pads (3x3) or read as it is (1x1, channels in pairs), takes the vector rule."""
+    from explorer.precision import for_precision
+    from explorer.schedule.defaults import default_schedule
+
+    target = parse_target(TARGETS[1])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bf16_conv, "vdpbf16ps_pays", lambda _target: True)
+        workload, _ = for_precision(load_workload(_path(tmp_path, model())), target, "bf16")
+        funcs = {gv.name_hint: f for gv, f in workload.fused_module().functions_items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and "conv2d_nhwc_bf16" in gv.name_hint}
+    readers = {n: f for n, f in funcs.items() if str(f.params[0].dtype) == "uint16"}  # its input: the bits
+    assert len(readers) == 1, sorted(funcs)
+    (func,) = readers.values()
+    scheduled, _ = default_schedule(func, target.cpu_spec())
+    asm = tvm.compile(tvm.IRModule({"main": scheduled}), target=target.tvm()).mod.inspect_source("asm")
+    assert "vdpbf16ps" in asm

@@ -67,3 +67,27 @@ def test_a_bad_model_or_target_is_an_error_message(tmp_path):
     at.sidebar.selectbox(key="profile_target_pick").set_value("other…").run()
     at.sidebar.text_input(key="profile_target_text").set_value("cuda:sm_90").run()
     assert not at.exception and any("CPU targets" in e.value for e in at.error)
+
+
+def test_a_hot_kernel_of_a_model_file_is_searched_by_the_files_path(tmp_path):
+    """"Search it" on a kernel of a model loaded from a file starts a search of that kernel of that file: the task's
+    own name (``net/fused_...``) names the model by its name, which loads nothing outside the file's folder."""
+    import onnx
+
+    from explorer.models.zoo import build_onnx
+    from store import Store
+
+    path = tmp_path / "my net.onnx"
+    onnx.save(build_onnx("small_cnn"), path)
+    at = _page(tmp_path)
+    at.text_input(key="profile_spec").set_value(str(path)).run()
+    at.button(key="profile_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.button(key="profile_tune_0").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    from search.jobs import stop_job
+
+    with Store(tmp_path / "p.db") as store:
+        (job,) = store.jobs()
+        stop_job(store, job.id)  # (the search itself is not what is tested)
+    assert str(job.params.get("workload", "")).startswith(f"{path}/fused_"), job.params

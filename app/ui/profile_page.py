@@ -37,22 +37,31 @@ def sidebar():
     return spec, shapes or None, target
 
 
+def _kernel_spec(spec: str, task_name: str) -> str:
+    """The profiled kernel as a spec that loads it: by the model as the user named it (a path stays a path), as
+    ``schedx profile``'s tune lines name it (:func:`explorer.kernels.fused_kernel_spec`)."""
+    from explorer.kernels import fused_kernel_spec
+
+    return fused_kernel_spec(spec, task_name) or task_name
+
+
 def _open_in_schedule(spec: str, shapes: str | None, task_name: str) -> None:
     from explorer.workload import load_kernel
 
-    kernel = load_kernel(task_name, shapes=shapes)
+    kernel = load_kernel(_kernel_spec(spec, task_name), shapes=shapes)
     state.write(state.GRAPH_KERNEL, kernel)  # the Schedule page offers it at the top of its sidebar
     state.write(state.USE_GRAPH_KERNEL, True)
     st.switch_page("ui/schedule.py")
 
 
-def _start_search(task_name: str, target, shapes: str | None, trials: int) -> None:
+def _start_search(spec: str, task_name: str, target, shapes: str | None, trials: int) -> None:
     from search.entry import prepare, start
     from search.job_spec import JobSpec
     from search.params import SearchParams
     from store import Store
 
-    valid = prepare(JobSpec(workload=task_name, target=target.spec, params=SearchParams(trials=trials), shapes=shapes))
+    valid = prepare(JobSpec(workload=_kernel_spec(spec, task_name), target=target.spec,
+                            params=SearchParams(trials=trials), shapes=shapes))
     with Store(db_path()) as store:
         job = start(store, valid)
     state.write(state.SEARCH_JOB, job.id)
@@ -134,7 +143,7 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
             _open_in_schedule(spec, shapes, k.task)
         if c[2].button("Search it", key=f"{KEY}tune_{i}"):
             try:
-                _start_search(k.task, target, shapes, int(trials))
+                _start_search(spec, k.task, target, shapes, int(trials))
             except (ExplorerError, StoreError) as err:
                 st.error(str(err))
     for note in result.notes:

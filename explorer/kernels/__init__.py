@@ -13,7 +13,7 @@ from tvm import te
 
 from explorer.errors import ExplorerError
 from explorer.kernels.builtin import BUILTINS, BuiltinKernel
-from explorer.kernels.kernel import MODEL_SOURCE, BufferSpec, Kernel, KernelInfo, kernel_model, make_kernel
+from explorer.kernels.kernel import MODEL_SOURCE, BufferSpec, Kernel, KernelInfo, fused_kernel_spec, kernel_model, make_kernel
 
 
 class KernelError(ExplorerError):
@@ -97,5 +97,5 @@ def load_kernel(spec: str) -> Kernel:
 
 
 __all__ = ["BUILTINS", "MODEL_SOURCE", "BufferSpec", "Kernel", "KernelError", "KernelInfo", "builtin_kernel",
-           "kernel_model", "load_kernel",
+           "fused_kernel_spec", "kernel_model", "load_kernel",
            "make_kernel", "parse_spec"]

@@ -26,6 +26,16 @@ def kernel_model(spec: str) -> str | None:
     return spec.rpartition("/")[0]
 
 
+def fused_kernel_spec(model: str, task: str) -> str | None:
+    """The spec of the fused kernel named ``task`` (``resnet18/fused_conv2d_add``: a task's name, its model's
+    name then the kernel's function) of the model the user named ``model`` (a zoo name, an .onnx path):
+    ``model/function``, or None where no spec can name it (a ``model`` with a ``:``, such as
+    ``example:densenet121``, reads as a built-in kernel's spec). A task's own name names the model by its
+    name, which is no path: ``m/fused_add`` for ``path/to/m.onnx`` loads nothing."""
+    kernel = f"{model}/{task.rpartition('/')[2]}"
+    return kernel if kernel_model(kernel) == model else None
+
+
 @dataclass(frozen=True)
 class BufferSpec:
     """One parameter buffer of a kernel."""

@@ -131,7 +131,7 @@ VECTOR_DIRECT_ENABLED = True
 # A direct kernel's input rounded to bf16 by the convolution's chain that computes it (a depthwise one, or a
 # direct one), where the kernel is its only reader, and a max pool between them reading the bits
 # (explorer.passes.bf16_conv_bits: identical numbers, half the bytes, no rounding pass in the consumer), on
-# AMX tiles and on vdpbf16ps vectors alike (on vectors from stop 65: ResNet-18 on Zen 5, see that module).
+# AMX tiles and on vdpbf16ps vectors alike (the figures: that module's docstring).
 # Off: every direct kernel rounds its own fp32 input
 PRODUCER_ROUNDS = True
 # the pipeline's own passes that fold batch-norm into a convolution's constant weights
@@ -403,8 +403,9 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
         return mod, 0, ()
     converted, kept = [], []
     folded = fold_batch_norms(mod) if folded is None else folded
-    rounded = frozenset(rounded_by_producer(folded)) if (amx or vectors) and PRODUCER_ROUNDS else frozenset()
-    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors))) if (amx or vectors) and PRODUCER_ROUNDS \
+    producers_round = (amx or vectors) and PRODUCER_ROUNDS
+    rounded = frozenset(rounded_by_producer(folded)) if producers_round else frozenset()
+    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors))) if producers_round \
         else frozenset()
 
     def counted(call, builder):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,9 +164,10 @@ def _stepping(expr, positions: dict[str, int]) -> frozenset[int]:
     found, stack, seen = set(), [expr], set()
     while stack:
         node = stack.pop()
-        if node.__chandle__() in seen or isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm):
+        handle = node.__chandle__()
+        if handle in seen or isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm):
             continue
-        seen.add(node.__chandle__())
+        seen.add(handle)
         if isinstance(node, tirx.Var) and node.name in positions:
             found.add(positions[node.name])
         for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
@@ -198,6 +200,7 @@ def _access(read, positions: dict[str, int], analyzer) -> Access:
 # the blocks it does not touch as they were (the same nodes); the value is held, so its handle is not reused
 _VALUE_FACTS: OrderedDict[int, tuple[object, tuple[bool, bool, frozenset[str]]]] = OrderedDict()
 _VALUE_FACTS_KEPT = 256
+_VALUE_FACTS_LOCK = threading.Lock()
 
 
 def _value_facts(value) -> tuple[bool, bool, frozenset[str]]:
@@ -205,17 +208,19 @@ def _value_facts(value) -> tuple[bool, bool, frozenset[str]]:
     last :data:`_VALUE_FACTS_KEPT` values: a convolution with fused activations stores a value of thousands of
     nodes (the activations' inputs inlined into each of their uses)."""
     handle = value.__chandle__()
-    if handle in _VALUE_FACTS:
-        _VALUE_FACTS.move_to_end(handle)
-        return _VALUE_FACTS[handle][1]
+    with _VALUE_FACTS_LOCK:  # (the UI's sessions schedule in threads of one process)
+        if handle in _VALUE_FACTS:
+            _VALUE_FACTS.move_to_end(handle)
+            return _VALUE_FACTS[handle][1]
     costly = bool(_calls(value) - _CHEAP_CALLS)
     padding = _is_padding(value)
     bordered = frozenset() if padding else frozenset(
         str(getattr(load.source, "name", "")) for n in sub_exprs(value)
         if _is_padding(n) for load in sub_exprs(n) if isinstance(load, TensorLoad))
-    _VALUE_FACTS[handle] = (value, (costly, padding, bordered))
-    if len(_VALUE_FACTS) > _VALUE_FACTS_KEPT:
-        _VALUE_FACTS.popitem(last=False)
+    with _VALUE_FACTS_LOCK:
+        _VALUE_FACTS[handle] = (value, (costly, padding, bordered))
+        if len(_VALUE_FACTS) > _VALUE_FACTS_KEPT:
+            _VALUE_FACTS.popitem(last=False)
     return costly, padding, bordered
 
 
