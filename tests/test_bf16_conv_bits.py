@@ -284,6 +284,8 @@ def test_a_vector_kernel_reading_bits_is_scheduled_and_compiles_to_vdpbf16ps(tmp
     readers = {n: f for n, f in funcs.items() if str(f.params[0].dtype) == "uint16"}  # its input: the bits
     assert len(readers) == 1, sorted(funcs)
     (func,) = readers.values()
-    scheduled, _ = default_schedule(func, target.cpu_spec())
+    scheduled, choice = default_schedule(func, target.cpu_spec())
+    packing = [step for step in " ".join(choice.steps).split("; ") if step.startswith(INPUT_NAME)]
+    assert all("padded" in step and "rounded" not in step for step in packing), choice.steps  # the bits: padded only
     asm = tvm.compile(tvm.IRModule({"main": scheduled}), target=target.tvm()).mod.inspect_source("asm")
     assert "vdpbf16ps" in asm

@@ -511,11 +511,14 @@ def schedule_input(sch: s_tir.Schedule, call=None, band: bool = False) -> list[s
             sch.compute_at(block, call)
         except s_tir.ScheduleError:  # (a packing TVM will not split by calls: packed once)
             call = None
+    # its input's bits, rounded by their producer (explorer.passes.bf16_conv_bits): only padded here
+    bits = all(str(r.source.dtype) == "uint16" for r in sch.get(block).reads)
+    done = "padded" if bits else "rounded to bf16 and padded"
     loops = sch.get_loops(block)  # n, h, w, c (n, pixel, c: flattened)
     c = loops[-1]
     lanes = int(sch.get(c).extent) % PACK_LANES == 0
     if call is None and not lanes and _pack_inside_apart(sch, block):
-        return [f"{INPUT_NAME}: rounded to bf16 and padded once, the input's rows and columns apart from the "
+        return [f"{INPUT_NAME}: {done} once, the input's rows and columns apart from the "
                 "padding (the box's rows in parallel, no branch: vectorized by LLVM)"]
     one_row = (PACK_ONE_ROW_BY_PIXELS and call is None and len(loops) == 4
                and int(sch.get(loops[1]).extent) == 1)
@@ -527,11 +530,11 @@ def schedule_input(sch: s_tir.Schedule, call=None, band: bool = False) -> list[s
         # one thread, load 4: 0.085-0.086 -> 0.075-0.077 ms; unpadded ones level to 4% faster)
         sch.vectorize(sch.split(c, [None, PACK_LANES])[1])
     if call is not None and band:
-        return [f"{INPUT_NAME}: the pixels of a core's band rounded to bf16 and padded in that band"]
+        return [f"{INPUT_NAME}: the pixels of a core's band {done} in that band"]
     if call is not None:
-        return [f"{INPUT_NAME}: the rows a chunk of calls reads rounded to bf16 and padded in that chunk"]
+        return [f"{INPUT_NAME}: the rows a chunk of calls reads {done} in that chunk"]
     what = "pixels of its one row" if one_row else "rows"
-    return [f"{INPUT_NAME}: {what} in parallel, rounded to bf16 and padded once"]
+    return [f"{INPUT_NAME}: {what} in parallel, {done} once"]
 
 
 def _pack_inside_apart(sch: s_tir.Schedule, block) -> bool:
