@@ -12,7 +12,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 from explorer.passes import bf16_conv
-from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME
+from explorer.passes.bf16_conv_bits import BITS_NAME, POOL_NAME, WIDEN_NAME
 from explorer.passes.bf16_conv_nhwc import INPUT_NAME
 from explorer.target import parse_target
 from explorer.workload import load_workload
@@ -104,11 +104,18 @@ def test_a_projection_whose_channels_need_padding_keeps_a_packing_pass_that_only
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_depthwise_output_with_a_second_reader_stays_fp32(tmp_path, target):
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_bits", "fp32"])
+def test_a_depthwise_output_with_a_second_reader(tmp_path, monkeypatch, target, shared):
+    """Read by the projection and by an add too: with :data:`explorer.passes.bf16_conv_bits.SHARED_BITS` on,
+    written as bits, the add widening them; off (the default), fp32, the projection rounding it itself."""
+    from explorer.passes import bf16_conv_bits
+
+    monkeypatch.setattr(bf16_conv_bits, "SHARED_BITS", shared)
     kernels = _kernels(_path(tmp_path, _block(project=192, residual=True)), target)
-    assert not any(BITS_NAME in n for n in kernels), sorted(kernels)
+    assert any(BITS_NAME in n for n in kernels) == shared, sorted(kernels)
+    assert any(WIDEN_NAME in n for n in kernels) == shared, sorted(kernels)
     project = next(s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n)
-    assert INPUT_NAME in project  # the projection rounds its fp32 input itself
+    assert (INPUT_NAME in project) != shared  # fp32: the projection rounds its input itself
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -289,3 +296,91 @@ def test_a_vector_kernel_reading_bits_is_scheduled_and_compiles_to_vdpbf16ps(tmp
     assert all("padded" in step and "rounded" not in step for step in packing), choice.steps  # the bits: padded only
     asm = tvm.compile(tvm.IRModule({"main": scheduled}), target=target.tvm()).mod.inspect_source("asm")
     assert "vdpbf16ps" in asm
+
+
+def _two_blocks(channels: int = 64, size: int = 14, *, tail: str = "") -> onnx.ModelProto:
+    """A 3x3 convolution + relu (a stem), then two of ResNet's basic blocks in a row: each block's input is read by
+    its first convolution and by its residual add; ``tail``: "output" the first block's output is an output of the
+    model too, "fp32_conv" a 1x1 convolution kept fp32 (K 64) reads it as well (the second output)."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.05, (channels, channels, 3, 3)).astype("float32"), "ws")]
+    nodes = [helper.make_node("Conv", ["x", "ws"], ["stem"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["stem"], ["h"])]
+    x = "h"
+    for b in range(2):
+        names = [f"w{b}1", f"b{b}1", f"w{b}2", f"b{b}2"]
+        inits += [numpy_helper.from_array(rng.normal(0, 0.05, (channels, channels, 3, 3)).astype("float32"), names[0]),
+                  numpy_helper.from_array(rng.normal(0, 0.1, channels).astype("float32"), names[1]),
+                  numpy_helper.from_array(rng.normal(0, 0.05, (channels, channels, 3, 3)).astype("float32"), names[2]),
+                  numpy_helper.from_array(rng.normal(0, 0.1, channels).astype("float32"), names[3])]
+        nodes += [helper.make_node("Conv", [x, names[0], names[1]], [f"c{b}1"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{b}1"], [f"r{b}1"]),
+                  helper.make_node("Conv", [f"r{b}1", names[2], names[3]], [f"c{b}2"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Add", [f"c{b}2", x], [f"s{b}"]), helper.make_node("Relu", [f"s{b}"], [f"y{b}"])]
+        x = f"y{b}"
+    shape = [1, channels, size, size]
+    outputs = [helper.make_tensor_value_info("y1", TensorProto.FLOAT, shape)]
+    if tail == "output":
+        outputs.append(helper.make_tensor_value_info("y0", TensorProto.FLOAT, shape))
+    elif tail == "fp32_conv":
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, (16, channels, 1, 1)).astype("float32"), "wd"))
+        nodes.append(helper.make_node("Conv", ["y0", "wd"], ["d"]))
+        outputs.append(helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 16, size, size]))
+    graph = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], outputs,
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_block_output_read_by_a_convolution_and_a_residual_add_is_written_as_bits(tmp_path, monkeypatch, target):
+    """ResNet's block output (:data:`SHARED_BITS` on): the next block's first convolution reads the bits as its
+    producer's (it only pads them), its residual add widens them in the second convolution's epilogue; nothing
+    writes it in fp32."""
+    from explorer.passes import bf16_conv_bits
+
+    monkeypatch.setattr(bf16_conv_bits, "SHARED_BITS", True)
+    kernels = _kernels(_path(tmp_path, _two_blocks()), target)
+    convs = {n: s for n, s in kernels.items() if "conv2d_nhwc_bf16" in n}
+    calls = [line for line in _main(tmp_path, target) if "R.call_tir(" in line]
+    assert len(calls) == 5 + 1 and all("conv2d_nhwc_bf16" in c for c in calls[:5]), calls  # (then the transpose)
+    # the stem, both first convolutions and the first block's last write bits; the last block's writes fp32
+    assert [c.endswith('dtype="uint16"))') for c in calls[:5]] == [True] * 4 + [False], calls
+    widening = [n for n in convs if WIDEN_NAME in n]
+    assert widening, sorted(kernels)  # each block's last convolution widens its residual in its epilogue
+    assert not any(n.startswith((BITS_NAME, WIDEN_NAME)) for n in kernels), sorted(kernels)  # fused: no kernel alone
+    for name in widening:  # its input and its residual as bits, its output fp32 or bits
+        head = convs[name].split("\n")[4]
+        assert head.count('"uint16"') >= 2, head
+
+
+def _main(tmp_path, target: str) -> list[str]:
+    """The lines of the fused model's ``main`` (compile only, as :func:`_kernels` builds it)."""
+    from explorer.precision import for_precision
+
+    with pytest.MonkeyPatch.context() as mp:
+        if target != TARGETS[0]:
+            mp.setattr(bf16_conv, "vdpbf16ps_pays", lambda _target: True)
+        workload, _ = for_precision(load_workload(str(tmp_path / "block.onnx")), parse_target(target), "bf16")
+        return [line.strip() for line in workload.fused_module()["main"].script().splitlines()]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("tail", ["output", "fp32_conv"])
+def test_a_block_output_with_another_reader_stays_fp32(tmp_path, monkeypatch, target, tail):
+    """A block output that is an output of the model too (its values would move by the rounding), or that a
+    convolution kept fp32 reads (it would need the fp32 values): written in fp32, :data:`SHARED_BITS` on or off."""
+    from explorer.passes import bf16_conv_bits
+
+    monkeypatch.setattr(bf16_conv_bits, "SHARED_BITS", True)
+    _path(tmp_path, _two_blocks(tail=tail))
+    calls = [line for line in _main(tmp_path, target) if "R.call_tir(" in line and "conv2d_nhwc_bf16" in line]
+    assert len(calls) == 5 and calls[2].endswith('dtype="float32"))'), calls  # the first block's output: fp32
+    assert calls[0].endswith('dtype="uint16"))'), calls  # (the stem's output, the first block's input: bits)
+
+
+def test_block_outputs_as_bits_move_the_output_by_the_rounding_alone(tmp_path, monkeypatch):
+    from explorer.passes import bf16_conv_bits
+
+    outputs = _outputs_on_and_off(tmp_path, monkeypatch, _two_blocks(), bf16_conv_bits, "SHARED_BITS", WIDEN_NAME)
+    # the residual add reads the block's output rounded to bf16: at most half a bf16 step (2^-9) of each value,
+    # carried through one more block
+    assert 0 < np.abs(outputs[True] - outputs[False]).max() <= 2 ** -6 * np.abs(outputs[False]).max()

@@ -87,7 +87,8 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import tensor_info
-from explorer.passes.bf16_conv_bits import emit_bits, pool_of_bits, pools_reading_bits, rounded_by_producer
+from explorer.passes.bf16_conv_bits import (emit_bits, pool_of_bits, pools_reading_bits, rounded_by_producer,
+                                           shared_as_bits, widened)
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
                                             nhwc_channels, pack_nhwc_weights, row_tiled, vector_direct_fits)
 from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
@@ -96,6 +97,7 @@ from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_ADD = tvm.ir.Op.get("relax.add")
 _FLOAT_OUT = ("", "None", "void", "float32")
 # the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for: measured one conv
 # at a time against the default fp32 build (docs/notes/measurements.md, "bf16 convolutions")
@@ -291,15 +293,16 @@ def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
 
 
 def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool,
-            bits: bool = False, vectors: bool = False):
+            bits: bool = False, vectors: bool = False, nhwc_bits: relax.Expr | None = None):
     """The direct kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
     :mod:`explorer.passes.bf16_conv_split`) between the transposes to and from NHWC that
     ``SinkTransposes`` cancels between consecutive convolutions; ``bits``: its input rounded to bf16
     by the producer (:mod:`explorer.passes.bf16_conv_bits`; not for a split product, which reads fp32);
-    ``vectors``: for ``vdpbf16ps`` alone (input channels in pairs, rows tiled, never across them)."""
+    ``vectors``: for ``vdpbf16ps`` alone (input channels in pairs, rows tiled, never across them); ``nhwc_bits``:
+    its input's bits in NHWC, emitted already for its other readers (:func:`explorer.passes.bf16_conv_bits.shared_as_bits`)."""
     oc, ic, kh, kw = w.shape
-    xn = builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
-    if bits and not split:
+    xn = nhwc_bits if nhwc_bits is not None else builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+    if bits and not split and nhwc_bits is None:
         xn = emit_bits(xn, builder)
     channels, out_hw = _ceil(ic, PAIR) if vectors else nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
     packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
@@ -356,8 +359,15 @@ def _converts(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
     return plan is not None and plan[2] is None
 
 
+def _reads_bits(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
+    """Whether this pass makes ``call`` a direct kernel that reads its input as its producer's bits (converted,
+    direct, not a split product: :func:`_direct`)."""
+    plan = _plan(call, amx, vectors)
+    return plan is not None and plan[2] is None and plan[1] and int(np.prod(plan[0].shape[1:])) >= MIN_REDUCTION_DIRECT
+
+
 def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
-             rounded: frozenset = frozenset(), vectors: bool = False):
+             rounded: frozenset = frozenset(), vectors: bool = False, nhwc_bits: relax.Expr | None = None):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
     (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
     AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits (``vectors``: the CPU's
@@ -377,7 +387,7 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
         split = int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
                        out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded,
-                       vectors=vectors)
+                       vectors=vectors, nhwc_bits=nhwc_bits)
     return builder.call_te(
         conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
@@ -407,12 +417,23 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
     rounded = frozenset(rounded_by_producer(folded)) if producers_round else frozenset()
     pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors))) if producers_round \
         else frozenset()
+    shared = frozenset(shared_as_bits(folded, lambda conv: _reads_bits(conv, amx, vectors))) if producers_round \
+        else frozenset()
+    bits_of: dict = {}  # a shared output -> its bits (NHWC), emitted where its first reader is
+
+    def bits(var, builder):
+        if var not in bits_of:
+            bits_of[var] = emit_bits(builder.emit(relax.op.permute_dims(var, [0, 2, 3, 1])), builder)
+        return bits_of[var]
 
     def counted(call, builder):
         pool = pool_of_bits(call, builder, pooled)  # (a max pool reading its producer's bits: no conversion)
         if pool is not None:
             return pool
-        new = _rewrite(call, builder, kept, amx, rounded, vectors)
+        if call.op.same_as(_ADD) and any(a in shared for a in call.args):  # a residual add: the bits widened
+            return relax.op.add(*(widened(bits(a, builder), builder) if a in shared else a for a in call.args))
+        given = bits(call.args[0], builder) if call.op.same_as(_CONV2D) and call.args[0] in shared else None
+        new = _rewrite(call, builder, kept, amx, rounded, vectors, nhwc_bits=given)
         converted.extend([call] if new is not None else [])
         return new
 
