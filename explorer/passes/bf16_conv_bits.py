@@ -132,15 +132,7 @@ def pools_reading_bits(mod: tvm.IRModule, converts) -> set:
 def _ends_a_chain(var, bound: dict, uses: dict) -> bool:
     """Whether ``var`` is a convolution or the last step of a convolution's chain (the steps before it each
     read once, ``var`` itself read any number of times)."""
-    value = bound.get(var)
-    if not isinstance(value, relax.Call):
-        return False
-    if value.op.same_as(_CONV2D):
-        return True
-    if not (any(value.op.same_as(op) for op in _STEPS) or value.op.same_as(_CALL_TIR)):
-        return False
-    before = _input(value)
-    return before is not None and tvm_ffi.structural_equal(before.ty, value.ty) and _conv_tail(before, bound, uses)
+    return _conv_tail(var, bound, {**uses, var: 1})
 
 
 def shared_as_bits(mod: tvm.IRModule, reads_bits) -> set:
