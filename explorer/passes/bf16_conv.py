@@ -301,6 +301,8 @@ def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, 
     ``vectors``: for ``vdpbf16ps`` alone (input channels in pairs, rows tiled, never across them); ``nhwc_bits``:
     its input's bits in NHWC, emitted already for its other readers (:func:`explorer.passes.bf16_conv_bits.shared_as_bits`)."""
     oc, ic, kh, kw = w.shape
+    if split and nhwc_bits is not None:
+        raise ValueError("a split product reads its input in fp32, not as bits")
     xn = nhwc_bits if nhwc_bits is not None else builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
     if bits and not split and nhwc_bits is None:
         xn = emit_bits(xn, builder)

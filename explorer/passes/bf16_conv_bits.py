@@ -17,7 +17,7 @@ MobileNetV2 ~3% (depthwise producers); ResNet-18 2-5% at 1 and 2 threads (its bl
 convolutions: the producers themselves faster, writing half the bytes; the second ones ~5%).
 
 A producer with other readers (a block's output, read by the next block and its residual add) stays
-fp32: it would need both outputs. Between two direct kernels the rounding fuses only once
+fp32: it would need both outputs (unless :data:`SHARED_BITS`, off, has every reader take the bits). Between two direct kernels the rounding fuses only once
 ``SinkTransposes`` has cancelled their transposes without leaving an alias (``y = x``, a step
 ``FuseOps`` does not fuse through).
 
@@ -59,7 +59,7 @@ MAX_CHAIN = 4
 # docstring). False: such a pool and its producer stay fp32, as before
 POOL_READS_BITS = True
 # A convolution chain's output read by several bindings, each a direct bf16 convolution (which reads bits as
-# its producer's) or an element-wise add (a residual add, which reads them widened back to fp32): the chain
+# its producer's) or an element-wise add (any add: a residual add, a bias; it reads them widened back to fp32): the chain
 # writes bits and nothing else (:func:`shared_as_bits`; ResNet's block outputs, 6 of ResNet-18's 8). It moves
 # the residual adds by the rounding (at most half a bf16 step of each value; ResNet-18 2.73e-3 -> 2.82e-3 of
 # ONNX Runtime's output). Off: on Zen 5 (2 threads, vdpbf16ps vectors) ResNet-18 was no faster, 0.993x in 12
