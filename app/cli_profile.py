@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -110,7 +111,8 @@ def tune_lines(profiled, hot: list) -> list[str]:
     for command, kernels in by_command.items():
         gain = sum(k.headroom_s or 0.0 for k in kernels)
         funcs = [k.task.rpartition("/")[2] for k in kernels]
-        names = "" if len(funcs) == 1 and funcs[0] in command else ", ".join(funcs)  # (a model's search: which kernels)
+        by_kernel = shlex.split(command)[2].endswith(f"/{funcs[0]}")  # the command names the kernel itself
+        names = "" if len(funcs) == 1 and by_kernel else ", ".join(funcs)  # (a model's search: which kernels)
         comment = names + (": " if names and gain else "") + (f"up to {gain * 1e3:.3g} ms to gain" if gain else "")
         lines.append(f"{command} --minutes {5 * len(kernels)}" + (f"  # {comment}" if comment else ""))
     return lines

@@ -303,9 +303,9 @@ def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, 
     oc, ic, kh, kw = w.shape
     if split and nhwc_bits is not None:
         raise ValueError("a split product reads its input in fp32, not as bits")
+    if nhwc_bits is None:
+        nhwc_bits = _nhwc_bits(x, builder) if bits and not split else None
     xn = nhwc_bits if nhwc_bits is not None else builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
-    if bits and not split and nhwc_bits is None:
-        xn = emit_bits(xn, builder)
     channels, out_hw = _ceil(ic, PAIR) if vectors else nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
     packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
     weights = relax.const(packed)
@@ -365,7 +365,19 @@ def _reads_bits(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
     """Whether this pass makes ``call`` a direct kernel that reads its input as its producer's bits (converted,
     direct, not a split product: :func:`_direct`)."""
     plan = _plan(call, amx, vectors)
-    return plan is not None and plan[2] is None and plan[1] and int(np.prod(plan[0].shape[1:])) >= MIN_REDUCTION_DIRECT
+    return plan is not None and plan[2] is None and plan[1] and not _split(plan[0])
+
+
+def _split(w: np.ndarray) -> bool:
+    """Whether a direct kernel computes weights ``w`` as a split product (a reduction under the direct cut that
+    :func:`why_fp32` let through)."""
+    return int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
+
+
+def _nhwc_bits(x: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
+    """NCHW fp32 ``x`` as NHWC bf16 bits: the transpose ``SinkTransposes`` cancels against its producer's, and the
+    rounding ``FuseOps`` fuses into that producer."""
+    return emit_bits(builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1])), builder)
 
 
 def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
@@ -386,7 +398,7 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
     a = call.attrs
     pad = [int(v) for v in a.padding]
     if direct:  # (a reduction under the direct cut that why_fp32 let through is a split product)
-        split = int(np.prod(w.shape[1:])) < MIN_REDUCTION_DIRECT
+        split = _split(w)
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
                        out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded,
                        vectors=vectors, nhwc_bits=nhwc_bits)
@@ -425,7 +437,7 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
 
     def bits(var, builder):
         if var not in bits_of:
-            bits_of[var] = emit_bits(builder.emit(relax.op.permute_dims(var, [0, 2, 3, 1])), builder)
+            bits_of[var] = _nhwc_bits(var, builder)
         return bits_of[var]
 
     def counted(call, builder):
