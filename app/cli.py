@@ -25,7 +25,7 @@ from app.cli_common import echo_json as _echo_json
 from app.cli_common import fail_cleanly as _fail_cleanly
 from app.cli_types import Count, FilePath, InputError
 from explorer.interrupts import INTERRUPTED, as_interrupt, exit_status, handling_signals
-from explorer.temp_dirs import sweep_dead
+from explorer.temp_dirs import sweep_dead, sweep_own
 
 
 def one_line(text: str) -> str:
@@ -90,8 +90,10 @@ def _fail(message: str) -> None:
 
 
 def _interrupted(err: BaseException) -> None:
-    """Ctrl-C: exit 130; SIGTERM: 143 (what shells and service managers expect)."""
+    """Ctrl-C: exit 130; SIGTERM: 143 (what shells and service managers expect). The process's
+    temp folders go first: one made just as the signal landed has no ``with`` block to remove it."""
     status = exit_status(err)
+    sweep_own()
     try:
         click.echo("interrupted (Ctrl-C)" if status == INTERRUPTED else "terminated (SIGTERM)", err=True)
     except OSError:

@@ -98,6 +98,8 @@ class ProfileKeys:
     RESULT = PREFIX + "result"  # (spec, shapes, target key, ProfileResult)
     SWEEP_RESULT = PREFIX + "sweep_result"  # (spec, target key, SweepResult)
     QDQ = PREFIX + "qdq"  # (spec, QDQ model bytes, QuantizeReport)
+    IN_MODEL = PREFIX + "in_model"  # keep a record only where it beats the default inside the model
+    RECHECK = PREFIX + "recheck"  # take that decision again
 
 
 class ExportKeys:

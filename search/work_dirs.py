@@ -4,14 +4,14 @@ command starts."""
 
 from __future__ import annotations
 
-import tempfile
+from contextlib import AbstractContextManager
 
 from explorer.temp_dirs import private_temp_dir, sweep_dead
 
 PREFIX = "schedx-tune-"
 
 
-def work_dir() -> tempfile.TemporaryDirectory:
+def work_dir() -> AbstractContextManager[str]:
     """A fresh scratch folder for this search (dead processes' folders swept first)."""
     sweep_dead()
     return private_temp_dir(PREFIX)

@@ -165,17 +165,17 @@ def pick_option(page, label: str, option_text: str, *, type_text: bool = True) -
     for attempt in range(3):
         box.evaluate("e => e.scrollIntoView({block: 'center'})")
         box.click()
-        if type_text:
+        if type_text or attempt:  # a list that would not hold still (CI, stop 65) is filtered down
             page.keyboard.type(option_text)
         try:
             option.wait_for(timeout=20_000)
-            break
+            option.click(timeout=20_000)  # a list drawn again under the pointer detaches the option
+            return
         except PlaywrightTimeout:
             if attempt == 2:
                 raise
             page.keyboard.press("Escape")
             page.wait_for_timeout(1_000)
-    option.click()
 
 
 def settle(page, *, pause_ms: int = 250, timeout_ms: int | None = None) -> None:

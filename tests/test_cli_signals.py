@@ -164,5 +164,48 @@ def test_temp_folders_carry_their_pid_and_the_next_command_sweeps_the_dead_ones(
             (tmp_path / name).mkdir()
         assert CliRunner().invoke(cli, ["pipelines"]).exit_code == 0
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + [Path(mine).name])
-    with pytest.raises(ValueError):
-        private_temp_dir("verify")
+    with pytest.raises(ValueError), private_temp_dir("verify"):
+        pass
+
+
+def test_a_signal_during_the_removal_waits_until_the_folder_is_gone(tmp_path, monkeypatch):
+    """Before: a SIGTERM that landed inside ``rmtree`` left half a folder (CI, stop 65)."""
+    import shutil
+
+    from explorer.interrupts import Terminated, handling_signals
+    from explorer.temp_dirs import private_temp_dir
+
+    real, seen = shutil.rmtree, []
+
+    def signalled_midway(path, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered now, were it not held back
+        seen.append(Path(path).exists())
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", signalled_midway)
+    with pytest.raises(Terminated), handling_signals():
+        with private_temp_dir("schedx-verify-", dir=tmp_path) as folder:
+            (Path(folder) / "outputs.npz").write_bytes(b"x" * 1000)
+        time.sleep(1)  # not reached: the held signal arrives as the removal ends
+    assert seen == [True] and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_command_removes_a_folder_no_block_knows_of(tmp_path, monkeypatch):
+    """A signal between ``mkdtemp`` and the ``with`` leaves a folder no block removes: the command
+    exiting on the interrupt removes its own process's folders (and only those)."""
+    import tempfile
+
+    from app.cli import cli
+    from explorer.interrupts import Terminated
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "schedx-verify-pid1-other").mkdir()  # another process's (pid 1 is alive)
+
+    def made_then_terminated(*args, **kwargs):
+        tempfile.mkdtemp(prefix=f"schedx-verify-pid{os.getpid()}-")
+        raise Terminated("terminated (SIGTERM)")
+
+    monkeypatch.setattr(cli.commands["pipelines"], "callback", made_then_terminated)
+    result = CliRunner().invoke(cli, ["pipelines"])
+    assert result.exit_code == 143, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["schedx-verify-pid1-other"]

@@ -264,7 +264,9 @@ def test_the_scratch_folders_of_dead_searches_go_when_the_next_starts(tmp_path, 
     (tmp_path / "schedx-tune-pid1-keep").mkdir()  # pid 1 lives
     (tmp_path / "schedx-tune-old").mkdir()  # a name without a pid: not ours to judge
     (tmp_path / f"schedx-uploads-{dead.pid}-abc").mkdir()  # a number that is no pid of ours (a user id)
-    monkeypatch.setattr(work_dirs.tempfile, "tempdir", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with work_dirs.work_dir() as mine:
         assert Path(mine).name.startswith(f"schedx-tune-pid{__import__('os').getpid()}-")
         assert sorted(p.name for p in tmp_path.iterdir() if p.name != Path(mine).name) == \

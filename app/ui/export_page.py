@@ -17,6 +17,7 @@ import tempfile
 import streamlit as st
 
 from app import state
+from app.in_model_picker import in_model_picker
 from app.precision_picker import precision_picker
 from app.state import ExportKeys as K
 from app.target_picker import target_picker
@@ -242,16 +243,8 @@ def main() -> None:
         return
     choices = choices_for(tasks, target, db)
     picks = task_table(choices, target)
-    in_model = st.checkbox("Keep a record only where it beats the default inside the model (about a minute)",
-                           key=K.IN_MODEL, value=target.runs_here,
-                           disabled=not target.runs_here or not any(c.candidates for c in choices),
-                           help="Both builds timed kernel by kernel in place, alternated, three rounds: a kernel "
-                                "timed alone can win and lose inside the model. A record is kept when it is faster "
-                                "by 2% in the median round (schedx export checks by default; only a target that runs "
-                                "here can be timed).")
-    recheck = st.checkbox("Take the in-model decision again", key=K.RECHECK, value=False, disabled=not in_model,
-                          help="The decision is kept in the database for these records, this machine and "
-                               "precision, and reused by every export, bench and profile; this times them again.")
+    in_model, recheck = in_model_picker(K.IN_MODEL, K.RECHECK, runs_here=target.runs_here,
+                                        has_records=any(c.candidates for c in choices))
     if st.button("Build & verify", type="primary", key=K.BUILD):
         build(workload, target, choices, picks, in_model=in_model, recheck=recheck, db=db or None,
               precision=precision)

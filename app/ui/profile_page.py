@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import state
 from app.charts import ort_nodes_figure, profile_figure, sweep_figure
+from app.in_model_picker import in_model_picker
 from app.layout import sized_columns
 from app.records import db_path
 from app.state import ProfileKeys as P
@@ -73,13 +74,15 @@ def profile_tab(spec: str, shapes: str | None, target) -> None:
     from export.entry import ProfileSpec, run_profile
 
     runs = st.number_input("Profiled runs", 1, 200, 10, key=KEY + "runs")
+    in_model, recheck = in_model_picker(P.IN_MODEL, P.RECHECK, runs_here=True)  # the page profiles here only
     if st.button("Profile", type="primary", key=KEY + "run"):
         try:
             with st.spinner(f"Building {spec} for {target.label} with the records `schedx export` ships and timing "
                             "every kernel in a fresh process…"):
                 db = Path(db_path()).expanduser()  # the records and the in-model decision an export ships
                 result = run_profile(ProfileSpec(workload=spec, shapes=shapes, target=target, db=str(db),
-                                                 use_records=db.is_file(), runs=int(runs))).profile
+                                                 use_records=db.is_file(), runs=int(runs),
+                                                 check_in_model=in_model, recheck=recheck)).profile
             state.write(P.RESULT, (spec, shapes, target.key, result))
         except (ExplorerError, StoreError) as err:
             st.error(str(err))
