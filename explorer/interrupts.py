@@ -35,12 +35,17 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: list[int] = []  # signals the handlers below raised for, in this process
+_holding: list[None] = []  # one entry per held() block open in the main thread
+_pending: list[int] = []  # signals that arrived while one was
 _IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 RETRY_S = 0.05  # a signal that came during an import is delivered again this much later
 _retry: list[threading.Timer] = []
 
 
 def _raise(signum: int, frame=None) -> None:
+    if _holding:  # a step that must not stop halfway: raised when it ends
+        _pending.append(signum)
+        return
     if _importing(frame):  # raised inside a C extension's initialisation (onnx's protobuf), it segfaults
         _again_later(signum)
         return
@@ -75,6 +80,7 @@ def handling_signals() -> Iterator[None]:
         return
     previous = {}
     _received.clear()
+    _pending.clear()
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, _raise)
@@ -82,6 +88,28 @@ def handling_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM wait (in the main thread, where Python runs their
+    handlers): the first that arrived is raised as the block ends. For a step that must not stop
+    halfway (removing a folder). Blocking the signals would not do: the kernel delivers a signal
+    sent to the process to any thread that does not block it (TVM's workers), and Python then runs
+    the handler in the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _holding.append(None)
+    try:
+        yield
+    finally:
+        _holding.pop()
+        if not _holding and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            _received.append(signum)
+            raise _interrupt(signum)
 
 
 def received() -> int | None:
@@ -138,4 +166,4 @@ def exit_status(err: BaseException) -> int:
 
 
 __all__ = ["INTERRUPTED", "TERMINATED", "Terminated", "as_interrupt", "check", "exit_status", "handling_signals",
-           "received", "reraise"]
+           "held", "received", "reraise"]

@@ -35,6 +35,7 @@ bf16 1.31e-2): a build can keep :data:`MATMULS_FP32` instead (``for_precision(..
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from explorer.errors import ExplorerError
 from explorer.passes.conv_groups_limit import MAX_GROUPS
@@ -94,8 +95,14 @@ class Precision:
     converted: int = 0  # products computed in bf16
     quantization: dict | None = None  # int8: the quantizer's report (the int8 model against the float one)
     matmuls_fp32: bool = False  # bf16: every matmul kept fp32 (MATMULS_FP32), the build's second try
+    # bf16: the ordinals of convolutions kept fp32 because their bf16 kernel could not be scheduled, and the
+    # kernels that failed, with why (explorer.passes.bf16_conv_retry; with_convs_fp32)
+    convs_fp32: tuple[int, ...] = ()
+    convs_fp32_why: str = ""
     # bf16: the Relax module as written, before the rewrite (what with_matmuls_fp32 builds again from)
     written: object | None = dataclasses.field(default=None, compare=False, repr=False)
+    # bf16: each packed convolution weight constant of the build -> its convolution's ordinal
+    packed_from: Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
@@ -104,6 +111,8 @@ class Precision:
             d["quantization"] = dict(self.quantization)
         if self.matmuls_fp32:
             d["matmuls_fp32"] = True
+        if self.convs_fp32:
+            d["convs_fp32"] = list(self.convs_fp32)
         return d
 
 
@@ -138,13 +147,15 @@ def refusal(name: str, target, kind: str = "model", what: str = "the workload") 
     return ""
 
 
-def for_precision(workload, target, name: str = "fp32", calibration=None, *, matmuls_fp32: bool | None = None):
+def for_precision(workload, target, name: str = "fp32", calibration=None, *, matmuls_fp32: bool | None = None,
+                  convs_fp32: tuple[tuple[int, ...], str] = ((), "")):
     """``(workload, precision)``: ``workload`` as built at precision ``name`` for ``target`` (a new
     workload for bf16: its weight products rewritten, none of its matmuls where ``matmuls_fp32``:
     :data:`MATMULS_FP32`; for int8: its QDQ model, quantized with ``calibration``, a
     :class:`Calibration`), and what that precision means. A workload already built at ``name``
     (one this function returned) comes back as it is, unless ``matmuls_fp32`` asks for other matmuls
-    than it was built with (refused: :func:`with_matmuls_fp32` builds it again from the model as written)."""
+    than it was built with (refused: :func:`with_matmuls_fp32` builds it again from the model as written).
+    ``convs_fp32``: the ordinals of convolutions a bf16 build keeps fp32, and why (:func:`with_convs_fp32`)."""
     done = getattr(workload, "precision", None)
     if done is not None:
         if done.name != name:
@@ -162,11 +173,18 @@ def for_precision(workload, target, name: str = "fp32", calibration=None, *, mat
     if name == "int8":
         return _int8(workload, calibration, target)
     matmuls_fp32 = bool(matmuls_fp32)
-    mod, converted, kept = bf16_module(workload.mod, target, matmuls_fp32=matmuls_fp32)
+    ordinals, why = convs_fp32
+    packed_from: dict = {}
+    mod, converted, kept = bf16_module(workload.mod, target, matmuls_fp32=matmuls_fp32,
+                                       convs_fp32=frozenset(ordinals), packed_from=packed_from)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
     always = tuple(k.replace(ATTENTION_IN_BF16, "") for k in KEPT_FP32) if matmuls_fp32 else KEPT_FP32
-    precision = Precision("bf16", BF16_TOLERANCE, always + kept, converted, matmuls_fp32=matmuls_fp32,
-                          written=workload.mod)
+    untiled = (f"{len(ordinals)} convolution{'s' if len(ordinals) > 1 else ''} whose bf16 kernel the default "
+               f"schedule could not tile (without its bf16 tile it runs many times slower than fp32): {why}",
+               ) if ordinals else ()
+    precision = Precision("bf16", BF16_TOLERANCE, always + kept + untiled, converted,
+                          matmuls_fp32=matmuls_fp32, convs_fp32=tuple(sorted(ordinals)), convs_fp32_why=why,
+                          written=workload.mod, packed_from=packed_from)
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note,
                                 precision=precision), precision)
 
@@ -179,7 +197,22 @@ def with_matmuls_fp32(workload, target):
     if done is None or done.name != "bf16" or done.matmuls_fp32 or done.written is None:
         raise PrecisionError(f"{workload.name} is not a bf16 build with its matmuls in bf16: nothing to build again")
     written = dataclasses.replace(workload, mod=done.written, precision=None, _fused=None)
-    return for_precision(written, target, "bf16", matmuls_fp32=True)
+    return for_precision(written, target, "bf16", matmuls_fp32=True, convs_fp32=(done.convs_fp32, done.convs_fp32_why))
+
+
+def with_convs_fp32(workload, target, ordinals, kernels: str):
+    """``(workload, precision)``: a workload :func:`for_precision` built at bf16, built again from its
+    module as written with the convolutions ``ordinals`` (and those it kept fp32 so already) in fp32:
+    the default schedule could not tile their bf16 kernels (``kernels``: which, and why, for the line
+    its precision keeps), which would run tens of times slower than fp32
+    (:mod:`explorer.passes.bf16_conv_retry`)."""
+    done = getattr(workload, "precision", None)
+    if done is None or done.name != "bf16" or done.written is None:
+        raise PrecisionError(f"{workload.name} is not a bf16 build: no convolution to build again in fp32")
+    every = tuple(sorted(set(done.convs_fp32) | set(ordinals)))
+    why = "; ".join(x for x in (done.convs_fp32_why, kernels) if x)
+    written = dataclasses.replace(workload, mod=done.written, precision=None, _fused=None)
+    return for_precision(written, target, "bf16", matmuls_fp32=done.matmuls_fp32, convs_fp32=(every, why))
 
 
 def int8_kept_float(target) -> tuple[str, ...]:
@@ -212,7 +245,8 @@ def _int8(workload, calibration, target):
     return dataclasses.replace(built, precision=precision), precision
 
 
-def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
+def bf16_module(mod, target=None, *, matmuls_fp32: bool = False, convs_fp32: frozenset[int] = frozenset(),
+                packed_from: dict | None = None):
     """``(mod, converted, kept)``: a model's Relax module with its convolutions and matmuls by
     constant weights rewritten to bf16 for ``target`` (None: this machine; on a CPU with AMX-BF16
     tiles, or vdpbf16ps measured to pay for them, the convolutions the direct kernel fits run direct in
@@ -221,7 +255,8 @@ def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
     convolutions too short (:func:`explorer.passes.bf16_conv.why_fp32`), the weight products whose shape does not pay on
     the target's bf16 instructions (:func:`explorer.passes.bf16_dense.why_fp32`: the compute-bound ones only where
     the target's measured vdpbf16ps rate makes convolutions pay too, one rate for both); ``matmuls_fp32``:
-    no matmul rewritten (:data:`MATMULS_FP32`, listed). The caller checks the target first."""
+    no matmul rewritten (:data:`MATMULS_FP32`, listed); ``convs_fp32`` and ``packed_from``: as
+    :func:`explorer.passes.bf16_conv.bf16_convs` takes them. The caller checks the target first."""
     from explorer.passes.bf16_conv import bf16_convs, fold_batch_norms, has_convs, vdpbf16ps_pays, why_convs_fp32
     from explorer.passes.bf16_dense import bf16_products, kept_in_fp32
     from explorer.passes.conv_groups import convs_by_group
@@ -245,7 +280,8 @@ def bf16_module(mod, target=None, *, matmuls_fp32: bool = False):
     all_fp32 = why_convs_fp32(target, mod)  # no bf16 convolution pays on this target's instructions
     # vdpbf16ps measured at the rate where compute-bound convolutions pay: compute-bound products pay too
     fast_vectors = isa == "avx512bf16" and vdpbf16ps_pays(target)
-    mod, convs, short = bf16_convs(mod, amx=isa == "amx", vectors=fast_vectors, folded=folded) \
+    mod, convs, short = bf16_convs(mod, amx=isa == "amx", vectors=fast_vectors, folded=folded, fp32=convs_fp32,
+                                   packed_from=packed_from) \
         if all_fp32 is None else (mod, 0, ())
     if matmuls_fp32:
         return mod, convs, ((all_fp32,) if all_fp32 else ()) + _short_convs(short) + (MATMULS_FP32,)

@@ -20,13 +20,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from explorer.interrupts import held
 from explorer.processes import process_alive
 
 _NAME = re.compile(r"schedx-[a-z][a-z0-9-]*-pid(\d+)-[a-z0-9_]+")
@@ -46,19 +45,11 @@ def private_temp_dir(prefix: str, *, dir: str | os.PathLike | None = None) -> It
         _remove(folder)
 
 
-_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
 def _remove(folder: str) -> None:
-    """``rmtree`` with Ctrl-C and SIGTERM held back until it is done (in the main thread, where
-    Python runs their handlers): they arrive once the folder is gone."""
-    main = threading.current_thread() is threading.main_thread()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS) if main else None
-    try:
+    """``rmtree`` with Ctrl-C and SIGTERM held back until it is done
+    (:func:`explorer.interrupts.held`): they arrive once the folder is gone."""
+    with held():
         shutil.rmtree(folder, ignore_errors=True)
-    finally:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def sweep_own(root: str | os.PathLike | None = None) -> int:

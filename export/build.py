@@ -27,7 +27,7 @@ from explorer.workload import Task, Workload, owned_task_module
 from export.errors import ExportError
 from export.params import ParamSpec, lift_constants
 from export.weight_layouts import fold_weight_layouts
-from export.schedules import TaskOutcome, TaskSchedule, coverage_warning, pick, shares
+from export.schedules import TaskOutcome, TaskSchedule, by_key, coverage_warning, pick, shares
 from export.tune_command import tune_commands
 
 Progress = Callable[[str, float], None]
@@ -146,6 +146,8 @@ class Prepared:
     packed: int  # weights packed at build time
     notes: list[str] = field(default_factory=list)  # default schedules that needed a fallback
     precision: object = None  # explorer.precision.Precision
+    workload: Workload | None = None  # as built: at its precision (a bf16 build's untiled convolutions in fp32)
+    schedules: Mapping[str, TaskSchedule] | None = None  # as given, or by workload key where the workload changed
 
 
 def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedule] | None = None,
@@ -154,7 +156,9 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
     """Everything :func:`build` does before code generation (``seconds``: filled with the time
     each stage took; ``safe``: functions whose schedule did not compile, built with the target's
     simplest rule and no record; ``precision``: :mod:`explorer.precision`; a workload already built
-    at it, :func:`as_built`'s, is taken as it is)."""
+    at it, :func:`as_built`'s, is taken as it is). A bf16 build whose convolution kernels the default
+    schedule could not tile is prepared again with those convolutions in fp32
+    (:func:`explorer.precision.with_convs_fp32`): the ``workload`` it returns says which."""
     say = say or (lambda stage, frac: None)
     seconds = {} if seconds is None else seconds
     start = time.perf_counter()
@@ -171,10 +175,17 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
                      if not any(t.name == k or t.key == k for t in tasks if safe.intersection(t.funcs))}
     mod, outcomes = _schedule_tasks(mod, tasks, schedules, target)
     # a kernel whose default rule fell back is named by its task, with the command that searches it
-    mod, notes = target.apply_default_schedules(mod, target.tvm(), safe,
-                                                task_names={f: task.name for task in tasks for f in task.funcs},
-                                                tune_commands=tune_commands(workload, target, tasks))
+    mod, notes, untiled = target.apply_default_schedules(
+        mod, target.tvm(), safe, task_names={f: task.name for task in tasks for f in task.funcs},
+        tune_commands=tune_commands(workload, target, tasks))
     seconds["schedule"] = time.perf_counter() - start
+    mark = time.perf_counter()
+    again = _untiled_convs(workload, target, mod, untiled, {f: t.name for t in tasks for f in t.funcs})
+    if again is not None:  # plain loops over bf16 bits: those convolutions in fp32, prepared again (the
+        # records by key: the kernels are numbered anew; the first try's time kept apart)
+        seconds["bf16_retry"] = seconds.get("bf16_retry", 0.0) + seconds["fuse"] + seconds["schedule"] + \
+            time.perf_counter() - mark
+        return prepare(again, target, by_key(schedules, outcomes), seconds, say, safe, precision)
 
     start = time.perf_counter()
     say("packing weights", 0.3)
@@ -184,7 +195,30 @@ def prepare(workload: Workload, target: Target, schedules: Mapping[str, TaskSche
         mod, params, values = lift_constants(folded.mod, workload.onnx_model, folded.packed_from)
         packed = folded.calls
     seconds["weights"] = time.perf_counter() - start
-    return Prepared(mod, params, values, outcomes, packed, notes, chosen_precision)
+    return Prepared(mod, params, values, outcomes, packed, notes, chosen_precision, workload, schedules)
+
+
+def _untiled_convs(workload: Workload, target: Target, fused: tvm.IRModule, untiled: Mapping[str, str],
+                   task_names: Mapping[str, str]) -> Workload | None:
+    """``workload`` built again with the bf16 convolutions of the ``untiled`` kernels of ``fused``
+    (function name -> why) in fp32 (:mod:`explorer.passes.bf16_conv_retry`), or None where no such
+    kernel computes one it has not kept fp32 already."""
+    from explorer.passes.bf16_conv_retry import convs_of_kernels
+    from explorer.precision import with_convs_fp32
+
+    done = workload.precision
+    if done is None or done.name != "bf16" or not untiled:
+        return None
+    ordinals = convs_of_kernels(fused, untiled, done.packed_from) - set(done.convs_fp32)
+    if not ordinals:
+        return None
+    by_reason: dict[str, list[str]] = {}  # one reason, the kernels it stopped (the first few named)
+    for name, reason in untiled.items():
+        if convs_of_kernels(fused, [name], done.packed_from):
+            by_reason.setdefault(reason, []).append(task_names.get(name, name))
+    why = "; ".join(f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} ({reason})"
+                    for reason, names in by_reason.items())
+    return with_convs_fp32(workload, target, ordinals, why)[0]
 
 
 def model_params(workload: Workload, target: Target | None = None,
@@ -209,6 +243,7 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     seconds: dict[str, float] = {}
     workload = as_built(workload, target, precision)[0]  # once: a rebuild of failing kernels reuses it
     prepared = prepare(workload, target, schedules, seconds, say, precision=precision)
+    workload, schedules = prepared.workload, prepared.schedules  # (its untiled bf16 convolutions in fp32)
     mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
     tvm_target = target.tvm()
 
@@ -226,6 +261,7 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
         say("building again the kernels that did not compile", 0.4)
         prepared = prepare(workload, target, schedules, seconds, say, safe=frozenset(failing), precision=precision)
         mod, params, values, outcomes = prepared.mod, prepared.params, prepared.values, prepared.outcomes
+        workload = prepared.workload
         try:
             lowered, executable = _codegen(mod, target, tvm_target)
         except Exception as again:

@@ -31,7 +31,7 @@ from export import folders
 from export.build import Built, Progress, build
 from export.elf_check import ElfCheck, check_elf
 from export.layers import LayerReport, compare_layers
-from export.schedules import TaskSchedule, pick
+from export.schedules import TaskSchedule, by_key
 from export.verify import DYNAMIC_QUANT_TOLERANCE, Verification, verification_rule, verify_folder
 from explorer import interrupts
 from explorer.errors import ExplorerError
@@ -180,8 +180,9 @@ def export_workload(workload: str | Workload, target: str | Target, out_dir: str
         report = _export(workload, target, folder, staging, schedules=schedules, verify=verify, layers=layers,
                          threads=threads, nvcc=nvcc, seed=seed, say=say, notes=notes, seconds=seconds,
                          precision=precision)
-        if _retries(report, workload):  # the bf16 bundle failed: built again with its matmuls in fp32
-            report, staging = _matmuls_fp32(report, workload, target, folder, staging, schedules=schedules,
+        built = report.built.workload if report.built is not None else workload  # (untiled convolutions in fp32)
+        if _retries(report, built):  # the bf16 bundle failed: built again with its matmuls in fp32
+            report, staging = _matmuls_fp32(report, built, target, folder, staging, schedules=schedules,
                                             verify=verify, layers=layers, threads=threads, nvcc=nvcc, seed=seed,
                                             say=say, notes=notes, seconds=seconds, force=force, precision=precision)
         interrupts.check()  # a Ctrl-C something below swallowed: nothing is published
@@ -296,7 +297,7 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
     ``staging``) built again with every matmul in fp32 in a second staging folder, when that build
     computes fewer products in bf16; else the first (none of its matmuls was in bf16; or that build was
     refused: its warnings say why). The second progresses in [0.9, 1); the records go by workload key
-    (:func:`_by_key`)."""
+    (:func:`export.schedules.by_key`)."""
     from explorer.precision import with_matmuls_fp32
 
     say("building again with every matmul in fp32", 0.9)
@@ -310,7 +311,7 @@ def _matmuls_fp32(first: ExportReport, workload: Workload, target: Target, folde
         left = bf16_left(precision.converted) + ("" if precision.converted else ": this bundle computes in fp32")
         why = (f"the bf16 build with its matmuls in bf16 failed verification ({_worst(first.verification)}); this "
                f"bundle is built again with every matmul in fp32 ({left})")
-        keyed = _by_key(schedules, first.built.outcomes)
+        keyed = by_key(schedules, first.built.outcomes)
         lost = _records_lost(first.built.outcomes, again)
         report = _export(again, target, folder, second, schedules=keyed, say=_within(say, 0.9),
                          notes=[*(notes or []), why, *lost], layers_of=first.layers, **export)
@@ -360,17 +361,6 @@ def bf16_shipped_note(report: ExportReport, records: bool = True) -> str:
     if report.rebuilt:
         head = f"{head}: {report.rebuilt}"
     return "; ".join([head, report.verdict, *([report.rebuild_error] if report.rebuild_error else [])])
-
-
-def _by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
-    """The first build's schedules by the workload key of the task each met (a name names another
-    kernel in a build whose matmuls changed); those given by key that met none kept as they are."""
-    if not schedules:
-        return schedules
-    names = {o.task.name for o in outcomes}
-    keyed = {k: s for k, s in schedules.items() if k not in names and k.isdigit()}
-    keyed.update({o.task.key: s for o in outcomes if (s := pick(schedules, o.task)) is not None})
-    return keyed
 
 
 def _records_lost(outcomes, again: Workload) -> list[str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from explorer.target import Target
 from explorer.temp_dirs import private_temp_dir
 from explorer.workload import Workload
-from export.schedules import TaskSchedule
+from export.schedules import TaskOutcome, TaskSchedule
 
 
 @dataclass(frozen=True)
@@ -148,13 +148,21 @@ def check_in_model(workload: Workload, target: Target, schedules: Mapping[str, T
         built = {name: export_workload(workload, target, Path(tmp) / name, schedules=plan, verify=False, layers=False,
                                        threads=threads, nvcc=False, precision=precision)
                  for name, plan in (("record", chosen), ("default", None))}
-        outcomes = {o.task.name: o for o in built["record"].built.outcomes}
-        funcs = {name: outcomes[name].task.funcs for name in chosen if outcomes[name].schedule == "record"}
+        # each build's task of each record's kernel, by workload key: a bf16 build that computes a convolution
+        # in fp32 after all (its kernel untiled: explorer.passes.bf16_conv_retry) numbers its kernels anew
+        given = {t.name: t for t in workload_tasks(workload)}
+        keys = {name: t.key for name, t in given.items()}
+        of_key = {b: {o.task.key: o for o in built[b].built.outcomes} for b in built}
+        outcomes = {name: of_key["record"].get(keys[name]) or TaskOutcome(
+            given[name], "failed", error="the build with records has no such kernel (its convolution computed in "
+                                         "fp32: its bf16 kernel could not be tiled)") for name in chosen}
+        funcs = {b: {name: of_key[b][keys[name]].task.funcs for name in chosen
+                     if outcomes[name].schedule == "record" and keys[name] in of_key[b]} for b in built}
         order = list(built)
         for r in range(rounds):
             for name in order if r % 2 == 0 else order[::-1]:  # neither build always goes first
                 child = run_in_child(built[name].folder, threads=threads, runs=3, budget_s=60.0, profile=runs)
-                for task, fs in funcs.items():  # None where the instrument missed the kernel this round
+                for task, fs in funcs[name].items():  # None where the instrument missed the kernel this round
                     seconds[name].setdefault(task, []).append(_kernel_seconds(child, fs))
         tasks, kept = _per_kernel(chosen, seconds, outcomes, rounds)
         whole = {}

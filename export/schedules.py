@@ -76,4 +76,16 @@ def pick(schedules: Mapping[str, TaskSchedule] | None, task: Task) -> TaskSchedu
     return schedules.get(task.name) or schedules.get(task.key)
 
 
-__all__ = ["TaskOutcome", "TaskSchedule", "coverage_warning", "pick", "shares"]
+def by_key(schedules: Mapping[str, TaskSchedule] | None, outcomes) -> dict[str, TaskSchedule] | None:
+    """The schedules a build was given, by the workload key of the task each met in its ``outcomes``
+    (a task name names another kernel in a build of the same model whose products changed: its
+    matmuls or convolutions built again in fp32); those given by key that met none kept as they are."""
+    if not schedules:
+        return schedules
+    names = {o.task.name for o in outcomes}
+    keyed = {k: s for k, s in schedules.items() if k not in names and k.isdigit()}
+    keyed.update({o.task.key: s for o in outcomes if (s := pick(schedules, o.task)) is not None})
+    return keyed
+
+
+__all__ = ["TaskOutcome", "TaskSchedule", "by_key", "coverage_warning", "pick", "shares"]

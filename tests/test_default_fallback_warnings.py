@@ -155,7 +155,7 @@ def test_a_schedule_lint_finds_wrong_is_a_warning_too(monkeypatch):
     _refuse_register_tiles(monkeypatch, nest_parallel_loops)
     target = parse_target("cpu:haswell")
     mod = load_workload("matmul:M=64,N=64,K=32").fused_module()
-    scheduled, notes = target.apply_default_schedules(mod, target.tvm())
+    scheduled, notes, _ = target.apply_default_schedules(mod, target.tvm())
     (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert str(scheduled[name].attrs[RULE_ATTR]) == "safe"
     assert len(notes) == 1 and notes[0].startswith(f"kernel {name}: {FAILED}") and "parallel" in notes[0], notes
@@ -167,7 +167,7 @@ def test_the_caller_names_the_task_and_its_command():
     task and end its line with the command, passed as plain keywords (compile only)."""
     target = parse_target("cpu:znver5")
     mod = tvm.IRModule({"conv": _conv_bf16_rows_of(17)})
-    _, notes = target.apply_default_schedules(mod, target.tvm(), task_names={"conv": "model/fused_conv"},
+    _, notes, _ = target.apply_default_schedules(mod, target.tvm(), task_names={"conv": "model/fused_conv"},
                                               tune_commands={"model/fused_conv": "schedx tune model --target cpu"})
     assert len(notes) == 1 and notes[0].startswith("kernel model/fused_conv: its bf16 product"), notes
     assert _command(notes[0]) == "schedx tune model --target cpu", notes
@@ -192,7 +192,7 @@ def test_a_kernel_the_build_rebuilt_with_the_last_rule_is_left_to_the_build():
     target = parse_target("cpu:haswell")
     mod = load_workload("matmul:M=64,N=64,K=32").fused_module()
     (name,) = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    scheduled, notes = target.apply_default_schedules(mod, target.tvm(), frozenset({name}))
+    scheduled, notes, _ = target.apply_default_schedules(mod, target.tvm(), frozenset({name}))
     assert str(scheduled[name].attrs[RULE_ATTR]) == "safe" and notes == [], notes
 
 
@@ -212,7 +212,7 @@ def test_a_bf16_product_whose_shape_the_tile_refuses_gets_a_softer_line():
     tile declines it (``NotApplicable``) and it runs on the fp32-style register tile; the line says so and
     why, and suggests a search (compile only)."""
     target = parse_target("cpu:znver5")
-    scheduled, notes = target.apply_default_schedules(tvm.IRModule({"conv": _conv_bf16_rows_of(17)}), target.tvm())
+    scheduled, notes, _ = target.apply_default_schedules(tvm.IRModule({"conv": _conv_bf16_rows_of(17)}), target.tvm())
     assert str(scheduled["conv"].attrs[RULE_ATTR]) == "full"
     assert notes == ["kernel conv: its bf16 product ran on the fp32-style register tile, not on bf16 dot-product "
                      f"instructions (no tile of 2-16 pixels divides output rows of 17); {SEARCH_ITS_TASK}"], notes
@@ -225,7 +225,7 @@ def test_a_product_on_a_cpu_without_its_instructions_is_told_to_build_otherwise(
     from tests.bf16_products import dense_bf16_func
 
     target = parse_target("cpu:x86-64-v3")
-    _, notes = target.apply_default_schedules(tvm.IRModule({"dense": dense_bf16_func(8, 32, 64)}), target.tvm(),
+    _, notes, _ = target.apply_default_schedules(tvm.IRModule({"dense": dense_bf16_func(8, 32, 64)}), target.tvm(),
                                               tune_commands={"dense": "schedx tune dense --target cpu:haswell"})
     assert notes == ["kernel dense: its bf16 product ran on the fp32-style register tile, not on bf16 dot-product "
                      "instructions (this CPU has no AVX512-BF16 nor AMX-BF16 instructions); build it in fp32, or for "
@@ -327,7 +327,7 @@ def test_a_failed_first_choice_of_the_full_rule_names_the_simpler_choice(monkeyp
     monkeypatch.setattr(tiling, "fuse_rows", refuse)
     target = parse_target("cpu:haswell")
     mod = load_workload("conv2d_nhwc:N=1,C=512,H=7,W=7,K=512,R=3,S=3,stride=1,pad=1").fused_module()
-    scheduled, notes = target.apply_default_schedules(mod, target.tvm())
+    scheduled, notes, _ = target.apply_default_schedules(mod, target.tvm())
     (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert str(scheduled[name].attrs[RULE_ATTR]) == "full"
     assert len(notes) == 1 and notes[0].startswith(f"kernel {name}: {FAILED}{TVM_SAYS}"), notes

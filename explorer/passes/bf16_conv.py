@@ -60,7 +60,9 @@ shorter than** :data:`MIN_REDUCTION` (:func:`why_fp32`, the one rule of where bf
 reduction is little work per output for the rounding of every input and output pixel (the
 packing blocks and the output copy cost the same per pixel at any K), and every converted layer
 adds its own rounding error to the model's (the figures: docs/notes/measurements.md, "bf16
-convolutions"). :func:`bf16_convs` says which stayed fp32 and why.
+convolutions"). :func:`bf16_convs` says which stayed fp32 and why. A build also keeps in fp32 any
+convolution whose bf16 kernel the default schedule could not tile (without its tile it runs many times
+slower than fp32): :mod:`explorer.passes.bf16_conv_retry`, and the build's precision lists them.
 
 **Where bf16 convolutions pay at all** is a property of the target's bf16 instructions
 (:func:`why_convs_fp32`, the one rule): on AMX-BF16 tiles they do (12-16x the fp32 FMAs'
@@ -87,17 +89,17 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import tensor_info
-from explorer.passes.bf16_conv_bits import (emit_bits, pool_of_bits, pools_reading_bits, rounded_by_producer,
-                                           shared_as_bits, widened)
+from explorer.passes.bf16_conv_bits import (add_of_bits, emit_bits, pool_of_bits, pools_reading_bits,
+                                           rounded_by_producer, shared_as_bits)
 from explorer.passes.bf16_conv_nhwc import (amx_direct_fits, conv2d_nhwc_bf16, conv2d_nhwc_bf16_flat, flat_rows,
                                             nhwc_channels, pack_nhwc_weights, row_tiled, vector_direct_fits)
+from explorer.passes.bf16_conv_retry import conv_ordinals
 from explorer.passes.bf16_conv_split import pack_split_weights, split_conv_func, split_group
 from explorer.passes.bf16_dense import bf16_bits, constant_value
 from explorer.passes.call_rewrite import rewrite_calls, static_ints
 from explorer.schedule.bf16_dot import AMX_K, BF16_ATTR, PACK_ATTR, PAIR, PANEL, to_bits, widen
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
-_ADD = tvm.ir.Op.get("relax.add")
 _FLOAT_OUT = ("", "None", "void", "float32")
 # the shortest reduction (C_in * kh * kw) a convolution is computed in bf16 for: measured one conv
 # at a time against the default fp32 build (docs/notes/measurements.md, "bf16 convolutions")
@@ -293,13 +295,14 @@ def split_fits(weight_shape: tuple[int, ...], out_width: int) -> bool:
 
 
 def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, out_shape, split: bool,
-            bits: bool = False, vectors: bool = False, nhwc_bits: relax.Expr | None = None):
+            bits: bool = False, vectors: bool = False, nhwc_bits: relax.Expr | None = None, const=relax.const):
     """The direct kernel (:mod:`explorer.passes.bf16_conv_nhwc`; ``split``: its split product,
     :mod:`explorer.passes.bf16_conv_split`) between the transposes to and from NHWC that
     ``SinkTransposes`` cancels between consecutive convolutions; ``bits``: its input rounded to bf16
     by the producer (:mod:`explorer.passes.bf16_conv_bits`; not for a split product, which reads fp32);
     ``vectors``: for ``vdpbf16ps`` alone (input channels in pairs, rows tiled, never across them); ``nhwc_bits``:
-    its input's bits in NHWC, emitted already for its other readers (:func:`explorer.passes.bf16_conv_bits.shared_as_bits`)."""
+    its input's bits in NHWC, emitted already for its other readers (:func:`explorer.passes.bf16_conv_bits.shared_as_bits`);
+    ``const``: makes the packed weights' constant."""
     oc, ic, kh, kw = w.shape
     if split and nhwc_bits is not None:
         raise ValueError("a split product reads its input in fp32, not as bits")
@@ -308,7 +311,7 @@ def _direct(x, w: np.ndarray, builder: relax.BlockBuilder, *, strides, padding, 
     xn = nhwc_bits if nhwc_bits is not None else builder.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
     channels, out_hw = _ceil(ic, PAIR) if vectors else nhwc_channels(ic, kw), (out_shape[2], out_shape[3])
     packed = pack_split_weights(w) if split else pack_nhwc_weights(w, channels)
-    weights = relax.const(packed)
+    weights = const(packed)
     if split:
         n, _, h, wd = (int(d) for d in tensor_info(x.ty)[0])
         func = split_conv_func((n, h, wd, ic), packed.shape, strides=strides, padding=padding, out_hw=out_hw)
@@ -333,11 +336,12 @@ def _rewritable(call: relax.Call) -> bool:
             and str(a.out_layout) == "NCHW" and str(a.out_dtype) in _FLOAT_OUT)
 
 
-def _plan(call: relax.Call, amx: bool, vectors: bool = False):
+def _plan(call: relax.Call, amx: bool, vectors: bool = False, fp32: frozenset = frozenset()):
     """``(weights, direct, why)`` for a convolution this pass would convert (``direct``: on the direct
     NHWC kernel, AMX's or, ``vectors``, vdpbf16ps'; ``why``: why :func:`why_fp32` keeps it fp32, else
-    None), or None for any other call."""
-    if not call.op.same_as(_CONV2D) or not _rewritable(call):
+    None), or None for any other call and for those whose weights are among ``fp32`` (their bf16 kernel
+    could not be scheduled: :mod:`explorer.passes.bf16_conv_retry`)."""
+    if not call.op.same_as(_CONV2D) or not _rewritable(call) or call.args[1] in fp32:
         return None
     shape, dtype = tensor_info(call.args[0].ty)
     out_shape, _ = tensor_info(call.ty)
@@ -355,16 +359,16 @@ def _plan(call: relax.Call, amx: bool, vectors: bool = False):
     return w, direct, why_fp32(w.shape, direct=direct, splittable=direct and split_fits(w.shape, int(out_shape[3])))
 
 
-def _converts(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
+def _converts(call: relax.Call, amx: bool, vectors: bool = False, fp32: frozenset = frozenset()) -> bool:
     """Whether this pass converts ``call`` to a bf16 kernel (:func:`_plan`, nothing keeping it fp32)."""
-    plan = _plan(call, amx, vectors)
+    plan = _plan(call, amx, vectors, fp32)
     return plan is not None and plan[2] is None
 
 
-def _reads_bits(call: relax.Call, amx: bool, vectors: bool = False) -> bool:
+def _reads_bits(call: relax.Call, amx: bool, vectors: bool = False, fp32: frozenset = frozenset()) -> bool:
     """Whether this pass makes ``call`` a direct kernel that reads its input as its producer's bits (converted,
     direct, not a split product: :func:`_direct`)."""
-    plan = _plan(call, amx, vectors)
+    plan = _plan(call, amx, vectors, fp32)
     return plan is not None and plan[2] is None and plan[1] and not _split(plan[0])
 
 
@@ -381,13 +385,15 @@ def _nhwc_bits(x: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
 
 
 def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx: bool,
-             rounded: frozenset = frozenset(), vectors: bool = False, nhwc_bits: relax.Expr | None = None):
+             rounded: frozenset = frozenset(), vectors: bool = False, nhwc_bits: relax.Expr | None = None,
+             fp32: frozenset = frozenset(), const=relax.const):
     """The bf16 kernel call for ``call`` where it is a convolution this pass converts, else None
     (and why, in ``kept``, where only :func:`why_fp32` keeps it fp32); ``amx``: the CPU has
     AMX-BF16 tiles, and the direct NHWC kernel takes the convolutions it fits (``vectors``: the CPU's
     vdpbf16ps pays, and its direct kernel takes them); ``rounded``: inputs
-    their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`)."""
-    plan = _plan(call, amx, vectors)
+    their producer may round to bf16 (:func:`explorer.passes.bf16_conv_bits.rounded_by_producer`); ``fp32``:
+    weights whose convolutions stay fp32 (:func:`_plan`); ``const``: makes the packed weights' constants."""
+    plan = _plan(call, amx, vectors, fp32)
     if plan is None:
         return None
     w, direct, why = plan
@@ -401,9 +407,9 @@ def _rewrite(call: relax.Call, builder: relax.BlockBuilder, kept: list[str], amx
         split = _split(w)
         return _direct(call.args[0], w, builder, strides=tuple(int(v) for v in a.strides), padding=(pad[0], pad[1]),
                        out_shape=tuple(int(d) for d in out_shape), split=split, bits=call.args[0] in rounded,
-                       vectors=vectors, nhwc_bits=nhwc_bits)
+                       vectors=vectors, nhwc_bits=nhwc_bits, const=const)
     return builder.call_te(
-        conv2d_bf16, call.args[0], relax.const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
+        conv2d_bf16, call.args[0], const(pack_conv_weights(w)), kernel=(int(w.shape[2]), int(w.shape[3])),
         out_shape=tuple(int(d) for d in out_shape), strides=tuple(int(v) for v in a.strides),
         padding=(pad[0], pad[1]), dilation=tuple(int(v) for v in a.dilation), primfunc_name_hint="conv2d_bf16")
 
@@ -416,23 +422,30 @@ def fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
-               folded: tvm.IRModule | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
+               folded: tvm.IRModule | None = None, fp32: frozenset[int] = frozenset(),
+               packed_from: dict | None = None) -> tuple[tvm.IRModule, int, tuple[str, ...]]:
     """``mod`` with its 2-D convolutions as bf16 kernels (module docstring; ``amx``: for a CPU with
     AMX-BF16 tiles, the direct NHWC kernel where it fits; ``vectors``: for a CPU whose vdpbf16ps pays, its
     direct NHWC kernel where it fits), how many, and the convolutions
     :func:`why_fp32` kept in fp32 (why, one line each). ``folded``: ``mod`` with its batch norms
     folded already (:func:`fold_batch_norms`, a quarter of a second on ResNet-18), where the caller
-    has it; None: folded here. ``mod`` itself comes back where no convolution is converted."""
+    has it; None: folded here. ``mod`` itself comes back where no convolution is converted. ``fp32``:
+    the ordinals of convolutions kept fp32 whatever their size (their bf16 kernel could not be
+    scheduled); ``packed_from``: filled with each packed weight constant's ordinal
+    (:mod:`explorer.passes.bf16_conv_retry`)."""
     if not has_convs(mod):
         return mod, 0, ()
     converted, kept = [], []
     folded = fold_batch_norms(mod) if folded is None else folded
+    ordinals = conv_ordinals(folded)
+    fp32_weights = frozenset(w for w, n in ordinals.items() if n in fp32)
+    packed_from = {} if packed_from is None else packed_from
     producers_round = (amx or vectors) and PRODUCER_ROUNDS
     rounded = frozenset(rounded_by_producer(folded)) if producers_round else frozenset()
-    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors))) if producers_round \
-        else frozenset()
-    shared = frozenset(shared_as_bits(folded, lambda conv: _reads_bits(conv, amx, vectors))) if producers_round \
-        else frozenset()
+    pooled = frozenset(pools_reading_bits(folded, lambda conv: _converts(conv, amx, vectors, fp32_weights))) \
+        if producers_round else frozenset()
+    shared = frozenset(shared_as_bits(folded, lambda conv: _reads_bits(conv, amx, vectors, fp32_weights))) \
+        if producers_round else frozenset()
     bits_of: dict = {}  # a shared output -> its bits (NHWC), emitted where its first reader is
 
     def bits(var, builder):
@@ -444,10 +457,18 @@ def bf16_convs(mod: tvm.IRModule, *, amx: bool = False, vectors: bool = False,
         pool = pool_of_bits(call, builder, pooled)  # (a max pool reading its producer's bits: no conversion)
         if pool is not None:
             return pool
-        if call.op.same_as(_ADD) and any(a in shared for a in call.args):  # a residual add: the bits widened
-            return relax.op.add(*(widened(bits(a, builder), builder) if a in shared else a for a in call.args))
+        add = add_of_bits(call, shared, bits, builder)  # a residual add: the bits widened
+        if add is not None:
+            return add
         given = bits(call.args[0], builder) if call.op.same_as(_CONV2D) and call.args[0] in shared else None
-        new = _rewrite(call, builder, kept, amx, rounded, vectors, nhwc_bits=given)
+
+        def const(packed):  # the packed weights remember the convolution they came from
+            made = relax.const(packed)
+            if call.args[1] in ordinals:
+                packed_from[made] = ordinals[call.args[1]]
+            return made
+
+        new = _rewrite(call, builder, kept, amx, rounded, vectors, nhwc_bits=given, fp32=fp32_weights, const=const)
         converted.extend([call] if new is not None else [])
         return new
 

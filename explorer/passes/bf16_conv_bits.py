@@ -162,6 +162,14 @@ def shared_as_bits(mod: tvm.IRModule, reads_bits) -> set:
     return found
 
 
+def add_of_bits(call: relax.Call, shared, bits_of, builder: relax.BlockBuilder) -> relax.Expr | None:
+    """``call`` as an add reading the bits of its ``shared`` arguments (``bits_of(arg, builder)``)
+    widened back to fp32; None where it is not an add reading any (:func:`shared_as_bits`)."""
+    if not call.op.same_as(_ADD) or not any(a in shared for a in call.args):
+        return None
+    return relax.op.add(*(widened(bits_of(a, builder), builder) if a in shared else a for a in call.args))
+
+
 def widened(bits: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
     """NHWC ``bits`` (uint16) as the fp32 values they hold, in NCHW (an element-wise kernel ``FuseOps`` fuses into
     the reader, a transpose ``SinkTransposes`` cancels against the reader's)."""
@@ -220,5 +228,5 @@ def emit_bits(x: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
     return builder.emit(builder.call_te(_bits, x, primfunc_name_hint=BITS_NAME))
 
 
-__all__ = ["BITS_NAME", "POOL_NAME", "SHARED_BITS", "WIDEN_NAME", "emit_bits", "pool_of_bits", "pools_reading_bits",
+__all__ = ["BITS_NAME", "POOL_NAME", "SHARED_BITS", "WIDEN_NAME", "add_of_bits", "emit_bits", "pool_of_bits", "pools_reading_bits",
            "rounded_by_producer", "shared_as_bits", "widened"]

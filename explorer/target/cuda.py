@@ -84,7 +84,7 @@ class CudaTarget(Target):
         ``tune_commands`` go unused)."""
         from explorer.schedule.defaults.gpu import apply_gpu_defaults
 
-        return apply_gpu_defaults(mod, tvm_target)
+        return (*apply_gpu_defaults(mod, tvm_target), {})
 
     def device_code(self, lowered, executable, *, compile: bool = True) -> DeviceCode:
         """Thread binding, a kernel per PrimFunc and nvcc's build (:func:`explorer.target.cuda_check.check_cuda`);

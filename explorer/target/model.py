@@ -178,8 +178,9 @@ class Target:
 
     def apply_default_schedules(self, mod, tvm_target, safe: frozenset[str] = frozenset(), *,
                                 task_names: Mapping[str, str] = {}, tune_commands: Mapping[str, str] = {}) -> tuple:
-        """``(mod, notes)``: ``mod`` with the target's default schedule on every PrimFunc not
-        scheduled yet, and notes on kernels where a rule failed; the functions named in ``safe``
+        """``(mod, notes, untiled)``: ``mod`` with the target's default schedule on every PrimFunc not
+        scheduled yet, notes on kernels where a rule failed, and the functions whose rule fell back
+        or whose dot-product tile declined them, with why (not those in ``safe``); the functions named in ``safe``
         (whose first schedule did not compile) get the target's simplest rule, where it has one.
         A note names a kernel by its task (``task_names``: function name -> task name; else by its
         function) and says how to search it (``tune_commands``: task name -> a ``schedx tune`` command)."""
@@ -328,9 +329,11 @@ class CpuTarget(Target):
         tile (:mod:`explorer.schedule.defaults.fallbacks`; not those in ``safe``: the build says why
         it rebuilt them)."""
         from explorer.schedule.defaults import apply_default_schedules, fallback_notes
+        from explorer.schedule.defaults.fallbacks import untiled_kernels
 
         scheduled, choices = apply_default_schedules(mod, self.cpu_spec(), safe)
-        return scheduled, fallback_notes(choices, skip=safe, task_names=task_names, tune_commands=tune_commands)
+        return (scheduled, fallback_notes(choices, skip=safe, task_names=task_names, tune_commands=tune_commands),
+                untiled_kernels(choices, skip=safe))
 
     @property
     def rescues_kernels(self) -> bool:

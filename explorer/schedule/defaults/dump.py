@@ -38,7 +38,7 @@ def _cpu_decisions(mod: tvm.IRModule, cpu, variants: int) -> dict[str, dict]:
 
 
 def _other_decisions(mod: tvm.IRModule, target: Target) -> dict[str, dict]:
-    out, notes = target.apply_default_schedules(mod, target.tvm())
+    out, notes, _ = target.apply_default_schedules(mod, target.tvm())
     table = {gv.name_hint: {"hash": _hash(func)} for gv, func in out.functions_items()
              if isinstance(func, tvm.tirx.PrimFunc)}
     for note in notes:

@@ -96,4 +96,16 @@ def fallback_notes(choices: Mapping[str, DefaultChoice], skip: frozenset[str] = 
     return list(dict.fromkeys(lines))  # the functions of one task: one line
 
 
-__all__ = ["INSTEAD", "TILED", "fallback_note", "fallback_notes", "no_dot_note"]
+def untiled_kernels(choices: Mapping[str, DefaultChoice], skip: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The functions of ``choices`` (but those in ``skip``) that did not get the first rule's tile,
+    each with why (cut): their rule fell back to a simpler one, or their dot-product tile declined
+    their product."""
+    untiled = {}
+    for name, c in choices.items():
+        declined = declined_dot(c.steps)
+        if name not in skip and (c.rule != "full" or declined is not None):
+            untiled[name] = _cut(declined.why) if declined is not None else _why(c.fallback_reason)
+    return untiled
+
+
+__all__ = ["INSTEAD", "TILED", "fallback_note", "fallback_notes", "no_dot_note", "untiled_kernels"]
