@@ -44,14 +44,15 @@ def _convs(tmp_path, outs: tuple[int, ...] = (64, 32)) -> str:
     return str(path)
 
 
-def _failing_on_channels(error: type[Exception], channels: int = 32):
-    """``tile_vector_conv`` that raises ``error`` on the convolution with ``channels`` output channels."""
-    real = bf16_rules.tile_vector_conv
+def _failing_on_channels(error: type[Exception], channels: int = 32, rule: str = "tile_vector_conv"):
+    """The bf16 convolution tile ``rule`` of :mod:`explorer.schedule.defaults.bf16`, raising ``error``
+    on the convolution with ``channels`` output channels (its output's last axis, NHWC)."""
+    real = getattr(bf16_rules, rule)
 
-    def tile(sch, block, cpu):
-        if int(sch.get(sch.get_loops(block)[3]).extent) == channels:
+    def tile(sch, block, cpu, *args, **kwargs):
+        if int(sch.get(block).writes[0].source.shape[-1]) == channels:
             raise error("the tile fails here (made to, by the test)")
-        return real(sch, block, cpu)
+        return real(sch, block, cpu, *args, **kwargs)
     return tile
 
 
@@ -60,16 +61,19 @@ def _bf16_convs(built) -> list[str]:
             if isinstance(f, tvm.tirx.PrimFunc) and "conv2d_nhwc_bf16" in gv.name_hint]
 
 
-@pytest.mark.parametrize("error", [NotApplicable, RuntimeError], ids=["declined", "broken"])
-def test_a_convolution_whose_bf16_kernel_cannot_be_tiled_is_built_in_fp32(tmp_path, monkeypatch, error):
+@pytest.mark.parametrize("target, rule, error", [
+    (TARGET, "tile_vector_conv", NotApplicable), (TARGET, "tile_vector_conv", RuntimeError),
+    ("cpu:sapphirerapids", "tile_amx_conv", RuntimeError)], ids=["vectors-declined", "vectors-broken", "amx-broken"])
+def test_a_convolution_whose_bf16_kernel_cannot_be_tiled_is_built_in_fp32(tmp_path, monkeypatch, target, rule, error):
+    """(An AMX tile that declines hands the kernel to the vector tile: still tiled, nothing to retry.)"""
     from export.build import build
 
     monkeypatch.setattr(bf16_conv, "vdpbf16ps_pays", lambda _target: True)
-    target, path = parse_target(TARGET), _convs(tmp_path)
+    target, path = parse_target(target), _convs(tmp_path)
     both = build(load_workload(path), target, precision="bf16")
     assert len(_bf16_convs(both)) == 2 and both.precision.convs_fp32 == ()  # the rule tiles both
 
-    monkeypatch.setattr(bf16_rules, "tile_vector_conv", _failing_on_channels(error))
+    monkeypatch.setattr(bf16_rules, rule, _failing_on_channels(error, rule=rule))
     built = build(load_workload(path), target, precision="bf16")
     assert built.precision.convs_fp32 == (1,)  # the second convolution (of the two, in order)
     assert len(_bf16_convs(built)) == 1, _bf16_convs(built)
