@@ -104,6 +104,16 @@ class Precision:
     # bf16: each packed convolution weight constant of the build -> its convolution's ordinal
     packed_from: Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def untiled_line(self) -> str:
+        """The line for the convolutions kept fp32 because their bf16 kernel could not be tiled ("": none)."""
+        if not self.convs_fp32:
+            return ""
+        n = len(self.convs_fp32)
+        return (f"{n} convolution{'s' if n > 1 else ''} computed in fp32: the default schedule could not tile "
+                f"{'their' if n > 1 else 'its'} bf16 kernel (without its bf16 tile it runs many times slower than "
+                f"fp32): {self.convs_fp32_why}")
+
     def to_dict(self) -> dict:
         d = {"name": self.name, "tolerance": self.tolerance, "kept_fp32": list(self.kept_fp32),
              "converted_products": self.converted}
@@ -179,12 +189,11 @@ def for_precision(workload, target, name: str = "fp32", calibration=None, *, mat
                                        convs_fp32=frozenset(ordinals), packed_from=packed_from)
     note = () if converted else ("no product with constant weights to compute in bf16: the model runs in fp32",)
     always = tuple(k.replace(ATTENTION_IN_BF16, "") for k in KEPT_FP32) if matmuls_fp32 else KEPT_FP32
-    untiled = (f"{len(ordinals)} convolution{'s' if len(ordinals) > 1 else ''} whose bf16 kernel the default "
-               f"schedule could not tile (without its bf16 tile it runs many times slower than fp32): {why}",
-               ) if ordinals else ()
-    precision = Precision("bf16", BF16_TOLERANCE, always + kept + untiled, converted,
-                          matmuls_fp32=matmuls_fp32, convs_fp32=tuple(sorted(ordinals)), convs_fp32_why=why,
-                          written=workload.mod, packed_from=packed_from)
+    precision = Precision("bf16", BF16_TOLERANCE, always + kept, converted, matmuls_fp32=matmuls_fp32,
+                          convs_fp32=tuple(sorted(ordinals)), convs_fp32_why=why, written=workload.mod,
+                          packed_from=packed_from)
+    if precision.untiled_line:
+        precision = dataclasses.replace(precision, kept_fp32=precision.kept_fp32 + (precision.untiled_line,))
     return (dataclasses.replace(workload, mod=mod, _fused=None, notes=tuple(workload.notes) + note,
                                 precision=precision), precision)
 
