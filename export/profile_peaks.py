@@ -27,8 +27,8 @@ def _peak_checks(kernels: tuple[KernelTime, ...], peak_gflops: float | None, fam
     """:func:`explorer.measure.peak_check.within_peak` of each sure kernel of ``family`` above the peak,
     the fastest first, until one is trusted (it raised the peak, or the calibration measured again or
     stored holds it: the slower ones read under it), each with its task; [] when none is above."""
-    sure = sorted(((k.gflops, k.task) for k in kernels
-                   if k.family == family and k.gflops and (k.share >= PEAK_SHARE or not k.resolved)), reverse=True)
+    sure = sorted(((k.gflops, k.task) for k in kernels if k.family == family and k.gflops and k.products
+                   and (k.share >= PEAK_SHARE or not k.resolved)), reverse=True)
     checks: list[tuple[PeakCheck, str]] = []
     for gflops, task in sure:
         if not peak_gflops or gflops <= peak_gflops:
@@ -172,8 +172,25 @@ def checked_rows(costs: list[TaskCost], calls: Mapping[str, dict], per_call: flo
     memory, roof_notes, roof_untrusted = checked_roof(rows.kernels, memory, hardware=hardware)
     if roof_notes:
         rows = rows_for(peak_gflops, memory, family_peaks, peak_untrusted)
-    rows, unsure = unsure_above_peak(rows, peak_untrusted | roof_untrusted)
+    beside = _beside_products(rows.kernels)
+    if beside:
+        peak_notes = [*peak_notes, _beside_note(beside)]
+    rows, unsure = unsure_above_peak(rows, peak_untrusted | roof_untrusted | beside)
     return CheckedRows(rows, peak_gflops, family_peaks, memory, tuple(peak_notes), tuple(roof_notes), unsure)
+
+
+def _beside_products(kernels: tuple[KernelTime, ...]) -> frozenset[str]:
+    """The kernels above 100 % of their peak whose FLOPs are mostly element-wise work beside their products
+    (:mod:`explorer.workload.product_flops`): theirs is no figure of the FMA units, and raised nothing."""
+    return frozenset(k.task for k in kernels if not k.products and (k.percent_of_peak or 0.0) > 100.0)
+
+
+def _beside_note(tasks: frozenset[str]) -> str:
+    names = sorted(t.split("/", 1)[-1] for t in tasks)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"{shown}: above the peak in FLOPs that are mostly element-wise work (an activation's exp, its "
+            f"clamps) beside their products, run on other vector units than the FMAs: their % peak is left "
+            f"blank and raised nothing")
 
 
 __all__ = ["CheckedRows", "checked_peak", "checked_peaks", "checked_roof", "checked_rows", "unsure_above_peak"]

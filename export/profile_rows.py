@@ -44,6 +44,16 @@ class KernelTime:
     # its % roofline is no figure (above 100 % from a short time, or a kernel the checks did not trust:
     # export.profile_peaks.unsure_above_peak): left blank, its roofline kept
     roofline_blank: bool = False
+    # the share of its FLOPs in its products (explorer.workload.product_flops): under PRODUCT_SHARE its GFLOPS
+    # count element-wise work beside the FMA units, and neither raise the peak nor lift the roof
+    product_share: float = 1.0
+
+    @property
+    def products(self) -> bool:
+        """Whether its FLOPs are mostly products: its figure is one of the FMA (or dot-product) units."""
+        from explorer.workload.product_flops import PRODUCT_SHARE
+
+        return self.product_share >= PRODUCT_SHARE
 
     @property
     def ran(self) -> bool:
@@ -116,6 +126,7 @@ class TaskCost:
     schedule: str = "default"
     record_id: int | None = None
     family: str = FP32  # explorer.measure.families.kernel_family of its module
+    product_share: float = 1.0  # of its FLOPs, its products' (explorer.workload.product_flops)
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,8 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
         owned.update(task.funcs)
         kernels_s += seconds
         probe = KernelTime(task=task.name, funcs=task.funcs, calls=count, seconds=seconds, share=0.0,
-                           flops=task.flops, gflops=None, percent_of_peak=None, schedule=task.schedule, timed_s=timed)
+                           flops=task.flops, gflops=None, percent_of_peak=None, schedule=task.schedule, timed_s=timed,
+                           product_share=task.product_share)
         rate_s = probe.upper_s
         gflops = task.flops * count / rate_s / 1e9 if count and rate_s > 0 and task.flops else None
         measured.append((task, probe, gflops))
@@ -157,8 +169,9 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
     peaks = {**(family_peaks or {}), FP32: peak_gflops}
     # a kernel's GFLOPS lifts its family's roof from PEAK_SHARE of all the kernels' time, as profile_peaks
     # calls a figure sure (of its family's alone, a bf16 BERT's fast_softmax, under 1 % of the time, lifted fp32's)
-    roof = {fam: roofline_peak(peaks.get(fam), [(p.seconds, g if t.family == fam and t.name not in untrusted else None)
-                                                for t, p, g in measured])
+    # (nor a kernel whose FLOPs are mostly element-wise work beside its products: explorer.workload.product_flops)
+    roof = {fam: roofline_peak(peaks.get(fam), [(p.seconds, g if t.family == fam and t.name not in untrusted
+                                                 and p.products else None) for t, p, g in measured])
             for fam in {FP32} | {t.family for t in tasks}}
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=p.calls, seconds=p.seconds,
@@ -167,7 +180,8 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
                     schedule=t.schedule, record_id=t.record_id, timed_s=p.timed_s, family=t.family,
                     peak_gflops=peaks.get(t.family),
                     roofline_gflops=roofline_bound(t.flops, t.nbytes, roof[t.family], memory), nbytes=t.nbytes,
-                    tier=memory.tier_for(t.nbytes) if memory is not None and t.flops else "")
+                    tier=memory.tier_for(t.nbytes) if memory is not None and t.flops else "",
+                    product_share=t.product_share)
          for t, p, g in measured), key=lambda k: (-k.seconds, -k.upper_s)))
     return Rows(kernels, kernels_s, other_s, roof[FP32], roof)
 
@@ -177,9 +191,11 @@ def task_cost(task, schedule: str = "default", record_id: int | None = None) -> 
     written once (the compulsory traffic of its roofline)."""
     from explorer.measure.families import kernel_family
     from explorer.workload.keys import argument_bytes
+    from explorer.workload.product_flops import product_share
 
     return TaskCost(name=task.name, funcs=tuple(task.funcs), flops=task.flops, nbytes=argument_bytes(task.mod),
-                    schedule=schedule, record_id=record_id, family=kernel_family(task.mod))
+                    schedule=schedule, record_id=record_id, family=kernel_family(task.mod),
+                    product_share=product_share(task.mod))
 
 
 __all__ = ["KernelTime", "Rows", "TaskCost", "kernel_rows", "task_cost"]

@@ -68,8 +68,11 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
 
     cal = peaks or calibration()
     family = kernel_family(kernel.func)  # a bf16 or int8 kernel reads against its own units' peak
+    from explorer.workload.product_flops import PRODUCT_SHARE, product_share
+
+    products = product_share(tvm.IRModule({"main": kernel.func})) >= PRODUCT_SHARE  # else no FMA figure
     check = within_peak(result.gflops if result.ok else None, kernel.info.spec or kernel.name, peaks=cal,
-                        family=family)
+                        family=family, products=products)
     cal = check.calibration or cal
     peak = cal.peak_for(family)
     env = current_environment(target.key).to_dict()

@@ -61,7 +61,7 @@ def measured_peak(cal: Calibration, family: str = FP32) -> float | None:
 
 
 def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = None, *,
-                peaks: Calibration | None = None, family: str = FP32) -> PeakCheck:
+                peaks: Calibration | None = None, family: str = FP32, products: bool = True) -> PeakCheck:
     """The peak of ``family`` against which ``gflops``, measured by ``kernel``, reads at most 100 %.
 
     ``peak_gflops`` (default: ``peaks``', else this machine's calibration's peak of ``family``) is
@@ -70,13 +70,22 @@ def within_peak(gflops: float | None, kernel: str, peak_gflops: float | None = N
     that peak is raised to ``gflops``; the note then reads "above the calibrated peak: peak raised to
     X GFLOPS measured by KERNEL" ("bf16 peak", "int8 peak ... GOPS" for those families), unless
     ``gflops`` is above :data:`MAX_RAISE` times the measured peak: then nothing is raised and the
-    check is not trusted. A family the CPU has no peak for (None) is left as it is."""
+    check is not trusted. A family the CPU has no peak for (None) is left as it is. ``products``: False
+    for a kernel whose FLOPs are mostly element-wise work beside its products
+    (:mod:`explorer.workload.product_flops`): above the peak, its figure is no figure of the FMA units,
+    raises nothing and is not trusted."""
     cal = peaks
     if peak_gflops is None:
         cal = cal or calibration()
         peak_gflops = cal.peak_for(family)
     if not gflops or not peak_gflops or gflops <= peak_gflops:
         return PeakCheck(peak_gflops, "", cal, family)
+    if not products:
+        what, unit = _words(family)
+        return PeakCheck(peak_gflops, f"{kernel} at {gflops:.1f} {unit} is above the {what} of {peak_gflops:.1f} "
+                                      f"{unit} in FLOPs that are mostly element-wise work beside its products (run on "
+                                      f"other vector units than the FMAs): the {what} stays, its % peak is left blank",
+                         cal, family, trusted=False)
     hw = hardware_fingerprint()
     if cal is not None and cal.hardware != hw:  # not this machine's: raised here only
         return _raised(raise_peak(cal, ceil_tenth(gflops), kernel, family), kernel, family)
