@@ -121,7 +121,7 @@ def test_a_calibration_on_a_busy_machine_is_provisional_and_measured_again_when_
     assert first.provisional and first.other_cores == 1.6 and first.load_avg is not None and len(cache) == 1
     assert "provisional" in first.summary()
     stored = json.loads(next((cal_mod.cache_dir()).glob("*.json")).read_text())
-    assert stored["provisional"] and stored["version"] == cal_mod.CALIBRATION_VERSION == 4
+    assert stored["provisional"] and stored["version"] == cal_mod.CALIBRATION_VERSION == 5
     monkeypatch.setattr(cal_mod, "_quiet_checked", {})
     assert cal_mod.calibration() == first and len(cache) == 1  # still busy: kept
     _load(monkeypatch, 0.0)

@@ -50,8 +50,10 @@ from explorer.target.environment import hardware_fingerprint
 
 # 2: numpy measured without OpenBLAS core pins; 3: the FMA peak kernel beside numpy (best of
 # both), the load at calibration time, provisional when busy, raised by kernels measured above it;
-# 4: the vdpbf16ps peak kernel with 16 chains (12 under-read on Zen 5: explorer.measure.instructions)
-CALIBRATION_VERSION = 4
+# 4: the vdpbf16ps peak kernel with 16 chains (12 under-read on Zen 5: explorer.measure.instructions);
+# 5: no peak raised by a kernel whose FLOPs are mostly element-wise work (explorer.workload.product_flops):
+# a version-4 peak may hold such a raise (efficientnet_b0's conv+SiLU raised a Zen 5's from 472.7 to 536.2)
+CALIBRATION_VERSION = 5
 MATMUL_N = 2048
 QUIET_RECHECK_S = 60.0  # how often a process looks again whether a provisional calibration can be redone
 
