@@ -85,7 +85,8 @@ def measure(kernel: str, steps_file: Path | None, repeat: int, timeout: int, tar
             unit, fam = ("GOPS" if result.peak_family == "int8" else "GFLOPS"), result.peak_family
             peak = "the measured peak" if fam == "fp32" else f"the measured {fam} peak"  # its instruction family's
             share = f"{result.percent_of_peak:.1f}% of {peak} {result.peak_gflops:.0f} {unit}" \
-                if result.percent_of_peak is not None else f"no {fam} peak measured on this machine"
+                if result.percent_of_peak is not None else (f"% of {peak} left blank (below)" if result.peak_gflops
+                                                            else f"no {fam} peak measured on this machine")
             click.echo(f"  {result.gflops:.1f} {unit} = {share}; verified (max error {result.max_rel_error:.1e})")
             if result.peak_note:
                 click.echo(f"  {result.peak_note}")

@@ -277,7 +277,7 @@ def build(workload: Workload, target: Target, schedules: Mapping[str, TaskSchedu
     if cover:
         warnings.append(cover)
     warnings.extend(prepared.notes)
-    untiled = getattr(prepared.precision, "untiled_line", "")  # a bf16 build's convolutions computed in fp32 after all
+    untiled = prepared.precision.untiled_line if prepared.precision is not None else ""  # convolutions in fp32 after all
     warnings.extend([untiled] if untiled else [])
     warnings.extend(rescued)
     warnings.extend(target.notes)

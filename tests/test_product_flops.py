@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 from explorer.measure import peak_check
+from explorer.measure.memory_roof import MemoryRoof
 from explorer.workload import load_workload
 from explorer.workload.product_flops import PRODUCT_SHARE, product_share
 from export.profile import TaskCost, checked_rows
@@ -35,24 +37,51 @@ def test_a_convolution_with_a_silu_counts_mostly_element_wise_work_and_resnets_c
     assert all(s >= PRODUCT_SHARE for name, s in shares.items() if "conv2d" in name or "winograd_batch" in name)
     # (a Winograd output transform is element-wise: its sums are written out, no reduction)
     assert all(s == 0.0 for name, s in shares.items() if name.startswith("fused_winograd_output"))
-    assert product_share(load_workload("matmul:M=64,N=64,K=64").tasks()[0].mod) == 1.0
+    assert all(shares[name] == 0.0 for name in ("max_pool2d", "mean"))  # reductions that do not multiply
+    matmul = load_workload("matmul:M=64,N=64,K=64").tasks()[0].mod
+    assert product_share(matmul) == 1.0
+    assert product_share(tvm.IRModule({"other_name": matmul["main"]})) == 1.0  # any name
 
 
-def test_a_profile_row_of_element_wise_work_above_the_peak_raises_nothing_and_reads_blank(monkeypatch):
+def test_a_recurrent_layer_written_whole_counts_as_it_is():
+    """Its loops are inside one block (no iteration variables): nothing tells its products apart, so its
+    count is taken as it is (1.0), never as element-wise work."""
+    from explorer.schedule.defaults.recurrence import cpu_recurrence
+    from explorer.schedule.defaults.recurrence_spec import RecurrenceSpec
+
+    func = cpu_recurrence(RecurrenceSpec("LSTM", 4, 1, 64))
+    assert product_share(tvm.IRModule({"main": func})) == 1.0
+
+
+def test_a_profile_row_of_element_wise_work_reads_its_products_and_raises_nothing(monkeypatch):
     def no_check(*args, **kwargs):
         raise AssertionError("a kernel of element-wise work was checked against the FMA peak")
 
     monkeypatch.setattr(peak_check, "within_peak", no_check)
     silu = TaskCost("e/fused_conv2d10_sigmoid7_multiply7", ("silu",), 61_867_008, 2_000_000, product_share=0.35)
     conv = TaskCost("e/fused_conv2d45", ("conv",), 40_140_800, 3_000_000)
-    calls = {"silu": {"seconds": 61_867_008 / 536e9, "calls": 1}, "conv": {"seconds": 40_140_800 / 300e9, "calls": 1}}
-    checked = checked_rows([silu, conv], calls, 0.0, peak_gflops=472.7, memory=None)
+    odd = TaskCost("e/fused_conv2d99_gelu", ("odd",), 10_000_000, 1_000_000, product_share=0.8)  # products 560
+    calls = {"silu": {"seconds": 61_867_008 / 536e9, "calls": 1}, "conv": {"seconds": 40_140_800 / 300e9, "calls": 1},
+             "odd": {"seconds": 10_000_000 / 700e9, "calls": 1}}
+    memory = MemoryRoof.of(34.7, l2_gbps=405.7, l2_bytes=2**21, l3_gbps=228.4, l3_bytes=2**25)  # its roof: the peak
+    checked = checked_rows([silu, conv, odd], calls, 0.0, peak_gflops=472.7, memory=memory)
     by = {k.task: k for k in checked.rows.kernels}
     assert checked.peak_gflops == 472.7 and checked.rows.roofline_peak_gflops == 472.7  # neither raised nor lifted
-    assert by[silu.name].gflops == pytest.approx(536.0) and by[silu.name].percent_of_peak is None
+    silu_row = by[silu.name]
+    assert silu_row.gflops == pytest.approx(536.0)  # its GFLOPS as counted, its % peak on its products (188)
+    assert silu_row.percent_of_peak == pytest.approx(100 * 536 * 0.35 / 472.7)
+    assert silu_row.percent_of_roofline == pytest.approx(100 * 536 * 0.35 / 472.7)
+    assert silu_row.headroom_s > 0.5 * silu_row.seconds  # what a search could gain: `schedx profile`'s tune advice
     assert by[conv.name].percent_of_peak == pytest.approx(100 * 300 / 472.7)
-    assert checked.unsure == 0 and any("fused_conv2d10_sigmoid7_multiply7" in n and "element-wise" in n
-                                       for n in checked.peak_notes)
+    assert by[odd.name].percent_of_peak is None and checked.unsure == 0  # products above the peak: no figure
+    assert any("fused_conv2d99_gelu" in n and "element-wise" in n for n in checked.peak_notes)
+
+
+def test_the_profile_reads_a_tasks_share_from_its_module(tmp_path):
+    from export.profile import task_cost
+
+    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    assert task_cost(conv).product_share == product_share(conv.mod) < PRODUCT_SHARE
 
 
 def test_a_measured_kernel_of_element_wise_work_above_the_peak_raises_nothing():

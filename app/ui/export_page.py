@@ -173,8 +173,10 @@ def results(result: dict) -> None:
     if result.get("in_model"):  # the in-model decision applied: kept in the database, or taken now
         st.info(result["in_model"])
     precision_note(m.get("precision"))
+    listed = set((m.get("precision") or {}).get("kept_fp32", ()))  # (a line the precision note shows already)
     for w in report.warnings:
-        st.warning(w)
+        if w not in listed:
+            st.warning(w)
     v = report.verification
     if v is not None and v.status != "skipped":
         cols = st.columns(4)
