@@ -196,7 +196,8 @@ def bench_one(entry: dict, folder: Path, opts) -> dict:
                                   "share": round(k.share, 3), "gflops": round(k.gflops, 2) if k.gflops else None,
                                   "percent_of_peak": round(k.percent_of_peak, 1) if k.percent_of_peak else None,
                                   "percent_of_roofline": round(k.percent_of_roofline, 1)
-                                  if k.percent_of_roofline is not None else None}
+                                  if k.percent_of_roofline is not None else None,
+                                  "product_share": round(k.product_share, 2)}  # under 0.9: % read on its products
                                  for k in prof.top(5)]
             result["headroom_ms"] = round(prof.headroom_s * 1e3, 3)
             if prof.busy_note:

@@ -219,7 +219,8 @@ def bench_model(model: str, opts, target, tmp: Path, versus=None) -> dict:
     result["profiled"] = "tvm tuned" if schedules else ("tvm default" if opts.precision == "fp32"
                                                         else at_precision[0])
     result["top5"] = [{"task": k.task.split("/")[-1], "ms": round(k.seconds * 1e3, 3), "share": round(k.share, 3),
-                       "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule, "family": k.family}
+                       "gflops": round(k.gflops, 1) if k.gflops else None, "schedule": k.schedule, "family": k.family,
+                       "product_share": round(k.product_share, 2)}  # under 0.9: its % peak reads its products
                       for k in prof.top(5)]
     return result
 

@@ -232,6 +232,22 @@ def views(session: ScheduleSession, target) -> None:
         st.plotly_chart(tiling_figure(func, block), width="stretch")
 
 
+def _known_percent(gflops: float, peak: float | None, kernel) -> float | None:
+    """A record's GFLOPS as a % of the peak, blank above 100 where the kernel's FLOPs are largely element-wise work
+    beside its products (:mod:`explorer.workload.product_flops`: such a count runs beside the FMA units)."""
+    if not peak:
+        return None
+    percent = 100 * gflops / peak
+    if percent > 100:
+        import tvm
+
+        from explorer.workload.product_flops import PRODUCT_SHARE, product_share
+
+        if product_share(tvm.IRModule({"main": kernel.func})) < PRODUCT_SHARE:
+            return None
+    return round(percent, 1)
+
+
 def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     from explorer.measure import measure
 
@@ -289,7 +305,7 @@ def measure_panel(session: ScheduleSession, kernel: Kernel, target) -> None:
     if known is not None and known.gflops:
         rows.append({"schedule": f"best known (record {known.id}, {schedule_name(known)})", "status": known.status,
                      "median ms": round(known.median_s * 1e3, 3), "GFLOPS": round(known.gflops, 2),
-                     "% peak": round(100 * known.gflops / result.peak_gflops, 1) if result.peak_gflops else None})
+                     "% peak": _known_percent(known.gflops, result.peak_gflops, kernel)})
     table, chart = st.columns([1, 1])
     # a few rows: a plain table, every column whole at any width (a grid hid "% peak" at 1600 px)
     table.html(table_html(rows))
