@@ -328,8 +328,7 @@ class CpuTarget(Target):
         rule failed and fell to a simpler one, or whose bf16/int8 product ran without its dot-product
         tile (:mod:`explorer.schedule.defaults.fallbacks`; not those in ``safe``: the build says why
         it rebuilt them)."""
-        from explorer.schedule.defaults import apply_default_schedules, fallback_notes
-        from explorer.schedule.defaults.fallbacks import untiled_kernels
+        from explorer.schedule.defaults import apply_default_schedules, fallback_notes, untiled_kernels
 
         scheduled, choices = apply_default_schedules(mod, self.cpu_spec(), safe)
         return (scheduled, fallback_notes(choices, skip=safe, task_names=task_names, tune_commands=tune_commands),

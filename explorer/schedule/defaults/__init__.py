@@ -22,7 +22,8 @@ from store.lazy import lazy_names
 
 __getattr__ = lazy_names(__name__, {"CpuSpec": "machine", "DefaultChoice": "apply",
                                     "apply_default_schedules": "apply", "default_schedule": "apply",
-                                    "DefaultVariant": "variant", "fallback_notes": "fallbacks"})
+                                    "DefaultVariant": "variant", "fallback_notes": "fallbacks",
+                                    "untiled_kernels": "fallbacks"})
 
 __all__ = ["CpuSpec", "DefaultChoice", "DefaultVariant", "apply_default_schedules", "default_schedule",
-           "fallback_notes"]
+           "fallback_notes", "untiled_kernels"]
