@@ -94,8 +94,7 @@ def checked_peaks(kernels: tuple[KernelTime, ...], peak_gflops: float | None, fa
 
 def _bound_by_bytes(k: KernelTime, memory: MemoryRoof) -> bool:
     """Whether ``k``'s roofline is its bytes' (its FLOPs per byte times their bandwidth), not a FLOP peak."""
-    return bool(k.roofline_gflops) and \
-        k.flops * k.fma_share / k.nbytes * memory.gbps_for(k.nbytes) <= k.roofline_gflops * (1 + 1e-9)
+    return bool(k.roofline_gflops) and k.flops / k.nbytes * memory.gbps_for(k.nbytes) <= k.roofline_gflops * (1 + 1e-9)
 
 
 def checked_roof(kernels: tuple[KernelTime, ...], memory: MemoryRoof | None, *, hardware: str | None = None
@@ -189,9 +188,9 @@ def _beside_products(kernels: tuple[KernelTime, ...]) -> frozenset[str]:
 def _beside_note(tasks: frozenset[str]) -> str:
     names = sorted(t.split("/", 1)[-1] for t in tasks)
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (f"{shown}: above the peak on their products' FLOPs alone (most of their FLOPs are element-wise work "
-            f"beside them, an activation's exp, run on other vector units than the FMAs): their % peak is left "
-            f"blank and raised nothing")
+    return (f"{shown}: above the peak in FLOPs that are largely element-wise work (an activation's exp, its "
+            f"clamps) beside their products, run on other vector units than the FMAs: at their compute limit, their "
+            f"% peak left blank, and they raised nothing")
 
 
 __all__ = ["CheckedRows", "checked_peak", "checked_peaks", "checked_roof", "checked_rows", "unsure_above_peak"]

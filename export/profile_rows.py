@@ -45,8 +45,8 @@ class KernelTime:
     # export.profile_peaks.unsure_above_peak): left blank, its roofline kept
     roofline_blank: bool = False
     # the share of its FLOPs in its products (explorer.workload.product_flops): under PRODUCT_SHARE its GFLOPS
-    # count element-wise work beside the FMA units: its % peak and roofline read its products' FLOPs alone, and it
-    # neither raises the peak nor lifts the roof
+    # count element-wise work beside the FMA units: it neither raises the peak nor lifts the roof, and a % above 100
+    # is no figure (left blank: export.profile_peaks)
     product_share: float = 1.0
 
     @property
@@ -55,18 +55,6 @@ class KernelTime:
         from explorer.workload.product_flops import PRODUCT_SHARE
 
         return self.product_share >= PRODUCT_SHARE
-
-    @property
-    def fma_share(self) -> float:
-        """The share of its FLOPs its % peak and % roofline read: all where they are mostly products or none are
-        (an element-wise kernel: its roofline is its bytes'), else its products' alone (element-wise work beside
-        them runs on other units than the FMAs)."""
-        return 1.0 if self.products or not self.product_share else self.product_share
-
-    @property
-    def product_gflops(self) -> float | None:
-        """The GFLOPS its % peak and % roofline read (:attr:`fma_share` of its GFLOPS)."""
-        return None if self.gflops is None else self.gflops * self.fma_share
 
     @property
     def ran(self) -> bool:
@@ -89,7 +77,7 @@ class KernelTime:
         """Its GFLOPS as a % of its roofline (None without both, or where :attr:`roofline_blank`)."""
         if self.roofline_blank or not self.gflops or not self.roofline_gflops:
             return None
-        return 100.0 * self.product_gflops / self.roofline_gflops
+        return 100.0 * self.gflops / self.roofline_gflops
 
     @property
     def headroom_s(self) -> float:
@@ -189,11 +177,10 @@ def kernel_rows(tasks: list[TaskCost], calls: Mapping[str, dict], per_call: floa
     kernels = tuple(sorted(
         (KernelTime(task=t.name, funcs=t.funcs, calls=p.calls, seconds=p.seconds,
                     share=p.seconds / kernels_s if kernels_s else 0.0, flops=t.flops, gflops=g,
-                    percent_of_peak=100 * g * p.fma_share / peaks[t.family] if g and peaks.get(t.family) else None,
+                    percent_of_peak=100 * g / peaks[t.family] if g and peaks.get(t.family) else None,
                     schedule=t.schedule, record_id=t.record_id, timed_s=p.timed_s, family=t.family,
                     peak_gflops=peaks.get(t.family),
-                    roofline_gflops=roofline_bound(t.flops * p.fma_share, t.nbytes, roof[t.family], memory),
-                    nbytes=t.nbytes,
+                    roofline_gflops=roofline_bound(t.flops, t.nbytes, roof[t.family], memory), nbytes=t.nbytes,
                     tier=memory.tier_for(t.nbytes) if memory is not None and t.flops else "",
                     product_share=t.product_share)
          for t, p, g in measured), key=lambda k: (-k.seconds, -k.upper_s)))

@@ -8,8 +8,10 @@ clamps, its exponent's integer arithmetic), so efficientnet_b0's 1x1 convolution
 Zen 5 core has two FADD pipes besides its two FMA pipes): at 536 "GFLOPS" that kernel read above the
 FMA peak (472) while its products ran at 188, and raised the peak. A kernel whose count is mostly
 products (:data:`PRODUCT_SHARE`; a depthwise 3x3 with its bias and relu6 reads 0.86, a 1x1 with a
-SiLU 0.35) is read against the FMA peak as it is; another is read on its products' FLOPs alone
-(:attr:`export.profile_rows.KernelTime.product_gflops`), and raises no peak nor lifts the roof.
+SiLU 0.35) may raise the FMA peak and lift the roof; another raises no peak nor lifts the roof, and its
+% peak above 100 is no figure (left blank: it runs at its compute limit, counting ops that the FMA
+peak does not). Reading such a kernel on its products' FLOPs alone was tried and dropped: it treats
+the element-wise work as free, and efficientnet_b0's headroom read 71% of its kernels' time.
 
 A reduction block counts as products where its update multiplies (a pool's max or a mean's sum does
 not); a block with no iteration variables (a recurrent layer written whole: its loops inside one
