@@ -1,4 +1,4 @@
-"""FastActivations: sigmoid, SiLU and GELU leave no libm call per element in the kernels (LLVM
+"""FastActivations: sigmoid, SiLU, GELU, sine and cosine leave no libm call per element in the kernels (LLVM
 cannot vectorize one), stay accurate, and a model with them exports and verifies.
 
 Compile-only checks of the assembly for each target kind (x86 AVX2, AVX-512, aarch64): the decision
@@ -13,7 +13,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
-from explorer.passes.fast_activations import fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_silu
+from explorer.passes.fast_activations import fast_cos, fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_silu, fast_sin
 from explorer.passes.pipelines import INFERENCE_PASSES, INFERENCE_NCHW_PASSES
 from explorer.schedule.defaults import default_schedule
 from explorer.target import host_target, parse_target
@@ -26,19 +26,37 @@ EXPECTED = {
     fast_silu: XS / (1 + np.exp(-XS.astype(np.float64))),
     fast_gelu: 0.5 * XS * (1 + _ERF(XS / math.sqrt(2))),
     fast_gelu_tanh: 0.5 * XS * (1 + np.tanh(math.sqrt(2 / math.pi) * (XS + 0.044715 * XS.astype(np.float64) ** 3))),
+    fast_sin: np.sin(XS.astype(np.float64)),
+    fast_cos: np.cos(XS.astype(np.float64)),
 }
-LIBM = ("expf", "erff", "tanhf", "exp@", "erf@", "tanh@")
+LIBM = ("expf", "erff", "tanhf", "sinf", "cosf", "exp@", "erf@", "tanh@", "sin@", "cos@")
 
 
 @pytest.mark.parametrize("fast", list(EXPECTED), ids=lambda f: f.__name__)
 def test_each_polynomial_matches_the_function_to_a_few_ulp(fast):
-    x = te.placeholder(XS.shape, "float32", name="x")
-    lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, fast(x)])}), target=host_target().tvm())
-    out = tvm.runtime.tensor(np.zeros_like(XS))
-    lib["main"](tvm.runtime.tensor(XS), out)
+    out = _run(fast, XS)
     expected = EXPECTED[fast]
-    assert np.all(np.isfinite(out.numpy()))
-    assert np.max(np.abs(out.numpy() - expected) / np.maximum(1.0, np.abs(expected))) < 1e-5
+    assert np.all(np.isfinite(out))
+    assert np.max(np.abs(out - expected) / np.maximum(1.0, np.abs(expected))) < 1e-5
+
+
+def _run(fast, xs: np.ndarray) -> np.ndarray:
+    x = te.placeholder(xs.shape, "float32", name="x")
+    lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, fast(x)])}), target=host_target().tvm())
+    out = tvm.runtime.tensor(np.zeros_like(xs))
+    lib["main"](tvm.runtime.tensor(xs), out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("fast, exact", [(fast_sin, np.sin), (fast_cos, np.cos)], ids=["sin", "cos"])
+def test_sine_and_cosine_keep_float32_accuracy_over_large_arguments(fast, exact):
+    """A NeRF encodes coordinates times 2**9 and more, rotary embeddings positions times frequencies:
+    the reduction by pi/2 in three parts keeps the error at float32's rounding (libm's sinf: 6e-8)
+    up to |x| = 1e6; NaN and infinities give NaN, as sinf and cosf do."""
+    xs = np.random.default_rng(0).uniform(-1e6, 1e6, 1 << 14).astype("float32")
+    xs[:6] = [0.0, -0.0, math.pi / 4, -math.pi / 2, 1e-30, 3 * math.pi / 4]
+    assert np.max(np.abs(_run(fast, xs) - exact(xs.astype(np.float64)))) < 2e-7
+    assert np.isnan(_run(fast, np.array([np.nan, np.inf, -np.inf], "float32"))).all()
 
 
 def _model(path):
@@ -50,6 +68,19 @@ def _model(path):
     graph = helper.make_graph(nodes, "acts", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 8, 16, 16])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 16, 16])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9), path)
+    return str(path)
+
+
+def _encoding(path):
+    """NeRF's positional encoding: points times frequency bands, then sin and cos concatenated."""
+    bands = numpy_helper.from_array((2.0 ** np.arange(10)).astype("float32").reshape(1, 1, 10), "bands")
+    nodes = [helper.make_node("Unsqueeze", ["input", "axis"], ["p"]), helper.make_node("Mul", ["p", "bands"], ["x"]),
+             helper.make_node("Sin", ["x"], ["s"]), helper.make_node("Cos", ["x"], ["c"]),
+             helper.make_node("Concat", ["s", "c"], ["out"], axis=2)]
+    axis = numpy_helper.from_array(np.array([2], "int64"), "axis")
+    graph = helper.make_graph(nodes, "encoding", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [256, 3])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [256, 3, 20])], [bands, axis])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return str(path)
 
 
@@ -88,11 +119,23 @@ def test_the_model_kernels_call_no_libm_per_element(tmp_path, spec):
         assert not calls, (gv.name_hint, calls[:3])
 
 
+@pytest.mark.parametrize("spec", ["cpu:x86-64-v4", pytest.param("aarch64:cortex-a76", marks=pytest.mark.slow)])
+def test_a_positional_encoding_calls_no_sinf_or_cosf(tmp_path, spec):
+    target = parse_target(spec)
+    mod = load_workload(_encoding(tmp_path / "enc.onnx")).fused_module()
+    kernels = [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert any("sin" in name for name, _ in kernels), [name for name, _ in kernels]
+    for name, func in kernels:
+        asm = _asm(default_schedule(func, target.cpu_spec())[0], target)
+        assert not [ln for ln in asm.splitlines() if any(f in ln for f in LIBM)], name
+
+
 @pytest.mark.heavy
-def test_a_model_with_the_activations_exports_and_verifies(tmp_path):
+@pytest.mark.parametrize("model", [_model, _encoding])
+def test_a_model_with_the_activations_exports_and_verifies(tmp_path, model):
     from export import export_workload
 
-    report = export_workload(load_workload(_model(tmp_path / "acts.onnx")), "cpu", tmp_path / "bundle", layers=False)
+    report = export_workload(load_workload(model(tmp_path / "m.onnx")), "cpu", tmp_path / "bundle", layers=False)
     assert report.ok and report.verified, report.verdict
 
 

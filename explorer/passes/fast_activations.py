@@ -1,4 +1,4 @@
-"""``FastActivations``: sigmoid, SiLU and GELU as vectorizable polynomials.
+"""``FastActivations``: sigmoid, SiLU, GELU, sine and cosine as vectorizable polynomials.
 
 TVM's ``FastMathTransform`` rewrites ``exp``, ``erf``, ``tanh`` and ``softmax``, not the activations
 that hold them: ``R.sigmoid`` (SiLU/Swish as ``x * sigmoid(x)``, squeeze-excitation gates, LSTM
@@ -9,6 +9,11 @@ pass, run after the layout conversion (a ``call_tir`` would stop it) and before 
 writes them with TOPI's polynomial ``fast_exp``/``fast_erf``/``fast_tanh`` (float32 only; other
 dtypes keep TVM's). The results stay within the export's tolerance of ONNX Runtime, which
 approximates these functions too.
+
+``R.sin`` and ``R.cos`` (NeRF's positional encoding, rotary position embeddings, audio features) are
+libm's ``sinf``/``cosf`` per element too: they become a reduction to [-pi/4, pi/4] by the nearest
+multiple of pi/2 (pi/2 in three parts, Cody and Waite's) and Cephes' minimax polynomials for sine and
+cosine there, the quadrant picking which and its sign.
 
 ``x ** c`` with a constant ``c`` (GPT-2's GELU ``x ** 3``, LayerNorm's variance as ``Pow(x - mean, 2)``
 in many ONNX exports, LRN's ``** 0.75`` in AlexNet, GoogLeNet and ZFNet, ``** -0.5`` for a reciprocal
@@ -56,8 +61,46 @@ def fast_gelu_tanh(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: half * x(*i) * (_one(x) + th(*i)), name="fast_gelu_tanh")
 
 
+# pi/2 in three parts (Cody and Waite): the first two have few enough significant bits that their
+# products with a quadrant count below 2**16 (|x| < ~1e5) are exact in float32, so the reduced
+# argument keeps its bits; past that the argument's own ulp (>= 2**-7 at 2**16) dwarfs the error.
+_HALF_PI = (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8)
+_SIN = (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)  # Cephes sinf on [-pi/4, pi/4]
+_COS = (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)  # Cephes cosf there
+
+
+def _sine(x: te.Tensor, quarter_turns: int, name: str) -> te.Tensor:
+    """``sin(x + quarter_turns * pi/2)``: ``x`` reduced by its nearest multiple ``n`` of pi/2 to ``r``
+    in [-pi/4, pi/4], then ``sin(r)`` or ``cos(r)`` by ``n``'s quadrant, negated in the lower half.
+    No libm call: every step a vector instruction. NaN and infinities give NaN, as ``sinf`` does."""
+    def c(v):
+        return tvm.tirx.const(v, x.dtype)
+
+    def value(*i):
+        v = x(*i)
+        n = tvm.tirx.floor(v * c(2 / math.pi) + c(0.5))
+        r = v
+        for part in _HALF_PI:
+            r = r - n * c(part)
+        z = r * r
+        sin_r = r + r * z * (c(_SIN[0]) + z * (c(_SIN[1]) + z * c(_SIN[2])))
+        cos_r = c(1.0) - c(0.5) * z + z * z * (c(_COS[0]) + z * (c(_COS[1]) + z * c(_COS[2])))
+        quadrant = (n.astype("int32") + quarter_turns) & 3
+        pick = tvm.tirx.Select((quadrant & 1) == 1, cos_r, sin_r)
+        return tvm.tirx.Select((quadrant & 2) == 2, -pick, pick)
+    return te.compute(x.shape, value, name=name)
+
+
+def fast_sin(x: te.Tensor) -> te.Tensor:
+    return _sine(x, 0, "fast_sin")
+
+
+def fast_cos(x: te.Tensor) -> te.Tensor:
+    return _sine(x, 1, "fast_cos")
+
+
 FAST = {"relax.sigmoid": fast_sigmoid, "relax.nn.silu": fast_silu, "relax.nn.gelu": fast_gelu,
-        "relax.nn.gelu_tanh": fast_gelu_tanh}
+        "relax.nn.gelu_tanh": fast_gelu_tanh, "relax.sin": fast_sin, "relax.cos": fast_cos}
 
 
 def _float32(expr) -> bool:
@@ -117,9 +160,9 @@ def _fast(call: relax.Call, builder: relax.BlockBuilder):
 
 @tvm.transform.module_pass(opt_level=0, name="FastActivations")
 def FastActivations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """Rewrite float32 sigmoid, SiLU and GELU as fast polynomials, small powers as products (see the
+    """Rewrite float32 sigmoid, SiLU, GELU, sine and cosine as fast polynomials, small powers as products (see the
     module docstring)."""
     return rewrite_calls(mod, _fast)
 
 
-__all__ = ["FAST", "FastActivations", "fast_gelu", "fast_gelu_tanh", "fast_sigmoid", "fast_silu"]
+__all__ = ["FAST", "FastActivations", "fast_cos", "fast_gelu", "fast_gelu_tanh", "fast_sigmoid", "fast_silu", "fast_sin"]
