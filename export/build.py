@@ -209,13 +209,13 @@ def _untiled_convs(workload: Workload, target: Target, fused: tvm.IRModule, unti
     done = workload.precision
     if done is None or done.name != "bf16" or not untiled:
         return None
-    ordinals = convs_of_kernels(fused, untiled, done.packed_from) - set(done.convs_fp32)
+    per_kernel = convs_of_kernels(fused, untiled, done.packed_from)
+    ordinals = frozenset().union(*per_kernel.values()) - set(done.convs_fp32)
     if not ordinals:
         return None
     by_reason: dict[str, list[str]] = {}  # one reason, the kernels it stopped (the first few named)
-    for name, reason in untiled.items():
-        if convs_of_kernels(fused, [name], done.packed_from):
-            by_reason.setdefault(reason, []).append(task_names.get(name, name))
+    for name in per_kernel:
+        by_reason.setdefault(untiled[name], []).append(task_names.get(name, name))
     why = "; ".join(f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} ({reason})"
                     for reason, names in by_reason.items())
     return with_convs_fp32(workload, target, ordinals, why)[0]

@@ -38,21 +38,23 @@ def conv_ordinals(mod: tvm.IRModule) -> dict:
     return ordinals
 
 
-def convs_of_kernels(fused: tvm.IRModule, kernels: Iterable[str], packed_from: Mapping) -> frozenset[int]:
-    """The ordinals of the convolutions the kernels named ``kernels`` compute in ``fused`` (a bf16
-    build's fused module; ``packed_from``: each packed weight constant's ordinal, from the rewrite):
-    none for a kernel that computes no bf16 convolution."""
-    names, found = set(kernels), set()
+def convs_of_kernels(fused: tvm.IRModule, kernels: Iterable[str], packed_from: Mapping) -> dict[str, frozenset[int]]:
+    """Per kernel named in ``kernels`` that computes a bf16 convolution in ``fused`` (a bf16 build's
+    fused module; ``packed_from``: each packed weight constant's ordinal, from the rewrite), the
+    ordinals of its convolutions; a kernel that computes none is left out. One walk of the module."""
+    names, found = set(kernels), {}
     if not names or not packed_from:
-        return frozenset()
+        return {}
     for gv, func in fused.functions_items():
         if not isinstance(func, relax.Function):
             continue
         for binding in iter_bindings(func):
             called = kernel_call(getattr(binding, "value", None))
             if called is not None and called[0].name_hint in names:
-                found.update(packed_from[a] for a in called[1] if is_constant(a) and a in packed_from)
-    return frozenset(found)
+                ordinals = {packed_from[a] for a in called[1] if is_constant(a) and a in packed_from}
+                if ordinals:
+                    found.setdefault(called[0].name_hint, set()).update(ordinals)
+    return {name: frozenset(ordinals) for name, ordinals in found.items()}
 
 
 __all__ = ["conv_ordinals", "convs_of_kernels"]
