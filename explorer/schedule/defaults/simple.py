@@ -28,7 +28,7 @@ from tvm import s_tir
 from explorer.schedule.defaults.analysis import (PARALLEL_MIN_VOLUME, BlockFacts, NotApplicable, block_facts,
                                                   partial_rows)
 from explorer.schedule.defaults.machine import CpuSpec
-from explorer.schedule.defaults.strides import contiguous_run
+from explorer.schedule.defaults.strides import contiguous_run, read_strides
 from explorer.schedule.defaults.transpose_blocks import blocked_transpose
 
 
@@ -90,8 +90,10 @@ def schedule_spatial(sch: s_tir.Schedule, block, cpu: CpuSpec) -> str:
         return f"parallel transpose ({facts.name})"
     lanes = cpu.lanes(facts.dtype)
     # an operand read at ``c // d`` and ``c % d`` of the innermost iterator (a channel shuffle's
-    # ``c % 4 * 34 + c // 4``, a nearest upsampling's ``x // 2``)
-    divisors = {d for a in facts.reads for k, d in a.groups if k == inner and d < facts.extents[inner]}
+    # ``c % 4 * 34 + c // 4``, a nearest upsampling's ``x // 2``), not a reshape's ``(j // 10, j % 10)``
+    # whose flat offset is linear in the iterators
+    divisors = {d for a, strides in zip(facts.reads, read_strides(sch, block)) if strides is None
+                for k, d in a.groups if k == inner and d < facts.extents[inner]}
     step = math.gcd(*divisors) if divisors else 0
     if contiguous and step > 1 and step % lanes and facts.extents[inner] % step == 0:
         # vectors over the fused loops would compute every lane's index and gather (ShuffleNet v1's

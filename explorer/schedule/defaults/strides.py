@@ -10,7 +10,9 @@ block's indices simplified within its iterators' domains (an inlined reshape's `
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 
 from tvm import s_tir, sym, tirx
 
@@ -26,29 +28,50 @@ def access_strides(sch: s_tir.Schedule, block) -> list[tuple[int, ...] | None]:
     buffer along each iterator, or None where an index is not linear in the iterators (a
     ``% c`` that the domains do not remove, a gather) or a shape is not constant."""
     blk = sch.get(block)
-    iters = list(blk.iter_vars)
+    return [_region_strides(region, blk.iter_vars) for region in [*blk.writes, *blk.reads]]
+
+
+def read_strides(sch: s_tir.Schedule, block) -> list[tuple[int, ...] | None]:
+    """:func:`access_strides` of the buffers the block reads alone, in the order of its reads."""
+    blk = sch.get(block)
+    return [_region_strides(region, blk.iter_vars) for region in blk.reads]
+
+
+def _region_strides(region, iters) -> tuple[int, ...] | None:
+    """The element strides of one buffer region along each iterator (see :func:`access_strides`):
+    read per dimension, or, where a dimension's index is not linear, from the flattened index: a
+    reshape fused after an elementwise step reads ``[n, 3, 10]`` at ``(i, j // 10, j % 10)`` for
+    output ``(i, j)`` of ``[n, 30]``, whose flat offset ``30 i + j`` is contiguous (TVM folds it back
+    once the loops are fused: NeRF's sine kernel 546 -> 24 us vectorized over the fused loops)."""
     variables = [iv.var for iv in iters]
     analyzer = sym.Analyzer()
     for iv in iters:
         analyzer.bind(iv.var, iv.dom)
-    out: list[tuple[int, ...] | None] = []
-    for region in [*blk.writes, *blk.reads]:
-        shape = [_int(s) for s in region.source.shape]
-        if None in shape or any(_int(r.extent) != 1 for r in region.region):
-            out.append(None)
-            continue
-        strides = [0] * len(variables)
-        linear = True
-        for dim, rng in enumerate(region.region):
-            coefficients = sym.detect_linear_equation(analyzer.simplify(rng.min), variables)
-            if len(coefficients) != len(variables) + 1 or any(_int(c) is None for c in coefficients[:-1]):
-                linear = False
-                break
-            step = math.prod(shape[dim + 1:])
-            for k, c in enumerate(coefficients[:-1]):
-                strides[k] += _int(c) * step
-        out.append(tuple(strides) if linear else None)
-    return out
+    shape = [_int(s) for s in region.source.shape]
+    if None in shape or any(_int(r.extent) != 1 for r in region.region):
+        return None
+    strides = [0] * len(variables)
+    for dim, rng in enumerate(region.region):
+        coefficients = _linear(analyzer, rng.min, variables)
+        if coefficients is None:
+            break
+        step = math.prod(shape[dim + 1:])
+        for k, c in enumerate(coefficients):
+            strides[k] += c * step
+    else:
+        return tuple(strides)
+    terms = [rng.min * math.prod(shape[dim + 1:]) for dim, rng in enumerate(region.region)]
+    coefficients = _linear(analyzer, functools.reduce(operator.add, terms), variables) if terms else None
+    return tuple(coefficients) if coefficients is not None else None
+
+
+def _linear(analyzer, index, variables) -> list[int] | None:
+    """The constant coefficients of ``index`` (simplified within the iterators' domains) in
+    ``variables``, or None where it is not linear in them."""
+    coefficients = sym.detect_linear_equation(analyzer.simplify(index), variables)
+    if len(coefficients) != len(variables) + 1 or any(_int(c) is None for c in coefficients[:-1]):
+        return None
+    return [_int(c) for c in coefficients[:-1]]
 
 
 def contiguous_run(sch: s_tir.Schedule, block, facts: BlockFacts) -> int | None:
@@ -83,4 +106,4 @@ def contiguous_run(sch: s_tir.Schedule, block, facts: BlockFacts) -> int | None:
     return None
 
 
-__all__ = ["access_strides", "contiguous_run"]
+__all__ = ["access_strides", "contiguous_run", "read_strides"]
