@@ -19,6 +19,7 @@ from tvm import s_tir
 from explorer.schedule.defaults.analysis import PARALLEL_MIN_MACS, NotApplicable, block_facts
 from explorer.schedule.defaults.depthwise import choose_conv_tiles
 from explorer.schedule.defaults.groups import ragged_group_width, tile_ragged_groups
+from explorer.schedule.defaults.few_columns import dot_product_rows, few_columns_weight
 from explorer.schedule.defaults.inline import fold_into_producer
 from explorer.schedule.defaults.layouts import (accumulate_along_vectors, few_channels_pixel_axis, gathered_operands,
                                                 innermost_output_axis, relayout)
@@ -48,6 +49,8 @@ def tile_reduction(sch: s_tir.Schedule, block, cpu: CpuSpec, tails: bool = True,
     if facts.is_spatial or not facts.loops_match or not facts.out_dims:
         raise NotApplicable("not a reduction under its own loops")
     vec, relaid = few_channels_pixel_axis(facts, cpu.lanes(facts.dtype)), []
+    if vec is not None and (weight := few_columns_weight(sch, block, facts, cpu)) is not None:
+        return dot_product_rows(sch, block, facts, weight, cpu)  # dot products, not the rows transposed
     moves = gathered_operands(sch, block, facts, vec)
     if moves is None:  # channels fill the vectors (or their pixels cannot be read as vectors)
         try:
