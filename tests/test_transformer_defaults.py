@@ -13,7 +13,7 @@ from tvm import s_tir, te, topi
 from explorer.schedule.defaults import CpuSpec, default_schedule
 from explorer.schedule.defaults.analysis import block_facts
 from explorer.schedule.defaults.row_chain import row_chain
-from explorer.schedule.defaults.strides import access_strides, contiguous_run
+from explorer.schedule.defaults.strides import access_strides, contiguous_run, read_strides
 from explorer.ir.tir_walk import walk
 from explorer.target import host_target
 
@@ -70,6 +70,30 @@ def test_strides_read_through_an_inlined_reshape():
     assert written == (2 * 16 * 20, 0, 16 * 20, 20, 1)
     assert read == (40, 0, 20, 120, 1)
     assert contiguous_run(sch, block, block_facts(sch, block)) == 20
+
+
+def _sine_into_rows(rows: int = 64):
+    """A NeRF's encoding: sine of ``[rows, 3, 10]`` reshaped to ``[rows, 30]``, the reshape reading at
+    ``(i, j // 10, j % 10)``: no dimension's index is linear, the flat offset ``30 i + j`` is."""
+    x = te.placeholder((rows, 3, 10), name="x")
+    s = te.compute(x.shape, lambda *i: te.sin(x(*i)), name="sin")
+    y = topi.reshape(s, (rows, 30))
+    return te.create_prim_func([x, y])
+
+
+def test_a_reshape_into_rows_reads_contiguously_and_vectorizes_over_its_fused_loops():
+    """Read per dimension, the reshape looked like a channel shuffle's ``c // d``: rows of 30 in steps
+    of 10, not vectorized (NeRF's sine kernel: 546 us against 24-32 over the fused loops)."""
+    sch = s_tir.Schedule(_sine_into_rows())
+    sch.compute_inline(sch.get_sblock("sin"))
+    block = sch.get_sblock("T_reshape")
+    assert read_strides(sch, block) == [(30, 1)]
+    for cpu in (AVX2, AVX512):
+        _, choice = default_schedule(_sine_into_rows(), cpu)
+        assert choice.steps == (f"parallel x{cpu.vector_bits // 32} (T_reshape)",), choice
+    func, _ = default_schedule(_sine_into_rows(), _runnable(AVX512))
+    x = np.random.default_rng(0).standard_normal((64, 3, 10)).astype("float32")
+    np.testing.assert_allclose(_run(func, x, out_shape=(64, 30)), np.sin(x).reshape(64, 30), rtol=1e-6, atol=1e-6)
 
 
 def test_a_plain_slice_is_contiguous_over_all_its_loops():
