@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import altair as alt
 
+from store.plots import BESIDE_PRODUCTS, PRODUCTS
+
 SOURCE_COLOURS = {"manual": "#2563eb", "search": "#f97316", "import": "#64748b", "default": "#a3a3a3"}
 
 
@@ -49,8 +51,14 @@ def roofline_chart(data: dict) -> alt.LayerChart:
     x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte)", scale=alt.Scale(type="log"))
     y = alt.Y("gflops:Q", title="GFLOPS", scale=alt.Scale(type="log"))
     ceiling = alt.Chart(alt.Data(values=data["ceiling"])).mark_line(color="#475569").encode(x=x, y=y)
-    points = alt.Chart(alt.Data(values=data["points"])).mark_point(filled=True, size=60).encode(
+    # a hollow point: its GFLOPS count largely element-wise ops beside its products (store.plots.roofline), which run on
+    # other vector units than the FMAs whose peak the ceiling is: above it, it is no figure of theirs
+    points = alt.Chart(alt.Data(values=data["points"])).mark_point(size=60).encode(
         x=x, y=y, color=_source_colour(),
+        fill=alt.condition(alt.datum.counted == BESIDE_PRODUCTS, alt.value("transparent"), _source_colour()),
+        shape=alt.Shape("counted:N", title="FLOPs counted",
+                        scale=alt.Scale(domain=[PRODUCTS, BESIDE_PRODUCTS], range=["circle", "diamond"])),
         tooltip=[alt.Tooltip("workload:N"), alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
-                 alt.Tooltip("gflops:Q", title="GFLOPS", format=".2f"), alt.Tooltip("source:N")])
+                 alt.Tooltip("gflops:Q", title="GFLOPS", format=".2f"), alt.Tooltip("source:N"),
+                 alt.Tooltip("counted:N", title="FLOPs counted")])
     return alt.layer(ceiling, points).properties(height=380)

@@ -19,12 +19,14 @@ from store.outcome import Outcome
 def store_workload(mod: IRModule | PrimFunc, *, name: str | None = None, kind: str = "kernel",
                    source: str = "search", shapes: dict | None = None, flops: int | None = None) -> Workload:
     """The store's Workload for ``mod`` (a PrimFunc is normalised as ``tune_tir`` does): key and
-    module exactly as MetaSchedule writes them; name, shapes and FLOPs computed unless given."""
+    module exactly as MetaSchedule writes them; name, shapes and FLOPs computed unless given (given
+    shapes still say whether its FLOPs are largely element-wise work: ``beside_products``)."""
     mod = as_task_module(mod) if isinstance(mod, PrimFunc) else mod
     key, mod_b64 = module_to_b64(mod)
     info = describe_module(mod)
+    beside = {k: v for k, v in info["shapes"].items() if k == "beside_products"}
     return Workload(key=key, name=name or info["name"], kind=kind, source=source,
-                    shapes=shapes if shapes is not None else info["shapes"],
+                    shapes={**shapes, **beside} if shapes is not None else info["shapes"],
                     flops=flops if flops is not None else info["flops"], mod_b64=mod_b64)
 
 

@@ -71,19 +71,31 @@ def roofline_ceiling(intensity: float, peak_gflops: float, peak_gbps: float) -> 
     return min(peak_gflops, intensity * peak_gbps)
 
 
+# what a point's GFLOPS counts: mostly multiply-adds (the FMA units' figure, under the ceiling), or largely
+# element-wise work beside them (an activation fused into a convolution: its count may read above the ceiling, which
+# is the FMA units'; explorer.workload.product_flops)
+PRODUCTS = "multiply-adds"
+BESIDE_PRODUCTS = "largely element-wise ops"
+
+
 def roofline(records: Iterable[Record], workloads: dict[str, Workload], peak_gflops: float,
              peak_gbps: float) -> dict:
     """Roofline data: one point per ranked record with FLOPs and bytes known (arithmetic
     intensity = FLOPs / compulsory bytes), and the ceiling min(peak, intensity x bandwidth)
-    sampled on a log scale around the points and the ridge point."""
+    sampled on a log scale around the points and the ridge point. Each point says what its FLOPs
+    count (``counted``: :data:`PRODUCTS` or :data:`BESIDE_PRODUCTS`, from the workload's
+    ``shapes["beside_products"]``): a fused activation's element-wise ops run on other vector units
+    than the FMAs, so such a point above the ceiling is no figure above the FMA units' peak."""
     points = []
     for r in records:
         w = workloads.get(r.workload_key)
         nbytes = compulsory_bytes(w) if w else None
         if not (r.ok and r.gflops is not None and w and w.flops and nbytes):
             continue
+        beside = bool((w.shapes or {}).get("beside_products"))
         points.append({"workload": w.name, "intensity": w.flops / nbytes, "gflops": r.gflops, "source": r.source,
-                       "id": r.id, "bound": roofline_ceiling(w.flops / nbytes, peak_gflops, peak_gbps)})
+                       "id": r.id, "bound": roofline_ceiling(w.flops / nbytes, peak_gflops, peak_gbps),
+                       "counted": BESIDE_PRODUCTS if beside else PRODUCTS})
     ridge = peak_gflops / peak_gbps
     xs = [p["intensity"] for p in points] + [ridge]
     lo, hi = math.log10(min(xs) / 4), math.log10(max(xs) * 4)
@@ -92,4 +104,4 @@ def roofline(records: Iterable[Record], workloads: dict[str, Workload], peak_gfl
     return {"points": points, "ceiling": ceiling, "ridge": ridge, "peak_gflops": peak_gflops, "peak_gbps": peak_gbps}
 
 
-__all__ = ["compulsory_bytes", "gflops_by_workload", "history_series", "measured_peaks", "roofline", "roofline_ceiling"]
+__all__ = ["BESIDE_PRODUCTS", "PRODUCTS", "compulsory_bytes", "gflops_by_workload", "history_series", "measured_peaks", "roofline", "roofline_ceiling"]

@@ -84,3 +84,23 @@ def test_a_measured_kernel_of_element_wise_work_above_the_peak_raises_nothing():
     check = peak_check.within_peak(536.0, "e/silu", 472.7, products=False)
     assert check.peak_gflops == 472.7 and not check.trusted and check.percent(536.0) is None
     assert "element-wise" in check.note
+
+
+def test_the_leaderboards_roofline_marks_a_record_of_element_wise_work(tmp_path):
+    """A search of the conv+SiLU kernel stores its workload flagged (``beside_products``): the roofline
+    draws its point as largely element-wise work, whose place above the FMA ceiling is no figure of
+    the FMA units; a matmul's point counts multiply-adds."""
+    from search.records import task_workload
+    from store import Record
+    from store.plots import BESIDE_PRODUCTS, PRODUCTS, roofline
+
+    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    matmul = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
+    workloads = {w.key: w for w in (task_workload(conv, source="search"), task_workload(matmul, source="search"))}
+    assert [w.shapes.get("beside_products") for w in workloads.values()] == [True, None]
+    records = [Record(workload_key=key, target='{"kind": "llvm"}', hardware="h", source="search", status="ok",
+                      steps=[], trace=None, latencies=[1e-4], median_s=1e-4, gflops=w.flops / 1e-4 / 1e9, environment={},
+                      id=i)
+               for i, (key, w) in enumerate(workloads.items())]
+    points = roofline(records, workloads, peak_gflops=40.0, peak_gbps=20.0)["points"]
+    assert [p["counted"] for p in points] == [BESIDE_PRODUCTS, PRODUCTS]

@@ -14,13 +14,13 @@ pytestmark = pytest.mark.browser
 
 
 @contextmanager
-def leaderboard_page(db):
-    """The Leaderboard of the database ``db`` in a real browser, 1600 px wide."""
+def leaderboard_page(db, width: int = 1600):
+    """The Leaderboard of the database ``db`` in a real browser, ``width`` px wide."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with schedx_ui(env={"SCHEDX_DB": str(db)}) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page = browser.new_page(viewport={"width": width, "height": 1100})
             page.set_default_timeout(120_000)
             open_page(page, f"{url}/leaderboard", "best records")
             yield page
@@ -51,6 +51,46 @@ def test_leaderboard_shows_records(tmp_path):
         assert scroll[0] <= scroll[1], scroll
         page.get_by_role("button", name="Open in Schedule page").click()  # the record goes to the editor
         page.wait_for_url("**/schedule")
+
+
+def _conv_silu_record(db, tmp_path) -> None:
+    """A search record of efficientnet's 1x1 convolution with its SiLU (stored by the search's own
+    workload maker, so flagged as largely element-wise work), above the demo's 200 GFLOPS ceiling."""
+    from search.records import task_workload
+    from store import Record, Store
+    from tests.test_product_flops import _conv_silu
+    from explorer.workload import load_workload
+
+    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    workload = task_workload(conv, source="search")
+    with Store(db) as store:
+        demo = store.records()[0]
+        store.add_workload(workload)
+        store.add_record(Record(workload_key=workload.key, target=demo.target, hardware=demo.hardware, source="search",
+                                status="ok", steps=[], trace=None, latencies=[workload.flops / 300e9],
+                                median_s=workload.flops / 300e9, gflops=300.0, environment=demo.environment))
+
+
+@pytest.mark.parametrize("width", [1100, 1600])
+def test_the_roofline_draws_element_wise_work_apart_from_multiply_adds(tmp_path, width):
+    """The Roofline chart, picked with the mouse: a conv+SiLU record at 300 counted GFLOPS sits above
+    the 200 GFLOPS ceiling; its point is a hollow diamond in its own legend entry, and the caption
+    says why that is no figure of the FMA units."""
+    db = tmp_path / "demo.db"
+    fill_demo(db)
+    _conv_silu_record(db, tmp_path)
+    with leaderboard_page(db, width) as page:
+        page.locator('[data-testid="stDataFrame"]').first.wait_for()
+        page.get_by_text("Roofline", exact=True).click()  # the chart picker's segment, with the mouse
+        page.get_by_text("hollow diamond").wait_for()
+        chart = page.locator('[data-testid="stVegaLiteChart"]').first
+        chart.locator("svg").first.wait_for()
+        page.wait_for_timeout(500)
+        svg = chart.inner_html()
+        assert "FLOPs counted" in svg and "largely element-wise ops" in svg and "multiply-adds" in svg
+        assert "1 hollow diamond(s)" in page.get_by_text("hollow diamond").inner_text()
+        chart.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir(tmp_path) / f"roofline_{width}.png"), full_page=False)
 
 
 def _search_record_db(path) -> int:

@@ -19,7 +19,7 @@ from app.leaderboard_charts import gflops_chart, history_chart, roofline_chart
 from app.state import LeaderboardKeys as K
 from store import Outcome, Record, Store, StoreError, default_db_path
 from store.compare import compare_records
-from store.plots import gflops_by_workload, history_series, measured_peaks, roofline
+from store.plots import BESIDE_PRODUCTS, gflops_by_workload, history_series, measured_peaks, roofline
 from store.records import KINDS, SOURCES, target_short
 
 # Widget keys of this page (page-local: prefixed, never shared with another page).
@@ -158,8 +158,13 @@ def charts(store: Store, filters: dict, names: dict[str, str]) -> None:
         else:
             data = roofline(by_source, {w.key: w for w in store.workloads()}, *peaks)
             st.altair_chart(roofline_chart(data), width="stretch")
+            beside = sum(p["counted"] == BESIDE_PRODUCTS for p in data["points"])
             st.caption(f"Peaks measured on this machine: {peaks[0]:.0f} GFLOPS, {peaks[1]:.0f} GB/s; "
-                       f"{len(data['points'])} records with known bytes.")
+                       f"{len(data['points'])} records with known bytes."
+                       + (f" {beside} hollow diamond(s): kernels whose FLOPs are largely element-wise work (a fused "
+                          "activation's exp, its clamps) beside their multiply-adds. Those ops run on other vector "
+                          "units than the FMAs whose peak the ceiling is, so such a point may sit above it: no figure "
+                          "of the FMA units." if beside else ""))
 
 
 def open_in_schedule(record_id: int) -> None:

@@ -117,8 +117,12 @@ def argument_bytes(mod: IRModule) -> int:
 
 
 def describe_module(mod: IRModule) -> dict:
-    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module."""
+    """Name, argument shapes (with total bytes) and FLOPs of a one-function TIR module; where its
+    FLOP count is largely element-wise work beside its products, ``shapes["beside_products"]``
+    (:func:`explorer.workload.product_flops.beside_products`: its GFLOPS may read above the FMA peak)."""
     from tvm.s_tir.analysis import estimate_tir_flops
+
+    from explorer.workload.product_flops import beside_products
 
     func_name = mod.get_global_vars()[0].name_hint if len(mod.get_global_vars()) == 1 else "module"
     args = _arguments(mod)
@@ -129,7 +133,8 @@ def describe_module(mod: IRModule) -> dict:
     nbytes = _bytes_of(args)
     sig = "_".join("x".join(map(str, a["shape"])) or "scalar" for a in args)
     name = f"{func_name}_{sig}_{args[0]['dtype']}" if args else func_name
-    return {"name": name[:120], "shapes": {"args": args, "bytes": int(nbytes)}, "flops": flops}
+    shapes = {"args": args, "bytes": int(nbytes), **({"beside_products": True} if flops and beside_products(mod) else {})}
+    return {"name": name[:120], "shapes": shapes, "flops": flops}
 
 
 __all__ = ["TASK_ATTR", "argument_bytes", "as_task_module", "owned_task_module", "describe_module", "module_from_b64", "module_hash", "module_to_b64",

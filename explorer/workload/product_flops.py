@@ -31,6 +31,12 @@ from tvm.ir.expr import TensorLoad
 PRODUCT_SHARE = 0.9  # a kernel's count is its products' when they are at least this share of it
 
 
+def beside_products(mod: IRModule) -> bool:
+    """Whether ``mod``'s FLOP count is largely element-wise work beside its products (a share under
+    :data:`PRODUCT_SHARE`): its GFLOPS is no figure of the FMA units, and may read above their peak."""
+    return product_share(mod) < PRODUCT_SHARE
+
+
 def product_share(mod: IRModule) -> float:
     """The share of ``mod``'s FLOP count (every PrimFunc of it, by any name) in reduction blocks that
     multiply, each counted by ``estimate_tir_flops`` over its block's domain; 1.0 where nothing is
@@ -74,4 +80,4 @@ def _counted(func: tirx.PrimFunc) -> tuple[float, float] | None:
     return products, total
 
 
-__all__ = ["PRODUCT_SHARE", "product_share"]
+__all__ = ["beside_products", "PRODUCT_SHARE", "product_share"]
