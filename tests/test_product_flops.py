@@ -18,7 +18,7 @@ from explorer.workload.product_flops import PRODUCT_SHARE, product_share
 from export.profile import TaskCost, checked_rows
 
 
-def _conv_silu(tmp_path) -> str:
+def conv_silu_onnx(tmp_path) -> str:
     """efficientnet_b0's 1x1 expansion with its SiLU (x * sigmoid(x)): 16 -> 96 channels at 28x28."""
     w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.1, (96, 16, 1, 1)).astype("float32"), "w")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
@@ -31,7 +31,7 @@ def _conv_silu(tmp_path) -> str:
 
 
 def test_a_convolution_with_a_silu_counts_mostly_element_wise_work_and_resnets_count_products(tmp_path):
-    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    conv = next(t for t in load_workload(conv_silu_onnx(tmp_path)).tasks() if "conv2d" in t.name)
     assert product_share(conv.mod) < 0.5 < PRODUCT_SHARE  # 2 x 16 a value for the products, ~85 for the sigmoid
     shares = {t.name.split("/")[-1]: product_share(t.mod) for t in load_workload("resnet18").tasks()}
     assert all(s >= PRODUCT_SHARE for name, s in shares.items() if "conv2d" in name or "winograd_batch" in name)
@@ -76,7 +76,7 @@ def test_a_profile_row_of_element_wise_work_above_the_peak_raises_nothing_and_re
 def test_the_profile_reads_a_tasks_share_from_its_module(tmp_path):
     from export.profile import task_cost
 
-    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    conv = next(t for t in load_workload(conv_silu_onnx(tmp_path)).tasks() if "conv2d" in t.name)
     assert task_cost(conv).product_share == product_share(conv.mod) < PRODUCT_SHARE
 
 
@@ -94,7 +94,7 @@ def test_the_leaderboards_roofline_marks_a_record_of_element_wise_work(tmp_path)
     from store import Record
     from store.plots import BESIDE_PRODUCTS, PRODUCTS, roofline
 
-    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    conv = next(t for t in load_workload(conv_silu_onnx(tmp_path)).tasks() if "conv2d" in t.name)
     matmul = load_workload("matmul:M=64,N=64,K=64").tasks()[0]
     workloads = {w.key: w for w in (task_workload(conv, source="search"), task_workload(matmul, source="search"))}
     assert [w.shapes.get("beside_products") for w in workloads.values()] == [True, None]

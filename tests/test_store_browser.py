@@ -58,10 +58,10 @@ def _conv_silu_record(db, tmp_path) -> None:
     workload maker, so flagged as largely element-wise work), above the demo's 200 GFLOPS ceiling."""
     from search.records import task_workload
     from store import Record, Store
-    from tests.test_product_flops import _conv_silu
+    from tests.test_product_flops import conv_silu_onnx
     from explorer.workload import load_workload
 
-    conv = next(t for t in load_workload(_conv_silu(tmp_path)).tasks() if "conv2d" in t.name)
+    conv = next(t for t in load_workload(conv_silu_onnx(tmp_path)).tasks() if "conv2d" in t.name)
     workload = task_workload(conv, source="search")
     with Store(db) as store:
         demo = store.records()[0]

@@ -36,6 +36,7 @@ from explorer.passes.layout_into_conv import FuseLayoutIntoConv
 from explorer.passes.weight_buffers import MarkWeightBuffers
 from explorer.passes.qdq_int8 import QDQToInt8Kernels
 from explorer.passes.onnx_idioms import SimplifyInference
+from explorer.passes.topk_select import TopKBySelection
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,12 @@ PASS_CATALOG: dict[str, PassSpec] = {
         _t("ConcatAsCopies", "schedx: a concatenation as one kernel of copies, a block per input: TOPI picks "
            "each element's input with a chain of one test per input, and vectorized, every element loads every "
            "input (an unrolled recurrent layer concatenates its 40-100 steps).", lambda: ConcatAsCopies),
-        _t("FastActivations", "schedx: sigmoid, SiLU and GELU (float32) as fast polynomials: TVM's own call libm "
+        _t("FastActivations", "schedx: sigmoid, SiLU, GELU, sine and cosine (float32) as fast polynomials: TVM's own call libm "
            "once per element, which LLVM cannot vectorize.", lambda: FastActivations),
+        _t("TopKBySelection", "schedx: a TopK with a small k (<= 32, static shapes) as a kernel that keeps each "
+           "row's k best in a sorted buffer, updated by vectors, rows in parallel, on a CPU: TVM's dispatch keeps a "
+           "heap per row, all rows on one thread (a k-nearest-neighbours layer's top-16 of 512: 0.45x its time on "
+           "one thread).", lambda: TopKBySelection),
         _t("DispatchSortScan", "Lower sort, argsort, topk, cumsum and cumprod for the target (TOPI's CPU or GPU "
            "kernels): LegalizeOps has no lowering for sort, argsort and topk.",
            lambda: relax.backend.DispatchSortScan()),

@@ -27,8 +27,10 @@ CUDA_TARGET = "cuda"
 # them packed, computed once at build time: export.weight_layouts); it changes the kernels' keys.
 # DispatchSortScan first: LegalizeOps has no lowering for sort, argsort and topk (a k-nearest-
 # neighbours layer's TopK failed the build with "CodeGenVM cannot emit this Relax operator").
+# TopKBySelection before it: on a CPU a TopK with a small k becomes a parallel selection kernel
+# (explorer.passes.topk_select); a device build's dispatch keeps its own sort (a cpu_rewrite pass).
 TUNING_PASSES: tuple[str, ...] = (
-    "DispatchSortScan", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseLayoutIntoConv", "FuseTIR",
+    "TopKBySelection", "DispatchSortScan", "LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseLayoutIntoConv", "FuseTIR",
     "DeadCodeElimination", "MarkWeightBuffers",
 )
 # The graph for inference before fusion: batch-norm folded into the convolution's weights and a
@@ -48,7 +50,7 @@ TUNING_PASSES: tuple[str, ...] = (
 _PREPARE: tuple[str, ...] = (
     "QDQToInt8Kernels", "SimplifyInference", "FoldConstantNumpy", "FoldBatchnormToConv2D", "BatchNormAsScaleShift", "DecomposeOpsForInference", "CanonicalizeBindings", "FoldConstantNumpy", "DropDeadConvTaps", "TransposedConvAsPixelShuffle", "ClipToRelaxOps", "ConstantPadToRelaxOp",
 )
-# FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU and GELU as
+# FastMathTransform and FastActivations: exp, erf, tanh, softmax, sigmoid, SiLU, GELU, sine and cosine as
 # vectorizable polynomials (libm's expf/erff are a scalar call per element: BERT's GELU matmul 14.8 ->
 # 6.7 ms, its softmax 0.73 -> 0.27 ms; outputs within the export's tolerance of ONNX Runtime, which
 # approximates them too). After the layout conversion: what they emit is a call_tir, which
@@ -112,7 +114,7 @@ PIPELINES: dict[str, PipelineSpec] = {
             CPU_TARGET, lambda t: _sequential(INFERENCE_NCHW_PASSES, "inference-nchw")),
         PipelineSpec(
             "tuning", "Fusion only",
-            "DispatchSortScan, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseLayoutIntoConv, FuseTIR, "
+            "TopKBySelection, DispatchSortScan, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseLayoutIntoConv, FuseTIR, "
             "DeadCodeElimination, MarkWeightBuffers on the graph as imported: batch-norm stays its own kernels, layouts as the model "
             "has them.",
             CPU_TARGET, lambda t: _sequential(TUNING_PASSES, "tuning")),

@@ -37,11 +37,14 @@ class Task:
 
     @property
     def hand_written(self) -> bool:
-        """Written whole by schedx (a recurrent layer's sequence kernel): no search space, and a
-        build writes it again for its target."""
+        """Written whole by schedx: a recurrent layer's sequence kernel (a build writes it again for its
+        target) or a kernel a graph pass writes scheduled (``tirx.is_scheduled``: a TopK's selection,
+        :mod:`explorer.passes.topk_select`). No search space: a search skips it, an export keeps it."""
         from explorer.schedule.defaults.recurrence_spec import spec_of
 
-        return spec_of(self.mod["main"]) is not None
+        func = self.mod["main"]
+        scheduled = func.attrs is not None and "tirx.is_scheduled" in func.attrs and int(func.attrs["tirx.is_scheduled"])
+        return spec_of(func) is not None or bool(scheduled)
 
     @property
     def weight(self) -> float:
