@@ -181,3 +181,79 @@ def test_the_manifest_names_the_non_linearity_that_makes_each_output():
     info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b", "c", "d", "x")]
     graph = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], info)
     assert output_activations(helper.make_model(graph)) == ["Sigmoid", "Softmax", None, None, None]
+
+
+def _distances(points: np.ndarray, rounding: float = 0.0) -> np.ndarray:
+    """``cdist`` as exported: the square root of ``|a|^2 + |b|^2 - 2 a.b``, its squares off by up to
+    ``rounding`` float32 steps of their own scale (another order of summing, fused multiply-adds)."""
+    p = points.astype(np.float64)
+    sq = (p * p).sum(1)
+    scale = sq[:, None] + sq[None, :]
+    d2 = scale - 2 * p @ p.T
+    noise = np.random.default_rng(1).uniform(-1, 1, d2.shape) * rounding * 2.0 ** -23 * scale
+    return np.sqrt(np.maximum(d2 + noise, 0)).astype("float32")
+
+
+def test_a_square_root_of_distances_is_judged_by_the_scale_of_the_squares():
+    """A point's distance to itself is the square root of a cancellation: two correct implementations
+    that sum in another order differ by up to the square root of the squares' rounding there (the
+    k-NN layer's ``node_sqrt`` read 1.4e-4 of its scale in the layer check). Judged as the Sqrt of its
+    input it agrees; the longest distance off by 1e-2 still fails, in the outputs' check and
+    in the layer check's rule alike."""
+    from export.layers import _explained_by_its_input
+    from export.verify_bundle import compare_outputs
+
+    points = np.random.default_rng(0).normal(size=(512, 3)).astype("float32") * 4
+    ref, got = _distances(points), _distances(points, rounding=4)
+    assert np.abs(got - ref).max() > 1e-4 * np.abs(ref).max()  # past the plain rule near the zero distances
+    assert not compare_outputs([got], [ref])["verified"]
+    judged = compare_outputs([got], [ref], activations=["Sqrt"])
+    assert judged["verified"], judged["why"]
+    assert _explained_by_its_input(got, ref, "Sqrt", 1e-4) and not _explained_by_its_input(got, ref, "Relu", 1e-4)
+    wrong = ref.copy()
+    wrong.reshape(-1)[np.argmax(ref)] += 1e-2  # the longest distance, 3.5e-4 of it: its square off by 7e-4 of theirs
+    assert not compare_outputs([wrong], [ref], activations=["Sqrt"])["verified"]
+    assert not _explained_by_its_input(wrong, ref, "Sqrt", 1e-4)
+
+
+def _knn_onnx(path, n: int = 512) -> str:
+    """A k-NN layer's distances as torch.onnx writes ``cdist``, then the 16 nearest: the square root of
+    ``|a|^2 + |b|^2 - 2 a.b`` (clamped at 0), a TopK of it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    two = numpy_helper.from_array(np.array(2.0, "float32"), "two")
+    zero = numpy_helper.from_array(np.array(0.0, "float32"), "zero")
+    axes = numpy_helper.from_array(np.array([1], "int64"), "axes")
+    k = numpy_helper.from_array(np.array([16], "int64"), "k")
+    nodes = [helper.make_node("Mul", ["x", "x"], ["xx"]), helper.make_node("ReduceSum", ["xx", "axes"], ["sq"], keepdims=1),
+             helper.make_node("Transpose", ["x"], ["xt"]), helper.make_node("MatMul", ["x", "xt"], ["g"]),
+             helper.make_node("Mul", ["g", "two"], ["g2"]), helper.make_node("Transpose", ["sq"], ["sqt"]),
+             helper.make_node("Add", ["sq", "sqt"], ["s"]), helper.make_node("Sub", ["s", "g2"], ["d2"]),
+             helper.make_node("Max", ["d2", "zero"], ["d2p"]), helper.make_node("Sqrt", ["d2p"], ["d"]),
+             helper.make_node("TopK", ["d", "k"], ["values", "indices"], largest=0)]
+    graph = helper.make_graph(nodes, "knn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3])],
+                              [helper.make_tensor_value_info("values", TensorProto.FLOAT, [n, 16]),
+                               helper.make_tensor_value_info("indices", TensorProto.INT64, [n, 16])],
+                              [two, zero, axes, k])
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+@pytest.mark.heavy
+def test_the_layer_check_judges_distances_and_their_nearest_by_the_squares(tmp_path):
+    """The square root of distances and the TopK that selects from them: where TVM and ONNX Runtime
+    round the squares differently near a point's zero distance to itself, the layers agree as the
+    Sqrt of an input at the squares' scale (the TopK's values are the Sqrt's); the indices agree
+    exactly. The k-NN layer of the outside set read NOT VERIFIED at node_sqrt before."""
+    import onnx
+
+    from export.layers import compare_layers
+
+    model = onnx.load(_knn_onnx(tmp_path / "knn.onnx"))
+    x = np.random.default_rng(0).normal(size=(512, 3)).astype("float32") * 4
+    report = compare_layers(model, {"x": x})
+    assert report.error == "" and all(r.ok for r in report.layers), [r for r in report.layers if not r.ok]
+    past_plain = {r.output for r in report.layers if r.max_rel_error > 1e-4}  # what the plain rule refused
+    assert past_plain == {"d", "values"}, past_plain

@@ -52,9 +52,23 @@ def _softmax(r):
     return (float(pre.max() - pre.min()) if pre.size else 0.0), np.clip(2 * r * (1 - r), 0.0, None)
 
 
+def _sqrt(r):
+    """Sqrt: its input is ``r^2`` (the scale ``S``, its largest); an error ``e`` of that input moves an
+    output ``r`` by ``sqrt(r^2 + e) - r``, which near 0 is ``sqrt(e)``, not ``e / (2 r)``: the slope given
+    is ``1 / (r + sqrt(r^2 + rtol S))`` at float32's ``rtol``, so that ``rtol S`` times it is that move.
+    A point cloud's distances (``cdist``: the square root of ``|a|^2 + |b|^2 - 2 a.b``, whose
+    cancellation leaves an error of the squares' scale at the zero distance of a point to itself)."""
+    import numpy as np
+
+    r = np.clip(r, 0.0, None)
+    scale = float((r * r).max()) if r.size else 0.0
+    return scale, 1.0 / (r + np.sqrt(r * r + TOLERANCES["float32"][0] * scale) + 1e-300)
+
+
 # An output's last non-linearity (its ONNX operator), when it is one that shrinks the scale of what
-# it gets: name -> the scale of its input and its slope at each element, recovered from the reference.
-ACTIVATIONS = {"Sigmoid": _sigmoid, "Tanh": _tanh, "Softmax": _softmax}
+# it gets (or, as a square root near 0, enlarges the error of what it gets): name -> the scale of its
+# input and its slope at each element, recovered from the reference.
+ACTIVATIONS = {"Sigmoid": _sigmoid, "Tanh": _tanh, "Softmax": _softmax, "Sqrt": _sqrt}
 
 
 def _plain(value):
