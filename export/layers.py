@@ -17,7 +17,7 @@ import numpy as np
 
 from explorer.errors import short_tvm_message
 from explorer.interrupts import reraise as reraise_interrupt
-from export.runner.compare import ACTIVATIONS
+from export.runner.compare import ACTIVATIONS, VALUES_OF_INPUT
 from store.values import DictValue
 
 
@@ -144,12 +144,6 @@ def _error(out: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
     return abs_err, abs_err / max(1.0, scale), scale
 
 
-# Operators whose output values are values of their (first) input, selected or moved: a layer of them holds the
-# values of the activation that made that input (a k-NN layer's TopK of square-rooted distances)
-_SELECTING = frozenset({"TopK", "Gather", "GatherElements", "GatherND", "Slice", "Reshape", "Transpose", "Squeeze",
-                        "Unsqueeze", "Flatten", "Identity", "MaxPool", "ReduceMax", "ReduceMin", "Expand", "Tile"})
-
-
 def _explained_by_its_input(out: np.ndarray, ref: np.ndarray, op_type: str, tolerance: float) -> bool:
     """Whether a layer holding values of one of :data:`export.runner.compare.ACTIVATIONS` (a sigmoid,
     a square root; made by it, or selected from what it made) errs by no more than that function's
@@ -195,10 +189,11 @@ def compare_layers(onnx_model, inputs: dict[str, np.ndarray], *, tvm_model=None,
     made_by: dict[str, str] = {}  # a tensor -> the activation whose values it holds (through selections)
     for node in onnx_model.graph.node:
         made = node.op_type if node.op_type in ACTIVATIONS else (
-            made_by.get(node.input[0]) if node.op_type in _SELECTING and node.input else None)
+            made_by.get(node.input[0]) if node.op_type in VALUES_OF_INPUT and node.input else None)
+        if made is not None and node.output:
+            made_by[node.output[0]] = made  # (not a TopK's or a max pool's indices)
         for name in node.output:
-            if made is not None:
-                made_by[name] = made
+            made = made_by.get(name)
             if name not in ort_out or name not in tvm_out:
                 continue
             out, ref = np.asarray(tvm_out[name]), np.asarray(ort_out[name])

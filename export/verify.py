@@ -243,22 +243,20 @@ def _float16_inside(onnx_model) -> bool:
                    for n, _ in walk_nodes(onnx_model.graph)))
 
 
-# Operators that pass values through unchanged: an output behind them is still its activation's
-_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
-
-
 def output_activations(onnx_model) -> list[str | None]:
     """Per graph output, the non-linearity that makes it when it is one of
-    :data:`export.verify_bundle.ACTIVATIONS` (looking through reshapes and transposes), else None:
+    :data:`export.verify_bundle.ACTIVATIONS` (looking through the ops that move or select its values:
+    :data:`export.runner.compare.VALUES_OF_INPUT`), else None:
     what a bundle's manifest records as ``output_activation`` so the comparison can judge the
     output by the scale of that function's input."""
+    from export.runner.compare import VALUES_OF_INPUT
     from export.verify_bundle import ACTIVATIONS
 
-    producer = {name: node for node in onnx_model.graph.node for name in node.output}
+    producer = {node.output[0]: node for node in onnx_model.graph.node if node.output}  # (values, not indices)
     found = []
     for output in onnx_model.graph.output:
         node = producer.get(output.name)
-        while node is not None and node.op_type in _PASS_THROUGH and node.input:
+        while node is not None and node.op_type in VALUES_OF_INPUT and node.input:
             node = producer.get(node.input[0])
         found.append(node.op_type if node is not None and node.op_type in ACTIVATIONS else None)
     return found

@@ -199,7 +199,8 @@ def test_a_square_root_of_distances_is_judged_by_the_scale_of_the_squares():
     that sum in another order differ by up to the square root of the squares' rounding there (the
     k-NN layer's ``node_sqrt`` read 1.4e-4 of its scale in the layer check). Judged as the Sqrt of its
     input it agrees; the longest distance off by 1e-2 still fails, in the outputs' check and
-    in the layer check's rule alike."""
+    in the layer check's rule alike, and so do zero distances made 0.1 or 0.2 (the allowance there is
+    the square root of the squares' rounding, 2.8e-3 of the largest distance, not of 1e-4 of them)."""
     from export.layers import _explained_by_its_input
     from export.verify_bundle import compare_outputs
 
@@ -210,10 +211,11 @@ def test_a_square_root_of_distances_is_judged_by_the_scale_of_the_squares():
     judged = compare_outputs([got], [ref], activations=["Sqrt"])
     assert judged["verified"], judged["why"]
     assert _explained_by_its_input(got, ref, "Sqrt", 1e-4) and not _explained_by_its_input(got, ref, "Relu", 1e-4)
-    wrong = ref.copy()
-    wrong.reshape(-1)[np.argmax(ref)] += 1e-2  # the longest distance, 3.5e-4 of it: its square off by 7e-4 of theirs
-    assert not compare_outputs([wrong], [ref], activations=["Sqrt"])["verified"]
-    assert not _explained_by_its_input(wrong, ref, "Sqrt", 1e-4)
+    for at, by in ((np.argmax(ref), 1e-2), (0, 0.2), (5 * 513, 0.1)):  # the longest distance; zero distances
+        wrong = ref.copy()
+        wrong.reshape(-1)[at] += by
+        assert not compare_outputs([wrong], [ref], activations=["Sqrt"])["verified"], (at, by)
+        assert not _explained_by_its_input(wrong, ref, "Sqrt", 1e-4), (at, by)
 
 
 def _knn_onnx(path, n: int = 512) -> str:

@@ -241,9 +241,9 @@ def _known_percent(gflops: float, peak: float | None, kernel) -> float | None:
     if percent > 100:
         import tvm
 
-        from explorer.workload.product_flops import PRODUCT_SHARE, product_share
+        from explorer.workload.product_flops import beside_products
 
-        if product_share(tvm.IRModule({"main": kernel.func})) < PRODUCT_SHARE:
+        if beside_products(tvm.IRModule({"main": kernel.func})):
             return None
     return round(percent, 1)
 

@@ -19,6 +19,14 @@ WEIGHTS_ATTR = "schedx.weight_buffers"
 # sets it; so does schedx's default tiling): a search times the kernel without it, and an export
 # computes it once, at build time, on the constant weight (export.weight_layouts).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+# a PrimFunc written or made scheduled: the default schedules, dlight and a search leave it as it is
+SCHEDULED_ATTR = "tirx.is_scheduled"
+
+
+def is_scheduled(func: tirx.PrimFunc) -> bool:
+    """Whether ``func`` says it is scheduled already (:data:`SCHEDULED_ATTR`)."""
+    attrs = func.attrs
+    return attrs is not None and SCHEDULED_ATTR in attrs and bool(int(attrs[SCHEDULED_ATTR]))
 
 
 def weight_positions(func: tirx.PrimFunc) -> tuple[int, ...]:

@@ -68,10 +68,10 @@ def measure(kernel: Kernel, mod: tvm.IRModule | None = None, *, target: Target |
 
     cal = peaks or calibration()
     family = kernel_family(kernel.func)  # a bf16 or int8 kernel reads against its own units' peak
-    from explorer.workload.product_flops import PRODUCT_SHARE, product_share
+    from explorer.workload.product_flops import beside_products
 
     above = result.ok and (result.gflops or 0.0) > (cal.peak_for(family) or float("inf"))
-    products = not above or product_share(tvm.IRModule({"main": kernel.func})) >= PRODUCT_SHARE  # else no FMA figure
+    products = not above or not beside_products(tvm.IRModule({"main": kernel.func}))  # else no FMA figure
     check = within_peak(result.gflops if result.ok else None, kernel.info.spec or kernel.name, peaks=cal,
                         family=family, products=products)
     cal = check.calibration or cal

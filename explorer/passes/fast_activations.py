@@ -13,7 +13,11 @@ approximates these functions too.
 ``R.sin`` and ``R.cos`` (NeRF's positional encoding, rotary position embeddings, audio features) are
 libm's ``sinf``/``cosf`` per element too: they become a reduction to [-pi/4, pi/4] by the nearest
 multiple of pi/2 (pi/2 in three parts, Cody and Waite's) and Cephes' minimax polynomials for sine and
-cosine there, the quadrant picking which and its sign.
+cosine there, the quadrant picking which and its sign. Within float32's rounding (2e-7 of sinf's) for
+|x| up to 1e5 on any target, and up to 1e6 where LLVM fuses the reduction's multiply-subtracts (FMA:
+x86-64-v3 and later, aarch64); 1e-4 at 1e7; past about 2.6e7 the quadrant count is no longer the
+nearest and the values are no sine's (unbounded past 1e8). Angles that large carry no phase in
+float32 anyway (its spacing there is 2 and more), and the export's verification would show them.
 
 ``x ** c`` with a constant ``c`` (GPT-2's GELU ``x ** 3``, LayerNorm's variance as ``Pow(x - mean, 2)``
 in many ONNX exports, LRN's ``** 0.75`` in AlexNet, GoogLeNet and ZFNet, ``** -0.5`` for a reciprocal
@@ -63,7 +67,7 @@ def fast_gelu_tanh(x: te.Tensor) -> te.Tensor:
 
 # pi/2 in three parts (Cody and Waite): the first two have few enough significant bits that their
 # products with a quadrant count below 2**16 (|x| < ~1e5) are exact in float32, so the reduced
-# argument keeps its bits; past that the argument's own ulp (>= 2**-7 at 2**16) dwarfs the error.
+# argument keeps its bits (further where the subtractions are fused multiply-adds: module docstring).
 _HALF_PI = (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8)
 _SIN = (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)  # Cephes sinf on [-pi/4, pi/4]
 _COS = (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)  # Cephes cosf there

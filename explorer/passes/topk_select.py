@@ -172,7 +172,7 @@ def _as_selection(call: relax.Call, builder: relax.BlockBuilder):
     attrs = call.attrs
     axis = int(attrs.axis) % len(shape)
     k = int(attrs.k)
-    if not selection_pays(k, shape[axis]) or shape[axis] >= 2 ** 31:
+    if not selection_pays(k, shape[axis]) or math.prod(shape) >= 2 ** 31:  # (flat int32 offsets in the kernel)
         return None
     index_dtype = str(attrs.dtype)
     func = topk_select_kernel(shape, axis, k, dtype, largest=bool(attrs.largest), index_dtype=index_dtype)

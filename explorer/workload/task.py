@@ -40,11 +40,11 @@ class Task:
         """Written whole by schedx: a recurrent layer's sequence kernel (a build writes it again for its
         target) or a kernel a graph pass writes scheduled (``tirx.is_scheduled``: a TopK's selection,
         :mod:`explorer.passes.topk_select`). No search space: a search skips it, an export keeps it."""
+        from explorer.ir.tir_walk import is_scheduled
         from explorer.schedule.defaults.recurrence_spec import spec_of
 
         func = self.mod["main"]
-        scheduled = func.attrs is not None and "tirx.is_scheduled" in func.attrs and int(func.attrs["tirx.is_scheduled"])
-        return spec_of(func) is not None or bool(scheduled)
+        return spec_of(func) is not None or is_scheduled(func)
 
     @property
     def weight(self) -> float:

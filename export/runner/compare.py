@@ -15,6 +15,10 @@ _UNIT_SPACING = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 **
 # terms: implementations compute them to absolute, not relative, accuracy. ONNX Runtime's Sigmoid is
 # off by up to 1.1 float32 steps of 1.0 (1.3e-7) at every input below -5, 5x the value itself at -17.
 ACTIVATION_STEPS = 4
+# How many steps of the dtype at its own scale a square root's input may be off by (its rounding: a
+# cancellation's, summed in another order); float32: 7.6e-6 of the squares, 2.8e-3 of the largest
+# distance allowed at a zero distance.
+SQRT_STEPS = 64
 
 
 def tolerances(dtype: str) -> tuple[float, float]:
@@ -26,7 +30,7 @@ def tolerances(dtype: str) -> tuple[float, float]:
     return TOLERANCES["float32"]
 
 
-def _sigmoid(r):
+def _sigmoid(r, **_):
     """Sigmoid: its input is ``log(r / (1 - r))``, its slope ``r (1 - r)``."""
     import numpy as np
 
@@ -35,7 +39,7 @@ def _sigmoid(r):
     return (float(np.abs(pre).max()) if pre.size else 0.0), np.clip(r * (1 - r), 0.0, None)
 
 
-def _tanh(r):
+def _tanh(r, **_):
     """Tanh: its input is ``atanh(r)``, its slope ``1 - r^2``."""
     import numpy as np
 
@@ -43,7 +47,7 @@ def _tanh(r):
     return (float(np.abs(pre).max()) if pre.size else 0.0), np.clip(1 - r * r, 0.0, None)
 
 
-def _softmax(r):
+def _softmax(r, **_):
     """Softmax: its input is ``log r`` up to a shift (the scale is their spread), and an error of
     ``d`` in every input moves an output ``p`` by at most ``2 p (1 - p) d``."""
     import numpy as np
@@ -52,23 +56,32 @@ def _softmax(r):
     return (float(pre.max() - pre.min()) if pre.size else 0.0), np.clip(2 * r * (1 - r), 0.0, None)
 
 
-def _sqrt(r):
-    """Sqrt: its input is ``r^2`` (the scale ``S``, its largest); an error ``e`` of that input moves an
-    output ``r`` by ``sqrt(r^2 + e) - r``, which near 0 is ``sqrt(e)``, not ``e / (2 r)``: the slope given
-    is ``1 / (r + sqrt(r^2 + rtol S))`` at float32's ``rtol``, so that ``rtol S`` times it is that move.
-    A point cloud's distances (``cdist``: the square root of ``|a|^2 + |b|^2 - 2 a.b``, whose
-    cancellation leaves an error of the squares' scale at the zero distance of a point to itself)."""
+def _sqrt(r, *, rtol: float, unit: float):
+    """Sqrt: its input is ``r^2`` (the scale ``S``, its largest). An error ``e`` of that input moves an
+    output ``r`` by ``sqrt(r^2 + e) - r``: near 0 that is ``sqrt(e)``, not ``e / (2 r)``. The input's
+    error is taken as its rounding, :data:`SQRT_STEPS` steps of the dtype at ``S`` (no more than
+    ``rtol S``), and the slope given makes ``rtol S`` times it that move. A point cloud's distances
+    (``cdist``: the square root of ``|a|^2 + |b|^2 - 2 a.b``, whose cancellation leaves an error of the
+    squares' rounding at a point's zero distance to itself: 0.16 steps seen, k-NN of the outside set)."""
     import numpy as np
 
     r = np.clip(r, 0.0, None)
     scale = float((r * r).max()) if r.size else 0.0
-    return scale, 1.0 / (r + np.sqrt(r * r + TOLERANCES["float32"][0] * scale) + 1e-300)
+    if scale == 0.0 or rtol == 0.0:
+        return 0.0, np.zeros_like(r)
+    e = min(rtol, SQRT_STEPS * unit) * scale
+    return scale, (np.sqrt(r * r + e) - r) / (rtol * scale)
 
 
 # An output's last non-linearity (its ONNX operator), when it is one that shrinks the scale of what
 # it gets (or, as a square root near 0, enlarges the error of what it gets): name -> the scale of its
 # input and its slope at each element, recovered from the reference.
 ACTIVATIONS = {"Sigmoid": _sigmoid, "Tanh": _tanh, "Softmax": _softmax, "Sqrt": _sqrt}
+# Operators whose (first) output's values are values of their first input, moved or selected: an output or a
+# layer behind them holds the values of the activation that made that input (a k-NN layer's TopK of distances)
+VALUES_OF_INPUT = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Tile",
+                             "Slice", "Gather", "GatherElements", "GatherND", "TopK", "MaxPool", "ReduceMax",
+                             "ReduceMin"})
 
 
 def _plain(value):
@@ -118,7 +131,8 @@ def compare_output(out, ref, *, rtol: float | None = None, activation: str | Non
     recover = ACTIVATIONS.get(activation or "") if rtol else None
     if recover is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            pre_scale, slope = recover(np.where(np.isfinite(r), r, 0.0))
+            pre_scale, slope = recover(np.where(np.isfinite(r), r, 0.0), rtol=rtol,
+                                       unit=_UNIT_SPACING.get(dtype, 2.0 ** -23))
         floor = ACTIVATION_STEPS * _UNIT_SPACING.get(dtype, 2.0 ** -23)
         allowed = np.maximum(allowed, floor + rtol * pre_scale * slope)
         rule += (f"; or, as the {activation} of an input of scale {pre_scale:.3g}: <= {floor:.1e} ({ACTIVATION_STEPS} "

@@ -30,6 +30,7 @@ import tvm
 from tvm import s_tir
 
 from explorer.errors import short_tvm_message
+from explorer.ir.tir_walk import SCHEDULED_ATTR, is_scheduled
 from explorer.schedule.defaults.recurrence import for_target as recurrence_for_target
 from explorer.schedule.defaults.recurrence_spec import spec_of as recurrence_spec
 from explorer.schedule.defaults.analysis import NotApplicable, block_facts, root_blocks
@@ -47,7 +48,6 @@ from explorer.schedule.defaults.tiling import tile_reduction
 from explorer.schedule.defaults.variant import DefaultVariant
 from explorer.schedule.lint import problems
 
-SCHEDULED_ATTR = "tirx.is_scheduled"
 RECURRENCE_STEP = "recurrent layer: every step in one kernel, written for the CPU's vector width (explorer.schedule.defaults.recurrence)"
 RULE_ATTR = "schedx.default_rule"
 
@@ -258,7 +258,7 @@ def apply_default_schedules(mod: tvm.IRModule, cpu: CpuSpec, safe: frozenset[str
     for gv, func in mod.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
-        if func.attrs is not None and SCHEDULED_ATTR in func.attrs and recurrence_spec(func) is None:
+        if is_scheduled(func) and recurrence_spec(func) is None:
             continue  # scheduled already; a recurrent layer's kernel is written again for this CPU
         if gv.name_hint in safe:
             scheduled, choice = safe_default(func, cpu)

@@ -1,6 +1,9 @@
 """A product with fewer output columns than a vector, over many rows, as dot products along its
-reduction: a NeRF's colour head (4096 points x 128 -> 3), a token classifier's few classes, a box
-regressor's 4 outputs, a value head's 1.
+reduction: a NeRF's colour head (4096 points x 128 -> 3 colours), a token classifier's 2, 3, 5, 6 or 7
+classes (on AVX-512 also 9 to 15 but 12): the column counts under a vector whose widest power-of-two
+divisor is under 4, for which :func:`.layouts.few_channels_pixel_axis` vectorizes the rows. 4 or 8
+columns keep their register tile, and a single column is a dot product per row already
+(:func:`.simple.schedule_rows`).
 
 A register tile vectorizes an output axis. Here the columns fill no vector, so
 :func:`.layouts.few_channels_pixel_axis` vectorizes the rows instead, which the activations do not
@@ -29,7 +32,8 @@ from explorer.schedule.defaults.simple import schedule_rows
 
 def few_columns_weight(sch: s_tir.Schedule, block, facts: BlockFacts, cpu: CpuSpec) -> int | None:
     """The position among the block's reads of the weight a dot-product schedule lays out again
-    (module docstring), or None where the block is no such product."""
+    (module docstring), or None where the block is no such product (checked whole here, so that the
+    function stands alone: its caller has already seen the columns fill no vector)."""
     if not facts.dtype.startswith("float") or len(facts.reduce) != 1 or not facts.loops_match:
         return None
     lanes = cpu.lanes(facts.dtype)

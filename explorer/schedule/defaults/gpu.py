@@ -14,14 +14,10 @@ import tvm
 from tvm import s_tir, tirx
 
 from explorer.errors import short_tvm_message
+from explorer.ir.tir_walk import SCHEDULED_ATTR, is_scheduled
 from explorer.schedule.defaults.recurrence import for_target as recurrence_for_target
 
 RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")  # dlight's order
-
-
-def _scheduled(func: tirx.PrimFunc) -> bool:
-    attrs = func.attrs or {}
-    return "tirx.is_scheduled" in attrs and int(attrs["tirx.is_scheduled"]) == 1
 
 
 def _build_error(func: tirx.PrimFunc, target) -> str | None:
@@ -51,7 +47,7 @@ def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = R
         if sequence is not None:  # a recurrent layer's kernel, written by schedx for GPUs too
             updated[gv] = sequence
             continue
-        if _scheduled(func):
+        if is_scheduled(func):
             continue
         target = (func.attrs or {}).get("target") or tvm_target
         failed: list[str] = []
@@ -66,7 +62,7 @@ def apply_gpu_defaults(mod: tvm.IRModule, tvm_target, rules: tuple[str, ...] = R
             if space is None:
                 continue
             sch = space if isinstance(space, s_tir.Schedule) else space[0]
-            scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+            scheduled = sch.mod["main"].with_attr(SCHEDULED_ATTR, True)
             why = None if name == "Fallback" else _build_error(scheduled, target)
             if why is not None:
                 failed.append(f"{name} (its schedule does not build: {why})")

@@ -28,7 +28,7 @@ def access_strides(sch: s_tir.Schedule, block) -> list[tuple[int, ...] | None]:
     buffer along each iterator, or None where an index is not linear in the iterators (a
     ``% c`` that the domains do not remove, a gather) or a shape is not constant."""
     blk = sch.get(block)
-    return [_region_strides(region, blk.iter_vars) for region in [*blk.writes, *blk.reads]]
+    return [_region_strides(region, blk.iter_vars) for region in blk.writes] + read_strides(sch, block)
 
 
 def read_strides(sch: s_tir.Schedule, block) -> list[tuple[int, ...] | None]:
@@ -61,7 +61,7 @@ def _region_strides(region, iters) -> tuple[int, ...] | None:
     else:
         return tuple(strides)
     terms = [rng.min * math.prod(shape[dim + 1:]) for dim, rng in enumerate(region.region)]
-    coefficients = _linear(analyzer, functools.reduce(operator.add, terms), variables) if terms else None
+    coefficients = _linear(analyzer, functools.reduce(operator.add, terms), variables)  # (a 0-d region returned above)
     return tuple(coefficients) if coefficients is not None else None
 
 
