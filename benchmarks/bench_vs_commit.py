@@ -7,7 +7,7 @@ Runtime (2 threads) are timed in alternating rounds (the order reversed every ot
 reports its best round's median, as bench_models does, and its median round. The machine heads
 the output.
 
-Run: ``python -m benchmarks.bench_vs_commit --base REV [--models resnet18,mobilenet_v2]``.
+Run: ``python -m benchmarks.bench_vs_commit --base REV [--models resnet18,mobilenet_v2] [--precision bf16]``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ sys.path.insert(0, {root!r})
 from explorer.target import host_target
 from explorer.workload import load_workload
 from export.flow import export_workload
-export_workload(load_workload({model!r}), host_target(), {folder!r}, schedules=None, verify=False, layers=False)
+export_workload(load_workload({model!r}), host_target(), {folder!r}, schedules=None, verify=False, layers=False,
+                precision={precision!r})
 """
 
 
@@ -36,9 +37,9 @@ def out(text: str = "") -> None:
     sys.stdout.flush()
 
 
-def export_with(root: Path, model: str, folder: Path) -> None:
-    """Export ``model`` with no records using the code under ``root``, in a child process."""
-    code = _EXPORT.format(root=str(root), model=model, folder=str(folder))
+def export_with(root: Path, model: str, folder: Path, precision: str = "fp32") -> None:
+    """Export ``model`` with no records at ``precision`` using the code under ``root``, in a child process."""
+    code = _EXPORT.format(root=str(root), model=model, folder=str(folder), precision=precision)
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"export of {model} with {root} failed:\n{proc.stderr[-2000:]}")
@@ -51,6 +52,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"),
+                        help="export both trees' bundles at this precision (as `schedx export --precision`)")
     opts = parser.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", str(opts.threads))
 
@@ -67,8 +70,8 @@ def main() -> None:
         try:
             for model in opts.models.split(","):
                 folders = {"this tree": Path(tmp) / f"{model}-new", opts.base: Path(tmp) / f"{model}-base"}
-                export_with(ROOT, model, folders["this tree"])
-                export_with(base, model, folders[opts.base])
+                export_with(ROOT, model, folders["this tree"], opts.precision)
+                export_with(base, model, folders[opts.base], opts.precision)
                 workload = load_workload(model)
                 inputs = workload.sample_inputs()
                 contenders = {name: (lambda folder=folder, name=name: bundle_row(
@@ -81,15 +84,18 @@ def main() -> None:
                     for name, run in list(contenders.items())[::1 if r % 2 == 0 else -1]:
                         times[name].append(run() * 1e3)
                 ort = min(times["onnxruntime"])
-                out(f"\n{model}: default export (no records), {opts.rounds} alternated rounds: the best round's "
-                    f"median (the median round's), per round")
+                out(f"\n{model}: default {opts.precision} export (no records), {opts.rounds} alternated rounds: "
+                    f"the best round's median (the median round's), per round")
                 for name, values in times.items():
                     rounds = ", ".join(f"{v:.2f}" for v in values)
                     out(f"  {name:<14} {min(values):8.2f} ms ({statistics.median(values):.2f})  ({rounds})  "
                         f"{min(values) / ort:5.2f}x ORT {opts.threads}t")
                 new, old = times["this tree"], times[opts.base]
+                ratios = sorted(a / b for a, b in zip(new, old))
                 out(f"  this tree / {opts.base}: {min(new) / min(old):.2f}x best round, "
-                    f"{statistics.median(new) / statistics.median(old):.2f}x median round")
+                    f"{statistics.median(new) / statistics.median(old):.2f}x median round; per round "
+                    f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}), "
+                    f"{sum(r < 1 for r in ratios)} of {len(ratios)} rounds faster")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
 

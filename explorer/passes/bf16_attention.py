@@ -60,7 +60,7 @@ _FLOAT_OUT = ("", "None", "void", "float32")
 MIN_HEAD_PRODUCT = 32 * 32 * 32
 
 
-def _zero_beyond(index, extent: int, bits):
+def zero_beyond(index, extent: int, bits):
     """``bits`` where ``index`` < ``extent``, else a zero (a padded reduction's or column's bits)."""
     return tvm.tirx.if_then_else(index < extent, bits, tvm.tirx.const(0, "uint16"))
 
@@ -77,7 +77,7 @@ def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None) -> te.T
 
     def padded(*ix):
         *h, j = ix
-        return _zero_beyond(j, k, to_bits(value((*h, tvm.tirx.min(j, k - 1)))))
+        return zero_beyond(j, k, to_bits(value((*h, tvm.tirx.min(j, k - 1)))))
     return te.compute((*lead, k_to), padded, name="bf16_pack", attrs={PACK_ATTR: 1})
 
 
@@ -100,9 +100,9 @@ def bf16_panels(b: te.Tensor, b_rows: bool = False, k_to: int | None = None, n_t
             j = tvm.tirx.min(j, n - 1)
         bits = to_bits(b[(*h, j, i)] if b_rows else b[(*h, i, j)])
         if kp != k:
-            bits = _zero_beyond(k2 * PAIR + kk, k, bits)
+            bits = zero_beyond(k2 * PAIR + kk, k, bits)
         if np_ != n:
-            bits = _zero_beyond(p * PANEL + c, n, bits)
+            bits = zero_beyond(p * PANEL + c, n, bits)
         return bits
     return te.compute((*lead, np_ // PANEL, kp // PAIR, PANEL, PAIR), panel, name="bf16_pack_b",
                       attrs={PACK_ATTR: 1, PANEL_READ_ATTR: "rows" if b_rows else "columns"})
@@ -234,4 +234,4 @@ def fits(call, pad: bool = False) -> bool:
 
 
 __all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales", "padded_shape",
-           "split_heads", "untransposed"]
+           "split_heads", "untransposed", "zero_beyond"]

@@ -50,6 +50,11 @@ vdpbf16ps was measured on it at the rate where compute-bound convolutions pay
 the products of more rows in bf16 too (``fast_vectors``): one measured rate decides both. Products
 of rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
 AMX CPU too, and its rule holds for them.
+
+Rows that no tile divides are padded with zeros to whole tiles where that adds at most a quarter
+of them (:func:`padded_rows`; the packing block writes the zeros, the rows are sliced off after,
+in what follows the kernel): a ViT's 197 tokens are computed as 200 rows on vdpbf16ps (tiles of 8
+rows; 197 took tiles of one row, 3.4x slower alone) and 208 on AMX (whole tiles).
 """
 
 from __future__ import annotations
@@ -61,9 +66,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
-                                            padded_shape, split_heads, untransposed)
+                                            padded_shape, split_heads, untransposed, zero_beyond)
 from explorer.passes.call_rewrite import static_ints
-from explorer.schedule.bf16_dot import BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, runs_on_tiles, to_bits, widen
+from explorer.schedule.bf16_dot import (AMX_TILE_ROWS, BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, ROWS,
+                                        runs_on_tiles, to_bits, widen)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -91,21 +97,54 @@ def pack_weights(w_kn: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits.reshape(k // PAIR, PAIR, npad // PANEL, PANEL).transpose(2, 0, 3, 1))
 
 
-def dense_bf16(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Tensor:
     """``y[i, j] = sum f32(bf16(x[i, 2 k2 + kk])) * f32(W[j // 16, k2, j % 16, kk])``, fp32
     accumulation; ``x`` fp32 ``[M, K]`` or ``[1, M, K]`` (then ``y`` is ``[1, M, N]``: a unit loop
-    outside the product's four), ``W`` bf16 bits (see :func:`pack_weights`)."""
+    outside the product's four), ``W`` bf16 bits (see :func:`pack_weights`). ``rows_to``: the rows
+    padded with zeros to that many (:func:`padded_rows`; ``y`` has as many, to be sliced)."""
     *lead, m, k = x.shape
     if len(lead) > 1 or any(int(v) != 1 for v in lead):
         raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
     panels, half = int(w.shape[0]), int(w.shape[1])
-    xb = te.compute((*lead, m, k), lambda *ic: to_bits(x[ic]), name="bf16_pack", attrs={PACK_ATTR: 1})
+    m_to = rows_to or int(m)
+
+    def pack(*ic):
+        *unit, i, c = ic
+        if m_to == int(m):
+            return to_bits(x[ic])
+        return zero_beyond(i, int(m), to_bits(x[(*unit, tvm.tirx.min(i, int(m) - 1), c)]))
+    xb = te.compute((*lead, m_to, k), pack, name="bf16_pack", attrs={PACK_ATTR: 1})
     k2, kk = te.reduce_axis((0, half), "k2"), te.reduce_axis((0, PAIR), "kk")
 
     def product(*idx):
         *rows, j = idx
         return te.sum(widen(xb[(*rows, k2 * 2 + kk)]) * widen(w[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk])
-    return te.compute((*lead, m, panels * PANEL), product, name="dense_bf16", attrs={BF16_ATTR: panels})
+    return te.compute((*lead, m_to, panels * PANEL), product, name="dense_bf16", attrs={BF16_ATTR: panels})
+
+
+# a product's rows that no tile of its instruction divides are padded with zeros to whole tiles where that
+# adds at most this share of them (a ViT's 197 tokens: 200 on vdpbf16ps, 208 on AMX; one row, or six, stay)
+PAD_ROWS_MAX_SHARE = 0.25
+
+
+def padded_rows(rows: int, reduction: int, isa: str | None) -> int:
+    """The rows the bf16 kernel of a ``rows`` x ``reduction`` weight product computes on a CPU whose
+    bf16 instructions are ``isa``: ``rows``, or more (zeros, sliced off after) where no tile divides
+    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or, on vdpbf16ps, whole tiles of
+    8 rows where no tile of 4 or more divides them (:data:`~explorer.schedule.bf16_dot.ROWS`), within
+    :data:`PAD_ROWS_MAX_SHARE`. Unpadded, a 197-row product took tiles of one row, which read every
+    weight panel once a row: 197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815 (Zen 5,
+    2 threads; docs/notes/measurements.md)."""
+    if isa is None or runs_on_tiles(rows, reduction, isa):
+        return rows
+    tiles = ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],)
+    for tile in tiles:
+        if tile == ROWS[0] and any(rows % r == 0 for r in ROWS if r >= ROWS[0] // 2):
+            return rows
+        to = -(-rows // tile) * tile
+        if to - rows <= PAD_ROWS_MAX_SHARE * rows:
+            return to
+    return rows
 
 
 def constant_value(expr) -> np.ndarray | None:
@@ -182,8 +221,10 @@ def why_fp32(rows: int, channels: int, reduction: int, isa: str, *, fast_vectors
     :data:`VECTOR_MIN_CHANNELS`, :data:`VECTOR_MIN_WEIGHTS`), a product too small to matter
     (:data:`VECTOR_ANY_MACS`: a classifier's 1 x 64 -> 10), and where ``fast_vectors`` (vdpbf16ps
     measured on this machine at the rate where compute-bound convolutions pay) the products of more
-    rows as well."""
-    if runs_on_tiles(rows, reduction, isa) or rows * channels * reduction < VECTOR_ANY_MACS:
+    rows as well. The tiles' rule reads the rows the kernel computes (:func:`padded_rows`: a ViT's 197
+    tokens on AMX tiles as 208)."""
+    if runs_on_tiles(padded_rows(rows, reduction, isa), reduction, isa) or \
+            rows * channels * reduction < VECTOR_ANY_MACS:
         return None
     shape = f"{rows}x{reduction} -> {channels}"
     if rows > VECTOR_MAX_ROWS:
@@ -248,12 +289,13 @@ class _Rewriter(PyExprMutator):
         self.done: dict[relax.Call, relax.Expr] = {}
         self.scales = ScaleFolds()  # the function's folded_scales
         self.pad = False  # products of two activations padded to whole AMX tiles (bf16_attention.padded_shape)
+        self.isa: str | None = None  # the CPU's bf16 instructions (weight products' rows padded: padded_rows)
 
     def start(self, func: relax.Function, isa: str | None, fast_vectors: bool = False) -> list[str]:
         """Take ``func``'s decisions (its kernels, its folded scales) before its rewrite; why the
         products left out stay fp32."""
         kernels, kept = bf16_kernels(func, isa, fast_vectors=fast_vectors)
-        self.pad = isa == "amx"
+        self.pad, self.isa = isa == "amx", isa
         self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func, self.pad)
         return kept
 
@@ -315,12 +357,17 @@ class _Rewriter(PyExprMutator):
         as_is = len(shape) == 2 or (len(shape) == 3 and int(shape[0]) == 1)
         x2 = x if as_is else emit(relax.op.reshape(x, [m, k]))
         w = weights[0] if len(weights) == 1 else np.concatenate(weights, axis=1)
-        y = emit(self.builder_.call_te(dense_bf16, x2, relax.const(pack_weights(w)), primfunc_name_hint="dense_bf16"))
+        m_to = padded_rows(m, k, self.isa)
+        y = emit(self.builder_.call_te(dense_bf16, x2, relax.const(pack_weights(w)), rows_to=m_to,
+                                       primfunc_name_hint="dense_bf16"))
         self.rewritten += len(weights)
         axis, results, start = len(shape) - 1 if as_is else 1, [], 0
         for wi, out_shape in zip(weights, out_shapes):
-            part = y if wi.shape[1] == n and n % PANEL == 0 else relax.op.strided_slice(
-                y, axes=[axis], begin=[start], end=[start + wi.shape[1]])
+            whole = wi.shape[1] == n and n % PANEL == 0
+            axes, begin, end = ([], [], []) if whole else ([axis], [start], [start + wi.shape[1]])
+            if m_to != m:  # the padded rows sliced off too
+                axes, begin, end = [axis - 1, *axes], [0, *begin], [m, *end]
+            part = relax.op.strided_slice(y, axes=axes, begin=begin, end=end) if axes else y
             start += wi.shape[1]
             results.append(part if as_is else relax.op.reshape(part if part is y else emit(part), list(out_shape)))
         return results
@@ -351,6 +398,6 @@ def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_products(mod)[0]
 
 
-__all__ = ["VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
+__all__ = ["PAD_ROWS_MAX_SHARE", "VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
            "bf16_bits", "bf16_kernels", "bf16_products", "bf16_round", "constant_value", "dense_bf16", "kept_in_fp32",
-           "pack_weights", "product_weights", "sibling_products", "why_fp32"]
+           "pack_weights", "padded_rows", "product_weights", "sibling_products", "why_fp32"]

@@ -41,6 +41,7 @@ PANEL = 16  # output channels per weight panel: the fp32 lanes of one vdpbf16ps,
 PAIR = 2  # bf16 values per 32-bit lane
 QUIET_NAN_BIT = 0x40  # of bf16 bits: set in every NaN :func:`to_bits` writes
 AMX_K = 32  # K per tdpbf16ps (a 64-byte tile row of bf16)
+AMX_TILE_ROWS = 16  # rows of an AMX tile
 ROWS = (8, 4, 2, 1)
 # the pixels of one output row a direct convolution's vdpbf16ps tile takes (each a broadcast a step;
 # :mod:`explorer.schedule.defaults.bf16_vector_conv`): a count in this range that divides the row
@@ -87,7 +88,7 @@ def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
     """Whether a product of ``rows`` x ``reduction`` runs on AMX tiles on a CPU whose bf16
     instructions are ``isa`` (the one rule the bf16 pass and the default schedule both ask); else on
     vdpbf16ps."""
-    return isa == "amx" and rows % 16 == 0 and reduction % AMX_K == 0
+    return isa == "amx" and rows % AMX_TILE_ROWS == 0 and reduction % AMX_K == 0
 
 
 def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups: int = 1, kblocks: int = 1) -> str:
@@ -339,7 +340,7 @@ def widen(bits):
     return tvm.tirx.reinterpret("float32", bits.astype("uint32") << tvm.tirx.const(16, "uint32"))
 
 
-__all__ = ["AMX_FN", "AMX_K", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
+__all__ = ["AMX_FN", "AMX_K", "AMX_TILE_ROWS", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
            "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "PREFETCH_FN", "PREFETCH_IR",
            "QUIET_NAN_BIT", "ROWS", "amx_ir",
            "isa_from", "runs_on_tiles", "to_bits", "why_not", "widen"]
