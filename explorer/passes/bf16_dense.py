@@ -51,10 +51,11 @@ the products of more rows in bf16 too (``fast_vectors``): one measured rate deci
 of rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
 AMX CPU too, and its rule holds for them.
 
-Rows that no tile divides are padded with zeros to whole tiles where that adds at most a quarter
-of them (:func:`padded_rows`; the packing block writes the zeros, the rows are sliced off after,
-in what follows the kernel): a ViT's 197 tokens are computed as 200 rows on vdpbf16ps (tiles of 8
-rows; 197 took tiles of one row, 3.4x slower alone) and 208 on AMX (whole tiles).
+Rows that the largest tile does not divide are padded with zeros to whole tiles where that adds at
+most a quarter of them (:func:`padded_rows`; the packing block writes the zeros, the rows are
+sliced off after, in what follows the kernel): a ViT's 197 tokens are computed as 200 rows on
+vdpbf16ps (tiles of 8 rows; 197 took tiles of one row, 3.4x slower alone) and 208 on AMX (whole
+tiles); Swin's 196 as 200 (196 took tiles of 4, 1.4x slower alone).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
     return te.compute((*lead, m_to, panels * PANEL), product, name="dense_bf16", attrs={BF16_ATTR: panels})
 
 
-# a product's rows that no tile of its instruction divides are padded with zeros to whole tiles where that
+# a product's rows that its instruction's tiles do not divide are padded with zeros to whole tiles where that
 # adds at most this share of them (a ViT's 197 tokens: 200 on vdpbf16ps, 208 on AMX; one row, or six, stay)
 PAD_ROWS_MAX_SHARE = 0.25
 
@@ -130,17 +131,16 @@ PAD_ROWS_MAX_SHARE = 0.25
 def padded_rows(rows: int, reduction: int, isa: str | None) -> int:
     """The rows the bf16 kernel of a ``rows`` x ``reduction`` weight product computes on a CPU whose
     bf16 instructions are ``isa``: ``rows``, or more (zeros, sliced off after) where no tile divides
-    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or, on vdpbf16ps, whole tiles of
-    8 rows where no tile of 4 or more divides them (:data:`~explorer.schedule.bf16_dot.ROWS`), within
-    :data:`PAD_ROWS_MAX_SHARE`. Unpadded, a 197-row product took tiles of one row, which read every
-    weight panel once a row: 197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815 (Zen 5,
-    2 threads; docs/notes/measurements.md)."""
+    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or whole tiles of vdpbf16ps's
+    most rows (8, :data:`~explorer.schedule.bf16_dot.ROWS`), within :data:`PAD_ROWS_MAX_SHARE`.
+    Unpadded, a 197-row product took tiles of one row, which read every weight panel once a row:
+    197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815; a 196-row one (Swin's 14 x 14
+    tokens) tiles of 4: 196 x 384 -> 1536 at 574 GFLOPS, 200 rows at 802 (Zen 5, 2 threads, the
+    kernel alone; docs/notes/measurements.md)."""
     if isa is None or runs_on_tiles(rows, reduction, isa):
         return rows
     tiles = ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],)
     for tile in tiles:
-        if tile == ROWS[0] and any(rows % r == 0 for r in ROWS if r >= ROWS[0] // 2):
-            return rows
         to = -(-rows // tile) * tile
         if to - rows <= PAD_ROWS_MAX_SHARE * rows:
             return to

@@ -229,6 +229,9 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, b
         sch.reorder(j_o, i_o, k2, j_p, i_i, j_i, kk)
     if panels > 1:
         sch.unroll(j_p)
+    # a product's epilogue (the slice of padded rows, bias, residual, activation) per tile, while its sums
+    # are in cache (not with K in partial sums: their sum is the block's own step under the tile)
+    epilogue = epilogue_per_tile(sch, block, i_o) if name.startswith(PRODUCTS) and split == 1 else None
     tile = sch.blockize(j_i if dot.rows == 1 else i_i)  # one row: its unit loop stays outside the call
     outer = sch.fuse(*batch, j_o, i_o)
     if parallel:
@@ -239,9 +242,11 @@ def _tile_avx512(sch: s_tir.Schedule, block, loops, dot: Bf16Dot, panels: int, b
     sch.decompose_reduction(tile, k2)
     sch.tensorize(tile, register(dot))
     sch.annotate(outer, IMPORT_LLVM, dot.llvm_ir)
+    vectorize_epilogue(sch, epilogue)
     chains = f", K in {split} interleaved partial sums" if split > 1 else ""
     return (f"{name}: {dot.name} (vdpbf16ps, {dot.rows} rows x {panels} panel{'s' if panels > 1 else ''} of "
-            f"{PANEL} channels, fp32 accumulation{chains}), {_where(parallel)}")
+            f"{PANEL} channels, fp32 accumulation{chains}), {_where(parallel)}"
+            + (", epilogue per tile" if epilogue is not None else ""))
 
 
 def _tile_amx(sch: s_tir.Schedule, block, loops, dot: AmxBf16, batch: list, parallel: bool = True) -> str:
