@@ -51,8 +51,9 @@ def test_hidden_states_reach_the_bf16_product_without_a_reshape():
     assert converted == 1 and "dense_bf16" in text and "R.reshape" not in text and "R.matmul" not in text
 
 
-def test_sapphirerapids_finishes_each_amx_tile_with_its_epilogue():
-    lib, choice = _built("cpu:sapphirerapids")
+@pytest.mark.parametrize("m, rows_to", [(M, None), (29, 32)])  # (29 rows padded to two whole tiles)
+def test_sapphirerapids_finishes_each_amx_tile_with_its_epilogue(m, rows_to):
+    lib, choice = _built("cpu:sapphirerapids", m, rows_to)
     assert choice.rule == "full" and "AMX" in choice.steps[0], choice
     assert "epilogue per tile" in choice.steps[0], choice
     assert "tdpbf16ps" in lib.mod.inspect_source("asm")
@@ -83,10 +84,11 @@ def _check_fused(lib, m: int = M):
 
 
 @NEEDS_AMX
-def test_the_fused_amx_product_matches_numpy_at_the_bf16_tolerance():
-    lib, choice = _built("cpu")
-    assert "per tile" in choice.steps[0], choice
-    _check_fused(lib)
+@pytest.mark.parametrize("m, rows_to", [(M, None), (29, 32)])
+def test_the_fused_amx_product_matches_numpy_at_the_bf16_tolerance(m, rows_to):
+    lib, choice = _built("cpu", m, rows_to)
+    assert "AMX" in choice.steps[0] and "per tile" in choice.steps[0], choice
+    _check_fused(lib, m)
 
 
 @NEEDS_BF16
