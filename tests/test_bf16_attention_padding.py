@@ -28,11 +28,21 @@ def _product(m: int, k: int, n: int) -> relax.Call:
 
 
 def test_padded_shape_pads_k_to_a_tile_row_and_n_to_panels_only_with_tiles_and_whole_row_tiles():
-    assert padded_shape(256, 24, 256, pad=True) == (32, 256)  # SVTR's Q K^T
-    assert padded_shape(256, 256, 24, pad=True) == (256, 32)  # its P V
-    assert padded_shape(128, 64, 128, pad=True) == (64, 128)  # BERT's heads: whole tiles already
-    assert padded_shape(256, 24, 24, pad=False) == (24, 24)  # vdpbf16ps: as they are
-    assert padded_shape(40, 24, 24, pad=True) == (24, 24)  # rows that fill no whole tiles: as they are
+    assert padded_shape(256, 24, 256, pad=True) == (256, 32, 256)  # SVTR's Q K^T
+    assert padded_shape(256, 256, 24, pad=True) == (256, 256, 32)  # its P V
+    assert padded_shape(128, 64, 128, pad=True) == (128, 64, 128)  # BERT's heads: whole tiles already
+    assert padded_shape(256, 24, 24, pad=False) == (256, 24, 24)  # vdpbf16ps: 32 columns are a third more
+    assert padded_shape(40, 24, 24, pad=True) == (48, 32, 32)  # 40 rows as three whole tiles (a fifth more)
+    assert padded_shape(36, 24, 24, pad=True) == (40, 24, 24)  # 48 is a third more: vdpbf16ps's 8-row tiles
+
+
+def test_a_vits_197_tokens_pad_to_whole_tiles_on_either_instruction():
+    assert padded_shape(197, 64, 197, pad=False) == (200, 64, 224)  # Q K^T on vdpbf16ps: two panels a tile
+    assert padded_shape(197, 197, 64, pad=False) == (200, 197, 64)  # P V: an odd K stays (and so fp32)
+    assert padded_shape(197, 64, 197, pad=True) == (208, 64, 208)  # on AMX tiles
+    assert padded_shape(197, 197, 64, pad=True) == (208, 224, 64)
+    assert bf16_attention.fits(_product(197, 64, 197)) and not bf16_attention.fits(_product(197, 197, 64))
+    assert bf16_attention.fits(_product(197, 197, 64), pad=True)
 
 
 def test_a_product_with_24_columns_is_taken_only_where_it_is_padded():

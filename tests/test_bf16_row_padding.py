@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax, te
 
 from explorer.ir.relax_walk import iter_bindings, tensor_info
-from explorer.passes.bf16_dense import bf16_products, dense_bf16, pack_weights, padded_rows, why_fp32
+from explorer.passes.bf16_dense import bf16_products, dense_bf16, pack_weights, why_fp32
+from explorer.schedule.bf16_dot import padded_rows
 from explorer.schedule.defaults import default_schedule
 from explorer.target import parse_target
 from tests.bf16_products import check_dense_bf16

@@ -47,7 +47,8 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info, use_counts
-from explorer.schedule.bf16_dot import AMX_K, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, to_bits, widen
+from explorer.schedule.bf16_dot import (AMX_K, AMX_TILE_ROWS, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAD_ROWS_MAX_SHARE, PAIR,
+                                        PANEL, PANEL_READ_ATTR, padded_rows, to_bits, widen)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
@@ -65,20 +66,22 @@ def zero_beyond(index, extent: int, bits):
     return tvm.tirx.if_then_else(index < extent, bits, tvm.tirx.const(0, "uint16"))
 
 
-def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None) -> te.Tensor:
+def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None, rows_to: int | None = None) -> te.Tensor:
     """``a`` (times ``scale``, a power of two: :func:`folded_scales`) rounded to bf16 (nearest even),
     as its bits (uint16), in its own layout: a product's ``a`` operand packed ahead (fused into the
-    kernel that computes ``a``). ``k_to``: its rows padded with zeros to that length
-    (:func:`padded_shape`)."""
+    kernel that computes ``a``). ``k_to``, ``rows_to``: its rows padded with zeros to that length,
+    and more rows of zeros to that many (:func:`padded_shape`)."""
     value = (lambda ix: a[ix]) if scale == 1.0 else (lambda ix: a[ix] * tvm.tirx.const(scale, "float32"))
-    *lead, k = (int(v) for v in a.shape)
-    if k_to is None or k_to == k:
+    *lead, m, k = (int(v) for v in a.shape)
+    k_to, rows_to = k_to or k, rows_to or m
+    if k_to == k and rows_to == m:
         return te.compute(a.shape, lambda *ix: to_bits(value(ix)), name="bf16_pack", attrs={PACK_ATTR: 1})
 
     def padded(*ix):
-        *h, j = ix
-        return zero_beyond(j, k, to_bits(value((*h, tvm.tirx.min(j, k - 1)))))
-    return te.compute((*lead, k_to), padded, name="bf16_pack", attrs={PACK_ATTR: 1})
+        *h, i, j = ix
+        bits = to_bits(value((*h, tvm.tirx.min(i, m - 1), tvm.tirx.min(j, k - 1))))
+        return zero_beyond(i, m, zero_beyond(j, k, bits))
+    return te.compute((*lead, rows_to, k_to), padded, name="bf16_pack", attrs={PACK_ATTR: 1})
 
 
 def bf16_panels(b: te.Tensor, b_rows: bool = False, k_to: int | None = None, n_to: int | None = None) -> te.Tensor:
@@ -115,11 +118,12 @@ def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False, pad: bool
     row a token: its panels then read rows, pairs along K side by side). An operand given as
     uint16 is already packed (:func:`bf16_rows`, :func:`bf16_panels`): read as it is. ``pad``: an
     operand this kernel packs is padded as :func:`padded_shape` says (one packed ahead already is);
-    the result then has the padded columns (sliced by the caller)."""
+    the result then has the padded rows and columns (sliced by the caller)."""
     *lead, m, k = (int(v) for v in a.shape)
     n = int(b.shape[-4]) * PANEL if b.dtype == "uint16" else int(b.shape[-2] if b_rows else b.shape[-1])
-    kp, np_ = padded_shape(m, k, n, pad)
-    ab = a if a.dtype == "uint16" else bf16_rows(a, k_to=kp)
+    mp, kp, np_ = padded_shape(m, k, n, pad)
+    ab = a if a.dtype == "uint16" else bf16_rows(a, k_to=kp, rows_to=mp)
+    m = int(ab.shape[-2])
     bb = b if b.dtype == "uint16" else bf16_panels(b, b_rows, k_to=kp, n_to=np_)
     k = int(ab.shape[-1])
     if int(bb.shape[-3]) * PAIR != k:  # (operands packed ahead each padded their own way)
@@ -205,14 +209,27 @@ def untransposed(b, bound):
     return rhs.args[0], axes[:-2] + [axes[-1], axes[-2]]
 
 
-def padded_shape(m: int, k: int, n: int, pad: bool) -> tuple[int, int]:
-    """(K, N) of a ``m x k x n`` product of two activations as its bf16 kernel computes it: with
-    ``pad`` (the CPU has AMX tiles), K padded with zeros to a whole tile row (:data:`AMX_K`) and N to
-    whole panels, where the rows fill whole tiles (SVTR's heads of 24: K = 24 ran on vdpbf16ps at
-    half the fp32 FMA rate, N = 24 stayed fp32); else as they are."""
-    if not pad or m % 16:
-        return k, n
-    return -(-k // AMX_K) * AMX_K, -(-n // PANEL) * PANEL
+def padded_shape(m: int, k: int, n: int, pad: bool) -> tuple[int, int, int]:
+    """(M, K, N) of a ``m x k x n`` product of two activations as its bf16 kernel computes it, the
+    padding zeros (sliced off after): with ``pad`` (the CPU has AMX tiles), where the rows fill whole
+    tiles (:func:`~explorer.schedule.bf16_dot.padded_rows`: 197 tokens as 208), K to a whole tile row
+    (:data:`AMX_K`) and N to whole panels (SVTR's heads of 24: K = 24 ran on vdpbf16ps at half the
+    fp32 FMA rate, N = 24 stayed fp32); else, for vdpbf16ps, the rows to whole tiles of 8 and N to
+    whole pairs of panels (or whole panels), each where that adds at most a quarter
+    (:data:`~explorer.schedule.bf16_dot.PAD_ROWS_MAX_SHARE`): a ViT's ``Q K^T`` of 197 tokens as
+    200 rows by 224 columns (unpadded, it stayed fp32). An N of 24 (32 is a third more) or an odd
+    K (``P V``'s 197) stays as it is there, and :func:`fits` leaves its product fp32."""
+    if pad:
+        k_tile = -(-k // AMX_K) * AMX_K
+        m_to = padded_rows(m, k_tile, "amx")
+        if m_to % AMX_TILE_ROWS == 0:
+            return m_to, k_tile, -(-n // PANEL) * PANEL
+    # N to whole pairs of panels (a tile of 2 x 8 rows' sums: 197 columns in 13 panels took one panel a
+    # tile, 8 chains) or else whole panels; K as it is (an odd one, P V's 197, padded in P's packing
+    # made that packing scalar: each value tests its column; 1.7 ms against the fp32 product's 0.44)
+    n_to = next((to for to in (-(-n // (2 * PANEL)) * 2 * PANEL, -(-n // PANEL) * PANEL)
+                 if to - n <= PAD_ROWS_MAX_SHARE * n), n)
+    return padded_rows(m, k, "avx512bf16"), k, n_to
 
 
 def fits(call, pad: bool = False) -> bool:
@@ -227,7 +244,7 @@ def fits(call, pad: bool = False) -> bool:
         return False
     if not (tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2]):
         return False
-    k, n = padded_shape(int(sa[-2]), int(sa[-1]), int(sb[-1]), pad)
+    _, k, n = padded_shape(int(sa[-2]), int(sa[-1]), int(sb[-1]), pad)
     if k % PAIR or n % PANEL:
         return False
     return int(sa[-2]) * int(sa[-1]) * int(sb[-1]) >= MIN_HEAD_PRODUCT

@@ -69,8 +69,8 @@ from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
                                             padded_shape, split_heads, untransposed, zero_beyond)
 from explorer.passes.call_rewrite import static_ints
-from explorer.schedule.bf16_dot import (AMX_TILE_ROWS, BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, ROWS,
-                                        runs_on_tiles, to_bits, widen)
+from explorer.schedule.bf16_dot import (BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, padded_rows, runs_on_tiles,
+                                        to_bits, widen)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -102,7 +102,8 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
     """``y[i, j] = sum f32(bf16(x[i, 2 k2 + kk])) * f32(W[j // 16, k2, j % 16, kk])``, fp32
     accumulation; ``x`` fp32 ``[M, K]`` or ``[1, M, K]`` (then ``y`` is ``[1, M, N]``: a unit loop
     outside the product's four), ``W`` bf16 bits (see :func:`pack_weights`). ``rows_to``: the rows
-    padded with zeros to that many (:func:`padded_rows`; ``y`` has as many, to be sliced)."""
+    padded with zeros to that many (:func:`~explorer.schedule.bf16_dot.padded_rows`; ``y`` has as many,
+    to be sliced)."""
     *lead, m, k = x.shape
     if len(lead) > 1 or any(int(v) != 1 for v in lead):
         raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
@@ -121,30 +122,6 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
         *rows, j = idx
         return te.sum(widen(xb[(*rows, k2 * 2 + kk)]) * widen(w[j // PANEL, k2, j % PANEL, kk]), axis=[k2, kk])
     return te.compute((*lead, m_to, panels * PANEL), product, name="dense_bf16", attrs={BF16_ATTR: panels})
-
-
-# a product's rows that its instruction's tiles do not divide are padded with zeros to whole tiles where that
-# adds at most this share of them (a ViT's 197 tokens: 200 on vdpbf16ps, 208 on AMX; one row, or six, stay)
-PAD_ROWS_MAX_SHARE = 0.25
-
-
-def padded_rows(rows: int, reduction: int, isa: str | None) -> int:
-    """The rows the bf16 kernel of a ``rows`` x ``reduction`` weight product computes on a CPU whose
-    bf16 instructions are ``isa``: ``rows``, or more (zeros, sliced off after) where no tile divides
-    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or whole tiles of vdpbf16ps's
-    most rows (8, :data:`~explorer.schedule.bf16_dot.ROWS`), within :data:`PAD_ROWS_MAX_SHARE`.
-    Unpadded, a 197-row product took tiles of one row, which read every weight panel once a row:
-    197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815; a 196-row one (Swin's 14 x 14
-    tokens) tiles of 4: 196 x 384 -> 1536 at 574 GFLOPS, 200 rows at 802 (Zen 5, 2 threads, the
-    kernel alone; docs/notes/measurements.md)."""
-    if isa is None or runs_on_tiles(rows, reduction, isa):
-        return rows
-    tiles = ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],)
-    for tile in tiles:
-        to = -(-rows // tile) * tile
-        if to - rows <= PAD_ROWS_MAX_SHARE * rows:
-            return to
-    return rows
 
 
 def constant_value(expr) -> np.ndarray | None:
@@ -332,8 +309,8 @@ class _Rewriter(PyExprMutator):
         binding looks like now, so the scale is never dropped."""
         emit, call_te = self.builder_.emit, self.builder_.call_te
         (sa, _), (sb, _) = tensor_info(a.ty), tensor_info(b.ty)
-        n = int(sb[-1])
-        k_to, n_to = padded_shape(int(sa[-2]), int(sa[-1]), n, self.pad)
+        m, n = int(sa[-2]), int(sb[-1])
+        m_to, k_to, n_to = padded_shape(m, int(sa[-1]), n, self.pad)
         swapped = untransposed(b, self._bound)
         if swapped is not None:  # K^T: K as it comes, split as Q and V are, its panels read by rows
             b = emit(call_te(bf16_panels, emit(relax.op.permute_dims(*swapped)), b_rows=True, k_to=k_to,
@@ -341,11 +318,13 @@ class _Rewriter(PyExprMutator):
         elif split_heads(b, self._bound):
             b = emit(call_te(bf16_panels, b, k_to=k_to, n_to=n_to, primfunc_name_hint="bf16_pack_b"))
         if scale is not None or split_heads(a, self._bound):
-            a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, k_to, primfunc_name_hint="bf16_pack"))
+            a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, k_to, m_to, primfunc_name_hint="bf16_pack"))
         product = call_te(batch_dense_bf16, a, b, pad=self.pad, primfunc_name_hint="batch_dense_bf16")
-        if n_to == n:
+        padded = [(axis, end) for axis, end, to in ((len(sb) - 2, m, m_to), (len(sb) - 1, n, n_to)) if to != end]
+        if not padded:
             return product
-        return relax.op.strided_slice(emit(product), axes=[len(sb) - 1], begin=[0], end=[n])
+        return relax.op.strided_slice(emit(product), axes=[a for a, _ in padded], begin=[0] * len(padded),
+                                      end=[e for _, e in padded])
 
     def _product(self, x, weights: list[np.ndarray], out_shapes: list) -> list[relax.Expr]:
         """One bf16 kernel of ``x`` by ``weights`` side by side: each product's result, not emitted."""
@@ -398,6 +377,6 @@ def Bf16Products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return bf16_products(mod)[0]
 
 
-__all__ = ["PAD_ROWS_MAX_SHARE", "VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
+__all__ = ["VECTOR_ANY_MACS", "VECTOR_MAX_ROWS", "VECTOR_MIN_CHANNELS", "VECTOR_MIN_WEIGHTS", "Bf16Products",
            "bf16_bits", "bf16_kernels", "bf16_products", "bf16_round", "constant_value", "dense_bf16", "kept_in_fp32",
-           "pack_weights", "padded_rows", "product_weights", "sibling_products", "why_fp32"]
+           "pack_weights", "product_weights", "sibling_products", "why_fp32"]

@@ -91,6 +91,30 @@ def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
     return isa == "amx" and rows % AMX_TILE_ROWS == 0 and reduction % AMX_K == 0
 
 
+# a product's rows that its instruction's tiles do not divide are padded with zeros to whole tiles where that
+# adds at most this share of them (a ViT's 197 tokens: 200 on vdpbf16ps, 208 on AMX; one row, or six, stay)
+PAD_ROWS_MAX_SHARE = 0.25
+
+
+def padded_rows(rows: int, reduction: int, isa: str | None) -> int:
+    """The rows the bf16 kernel of a ``rows`` x ``reduction`` weight product computes on a CPU whose
+    bf16 instructions are ``isa``: ``rows``, or more (zeros, sliced off after) where no tile divides
+    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or whole tiles of vdpbf16ps's
+    most rows (8, :data:`ROWS`), within :data:`PAD_ROWS_MAX_SHARE`.
+    Unpadded, a 197-row product took tiles of one row, which read every weight panel once a row:
+    197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815; a 196-row one (Swin's 14 x 14
+    tokens) tiles of 4: 196 x 384 -> 1536 at 574 GFLOPS, 200 rows at 802 (Zen 5, 2 threads, the
+    kernel alone; docs/notes/measurements.md)."""
+    if isa is None or runs_on_tiles(rows, reduction, isa):
+        return rows
+    tiles = ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],)
+    for tile in tiles:
+        to = -(-rows // tile) * tile
+        if to - rows <= PAD_ROWS_MAX_SHARE * rows:
+            return to
+    return rows
+
+
 def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups: int = 1, kblocks: int = 1) -> str:
     """The LLVM IR of one AMX call on an ``mt x nt`` grid of 16 x 16 fp32 tiles (tmm0.. the C
     tiles, then ``mt`` A tiles, then ``nt`` B tiles, each 16 rows of 64 bytes): tile config, the
@@ -342,5 +366,5 @@ def widen(bits):
 
 __all__ = ["AMX_FN", "AMX_K", "AMX_TILE_ROWS", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
            "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "PREFETCH_FN", "PREFETCH_IR",
-           "QUIET_NAN_BIT", "ROWS", "amx_ir",
-           "isa_from", "runs_on_tiles", "to_bits", "why_not", "widen"]
+           "PAD_ROWS_MAX_SHARE", "QUIET_NAN_BIT", "ROWS", "amx_ir",
+           "isa_from", "padded_rows", "runs_on_tiles", "to_bits", "why_not", "widen"]
