@@ -69,8 +69,8 @@ def main() -> None:
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), opts.base], cwd=ROOT, check=True)
         try:
             for model in opts.models.split(","):
-                name = Path(model).name  # (a path's name: an absolute path joined to tmp would replace it)
-                folders = {"this tree": Path(tmp) / f"{name}-new", opts.base: Path(tmp) / f"{name}-base"}
+                stem = Path(model).name  # (a path's name: an absolute path joined to tmp would replace it)
+                folders = {"this tree": Path(tmp) / f"{stem}-new", opts.base: Path(tmp) / f"{stem}-base"}
                 export_with(ROOT, model, folders["this tree"], opts.precision)
                 export_with(base, model, folders[opts.base], opts.precision)
                 workload = load_workload(model)

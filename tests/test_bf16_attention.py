@@ -103,10 +103,10 @@ def test_attention_product_rounds_both_operands_and_matches_numpy(shape, b_rows)
     assert np.abs(got - ref).max() <= BF16_TOLERANCE * np.abs(ref).max()
 
 
-def _attention_onnx(scale: float = DIM ** -0.5) -> onnx.ModelProto:
+def _attention_onnx(scale: float = DIM ** -0.5, seq: int = SEQ) -> onnx.ModelProto:
     """The same attention as :func:`attention_relax`, as ONNX (what ONNX Runtime checks the bundle against)."""
     rng = np.random.default_rng(4)
-    inits, nodes = [numpy_helper.from_array(np.array([1, SEQ, HEADS, DIM], np.int64), "split"),
+    inits, nodes = [numpy_helper.from_array(np.array([1, seq, HEADS, DIM], np.int64), "split"),
                     numpy_helper.from_array(np.array(scale, np.float32), "scale")], []
     for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
         inits += [numpy_helper.from_array(rng.normal(0, HIDDEN ** -0.5, (HIDDEN, HIDDEN)).astype("float32"), f"w{name}"),
@@ -117,8 +117,8 @@ def _attention_onnx(scale: float = DIM ** -0.5) -> onnx.ModelProto:
                   helper.make_node("Transpose", [f"{name}2"], [name], perm=perm)]
     nodes += [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["s1"]),
               helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
-    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, HEADS, SEQ, DIM])], inits)
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, HIDDEN])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, HEADS, seq, DIM])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
@@ -133,6 +133,21 @@ def test_bf16_attention_bundle_verifies_against_onnx_runtime_fp32(tmp_path, scal
     report = export_workload(str(path), "cpu", tmp_path / "bundle", precision="bf16", layers=False)
     assert report.verified, report.verdict
     assert report.manifest["precision"]["converted_products"] == 5
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16 (avx512_bf16 not in its flags): the bf16 "
+                                         "bundle cannot run here")
+def test_a_197_token_attention_padded_to_whole_tiles_verifies_against_onnx_runtime_fp32(tmp_path):
+    """A ViT's 197 tokens: Q K^T computed on 200 x 224 (or 208 x 208 on AMX tiles), the padded rows and
+    columns sliced off in the product's kernel; P V (K = 197, odd) stays fp32."""
+    from export.flow import export_workload
+
+    path = tmp_path / "attention197.onnx"
+    onnx.save(_attention_onnx(0.125, seq=197), path)
+    report = export_workload(str(path), "cpu", tmp_path / "bundle", precision="bf16", layers=False)
+    assert report.verified, report.verdict
+    products = [t["name"] for t in report.manifest["tasks"] if "batch_dense_bf16" in t["name"]]
+    assert len(products) == 1 and "strided_slice" in products[0], report.manifest["tasks"]
 
 
 def test_heads_split_copies_write_packed_bf16_so_only_the_softmax_output_is_packed_per_call():

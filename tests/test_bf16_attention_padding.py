@@ -1,6 +1,7 @@
 """A bf16 build's products of two activations whose head width is no whole AMX tile (SVTR's heads
 of 24): on a CPU with AMX, K padded with zeros to a tile row (32) and N to whole panels, sliced
-after; on one without, as they were (vdpbf16ps takes K = 24, an N of 24 stays fp32). Relax- and
+after; on one without, rows and N only where that adds at most a quarter (vdpbf16ps takes K = 24,
+an N of 24 stays fp32; a ViT's 197 tokens pad to 200 x 224). Relax- and
 compile-level checks on any host; the numeric ones where /proc/cpuinfo lists AMX-BF16."""
 
 from __future__ import annotations
@@ -27,29 +28,46 @@ def _product(m: int, k: int, n: int) -> relax.Call:
     return relax.op.matmul(a, b)
 
 
-def test_padded_shape_pads_k_to_a_tile_row_and_n_to_panels_only_with_tiles_and_whole_row_tiles():
-    assert padded_shape(256, 24, 256, pad=True) == (256, 32, 256)  # SVTR's Q K^T
-    assert padded_shape(256, 256, 24, pad=True) == (256, 256, 32)  # its P V
-    assert padded_shape(128, 64, 128, pad=True) == (128, 64, 128)  # BERT's heads: whole tiles already
-    assert padded_shape(256, 24, 24, pad=False) == (256, 24, 24)  # vdpbf16ps: 32 columns are a third more
-    assert padded_shape(40, 24, 24, pad=True) == (48, 32, 32)  # 40 rows as three whole tiles (a fifth more)
-    assert padded_shape(36, 24, 24, pad=True) == (40, 24, 24)  # 48 is a third more: vdpbf16ps's 8-row tiles
+def test_padded_shape_pads_k_to_a_tile_row_on_amx_tiles_and_rows_and_n_within_a_quarter_on_vdpbf16ps():
+    assert padded_shape(256, 24, 256, isa="amx") == (256, 32, 256)  # SVTR's Q K^T
+    assert padded_shape(256, 256, 24, isa="amx") == (256, 256, 32)  # its P V
+    assert padded_shape(128, 64, 128, isa="amx") == (128, 64, 128)  # BERT's heads: whole tiles already
+    assert padded_shape(256, 24, 24, isa="avx512bf16") == (256, 24, 24)  # vdpbf16ps: 32 columns are a third more
+    assert padded_shape(40, 24, 24, isa="amx") == (48, 32, 32)  # 40 rows as three whole tiles (a fifth more)
+    assert padded_shape(36, 24, 24, isa="amx") == (40, 24, 24)  # 48 is a third more: vdpbf16ps's 8-row tiles
 
 
 def test_a_vits_197_tokens_pad_to_whole_tiles_on_either_instruction():
-    assert padded_shape(197, 64, 197, pad=False) == (200, 64, 224)  # Q K^T on vdpbf16ps: two panels a tile
-    assert padded_shape(197, 197, 64, pad=False) == (200, 197, 64)  # P V: an odd K stays (and so fp32)
-    assert padded_shape(197, 64, 197, pad=True) == (208, 64, 208)  # on AMX tiles
-    assert padded_shape(197, 197, 64, pad=True) == (208, 224, 64)
-    assert bf16_attention.fits(_product(197, 64, 197)) and not bf16_attention.fits(_product(197, 197, 64))
-    assert bf16_attention.fits(_product(197, 197, 64), pad=True)
+    assert padded_shape(197, 64, 197, isa="avx512bf16") == (200, 64, 224)  # Q K^T on vdpbf16ps: two panels a tile
+    assert padded_shape(197, 197, 64, isa="avx512bf16") == (200, 197, 64)  # P V: an odd K stays (and so fp32)
+    assert padded_shape(197, 64, 197, isa="amx") == (208, 64, 208)  # on AMX tiles
+    assert padded_shape(197, 197, 64, isa="amx") == (200, 197, 64)  # an odd K stays on AMX too
+    assert padded_shape(197, 64, 197, isa=None) == (197, 64, 197)  # no CPU's rule: as they are
+    for isa in ("avx512bf16", "amx"):
+        assert bf16_attention.fits(_product(197, 64, 197), isa) and not bf16_attention.fits(_product(197, 197, 64), isa)
+
+
+def test_an_operand_packed_ahead_with_padded_rows_meets_its_other_at_the_same_k():
+    """On AMX, 33 rows pad to 40 (vdpbf16ps's tiles; 48 is a third more) with K = 48 as it is; the
+    kernel took 40 rows for real ones and padded b to AMX's K = 64: operands that disagree on K."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 33, 2, 48), "float32"))
+    y = relax.Var("y", relax.TensorType((1, 2, 48, 64), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            q = bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))  # a heads split: packed ahead
+            out = bb.emit_output(relax.op.matmul(q, bb.emit(relax.op.add(y, y))))  # b no split
+        bb.emit_func_output(out)
+    for isa in ("avx512bf16", "amx"):
+        mod, converted, _ = bf16_products(bb.get(), isa=isa)
+        assert converted == 1 and 'R.Tensor((1, 2, 40, 48), dtype="uint16")' in mod["main"].script(), isa
 
 
 def test_a_product_with_24_columns_is_taken_only_where_it_is_padded():
-    assert bf16_attention.fits(_product(256, 256, 24), pad=True)
-    assert not bf16_attention.fits(_product(256, 256, 24))
-    assert bf16_attention.fits(_product(256, 24, 256)) and bf16_attention.fits(_product(256, 24, 256), pad=True)
-    assert not bf16_attention.fits(_product(32, 24, 32), pad=True)  # the size rule on real sizes (32 x 32 x 32 padded)
+    assert bf16_attention.fits(_product(256, 256, 24), isa="amx")
+    assert not bf16_attention.fits(_product(256, 256, 24), isa="avx512bf16")
+    assert bf16_attention.fits(_product(256, 24, 256)) and bf16_attention.fits(_product(256, 24, 256), isa="amx")
+    assert not bf16_attention.fits(_product(32, 24, 32), isa="amx")  # the size rule on real sizes (32 x 32 x 32 padded)
 
 
 def test_operands_packed_ahead_with_different_k_are_refused():
@@ -89,7 +107,7 @@ def test_without_amx_heads_of_24_are_not_padded_and_p_v_stays_fp32():
 def _built(spec: str, heads: int, m: int, k: int, n: int):
     a = te.placeholder((1, heads, m, k), "float32", "a")
     b = te.placeholder((1, heads, k, n), "float32", "b")
-    y = batch_dense_bf16(a, b, pad=True)
+    y = batch_dense_bf16(a, b, isa="amx")
     func, choice = default_schedule(te.create_prim_func([a, b, y]), parse_target(spec).cpu_spec())
     return tvm.compile(tvm.IRModule({"main": func}), target=parse_target(spec).tvm()), choice, y
 

@@ -1,6 +1,6 @@
 """A bf16 weight product whose rows the largest tile does not divide (a ViT's 197 tokens, Swin's 196)
 is computed on rows padded with zeros to whole tiles, 8 rows on vdpbf16ps and 16 on AMX, and
-sliced back after (:func:`explorer.passes.bf16_dense.padded_rows`): unpadded, 197 rows took tiles
+sliced back after (:func:`explorer.schedule.bf16_dot.padded_rows`): unpadded, 197 rows took tiles
 of one row, 196 tiles of four.
 Compile-only per target on any host; the numeric runs where /proc/cpuinfo lists AVX512-BF16."""
 
@@ -121,3 +121,5 @@ def test_a_13_row_model_padded_to_16_exports_and_verifies(tmp_path):
     report = export_workload(str(path), "cpu", tmp_path / "bundle", precision="bf16", layers=False)
     assert report.verified, report.verdict
     assert report.manifest["precision"]["converted_products"] == 2
+    names = [task["name"] for task in report.manifest["tasks"]]  # the padded rows sliced off in each product's kernel
+    assert len(names) == 2 and all("dense_bf16" in name and "strided_slice" in name for name in names), names

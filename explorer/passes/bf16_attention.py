@@ -4,9 +4,9 @@ weights.
 
 For ``R.matmul(a, b)`` with ``a`` ``[..., M, K]`` and ``b`` ``[..., K, N]`` both computed at run
 time (float32, static shapes, the same batch axes, at least one: attention's batch and heads), K
-even and N a multiple of 16 (:func:`fits`), it writes one kernel, :func:`batch_dense_bf16`, that
-multiplies the operands' bf16 bits (rounded to nearest even) and sums in fp32. ``b`` is read in
-panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``: the layout a weight product's
+even and N a multiple of 16 once padded (:func:`fits`, :func:`padded_shape`), it writes one kernel,
+:func:`batch_dense_bf16`, that multiplies the operands' bf16 bits (rounded to nearest even) and
+sums in fp32. ``b`` is read in panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``: the layout a weight product's
 packed weights have, so the same AMX and AVX512-BF16 instructions read it,
 :mod:`explorer.schedule.bf16_dot`). Softmax stays fp32.
 
@@ -29,7 +29,13 @@ columns sliced off after (FuseOps fuses the slice into the product's kernel); ze
 nothing. K = 24 had run on ``vdpbf16ps`` at half the fp32 FMA rate and N = 24 stayed an fp32
 matmul: SVTR (pd_ocr_rec_svtr, 4 heads of 24 over 256 tokens), 1 thread, kernels alone: ``Q K^T``
 0.123 -> 0.041 ms, ``P V`` 0.093 -> 0.053; the model at 2 threads 0.862x (bundles alternated, 16
-idle rounds, quartiles 0.847-0.908). Without AMX they stay as they were.
+idle rounds, quartiles 0.847-0.908). Without AMX they stay as they were (32 columns are a third more
+than 24).
+
+Rows and columns no tile divides (a ViT's 197 tokens) are padded to whole tiles where that adds at
+most a quarter, on either instruction, the padded rows sliced off with the columns: a ViT's ``Q
+K^T`` ran fp32 on vdpbf16ps (N = 197), and now runs in bf16 on 200 x 224 (vit_tiny, profiled on Zen
+5: 0.71 -> 0.48 ms, 12 calls); its ``P V`` (K = 197, odd) stays fp32.
 
 The fallback: an operand that is no heads split (the softmax's output, ``P``) is rounded by the
 product's kernel itself, in a packing block of its own.
@@ -47,8 +53,8 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info, use_counts
-from explorer.schedule.bf16_dot import (AMX_K, AMX_TILE_ROWS, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAD_ROWS_MAX_SHARE, PAIR,
-                                        PANEL, PANEL_READ_ATTR, padded_rows, to_bits, widen)
+from explorer.schedule.bf16_dot import (AMX_K, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, padded_rows,
+                                        padded_to, runs_on_tiles, to_bits, widen, zero_beyond)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
@@ -59,11 +65,6 @@ _FLOAT_OUT = ("", "None", "void", "float32")
 # threads with their attention on AMX (bench_corpus --precision bf16, 2026-12-06); BERT's heads
 # (128 x 64 x 128) gain.
 MIN_HEAD_PRODUCT = 32 * 32 * 32
-
-
-def zero_beyond(index, extent: int, bits):
-    """``bits`` where ``index`` < ``extent``, else a zero (a padded reduction's or column's bits)."""
-    return tvm.tirx.if_then_else(index < extent, bits, tvm.tirx.const(0, "uint16"))
 
 
 def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None, rows_to: int | None = None) -> te.Tensor:
@@ -111,23 +112,27 @@ def bf16_panels(b: te.Tensor, b_rows: bool = False, k_to: int | None = None, n_t
                       attrs={PACK_ATTR: 1, PANEL_READ_ATTR: "rows" if b_rows else "columns"})
 
 
-def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False, pad: bool = False) -> te.Tensor:
+def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False, isa: str | None = None,
+                     to: tuple[int, int, int] | None = None) -> te.Tensor:
     """``c[..., i, j] = sum f32(bf16(a[..., i, k])) * f32(bf16(b[..., k, j]))``, fp32 sums; the
     rounding of each operand a block of its own (``b``'s into panels of 16 columns x pairs).
     ``b_rows``: ``b`` is given as its transpose ``[..., N, K]`` (attention's K as it comes, one
     row a token: its panels then read rows, pairs along K side by side). An operand given as
-    uint16 is already packed (:func:`bf16_rows`, :func:`bf16_panels`): read as it is. ``pad``: an
-    operand this kernel packs is padded as :func:`padded_shape` says (one packed ahead already is);
-    the result then has the padded rows and columns (sliced by the caller)."""
+    uint16 is already packed (:func:`bf16_rows`, :func:`bf16_panels`): read as it is. ``to``: the
+    (M, K, N) the kernel computes (the caller's :func:`padded_shape` of the real sizes, which also
+    packed any operand packed ahead); else :func:`padded_shape` for ``isa`` where neither operand
+    is packed ahead, the sizes as they are where one is. The result has the padded rows and
+    columns (sliced by the caller)."""
     *lead, m, k = (int(v) for v in a.shape)
     n = int(b.shape[-4]) * PANEL if b.dtype == "uint16" else int(b.shape[-2] if b_rows else b.shape[-1])
-    mp, kp, np_ = padded_shape(m, k, n, pad)
+    packed = a.dtype == "uint16" or b.dtype == "uint16"
+    mp, kp, np_ = to or ((m, k, n) if packed else padded_shape(m, k, n, isa))
     ab = a if a.dtype == "uint16" else bf16_rows(a, k_to=kp, rows_to=mp)
-    m = int(ab.shape[-2])
     bb = b if b.dtype == "uint16" else bf16_panels(b, b_rows, k_to=kp, n_to=np_)
-    k = int(ab.shape[-1])
+    m, k = int(ab.shape[-2]), int(ab.shape[-1])
     if int(bb.shape[-3]) * PAIR != k:  # (operands packed ahead each padded their own way)
-        raise ValueError(f"the product's operands disagree on K: {k} in a's rows, {int(bb.shape[-3]) * PAIR} in b's panels")
+        raise ValueError(f"the product's operands disagree on K: {k} in a's rows, {int(bb.shape[-3]) * PAIR} "
+                         f"in b's panels")
     panels = int(bb.shape[-4])
     k2, kk = te.reduce_axis((0, k // PAIR), "k2"), te.reduce_axis((0, PAIR), "kk")
 
@@ -149,12 +154,12 @@ class ScaleFolds:
     product_of: dict = field(default_factory=dict)
 
 
-def folded_scales(func: relax.Function, pad: bool = False) -> ScaleFolds:
+def folded_scales(func: relax.Function, isa: str | None = None) -> ScaleFolds:
     """The products of two activations of ``func`` whose result is only multiplied by a constant power
     of two (attention's ``Q K^T / 8``) and whose ``a`` is a heads split (packed ahead anyway). The
     scale then multiplies ``a`` in its packing (:func:`bf16_rows`), exactly (bf16 and fp32 keep a
     power of two's product exact), and the product's kernel has no epilogue: its tiles store the
-    scores themselves. ``pad``: as :func:`fits` takes it."""
+    scores themselves. ``isa``: as :func:`fits` takes it."""
     bindings = [b for b in iter_bindings(func) if isinstance(b, relax.VarBinding)]
     values = {b.var: b.value for b in bindings}
     bound = lambda v: values.get(v, v)  # noqa: E731
@@ -168,7 +173,7 @@ def folded_scales(func: relax.Function, pad: bool = False) -> ScaleFolds:
             x, c = call.args[side], call.args[other]
             product = values.get(x) if isinstance(x, relax.Var) else None
             scale = _power_of_two(c)
-            if product is not None and scale is not None and uses.get(x) == 1 and fits(product, pad) \
+            if product is not None and scale is not None and uses.get(x) == 1 and fits(product, isa) \
                     and split_heads(product.args[0], bound):
                 scale_of[product], product_of[call] = scale, x
                 break
@@ -209,30 +214,30 @@ def untransposed(b, bound):
     return rhs.args[0], axes[:-2] + [axes[-1], axes[-2]]
 
 
-def padded_shape(m: int, k: int, n: int, pad: bool) -> tuple[int, int, int]:
-    """(M, K, N) of a ``m x k x n`` product of two activations as its bf16 kernel computes it, the
-    padding zeros (sliced off after): with ``pad`` (the CPU has AMX tiles), where the rows fill whole
-    tiles (:func:`~explorer.schedule.bf16_dot.padded_rows`: 197 tokens as 208), K to a whole tile row
-    (:data:`AMX_K`) and N to whole panels (SVTR's heads of 24: K = 24 ran on vdpbf16ps at half the
-    fp32 FMA rate, N = 24 stayed fp32); else, for vdpbf16ps, the rows to whole tiles of 8 and N to
-    whole pairs of panels (or whole panels), each where that adds at most a quarter
-    (:data:`~explorer.schedule.bf16_dot.PAD_ROWS_MAX_SHARE`): a ViT's ``Q K^T`` of 197 tokens as
-    200 rows by 224 columns (unpadded, it stayed fp32). An N of 24 (32 is a third more) or an odd
-    K (``P V``'s 197) stays as it is there, and :func:`fits` leaves its product fp32."""
-    if pad:
+def padded_shape(m: int, k: int, n: int, isa: str | None) -> tuple[int, int, int]:
+    """(M, K, N) of a ``m x k x n`` product of two activations as its bf16 kernel computes it on a CPU
+    whose bf16 instructions are ``isa`` (None: no rule, as they are), the padding zeros (sliced off
+    after). On AMX, where the rows fill whole tiles (:func:`~explorer.schedule.bf16_dot.padded_rows`:
+    197 tokens as 208) and K is even: K to a whole tile row (:data:`AMX_K`) and N to whole panels
+    (SVTR's heads of 24: K = 24 ran on vdpbf16ps at half the fp32 FMA rate, N = 24 stayed fp32).
+    Else, for vdpbf16ps: the rows to whole tiles of 8 and N to whole pairs of panels (or whole
+    panels), each where that adds at most a quarter (:func:`~explorer.schedule.bf16_dot.padded_to`):
+    a ViT's ``Q K^T`` of 197 tokens as 200 rows by 224 columns (unpadded, it stayed fp32; 13 panels
+    took one a tile, 8 chains). An N of 24 (32 is a third more) or an odd K (``P V``'s 197) stays
+    as it is there, and :func:`fits` leaves its product fp32: an odd K padded in P's own packing
+    made that packing test each value's column (1.7 ms on vdpbf16ps against the fp32 product's
+    0.44; the AMX build's not measured)."""
+    if isa is None:
+        return m, k, n
+    if isa == "amx" and k % PAIR == 0:
         k_tile = -(-k // AMX_K) * AMX_K
-        m_to = padded_rows(m, k_tile, "amx")
-        if m_to % AMX_TILE_ROWS == 0:
+        m_to = padded_rows(m, k_tile, isa)
+        if runs_on_tiles(m_to, k_tile, isa):
             return m_to, k_tile, -(-n // PANEL) * PANEL
-    # N to whole pairs of panels (a tile of 2 x 8 rows' sums: 197 columns in 13 panels took one panel a
-    # tile, 8 chains) or else whole panels; K as it is (an odd one, P V's 197, padded in P's packing
-    # made that packing scalar: each value tests its column; 1.7 ms against the fp32 product's 0.44)
-    n_to = next((to for to in (-(-n // (2 * PANEL)) * 2 * PANEL, -(-n // PANEL) * PANEL)
-                 if to - n <= PAD_ROWS_MAX_SHARE * n), n)
-    return padded_rows(m, k, "avx512bf16"), k, n_to
+    return padded_rows(m, k, "avx512bf16"), k, padded_to(n, (2 * PANEL, PANEL))
 
 
-def fits(call, pad: bool = False) -> bool:
+def fits(call, isa: str | None = None) -> bool:
     """Whether ``call`` is a product of two activations this pass computes in bf16 (module docstring)."""
     if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)) or str(call.attrs.out_dtype) not in _FLOAT_OUT:
         return False
@@ -244,11 +249,12 @@ def fits(call, pad: bool = False) -> bool:
         return False
     if not (tuple(sa[:-2]) == tuple(sb[:-2]) and sa[-1] == sb[-2]):
         return False
-    _, k, n = padded_shape(int(sa[-2]), int(sa[-1]), int(sb[-1]), pad)
+    _, k, n = padded_shape(int(sa[-2]), int(sa[-1]), int(sb[-1]), isa)
     if k % PAIR or n % PANEL:
         return False
     return int(sa[-2]) * int(sa[-1]) * int(sb[-1]) >= MIN_HEAD_PRODUCT
 
 
-__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales", "padded_shape",
-           "split_heads", "untransposed", "zero_beyond"]
+__all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales",
+           "padded_shape",
+           "split_heads", "untransposed"]

@@ -48,8 +48,8 @@ thread; 16 x 64 x 64-768 1.3-2.4x), so those stay fp32 (under 2^14 multiply-adds
 vdpbf16ps was measured on it at the rate where compute-bound convolutions pay
 (:func:`explorer.passes.bf16_conv.vdpbf16ps_pays`: 1.5x its fp32 FMAs; none measured so far) runs
 the products of more rows in bf16 too (``fast_vectors``): one measured rate decides both. Products
-of rows that no tile takes (not a multiple of 16: an encoder at sequence 7) run on vdpbf16ps on an
-AMX CPU too, and its rule holds for them.
+of rows that no tile takes (not a multiple of 16 nor padded to one: an encoder at sequence 7) run on
+vdpbf16ps on an AMX CPU too, and its rule holds for them.
 
 Rows that the largest tile does not divide are padded with zeros to whole tiles where that adds at
 most a quarter of them (:func:`padded_rows`; the packing block writes the zeros, the rows are
@@ -67,10 +67,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
-                                            padded_shape, split_heads, untransposed, zero_beyond)
+                                            padded_shape, split_heads, untransposed)
 from explorer.passes.call_rewrite import static_ints
 from explorer.schedule.bf16_dot import (BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, padded_rows, runs_on_tiles,
-                                        to_bits, widen)
+                                        to_bits, widen, zero_beyond)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -108,11 +108,11 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
     if len(lead) > 1 or any(int(v) != 1 for v in lead):
         raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
     panels, half = int(w.shape[0]), int(w.shape[1])
-    m_to = rows_to or int(m)
+    m_to = m if rows_to is None else rows_to
 
     def pack(*ic):
         *unit, i, c = ic
-        if m_to == int(m):
+        if rows_to is None or rows_to == int(m):  # (rows padded only where static)
             return to_bits(x[ic])
         return zero_beyond(i, int(m), to_bits(x[(*unit, tvm.tirx.min(i, int(m) - 1), c)]))
     xb = te.compute((*lead, m_to, k), pack, name="bf16_pack", attrs={PACK_ATTR: 1})
@@ -265,15 +265,15 @@ class _Rewriter(PyExprMutator):
         # fusing the slice into what follows (K's and V's heads split: one more copy each)
         self.done: dict[relax.Call, relax.Expr] = {}
         self.scales = ScaleFolds()  # the function's folded_scales
-        self.pad = False  # products of two activations padded to whole AMX tiles (bf16_attention.padded_shape)
-        self.isa: str | None = None  # the CPU's bf16 instructions (weight products' rows padded: padded_rows)
+        # the CPU's bf16 instructions: what products pad to (padded_rows, bf16_attention.padded_shape)
+        self.isa: str | None = None
 
     def start(self, func: relax.Function, isa: str | None, fast_vectors: bool = False) -> list[str]:
         """Take ``func``'s decisions (its kernels, its folded scales) before its rewrite; why the
         products left out stay fp32."""
         kernels, kept = bf16_kernels(func, isa, fast_vectors=fast_vectors)
-        self.pad, self.isa = isa == "amx", isa
-        self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func, self.pad)
+        self.isa = isa
+        self.kernels, self.done, self.scales = {k[0][0]: k for k in kernels}, {}, folded_scales(func, isa)
         return kept
 
     def _bound(self, expr):
@@ -297,7 +297,7 @@ class _Rewriter(PyExprMutator):
             self.done.update((c, r) for (c, _), r in zip(kernel[1:], results[1:]))
             return results[0]
         scale = self.scales.scale_of.get(op)
-        if not fits(call, self.pad):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
+        if not fits(call, self.isa):  # (a folded scale's multiply was dropped: it multiplies the fp32 product here)
             return call if scale is None else relax.op.multiply(self.builder_.emit(call), relax.const(scale, "float32"))
         self.rewritten += 1  # a product of two activations (explorer.passes.bf16_attention)
         return self._activations_product(*call.args, scale=scale)
@@ -310,7 +310,7 @@ class _Rewriter(PyExprMutator):
         emit, call_te = self.builder_.emit, self.builder_.call_te
         (sa, _), (sb, _) = tensor_info(a.ty), tensor_info(b.ty)
         m, n = int(sa[-2]), int(sb[-1])
-        m_to, k_to, n_to = padded_shape(m, int(sa[-1]), n, self.pad)
+        m_to, k_to, n_to = padded_shape(m, int(sa[-1]), n, self.isa)
         swapped = untransposed(b, self._bound)
         if swapped is not None:  # K^T: K as it comes, split as Q and V are, its panels read by rows
             b = emit(call_te(bf16_panels, emit(relax.op.permute_dims(*swapped)), b_rows=True, k_to=k_to,
@@ -319,7 +319,7 @@ class _Rewriter(PyExprMutator):
             b = emit(call_te(bf16_panels, b, k_to=k_to, n_to=n_to, primfunc_name_hint="bf16_pack_b"))
         if scale is not None or split_heads(a, self._bound):
             a = emit(call_te(bf16_rows, a, 1.0 if scale is None else scale, k_to, m_to, primfunc_name_hint="bf16_pack"))
-        product = call_te(batch_dense_bf16, a, b, pad=self.pad, primfunc_name_hint="batch_dense_bf16")
+        product = call_te(batch_dense_bf16, a, b, to=(m_to, k_to, n_to), primfunc_name_hint="batch_dense_bf16")
         padded = [(axis, end) for axis, end, to in ((len(sb) - 2, m, m_to), (len(sb) - 1, n, n_to)) if to != end]
         if not padded:
             return product

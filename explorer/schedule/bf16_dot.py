@@ -91,28 +91,38 @@ def runs_on_tiles(rows: int, reduction: int, isa: str) -> bool:
     return isa == "amx" and rows % AMX_TILE_ROWS == 0 and reduction % AMX_K == 0
 
 
-# a product's rows that its instruction's tiles do not divide are padded with zeros to whole tiles where that
-# adds at most this share of them (a ViT's 197 tokens: 200 on vdpbf16ps, 208 on AMX; one row, or six, stay)
-PAD_ROWS_MAX_SHARE = 0.25
+# a count of rows (or columns) that its instruction's tiles do not divide is padded with zeros to whole tiles
+# where that adds at most this share of it (a ViT's 197 tokens: 200 rows on vdpbf16ps, 208 on AMX; one row, or
+# six, stay)
+PAD_MAX_SHARE = 0.25
+
+
+def padded_to(count: int, tiles: tuple[int, ...]) -> int:
+    """``count`` rounded up to a multiple of the first of ``tiles`` (in order of preference) for which
+    that adds at most :data:`PAD_MAX_SHARE` of it; ``count`` itself where none does."""
+    return next((to for to in (-(-count // tile) * tile for tile in tiles) if to - count <= PAD_MAX_SHARE * count),
+                count)
 
 
 def padded_rows(rows: int, reduction: int, isa: str | None) -> int:
-    """The rows the bf16 kernel of a ``rows`` x ``reduction`` weight product computes on a CPU whose
-    bf16 instructions are ``isa``: ``rows``, or more (zeros, sliced off after) where no tile divides
-    them, i.e. whole AMX tiles of 16 rows (where K fills tile rows) or whole tiles of vdpbf16ps's
-    most rows (8, :data:`ROWS`), within :data:`PAD_ROWS_MAX_SHARE`.
-    Unpadded, a 197-row product took tiles of one row, which read every weight panel once a row:
-    197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815; a 196-row one (Swin's 14 x 14
-    tokens) tiles of 4: 196 x 384 -> 1536 at 574 GFLOPS, 200 rows at 802 (Zen 5, 2 threads, the
-    kernel alone; docs/notes/measurements.md)."""
+    """The rows the bf16 kernel of a ``rows`` x ``reduction`` product computes on a CPU whose bf16
+    instructions are ``isa`` (None: no rule, the rows as they are): ``rows``, or more (zeros, sliced
+    off after) where the largest tile does not divide them: whole AMX tiles of 16 rows (where K
+    fills tile rows), else whole tiles of vdpbf16ps's most rows (8, :data:`ROWS`), within
+    :data:`PAD_MAX_SHARE`. Unpadded, a 197-row product took tiles of one row, which read every
+    weight panel once a row: 197 x 768 -> 192 at 236 GFLOPS, 200 rows in tiles of 8 at 815; a
+    196-row one (Swin's 14 x 14 tokens) tiles of 4: 196 x 384 -> 1536 at 574 GFLOPS, 200 rows at
+    802 (Zen 5, 2 threads, the kernel alone; docs/notes/measurements.md)."""
     if isa is None or runs_on_tiles(rows, reduction, isa):
         return rows
-    tiles = ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],)
-    for tile in tiles:
-        to = -(-rows // tile) * tile
-        if to - rows <= PAD_ROWS_MAX_SHARE * rows:
-            return to
-    return rows
+    return padded_to(rows, ((AMX_TILE_ROWS,) if runs_on_tiles(AMX_TILE_ROWS, reduction, isa) else ()) + (ROWS[0],))
+
+
+def zero_beyond(index, extent: int, bits):
+    """``bits`` where ``index`` < ``extent``, else a zero (a padded row's, reduction's or column's bits)."""
+    import tvm
+
+    return tvm.tirx.if_then_else(index < extent, bits, tvm.tirx.const(0, "uint16"))
 
 
 def amx_ir(mt: int, nt: int, zero: bool = False, row_groups: int = 1, col_groups: int = 1, kblocks: int = 1) -> str:
@@ -366,5 +376,6 @@ def widen(bits):
 
 __all__ = ["AMX_FN", "AMX_K", "AMX_TILE_ROWS", "AmxBf16", "BATCH_ATTR", "BF16_ATTR", "BF16_NAMES", "Bf16Dot", "DOT_FN",
            "NAME_PREFIX", "PACK_ATTR", "PAIR", "PANEL", "PANEL_READ_ATTR", "PREFETCH_FN", "PREFETCH_IR",
-           "PAD_ROWS_MAX_SHARE", "QUIET_NAN_BIT", "ROWS", "amx_ir",
-           "isa_from", "padded_rows", "runs_on_tiles", "to_bits", "why_not", "widen"]
+           "PAD_MAX_SHARE", "QUIET_NAN_BIT", "ROWS", "amx_ir",
+           "isa_from", "padded_rows", "padded_to", "runs_on_tiles", "to_bits", "why_not", "widen",
+           "zero_beyond"]

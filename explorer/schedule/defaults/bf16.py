@@ -16,8 +16,12 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
   panels a task, 7 tasks), and where the channels or the cores cannot, K in interleaved partial sums
   (a factor block, its sums added up under the same parallel loop: another order of addition than
   one chain, so not bit-identical to it, within 1e-6 of the exact sum in the reviewer's sweep). Any
-  product whose row tile is 1, 2 or 4 rows takes it (a classifier; 197- or 77-token products on
-  ``vdpbf16ps``: 0.57-0.61x alone, 1 thread). Each panel is a stream of its own: the
+  product whose row tile is 1, 2 or 4 rows takes it (a classifier; a product of 197 or 77 tokens
+  before the bf16 pass padded such rows to whole tiles of 8,
+  :func:`~explorer.schedule.bf16_dot.padded_rows`: 0.57-0.61x alone, 1 thread). A product's
+  epilogue (the padded rows' slice, bias, residual, activation) runs per tile, right after the
+  tile's calls, as on AMX (not with K in partial sums: adding them up is the tile's last step):
+  ViT-tiny and Swin-T at bf16 3-7% faster. Each panel is a stream of its own: the
   weights come from L3 faster in several streams than in one. MobileNetV2's classifier in the model
   (2 threads, idle rounds): one panel a task 0.065 -> 0.046 ms (another run: one panel 0.080, 3
   panels 0.053, 7 panels 0.048, 9 panels 0.050, one panel with K in 4 sums 0.068: one stream);
@@ -45,7 +49,7 @@ tilings of the same work, one weights layout (panels of 16 channels x pairs):
   operands is most of their time.
 
 The packing block (fp32 activations to bf16 bits) stays a block of its own, parallel and
-vectorized by the general rules; the epilogue after the product (bias, activation) too. A
+vectorized by the general rules; so does an im2col convolution's epilogue. A
 convolution (:mod:`explorer.passes.bf16_conv`: the same loops, channels as rows and pixels as
 columns) has two packing blocks, scheduled here by :mod:`.bf16_conv`. A direct NHWC convolution
 (:mod:`explorer.passes.bf16_conv_nhwc`) is tiled by :mod:`.bf16_amx_conv` on AMX CPUs, by
