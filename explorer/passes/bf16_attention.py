@@ -6,9 +6,9 @@ For ``R.matmul(a, b)`` with ``a`` ``[..., M, K]`` and ``b`` ``[..., K, N]`` both
 time (float32, static shapes, the same batch axes, at least one: attention's batch and heads), K
 even and N a multiple of 16 once padded (:func:`fits`, :func:`padded_shape`), it writes one kernel,
 :func:`batch_dense_bf16`, that multiplies the operands' bf16 bits (rounded to nearest even) and
-sums in fp32. ``b`` is read in panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``: the layout a weight product's
-packed weights have, so the same AMX and AVX512-BF16 instructions read it,
-:mod:`explorer.schedule.bf16_dot`). Softmax stays fp32.
+sums in fp32. ``b`` is read in panels of 16 columns x pairs along K (``[..., N/16, K/2, 16, 2]``:
+the layout a weight product's packed weights have, so the same AMX and AVX512-BF16 instructions
+read it, :mod:`explorer.schedule.bf16_dot`). Softmax stays fp32.
 
 The main path: an operand that is a heads split (Q, K, V: a ``permute_dims`` of the Q/K/V
 product's slices, :func:`split_heads`) is packed ahead, by a kernel of its own (:func:`bf16_rows`,
