@@ -117,7 +117,8 @@ def _attention_onnx(scale: float = DIM ** -0.5, seq: int = SEQ) -> onnx.ModelPro
                   helper.make_node("Transpose", [f"{name}2"], [name], perm=perm)]
     nodes += [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["s1"]),
               helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
-    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, HIDDEN])],
+    graph = helper.make_graph(nodes, "attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, HIDDEN])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, HEADS, seq, DIM])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 

@@ -120,6 +120,30 @@ def test_sapphirerapids_runs_padded_head_products_on_amx_tiles(k, n):
     assert [int(v) for v in y.shape] == [1, 2, SEQ, -(-n // 16) * 16]
 
 
+@pytest.mark.parametrize("spec, isa, shape, tile", [("cpu:sapphirerapids", "amx", (208, 208), "AMX"),
+                                                     ("cpu:znver4", "avx512bf16", (200, 224), "8 rows x 2 panels")])
+def test_a_vits_197_token_scores_build_padded_per_target(spec, isa, shape, tile):
+    """Q K^T of 197 tokens (heads of 32), built for each target (compile only): whole AMX tiles, or
+    8-row vdpbf16ps tiles of two panels; the rows and columns beyond 197 are the caller's to slice."""
+    a = te.placeholder((1, 3, 197, 32), "float32", "a")
+    b = te.placeholder((1, 3, 32, 197), "float32", "b")
+    y = batch_dense_bf16(a, b, isa=isa)
+    assert tuple(int(v) for v in y.shape[-2:]) == shape
+    func, choice = default_schedule(te.create_prim_func([a, b, y]), parse_target(spec).cpu_spec())
+    assert tile in choice.steps[0], choice
+    asm = tvm.compile(tvm.IRModule({"main": func}), target=parse_target(spec).tvm()).mod.inspect_source("asm")
+    assert ("tdpbf16ps" if isa == "amx" else "vdpbf16ps") in asm
+
+
+def test_operands_packed_ahead_at_another_shape_than_the_product_are_refused():
+    from explorer.passes.bf16_attention import bf16_rows
+
+    a, b = te.placeholder((1, 2, 33, 48), "float32", "a"), te.placeholder((1, 2, 48, 64), "float32", "b")
+    packed = bf16_rows(a, k_to=48, rows_to=40)
+    with pytest.raises(ValueError, match="packed ahead at 40 x 48 x 64"):
+        batch_dense_bf16(te.placeholder(packed.shape, "uint16", "pa"), b, to=(48, 48, 64))  # rows 40 vs 48
+
+
 @NEEDS_AMX
 @pytest.mark.parametrize("k, n", [(24, 64), (64, 24), (24, 24)])
 def test_padded_head_product_equals_the_unpadded_one_in_bf16(k, n):

@@ -123,3 +123,10 @@ def test_a_13_row_model_padded_to_16_exports_and_verifies(tmp_path):
     assert report.manifest["precision"]["converted_products"] == 2
     names = [task["name"] for task in report.manifest["tasks"]]  # the padded rows sliced off in each product's kernel
     assert len(names) == 2 and all("dense_bf16" in name and "strided_slice" in name for name in names), names
+
+
+def test_symbolic_rows_build_as_they_are_and_are_never_padded():
+    x, w = te.placeholder((te.var("m"), 64), "float32", "x"), te.placeholder((2, 32, 16, 2), "uint16", "w")
+    assert str(dense_bf16(x, w).shape[0]) == "m"
+    with pytest.raises(ValueError, match="pads static rows only"):
+        dense_bf16(x, w, rows_to=8)

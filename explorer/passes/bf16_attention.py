@@ -53,8 +53,8 @@ import tvm
 from tvm import relax, te
 
 from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info, use_counts
-from explorer.schedule.bf16_dot import (AMX_K, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR, padded_rows,
-                                        padded_to, runs_on_tiles, to_bits, widen, zero_beyond)
+from explorer.schedule.bf16_dot import (AMX_K, BATCH_ATTR, BF16_ATTR, PACK_ATTR, PAIR, PANEL, PANEL_READ_ATTR,
+                                        padded_rows, padded_to, runs_on_tiles, to_bits, widen, zero_beyond)
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _MULTIPLY = tvm.ir.Op.get("relax.multiply")
@@ -133,6 +133,9 @@ def batch_dense_bf16(a: te.Tensor, b: te.Tensor, b_rows: bool = False, isa: str 
     if int(bb.shape[-3]) * PAIR != k:  # (operands packed ahead each padded their own way)
         raise ValueError(f"the product's operands disagree on K: {k} in a's rows, {int(bb.shape[-3]) * PAIR} "
                          f"in b's panels")
+    if to is not None and (m, k, int(bb.shape[-4]) * PANEL) != tuple(to):
+        raise ValueError(f"operands packed ahead at {m} x {k} x {int(bb.shape[-4]) * PANEL}, not the {to} the "
+                         f"product computes")
     panels = int(bb.shape[-4])
     k2, kk = te.reduce_axis((0, k // PAIR), "k2"), te.reduce_axis((0, PAIR), "kk")
 
@@ -256,5 +259,4 @@ def fits(call, isa: str | None = None) -> bool:
 
 
 __all__ = ["MIN_HEAD_PRODUCT", "ScaleFolds", "batch_dense_bf16", "bf16_panels", "bf16_rows", "fits", "folded_scales",
-           "padded_shape",
-           "split_heads", "untransposed"]
+           "padded_shape", "split_heads", "untransposed"]

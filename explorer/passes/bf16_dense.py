@@ -52,8 +52,9 @@ of rows that no tile takes (not a multiple of 16 nor padded to one: an encoder a
 vdpbf16ps on an AMX CPU too, and its rule holds for them.
 
 Rows that the largest tile does not divide are padded with zeros to whole tiles where that adds at
-most a quarter of them (:func:`padded_rows`; the packing block writes the zeros, the rows are
-sliced off after, in what follows the kernel): a ViT's 197 tokens are computed as 200 rows on
+most a quarter of them (:func:`~explorer.schedule.bf16_dot.padded_rows`; the packing block writes
+the zeros, a strided_slice that FuseOps fuses into the product's own kernel takes them off, in the
+epilogue it runs per tile): a ViT's 197 tokens are computed as 200 rows on
 vdpbf16ps (tiles of 8 rows; 197 took tiles of one row, 3.4x slower alone) and 208 on AMX (whole
 tiles); Swin's 196 as 200 (196 took tiles of 4, 1.4x slower alone).
 """
@@ -108,13 +109,17 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
     if len(lead) > 1 or any(int(v) != 1 for v in lead):
         raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
     panels, half = int(w.shape[0]), int(w.shape[1])
+    if rows_to is not None:
+        if not isinstance(m, (int, tvm.tirx.IntImm)):
+            raise ValueError(f"dense_bf16 pads static rows only, not {m} (rows_to={rows_to})")
+        m = int(m)
     m_to = m if rows_to is None else rows_to
 
     def pack(*ic):
         *unit, i, c = ic
-        if rows_to is None or rows_to == int(m):  # (rows padded only where static)
+        if rows_to is None or rows_to == m:
             return to_bits(x[ic])
-        return zero_beyond(i, int(m), to_bits(x[(*unit, tvm.tirx.min(i, int(m) - 1), c)]))
+        return zero_beyond(i, m, to_bits(x[(*unit, tvm.tirx.min(i, m - 1), c)]))
     xb = te.compute((*lead, m_to, k), pack, name="bf16_pack", attrs={PACK_ATTR: 1})
     k2, kk = te.reduce_axis((0, half), "k2"), te.reduce_axis((0, PAIR), "kk")
 
