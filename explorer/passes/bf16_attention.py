@@ -70,19 +70,28 @@ MIN_HEAD_PRODUCT = 32 * 32 * 32
 def bf16_rows(a: te.Tensor, scale: float = 1.0, k_to: int | None = None, rows_to: int | None = None) -> te.Tensor:
     """``a`` (times ``scale``, a power of two: :func:`folded_scales`) rounded to bf16 (nearest even),
     as its bits (uint16), in its own layout: a product's ``a`` operand packed ahead (fused into the
-    kernel that computes ``a``). ``k_to``, ``rows_to``: its rows padded with zeros to that length,
-    and more rows of zeros to that many (:func:`padded_shape`)."""
+    kernel that computes ``a``), or a weight product's activations (:func:`~explorer.passes.bf16_dense.dense_bf16`'s
+    packing block). ``k_to``, ``rows_to``: its rows padded with zeros to that length, and more rows
+    of zeros to that many (:func:`padded_shape`); only static sizes pad (a symbolic one packs as it
+    is)."""
     value = (lambda ix: a[ix]) if scale == 1.0 else (lambda ix: a[ix] * tvm.tirx.const(scale, "float32"))
-    *lead, m, k = (int(v) for v in a.shape)
-    k_to, rows_to = k_to or k, rows_to or m
-    if k_to == k and rows_to == m:
+    *lead, m, k = a.shape
+    static = all(isinstance(v, (int, tvm.tirx.IntImm)) for v in (m, k))
+    pad_rows = rows_to is not None and (not static or rows_to != int(m))
+    pad_k = k_to is not None and (not static or k_to != int(k))
+    if not (pad_rows or pad_k):
         return te.compute(a.shape, lambda *ix: to_bits(value(ix)), name="bf16_pack", attrs={PACK_ATTR: 1})
+    if not static:
+        raise ValueError(f"bf16 packing pads static rows only, not {m} x {k} (rows_to={rows_to}, k_to={k_to})")
+    m, k = int(m), int(k)
 
     def padded(*ix):
         *h, i, j = ix
-        bits = to_bits(value((*h, tvm.tirx.min(i, m - 1), tvm.tirx.min(j, k - 1))))
-        return zero_beyond(i, m, zero_beyond(j, k, bits))
-    return te.compute((*lead, rows_to, k_to), padded, name="bf16_pack", attrs={PACK_ATTR: 1})
+        bits = to_bits(value((*h, tvm.tirx.min(i, m - 1) if pad_rows else i, tvm.tirx.min(j, k - 1) if pad_k else j)))
+        bits = zero_beyond(j, k, bits) if pad_k else bits
+        return zero_beyond(i, m, bits) if pad_rows else bits
+    return te.compute((*lead, rows_to if pad_rows else m, k_to if pad_k else k), padded, name="bf16_pack",
+                      attrs={PACK_ATTR: 1})
 
 
 def bf16_panels(b: te.Tensor, b_rows: bool = False, k_to: int | None = None, n_to: int | None = None) -> te.Tensor:

@@ -70,8 +70,7 @@ from explorer.ir.relax_walk import is_constant, iter_bindings, tensor_info
 from explorer.passes.bf16_attention import (ScaleFolds, batch_dense_bf16, bf16_panels, bf16_rows, fits, folded_scales,
                                             padded_shape, split_heads, untransposed)
 from explorer.passes.call_rewrite import static_ints
-from explorer.schedule.bf16_dot import (BF16_ATTR, PACK_ATTR, PAIR, PANEL, QUIET_NAN_BIT, padded_rows, runs_on_tiles,
-                                        to_bits, widen, zero_beyond)
+from explorer.schedule.bf16_dot import BF16_ATTR, PAIR, PANEL, QUIET_NAN_BIT, padded_rows, runs_on_tiles, widen
 
 _MATMUL, _PERMUTE = tvm.ir.Op.get("relax.matmul"), tvm.ir.Op.get("relax.permute_dims")
 _FLOAT_OUT = ("", "None", "void", "float32")
@@ -109,18 +108,8 @@ def dense_bf16(x: te.Tensor, w: te.Tensor, rows_to: int | None = None) -> te.Ten
     if len(lead) > 1 or any(int(v) != 1 for v in lead):
         raise ValueError(f"dense_bf16 takes [M, K] or [1, M, K] activations, not {list(x.shape)}")
     panels, half = int(w.shape[0]), int(w.shape[1])
-    if rows_to is not None:
-        if not isinstance(m, (int, tvm.tirx.IntImm)):
-            raise ValueError(f"dense_bf16 pads static rows only, not {m} (rows_to={rows_to})")
-        m = int(m)
-    m_to = m if rows_to is None else rows_to
-
-    def pack(*ic):
-        *unit, i, c = ic
-        if rows_to is None or rows_to == m:
-            return to_bits(x[ic])
-        return zero_beyond(i, m, to_bits(x[(*unit, tvm.tirx.min(i, m - 1), c)]))
-    xb = te.compute((*lead, m_to, k), pack, name="bf16_pack", attrs={PACK_ATTR: 1})
+    xb = bf16_rows(x, rows_to=rows_to)  # (the rows padded with zeros where rows_to says: static rows only)
+    m_to = xb.shape[-2]
     k2, kk = te.reduce_axis((0, half), "k2"), te.reduce_axis((0, PAIR), "kk")
 
     def product(*idx):
